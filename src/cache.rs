@@ -1,0 +1,279 @@
+//! The status cache: the newest runtime status of each pod with the time it was observed, plus a
+//! global timestamp meaning "every pod's entry is at least this fresh", like the kubelet's
+//! `container/cache.go`. The relister is its only writer. Readers may wait for a status newer than
+//! a given time (`get_newer_than`); that is how a consumer of a lifecycle event makes sure it looks
+//! at a status read after the event. Errors of a status read are cached too, so readers see them.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use tokio::sync::oneshot;
+
+use crate::container::{PodStatus, PodUid};
+
+/// One cached entry: the status (or the error that reading it gave) and when it was observed.
+#[derive(Debug, Clone)]
+pub struct CachedStatus {
+    pub status: Arc<PodStatus>,
+    /// The error of the last status read, if it failed.
+    pub error: Option<String>,
+    pub modified: SystemTime,
+}
+
+#[derive(Default)]
+struct Inner {
+    pods: HashMap<PodUid, CachedStatus>,
+    /// None until the first complete relist.
+    timestamp: Option<SystemTime>,
+    subscribers: HashMap<PodUid, Vec<(SystemTime, oneshot::Sender<CachedStatus>)>>,
+}
+
+/// The per-pod runtime status cache.
+#[derive(Default)]
+pub struct PodCache {
+    inner: Mutex<Inner>,
+}
+
+fn default_entry(id: &str, modified: SystemTime) -> CachedStatus {
+    CachedStatus {
+        status: Arc::new(PodStatus {
+            id: id.to_owned(),
+            ..PodStatus::default()
+        }),
+        error: None,
+        modified,
+    }
+}
+
+impl Inner {
+    fn get(&self, id: &str) -> CachedStatus {
+        self.pods
+            .get(id)
+            .cloned()
+            .unwrap_or_else(|| default_entry(id, SystemTime::UNIX_EPOCH))
+    }
+
+    /// `cache.getIfNewerThan`: the entry if it (or the whole cache) is strictly newer than `min`.
+    fn get_if_newer_than(&self, id: &str, min: SystemTime) -> Option<CachedStatus> {
+        let global_newer = self.timestamp.is_some_and(|t| t > min);
+        match self.pods.get(id) {
+            None if global_newer => Some(default_entry(id, SystemTime::UNIX_EPOCH)),
+            Some(entry) if entry.modified > min || global_newer => Some(entry.clone()),
+            _ => None,
+        }
+    }
+
+    /// Wake the waiters of `id` whose time is not after `timestamp` (`cache.notify`).
+    fn notify(&mut self, id: &str, timestamp: SystemTime) {
+        let Some(waiters) = self.subscribers.remove(id) else {
+            return;
+        };
+        let mut keep = Vec::new();
+        for (min, tx) in waiters {
+            if timestamp < min {
+                keep.push((min, tx));
+            } else {
+                // A waiter that gave up has dropped its receiver; nothing to do.
+                let _ = tx.send(self.get(id));
+            }
+        }
+        if !keep.is_empty() {
+            self.subscribers.insert(id.to_owned(), keep);
+        }
+    }
+}
+
+impl PodCache {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The cached entry; on a miss, an empty status (no containers), as the kubelet does.
+    pub fn get(&self, id: &str) -> CachedStatus {
+        self.lock().get(id)
+    }
+
+    /// Whether the pod has an entry.
+    pub fn contains(&self, id: &str) -> bool {
+        self.lock().pods.contains_key(id)
+    }
+
+    /// Number of pods with an entry.
+    pub fn len(&self) -> usize {
+        self.lock().pods.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The global timestamp: every entry is at least as fresh as this. None before the first relist.
+    pub fn timestamp(&self) -> Option<SystemTime> {
+        self.lock().timestamp
+    }
+
+    /// A status observed strictly after `min`: returns at once if the pod's entry, or the cache as a
+    /// whole, is newer than `min`; otherwise waits until one is. Before the first complete relist it
+    /// always waits.
+    pub async fn get_newer_than(&self, id: &str, min: SystemTime) -> CachedStatus {
+        let rx = {
+            let mut inner = self.lock();
+            if let Some(entry) = inner.get_if_newer_than(id, min) {
+                return entry;
+            }
+            let (tx, rx) = oneshot::channel();
+            inner
+                .subscribers
+                .entry(id.to_owned())
+                .or_default()
+                .push((min, tx));
+            rx
+        };
+        // The sender lives in the cache, which outlives every borrow of it; a dropped sender can
+        // only mean the cache itself is gone, and then the best answer is the empty status.
+        rx.await
+            .unwrap_or_else(|_| default_entry(id, SystemTime::UNIX_EPOCH))
+    }
+
+    /// Store a status (or the error reading it gave) observed at `timestamp`.
+    pub fn set(&self, id: &str, status: Result<PodStatus, String>, timestamp: SystemTime) {
+        let mut inner = self.lock();
+        let entry = match status {
+            Ok(status) => CachedStatus {
+                status: Arc::new(status),
+                error: None,
+                modified: timestamp,
+            },
+            Err(error) => CachedStatus {
+                // Like the kubelet, a failed read keeps no partial status.
+                status: Arc::new(PodStatus {
+                    id: id.to_owned(),
+                    ..PodStatus::default()
+                }),
+                error: Some(error),
+                modified: timestamp,
+            },
+        };
+        inner.pods.insert(id.to_owned(), entry);
+        inner.notify(id, timestamp);
+    }
+
+    /// Forget a pod (it is gone from the runtime).
+    pub fn delete(&self, id: &str) {
+        let mut inner = self.lock();
+        inner.pods.remove(id);
+    }
+
+    /// Move the global timestamp (after a complete relist) and wake every waiter it satisfies.
+    pub fn update_time(&self, timestamp: SystemTime) {
+        let mut inner = self.lock();
+        inner.timestamp = Some(timestamp);
+        let ids: Vec<PodUid> = inner.subscribers.keys().cloned().collect();
+        for id in ids {
+            inner.notify(&id, timestamp);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn t(secs: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
+    }
+
+    fn status(id: &str, ip: &str) -> PodStatus {
+        PodStatus {
+            id: id.into(),
+            ips: vec![ip.into()],
+            ..PodStatus::default()
+        }
+    }
+
+    async fn ready_now(cache: &PodCache, id: &str, min: SystemTime) -> Option<CachedStatus> {
+        tokio::time::timeout(Duration::from_millis(20), cache.get_newer_than(id, min))
+            .await
+            .ok()
+    }
+
+    #[test]
+    fn miss_returns_empty_status() {
+        let cache = PodCache::new();
+        let got = cache.get("u1");
+        assert_eq!(got.status.id, "u1");
+        assert!(got.status.container_statuses.is_empty());
+        assert!(got.error.is_none());
+    }
+
+    #[tokio::test]
+    async fn waits_before_first_global_update_even_for_absent_pods() {
+        let cache = PodCache::new();
+        assert!(ready_now(&cache, "u1", t(0)).await.is_none());
+    }
+
+    #[tokio::test]
+    async fn cached_and_modified_after_min_returns_at_once() {
+        let cache = PodCache::new();
+        cache.set("u1", Ok(status("u1", "10.0.0.1")), t(10));
+        let got = ready_now(&cache, "u1", t(9)).await.expect("newer entry");
+        assert_eq!(got.status.ips, ["10.0.0.1"]);
+        // Equal is not newer.
+        assert!(ready_now(&cache, "u1", t(10)).await.is_none());
+    }
+
+    #[tokio::test]
+    async fn global_timestamp_newer_serves_stale_entries_and_absent_pods() {
+        let cache = PodCache::new();
+        cache.set("u1", Ok(status("u1", "10.0.0.1")), t(5));
+        cache.update_time(t(20));
+        let got = ready_now(&cache, "u1", t(15)).await.expect("global newer");
+        assert_eq!(got.modified, t(5));
+        let absent = ready_now(&cache, "u2", t(15))
+            .await
+            .expect("absent but global newer");
+        assert!(absent.status.container_statuses.is_empty());
+        assert!(ready_now(&cache, "u2", t(20)).await.is_none());
+    }
+
+    #[tokio::test]
+    async fn set_wakes_waiters_whose_time_is_not_after_it() {
+        let cache = Arc::new(PodCache::new());
+        let early = tokio::spawn({
+            let cache = cache.clone();
+            async move { cache.get_newer_than("u1", t(10)).await }
+        });
+        let late = tokio::spawn({
+            let cache = cache.clone();
+            async move { cache.get_newer_than("u1", t(30)).await }
+        });
+        tokio::task::yield_now().await;
+        while cache.lock().subscribers.get("u1").map_or(0, Vec::len) < 2 {
+            tokio::task::yield_now().await;
+        }
+        // Notification fires when the new time >= the waiter's time.
+        cache.set("u1", Ok(status("u1", "10.0.0.9")), t(10));
+        let got = early.await.unwrap();
+        assert_eq!(got.status.ips, ["10.0.0.9"]);
+        assert!(!late.is_finished());
+        cache.update_time(t(30));
+        assert_eq!(late.await.unwrap().modified, t(10));
+    }
+
+    #[tokio::test]
+    async fn errors_are_cached() {
+        let cache = PodCache::new();
+        cache.set("u1", Err("runtime said no".into()), t(3));
+        let got = cache.get("u1");
+        assert_eq!(got.error.as_deref(), Some("runtime said no"));
+        assert_eq!(got.modified, t(3));
+        cache.delete("u1");
+        assert!(!cache.contains("u1"));
+    }
+}

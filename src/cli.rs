@@ -1,0 +1,219 @@
+//! The command line: argument parsing, logging set-up and the error edge. Everything below this
+//! file returns typed errors; here they become one line on stderr and an exit code.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::pleg::{DEFAULT_CHANNEL_CAPACITY, PlegConfig};
+use crate::runtime::CriOptions;
+use crate::watch::{OutputFormat, WatchOptions};
+
+/// The default containerd CRI socket.
+pub const DEFAULT_CRI_SOCKET: &str = "/run/containerd/containerd.sock";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "plegd",
+    version,
+    about = "Pod lifecycle events from the container runtime, the way the kubelet's PLEG sees them"
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub log: LogArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Relist the runtime and print pod lifecycle events; needs no apiserver.
+    Watch(WatchArgs),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct LogArgs {
+    /// Log filter (tracing's EnvFilter syntax, e.g. `info` or `plegd=debug`). RUST_LOG wins when set.
+    #[arg(long, global = true, default_value = "info", env = "PLEGD_LOG_LEVEL")]
+    pub log_level: String,
+    /// Log line format on stderr.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "PLEGD_LOG_FORMAT")]
+    pub log_format: LogFormat,
+}
+
+fn parse_positive_duration(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 500ms, 1s, 3m)"))?;
+    if d.is_zero() {
+        return Err("must be greater than zero".into());
+    }
+    Ok(d)
+}
+
+fn parse_capacity(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Flags shared by every command that talks to the runtime.
+#[derive(Debug, Args, Clone)]
+pub struct RuntimeArgs {
+    /// The container runtime's CRI socket.
+    #[arg(long, value_name = "PATH", default_value = DEFAULT_CRI_SOCKET, env = "PLEGD_CRI_SOCKET")]
+    pub cri_socket: PathBuf,
+    /// Deadline of each CRI call.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_positive_duration)]
+    pub cri_timeout: Duration,
+    /// Period between two global relists.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_positive_duration, env = "PLEGD_RELIST_PERIOD")]
+    pub relist_period: Duration,
+    /// The PLEG is unhealthy when no relist succeeded for this long.
+    #[arg(long, value_name = "DURATION", default_value = "3m", value_parser = parse_positive_duration, env = "PLEGD_RELIST_THRESHOLD")]
+    pub relist_threshold: Duration,
+    /// Capacity of the lifecycle event channel.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_CHANNEL_CAPACITY, value_parser = parse_capacity)]
+    pub event_channel_capacity: usize,
+}
+
+impl RuntimeArgs {
+    pub fn pleg_config(&self) -> PlegConfig {
+        PlegConfig {
+            relist_period: self.relist_period,
+            relist_threshold: self.relist_threshold,
+            channel_capacity: self.event_channel_capacity,
+        }
+    }
+
+    pub fn cri_options(&self) -> CriOptions {
+        CriOptions {
+            call_timeout: self.cri_timeout,
+            ..CriOptions::default()
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    #[command(flatten)]
+    pub runtime: RuntimeArgs,
+    /// Event line format on stdout.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
+}
+
+fn init_logging(args: &LogArgs) -> Result<(), String> {
+    use tracing_subscriber::EnvFilter;
+    let filter = match std::env::var("RUST_LOG") {
+        Ok(v) if !v.is_empty() => EnvFilter::try_new(&v).map_err(|e| format!("RUST_LOG: {e}"))?,
+        _ => EnvFilter::try_new(&args.log_level).map_err(|e| format!("--log-level: {e}"))?,
+    };
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match args.log_format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    }
+    .map_err(|e| format!("logging: {e}"))
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        // Without signal handlers the process still ends on the default action.
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Watch(args) => {
+            let options = WatchOptions {
+                cri_socket: args.runtime.cri_socket.clone(),
+                pleg: args.runtime.pleg_config(),
+                cri: args.runtime.cri_options(),
+                output: args.output,
+            };
+            crate::watch::watch(options, std::io::stdout(), shutdown_signal()).await?;
+        }
+    }
+    Ok(())
+}
+
+/// The whole program: parse, set up logging, run, and turn an error into one line and exit code 1.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Err(e) = init_logging(&cli.log) {
+        eprintln!("plegd: error: {e}");
+        return ExitCode::from(2);
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("plegd: error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("plegd: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, String> {
+        Cli::try_parse_from(args).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn watch_defaults() {
+        let cli = parse(&["plegd", "watch"]).unwrap();
+        let Command::Watch(w) = cli.command;
+        assert_eq!(w.runtime.cri_socket, PathBuf::from(DEFAULT_CRI_SOCKET));
+        assert_eq!(w.runtime.relist_period, Duration::from_secs(1));
+        assert_eq!(w.runtime.relist_threshold, Duration::from_secs(180));
+        assert_eq!(w.output, OutputFormat::Text);
+    }
+
+    #[test]
+    fn bad_flags_name_the_flag() {
+        let err = parse(&["plegd", "watch", "--relist-period", "soon"]).unwrap_err();
+        assert!(err.contains("--relist-period"), "{err}");
+        let err = parse(&["plegd", "watch", "--relist-period", "0s"]).unwrap_err();
+        assert!(
+            err.contains("--relist-period") && err.contains("greater than zero"),
+            "{err}"
+        );
+        let err = parse(&["plegd", "watch", "--output", "yaml"]).unwrap_err();
+        assert!(err.contains("--output"), "{err}");
+        let err = parse(&["plegd", "watch", "--event-channel-capacity", "0"]).unwrap_err();
+        assert!(err.contains("--event-channel-capacity"), "{err}");
+    }
+}

@@ -1,0 +1,144 @@
+//! plegd's own snapshot of what the container runtime reports, in the kubelet's vocabulary
+//! (`pkg/kubelet/container`): a [`Pod`] groups the sandboxes and containers of one pod uid as the
+//! relist sees them, and a [`PodStatus`] is the full per-pod status read on demand. Nothing here
+//! does I/O; the `runtime` stage fills these types from CRI messages.
+
+use std::time::SystemTime;
+
+use serde::Serialize;
+
+/// Label the kubelet puts on every container and sandbox: the pod's uid.
+pub const LABEL_POD_UID: &str = "io.kubernetes.pod.uid";
+/// Label with the pod's name.
+pub const LABEL_POD_NAME: &str = "io.kubernetes.pod.name";
+/// Label with the pod's namespace.
+pub const LABEL_POD_NAMESPACE: &str = "io.kubernetes.pod.namespace";
+/// Label with the container's name in the pod spec.
+pub const LABEL_CONTAINER_NAME: &str = "io.kubernetes.container.name";
+/// Annotation with the container's restart count.
+pub const ANNOTATION_RESTART_COUNT: &str = "io.kubernetes.container.restartCount";
+
+/// A pod's uid as the runtime reports it.
+pub type PodUid = String;
+
+/// Container state as the kubelet models it (`kubecontainer.State`). Sandboxes use it too:
+/// a READY sandbox is `Running`, a NOTREADY one `Exited`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ContainerState {
+    Created,
+    Running,
+    Exited,
+    Unknown,
+}
+
+impl ContainerState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ContainerState::Created => "created",
+            ContainerState::Running => "running",
+            ContainerState::Exited => "exited",
+            ContainerState::Unknown => "unknown",
+        }
+    }
+}
+
+/// One container or sandbox as listed by a relist (cheap: no status call).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Container {
+    pub id: String,
+    /// The container's name in the pod spec; empty for sandboxes.
+    pub name: String,
+    pub image: String,
+    pub image_ref: String,
+    pub state: ContainerState,
+    /// Creation time in nanoseconds since the epoch, as CRI reports it.
+    pub created_at: i64,
+    /// CRI metadata attempt.
+    pub attempt: u32,
+}
+
+/// The containers and sandboxes of one pod uid, as one relist saw them (`kubecontainer.Pod`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Pod {
+    pub id: PodUid,
+    pub name: String,
+    pub namespace: String,
+    pub containers: Vec<Container>,
+    pub sandboxes: Vec<Container>,
+}
+
+impl Pod {
+    pub fn find_container(&self, id: &str) -> Option<&Container> {
+        self.containers.iter().find(|c| c.id == id)
+    }
+
+    pub fn find_sandbox(&self, id: &str) -> Option<&Container> {
+        self.sandboxes.iter().find(|c| c.id == id)
+    }
+
+    /// A container or a sandbox with this id.
+    pub fn find_any(&self, id: &str) -> Option<&Container> {
+        self.find_container(id).or_else(|| self.find_sandbox(id))
+    }
+}
+
+/// The state of a pod sandbox in a full status read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SandboxState {
+    Ready,
+    NotReady,
+    Unknown,
+}
+
+/// Status of one pod sandbox (`runtimeapi.PodSandboxStatus`, trimmed to what plegd uses).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SandboxStatus {
+    pub id: String,
+    pub state: SandboxState,
+    /// Creation time in nanoseconds since the epoch.
+    pub created_at: i64,
+    pub attempt: u32,
+    /// The primary IP first, then additional ones.
+    pub ips: Vec<String>,
+    /// True when the sandbox shares the node's network namespace.
+    pub host_network: bool,
+}
+
+/// Full status of one container (`kubecontainer.Status`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ContainerStatus {
+    pub id: String,
+    pub name: String,
+    pub state: ContainerState,
+    pub created_at: Option<SystemTime>,
+    pub started_at: Option<SystemTime>,
+    pub finished_at: Option<SystemTime>,
+    pub exit_code: i32,
+    pub image: String,
+    pub image_ref: String,
+    pub reason: String,
+    pub message: String,
+    pub restart_count: u32,
+}
+
+/// Full status of one pod as read from the runtime (`kubecontainer.PodStatus`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+pub struct PodStatus {
+    pub id: PodUid,
+    pub name: String,
+    pub namespace: String,
+    /// Pod IPs; kept from the previous status when the pod's sandbox is gone (see `pleg`).
+    pub ips: Vec<String>,
+    pub container_statuses: Vec<ContainerStatus>,
+    /// Newest sandbox first.
+    pub sandbox_statuses: Vec<SandboxStatus>,
+}
+
+impl PodStatus {
+    /// The status of the container with this id, if the status read found it.
+    pub fn find_container(&self, id: &str) -> Option<&ContainerStatus> {
+        self.container_statuses.iter().find(|c| c.id == id)
+    }
+}

@@ -1,0 +1,16 @@
+//! plegd: a per-node pod lifecycle event generator. It relists the container runtime over CRI like
+//! the kubelet's PLEG, keeps a per-pod status cache, and emits pod lifecycle events.
+//!
+//! The modules follow the data from the runtime outwards:
+//! [`runtime`] (CRI client and conversion) → [`container`] (snapshot types) → [`pleg`] (records,
+//! diff, relist, event channel) → [`cache`] (per-pod status) → [`watch`] (printing events).
+#![forbid(unsafe_code)]
+
+pub mod cache;
+pub mod cli;
+pub mod clock;
+pub mod container;
+pub mod metrics;
+pub mod pleg;
+pub mod runtime;
+pub mod watch;

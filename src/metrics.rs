@@ -1,0 +1,195 @@
+//! plegd's metrics, named after the kubelet's with a `plegd_` prefix so that existing alerts
+//! translate (`kubelet_pleg_relist_duration_seconds` → `plegd_pleg_relist_duration_seconds`).
+//! One [`Metrics`] is created per process and shared; the HTTP endpoint that serves the registry
+//! lives with the daemon.
+
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+/// Prometheus' default buckets, which the kubelet uses for its relist histograms.
+const DEFAULT_BUCKETS: [f64; 11] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabel {
+    pub container_state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabel {
+    pub kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OperationLabel {
+    pub operation: String,
+}
+
+fn default_histogram() -> Histogram {
+    Histogram::new(DEFAULT_BUCKETS)
+}
+
+/// Every metric plegd keeps.
+#[derive(Debug)]
+pub struct Metrics {
+    pub relist_duration: Histogram,
+    pub relist_interval: Histogram,
+    pub last_seen: Gauge<f64, AtomicU64>,
+    pub discard_events: Counter,
+    pub running_pods: Gauge,
+    pub running_containers: Family<StateLabel, Gauge>,
+    pub runtime_bad_data: Family<KindLabel, Counter>,
+    pub runtime_errors: Family<OperationLabel, Counter>,
+    pub pod_status_refresh_errors: Counter,
+    pub events_sent: Family<KindLabel, Counter>,
+    registry: Registry,
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let relist_duration = default_histogram();
+        let relist_interval = default_histogram();
+        let last_seen = Gauge::<f64, AtomicU64>::default();
+        let discard_events = Counter::default();
+        let running_pods = Gauge::default();
+        let running_containers = Family::<StateLabel, Gauge>::default();
+        let runtime_bad_data = Family::<KindLabel, Counter>::default();
+        let runtime_errors = Family::<OperationLabel, Counter>::default();
+        let pod_status_refresh_errors = Counter::default();
+        let events_sent = Family::<KindLabel, Counter>::default();
+
+        let mut registry = Registry::with_prefix("plegd");
+        registry.register(
+            "pleg_relist_duration_seconds",
+            "Duration in seconds for relisting pods in PLEG",
+            relist_duration.clone(),
+        );
+        registry.register(
+            "pleg_relist_interval_seconds",
+            "Interval in seconds between relisting in PLEG",
+            relist_interval.clone(),
+        );
+        registry.register(
+            "pleg_last_seen_seconds",
+            "Timestamp in seconds when PLEG was last seen active",
+            last_seen.clone(),
+        );
+        registry.register(
+            "pleg_discard_events",
+            "Lifecycle events that did not fit in the full event channel (kept and re-sent by the next relist of the pod)",
+            discard_events.clone(),
+        );
+        registry.register(
+            "running_pods",
+            "Number of pods that have a running pod sandbox",
+            running_pods.clone(),
+        );
+        registry.register(
+            "running_containers",
+            "Number of containers currently running",
+            running_containers.clone(),
+        );
+        registry.register(
+            "runtime_bad_data",
+            "Items the container runtime reported that plegd could not use as they were",
+            runtime_bad_data.clone(),
+        );
+        registry.register(
+            "runtime_errors",
+            "Failed CRI calls by operation",
+            runtime_errors.clone(),
+        );
+        registry.register(
+            "pleg_pod_status_refresh_errors",
+            "Pod status reads that failed; the pod is re-inspected at the next relist",
+            pod_status_refresh_errors.clone(),
+        );
+        registry.register(
+            "pleg_events",
+            "Lifecycle events delivered to the event channel",
+            events_sent.clone(),
+        );
+
+        Self {
+            relist_duration,
+            relist_interval,
+            last_seen,
+            discard_events,
+            running_pods,
+            running_containers,
+            runtime_bad_data,
+            runtime_errors,
+            pod_status_refresh_errors,
+            events_sent,
+            registry,
+        }
+    }
+
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// The registry in the Prometheus text format.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+
+    pub fn count_runtime_error(&self, operation: &str) {
+        self.runtime_errors
+            .get_or_create(&OperationLabel {
+                operation: operation.to_owned(),
+            })
+            .inc();
+    }
+
+    pub fn count_bad_data(&self, kind: &str) {
+        self.runtime_bad_data
+            .get_or_create(&KindLabel {
+                kind: kind.to_owned(),
+            })
+            .inc();
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_carry_the_prefix_and_kubelet_names() {
+        let m = Metrics::new();
+        m.discard_events.inc();
+        m.running_containers
+            .get_or_create(&StateLabel {
+                container_state: "running".into(),
+            })
+            .set(3);
+        m.relist_duration.observe(0.002);
+        let text = m.encode();
+        assert!(text.contains("plegd_pleg_discard_events_total 1"), "{text}");
+        assert!(
+            text.contains("plegd_running_containers{container_state=\"running\"} 3"),
+            "{text}"
+        );
+        assert!(
+            text.contains("plegd_pleg_relist_duration_seconds_bucket{le=\"0.005\"} 1"),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,510 @@
+//! Pure conversion from CRI v1 messages into plegd's snapshot types. No I/O, no logging: data the
+//! runtime should not have sent is returned as [`BadData`] for the caller to log and count, and the
+//! offending item is skipped. Nothing here panics on any input.
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use k8s_cri::v1 as cri;
+
+use crate::container::{
+    ANNOTATION_RESTART_COUNT, Container, ContainerState, ContainerStatus, LABEL_CONTAINER_NAME,
+    LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID, Pod, PodUid, SandboxState, SandboxStatus,
+};
+
+/// Something the runtime reported that plegd cannot use as it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BadData {
+    /// A container without the `io.kubernetes.pod.uid` label: not a kubelet-style container, skipped.
+    MissingPodUid { container_id: String },
+    /// A sandbox without metadata or without a uid in it, skipped.
+    MissingSandboxMetadata { sandbox_id: String },
+    /// An item with an empty id, skipped.
+    EmptyId,
+    /// A state value outside the CRI enum; the item is kept with state unknown.
+    UnknownState { id: String, value: i32 },
+    /// An id reported twice (by two sandboxes, two containers, or one of each); the first is kept.
+    DuplicateId { id: String },
+    /// A negative timestamp; treated as unset.
+    BadTimestamp { id: String, value: i64 },
+}
+
+impl BadData {
+    /// A short, stable name for metrics labels.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            BadData::MissingPodUid { .. } => "missing_pod_uid",
+            BadData::MissingSandboxMetadata { .. } => "missing_sandbox_metadata",
+            BadData::EmptyId => "empty_id",
+            BadData::UnknownState { .. } => "unknown_state",
+            BadData::DuplicateId { .. } => "duplicate_id",
+            BadData::BadTimestamp { .. } => "bad_timestamp",
+        }
+    }
+
+    /// The runtime id the problem is about, if any.
+    pub fn id(&self) -> &str {
+        match self {
+            BadData::MissingPodUid { container_id: id }
+            | BadData::MissingSandboxMetadata { sandbox_id: id }
+            | BadData::UnknownState { id, .. }
+            | BadData::DuplicateId { id }
+            | BadData::BadTimestamp { id, .. } => id,
+            BadData::EmptyId => "",
+        }
+    }
+}
+
+impl std::fmt::Display for BadData {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BadData::MissingPodUid { container_id } => {
+                write!(
+                    f,
+                    "container {container_id} has no {LABEL_POD_UID} label; skipped"
+                )
+            }
+            BadData::MissingSandboxMetadata { sandbox_id } => {
+                write!(f, "sandbox {sandbox_id} has no metadata uid; skipped")
+            }
+            BadData::EmptyId => write!(f, "an item with an empty id; skipped"),
+            BadData::UnknownState { id, value } => {
+                write!(
+                    f,
+                    "{id} has state {value}, which is not a CRI v1 value; taken as unknown"
+                )
+            }
+            BadData::DuplicateId { id } => write!(f, "id {id} reported twice; the first is kept"),
+            BadData::BadTimestamp { id, value } => {
+                write!(f, "{id} has negative timestamp {value}; taken as unset")
+            }
+        }
+    }
+}
+
+fn container_state(id: &str, value: i32, bad: &mut Vec<BadData>) -> ContainerState {
+    match cri::ContainerState::try_from(value) {
+        Ok(cri::ContainerState::ContainerCreated) => ContainerState::Created,
+        Ok(cri::ContainerState::ContainerRunning) => ContainerState::Running,
+        Ok(cri::ContainerState::ContainerExited) => ContainerState::Exited,
+        Ok(cri::ContainerState::ContainerUnknown) => ContainerState::Unknown,
+        Err(_) => {
+            bad.push(BadData::UnknownState {
+                id: id.to_owned(),
+                value,
+            });
+            ContainerState::Unknown
+        }
+    }
+}
+
+fn sandbox_state(id: &str, value: i32, bad: &mut Vec<BadData>) -> SandboxState {
+    match cri::PodSandboxState::try_from(value) {
+        Ok(cri::PodSandboxState::SandboxReady) => SandboxState::Ready,
+        Ok(cri::PodSandboxState::SandboxNotready) => SandboxState::NotReady,
+        Err(_) => {
+            bad.push(BadData::UnknownState {
+                id: id.to_owned(),
+                value,
+            });
+            SandboxState::Unknown
+        }
+    }
+}
+
+/// A sandbox in the kubelet's container vocabulary: READY runs, NOTREADY has exited.
+fn sandbox_as_container_state(state: SandboxState) -> ContainerState {
+    match state {
+        SandboxState::Ready => ContainerState::Running,
+        SandboxState::NotReady => ContainerState::Exited,
+        SandboxState::Unknown => ContainerState::Unknown,
+    }
+}
+
+/// CRI nanoseconds to a time; 0 means unset.
+pub fn nanos_to_time(id: &str, nanos: i64, bad: &mut Vec<BadData>) -> Option<SystemTime> {
+    match nanos {
+        0 => None,
+        n if n < 0 => {
+            bad.push(BadData::BadTimestamp {
+                id: id.to_owned(),
+                value: n,
+            });
+            None
+        }
+        n => UNIX_EPOCH.checked_add(Duration::from_nanos(n as u64)),
+    }
+}
+
+fn take_label(labels: &mut HashMap<String, String>, key: &str) -> String {
+    labels.remove(key).unwrap_or_default()
+}
+
+/// Group a relist's sandboxes and containers into pods, as `kuberuntime.GetPods(all=true)` does:
+/// sandboxes by their metadata uid, containers by their `io.kubernetes.pod.uid` label. A container
+/// whose pod has no sandbox still makes a pod entry. Pods come out sorted by uid.
+pub fn group_pods(
+    sandboxes: Vec<cri::PodSandbox>,
+    containers: Vec<cri::Container>,
+    bad: &mut Vec<BadData>,
+) -> Vec<Pod> {
+    let mut pods: HashMap<PodUid, Pod> = HashMap::with_capacity(sandboxes.len());
+    let mut seen: HashSet<String> = HashSet::with_capacity(sandboxes.len() + containers.len());
+
+    for sandbox in sandboxes {
+        if sandbox.id.is_empty() {
+            bad.push(BadData::EmptyId);
+            continue;
+        }
+        let Some(meta) = sandbox.metadata.filter(|m| !m.uid.is_empty()) else {
+            bad.push(BadData::MissingSandboxMetadata {
+                sandbox_id: sandbox.id,
+            });
+            continue;
+        };
+        if !seen.insert(sandbox.id.clone()) {
+            bad.push(BadData::DuplicateId { id: sandbox.id });
+            continue;
+        }
+        let state = sandbox_as_container_state(sandbox_state(&sandbox.id, sandbox.state, bad));
+        let pod = pods.entry(meta.uid.clone()).or_insert_with(|| Pod {
+            id: meta.uid.clone(),
+            ..Pod::default()
+        });
+        // The newest sandbox names the pod, as in the kubelet.
+        if pod.name.is_empty()
+            || pod
+                .sandboxes
+                .iter()
+                .all(|s| s.created_at <= sandbox.created_at)
+        {
+            pod.name = meta.name;
+            pod.namespace = meta.namespace;
+        }
+        pod.sandboxes.push(Container {
+            id: sandbox.id,
+            name: String::new(),
+            image: String::new(),
+            image_ref: String::new(),
+            state,
+            created_at: sandbox.created_at,
+            attempt: meta.attempt,
+        });
+    }
+
+    for mut container in containers {
+        if container.id.is_empty() {
+            bad.push(BadData::EmptyId);
+            continue;
+        }
+        let uid = take_label(&mut container.labels, LABEL_POD_UID);
+        if uid.is_empty() {
+            bad.push(BadData::MissingPodUid {
+                container_id: container.id,
+            });
+            continue;
+        }
+        if !seen.insert(container.id.clone()) {
+            bad.push(BadData::DuplicateId { id: container.id });
+            continue;
+        }
+        let state = container_state(&container.id, container.state, bad);
+        let meta = container.metadata.unwrap_or_default();
+        let mut name = take_label(&mut container.labels, LABEL_CONTAINER_NAME);
+        if name.is_empty() {
+            name = meta.name;
+        }
+        let pod = pods.entry(uid).or_insert_with_key(|uid| Pod {
+            id: uid.clone(),
+            ..Pod::default()
+        });
+        if pod.name.is_empty() {
+            pod.name = take_label(&mut container.labels, LABEL_POD_NAME);
+            pod.namespace = take_label(&mut container.labels, LABEL_POD_NAMESPACE);
+        }
+        pod.containers.push(Container {
+            id: container.id,
+            name,
+            image: container.image.map(|i| i.image).unwrap_or_default(),
+            image_ref: container.image_ref,
+            state,
+            created_at: container.created_at,
+            attempt: meta.attempt,
+        });
+    }
+
+    let mut pods: Vec<Pod> = pods.into_values().collect();
+    pods.sort_unstable_by(|a, b| a.id.cmp(&b.id));
+    pods
+}
+
+/// Convert one `PodSandboxStatus`.
+pub fn sandbox_status(status: cri::PodSandboxStatus, bad: &mut Vec<BadData>) -> SandboxStatus {
+    let state = sandbox_state(&status.id, status.state, bad);
+    let mut ips = Vec::new();
+    if let Some(network) = status.network {
+        if !network.ip.is_empty() {
+            ips.push(network.ip);
+        }
+        ips.extend(
+            network
+                .additional_ips
+                .into_iter()
+                .map(|ip| ip.ip)
+                .filter(|ip| !ip.is_empty()),
+        );
+    }
+    let host_network = status
+        .linux
+        .and_then(|l| l.namespaces)
+        .and_then(|n| n.options)
+        .is_some_and(|o| o.network == cri::NamespaceMode::Node as i32);
+    SandboxStatus {
+        id: status.id,
+        state,
+        created_at: status.created_at,
+        attempt: status.metadata.map(|m| m.attempt).unwrap_or_default(),
+        ips,
+        host_network,
+    }
+}
+
+/// Convert one `ContainerStatus`. The restart count comes from the kubelet's annotation when it is
+/// there and parses, else from the CRI metadata attempt.
+pub fn container_status(
+    mut status: cri::ContainerStatus,
+    bad: &mut Vec<BadData>,
+) -> ContainerStatus {
+    let state = container_state(&status.id, status.state, bad);
+    let meta = status.metadata.take().unwrap_or_default();
+    let mut name = take_label(&mut status.labels, LABEL_CONTAINER_NAME);
+    if name.is_empty() {
+        name = meta.name;
+    }
+    let restart_count = status
+        .annotations
+        .get(ANNOTATION_RESTART_COUNT)
+        .and_then(|v| v.parse::<u32>().ok())
+        .unwrap_or(meta.attempt);
+    ContainerStatus {
+        created_at: nanos_to_time(&status.id, status.created_at, bad),
+        started_at: nanos_to_time(&status.id, status.started_at, bad),
+        finished_at: nanos_to_time(&status.id, status.finished_at, bad),
+        id: status.id,
+        name,
+        state,
+        exit_code: status.exit_code,
+        image: status.image.map(|i| i.image).unwrap_or_default(),
+        image_ref: status.image_ref,
+        reason: status.reason,
+        message: status.message,
+        restart_count,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sandbox(id: &str, uid: &str, state: i32, created_at: i64) -> cri::PodSandbox {
+        cri::PodSandbox {
+            id: id.into(),
+            metadata: Some(cri::PodSandboxMetadata {
+                name: format!("pod-{uid}"),
+                uid: uid.into(),
+                namespace: "ns".into(),
+                attempt: 0,
+            }),
+            state,
+            created_at,
+            ..Default::default()
+        }
+    }
+
+    fn container(id: &str, uid: Option<&str>, name: &str, state: i32) -> cri::Container {
+        let mut labels = HashMap::new();
+        if let Some(uid) = uid {
+            labels.insert(LABEL_POD_UID.to_owned(), uid.to_owned());
+            labels.insert(LABEL_POD_NAME.to_owned(), format!("pod-{uid}"));
+            labels.insert(LABEL_POD_NAMESPACE.to_owned(), "ns".to_owned());
+        }
+        labels.insert(LABEL_CONTAINER_NAME.to_owned(), name.to_owned());
+        cri::Container {
+            id: id.into(),
+            pod_sandbox_id: "s".into(),
+            metadata: Some(cri::ContainerMetadata {
+                name: name.into(),
+                attempt: 2,
+            }),
+            state,
+            labels,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn groups_sandboxes_and_containers_by_pod_uid() {
+        let mut bad = Vec::new();
+        let pods = group_pods(
+            vec![sandbox("s1", "u1", 0, 1), sandbox("s2", "u2", 1, 1)],
+            vec![
+                container("c1", Some("u1"), "app", 1),
+                container("c3", Some("u3"), "orphan", 2),
+            ],
+            &mut bad,
+        );
+        assert!(bad.is_empty(), "{bad:?}");
+        assert_eq!(pods.len(), 3);
+        assert_eq!(pods[0].id, "u1");
+        assert_eq!(pods[0].sandboxes[0].state, ContainerState::Running);
+        assert_eq!(pods[0].containers[0].name, "app");
+        assert_eq!(pods[0].containers[0].attempt, 2);
+        assert_eq!(pods[1].sandboxes[0].state, ContainerState::Exited);
+        // A container whose pod has no sandbox still makes a pod, named from its labels.
+        assert_eq!(pods[2].id, "u3");
+        assert_eq!(pods[2].name, "pod-u3");
+        assert!(pods[2].sandboxes.is_empty());
+    }
+
+    #[test]
+    fn bad_data_is_reported_and_skipped() {
+        let mut bad = Vec::new();
+        let no_meta = cri::PodSandbox {
+            id: "s9".into(),
+            ..Default::default()
+        };
+        let pods = group_pods(
+            vec![
+                sandbox("s1", "u1", 0, 1),
+                sandbox("s1", "u1", 0, 1),
+                no_meta,
+                sandbox("", "u1", 0, 1),
+            ],
+            vec![
+                container("c1", None, "nolabel", 1),
+                container("c2", Some("u1"), "weird", 42),
+                container("s1", Some("u1"), "clash", 1),
+            ],
+            &mut bad,
+        );
+        let kinds: Vec<_> = bad.iter().map(BadData::kind).collect();
+        assert_eq!(
+            kinds,
+            [
+                "duplicate_id",
+                "missing_sandbox_metadata",
+                "empty_id",
+                "missing_pod_uid",
+                "unknown_state",
+                "duplicate_id"
+            ]
+        );
+        assert_eq!(pods.len(), 1);
+        assert_eq!(pods[0].sandboxes.len(), 1);
+        assert_eq!(pods[0].containers.len(), 1);
+        assert_eq!(pods[0].containers[0].state, ContainerState::Unknown);
+        for b in &bad {
+            assert!(!b.to_string().is_empty());
+        }
+    }
+
+    #[test]
+    fn newest_sandbox_names_the_pod() {
+        let mut bad = Vec::new();
+        let mut old = sandbox("s1", "u1", 1, 1);
+        old.metadata.as_mut().unwrap().name = "old".into();
+        let mut new = sandbox("s2", "u1", 0, 5);
+        new.metadata.as_mut().unwrap().name = "new".into();
+        let pods = group_pods(vec![new.clone(), old.clone()], vec![], &mut bad);
+        assert_eq!(pods[0].name, "new");
+        let pods = group_pods(vec![old, new], vec![], &mut bad);
+        assert_eq!(pods[0].name, "new");
+    }
+
+    #[test]
+    fn container_status_conversion() {
+        let mut bad = Vec::new();
+        let mut annotations = HashMap::new();
+        annotations.insert(ANNOTATION_RESTART_COUNT.to_owned(), "7".to_owned());
+        let status = cri::ContainerStatus {
+            id: "c1".into(),
+            metadata: Some(cri::ContainerMetadata {
+                name: "app".into(),
+                attempt: 1,
+            }),
+            state: cri::ContainerState::ContainerExited as i32,
+            created_at: 1_000_000_000,
+            started_at: 2_000_000_000,
+            finished_at: -5,
+            exit_code: 3,
+            reason: "Error".into(),
+            image_ref: "sha256:abc".into(),
+            annotations,
+            ..Default::default()
+        };
+        let s = container_status(status, &mut bad);
+        assert_eq!(s.name, "app");
+        assert_eq!(s.restart_count, 7);
+        assert_eq!(s.exit_code, 3);
+        assert_eq!(s.state, ContainerState::Exited);
+        assert_eq!(s.started_at, Some(UNIX_EPOCH + Duration::from_secs(2)));
+        assert_eq!(s.finished_at, None);
+        assert_eq!(
+            bad,
+            vec![BadData::BadTimestamp {
+                id: "c1".into(),
+                value: -5
+            }]
+        );
+
+        // Without the annotation (or with garbage in it) the CRI attempt is the restart count.
+        let status = cri::ContainerStatus {
+            id: "c2".into(),
+            metadata: Some(cri::ContainerMetadata {
+                name: "app".into(),
+                attempt: 4,
+            }),
+            annotations: [(ANNOTATION_RESTART_COUNT.to_owned(), "x".to_owned())].into(),
+            ..Default::default()
+        };
+        assert_eq!(container_status(status, &mut bad).restart_count, 4);
+    }
+
+    #[test]
+    fn sandbox_status_ips_and_host_network() {
+        let mut bad = Vec::new();
+        let status = cri::PodSandboxStatus {
+            id: "s1".into(),
+            state: cri::PodSandboxState::SandboxReady as i32,
+            network: Some(cri::PodSandboxNetworkStatus {
+                ip: "10.1.0.2".into(),
+                additional_ips: vec![cri::PodIp {
+                    ip: "fd00::2".into(),
+                }],
+            }),
+            linux: Some(cri::LinuxPodSandboxStatus {
+                namespaces: Some(cri::Namespace {
+                    options: Some(cri::NamespaceOption {
+                        network: cri::NamespaceMode::Node as i32,
+                        ..Default::default()
+                    }),
+                }),
+            }),
+            ..Default::default()
+        };
+        let s = sandbox_status(status, &mut bad);
+        assert_eq!(s.ips, vec!["10.1.0.2", "fd00::2"]);
+        assert!(s.host_network);
+        assert_eq!(s.state, SandboxState::Ready);
+        let s = sandbox_status(
+            cri::PodSandboxStatus {
+                id: "x".into(),
+                state: 9,
+                ..Default::default()
+            },
+            &mut bad,
+        );
+        assert_eq!(s.state, SandboxState::Unknown);
+        assert!(!s.host_network);
+    }
+}

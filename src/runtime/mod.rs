@@ -1,0 +1,434 @@
+//! The runtime stage: the only code that speaks CRI. [`CriRuntime`] is a CRI v1 client over a unix
+//! socket with per-call timeouts and reconnection with backoff; it turns CRI messages into plegd's
+//! snapshot types (`container`). Runtime data it cannot use is logged, counted and skipped, never a
+//! panic. This stage never holds state about pods: that is the relister's job.
+
+pub mod convert;
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::io;
+use std::os::unix::fs::FileTypeExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::future::join_all;
+use hyper_util::rt::TokioIo;
+use k8s_cri::v1 as cri;
+use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
+use tokio::net::UnixStream;
+use tonic::transport::{Channel, Endpoint, Uri};
+use tracing::{debug, warn};
+
+use crate::container::{LABEL_POD_UID, Pod, PodStatus, SandboxState};
+use crate::metrics::Metrics;
+use convert::BadData;
+
+/// CRI responses for a thousand pods are larger than gRPC's 4 MiB default; the kubelet allows 16 MiB.
+pub const MAX_MESSAGE_SIZE: usize = 16 * 1024 * 1024;
+
+/// What can go wrong talking to the runtime.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// The socket file is not there. Retryable: the runtime may not have started yet.
+    #[error("CRI socket {path} does not exist; is the container runtime running?")]
+    SocketMissing { path: PathBuf },
+    /// The path exists but is not a unix socket. Not retryable: the flag is wrong.
+    #[error("{path} is not a unix socket; --cri-socket must name the runtime's CRI socket")]
+    NotASocket { path: PathBuf },
+    /// The runtime answers but not as a CRI v1 runtime. Not retryable.
+    #[error(
+        "{path} does not serve the CRI v1 RuntimeService ({detail}); plegd needs CRI v1 (containerd >= 1.6, CRI-O >= 1.20)"
+    )]
+    NotCriV1 { path: PathBuf, detail: String },
+    /// A CRI call failed or timed out. Retryable.
+    #[error("CRI {operation} failed: {status}")]
+    Call {
+        operation: &'static str,
+        #[source]
+        status: tonic::Status,
+    },
+}
+
+impl RuntimeError {
+    /// The gRPC code of a failed call, if this is one.
+    pub fn code(&self) -> Option<tonic::Code> {
+        match self {
+            RuntimeError::Call { status, .. } => Some(status.code()),
+            _ => None,
+        }
+    }
+}
+
+/// What the relister needs from a container runtime. [`CriRuntime`] is the real one; tests and
+/// benchmarks may put something else behind it.
+pub trait Runtime: Send + Sync + 'static {
+    /// Every pod the runtime knows of (`GetPods(all=true)`), sorted by uid.
+    fn list_pods(&self) -> impl Future<Output = Result<Vec<Pod>, RuntimeError>> + Send;
+    /// The one pod with this uid, if the runtime knows it.
+    fn list_pod(&self, uid: &str)
+    -> impl Future<Output = Result<Option<Pod>, RuntimeError>> + Send;
+    /// The full status of a pod whose sandboxes and containers were just listed.
+    fn pod_status(&self, pod: &Pod)
+    -> impl Future<Output = Result<PodStatus, RuntimeError>> + Send;
+}
+
+/// Settings of the CRI client.
+#[derive(Debug, Clone)]
+pub struct CriOptions {
+    /// Deadline of each CRI call.
+    pub call_timeout: Duration,
+    /// Deadline of dialing the socket.
+    pub connect_timeout: Duration,
+    /// First wait after a failed dial; doubles up to `max_backoff`, resets on success.
+    pub initial_backoff: Duration,
+    pub max_backoff: Duration,
+}
+
+impl Default for CriOptions {
+    fn default() -> Self {
+        Self {
+            call_timeout: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(5),
+            initial_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Exponential backoff between dials, shared by every reconnection of one channel.
+#[derive(Debug)]
+struct DialBackoff {
+    initial: Duration,
+    max: Duration,
+    state: Mutex<(Duration, Option<Instant>)>,
+}
+
+impl DialBackoff {
+    fn check(&self) -> io::Result<()> {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        match state.1 {
+            Some(not_before) if Instant::now() < not_before => Err(io::Error::new(
+                io::ErrorKind::WouldBlock,
+                format!(
+                    "backing off {:?} after a failed dial",
+                    not_before - Instant::now()
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    fn failed(&self) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let wait = state.0;
+        state.1 = Some(Instant::now() + wait);
+        state.0 = (wait * 2).min(self.max);
+    }
+
+    fn succeeded(&self) {
+        *self.state.lock().unwrap_or_else(|e| e.into_inner()) = (self.initial, None);
+    }
+}
+
+fn check_socket(path: &Path) -> Result<(), RuntimeError> {
+    match std::fs::metadata(path) {
+        Err(_) => Err(RuntimeError::SocketMissing {
+            path: path.to_owned(),
+        }),
+        Ok(m) if !m.file_type().is_socket() => Err(RuntimeError::NotASocket {
+            path: path.to_owned(),
+        }),
+        Ok(_) => Ok(()),
+    }
+}
+
+/// A lazily connected channel to a unix socket that redials, with backoff, whenever the
+/// connection is lost (the runtime restarted, the socket was recreated).
+pub fn unix_channel(path: &Path, options: &CriOptions) -> Channel {
+    let path = path.to_owned();
+    let backoff = Arc::new(DialBackoff {
+        initial: options.initial_backoff,
+        max: options.max_backoff,
+        state: Mutex::new((options.initial_backoff, None)),
+    });
+    // The URI is required by tonic but never used: the connector dials the socket.
+    Endpoint::from_static("http://cri.invalid")
+        .timeout(options.call_timeout)
+        .connect_timeout(options.connect_timeout)
+        .connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
+            let path = path.clone();
+            let backoff = backoff.clone();
+            async move {
+                backoff.check()?;
+                match UnixStream::connect(&path).await {
+                    Ok(stream) => {
+                        backoff.succeeded();
+                        Ok::<_, io::Error>(TokioIo::new(stream))
+                    }
+                    Err(e) => {
+                        backoff.failed();
+                        debug!(socket = %path.display(), error = %e, "CRI dial failed");
+                        Err(e)
+                    }
+                }
+            }
+        }))
+}
+
+/// What the runtime said of itself at start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuntimeVersion {
+    pub runtime_name: String,
+    pub runtime_version: String,
+    pub runtime_api_version: String,
+}
+
+/// The CRI v1 client.
+#[derive(Clone)]
+pub struct CriRuntime {
+    client: RuntimeServiceClient<Channel>,
+    socket: PathBuf,
+    metrics: Arc<Metrics>,
+    bad_data_seen: Arc<Mutex<HashSet<(&'static str, String)>>>,
+}
+
+/// How many distinct bad items are remembered for log de-duplication before the memory is reset.
+const BAD_DATA_MEMORY: usize = 4096;
+
+impl CriRuntime {
+    /// A client for the socket at `path`; no connection is made until the first call.
+    pub fn new(path: &Path, options: &CriOptions, metrics: Arc<Metrics>) -> Self {
+        let client = RuntimeServiceClient::new(unix_channel(path, options))
+            .max_decoding_message_size(MAX_MESSAGE_SIZE)
+            .max_encoding_message_size(MAX_MESSAGE_SIZE);
+        Self {
+            client,
+            socket: path.to_owned(),
+            metrics,
+            bad_data_seen: Default::default(),
+        }
+    }
+
+    /// Connect and check that the socket serves CRI v1: the start-up check of `plegd watch` and
+    /// `plegd run`. Fails with a message that says what to fix.
+    pub async fn connect(
+        path: &Path,
+        options: &CriOptions,
+        metrics: Arc<Metrics>,
+    ) -> Result<(Self, RuntimeVersion), RuntimeError> {
+        check_socket(path)?;
+        let runtime = Self::new(path, options, metrics);
+        let version = runtime.version().await?;
+        Ok((runtime, version))
+    }
+
+    /// The raw CRI client, for callers that need an RPC plegd does not wrap (tests, benchmarks).
+    pub fn client(&self) -> RuntimeServiceClient<Channel> {
+        self.client.clone()
+    }
+
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// `Version`, checked to be CRI v1.
+    pub async fn version(&self) -> Result<RuntimeVersion, RuntimeError> {
+        let response = self
+            .client
+            .clone()
+            .version(cri::VersionRequest {
+                version: "v1".into(),
+            })
+            .await;
+        let v = match response {
+            Ok(r) => r.into_inner(),
+            Err(status) if status.code() == tonic::Code::Unimplemented => {
+                return Err(RuntimeError::NotCriV1 {
+                    path: self.socket.clone(),
+                    detail: format!("Version is unimplemented: {}", status.message()),
+                });
+            }
+            Err(status) => {
+                check_socket(&self.socket)?;
+                return Err(self.call_failed("Version", status));
+            }
+        };
+        if v.runtime_api_version != "v1" && v.runtime_api_version != "0.1.0" {
+            return Err(RuntimeError::NotCriV1 {
+                path: self.socket.clone(),
+                detail: format!("it reports runtime API version {:?}", v.runtime_api_version),
+            });
+        }
+        Ok(RuntimeVersion {
+            runtime_name: v.runtime_name,
+            runtime_version: v.runtime_version,
+            runtime_api_version: v.runtime_api_version,
+        })
+    }
+
+    fn call_failed(&self, operation: &'static str, status: tonic::Status) -> RuntimeError {
+        self.metrics.count_runtime_error(operation);
+        RuntimeError::Call { operation, status }
+    }
+
+    /// Log (once per item) and count what conversion could not use.
+    fn report(&self, bad: Vec<BadData>) {
+        if bad.is_empty() {
+            return;
+        }
+        let mut seen = self.bad_data_seen.lock().unwrap_or_else(|e| e.into_inner());
+        for item in bad {
+            self.metrics.count_bad_data(item.kind());
+            if seen.len() >= BAD_DATA_MEMORY {
+                seen.clear();
+            }
+            if seen.insert((item.kind(), item.id().to_owned())) {
+                warn!(
+                    kind = item.kind(),
+                    id = item.id(),
+                    "bad runtime data: {item}"
+                );
+            } else {
+                debug!(
+                    kind = item.kind(),
+                    id = item.id(),
+                    "bad runtime data again: {item}"
+                );
+            }
+        }
+    }
+
+    async fn list_sandboxes(
+        &self,
+        filter: Option<cri::PodSandboxFilter>,
+    ) -> Result<Vec<cri::PodSandbox>, RuntimeError> {
+        self.client
+            .clone()
+            .list_pod_sandbox(cri::ListPodSandboxRequest { filter })
+            .await
+            .map(|r| r.into_inner().items)
+            .map_err(|s| self.call_failed("ListPodSandbox", s))
+    }
+
+    async fn list_containers(
+        &self,
+        filter: Option<cri::ContainerFilter>,
+    ) -> Result<Vec<cri::Container>, RuntimeError> {
+        self.client
+            .clone()
+            .list_containers(cri::ListContainersRequest { filter })
+            .await
+            .map(|r| r.into_inner().containers)
+            .map_err(|s| self.call_failed("ListContainers", s))
+    }
+
+    async fn sandbox_status(
+        &self,
+        id: &str,
+    ) -> Result<Option<cri::PodSandboxStatus>, RuntimeError> {
+        let request = cri::PodSandboxStatusRequest {
+            pod_sandbox_id: id.to_owned(),
+            verbose: false,
+        };
+        match self.client.clone().pod_sandbox_status(request).await {
+            Ok(r) => Ok(r.into_inner().status),
+            Err(s) if s.code() == tonic::Code::NotFound => Ok(None),
+            Err(s) => Err(self.call_failed("PodSandboxStatus", s)),
+        }
+    }
+
+    async fn container_status(
+        &self,
+        id: &str,
+    ) -> Result<Option<cri::ContainerStatus>, RuntimeError> {
+        let request = cri::ContainerStatusRequest {
+            container_id: id.to_owned(),
+            verbose: false,
+        };
+        match self.client.clone().container_status(request).await {
+            Ok(r) => Ok(r.into_inner().status),
+            Err(s) if s.code() == tonic::Code::NotFound => Ok(None),
+            Err(s) => Err(self.call_failed("ContainerStatus", s)),
+        }
+    }
+}
+
+impl Runtime for CriRuntime {
+    async fn list_pods(&self) -> Result<Vec<Pod>, RuntimeError> {
+        let (sandboxes, containers) =
+            tokio::try_join!(self.list_sandboxes(None), self.list_containers(None))?;
+        let mut bad = Vec::new();
+        let pods = convert::group_pods(sandboxes, containers, &mut bad);
+        self.report(bad);
+        Ok(pods)
+    }
+
+    async fn list_pod(&self, uid: &str) -> Result<Option<Pod>, RuntimeError> {
+        let selector: HashMap<String, String> = [(LABEL_POD_UID.to_owned(), uid.to_owned())].into();
+        let sandbox_filter = cri::PodSandboxFilter {
+            label_selector: selector.clone(),
+            ..Default::default()
+        };
+        let container_filter = cri::ContainerFilter {
+            label_selector: selector,
+            ..Default::default()
+        };
+        let (mut sandboxes, containers) = tokio::try_join!(
+            self.list_sandboxes(Some(sandbox_filter)),
+            self.list_containers(Some(container_filter))
+        )?;
+        // The label selects; the metadata uid groups. Keep them consistent.
+        sandboxes.retain(|s| s.metadata.as_ref().is_none_or(|m| m.uid == uid));
+        let mut bad = Vec::new();
+        let pods = convert::group_pods(sandboxes, containers, &mut bad);
+        self.report(bad);
+        Ok(pods.into_iter().find(|p| p.id == uid))
+    }
+
+    /// Like `kuberuntime.GetPodStatus`: the status of every sandbox (newest first) and of every
+    /// container of the pod. A sandbox or container removed since the list is left out; any other
+    /// failure fails the whole read, so that the relister re-inspects the pod.
+    async fn pod_status(&self, pod: &Pod) -> Result<PodStatus, RuntimeError> {
+        let mut sandbox_ids: Vec<(&str, i64)> = pod
+            .sandboxes
+            .iter()
+            .map(|s| (s.id.as_str(), s.created_at))
+            .collect();
+        sandbox_ids.sort_by(|a, b| b.1.cmp(&a.1));
+        let sandboxes = join_all(sandbox_ids.iter().map(|(id, _)| self.sandbox_status(id)));
+        let containers = join_all(pod.containers.iter().map(|c| self.container_status(&c.id)));
+        let (sandboxes, containers) = tokio::join!(sandboxes, containers);
+
+        let mut bad = Vec::new();
+        let mut status = PodStatus {
+            id: pod.id.clone(),
+            name: pod.name.clone(),
+            namespace: pod.namespace.clone(),
+            ..PodStatus::default()
+        };
+        for s in sandboxes {
+            if let Some(s) = s? {
+                status
+                    .sandbox_statuses
+                    .push(convert::sandbox_status(s, &mut bad));
+            }
+        }
+        for c in containers {
+            if let Some(c) = c? {
+                status
+                    .container_statuses
+                    .push(convert::container_status(c, &mut bad));
+            }
+        }
+        self.report(bad);
+        // IPs only from the newest sandbox, and only while it is ready.
+        if let Some(newest) = status.sandbox_statuses.first()
+            && newest.state == SandboxState::Ready
+        {
+            status.ips = newest.ips.clone();
+        }
+        Ok(status)
+    }
+}
