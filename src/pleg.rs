@@ -32,8 +32,8 @@ pub const DEFAULT_RELIST_THRESHOLD: Duration = Duration::from_secs(180);
 /// Default capacity of the event channel.
 pub const DEFAULT_CHANNEL_CAPACITY: usize = 1000;
 /// Undelivered events kept per pod. Past this the pod's queue is replaced by events that state
-/// each of its containers' current state, followed by a PodSync: a consumer may then miss an
-/// intermediate transition of a container, never the final state of one.
+/// each of its containers' current state, followed by a PodSync, when that is shorter: a consumer
+/// may then miss an intermediate transition of a container, never the final state of one.
 pub const MAX_UNDELIVERED_PER_POD: usize = 128;
 
 /// The kinds of pod lifecycle event (`pleg.PodLifeCycleEventType`).
@@ -523,10 +523,11 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
         };
 
         state.advance(uid);
+        events.retain(|e| e.kind != PodLifecycleEventType::ContainerChanged);
+        // A successful re-inspection with nothing else to say still asks for a sync of the pod.
         if reinspect && events.is_empty() {
             events.push(PodLifecycleEvent::pod_sync(uid, current, start));
         }
-        events.retain(|e| e.kind != PodLifecycleEventType::ContainerChanged);
         add_exit_details(&mut events, status.as_ref());
         for event in &events {
             debug!(pod = %uid, container = event.container_id.as_deref().unwrap_or(""), event = event.kind.as_str(), "lifecycle event");
@@ -535,8 +536,14 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
         queue.extend(events);
         if let Some(left) = self.send_all(queue) {
             let left = if left.len() > MAX_UNDELIVERED_PER_POD {
-                warn!(pod = %uid, undelivered = left.len(), "too many undelivered events; the pod's current state will be sent instead");
-                current_state_events(uid, current, status.as_ref(), &left, start)
+                let folded = current_state_events(uid, current, status.as_ref(), &left, start);
+                // Fold only when it shrinks the queue: a big pod's own state may be longer.
+                if folded.len() < left.len() {
+                    warn!(pod = %uid, undelivered = left.len(), sent_instead = folded.len(), "too many undelivered events; the pod's current state will be sent instead");
+                    folded
+                } else {
+                    left
+                }
             } else {
                 left
             };

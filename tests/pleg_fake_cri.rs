@@ -1,0 +1,636 @@
+//! The relister driven step by step through the in-process fake CRI server, over a real unix
+//! socket and the real CRI client. Time is a FakeClock: health is tested without sleeping.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use k8s_cri::v1::ContainerState as Cri;
+use plegd::cache::PodCache;
+use plegd::clock::FakeClock;
+use plegd::metrics::Metrics;
+use plegd::pleg::{
+    GenericPleg, PlegConfig, PlegHealthError, PodLifecycleEvent, PodLifecycleEventType as E,
+};
+use plegd::runtime::{CriOptions, CriRuntime, RuntimeError};
+use support::fake_cri::{FakeCri, FakeServer};
+use tokio::sync::mpsc;
+
+struct Harness {
+    server: FakeServer,
+    pleg: Arc<GenericPleg<CriRuntime, FakeClock>>,
+    events: mpsc::Receiver<PodLifecycleEvent>,
+    clock: FakeClock,
+    metrics: Arc<Metrics>,
+}
+
+fn fast_options() -> CriOptions {
+    CriOptions {
+        call_timeout: Duration::from_secs(2),
+        connect_timeout: Duration::from_secs(1),
+        initial_backoff: Duration::from_millis(10),
+        max_backoff: Duration::from_millis(50),
+    }
+}
+
+impl Harness {
+    async fn new() -> Self {
+        Self::with_capacity(1000).await
+    }
+
+    async fn with_capacity(channel_capacity: usize) -> Self {
+        let server = FakeServer::start().await;
+        let metrics = Arc::new(Metrics::new());
+        let (runtime, _) = CriRuntime::connect(&server.path, &fast_options(), metrics.clone())
+            .await
+            .expect("connect to the fake");
+        let clock = FakeClock::new(SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000));
+        let config = PlegConfig {
+            channel_capacity,
+            ..PlegConfig::default()
+        };
+        let (pleg, events) = GenericPleg::new(
+            runtime,
+            clock.clone(),
+            Arc::new(PodCache::new()),
+            metrics.clone(),
+            config,
+        );
+        Self {
+            server,
+            pleg: Arc::new(pleg),
+            events,
+            clock,
+            metrics,
+        }
+    }
+
+    fn fake(&self) -> &FakeCri {
+        &self.server.fake
+    }
+
+    /// Advance the clock one period, relist, and take every event it sent.
+    async fn relist(&mut self) -> Vec<PodLifecycleEvent> {
+        self.clock.advance(Duration::from_secs(1));
+        self.pleg.relist().await.expect("relist");
+        self.drain()
+    }
+
+    fn drain(&mut self) -> Vec<PodLifecycleEvent> {
+        let mut out = Vec::new();
+        while let Ok(e) = self.events.try_recv() {
+            out.push(e);
+        }
+        out
+    }
+
+    fn cache(&self) -> &PodCache {
+        self.pleg.cache()
+    }
+}
+
+fn kinds(events: &[PodLifecycleEvent]) -> Vec<(E, String)> {
+    events
+        .iter()
+        .map(|e| (e.kind, e.container_id.clone().unwrap_or_default()))
+        .collect()
+}
+
+fn ev(kind: E, id: &str) -> (E, String) {
+    (kind, id.to_owned())
+}
+
+#[tokio::test]
+async fn first_relist_then_no_change() {
+    let mut h = Harness::new().await;
+    h.fake().add_running_pod("u1", "web", 2);
+    let events = h.relist().await;
+    assert_eq!(
+        kinds(&events),
+        [
+            ev(E::ContainerStarted, "ctr-u1-0"),
+            ev(E::ContainerStarted, "ctr-u1-1"),
+            ev(E::ContainerStarted, "sb-u1")
+        ]
+    );
+    assert_eq!(events[0].namespace.as_deref(), Some("default"));
+    assert_eq!(events[0].pod.as_deref(), Some("web"));
+    assert_eq!(events[0].container.as_deref(), Some("c0"));
+    assert!(events[2].sandbox);
+    // The refresh filled the cache: both containers and the pod IP from the ready sandbox.
+    let cached = h.cache().get("u1");
+    assert_eq!(cached.status.container_statuses.len(), 2);
+    assert_eq!(cached.status.ips, ["10.9.0.1"]);
+    assert!(h.cache().timestamp().is_some());
+
+    let calls_before = h.fake().calls("ContainerStatus");
+    assert!(h.relist().await.is_empty(), "no change, no events");
+    assert_eq!(
+        h.fake().calls("ContainerStatus"),
+        calls_before,
+        "an unchanged pod is not re-read"
+    );
+}
+
+#[tokio::test]
+async fn transitions_exit_code_and_removal() {
+    let mut h = Harness::new().await;
+    h.fake().add_running_pod("u1", "web", 2);
+    h.relist().await;
+
+    h.fake().exit_container("ctr-u1-0", 3);
+    let events = h.relist().await;
+    assert_eq!(kinds(&events), [ev(E::ContainerDied, "ctr-u1-0")]);
+    assert_eq!(events[0].exit_code, Some(3));
+    assert_eq!(events[0].reason.as_deref(), Some("Error"));
+
+    // An exited container that is removed: only ContainerRemoved.
+    h.fake().remove_container("ctr-u1-0");
+    assert_eq!(
+        kinds(&h.relist().await),
+        [ev(E::ContainerRemoved, "ctr-u1-0")]
+    );
+
+    // A running container that vanishes: ContainerDied then ContainerRemoved.
+    h.fake().remove_container("ctr-u1-1");
+    assert_eq!(
+        kinds(&h.relist().await),
+        [
+            ev(E::ContainerDied, "ctr-u1-1"),
+            ev(E::ContainerRemoved, "ctr-u1-1")
+        ]
+    );
+    assert!(h.cache().get("u1").status.container_statuses.is_empty());
+}
+
+#[tokio::test]
+async fn sandbox_stop_keeps_the_pod_ip_then_pod_removal_drops_everything() {
+    let mut h = Harness::new().await;
+    h.fake().add_running_pod("u1", "web", 1);
+    h.relist().await;
+
+    h.fake().exit_container("ctr-u1-0", 137);
+    h.fake().set_sandbox_ready("sb-u1", false);
+    let events = h.relist().await;
+    assert_eq!(
+        kinds(&events),
+        [
+            ev(E::ContainerDied, "ctr-u1-0"),
+            ev(E::ContainerDied, "sb-u1")
+        ]
+    );
+    assert!(events[1].sandbox);
+    // The stopped sandbox reports no IP; a dead pod keeps the one it had.
+    assert_eq!(h.cache().get("u1").status.ips, ["10.9.0.1"]);
+
+    h.fake().remove_pod("u1");
+    let events = h.relist().await;
+    assert_eq!(
+        kinds(&events),
+        [
+            ev(E::ContainerRemoved, "ctr-u1-0"),
+            ev(E::ContainerRemoved, "sb-u1")
+        ]
+    );
+    assert!(!h.cache().contains("u1"), "a gone pod leaves the cache");
+    assert_eq!(h.pleg.record_count().await, 0, "and the records");
+}
+
+#[tokio::test]
+async fn missing_pod_with_running_containers() {
+    let mut h = Harness::new().await;
+    h.fake().add_running_pod("u1", "web", 1);
+    h.fake().add_running_pod("u2", "db", 1);
+    h.relist().await;
+    h.fake().remove_pod("u2");
+    let events = h.relist().await;
+    assert_eq!(
+        kinds(&events),
+        [
+            ev(E::ContainerDied, "ctr-u2-0"),
+            ev(E::ContainerRemoved, "ctr-u2-0"),
+            ev(E::ContainerDied, "sb-u2"),
+            ev(E::ContainerRemoved, "sb-u2")
+        ]
+    );
+    assert!(
+        events
+            .iter()
+            .all(|e| e.pod_uid == "u2" && e.pod.as_deref() == Some("db"))
+    );
+}
+
+#[tokio::test]
+async fn status_error_withholds_events_until_reinspection_succeeds() {
+    let mut h = Harness::new().await;
+    h.fake().add_running_pod("u1", "web", 1);
+    h.fake().add_running_pod("u2", "db", 1);
+    h.relist().await;
+
+    h.fake()
+        .fail("ContainerStatus", tonic::Status::internal("disk on fire"));
+    h.fake().exit_container("ctr-u1-0", 2);
+    assert!(
+        h.relist().await.is_empty(),
+        "events withheld while the status cannot be read"
+    );
+    assert_eq!(h.pleg.reinspect_count().await, 1);
+    let cached = h.cache().get("u1");
+    assert!(
+        cached
+            .error
+            .as_deref()
+            .unwrap_or("")
+            .contains("disk on fire"),
+        "errors are cached: {cached:?}"
+    );
+
+    // Still failing: still withheld, still to re-inspect.
+    assert!(h.relist().await.is_empty());
+    assert_eq!(h.pleg.reinspect_count().await, 1);
+
+    h.fake().heal("ContainerStatus");
+    let events = h.relist().await;
+    assert_eq!(kinds(&events), [ev(E::ContainerDied, "ctr-u1-0")]);
+    assert_eq!(events[0].exit_code, Some(2));
+    assert_eq!(h.pleg.reinspect_count().await, 0);
+    assert!(h.cache().get("u1").error.is_none());
+    assert!(
+        h.relist().await.is_empty(),
+        "the record advanced: nothing is sent twice"
+    );
+}
+
+#[tokio::test]
+async fn successful_reinspection_without_a_sendable_event_sends_pod_sync() {
+    let mut h = Harness::new().await;
+    // A pod with one container still in the created state: only ContainerChanged, never sent.
+    h.fake()
+        .add_container("u3", "no-sandbox", "ctr-u3", "app", Cri::ContainerCreated);
+    h.fake()
+        .fail("ContainerStatus", tonic::Status::unavailable("busy"));
+    assert!(h.relist().await.is_empty());
+    assert_eq!(h.pleg.reinspect_count().await, 1);
+    h.fake().heal("ContainerStatus");
+    let events = h.relist().await;
+    assert_eq!(kinds(&events), [ev(E::PodSync, "")]);
+    assert_eq!(events[0].pod_uid, "u3");
+    assert!(h.relist().await.is_empty());
+}
+
+#[tokio::test]
+async fn list_error_changes_nothing() {
+    let mut h = Harness::new().await;
+    h.fake().add_running_pod("u1", "web", 1);
+    h.relist().await;
+    let last = h.pleg.last_relist();
+    h.fake()
+        .fail("ListContainers", tonic::Status::unavailable("restarting"));
+    h.fake().exit_container("ctr-u1-0", 1);
+    h.clock.advance(Duration::from_secs(1));
+    let err = h.pleg.relist().await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            RuntimeError::Call {
+                operation: "ListContainers",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(
+        h.pleg.last_relist(),
+        last,
+        "a failed relist does not count as a relist"
+    );
+    h.fake().heal("ListContainers");
+    assert_eq!(kinds(&h.relist().await), [ev(E::ContainerDied, "ctr-u1-0")]);
+}
+
+#[tokio::test]
+async fn full_channel_counts_discards_and_loses_nothing() {
+    let mut h = Harness::with_capacity(2).await;
+    h.fake().add_running_pod("u1", "web", 3);
+    h.clock.advance(Duration::from_secs(1));
+    h.pleg.relist().await.unwrap();
+    // Four events, room for two: two discards, two kept.
+    assert_eq!(h.metrics.discard_events.get(), 2);
+    assert_eq!(h.pleg.undelivered_count().await, 2);
+
+    // The channel is still full at the next relist: kept again, counted again.
+    h.fake().exit_container("ctr-u1-0", 0);
+    h.clock.advance(Duration::from_secs(1));
+    h.pleg.relist().await.unwrap();
+    assert_eq!(h.pleg.undelivered_count().await, 3);
+
+    let mut all = h.drain();
+    all.extend(h.relist().await);
+    all.extend(h.relist().await);
+    assert_eq!(
+        kinds(&all),
+        [
+            ev(E::ContainerStarted, "ctr-u1-0"),
+            ev(E::ContainerStarted, "ctr-u1-1"),
+            ev(E::ContainerStarted, "ctr-u1-2"),
+            ev(E::ContainerStarted, "sb-u1"),
+            ev(E::ContainerDied, "ctr-u1-0"),
+        ],
+        "every event arrives once, in order"
+    );
+    assert_eq!(all[4].exit_code, Some(0));
+    assert_eq!(all[4].reason.as_deref(), Some("Completed"));
+    assert_eq!(h.pleg.undelivered_count().await, 0);
+    assert!(h.relist().await.is_empty());
+}
+
+#[tokio::test]
+async fn overflowing_undelivered_queue_folds_into_current_state() {
+    let mut h = Harness::with_capacity(5).await;
+    h.fake().add_running_pod("u1", "big", 100);
+    h.clock.advance(Duration::from_secs(1));
+    h.pleg.relist().await.unwrap();
+    assert_eq!(
+        h.pleg.undelivered_count().await,
+        96,
+        "101 events, room for 5"
+    );
+    // Every container exits while the consumer is stalled: 196 undelivered would exceed the cap,
+    // so the queue becomes the pod's current state (100 died, sandbox started) and a PodSync.
+    for i in 0..100 {
+        h.fake().exit_container(&format!("ctr-u1-{i}"), 1);
+    }
+    h.clock.advance(Duration::from_secs(1));
+    h.pleg.relist().await.unwrap();
+    assert_eq!(h.pleg.undelivered_count().await, 102);
+
+    let mut all = h.drain();
+    for _ in 0..100 {
+        if h.pleg.undelivered_count().await == 0 {
+            break;
+        }
+        all.extend(h.relist().await);
+    }
+    assert_eq!(h.pleg.undelivered_count().await, 0);
+    for i in 0..100 {
+        let id = format!("ctr-u1-{i}");
+        let last = all
+            .iter()
+            .rev()
+            .find(|e| e.container_id.as_deref() == Some(&id))
+            .expect("an event per container");
+        assert_eq!(
+            last.kind,
+            E::ContainerDied,
+            "{id}: the final state is never lost"
+        );
+        assert_eq!(last.exit_code, Some(1));
+    }
+    assert_eq!(all.last().map(|e| e.kind), Some(E::PodSync));
+}
+
+#[tokio::test]
+async fn health_follows_the_last_successful_relist() {
+    let mut h = Harness::new().await;
+    assert_eq!(h.pleg.healthy(), Err(PlegHealthError::NeverRelisted));
+    h.relist().await;
+    assert_eq!(h.pleg.healthy(), Ok(()));
+    h.clock.advance(Duration::from_secs(179));
+    assert_eq!(
+        h.pleg.healthy(),
+        Ok(()),
+        "179 s is within the 3 m threshold"
+    );
+
+    h.fake()
+        .fail("ListPodSandbox", tonic::Status::deadline_exceeded("hung"));
+    h.clock.advance(Duration::from_secs(2));
+    assert!(h.pleg.relist().await.is_err());
+    let err = h.pleg.healthy().unwrap_err();
+    assert!(matches!(err, PlegHealthError::Stale { .. }), "{err}");
+    assert!(err.to_string().contains("threshold is 180s"), "{err}");
+
+    h.fake().heal("ListPodSandbox");
+    h.relist().await;
+    assert_eq!(h.pleg.healthy(), Ok(()));
+    assert!(h.metrics.encode().contains("plegd_pleg_last_seen_seconds"));
+}
+
+#[tokio::test]
+async fn bad_runtime_data_is_counted_and_skipped() {
+    use k8s_cri::v1 as cri;
+    let mut h = Harness::new().await;
+    h.fake().add_running_pod("u1", "web", 1);
+    {
+        let mut st = h.fake().state();
+        st.extra_containers.push(cri::Container {
+            id: "stray".into(),
+            state: 1,
+            ..Default::default()
+        });
+        st.extra_containers.push(cri::Container {
+            id: "weird".into(),
+            state: 77,
+            labels: [(plegd::container::LABEL_POD_UID.to_owned(), "u1".to_owned())].into(),
+            ..Default::default()
+        });
+        let dup = st.sandboxes["sb-u1"].item.clone();
+        st.extra_sandboxes.push(dup);
+        st.extra_sandboxes.push(cri::PodSandbox {
+            id: "anon".into(),
+            ..Default::default()
+        });
+        st.extra_containers.push(cri::Container {
+            id: String::new(),
+            ..Default::default()
+        });
+    }
+    let events = h.relist().await;
+    // The good pod is reported; the weird container exists in the unknown state (ContainerChanged,
+    // not sent); the rest is skipped.
+    assert_eq!(
+        kinds(&events),
+        [
+            ev(E::ContainerStarted, "ctr-u1-0"),
+            ev(E::ContainerStarted, "sb-u1")
+        ]
+    );
+    let text = h.metrics.encode();
+    for kind in [
+        "missing_pod_uid",
+        "unknown_state",
+        "duplicate_id",
+        "missing_sandbox_metadata",
+        "empty_id",
+    ] {
+        assert!(
+            text.contains(&format!(
+                "plegd_runtime_bad_data_total{{kind=\"{kind}\"}} 1"
+            )),
+            "{kind}: {text}"
+        );
+    }
+    // And it keeps working: a second relist counts again and emits nothing new.
+    assert!(h.relist().await.is_empty());
+    assert!(text.contains("plegd_runtime_bad_data_total"));
+}
+
+#[tokio::test]
+async fn runtime_restart_is_survived_and_nothing_is_lost() {
+    let mut h = Harness::new().await;
+    h.fake().add_running_pod("u1", "web", 1);
+    h.relist().await;
+
+    h.server.stop().await;
+    h.clock.advance(Duration::from_secs(1));
+    assert!(
+        h.pleg.relist().await.is_err(),
+        "relist fails while the runtime is away"
+    );
+    // The container dies during the outage.
+    h.fake().exit_container("ctr-u1-0", 9);
+    h.server.restart().await;
+
+    let mut events = Vec::new();
+    for _ in 0..100 {
+        h.clock.advance(Duration::from_secs(1));
+        if h.pleg.relist().await.is_ok() {
+            events = h.drain();
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(kinds(&events), [ev(E::ContainerDied, "ctr-u1-0")]);
+    assert_eq!(events[0].exit_code, Some(9));
+    assert_eq!(h.pleg.healthy(), Ok(()));
+}
+
+#[tokio::test]
+async fn single_pod_relist_touches_only_that_pod() {
+    let mut h = Harness::new().await;
+    h.fake().add_running_pod("u1", "web", 1);
+    h.fake().add_running_pod("u2", "db", 1);
+    h.relist().await;
+    let global = h.pleg.last_relist();
+
+    h.fake().exit_container("ctr-u1-0", 1);
+    h.fake().exit_container("ctr-u2-0", 1);
+    h.clock.advance(Duration::from_millis(10));
+    h.pleg.relist_pod("u1").await.unwrap();
+    assert_eq!(kinds(&h.drain()), [ev(E::ContainerDied, "ctr-u1-0")]);
+    assert_eq!(
+        h.pleg.last_relist(),
+        global,
+        "a single-pod relist is not a global relist"
+    );
+
+    // The global relist finds u2's change and does not repeat u1's.
+    assert_eq!(kinds(&h.relist().await), [ev(E::ContainerDied, "ctr-u2-0")]);
+
+    // A pod that appeared and one that vanished, relisted by uid.
+    h.fake().add_running_pod("u9", "new", 1);
+    h.pleg.relist_pod("u9").await.unwrap();
+    assert_eq!(
+        kinds(&h.drain()),
+        [
+            ev(E::ContainerStarted, "ctr-u9-0"),
+            ev(E::ContainerStarted, "sb-u9")
+        ]
+    );
+    h.fake().remove_pod("u9");
+    h.pleg.relist_pod("u9").await.unwrap();
+    assert_eq!(
+        kinds(&h.drain()),
+        [
+            ev(E::ContainerDied, "ctr-u9-0"),
+            ev(E::ContainerRemoved, "ctr-u9-0"),
+            ev(E::ContainerDied, "sb-u9"),
+            ev(E::ContainerRemoved, "sb-u9")
+        ]
+    );
+    h.pleg.relist_pod("unknown-uid").await.unwrap();
+    assert!(h.drain().is_empty());
+    assert!(h.relist().await.is_empty());
+}
+
+#[tokio::test]
+async fn start_up_check_says_what_is_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    let metrics = Arc::new(Metrics::new());
+    let missing = dir.path().join("nope.sock");
+    let err = CriRuntime::connect(&missing, &fast_options(), metrics.clone())
+        .await
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("does not exist"), "{err}");
+
+    let file = dir.path().join("file");
+    std::fs::write(&file, b"").unwrap();
+    let err = CriRuntime::connect(&file, &fast_options(), metrics.clone())
+        .await
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("is not a unix socket"), "{err}");
+
+    let server = FakeServer::start().await;
+    server.fake.state().no_v1 = true;
+    let err = CriRuntime::connect(&server.path, &fast_options(), metrics.clone())
+        .await
+        .err()
+        .unwrap();
+    assert!(
+        err.to_string()
+            .contains("does not serve the CRI v1 RuntimeService"),
+        "{err}"
+    );
+
+    server.fake.state().no_v1 = false;
+    let (_, version) = CriRuntime::connect(&server.path, &fast_options(), metrics)
+        .await
+        .unwrap();
+    assert_eq!(version.runtime_name, "fake");
+    assert_eq!(version.runtime_api_version, "v1");
+}
+
+#[tokio::test]
+async fn hung_runtime_times_out() {
+    let server = FakeServer::start().await;
+    let metrics = Arc::new(Metrics::new());
+    let options = CriOptions {
+        call_timeout: Duration::from_millis(200),
+        ..fast_options()
+    };
+    let (runtime, _) = CriRuntime::connect(&server.path, &options, metrics.clone())
+        .await
+        .unwrap();
+    let (pleg, _rx) = GenericPleg::new(
+        runtime,
+        FakeClock::new(SystemTime::UNIX_EPOCH),
+        Arc::new(PodCache::new()),
+        metrics.clone(),
+        PlegConfig::default(),
+    );
+    server.fake.delay("ListPodSandbox", Duration::from_secs(30));
+    let started = std::time::Instant::now();
+    let err = pleg.relist().await.unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the call timeout bounds a hung runtime"
+    );
+    assert!(
+        matches!(
+            err,
+            RuntimeError::Call {
+                operation: "ListPodSandbox",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(
+        metrics
+            .encode()
+            .contains("plegd_runtime_errors_total{operation=\"ListPodSandbox\"} 1")
+    );
+}
