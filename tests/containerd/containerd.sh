@@ -1,0 +1,233 @@
+#!/usr/bin/env bash
+# An isolated containerd with its CRI plugin, for plegd's tests and demo.
+#
+#   tests/containerd/containerd.sh install   # Debian packages, if missing (apt-get update once)
+#   tests/containerd/containerd.sh start     # install, build the offline image, start, import it
+#   tests/containerd/containerd.sh stop      # remove every pod, stop containerd, clean up
+#   tests/containerd/containerd.sh socket    # print the CRI socket path
+#
+# Everything lives under $PLEGD_CONTAINERD_DIR (default /var/lib/plegd-test/containerd): its own
+# root, state, sockets and CNI config, so it never touches a containerd the machine already runs.
+# Pods get IPs from a CNI bridge (plegd0, 10.234.0.0/24, no masquerade, no gateway: no iptables).
+# Needs root and Linux. Nothing is pulled: the image is built locally from busybox-static and a
+# static pause binary.
+set -euo pipefail
+
+DIR=${PLEGD_CONTAINERD_DIR:-/var/lib/plegd-test/containerd}
+SOCK="$DIR/containerd.sock"
+IMAGE=${PLEGD_TEST_IMAGE:-plegd.test/busybox:1}
+BRIDGE=${PLEGD_CNI_BRIDGE:-plegd0}
+SUBNET=${PLEGD_CNI_SUBNET:-10.234.0.0/24}
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+PACKAGES=(containerd runc busybox-static containernetworking-plugins protobuf-compiler iproute2 gcc libc6-dev)
+
+log() { echo "containerd.sh: $*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+need_root() {
+  [ "$(uname -s)" = Linux ] || die "a real containerd needs Linux"
+  [ "$(id -u)" = 0 ] || die "a real containerd needs root (run as root, or skip the real-runtime tests)"
+}
+
+install() {
+  need_root
+  local missing=()
+  for p in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    log "installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+}
+
+sha() { sha256sum "$1" | cut -d' ' -f1; }
+
+# An OCI image layout with one layer: busybox + applets, passwd/group, and /pause.
+build_image() {
+  local out="$DIR/image" work
+  if [ -f "$out/image.tar" ] && [ "$out/image.tar" -nt "$HERE/containerd.sh" ] && [ "$out/image.tar" -nt "$HERE/pause.c" ]; then
+    return
+  fi
+  log "building the offline test image $IMAGE"
+  work=$(mktemp -d)
+  mkdir -p "$work/rootfs/bin" "$work/rootfs/etc" "$work/rootfs/tmp" "$work/layout/blobs/sha256" "$out"
+  gcc -static -O2 -o "$work/rootfs/pause" "$HERE/pause.c"
+  cp /bin/busybox "$work/rootfs/bin/busybox"
+  for applet in sh sleep echo cat true false ls kill env head dd yes mkdir rm id hostname ip; do
+    ln -s busybox "$work/rootfs/bin/$applet"
+  done
+  printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n' >"$work/rootfs/etc/passwd"
+  printf 'root:x:0:\nnogroup:x:65534:\n' >"$work/rootfs/etc/group"
+  tar --numeric-owner --owner=0 --group=0 --mtime='2020-01-01' --sort=name -C "$work/rootfs" -cf "$work/layer.tar" .
+  local diff_id; diff_id=$(sha "$work/layer.tar")
+  gzip -n -c "$work/layer.tar" >"$work/layer.tar.gz"
+  local layer; layer=$(sha "$work/layer.tar.gz")
+  local layer_size; layer_size=$(stat -c %s "$work/layer.tar.gz")
+  mv "$work/layer.tar.gz" "$work/layout/blobs/sha256/$layer"
+  cat >"$work/config.json" <<JSON
+{"architecture":"amd64","os":"linux","config":{"Entrypoint":["/pause"],"Env":["PATH=/bin"],"WorkingDir":"/"},"rootfs":{"type":"layers","diff_ids":["sha256:$diff_id"]},"history":[{"created_by":"plegd tests/containerd/containerd.sh"}]}
+JSON
+  local config; config=$(sha "$work/config.json")
+  local config_size; config_size=$(stat -c %s "$work/config.json")
+  mv "$work/config.json" "$work/layout/blobs/sha256/$config"
+  cat >"$work/manifest.json" <<JSON
+{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"sha256:$config","size":$config_size},"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","digest":"sha256:$layer","size":$layer_size}]}
+JSON
+  local manifest; manifest=$(sha "$work/manifest.json")
+  local manifest_size; manifest_size=$(stat -c %s "$work/manifest.json")
+  mv "$work/manifest.json" "$work/layout/blobs/sha256/$manifest"
+  cat >"$work/layout/index.json" <<JSON
+{"schemaVersion":2,"manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"sha256:$manifest","size":$manifest_size,"platform":{"architecture":"amd64","os":"linux"},"annotations":{"io.containerd.image.name":"$IMAGE","org.opencontainers.image.ref.name":"1"}}]}
+JSON
+  echo '{"imageLayoutVersion":"1.0.0"}' >"$work/layout/oci-layout"
+  tar -C "$work/layout" -cf "$out/image.tar.tmp" .
+  mv "$out/image.tar.tmp" "$out/image.tar"
+  rm -rf "$work"
+}
+
+write_config() {
+  mkdir -p "$DIR/root" "$DIR/state" "$DIR/opt" "$DIR/cni/net.d" "$DIR/cni/ipam" "$DIR/cni/cache"
+  cat >"$DIR/config.toml" <<TOML
+version = 2
+root = "$DIR/root"
+state = "$DIR/state"
+disabled_plugins = ["io.containerd.grpc.v1.introspection-service-unused"]
+
+[grpc]
+  address = "$SOCK"
+[ttrpc]
+  address = "$DIR/containerd-ttrpc.sock"
+[debug]
+  address = ""
+[metrics]
+  address = ""
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "$DIR/opt"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "$IMAGE"
+  restrict_oom_score_adj = true
+  disable_apparmor = true
+  netns_mounts_under_state_dir = true
+  enable_selinux = false
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "$DIR/cni/net.d"
+    max_conf_num = 1
+TOML
+  cat >"$DIR/cni/net.d/10-plegd.conflist" <<JSON
+{
+  "cniVersion": "0.4.0",
+  "name": "plegd-test",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": "$BRIDGE",
+      "isGateway": false,
+      "ipMasq": false,
+      "ipam": {"type": "host-local", "subnet": "$SUBNET", "dataDir": "$DIR/cni/ipam"}
+    }
+  ]
+}
+JSON
+}
+
+running() {
+  [ -f "$DIR/containerd.pid" ] && kill -0 "$(cat "$DIR/containerd.pid")" 2>/dev/null && [ -S "$SOCK" ]
+}
+
+# One start or stop at a time: parallel test processes share one instance.
+lock() {
+  mkdir -p "$(dirname "$DIR")"
+  exec 9>"$DIR.lock"
+  flock 9
+}
+
+start() {
+  need_root
+  install
+  lock
+  mkdir -p "$DIR"
+  build_image
+  if running; then
+    log "already running at $SOCK"
+    echo "$SOCK"
+    return
+  fi
+  write_config
+  rm -f "$SOCK"
+  setsid containerd --config "$DIR/config.toml" >>"$DIR/containerd.log" 2>&1 </dev/null &
+  echo $! >"$DIR/containerd.pid"
+  for _ in $(seq 1 200); do
+    if [ -S "$SOCK" ] && ctr -a "$SOCK" version >/dev/null 2>&1; then break; fi
+    kill -0 "$(cat "$DIR/containerd.pid")" 2>/dev/null || { tail -20 "$DIR/containerd.log" >&2; die "containerd exited at start"; }
+    sleep 0.1
+  done
+  [ -S "$SOCK" ] || die "containerd did not open $SOCK within 20 s (see $DIR/containerd.log)"
+  ctr -a "$SOCK" -n k8s.io images import "$DIR/image/image.tar" >/dev/null
+  log "containerd $(containerd --version | awk '{print $3}') running at $SOCK (log: $DIR/containerd.log)"
+  echo "$SOCK"
+}
+
+# Kill and delete every task and container in the k8s.io namespace: sandboxes are containers too.
+remove_all() {
+  [ -S "$SOCK" ] || return 0
+  local c
+  for c in $(ctr -a "$SOCK" -n k8s.io tasks ls -q 2>/dev/null); do
+    ctr -a "$SOCK" -n k8s.io tasks kill -s SIGKILL "$c" >/dev/null 2>&1 || true
+  done
+  for c in $(ctr -a "$SOCK" -n k8s.io tasks ls -q 2>/dev/null); do
+    for _ in 1 2 3 4 5 6 7 8 9 10; do
+      ctr -a "$SOCK" -n k8s.io tasks delete -f "$c" >/dev/null 2>&1 && break
+      sleep 0.1
+    done
+  done
+  for c in $(ctr -a "$SOCK" -n k8s.io containers ls -q 2>/dev/null); do
+    ctr -a "$SOCK" -n k8s.io containers delete "$c" >/dev/null 2>&1 || true
+  done
+}
+
+stop() {
+  need_root
+  lock
+  remove_all
+  if [ -f "$DIR/containerd.pid" ]; then
+    local pid; pid=$(cat "$DIR/containerd.pid")
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
+    rm -f "$DIR/containerd.pid"
+  fi
+  # Shims of this instance that outlived it, and what they ran.
+  pkill -9 -f "containerd-shim-runc-v2 -namespace k8s.io .*-address $SOCK" 2>/dev/null || true
+  local m
+  for m in $(findmnt -rn -o TARGET | { grep -F "$DIR/" || true; } | sort -r); do
+    umount -l "$m" 2>/dev/null || true
+  done
+  ip link del "$BRIDGE" 2>/dev/null || true
+  rm -rf "$DIR/state" "$DIR/root" "$DIR/opt" "$DIR/cni" "$SOCK" "$DIR/containerd-ttrpc.sock"
+  # Pod cgroup parents that containerd never removes (children first).
+  find /sys/fs/cgroup -depth -type d -path '*plegd-test*' -exec rmdir {} \; 2>/dev/null || true
+  find /sys/fs/cgroup -maxdepth 2 -type d -name 'plegd-test' -exec rmdir {} \; 2>/dev/null || true
+  log "stopped and cleaned $DIR"
+}
+
+case "${1:-}" in
+  install) install ;;
+  image) need_root; install; mkdir -p "$DIR"; build_image; echo "$DIR/image/image.tar" ;;
+  start) start ;;
+  stop) stop ;;
+  socket) echo "$SOCK" ;;
+  *) echo "usage: $0 install|image|start|stop|socket" >&2; exit 2 ;;
+esac

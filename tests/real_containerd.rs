@@ -1,0 +1,205 @@
+//! The relister against a REAL containerd (CRI v1), started by tests/containerd/containerd.sh.
+//! Each test makes its own pods (unique uids) through CRI with the kubelet's labels, runs its own
+//! relister against the shared containerd, and asserts the exact events for its pods.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use plegd::cache::PodCache;
+use plegd::clock::SystemClock;
+use plegd::metrics::Metrics;
+use plegd::pleg::{GenericPleg, PlegConfig, PodLifecycleEvent, PodLifecycleEventType as E};
+use plegd::runtime::{CriOptions, CriRuntime};
+use support::containerd::{Containerd, collect_until, containerd};
+use tokio::sync::mpsc;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+struct Running {
+    pleg: Arc<GenericPleg<CriRuntime, SystemClock>>,
+    events: mpsc::Receiver<PodLifecycleEvent>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn start_pleg(cd: &Containerd) -> Running {
+    let metrics = Arc::new(Metrics::new());
+    let (runtime, version) =
+        CriRuntime::connect(&cd.socket, &CriOptions::default(), metrics.clone())
+            .await
+            .expect("connect to containerd");
+    assert_eq!(version.runtime_name, "containerd");
+    assert_eq!(version.runtime_api_version, "v1");
+    let config = PlegConfig {
+        relist_period: Duration::from_millis(100),
+        ..PlegConfig::default()
+    };
+    let (pleg, events) = GenericPleg::new(
+        runtime,
+        SystemClock,
+        Arc::new(PodCache::new()),
+        metrics,
+        config,
+    );
+    let pleg = Arc::new(pleg);
+    let task = tokio::spawn(pleg.clone().run());
+    Running { pleg, events, task }
+}
+
+fn has(events: &[PodLifecycleEvent], kind: E, id: &str) -> bool {
+    events
+        .iter()
+        .any(|e| e.kind == kind && e.container_id.as_deref() == Some(id))
+}
+
+fn find<'a>(events: &'a [PodLifecycleEvent], kind: E, id: &str) -> &'a PodLifecycleEvent {
+    events
+        .iter()
+        .find(|e| e.kind == kind && e.container_id.as_deref() == Some(id))
+        .unwrap_or_else(|| panic!("no {kind:?} for {id} in {events:#?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_network_pod_full_lifecycle() {
+    let Some(cd) = containerd().await else { return };
+    let mut run = start_pleg(&cd).await;
+    let pod = cd.run_pod("lifecycle", true).await;
+    // A container that handles SIGTERM by exiting 143, like most well-behaved programs.
+    let ctr = cd
+        .run_container(&pod, "app", "trap 'exit 143' TERM; sleep 1000 & wait")
+        .await;
+
+    let seen = collect_until(&mut run.events, &pod.uid, WAIT, |e| {
+        has(e, E::ContainerStarted, &pod.sandbox_id) && has(e, E::ContainerStarted, &ctr)
+    })
+    .await;
+    let started = find(&seen, E::ContainerStarted, &ctr);
+    assert_eq!(started.container.as_deref(), Some("app"));
+    assert_eq!(started.pod.as_deref(), Some("lifecycle"));
+    assert_eq!(started.namespace.as_deref(), Some("plegd-test"));
+    assert!(find(&seen, E::ContainerStarted, &pod.sandbox_id).sandbox);
+    let cached = run.pleg.cache().get(&pod.uid);
+    assert_eq!(cached.status.container_statuses.len(), 1);
+    assert!(cached.status.sandbox_statuses[0].host_network);
+
+    cd.stop_container(&ctr, 10).await;
+    let seen = collect_until(&mut run.events, &pod.uid, WAIT, |e| {
+        has(e, E::ContainerDied, &ctr)
+    })
+    .await;
+    let died = find(&seen, E::ContainerDied, &ctr);
+    assert_eq!(died.exit_code, Some(143), "{died:?}");
+    assert_eq!(died.reason.as_deref(), Some("Error"));
+    assert_eq!(seen.len(), 1, "exactly one event for the stop: {seen:#?}");
+
+    cd.remove_container(&ctr).await;
+    let seen = collect_until(&mut run.events, &pod.uid, WAIT, |e| {
+        has(e, E::ContainerRemoved, &ctr)
+    })
+    .await;
+    assert_eq!(
+        seen.iter().map(|e| e.kind).collect::<Vec<_>>(),
+        [E::ContainerRemoved]
+    );
+
+    cd.stop_pod(&pod).await;
+    let seen = collect_until(&mut run.events, &pod.uid, WAIT, |e| {
+        has(e, E::ContainerDied, &pod.sandbox_id)
+    })
+    .await;
+    assert_eq!(seen.len(), 1, "{seen:#?}");
+    assert!(seen[0].sandbox);
+
+    cd.remove_pod(&pod).await;
+    let seen = collect_until(&mut run.events, &pod.uid, WAIT, |e| {
+        has(e, E::ContainerRemoved, &pod.sandbox_id)
+    })
+    .await;
+    assert_eq!(seen.len(), 1, "{seen:#?}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !run.pleg.cache().contains(&pod.uid),
+        "a removed pod leaves the cache"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn container_exiting_with_code_3() {
+    let Some(cd) = containerd().await else { return };
+    let mut run = start_pleg(&cd).await;
+    let pod = cd.run_pod("exit3", true).await;
+    // Runs long enough to be seen running, then fails.
+    let ctr = cd.run_container(&pod, "job", "sleep 1; exit 3").await;
+    let seen = collect_until(&mut run.events, &pod.uid, WAIT, |e| {
+        has(e, E::ContainerDied, &ctr)
+    })
+    .await;
+    assert!(has(&seen, E::ContainerStarted, &ctr), "{seen:#?}");
+    let died = find(&seen, E::ContainerDied, &ctr);
+    assert_eq!(died.exit_code, Some(3));
+    assert_eq!(died.reason.as_deref(), Some("Error"));
+    assert_eq!(died.container.as_deref(), Some("job"));
+    // And the cache holds the terminated status with its times.
+    let status = run.pleg.cache().get(&pod.uid).status.clone();
+    let c = status
+        .find_container(&ctr)
+        .expect("status of the dead container");
+    assert_eq!(c.exit_code, 3);
+    assert!(c.finished_at.is_some() && c.started_at.is_some() && c.finished_at >= c.started_at);
+    assert!(c.image_ref.starts_with("sha256:"), "{}", c.image_ref);
+
+    // A container that completes: exit 0, reason Completed.
+    let ok = cd.run_container(&pod, "done", "sleep 1").await;
+    let seen = collect_until(&mut run.events, &pod.uid, WAIT, |e| {
+        has(e, E::ContainerDied, &ok)
+    })
+    .await;
+    let died = find(&seen, E::ContainerDied, &ok);
+    assert_eq!(
+        (died.exit_code, died.reason.as_deref()),
+        (Some(0), Some("Completed"))
+    );
+    cd.cleanup(&pod).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_network_ip_is_seen_and_kept_after_stop() {
+    let Some(cd) = containerd().await else { return };
+    let mut run = start_pleg(&cd).await;
+    let pod = cd.run_pod("netpod", false).await;
+    let ctr = cd.run_container(&pod, "app", "sleep 1000").await;
+    collect_until(&mut run.events, &pod.uid, WAIT, |e| {
+        has(e, E::ContainerStarted, &ctr) && has(e, E::ContainerStarted, &pod.sandbox_id)
+    })
+    .await;
+    let status = run.pleg.cache().get(&pod.uid).status.clone();
+    assert_eq!(status.ips.len(), 1, "{status:?}");
+    let ip = status.ips[0].clone();
+    assert!(
+        ip.starts_with("10.234.0."),
+        "IP from the test CNI bridge: {ip}"
+    );
+    assert!(!status.sandbox_statuses[0].host_network);
+
+    // Stopping the sandbox kills the container (137) and tears the network down; the dead pod keeps its IP.
+    cd.stop_pod(&pod).await;
+    let seen = collect_until(&mut run.events, &pod.uid, WAIT, |e| {
+        has(e, E::ContainerDied, &ctr) && has(e, E::ContainerDied, &pod.sandbox_id)
+    })
+    .await;
+    assert_eq!(find(&seen, E::ContainerDied, &ctr).exit_code, Some(137));
+    assert_eq!(run.pleg.cache().get(&pod.uid).status.ips, [ip]);
+    cd.remove_pod(&pod).await;
+    let seen = collect_until(&mut run.events, &pod.uid, WAIT, |e| {
+        has(e, E::ContainerRemoved, &ctr) && has(e, E::ContainerRemoved, &pod.sandbox_id)
+    })
+    .await;
+    assert_eq!(seen.len(), 2, "{seen:#?}");
+}

@@ -1,0 +1,318 @@
+//! The real containerd fixture: one isolated containerd per machine, started on first use by
+//! `tests/containerd/containerd.sh start` (idempotent, locked) and stopped by the test runner script.
+//! Helpers create pod sandboxes and containers through CRI with the kubelet's labels.
+//!
+//! Where a real containerd cannot run (not Linux, not root), `containerd()` says so loudly on
+//! stderr and returns None; with `PLEGD_REQUIRE_CONTAINERD=1` (set by tests/run.sh) it fails instead,
+//! so CI can never pass by skipping.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_cri::v1 as cri;
+use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
+use plegd::container::{LABEL_CONTAINER_NAME, LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID};
+use plegd::metrics::Metrics;
+use plegd::runtime::{CriOptions, CriRuntime};
+use tokio::sync::OnceCell;
+use tonic::transport::Channel;
+
+pub const IMAGE: &str = "plegd.test/busybox:1";
+
+static SOCKET: OnceCell<Option<PathBuf>> = OnceCell::const_new();
+
+fn skip(reason: &str) -> Option<PathBuf> {
+    let msg = format!("REAL CONTAINERD TESTS SKIPPED: {reason}");
+    if std::env::var("PLEGD_REQUIRE_CONTAINERD").is_ok_and(|v| v == "1") {
+        panic!("{msg} (PLEGD_REQUIRE_CONTAINERD=1)");
+    }
+    eprintln!("\n!!!!!!!! {msg} !!!!!!!!\n");
+    None
+}
+
+async fn start() -> Option<PathBuf> {
+    if let Ok(socket) = std::env::var("PLEGD_TEST_CRI_SOCKET") {
+        return Some(PathBuf::from(socket));
+    }
+    if !cfg!(target_os = "linux") {
+        return skip("not Linux");
+    }
+    let uid = std::process::Command::new("id").arg("-u").output().ok()?;
+    if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
+        return skip("not root");
+    }
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/containerd/containerd.sh"
+    );
+    let out = tokio::process::Command::new("bash")
+        .arg(script)
+        .arg("start")
+        .output()
+        .await;
+    match out {
+        Ok(out) if out.status.success() => {
+            let socket = String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .last()
+                .unwrap_or_default()
+                .trim()
+                .to_owned();
+            Some(PathBuf::from(socket))
+        }
+        Ok(out) => skip(&format!(
+            "containerd.sh start failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )),
+        Err(e) => skip(&format!("cannot run containerd.sh: {e}")),
+    }
+}
+
+/// A handle on the shared real containerd.
+#[derive(Clone)]
+pub struct Containerd {
+    pub socket: PathBuf,
+    pub client: RuntimeServiceClient<Channel>,
+}
+
+/// The shared containerd, started if needed; None (after a loud message) where it cannot run.
+pub async fn containerd() -> Option<Containerd> {
+    let socket = SOCKET.get_or_init(start).await.clone()?;
+    Some(Containerd::at(socket))
+}
+
+/// A pod made through CRI the way the kubelet makes one.
+pub struct TestPod {
+    pub uid: String,
+    pub name: String,
+    pub namespace: String,
+    pub sandbox_id: String,
+    pub config: cri::PodSandboxConfig,
+}
+
+/// A unique uid for a test pod.
+pub fn unique_uid(prefix: &str) -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .subsec_nanos();
+    format!(
+        "{prefix}-{}-{}-{nanos:x}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+impl Containerd {
+    /// A handle on the containerd serving CRI at `socket`.
+    pub fn at(socket: PathBuf) -> Self {
+        let runtime = CriRuntime::new(&socket, &CriOptions::default(), Arc::new(Metrics::new()));
+        Self {
+            socket,
+            client: runtime.client(),
+        }
+    }
+
+    fn client(&self) -> RuntimeServiceClient<Channel> {
+        self.client.clone()
+    }
+
+    /// Run a pod sandbox. Host-network sandboxes get no hostname (runc refuses one without a UTS
+    /// namespace); pod-network ones get an IP from the test CNI bridge.
+    pub async fn run_pod(&self, name: &str, host_network: bool) -> TestPod {
+        let uid = unique_uid(name);
+        let namespace = "plegd-test".to_owned();
+        let labels: HashMap<String, String> = [
+            (LABEL_POD_UID.to_owned(), uid.clone()),
+            (LABEL_POD_NAME.to_owned(), name.to_owned()),
+            (LABEL_POD_NAMESPACE.to_owned(), namespace.clone()),
+        ]
+        .into();
+        let network = if host_network {
+            cri::NamespaceMode::Node
+        } else {
+            cri::NamespaceMode::Pod
+        };
+        let config = cri::PodSandboxConfig {
+            metadata: Some(cri::PodSandboxMetadata {
+                name: name.into(),
+                uid: uid.clone(),
+                namespace: namespace.clone(),
+                attempt: 0,
+            }),
+            hostname: if host_network {
+                String::new()
+            } else {
+                name.into()
+            },
+            labels,
+            linux: Some(cri::LinuxPodSandboxConfig {
+                cgroup_parent: format!("/plegd-test/pod{uid}"),
+                security_context: Some(cri::LinuxSandboxSecurityContext {
+                    namespace_options: Some(cri::NamespaceOption {
+                        network: network as i32,
+                        pid: cri::NamespaceMode::Container as i32,
+                        ipc: cri::NamespaceMode::Pod as i32,
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let response = self
+            .client()
+            .run_pod_sandbox(cri::RunPodSandboxRequest {
+                config: Some(config.clone()),
+                runtime_handler: String::new(),
+            })
+            .await
+            .unwrap_or_else(|e| panic!("RunPodSandbox {name}: {e}"));
+        TestPod {
+            uid,
+            name: name.into(),
+            namespace,
+            sandbox_id: response.into_inner().pod_sandbox_id,
+            config,
+        }
+    }
+
+    /// Create (not start) a container running `sh -c script` in the pod.
+    pub async fn create_container(&self, pod: &TestPod, name: &str, script: &str) -> String {
+        let labels: HashMap<String, String> = [
+            (LABEL_POD_UID.to_owned(), pod.uid.clone()),
+            (LABEL_POD_NAME.to_owned(), pod.name.clone()),
+            (LABEL_POD_NAMESPACE.to_owned(), pod.namespace.clone()),
+            (LABEL_CONTAINER_NAME.to_owned(), name.to_owned()),
+        ]
+        .into();
+        let namespace_options = pod
+            .config
+            .linux
+            .as_ref()
+            .and_then(|l| l.security_context.as_ref())
+            .and_then(|s| s.namespace_options.clone());
+        let config = cri::ContainerConfig {
+            metadata: Some(cri::ContainerMetadata {
+                name: name.into(),
+                attempt: 0,
+            }),
+            image: Some(cri::ImageSpec {
+                image: IMAGE.into(),
+                ..Default::default()
+            }),
+            command: vec!["/bin/sh".into(), "-c".into(), script.into()],
+            labels,
+            linux: Some(cri::LinuxContainerConfig {
+                security_context: Some(cri::LinuxContainerSecurityContext {
+                    namespace_options,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        self.client()
+            .create_container(cri::CreateContainerRequest {
+                pod_sandbox_id: pod.sandbox_id.clone(),
+                config: Some(config),
+                sandbox_config: Some(pod.config.clone()),
+            })
+            .await
+            .unwrap_or_else(|e| panic!("CreateContainer {name}: {e}"))
+            .into_inner()
+            .container_id
+    }
+
+    pub async fn start_container(&self, id: &str) {
+        self.client()
+            .start_container(cri::StartContainerRequest {
+                container_id: id.into(),
+            })
+            .await
+            .unwrap_or_else(|e| panic!("StartContainer {id}: {e}"));
+    }
+
+    /// Create and start.
+    pub async fn run_container(&self, pod: &TestPod, name: &str, script: &str) -> String {
+        let id = self.create_container(pod, name, script).await;
+        self.start_container(&id).await;
+        id
+    }
+
+    pub async fn stop_container(&self, id: &str, timeout_secs: i64) {
+        self.client()
+            .stop_container(cri::StopContainerRequest {
+                container_id: id.into(),
+                timeout: timeout_secs,
+            })
+            .await
+            .unwrap_or_else(|e| panic!("StopContainer {id}: {e}"));
+    }
+
+    pub async fn remove_container(&self, id: &str) {
+        self.client()
+            .remove_container(cri::RemoveContainerRequest {
+                container_id: id.into(),
+            })
+            .await
+            .unwrap_or_else(|e| panic!("RemoveContainer {id}: {e}"));
+    }
+
+    pub async fn stop_pod(&self, pod: &TestPod) {
+        self.client()
+            .stop_pod_sandbox(cri::StopPodSandboxRequest {
+                pod_sandbox_id: pod.sandbox_id.clone(),
+            })
+            .await
+            .unwrap_or_else(|e| panic!("StopPodSandbox {}: {e}", pod.name));
+    }
+
+    pub async fn remove_pod(&self, pod: &TestPod) {
+        self.client()
+            .remove_pod_sandbox(cri::RemovePodSandboxRequest {
+                pod_sandbox_id: pod.sandbox_id.clone(),
+            })
+            .await
+            .unwrap_or_else(|e| panic!("RemovePodSandbox {}: {e}", pod.name));
+    }
+
+    /// Stop and remove a pod and everything in it, ignoring errors: test clean-up.
+    pub async fn cleanup(&self, pod: &TestPod) {
+        let mut client = self.client();
+        let _ = client
+            .stop_pod_sandbox(cri::StopPodSandboxRequest {
+                pod_sandbox_id: pod.sandbox_id.clone(),
+            })
+            .await;
+        let _ = client
+            .remove_pod_sandbox(cri::RemovePodSandboxRequest {
+                pod_sandbox_id: pod.sandbox_id.clone(),
+            })
+            .await;
+    }
+}
+
+/// Wait up to `timeout` for `done` to hold on the events of one pod seen so far.
+pub async fn collect_until(
+    events: &mut tokio::sync::mpsc::Receiver<plegd::pleg::PodLifecycleEvent>,
+    uid: &str,
+    timeout: Duration,
+    done: impl Fn(&[plegd::pleg::PodLifecycleEvent]) -> bool,
+) -> Vec<plegd::pleg::PodLifecycleEvent> {
+    let mut seen = Vec::new();
+    let deadline = tokio::time::Instant::now() + timeout;
+    while !done(&seen) {
+        match tokio::time::timeout_at(deadline, events.recv()).await {
+            Ok(Some(e)) if e.pod_uid == uid => seen.push(e),
+            Ok(Some(_)) => {}
+            Ok(None) | Err(_) => break,
+        }
+    }
+    seen
+}
