@@ -21,8 +21,6 @@ fi
 
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --no-fail-fast
-  # nextest does not run doctests.
-  cargo test --workspace --doc
 else
   cargo test --workspace --no-fail-fast
 fi

@@ -167,7 +167,8 @@ start() {
   fi
   write_config
   rm -f "$SOCK"
-  setsid containerd --config "$DIR/config.toml" >>"$DIR/containerd.log" 2>&1 </dev/null &
+  # fd 9 holds the start/stop lock: containerd must not inherit it.
+  setsid containerd --config "$DIR/config.toml" >>"$DIR/containerd.log" 2>&1 </dev/null 9>&- &
   echo $! >"$DIR/containerd.pid"
   for _ in $(seq 1 200); do
     if [ -S "$SOCK" ] && ctr -a "$SOCK" version >/dev/null 2>&1; then break; fi
