@@ -170,9 +170,19 @@ fn set_pod_names(event: &mut PodLifecycleEvent, pod: Option<&Pod>) {
     }
 }
 
+/// The ids of a record in the kubelet's order (containers, then sandboxes), each with whether it
+/// is a sandbox.
+fn ids(pod: Option<&Pod>) -> impl Iterator<Item = (&crate::container::Container, bool)> {
+    pod.into_iter().flat_map(|p| {
+        let containers = p.containers.iter().map(|c| (c, false));
+        containers.chain(p.sandboxes.iter().map(|s| (s, true)))
+    })
+}
+
 /// Every event between two records of one pod, pure (`computeEvents` over
 /// `getContainersFromPods(old, new)`): containers and sandboxes of the old record, then of the new
 /// one, each id once. Includes ContainerChanged, which the relister filters out before sending.
+/// Allocates nothing when nothing changed: it runs for every pod on every relist.
 pub fn compute_events(
     old: Option<&Pod>,
     new: Option<&Pod>,
@@ -186,30 +196,28 @@ pub fn compute_events(
     } else {
         old
     };
-    let mut seen: HashSet<&str> = HashSet::new();
+    // An id repeated within a record counts once: a linear look-back, as pods hold few containers.
+    let first_in =
+        |pod: Option<&Pod>, i: usize, id: &str| !ids(pod).take(i).any(|(p, _)| p.id == id);
+    let old_ids = ids(old)
+        .enumerate()
+        .filter(|(i, (c, _))| first_in(old, *i, &c.id));
+    let new_ids = ids(new).enumerate().filter(|(i, (c, _))| {
+        old.and_then(|o| o.find_any(&c.id)).is_none() && first_in(new, *i, &c.id)
+    });
     let mut events = Vec::new();
-    for pod in [old, new].into_iter().flatten() {
-        let all = pod
-            .containers
-            .iter()
-            .map(|c| (c, false))
-            .chain(pod.sandboxes.iter().map(|s| (s, true)));
-        for (container, is_sandbox) in all {
-            if !seen.insert(container.id.as_str()) {
-                continue;
-            }
-            let kinds = generate_events(
-                pleg_state(old, &container.id),
-                pleg_state(new, &container.id),
-            );
-            for &kind in kinds {
-                let mut event = PodLifecycleEvent::new(kind, &any.id, at);
-                event.container_id = Some(container.id.clone());
-                event.container = non_empty(&container.name);
-                event.sandbox = is_sandbox;
-                set_pod_names(&mut event, named);
-                events.push(event);
-            }
+    for (_, (container, is_sandbox)) in old_ids.chain(new_ids) {
+        let kinds = generate_events(
+            pleg_state(old, &container.id),
+            pleg_state(new, &container.id),
+        );
+        for &kind in kinds {
+            let mut event = PodLifecycleEvent::new(kind, &any.id, at);
+            event.container_id = Some(container.id.clone());
+            event.container = non_empty(&container.name);
+            event.sandbox = is_sandbox;
+            set_pod_names(&mut event, named);
+            events.push(event);
         }
     }
     events
@@ -315,8 +323,19 @@ impl RelistState {
             record.current = None;
         }
         for pod in pods {
-            let record = self.records.entry(pod.id.clone()).or_default();
-            record.current = Some(pod);
+            match self.records.get_mut(&pod.id) {
+                Some(record) => record.current = Some(pod),
+                None => {
+                    let uid = pod.id.clone();
+                    self.records.insert(
+                        uid,
+                        PodRecord {
+                            old: None,
+                            current: Some(pod),
+                        },
+                    );
+                }
+            }
         }
     }
 
@@ -460,7 +479,19 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
         self.update_running_gauges(&pods);
         state.set_current(pods);
 
-        let mut uids: Vec<PodUid> = state.records.keys().cloned().collect();
+        // Only pods with something to do are visited with the state borrowed mutably; for the
+        // rest (nearly all, on a quiet node) this pass allocates nothing.
+        let mut uids: Vec<PodUid> = state
+            .records
+            .iter()
+            .filter(|(uid, r)| {
+                state.reinspect.contains(*uid)
+                    || state.undelivered.contains_key(*uid)
+                    || (r.old.is_none() && r.current.is_none())
+                    || !compute_events(r.old.as_ref(), r.current.as_ref(), start).is_empty()
+            })
+            .map(|(uid, _)| uid.clone())
+            .collect();
         uids.extend(
             state
                 .undelivered
@@ -501,8 +532,9 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
         uid: &str,
         start: SystemTime,
     ) -> PodOutcome {
-        let record = state.records.get(uid).cloned().unwrap_or_default();
-        let (old, current) = (record.old.as_ref(), record.current.as_ref());
+        let record = state.records.get(uid);
+        let old = record.and_then(|r| r.old.as_ref());
+        let current = record.and_then(|r| r.current.as_ref());
         let mut events = compute_events(old, current, start);
         let reinspect = state.reinspect.contains(uid);
         let has_undelivered = state.undelivered.contains_key(uid);
@@ -512,6 +544,9 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
             }
             return PodOutcome::Unchanged;
         }
+        // Only a pod that changed pays for a copy of its record.
+        let current = current.cloned();
+        let current = current.as_ref();
 
         let status = match self.update_cache(uid, current).await {
             Ok(status) => status,

@@ -149,9 +149,19 @@ pub fn group_pods(
     bad: &mut Vec<BadData>,
 ) -> Vec<Pod> {
     let mut pods: HashMap<PodUid, Pod> = HashMap::with_capacity(sandboxes.len());
-    let mut seen: HashSet<String> = HashSet::with_capacity(sandboxes.len() + containers.len());
+    // Ids seen again later in the answer (the first occurrence wins), found without copying ids.
+    let (dup_sandboxes, dup_containers) = {
+        let mut seen: HashSet<&str> = HashSet::with_capacity(sandboxes.len() + containers.len());
+        let ids = sandboxes
+            .iter()
+            .map(|s| s.id.as_str())
+            .chain(containers.iter().map(|c| c.id.as_str()));
+        let mut dup: Vec<bool> = ids.map(|id| !id.is_empty() && !seen.insert(id)).collect();
+        let containers_dup = dup.split_off(sandboxes.len());
+        (dup, containers_dup)
+    };
 
-    for sandbox in sandboxes {
+    for (sandbox, duplicate) in sandboxes.into_iter().zip(dup_sandboxes) {
         if sandbox.id.is_empty() {
             bad.push(BadData::EmptyId);
             continue;
@@ -162,7 +172,7 @@ pub fn group_pods(
             });
             continue;
         };
-        if !seen.insert(sandbox.id.clone()) {
+        if duplicate {
             bad.push(BadData::DuplicateId { id: sandbox.id });
             continue;
         }
@@ -192,7 +202,7 @@ pub fn group_pods(
         });
     }
 
-    for mut container in containers {
+    for (mut container, duplicate) in containers.into_iter().zip(dup_containers) {
         if container.id.is_empty() {
             bad.push(BadData::EmptyId);
             continue;
@@ -204,7 +214,7 @@ pub fn group_pods(
             });
             continue;
         }
-        if !seen.insert(container.id.clone()) {
+        if duplicate {
             bad.push(BadData::DuplicateId { id: container.id });
             continue;
         }

@@ -86,11 +86,16 @@ async fn relist_overhead(a: &Args) {
         SystemClock,
         Arc::new(PodCache::new()),
         metrics,
-        PlegConfig::default(),
+        // Room for the first relist's events, so that no measured relist has any left to send.
+        PlegConfig {
+            channel_capacity: a.pods * (a.containers + 1) + 1,
+            ..PlegConfig::default()
+        },
     );
     // The first relist reads every pod; drain its events so the channel never fills.
     pleg.relist().await.expect("first relist");
     while events.try_recv().is_ok() {}
+    assert_eq!(pleg.undelivered_count().await, 0);
 
     let bare_concurrent = || {
         let mut c1 = client.clone();
