@@ -396,7 +396,7 @@ impl Runtime for CriRuntime {
             .iter()
             .map(|s| (s.id.as_str(), s.created_at))
             .collect();
-        sandbox_ids.sort_by(|a, b| b.1.cmp(&a.1));
+        sandbox_ids.sort_by_key(|s| std::cmp::Reverse(s.1));
         let sandboxes = join_all(sandbox_ids.iter().map(|(id, _)| self.sandbox_status(id)));
         let containers = join_all(pod.containers.iter().map(|c| self.container_status(&c.id)));
         let (sandboxes, containers) = tokio::join!(sandboxes, containers);

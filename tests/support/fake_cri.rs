@@ -2,8 +2,6 @@
 //! failures and delays a test scripts step by step. It serves what a real runtime cannot produce on
 //! demand (errors, odd data, scale); everything else is tested against a real containerd.
 
-#![allow(dead_code)]
-
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
