@@ -9,6 +9,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::pleg::{DEFAULT_CHANNEL_CAPACITY, PlegConfig};
 use crate::runtime::CriOptions;
+use crate::triggers::{TriggerMode, TriggerOptions};
 use crate::watch::{OutputFormat, WatchOptions};
 
 /// The default containerd CRI socket.
@@ -80,6 +81,12 @@ pub struct RuntimeArgs {
     /// The PLEG is unhealthy when no relist succeeded for this long.
     #[arg(long, value_name = "DURATION", default_value = "3m", value_parser = parse_positive_duration, env = "PLEGD_RELIST_THRESHOLD")]
     pub relist_threshold: Duration,
+    /// Runtime events that trigger a relist of the pod they name, between periodic relists.
+    #[arg(long, value_enum, default_value_t = TriggerMode::Auto, env = "PLEGD_TRIGGERS")]
+    pub triggers: TriggerMode,
+    /// Longest wait between reconnections of a failed trigger stream.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_positive_duration)]
+    pub trigger_max_backoff: Duration,
     /// Capacity of the lifecycle event channel.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_CHANNEL_CAPACITY, value_parser = parse_capacity)]
     pub event_channel_capacity: usize,
@@ -91,6 +98,13 @@ impl RuntimeArgs {
             relist_period: self.relist_period,
             relist_threshold: self.relist_threshold,
             channel_capacity: self.event_channel_capacity,
+        }
+    }
+
+    pub fn trigger_options(&self) -> TriggerOptions {
+        TriggerOptions {
+            max_backoff: self.trigger_max_backoff,
+            ..TriggerOptions::default()
         }
     }
 
@@ -150,6 +164,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 pleg: args.runtime.pleg_config(),
                 cri: args.runtime.cri_options(),
                 output: args.output,
+                triggers: args.runtime.triggers,
+                trigger_options: args.runtime.trigger_options(),
             };
             crate::watch::watch(options, std::io::stdout(), shutdown_signal()).await?;
         }
@@ -200,6 +216,7 @@ mod tests {
         assert_eq!(w.runtime.relist_period, Duration::from_secs(1));
         assert_eq!(w.runtime.relist_threshold, Duration::from_secs(180));
         assert_eq!(w.output, OutputFormat::Text);
+        assert_eq!(w.runtime.triggers, TriggerMode::Auto);
     }
 
     #[test]
@@ -211,6 +228,8 @@ mod tests {
             err.contains("--relist-period") && err.contains("greater than zero"),
             "{err}"
         );
+        let err = parse(&["plegd", "watch", "--triggers", "sometimes"]).unwrap_err();
+        assert!(err.contains("--triggers"), "{err}");
         let err = parse(&["plegd", "watch", "--output", "yaml"]).unwrap_err();
         assert!(err.contains("--output"), "{err}");
         let err = parse(&["plegd", "watch", "--event-channel-capacity", "0"]).unwrap_err();

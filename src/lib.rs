@@ -2,10 +2,12 @@
 //! the kubelet's PLEG, keeps a per-pod status cache, and emits pod lifecycle events.
 //!
 //! The modules follow the data from the runtime outwards:
-//! [`runtime`] (CRI client and conversion) → [`container`] (snapshot types) → [`pleg`] (records,
+//! [`runtime`] (CRI client and conversion) → [`triggers`] (runtime events that ask for targeted
+//! relists) → [`container`] (snapshot types) → [`pleg`] (records,
 //! diff, relist, event channel) → [`cache`] (per-pod status) → [`watch`] (printing events).
 #![forbid(unsafe_code)]
 
+pub mod backoff;
 pub mod cache;
 pub mod cli;
 pub mod clock;
@@ -13,4 +15,5 @@ pub mod container;
 pub mod metrics;
 pub mod pleg;
 pub mod runtime;
+pub mod triggers;
 pub mod watch;

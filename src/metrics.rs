@@ -28,6 +28,11 @@ pub struct KindLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SourceLabel {
+    pub source: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OperationLabel {
     pub operation: String,
 }
@@ -49,6 +54,10 @@ pub struct Metrics {
     pub runtime_errors: Family<OperationLabel, Counter>,
     pub pod_status_refresh_errors: Counter,
     pub events_sent: Family<KindLabel, Counter>,
+    pub trigger_connects: Family<SourceLabel, Counter>,
+    pub trigger_errors: Family<SourceLabel, Counter>,
+    pub triggers: Family<SourceLabel, Counter>,
+    pub trigger_relists: Family<KindLabel, Counter>,
     registry: Registry,
 }
 
@@ -64,6 +73,10 @@ impl Metrics {
         let runtime_errors = Family::<OperationLabel, Counter>::default();
         let pod_status_refresh_errors = Counter::default();
         let events_sent = Family::<KindLabel, Counter>::default();
+        let trigger_connects = Family::<SourceLabel, Counter>::default();
+        let trigger_errors = Family::<SourceLabel, Counter>::default();
+        let triggers = Family::<SourceLabel, Counter>::default();
+        let trigger_relists = Family::<KindLabel, Counter>::default();
 
         let mut registry = Registry::with_prefix("plegd");
         registry.register(
@@ -117,6 +130,27 @@ impl Metrics {
             events_sent.clone(),
         );
 
+        registry.register(
+            "trigger_stream_connects",
+            "Runtime event streams connected (the kubelet's evented_pleg_connection_success_count)",
+            trigger_connects.clone(),
+        );
+        registry.register(
+            "trigger_stream_errors",
+            "Runtime event streams that failed or closed (the kubelet's evented_pleg_connection_error_count)",
+            trigger_errors.clone(),
+        );
+        registry.register(
+            "triggers",
+            "Runtime events received by trigger streams",
+            triggers.clone(),
+        );
+        registry.register(
+            "trigger_relists",
+            "Relists run on behalf of triggers, by kind (pod: one pod; all: full relist)",
+            trigger_relists.clone(),
+        );
+
         Self {
             relist_duration,
             relist_interval,
@@ -128,6 +162,10 @@ impl Metrics {
             runtime_errors,
             pod_status_refresh_errors,
             events_sent,
+            trigger_connects,
+            trigger_errors,
+            triggers,
+            trigger_relists,
             registry,
         }
     }
@@ -148,6 +186,38 @@ impl Metrics {
         self.runtime_errors
             .get_or_create(&OperationLabel {
                 operation: operation.to_owned(),
+            })
+            .inc();
+    }
+
+    pub fn count_trigger_connect(&self, source: &str) {
+        self.trigger_connects
+            .get_or_create(&SourceLabel {
+                source: source.to_owned(),
+            })
+            .inc();
+    }
+
+    pub fn count_trigger_error(&self, source: &str) {
+        self.trigger_errors
+            .get_or_create(&SourceLabel {
+                source: source.to_owned(),
+            })
+            .inc();
+    }
+
+    pub fn count_trigger(&self, source: &str) {
+        self.triggers
+            .get_or_create(&SourceLabel {
+                source: source.to_owned(),
+            })
+            .inc();
+    }
+
+    pub fn count_trigger_relist(&self, kind: &str) {
+        self.trigger_relists
+            .get_or_create(&KindLabel {
+                kind: kind.to_owned(),
             })
             .inc();
     }

@@ -432,6 +432,17 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
         Ok(())
     }
 
+    /// The pod whose records (old or current) hold this container or sandbox id.
+    pub async fn pod_of(&self, id: &str) -> Option<PodUid> {
+        let state = self.state.lock().await;
+        let has = |pod: &Option<Pod>| pod.as_ref().is_some_and(|p| p.find_any(id).is_some());
+        state
+            .records
+            .iter()
+            .find(|(_, r)| has(&r.current) || has(&r.old))
+            .map(|(uid, _)| uid.clone())
+    }
+
     /// Pods currently held in the records (for observation and tests).
     pub async fn record_count(&self) -> usize {
         self.state.lock().await.records.len()

@@ -15,6 +15,7 @@ use crate::clock::SystemClock;
 use crate::metrics::Metrics;
 use crate::pleg::{GenericPleg, PlegConfig, PodLifecycleEvent};
 use crate::runtime::{CriOptions, CriRuntime, RuntimeError};
+use crate::triggers::{self, TriggerMode, TriggerOptions};
 
 /// How events are printed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -31,6 +32,8 @@ pub struct WatchOptions {
     pub pleg: PlegConfig,
     pub cri: CriOptions,
     pub output: OutputFormat,
+    pub triggers: TriggerMode,
+    pub trigger_options: TriggerOptions,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -38,6 +41,9 @@ pub enum WatchError {
     /// The runtime could not be reached or is not CRI v1 at start. Not retried: say what to fix.
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
+    /// The trigger settings are invalid. Not retryable.
+    #[error("invalid trigger settings: {0}")]
+    Triggers(#[from] crate::backoff::InvalidBackoff),
     /// Writing an event failed for another reason than a closed reader.
     #[error("writing events failed: {0}")]
     Output(#[source] std::io::Error),
@@ -120,11 +126,20 @@ pub async fn watch(
     );
     let cache = Arc::new(PodCache::new());
     let (pleg, events) = GenericPleg::new(runtime, SystemClock, cache, metrics, options.pleg);
-    let relister = tokio::spawn(Arc::new(pleg).run());
+    let pleg = Arc::new(pleg);
+    let mut tasks = triggers::spawn(
+        options.triggers,
+        &version.runtime_name,
+        pleg.clone(),
+        options.trigger_options,
+    )?;
+    tasks.push(tokio::spawn(pleg.run()));
     let result = tokio::select! {
         result = print_events(events, options.output, out) => result,
         () = shutdown => Ok(()),
     };
-    relister.abort();
+    for task in tasks {
+        task.abort();
+    }
     result
 }

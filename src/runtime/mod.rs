@@ -21,6 +21,7 @@ use tokio::net::UnixStream;
 use tonic::transport::{Channel, Endpoint, Uri};
 use tracing::{debug, warn};
 
+use crate::backoff::{ExponentialBackoff, InvalidBackoff};
 use crate::container::{LABEL_POD_UID, Pod, PodStatus, SandboxState};
 use crate::metrics::Metrics;
 use convert::BadData;
@@ -42,6 +43,9 @@ pub enum RuntimeError {
         "{path} does not serve the CRI v1 RuntimeService ({detail}); plegd needs CRI v1 (containerd >= 1.6, CRI-O >= 1.20)"
     )]
     NotCriV1 { path: PathBuf, detail: String },
+    /// The client's settings are invalid. Not retryable.
+    #[error("invalid CRI client settings: {0}")]
+    InvalidOptions(#[from] InvalidBackoff),
     /// A CRI call failed or timed out. Retryable.
     #[error("CRI {operation} failed: {status}")]
     Call {
@@ -97,18 +101,20 @@ impl Default for CriOptions {
     }
 }
 
-/// Exponential backoff between dials, shared by every reconnection of one channel.
+/// Backoff between dials, shared by every reconnection of one channel: after a failed dial, the
+/// next one is refused (fast, without touching the socket) until the wait is over.
 #[derive(Debug)]
 struct DialBackoff {
-    initial: Duration,
-    max: Duration,
-    state: Mutex<(Duration, Option<Instant>)>,
+    state: Mutex<(ExponentialBackoff, Option<Instant>)>,
 }
 
 impl DialBackoff {
+    fn lock(&self) -> std::sync::MutexGuard<'_, (ExponentialBackoff, Option<Instant>)> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn check(&self) -> io::Result<()> {
-        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        match state.1 {
+        match self.lock().1 {
             Some(not_before) if Instant::now() < not_before => Err(io::Error::new(
                 io::ErrorKind::WouldBlock,
                 format!(
@@ -121,14 +127,15 @@ impl DialBackoff {
     }
 
     fn failed(&self) {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let wait = state.0;
+        let mut state = self.lock();
+        let wait = state.0.next_wait();
         state.1 = Some(Instant::now() + wait);
-        state.0 = (wait * 2).min(self.max);
     }
 
     fn succeeded(&self) {
-        *self.state.lock().unwrap_or_else(|e| e.into_inner()) = (self.initial, None);
+        let mut state = self.lock();
+        state.0.reset();
+        state.1 = None;
     }
 }
 
@@ -145,36 +152,41 @@ fn check_socket(path: &Path) -> Result<(), RuntimeError> {
 }
 
 /// A lazily connected channel to a unix socket that redials, with backoff, whenever the
-/// connection is lost (the runtime restarted, the socket was recreated).
-pub fn unix_channel(path: &Path, options: &CriOptions) -> Channel {
+/// connection is lost (the runtime restarted, the socket was recreated). With `call_timeout`, every
+/// call on it has that deadline; long-lived streams need a channel without one.
+pub fn unix_channel(
+    path: &Path,
+    connect_timeout: Duration,
+    backoff: ExponentialBackoff,
+    call_timeout: Option<Duration>,
+) -> Channel {
     let path = path.to_owned();
     let backoff = Arc::new(DialBackoff {
-        initial: options.initial_backoff,
-        max: options.max_backoff,
-        state: Mutex::new((options.initial_backoff, None)),
+        state: Mutex::new((backoff, None)),
     });
     // The URI is required by tonic but never used: the connector dials the socket.
-    Endpoint::from_static("http://cri.invalid")
-        .timeout(options.call_timeout)
-        .connect_timeout(options.connect_timeout)
-        .connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
-            let path = path.clone();
-            let backoff = backoff.clone();
-            async move {
-                backoff.check()?;
-                match UnixStream::connect(&path).await {
-                    Ok(stream) => {
-                        backoff.succeeded();
-                        Ok::<_, io::Error>(TokioIo::new(stream))
-                    }
-                    Err(e) => {
-                        backoff.failed();
-                        debug!(socket = %path.display(), error = %e, "CRI dial failed");
-                        Err(e)
-                    }
+    let mut endpoint = Endpoint::from_static("http://cri.invalid").connect_timeout(connect_timeout);
+    if let Some(timeout) = call_timeout {
+        endpoint = endpoint.timeout(timeout);
+    }
+    endpoint.connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
+        let path = path.clone();
+        let backoff = backoff.clone();
+        async move {
+            backoff.check()?;
+            match UnixStream::connect(&path).await {
+                Ok(stream) => {
+                    backoff.succeeded();
+                    Ok::<_, io::Error>(TokioIo::new(stream))
+                }
+                Err(e) => {
+                    backoff.failed();
+                    debug!(socket = %path.display(), error = %e, "dial failed");
+                    Err(e)
                 }
             }
-        }))
+        }
+    }))
 }
 
 /// What the runtime said of itself at start.
@@ -190,6 +202,8 @@ pub struct RuntimeVersion {
 pub struct CriRuntime {
     client: RuntimeServiceClient<Channel>,
     socket: PathBuf,
+    connect_timeout: Duration,
+    backoff: ExponentialBackoff,
     metrics: Arc<Metrics>,
     bad_data_seen: Arc<Mutex<HashSet<(&'static str, String)>>>,
 }
@@ -199,16 +213,43 @@ const BAD_DATA_MEMORY: usize = 4096;
 
 impl CriRuntime {
     /// A client for the socket at `path`; no connection is made until the first call.
-    pub fn new(path: &Path, options: &CriOptions, metrics: Arc<Metrics>) -> Self {
-        let client = RuntimeServiceClient::new(unix_channel(path, options))
+    pub fn new(
+        path: &Path,
+        options: &CriOptions,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self, RuntimeError> {
+        let backoff = ExponentialBackoff::try_new(options.initial_backoff, options.max_backoff)?;
+        let channel = unix_channel(
+            path,
+            options.connect_timeout,
+            backoff.clone(),
+            Some(options.call_timeout),
+        );
+        let client = RuntimeServiceClient::new(channel)
             .max_decoding_message_size(MAX_MESSAGE_SIZE)
             .max_encoding_message_size(MAX_MESSAGE_SIZE);
-        Self {
+        Ok(Self {
             client,
             socket: path.to_owned(),
+            connect_timeout: options.connect_timeout,
+            backoff,
             metrics,
             bad_data_seen: Default::default(),
-        }
+        })
+    }
+
+    /// A channel to the same socket without a per-call deadline, for long-lived event streams.
+    pub fn stream_channel(&self) -> Channel {
+        unix_channel(
+            &self.socket,
+            self.connect_timeout,
+            self.backoff.clone(),
+            None,
+        )
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 
     /// Connect and check that the socket serves CRI v1: the start-up check of `plegd watch` and
@@ -219,7 +260,7 @@ impl CriRuntime {
         metrics: Arc<Metrics>,
     ) -> Result<(Self, RuntimeVersion), RuntimeError> {
         check_socket(path)?;
-        let runtime = Self::new(path, options, metrics);
+        let runtime = Self::new(path, options, metrics)?;
         let version = runtime.version().await?;
         Ok((runtime, version))
     }

@@ -110,7 +110,8 @@ pub fn unique_uid(prefix: &str) -> String {
 impl Containerd {
     /// A handle on the containerd serving CRI at `socket`.
     pub fn at(socket: PathBuf) -> Self {
-        let runtime = CriRuntime::new(&socket, &CriOptions::default(), Arc::new(Metrics::new()));
+        let runtime = CriRuntime::new(&socket, &CriOptions::default(), Arc::new(Metrics::new()))
+            .expect("default CRI options are valid");
         Self {
             socket,
             client: runtime.client(),

@@ -1,0 +1,572 @@
+//! Runtime triggers: streams that say "something changed for this container or pod", turned into
+//! targeted relists. A trigger never carries state into plegd — no state, exit code or timestamp is
+//! taken from an event's payload; it only names what to relist (the lesson of the kubelet's
+//! Evented PLEG). The periodic relist keeps running as the safety net.
+//!
+//! Sources:
+//! - **containerd**: containerd's own events service (`/tasks/start|exit|delete|oom`,
+//!   `/containers/delete` in namespace `k8s.io`). It broadcasts to every subscriber, so it is safe
+//!   beside a kubelet.
+//! - **cri**: CRI `GetContainerEvents` (containerd ≥ 1.7, CRI-O). On containerd each event goes to ONE
+//!   subscriber, so plegd steals events from a kubelet that uses Evented PLEG on the same runtime.
+//!
+//! A stream that fails reconnects with exponential backoff, capped, forever: no permanent fallback.
+//! Triggers are coalesced: everything that arrives while a relist runs is served by the next one,
+//! and a pod named many times is relisted once. Targeted and periodic relists share the relister's
+//! lock, so a pod is never relisted concurrently and its events never reorder.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use containerd_client::services::v1::SubscribeRequest;
+use containerd_client::services::v1::events_client::EventsClient;
+use k8s_cri::v1 as cri;
+use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
+use prost::Message;
+use tokio::sync::mpsc;
+use tonic::transport::Channel;
+use tracing::{debug, info, warn};
+
+use crate::backoff::{ExponentialBackoff, InvalidBackoff};
+use crate::clock::Clock;
+use crate::container::PodUid;
+use crate::metrics::Metrics;
+use crate::pleg::GenericPleg;
+use crate::runtime::{CriRuntime, MAX_MESSAGE_SIZE, Runtime};
+
+/// What a trigger asks for.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Trigger {
+    /// Relist the pod that owns this container or sandbox id (a full relist if no pod record has it).
+    Container(String),
+    /// Relist this pod.
+    Pod(PodUid),
+    /// Relist everything.
+    All,
+}
+
+/// Which trigger source to use (`--triggers`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TriggerMode {
+    /// containerd's events when the runtime is containerd, else CRI GetContainerEvents if the
+    /// runtime implements it, else none.
+    Auto,
+    /// containerd's events service (broadcast; safe beside a kubelet).
+    Containerd,
+    /// CRI GetContainerEvents (takes events from a kubelet using Evented PLEG on containerd).
+    Cri,
+    /// Periodic relist only.
+    None,
+}
+
+/// The source a mode resolves to for a given runtime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    Containerd,
+    Cri,
+}
+
+impl Source {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Containerd => "containerd",
+            Source::Cri => "cri",
+        }
+    }
+}
+
+impl TriggerMode {
+    /// The source to start for a runtime that calls itself `runtime_name`. `Auto` on a runtime other
+    /// than containerd tries CRI events, and stops quietly if the runtime does not implement them.
+    pub fn source(self, runtime_name: &str) -> Option<Source> {
+        match self {
+            TriggerMode::Auto if runtime_name == "containerd" => Some(Source::Containerd),
+            TriggerMode::Auto | TriggerMode::Cri => Some(Source::Cri),
+            TriggerMode::Containerd => Some(Source::Containerd),
+            TriggerMode::None => None,
+        }
+    }
+}
+
+/// Settings of trigger streams.
+#[derive(Debug, Clone)]
+pub struct TriggerOptions {
+    pub initial_backoff: Duration,
+    /// Cap of the reconnection backoff.
+    pub max_backoff: Duration,
+    /// Triggers queued for the dispatcher; past this, the next relist is a full one.
+    pub queue: usize,
+    /// containerd namespace the kubelet's pods live in.
+    pub namespace: String,
+}
+
+impl Default for TriggerOptions {
+    fn default() -> Self {
+        Self {
+            initial_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(30),
+            queue: 4096,
+            namespace: "k8s.io".into(),
+        }
+    }
+}
+
+/// The sending side of the trigger queue. Never blocks: when the queue is full it raises a flag
+/// that turns the next dispatch into a full relist, so no trigger is lost.
+#[derive(Clone)]
+pub struct TriggerSender {
+    tx: mpsc::Sender<Trigger>,
+    overflow: Arc<AtomicBool>,
+}
+
+impl TriggerSender {
+    pub fn send(&self, trigger: Trigger) {
+        if self.tx.try_send(trigger).is_err() {
+            self.overflow.store(true, Ordering::Release);
+        }
+    }
+}
+
+/// The receiving side, consumed by [`dispatch`].
+pub struct TriggerReceiver {
+    rx: mpsc::Receiver<Trigger>,
+    overflow: Arc<AtomicBool>,
+}
+
+pub fn trigger_queue(capacity: usize) -> (TriggerSender, TriggerReceiver) {
+    let (tx, rx) = mpsc::channel(capacity.max(1));
+    let overflow = Arc::new(AtomicBool::new(false));
+    (
+        TriggerSender {
+            tx,
+            overflow: overflow.clone(),
+        },
+        TriggerReceiver { rx, overflow },
+    )
+}
+
+/// Triggers gathered for one dispatch, deduplicated, in arrival order (pure).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Pending {
+    pub all: bool,
+    pub pods: Vec<PodUid>,
+    pub containers: Vec<String>,
+    seen: HashSet<Trigger>,
+}
+
+impl Pending {
+    pub fn add(&mut self, trigger: Trigger) {
+        if self.all || !self.seen.insert(trigger.clone()) {
+            return;
+        }
+        match trigger {
+            Trigger::All => {
+                self.all = true;
+                self.pods.clear();
+                self.containers.clear();
+            }
+            Trigger::Pod(uid) => self.pods.push(uid),
+            Trigger::Container(id) => self.containers.push(id),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        !self.all && self.pods.is_empty() && self.containers.is_empty()
+    }
+}
+
+/// Serve triggers until every sender is gone: wait for one, take everything else already queued,
+/// map container ids to pods, then relist each named pod once (or everything once).
+pub async fn dispatch<R: Runtime, C: Clock>(
+    pleg: Arc<GenericPleg<R, C>>,
+    mut queue: TriggerReceiver,
+    metrics: Arc<Metrics>,
+) {
+    while let Some(first) = queue.rx.recv().await {
+        let mut pending = Pending::default();
+        pending.add(first);
+        while let Ok(more) = queue.rx.try_recv() {
+            pending.add(more);
+        }
+        if queue.overflow.swap(false, Ordering::AcqRel) {
+            pending.add(Trigger::All);
+        }
+        let containers = std::mem::take(&mut pending.containers);
+        for id in containers {
+            match pleg.pod_of(&id).await {
+                Some(uid) => pending.add(Trigger::Pod(uid)),
+                // A container no record has: a pod plegd has not seen yet.
+                None => pending.add(Trigger::All),
+            }
+        }
+        if pending.all {
+            metrics.count_trigger_relist("all");
+            if let Err(error) = pleg.relist().await {
+                debug!(error = %error, "triggered relist failed; the periodic relist will retry");
+            }
+            continue;
+        }
+        for uid in &pending.pods {
+            metrics.count_trigger_relist("pod");
+            if let Err(error) = pleg.relist_pod(uid).await {
+                debug!(pod = %uid, error = %error, "triggered pod relist failed; the periodic relist will retry");
+            }
+        }
+    }
+}
+
+/// What a containerd event names, if it can change a container's state.
+pub fn containerd_trigger(topic: &str, payload: &[u8]) -> Option<Trigger> {
+    use containerd_client::events::{ContainerDelete, TaskDelete, TaskExit, TaskOom, TaskStart};
+    let id = match topic {
+        "/tasks/start" => TaskStart::decode(payload).ok()?.container_id,
+        // The exit of an exec'd process (id != container id) changes nothing.
+        "/tasks/exit" => {
+            TaskExit::decode(payload)
+                .ok()
+                .filter(|e| e.id == e.container_id || e.id.is_empty())?
+                .container_id
+        }
+        "/tasks/delete" => {
+            TaskDelete::decode(payload)
+                .ok()
+                .filter(|e| e.id == e.container_id || e.id.is_empty())?
+                .container_id
+        }
+        "/tasks/oom" => TaskOom::decode(payload).ok()?.container_id,
+        "/containers/delete" => ContainerDelete::decode(payload).ok()?.id,
+        _ => return None,
+    };
+    (!id.is_empty()).then_some(Trigger::Container(id))
+}
+
+/// The containerd event filters for `namespace` (each one an AND; the list an OR).
+pub fn containerd_filters(namespace: &str) -> Vec<String> {
+    [
+        "/tasks/start",
+        "/tasks/exit",
+        "/tasks/delete",
+        "/tasks/oom",
+        "/containers/delete",
+    ]
+    .iter()
+    .map(|topic| format!("namespace=={namespace},topic==\"{topic}\""))
+    .collect()
+}
+
+/// What a CRI container event names: its pod when the event carries the sandbox's uid, else the
+/// container. Nothing else of the event is read.
+pub fn cri_trigger(event: &cri::ContainerEventResponse) -> Option<Trigger> {
+    let uid = event
+        .pod_sandbox_status
+        .as_ref()
+        .and_then(|s| s.metadata.as_ref())
+        .map(|m| m.uid.as_str())
+        .unwrap_or("");
+    if !uid.is_empty() {
+        return Some(Trigger::Pod(uid.to_owned()));
+    }
+    (!event.container_id.is_empty()).then(|| Trigger::Container(event.container_id.clone()))
+}
+
+/// How one subscription ended.
+enum StreamEnd {
+    /// The runtime does not implement this stream.
+    Unimplemented,
+    Failed(tonic::Status),
+    Closed,
+}
+
+async fn containerd_subscription(
+    channel: Channel,
+    options: &TriggerOptions,
+    sender: &TriggerSender,
+    metrics: &Metrics,
+    connected: &mut bool,
+) -> StreamEnd {
+    let mut client = EventsClient::new(channel).max_decoding_message_size(MAX_MESSAGE_SIZE);
+    let request = SubscribeRequest {
+        filters: containerd_filters(&options.namespace),
+    };
+    let mut stream = match client.subscribe(request).await {
+        Ok(response) => response.into_inner(),
+        Err(status) if status.code() == tonic::Code::Unimplemented => {
+            return StreamEnd::Unimplemented;
+        }
+        Err(status) => return StreamEnd::Failed(status),
+    };
+    metrics.count_trigger_connect(Source::Containerd.as_str());
+    *connected = true;
+    info!(source = "containerd", "trigger stream connected");
+    loop {
+        match stream.message().await {
+            Ok(Some(envelope)) => {
+                metrics.count_trigger(Source::Containerd.as_str());
+                let payload = envelope
+                    .event
+                    .as_ref()
+                    .map(|any| any.value.as_slice())
+                    .unwrap_or_default();
+                if let Some(trigger) = containerd_trigger(&envelope.topic, payload) {
+                    debug!(source = "containerd", topic = %envelope.topic, ?trigger, "trigger");
+                    sender.send(trigger);
+                }
+            }
+            Ok(None) => return StreamEnd::Closed,
+            Err(status) => return StreamEnd::Failed(status),
+        }
+    }
+}
+
+async fn cri_subscription(
+    channel: Channel,
+    sender: &TriggerSender,
+    metrics: &Metrics,
+    connected: &mut bool,
+) -> StreamEnd {
+    let mut client = RuntimeServiceClient::new(channel).max_decoding_message_size(MAX_MESSAGE_SIZE);
+    // The call itself only returns when the first event arrives.
+    let mut stream = match client.get_container_events(cri::GetEventsRequest {}).await {
+        Ok(response) => response.into_inner(),
+        Err(status) if status.code() == tonic::Code::Unimplemented => {
+            return StreamEnd::Unimplemented;
+        }
+        Err(status) => return StreamEnd::Failed(status),
+    };
+    metrics.count_trigger_connect(Source::Cri.as_str());
+    *connected = true;
+    info!(source = "cri", "trigger stream connected");
+    loop {
+        match stream.message().await {
+            Ok(Some(event)) => {
+                metrics.count_trigger(Source::Cri.as_str());
+                if let Some(trigger) = cri_trigger(&event) {
+                    debug!(source = "cri", ?trigger, "trigger");
+                    sender.send(trigger);
+                }
+            }
+            Ok(None) => return StreamEnd::Closed,
+            Err(status) => return StreamEnd::Failed(status),
+        }
+    }
+}
+
+/// Run one trigger source forever: subscribe, forward triggers, and after any failure wait (with
+/// capped exponential backoff) and subscribe again. After a reconnection it asks for a full relist,
+/// since events may have been missed meanwhile. It returns only when the runtime does not implement
+/// the stream and `mode` is `Auto`.
+pub async fn run_source(
+    source: Source,
+    mode: TriggerMode,
+    runtime: &CriRuntime,
+    options: TriggerOptions,
+    sender: TriggerSender,
+) -> Result<(), InvalidBackoff> {
+    let mut backoff = ExponentialBackoff::try_new(options.initial_backoff, options.max_backoff)?;
+    let metrics = runtime.metrics().clone();
+    if source == Source::Cri {
+        warn!(
+            "using CRI GetContainerEvents: on containerd each event goes to only one subscriber, so a kubelet using Evented PLEG on this runtime will miss the events plegd receives (prefer --triggers containerd there)"
+        );
+    }
+    let mut ever_connected = false;
+    loop {
+        let mut connected = false;
+        let channel = runtime.stream_channel();
+        let end = match source {
+            Source::Containerd => {
+                containerd_subscription(channel, &options, &sender, &metrics, &mut connected).await
+            }
+            Source::Cri => cri_subscription(channel, &sender, &metrics, &mut connected).await,
+        };
+        if connected {
+            backoff.reset();
+            ever_connected = true;
+        }
+        let wait = backoff.next_wait();
+        match end {
+            StreamEnd::Unimplemented if mode == TriggerMode::Auto => {
+                info!(
+                    source = source.as_str(),
+                    "the runtime does not implement this event stream; relying on the periodic relist"
+                );
+                return Ok(());
+            }
+            StreamEnd::Unimplemented => {
+                metrics.count_trigger_error(source.as_str());
+                warn!(source = source.as_str(), retry_in = ?wait, "the runtime does not implement this event stream; retrying");
+            }
+            StreamEnd::Failed(status) => {
+                metrics.count_trigger_error(source.as_str());
+                warn!(source = source.as_str(), code = ?status.code(), error = %status.message(), retry_in = ?wait, "trigger stream failed; reconnecting");
+            }
+            StreamEnd::Closed => {
+                metrics.count_trigger_error(source.as_str());
+                warn!(source = source.as_str(), retry_in = ?wait, "trigger stream closed by the runtime; reconnecting");
+            }
+        }
+        if ever_connected {
+            // Whatever happened while disconnected is found by one full relist.
+            sender.send(Trigger::All);
+        }
+        tokio::time::sleep(wait).await;
+    }
+}
+
+/// Start the trigger machinery for `mode` on `runtime`: the source task and the dispatcher.
+/// Returns their handles (empty for `TriggerMode::None`).
+pub fn spawn<C: Clock>(
+    mode: TriggerMode,
+    runtime_name: &str,
+    pleg: Arc<GenericPleg<CriRuntime, C>>,
+    options: TriggerOptions,
+) -> Result<Vec<tokio::task::JoinHandle<()>>, InvalidBackoff> {
+    let Some(source) = mode.source(runtime_name) else {
+        return Ok(Vec::new());
+    };
+    // Validate before spawning so that bad settings fail at start.
+    ExponentialBackoff::try_new(options.initial_backoff, options.max_backoff)?;
+    let metrics = pleg.runtime().metrics().clone();
+    let (sender, receiver) = trigger_queue(options.queue);
+    let runtime = pleg.runtime().clone();
+    info!(source = source.as_str(), "runtime triggers on");
+    let source_task = tokio::spawn(async move {
+        if let Err(error) = run_source(source, mode, &runtime, options, sender).await {
+            warn!(error = %error, "trigger source stopped");
+        }
+    });
+    let dispatcher = tokio::spawn(dispatch(pleg, receiver, metrics));
+    Ok(vec![source_task, dispatcher])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pending_coalesces_and_keeps_order() {
+        let mut p = Pending::default();
+        for t in [
+            Trigger::Pod("b".into()),
+            Trigger::Container("c1".into()),
+            Trigger::Pod("a".into()),
+            Trigger::Pod("b".into()),
+            Trigger::Container("c1".into()),
+        ] {
+            p.add(t);
+        }
+        assert_eq!(p.pods, ["b", "a"]);
+        assert_eq!(p.containers, ["c1"]);
+        p.add(Trigger::All);
+        assert!(p.all && p.pods.is_empty() && p.containers.is_empty());
+        p.add(Trigger::Pod("z".into()));
+        assert!(p.pods.is_empty(), "everything is already covered");
+        assert!(!p.is_empty());
+        assert!(Pending::default().is_empty());
+    }
+
+    #[test]
+    fn modes_resolve_to_sources() {
+        assert_eq!(
+            TriggerMode::Auto.source("containerd"),
+            Some(Source::Containerd)
+        );
+        assert_eq!(TriggerMode::Auto.source("cri-o"), Some(Source::Cri));
+        assert_eq!(TriggerMode::Cri.source("containerd"), Some(Source::Cri));
+        assert_eq!(
+            TriggerMode::Containerd.source("cri-o"),
+            Some(Source::Containerd)
+        );
+        assert_eq!(TriggerMode::None.source("containerd"), None);
+    }
+
+    #[test]
+    fn containerd_events_name_containers_only() {
+        use containerd_client::events::{ContainerDelete, TaskExit, TaskStart};
+        let start = TaskStart {
+            container_id: "c1".into(),
+            pid: 7,
+        }
+        .encode_to_vec();
+        assert_eq!(
+            containerd_trigger("/tasks/start", &start),
+            Some(Trigger::Container("c1".into()))
+        );
+        let exit = TaskExit {
+            container_id: "c1".into(),
+            id: "c1".into(),
+            exit_status: 3,
+            ..Default::default()
+        }
+        .encode_to_vec();
+        assert_eq!(
+            containerd_trigger("/tasks/exit", &exit),
+            Some(Trigger::Container("c1".into()))
+        );
+        let exec_exit = TaskExit {
+            container_id: "c1".into(),
+            id: "exec-42".into(),
+            ..Default::default()
+        }
+        .encode_to_vec();
+        assert_eq!(
+            containerd_trigger("/tasks/exit", &exec_exit),
+            None,
+            "an exec'd process ending changes nothing"
+        );
+        let delete = ContainerDelete { id: "c2".into() }.encode_to_vec();
+        assert_eq!(
+            containerd_trigger("/containers/delete", &delete),
+            Some(Trigger::Container("c2".into()))
+        );
+        assert_eq!(containerd_trigger("/images/create", &delete), None);
+        assert_eq!(
+            containerd_trigger("/tasks/start", b"\xff\xff garbage"),
+            None,
+            "undecodable payloads are ignored"
+        );
+        assert_eq!(
+            containerd_trigger("/tasks/start", &TaskStart::default().encode_to_vec()),
+            None
+        );
+    }
+
+    #[test]
+    fn filters_are_per_topic_in_the_namespace() {
+        let f = containerd_filters("k8s.io");
+        assert_eq!(f.len(), 5);
+        assert_eq!(f[1], "namespace==k8s.io,topic==\"/tasks/exit\"");
+    }
+
+    #[test]
+    fn cri_events_name_the_pod_when_they_can() {
+        let mut event = cri::ContainerEventResponse {
+            container_id: "c1".into(),
+            ..Default::default()
+        };
+        assert_eq!(cri_trigger(&event), Some(Trigger::Container("c1".into())));
+        event.pod_sandbox_status = Some(cri::PodSandboxStatus {
+            metadata: Some(cri::PodSandboxMetadata {
+                uid: "u1".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        assert_eq!(cri_trigger(&event), Some(Trigger::Pod("u1".into())));
+        assert_eq!(cri_trigger(&cri::ContainerEventResponse::default()), None);
+    }
+
+    #[tokio::test]
+    async fn full_queue_turns_into_a_full_relist_flag() {
+        let (tx, mut rx) = trigger_queue(1);
+        tx.send(Trigger::Pod("a".into()));
+        tx.send(Trigger::Pod("b".into()));
+        assert_eq!(rx.rx.recv().await, Some(Trigger::Pod("a".into())));
+        assert!(
+            rx.overflow.load(Ordering::Acquire),
+            "the dropped trigger is remembered as 'relist all'"
+        );
+    }
+}
