@@ -355,7 +355,10 @@ impl RelistState {
 /// What one pass over one pod did.
 enum PodOutcome {
     Unchanged,
-    Refreshed,
+    /// The status was read; `changed` says whether any container or sandbox changed state.
+    Refreshed {
+        changed: bool,
+    },
     RefreshFailed,
 }
 
@@ -524,16 +527,26 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
 
     /// Relist one pod by uid: what a runtime trigger asks for. It does not move the global relist
     /// time or the cache's global timestamp: only a complete relist can say every pod is fresh.
-    pub async fn relist_pod(&self, uid: &str) -> Result<(), RuntimeError> {
+    ///
+    /// Returns whether any of the pod's containers or sandboxes changed state (an event was
+    /// computed, sent or not); a pod whose status read failed counts as changed, since it will be
+    /// re-inspected by the next relist anyway.
+    pub async fn relist_pod(&self, uid: &str) -> Result<bool, RuntimeError> {
         let mut state = self.state.lock().await;
         let start = self.clock.now();
         let pod = self.runtime.list_pod(uid).await?;
         state.records.entry(uid.to_owned()).or_default().current = pod;
-        match self.sync_record(&mut state, uid, start).await {
-            PodOutcome::RefreshFailed => state.reinspect.insert(uid.to_owned()),
-            PodOutcome::Refreshed | PodOutcome::Unchanged => state.reinspect.remove(uid),
-        };
-        Ok(())
+        Ok(match self.sync_record(&mut state, uid, start).await {
+            PodOutcome::RefreshFailed => {
+                state.reinspect.insert(uid.to_owned());
+                true
+            }
+            PodOutcome::Refreshed { changed } => {
+                state.reinspect.remove(uid);
+                changed
+            }
+            PodOutcome::Unchanged => false,
+        })
     }
 
     /// Compare, refresh, advance and send for one pod (the body of the relist loop).
@@ -547,6 +560,7 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
         let old = record.and_then(|r| r.old.as_ref());
         let current = record.and_then(|r| r.current.as_ref());
         let mut events = compute_events(old, current, start);
+        let changed = !events.is_empty();
         let reinspect = state.reinspect.contains(uid);
         let has_undelivered = state.undelivered.contains_key(uid);
         if events.is_empty() && !reinspect && !has_undelivered {
@@ -595,7 +609,7 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
             };
             state.undelivered.insert(uid.to_owned(), left);
         }
-        PodOutcome::Refreshed
+        PodOutcome::Refreshed { changed }
     }
 
     /// Send without blocking, in order. Returns the events that did not fit, if any.

@@ -10,6 +10,10 @@
 //! - **cri**: CRI `GetContainerEvents` (containerd ≥ 1.7, CRI-O). On containerd each event goes to ONE
 //!   subscriber, so plegd steals events from a kubelet that uses Evented PLEG on the same runtime.
 //!
+//! A runtime's event can be ahead of its CRI state (containerd 1.6 publishes `/tasks/exit` before
+//! its CRI plugin marks the container exited), so a triggered relist that finds no change is
+//! repeated after 2, 4, 8 … 512 ms, stopping at the first change ([`RECHECK_DELAYS_MS`]).
+//!
 //! A stream that fails reconnects with exponential backoff, capped, forever: no permanent fallback.
 //! Triggers are coalesced: everything that arrives while a relist runs is served by the next one,
 //! and a pod named many times is relisted once. Targeted and periodic relists share the relister's
@@ -177,16 +181,72 @@ impl Pending {
     }
 }
 
-/// Serve triggers until every sender is gone: wait for one, take everything else already queued,
-/// map container ids to pods, then relist each named pod once (or everything once).
+/// Waits before re-checking a pod whose triggered relist found no change: a runtime's event can
+/// be ahead of its CRI state (containerd 1.6 publishes `/tasks/exit` before its CRI plugin marks
+/// the container exited). About one second in all; the first change ends the schedule.
+pub const RECHECK_DELAYS_MS: [u64; 9] = [2, 4, 8, 16, 32, 64, 128, 256, 512];
+
+/// Pods to relist again later, with how many re-checks each has had (pure bookkeeping).
+#[derive(Debug, Default)]
+pub struct Rechecks {
+    due: Vec<(tokio::time::Instant, PodUid, usize)>,
+}
+
+impl Rechecks {
+    /// After a triggered relist of `uid`: forget it if it changed, else schedule its next re-check
+    /// (`attempt` re-checks done so far) unless the schedule is used up.
+    pub fn after_relist(
+        &mut self,
+        uid: &str,
+        changed: bool,
+        attempt: usize,
+        now: tokio::time::Instant,
+    ) {
+        self.due.retain(|(_, u, _)| u != uid);
+        if !changed && let Some(ms) = RECHECK_DELAYS_MS.get(attempt) {
+            self.due.push((
+                now + Duration::from_millis(*ms),
+                uid.to_owned(),
+                attempt + 1,
+            ));
+        }
+    }
+
+    pub fn next_due(&self) -> Option<tokio::time::Instant> {
+        self.due.iter().map(|(t, _, _)| *t).min()
+    }
+
+    /// Take the pods whose re-check is due, with their attempt counts.
+    pub fn take_due(&mut self, now: tokio::time::Instant) -> Vec<(PodUid, usize)> {
+        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.due)
+            .into_iter()
+            .partition(|(t, _, _)| *t <= now);
+        self.due = later;
+        due.into_iter()
+            .map(|(_, uid, attempt)| (uid, attempt))
+            .collect()
+    }
+}
+
+/// Serve triggers until every sender is gone: wait for one (or for a re-check to be due), take
+/// everything else already queued, map container ids to pods, then relist each named pod once (or
+/// everything once).
 pub async fn dispatch<R: Runtime, C: Clock>(
     pleg: Arc<GenericPleg<R, C>>,
     mut queue: TriggerReceiver,
     metrics: Arc<Metrics>,
 ) {
-    while let Some(first) = queue.rx.recv().await {
+    let mut rechecks = Rechecks::default();
+    loop {
         let mut pending = Pending::default();
-        pending.add(first);
+        let next_due = rechecks.next_due();
+        tokio::select! {
+            trigger = queue.rx.recv() => match trigger {
+                Some(trigger) => pending.add(trigger),
+                None => return,
+            },
+            () = tokio::time::sleep_until(next_due.unwrap_or_else(tokio::time::Instant::now)), if next_due.is_some() => {}
+        }
         while let Ok(more) = queue.rx.try_recv() {
             pending.add(more);
         }
@@ -201,17 +261,29 @@ pub async fn dispatch<R: Runtime, C: Clock>(
                 None => pending.add(Trigger::All),
             }
         }
+        // A fresh trigger restarts a pod's schedule; a due re-check continues it.
+        let mut attempts: Vec<(PodUid, usize)> =
+            pending.pods.iter().map(|uid| (uid.clone(), 0)).collect();
+        for (uid, attempt) in rechecks.take_due(tokio::time::Instant::now()) {
+            if !attempts.iter().any(|(u, _)| *u == uid) {
+                attempts.push((uid, attempt));
+            }
+        }
         if pending.all {
             metrics.count_trigger_relist("all");
             if let Err(error) = pleg.relist().await {
                 debug!(error = %error, "triggered relist failed; the periodic relist will retry");
             }
-            continue;
         }
-        for uid in &pending.pods {
-            metrics.count_trigger_relist("pod");
-            if let Err(error) = pleg.relist_pod(uid).await {
-                debug!(pod = %uid, error = %error, "triggered pod relist failed; the periodic relist will retry");
+        for (uid, attempt) in attempts {
+            metrics.count_trigger_relist(if attempt == 0 { "pod" } else { "recheck" });
+            match pleg.relist_pod(&uid).await {
+                Ok(changed) => {
+                    rechecks.after_relist(&uid, changed, attempt, tokio::time::Instant::now())
+                }
+                Err(error) => {
+                    debug!(pod = %uid, error = %error, "triggered pod relist failed; the periodic relist will retry")
+                }
             }
         }
     }
@@ -444,6 +516,28 @@ pub fn spawn<C: Clock>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rechecks_follow_the_schedule_and_stop_at_a_change() {
+        let t0 = tokio::time::Instant::now();
+        let mut r = Rechecks::default();
+        r.after_relist("u1", false, 0, t0);
+        assert_eq!(r.next_due(), Some(t0 + Duration::from_millis(2)));
+        assert!(r.take_due(t0).is_empty());
+        assert_eq!(
+            r.take_due(t0 + Duration::from_millis(2)),
+            [("u1".to_owned(), 1)]
+        );
+        // Unchanged again: the next wait doubles.
+        r.after_relist("u1", false, 1, t0);
+        assert_eq!(r.next_due(), Some(t0 + Duration::from_millis(4)));
+        // A change ends it.
+        r.after_relist("u1", true, 2, t0);
+        assert_eq!(r.next_due(), None);
+        // The schedule ends after its last step.
+        r.after_relist("u2", false, RECHECK_DELAYS_MS.len(), t0);
+        assert_eq!(r.next_due(), None);
+    }
 
     #[test]
     fn pending_coalesces_and_keeps_order() {

@@ -5,6 +5,12 @@
 #   tests/containerd/containerd.sh start     # install, build the offline image, start, import it
 #   tests/containerd/containerd.sh stop      # remove every pod, stop containerd, clean up
 #   tests/containerd/containerd.sh socket    # print the CRI socket path
+#   tests/containerd/containerd.sh kill      # kill -9 containerd only (its shims and pods live on)
+#
+# PLEGD_CONTAINERD_VERSION=1.7 uses containerd 1.7 (for CRI GetContainerEvents) from Debian 13's
+# package, fetched with apt-get download through a private package list and unpacked under
+# /var/lib/plegd-test/trixie; the machine's own packages are not touched. Several instances can
+# run at once with different PLEGD_CONTAINERD_DIR, PLEGD_CNI_BRIDGE and PLEGD_CNI_SUBNET.
 #
 # Everything lives under $PLEGD_CONTAINERD_DIR (default /var/lib/plegd-test/containerd): its own
 # root, state, sockets and CNI config, so it never touches a containerd the machine already runs.
@@ -19,6 +25,8 @@ IMAGE=${PLEGD_TEST_IMAGE:-plegd.test/busybox:1}
 BRIDGE=${PLEGD_CNI_BRIDGE:-plegd0}
 SUBNET=${PLEGD_CNI_SUBNET:-10.234.0.0/24}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+VERSION=${PLEGD_CONTAINERD_VERSION:-1.6}
+TRIXIE=${PLEGD_TRIXIE_DIR:-/var/lib/plegd-test/trixie}
 PACKAGES=(containerd runc busybox-static containernetworking-plugins protobuf-compiler iproute2 gcc libc6-dev)
 
 log() { echo "containerd.sh: $*" >&2; }
@@ -42,6 +50,35 @@ install() {
     apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   fi
 }
+
+# containerd 1.7 from Debian 13 (trixie), unpacked privately; its usr/bin goes first on PATH so
+# that its own shim is used. Its .deb needs only libc6 >= 2.34, which Debian 12 has.
+use_containerd17() {
+  if [ ! -x "$TRIXIE/root/usr/bin/containerd" ]; then
+    local uri
+    uri=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
+    [ -n "$uri" ] || uri=$(awk '$1 == "deb" && $2 ~ /^http/ {print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
+    [ -n "$uri" ] || uri=http://deb.debian.org/debian
+    log "fetching containerd 1.7 from Debian 13 ($uri)"
+    mkdir -p "$TRIXIE/lists/partial" "$TRIXIE/archives/partial" "$TRIXIE/etc" "$TRIXIE/deb"
+    echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $uri trixie main" >"$TRIXIE/etc/sources.list"
+    local apt_opts=(-o "Dir::Etc::SourceList=$TRIXIE/etc/sources.list" -o Dir::Etc::SourceParts=/dev/null
+      -o "Dir::State::Lists=$TRIXIE/lists" -o "Dir::Cache::Archives=$TRIXIE/archives" -o APT::Get::List-Cleanup=0
+      -o APT::Sandbox::User=root)
+    apt-get -qq "${apt_opts[@]}" update
+    (cd "$TRIXIE/deb" && apt-get -qq "${apt_opts[@]}" download containerd)
+    rm -rf "$TRIXIE/root.tmp"
+    dpkg-deb -x "$TRIXIE"/deb/containerd_*.deb "$TRIXIE/root.tmp"
+    mv "$TRIXIE/root.tmp" "$TRIXIE/root"
+  fi
+  export PATH="$TRIXIE/root/usr/bin:$PATH"
+}
+
+case "$VERSION" in
+  1.6) ;;
+  1.7) need_containerd17=1 ;;
+  *) die "PLEGD_CONTAINERD_VERSION must be 1.6 or 1.7, not '$VERSION'" ;;
+esac
 
 sha() { sha256sum "$1" | cut -d' ' -f1; }
 
@@ -157,6 +194,7 @@ lock() {
 start() {
   need_root
   install
+  [ -z "${need_containerd17:-}" ] || use_containerd17
   lock
   mkdir -p "$DIR"
   build_image
@@ -224,8 +262,15 @@ stop() {
   log "stopped and cleaned $DIR"
 }
 
+kill_containerd() {
+  need_root
+  [ -f "$DIR/containerd.pid" ] && kill -9 "$(cat "$DIR/containerd.pid")" 2>/dev/null || true
+  rm -f "$DIR/containerd.pid"
+}
+
 case "${1:-}" in
   install) install ;;
+  kill) kill_containerd ;;
   image) need_root; install; mkdir -p "$DIR"; build_image; echo "$DIR/image/image.tar" ;;
   start) start ;;
   stop) stop ;;

@@ -317,3 +317,83 @@ pub async fn collect_until(
     }
     seen
 }
+
+/// A containerd instance of one test's own (its own dir, bridge and subnet), for tests that kill
+/// it or need another version. Stopped and cleaned when dropped.
+pub struct PrivateContainerd {
+    pub handle: Containerd,
+    env: Vec<(String, String)>,
+}
+
+fn script() -> &'static str {
+    concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/containerd/containerd.sh"
+    )
+}
+
+impl PrivateContainerd {
+    /// Start instance `name` (≤ 8 characters) of containerd `version` ("1.6" or "1.7") with pod IPs
+    /// from 10.`octet`.0.0/24. None (after a loud message) where a real containerd cannot run.
+    pub async fn start(name: &str, version: &str, octet: u8) -> Option<Self> {
+        // The shared fixture decides whether real runtimes can run here at all.
+        containerd().await?;
+        let env = vec![
+            (
+                "PLEGD_CONTAINERD_DIR".to_owned(),
+                format!("/var/lib/plegd-test/{name}"),
+            ),
+            ("PLEGD_CONTAINERD_VERSION".to_owned(), version.to_owned()),
+            ("PLEGD_CNI_BRIDGE".to_owned(), format!("plg{name}")),
+            ("PLEGD_CNI_SUBNET".to_owned(), format!("10.{octet}.0.0/24")),
+        ];
+        let out = tokio::process::Command::new("bash")
+            .arg(script())
+            .arg("start")
+            .envs(env.clone())
+            .output()
+            .await
+            .expect("run containerd.sh");
+        assert!(
+            out.status.success(),
+            "containerd.sh start ({name}, {version}) failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let socket = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .last()
+            .unwrap_or_default()
+            .trim()
+            .to_owned();
+        Some(Self {
+            handle: Containerd::at(PathBuf::from(socket)),
+            env,
+        })
+    }
+
+    /// Run a containerd.sh subcommand on this instance.
+    pub async fn script(&self, command: &str) {
+        let out = tokio::process::Command::new("bash")
+            .arg(script())
+            .arg(command)
+            .envs(self.env.clone())
+            .output()
+            .await
+            .expect("run containerd.sh");
+        assert!(
+            out.status.success(),
+            "containerd.sh {command} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+impl Drop for PrivateContainerd {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("bash")
+            .arg(script())
+            .arg("stop")
+            .envs(self.env.clone())
+            .output();
+    }
+}

@@ -65,17 +65,56 @@ pub struct FakeState {
     pub runtime_name: String,
 }
 
+type EventItem = Result<cri::ContainerEventResponse, Status>;
+
 /// A handle on the fake runtime's state, shared with the server.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct FakeCri {
     state: Arc<Mutex<FakeState>>,
+    /// Every open GetContainerEvents stream receives what is sent here; an Err ends the streams.
+    events: tokio::sync::broadcast::Sender<EventItem>,
+}
+
+impl Default for FakeCri {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl FakeCri {
     pub fn new() -> Self {
-        let fake = Self::default();
+        let (events, _) = tokio::sync::broadcast::channel(1024);
+        let fake = Self {
+            state: Default::default(),
+            events,
+        };
         fake.state().runtime_name = "fake".into();
         fake
+    }
+
+    /// Send a container event naming `container_id` (and its pod's uid, if `uid` is given) to every
+    /// open event stream. Returns how many streams got it.
+    pub fn emit_event(&self, container_id: &str, uid: Option<&str>) -> usize {
+        let pod_sandbox_status = uid.map(|uid| cri::PodSandboxStatus {
+            metadata: Some(cri::PodSandboxMetadata {
+                uid: uid.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        let event = cri::ContainerEventResponse {
+            container_id: container_id.into(),
+            container_event_type: cri::ContainerEventType::ContainerStoppedEvent as i32,
+            created_at: now_nanos(),
+            pod_sandbox_status,
+            containers_statuses: vec![],
+        };
+        self.events.send(Ok(event)).unwrap_or(0)
+    }
+
+    /// End every open event stream with an error.
+    pub fn break_event_streams(&self, status: Status) -> usize {
+        self.events.send(Err(status)).unwrap_or(0)
     }
 
     pub fn state(&self) -> MutexGuard<'_, FakeState> {
@@ -512,7 +551,25 @@ impl RuntimeService for FakeCri {
         _: Request<cri::GetEventsRequest>,
     ) -> Result<Response<EventStream>, Status> {
         self.enter("GetContainerEvents").await?;
-        Err(unimplemented("GetContainerEvents"))
+        use tokio::sync::broadcast::error::RecvError;
+        // An Err item is sent and then ends the stream, like a broken connection.
+        let stream = futures_util::stream::unfold(
+            (self.events.subscribe(), false),
+            |(mut rx, ended)| async move {
+                if ended {
+                    return None;
+                }
+                loop {
+                    match rx.recv().await {
+                        Ok(Ok(event)) => return Some((Ok(event), (rx, false))),
+                        Ok(Err(status)) => return Some((Err(status), (rx, true))),
+                        Err(RecvError::Lagged(_)) => continue,
+                        Err(RecvError::Closed) => return None,
+                    }
+                }
+            },
+        );
+        Ok(Response::new(Box::pin(stream)))
     }
 
     async fn run_pod_sandbox(

@@ -1,0 +1,371 @@
+//! Runtime triggers: events that ask for a relist of one pod between periodic relists.
+//! Fake CRI server for failures and coalescing; real containerd 1.6 (containerd events) and 1.7
+//! (CRI GetContainerEvents) for latency and for a containerd that is killed and comes back.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use plegd::cache::PodCache;
+use plegd::clock::SystemClock;
+use plegd::metrics::Metrics;
+use plegd::pleg::{GenericPleg, PlegConfig, PodLifecycleEvent, PodLifecycleEventType as E};
+use plegd::runtime::{CriOptions, CriRuntime};
+use plegd::triggers::{self, TriggerMode, TriggerOptions};
+use support::containerd::{Containerd, PrivateContainerd, collect_until, containerd};
+use support::fake_cri::FakeServer;
+use tokio::sync::mpsc;
+
+struct Plegd {
+    pleg: Arc<GenericPleg<CriRuntime, SystemClock>>,
+    events: mpsc::Receiver<PodLifecycleEvent>,
+    metrics: Arc<Metrics>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Plegd {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+fn quick_triggers() -> TriggerOptions {
+    TriggerOptions {
+        initial_backoff: Duration::from_millis(10),
+        max_backoff: Duration::from_millis(50),
+        ..TriggerOptions::default()
+    }
+}
+
+async fn start(socket: &std::path::Path, mode: TriggerMode, relist_period: Duration) -> Plegd {
+    let metrics = Arc::new(Metrics::new());
+    let options = CriOptions {
+        initial_backoff: Duration::from_millis(20),
+        max_backoff: Duration::from_millis(200),
+        ..CriOptions::default()
+    };
+    let (runtime, version) = CriRuntime::connect(socket, &options, metrics.clone())
+        .await
+        .expect("connect");
+    let config = PlegConfig {
+        relist_period,
+        ..PlegConfig::default()
+    };
+    let (pleg, events) = GenericPleg::new(
+        runtime,
+        SystemClock,
+        Arc::new(PodCache::new()),
+        metrics.clone(),
+        config,
+    );
+    let pleg = Arc::new(pleg);
+    // The first relist happens before triggers start, so that what exists is known.
+    pleg.relist().await.expect("first relist");
+    let mut tasks = triggers::spawn(mode, &version.runtime_name, pleg.clone(), quick_triggers())
+        .expect("valid trigger options");
+    let runner = pleg.clone();
+    tasks.push(tokio::spawn(async move {
+        tokio::time::sleep(relist_period).await;
+        runner.run().await
+    }));
+    Plegd {
+        pleg,
+        events,
+        metrics,
+        tasks,
+    }
+}
+
+fn counter(metrics: &Metrics, name: &str) -> u64 {
+    let text = metrics.encode();
+    text.lines()
+        .find(|l| l.starts_with(name))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+async fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn has(events: &[PodLifecycleEvent], kind: E, id: &str) -> bool {
+    events
+        .iter()
+        .any(|e| e.kind == kind && e.container_id.as_deref() == Some(id))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_stream_never_disables_triggers() {
+    let server = FakeServer::start().await;
+    server.fake.add_running_pod("u1", "web", 2);
+    server.fake.fail(
+        "GetContainerEvents",
+        tonic::Status::unavailable("event service restarting"),
+    );
+    let mut p = start(&server.path, TriggerMode::Cri, Duration::from_secs(3600)).await;
+    p.events.recv().await.expect("first relist events");
+    while p.events.try_recv().is_ok() {}
+
+    // Many failures in a row, with backoff, and the source keeps trying.
+    wait_for("20 stream errors", Duration::from_secs(10), || {
+        counter(
+            &p.metrics,
+            "plegd_trigger_stream_errors_total{source=\"cri\"}",
+        ) >= 20
+    })
+    .await;
+    let calls_then = server.fake.calls("GetContainerEvents");
+    server.fake.heal("GetContainerEvents");
+    wait_for("a connected stream", Duration::from_secs(5), || {
+        counter(
+            &p.metrics,
+            "plegd_trigger_stream_connects_total{source=\"cri\"}",
+        ) >= 1
+    })
+    .await;
+    assert!(server.fake.calls("GetContainerEvents") > calls_then);
+
+    // A trigger now relists the pod: the relist period is an hour, so only the trigger can do it.
+    server.fake.exit_container("ctr-u1-0", 5);
+    assert_eq!(server.fake.emit_event("ctr-u1-0", Some("u1")), 1);
+    let seen = collect_until(&mut p.events, "u1", Duration::from_secs(5), |e| {
+        has(e, E::ContainerDied, "ctr-u1-0")
+    })
+    .await;
+    assert_eq!(seen.last().and_then(|e| e.exit_code), Some(5), "{seen:#?}");
+
+    // The stream breaks mid-way: it reconnects and triggers keep working.
+    server
+        .fake
+        .break_event_streams(tonic::Status::internal("stream reset"));
+    wait_for("a second connection", Duration::from_secs(5), || {
+        counter(
+            &p.metrics,
+            "plegd_trigger_stream_connects_total{source=\"cri\"}",
+        ) >= 2
+    })
+    .await;
+    server.fake.exit_container("ctr-u1-1", 6);
+    server.fake.emit_event("ctr-u1-1", None);
+    let seen = collect_until(&mut p.events, "u1", Duration::from_secs(5), |e| {
+        has(e, E::ContainerDied, "ctr-u1-1")
+    })
+    .await;
+    assert_eq!(seen.last().and_then(|e| e.exit_code), Some(6), "{seen:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_for_one_pod_is_one_relist() {
+    let server = FakeServer::start().await;
+    server.fake.add_running_pod("u1", "web", 1);
+    let mut p = start(&server.path, TriggerMode::Cri, Duration::from_secs(3600)).await;
+    while p.events.try_recv().is_ok() {}
+    wait_for("a connected stream", Duration::from_secs(5), || {
+        counter(
+            &p.metrics,
+            "plegd_trigger_stream_connects_total{source=\"cri\"}",
+        ) >= 1
+    })
+    .await;
+
+    // The first trigger starts a relist of u1 that the runtime makes slow; 50 more arrive meanwhile.
+    server
+        .fake
+        .delay("ListContainers", Duration::from_millis(300));
+    server.fake.emit_event("ctr-u1-0", Some("u1"));
+    wait_for("the first relist to start", Duration::from_secs(5), || {
+        server.fake.calls("ListContainers") >= 2
+    })
+    .await;
+    for _ in 0..50 {
+        server.fake.emit_event("ctr-u1-0", Some("u1"));
+    }
+    wait_for("both relists", Duration::from_secs(5), || {
+        counter(&p.metrics, "plegd_trigger_relists_total{kind=\"pod\"}") >= 2
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(
+        counter(&p.metrics, "plegd_trigger_relists_total{kind=\"pod\"}"),
+        2,
+        "51 triggers, two relists"
+    );
+    assert_eq!(
+        counter(&p.metrics, "plegd_triggers_total{source=\"cri\"}"),
+        51
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_container_triggers_a_full_relist() {
+    let server = FakeServer::start().await;
+    let mut p = start(&server.path, TriggerMode::Cri, Duration::from_secs(3600)).await;
+    wait_for("a connected stream", Duration::from_secs(5), || {
+        counter(
+            &p.metrics,
+            "plegd_trigger_stream_connects_total{source=\"cri\"}",
+        ) >= 1
+    })
+    .await;
+    server.fake.add_running_pod("u7", "new", 1);
+    server.fake.emit_event("ctr-u7-0", None);
+    let seen = collect_until(&mut p.events, "u7", Duration::from_secs(5), |e| {
+        has(e, E::ContainerStarted, "ctr-u7-0")
+    })
+    .await;
+    assert!(has(&seen, E::ContainerStarted, "ctr-u7-0"));
+    assert_eq!(
+        counter(&p.metrics, "plegd_trigger_relists_total{kind=\"all\"}"),
+        1
+    );
+}
+
+/// Wall-clock time from `since` to the arrival of the event of `kind` for `id`.
+async fn latency(p: &mut Plegd, uid: &str, kind: E, id: &str) -> (PodLifecycleEvent, SystemTime) {
+    let seen = collect_until(&mut p.events, uid, Duration::from_secs(20), |e| {
+        has(e, kind, id)
+    })
+    .await;
+    let at = SystemTime::now();
+    let event = seen
+        .into_iter()
+        .find(|e| e.kind == kind && e.container_id.as_deref() == Some(id))
+        .unwrap_or_else(|| panic!("no {kind:?} for {id}"));
+    (event, at)
+}
+
+async fn container_times(cd: &Containerd, id: &str) -> (SystemTime, SystemTime) {
+    let status = cd
+        .client
+        .clone()
+        .container_status(k8s_cri::v1::ContainerStatusRequest {
+            container_id: id.into(),
+            verbose: false,
+        })
+        .await
+        .expect("ContainerStatus")
+        .into_inner()
+        .status
+        .expect("status");
+    let t = |n: i64| SystemTime::UNIX_EPOCH + Duration::from_nanos(n as u64);
+    (t(status.started_at), t(status.finished_at))
+}
+
+/// Start, exit and removal each reach plegd within a second although it relists every 30 s.
+async fn events_within_a_second(cd: &Containerd, mode: TriggerMode) {
+    let mut p = start(&cd.socket, mode, Duration::from_secs(30)).await;
+    let pod = cd.run_pod("trig", true).await;
+    let ctr = cd.run_container(&pod, "app", "sleep 2; exit 7").await;
+
+    let (_, seen_at) = latency(&mut p, &pod.uid, E::ContainerStarted, &ctr).await;
+    let (started_at, _) = container_times(cd, &ctr).await;
+    let lag = seen_at.duration_since(started_at).unwrap_or_default();
+    assert!(
+        lag < Duration::from_secs(1),
+        "ContainerStarted {lag:?} after the start"
+    );
+
+    let (died, seen_at) = latency(&mut p, &pod.uid, E::ContainerDied, &ctr).await;
+    let (_, finished_at) = container_times(cd, &ctr).await;
+    assert_eq!(died.exit_code, Some(7));
+    let lag = seen_at.duration_since(finished_at).unwrap_or_default();
+    assert!(
+        lag < Duration::from_secs(1),
+        "ContainerDied {lag:?} after the exit"
+    );
+
+    let removed_at = SystemTime::now();
+    cd.remove_container(&ctr).await;
+    let (_, seen_at) = latency(&mut p, &pod.uid, E::ContainerRemoved, &ctr).await;
+    let lag = seen_at.duration_since(removed_at).unwrap_or_default();
+    assert!(
+        lag < Duration::from_secs(1),
+        "ContainerRemoved {lag:?} after the removal"
+    );
+    cd.cleanup(&pod).await;
+    let source = if mode == TriggerMode::Cri {
+        "cri"
+    } else {
+        "containerd"
+    };
+    assert!(
+        counter(
+            &p.metrics,
+            &format!("plegd_trigger_stream_connects_total{{source=\"{source}\"}}")
+        ) >= 1
+    );
+    assert!(counter(&p.metrics, "plegd_trigger_relists_total{kind=\"pod\"}") >= 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn containerd_1_6_events_within_a_second() {
+    let Some(cd) = containerd().await else { return };
+    // auto picks containerd's events service on containerd.
+    events_within_a_second(&cd, TriggerMode::Auto).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn containerd_1_7_cri_events_within_a_second() {
+    let Some(instance) = PrivateContainerd::start("c17", "1.7", 235).await else {
+        return;
+    };
+    events_within_a_second(&instance.handle, TriggerMode::Cri).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn containerd_killed_and_restarted() {
+    let Some(instance) = PrivateContainerd::start("kr", "1.6", 236).await else {
+        return;
+    };
+    let cd = &instance.handle;
+    let mut p = start(&cd.socket, TriggerMode::Containerd, Duration::from_secs(1)).await;
+    let pod = cd.run_pod("outage", true).await;
+    // Exits with 9 while containerd is down.
+    let ctr = cd.run_container(&pod, "app", "sleep 3; exit 9").await;
+    latency(&mut p, &pod.uid, E::ContainerStarted, &ctr).await;
+    wait_for("the event stream", Duration::from_secs(5), || {
+        counter(
+            &p.metrics,
+            "plegd_trigger_stream_connects_total{source=\"containerd\"}",
+        ) >= 1
+    })
+    .await;
+
+    instance.script("kill").await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(
+        p.pleg.healthy().is_ok(),
+        "a short outage stays within the threshold"
+    );
+    instance.script("start").await;
+
+    let (died, _) = latency(&mut p, &pod.uid, E::ContainerDied, &ctr).await;
+    assert_eq!(
+        died.exit_code,
+        Some(9),
+        "the exit during the outage is reported: {died:?}"
+    );
+    wait_for(
+        "the event stream to reconnect",
+        Duration::from_secs(40),
+        || {
+            counter(
+                &p.metrics,
+                "plegd_trigger_stream_connects_total{source=\"containerd\"}",
+            ) >= 2
+        },
+    )
+    .await;
+    // Triggers work again after the reconnection.
+    let ctr2 = cd.run_container(&pod, "again", "sleep 1000").await;
+    latency(&mut p, &pod.uid, E::ContainerStarted, &ctr2).await;
+    cd.cleanup(&pod).await;
+}
