@@ -1,0 +1,162 @@
+//! Latency from a real container's exit (its CRI finishedAt) to the moment each observer learns
+//! of it, for the same exits observed side by side in one run on one real containerd:
+//!   (a) plegd relisting every 1 s, no triggers;
+//!   (b) plegd with containerd-event triggers, relisting every 30 s;
+//!   (c) a raw subscriber to containerd's /tasks/exit events (the physical limit).
+//! Needs root (it starts the test containerd through tests/containerd/containerd.sh).
+//!
+//!     cargo bench --bench trigger_latency                 # 40 exits
+//!     cargo bench --bench trigger_latency -- --exits 60
+
+#[allow(dead_code)]
+#[path = "../support/containerd.rs"]
+mod containerd;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use containerd_client::services::v1::SubscribeRequest;
+use containerd_client::services::v1::events_client::EventsClient;
+use plegd::cache::PodCache;
+use plegd::clock::SystemClock;
+use plegd::metrics::Metrics;
+use plegd::pleg::{GenericPleg, PlegConfig, PodLifecycleEventType};
+use plegd::runtime::{CriOptions, CriRuntime};
+use plegd::triggers::{self, TriggerMode, TriggerOptions};
+
+type Seen = Arc<Mutex<HashMap<String, SystemTime>>>;
+
+async fn observe_plegd(socket: &std::path::Path, mode: TriggerMode, period: Duration, seen: Seen) -> Vec<tokio::task::JoinHandle<()>> {
+    let metrics = Arc::new(Metrics::new());
+    let (runtime, version) = CriRuntime::connect(socket, &CriOptions::default(), metrics.clone()).await.expect("connect");
+    let config = PlegConfig { relist_period: period, ..PlegConfig::default() };
+    let (pleg, mut events) = GenericPleg::new(runtime, SystemClock, Arc::new(PodCache::new()), metrics, config);
+    let pleg = Arc::new(pleg);
+    let mut tasks = triggers::spawn(mode, &version.runtime_name, pleg.clone(), TriggerOptions::default()).expect("trigger options");
+    tasks.push(tokio::spawn(pleg.run()));
+    tasks.push(tokio::spawn(async move {
+        while let Some(e) = events.recv().await {
+            if e.kind == PodLifecycleEventType::ContainerDied && !e.sandbox {
+                let now = SystemTime::now();
+                seen.lock().unwrap().entry(e.container_id.unwrap_or_default()).or_insert(now);
+            }
+        }
+    }));
+    tasks
+}
+
+/// A raw subscriber to one containerd topic.
+async fn observe_raw(socket: &std::path::Path, topic: &str, seen: Seen) -> tokio::task::JoinHandle<()> {
+    let runtime = CriRuntime::new(socket, &CriOptions::default(), Arc::new(Metrics::new())).expect("options");
+    let mut client = EventsClient::new(runtime.stream_channel());
+    let filters = vec![format!("namespace==k8s.io,topic==\"{topic}\"")];
+    tokio::spawn(async move {
+        let mut stream = client.subscribe(SubscribeRequest { filters }).await.expect("subscribe").into_inner();
+        while let Ok(Some(envelope)) = stream.message().await {
+            let now = SystemTime::now();
+            let payload = envelope.event.map(|a| a.value).unwrap_or_default();
+            if let Some(triggers::Trigger::Container(id)) = triggers::containerd_trigger(&envelope.topic, &payload) {
+                seen.lock().unwrap().entry(id).or_insert(now);
+            }
+        }
+    })
+}
+
+/// (d) The earliest moment CRI itself reports the container exited: ContainerStatus polled every
+/// millisecond for every container not yet seen exited.
+fn observe_cri_poll(client: k8s_cri::v1::runtime_service_client::RuntimeServiceClient<tonic::transport::Channel>, watch: Arc<Mutex<Vec<String>>>, seen: Seen) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            let ids: Vec<String> = watch.lock().unwrap().clone();
+            for id in ids {
+                let request = k8s_cri::v1::ContainerStatusRequest { container_id: id.clone(), verbose: false };
+                if let Ok(r) = client.clone().container_status(request).await
+                    && r.into_inner().status.is_some_and(|s| s.state == k8s_cri::v1::ContainerState::ContainerExited as i32)
+                {
+                    let now = SystemTime::now();
+                    seen.lock().unwrap().entry(id.clone()).or_insert(now);
+                    watch.lock().unwrap().retain(|w| *w != id);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+}
+
+fn stats(name: &str, mut ms: Vec<f64>) -> (f64, f64) {
+    ms.sort_by(f64::total_cmp);
+    let at = |p: f64| ms[((ms.len() as f64 - 1.0) * p).round() as usize];
+    println!("| {name} | {} | {:.1} | {:.1} | {:.1} |", ms.len(), at(0.5), at(0.99), ms[ms.len() - 1]);
+    (at(0.5), at(0.99))
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let argv: Vec<String> = std::env::args().collect();
+    let exits: usize = argv.iter().position(|a| a == "--exits").and_then(|i| argv.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(40);
+    let Some(cd) = containerd::containerd().await else {
+        eprintln!("trigger_latency: needs a real containerd (root on Linux)");
+        std::process::exit(1);
+    };
+    let (relist_only, triggered, raw, polled, deleted): (Seen, Seen, Seen, Seen, Seen) = Default::default();
+    let poll_list: Arc<Mutex<Vec<String>>> = Default::default();
+    let mut tasks = observe_plegd(&cd.socket, TriggerMode::None, Duration::from_secs(1), relist_only.clone()).await;
+    tasks.extend(observe_plegd(&cd.socket, TriggerMode::Containerd, Duration::from_secs(30), triggered.clone()).await);
+    tasks.push(observe_raw(&cd.socket, "/tasks/exit", raw.clone()).await);
+    tasks.push(observe_raw(&cd.socket, "/tasks/delete", deleted.clone()).await);
+    tasks.push(observe_cri_poll(cd.client.clone(), poll_list.clone(), polled.clone()));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let pod = cd.run_pod("latency", true).await;
+    let mut ids = Vec::new();
+    for i in 0..exits {
+        // Staggered so that exits fall at every phase of the 1 s relist.
+        let id = cd.run_container(&pod, &format!("exit{i}"), &format!("sleep 0.{}; exit 1", (i * 37) % 10)).await;
+        poll_list.lock().unwrap().push(id.clone());
+        ids.push(id);
+        tokio::time::sleep(Duration::from_millis(300 + ((i as u64 * 53) % 700))).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    let mut rows: [Vec<f64>; 5] = Default::default();
+    let (mut b_minus_c, mut b_minus_d) = (Vec::new(), Vec::new());
+    for id in &ids {
+        let status = cd
+            .client
+            .clone()
+            .container_status(k8s_cri::v1::ContainerStatusRequest { container_id: id.clone(), verbose: false })
+            .await
+            .expect("ContainerStatus")
+            .into_inner()
+            .status
+            .expect("status");
+        let finished = SystemTime::UNIX_EPOCH + Duration::from_nanos(status.finished_at as u64);
+        let lag = |seen: &Seen| seen.lock().unwrap().get(id).map(|t| t.duration_since(finished).unwrap_or_default().as_secs_f64() * 1e3);
+        let (a, b, c, d, e) = (lag(&relist_only), lag(&triggered), lag(&raw), lag(&polled), lag(&deleted));
+        let (Some(a), Some(b), Some(c), Some(d), Some(e)) = (a, b, c, d, e) else {
+            panic!("an observer missed the exit of {id}: relist-only {a:?}, triggers {b:?}, raw {c:?}, CRI poll {d:?}, delete {e:?}");
+        };
+        rows[4].push(e);
+        rows[0].push(a);
+        rows[1].push(b);
+        rows[2].push(c);
+        rows[3].push(d);
+        b_minus_c.push(b - c);
+        b_minus_d.push(b - d);
+    }
+    cd.cleanup(&pod).await;
+    for t in tasks {
+        t.abort();
+    }
+    println!("\n### Exit → observer latency, {exits} exits of real containers (containerd {})\n", "1.6");
+    println!("| observer | exits | p50 ms | p99 ms | max ms |\n|---|---|---|---|---|");
+    let [a, b, c, d, e] = rows;
+    stats("(a) plegd, relist every 1 s, no triggers", a);
+    stats("(b) plegd, containerd-event triggers, relist every 30 s", b);
+    stats("(c) raw containerd /tasks/exit subscriber", c);
+    stats("(d) CRI ContainerStatus polled every 1 ms (first EXITED)", d);
+    stats("(e) raw containerd /tasks/delete subscriber", e);
+    stats("(b) − (c), per exit", b_minus_c);
+    stats("(b) − (d), per exit", b_minus_d);
+}
