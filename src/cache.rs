@@ -127,17 +127,12 @@ impl PodCache {
                 return entry;
             }
             let (tx, rx) = oneshot::channel();
-            inner
-                .subscribers
-                .entry(id.to_owned())
-                .or_default()
-                .push((min, tx));
+            inner.subscribers.entry(id.to_owned()).or_default().push((min, tx));
             rx
         };
         // The sender lives in the cache, which outlives every borrow of it; a dropped sender can
         // only mean the cache itself is gone, and then the best answer is the empty status.
-        rx.await
-            .unwrap_or_else(|_| default_entry(id, SystemTime::UNIX_EPOCH))
+        rx.await.unwrap_or_else(|_| default_entry(id, SystemTime::UNIX_EPOCH))
     }
 
     /// Store a status (or the error reading it gave) observed at `timestamp`.
@@ -235,9 +230,7 @@ mod tests {
         cache.update_time(t(20));
         let got = ready_now(&cache, "u1", t(15)).await.expect("global newer");
         assert_eq!(got.modified, t(5));
-        let absent = ready_now(&cache, "u2", t(15))
-            .await
-            .expect("absent but global newer");
+        let absent = ready_now(&cache, "u2", t(15)).await.expect("absent but global newer");
         assert!(absent.status.container_statuses.is_empty());
         assert!(ready_now(&cache, "u2", t(20)).await.is_none());
     }

@@ -143,10 +143,7 @@ fn init_logging(args: &LogArgs) -> Result<(), String> {
 
 async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
         // Without signal handlers the process still ends on the default action.
         return std::future::pending().await;
     };

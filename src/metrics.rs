@@ -13,9 +13,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 /// Prometheus' default buckets, which the kubelet uses for its relist histograms.
-const DEFAULT_BUCKETS: [f64; 11] = [
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-];
+const DEFAULT_BUCKETS: [f64; 11] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StateLabel {
@@ -216,17 +214,13 @@ impl Metrics {
 
     pub fn count_trigger_relist(&self, kind: &str) {
         self.trigger_relists
-            .get_or_create(&KindLabel {
-                kind: kind.to_owned(),
-            })
+            .get_or_create(&KindLabel { kind: kind.to_owned() })
             .inc();
     }
 
     pub fn count_bad_data(&self, kind: &str) {
         self.runtime_bad_data
-            .get_or_create(&KindLabel {
-                kind: kind.to_owned(),
-            })
+            .get_or_create(&KindLabel { kind: kind.to_owned() })
             .inc();
     }
 }

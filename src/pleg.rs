@@ -141,10 +141,7 @@ fn pleg_state(pod: Option<&Pod>, id: &str) -> PlegContainerState {
 }
 
 /// The events for one container going from `old` to `new` (`generateEvents`).
-pub fn generate_events(
-    old: PlegContainerState,
-    new: PlegContainerState,
-) -> &'static [PodLifecycleEventType] {
+pub fn generate_events(old: PlegContainerState, new: PlegContainerState) -> &'static [PodLifecycleEventType] {
     use PlegContainerState as S;
     use PodLifecycleEventType as E;
     if old == new {
@@ -183,11 +180,7 @@ fn ids(pod: Option<&Pod>) -> impl Iterator<Item = (&crate::container::Container,
 /// `getContainersFromPods(old, new)`): containers and sandboxes of the old record, then of the new
 /// one, each id once. Includes ContainerChanged, which the relister filters out before sending.
 /// Allocates nothing when nothing changed: it runs for every pod on every relist.
-pub fn compute_events(
-    old: Option<&Pod>,
-    new: Option<&Pod>,
-    at: SystemTime,
-) -> Vec<PodLifecycleEvent> {
+pub fn compute_events(old: Option<&Pod>, new: Option<&Pod>, at: SystemTime) -> Vec<PodLifecycleEvent> {
     let Some(any) = old.or(new) else {
         return Vec::new();
     };
@@ -197,20 +190,14 @@ pub fn compute_events(
         old
     };
     // An id repeated within a record counts once: a linear look-back, as pods hold few containers.
-    let first_in =
-        |pod: Option<&Pod>, i: usize, id: &str| !ids(pod).take(i).any(|(p, _)| p.id == id);
-    let old_ids = ids(old)
+    let first_in = |pod: Option<&Pod>, i: usize, id: &str| !ids(pod).take(i).any(|(p, _)| p.id == id);
+    let old_ids = ids(old).enumerate().filter(|(i, (c, _))| first_in(old, *i, &c.id));
+    let new_ids = ids(new)
         .enumerate()
-        .filter(|(i, (c, _))| first_in(old, *i, &c.id));
-    let new_ids = ids(new).enumerate().filter(|(i, (c, _))| {
-        old.and_then(|o| o.find_any(&c.id)).is_none() && first_in(new, *i, &c.id)
-    });
+        .filter(|(i, (c, _))| old.and_then(|o| o.find_any(&c.id)).is_none() && first_in(new, *i, &c.id));
     let mut events = Vec::new();
     for (_, (container, is_sandbox)) in old_ids.chain(new_ids) {
-        let kinds = generate_events(
-            pleg_state(old, &container.id),
-            pleg_state(new, &container.id),
-        );
+        let kinds = generate_events(pleg_state(old, &container.id), pleg_state(new, &container.id));
         for &kind in kinds {
             let mut event = PodLifecycleEvent::new(kind, &any.id, at);
             event.container_id = Some(container.id.clone());
@@ -230,10 +217,7 @@ fn add_exit_details(events: &mut [PodLifecycleEvent], status: Option<&PodStatus>
         .iter_mut()
         .filter(|e| e.kind == PodLifecycleEventType::ContainerDied)
     {
-        let found = event
-            .container_id
-            .as_deref()
-            .and_then(|id| status.find_container(id));
+        let found = event.container_id.as_deref().and_then(|id| status.find_container(id));
         if let Some(c) = found.filter(|c| c.state == ContainerState::Exited) {
             event.exit_code = Some(c.exit_code);
             event.reason = non_empty(&c.reason);
@@ -254,8 +238,7 @@ fn current_state_events(
     let mut removed: HashSet<&str> = HashSet::new();
     for id in lost.iter().filter_map(|e| e.container_id.as_deref()) {
         if pod.and_then(|p| p.find_any(id)).is_none() && removed.insert(id) {
-            let mut event =
-                PodLifecycleEvent::new(PodLifecycleEventType::ContainerRemoved, uid, at);
+            let mut event = PodLifecycleEvent::new(PodLifecycleEventType::ContainerRemoved, uid, at);
             event.container_id = Some(id.to_owned());
             set_pod_names(&mut event, pod);
             events.push(event);
@@ -294,10 +277,7 @@ pub enum PlegHealthError {
     #[error("pleg has yet to be successful")]
     NeverRelisted,
     #[error("pleg was last seen active {}s ago; threshold is {}s", elapsed.as_secs(), threshold.as_secs())]
-    Stale {
-        elapsed: Duration,
-        threshold: Duration,
-    },
+    Stale { elapsed: Duration, threshold: Duration },
 }
 
 /// Old and current view of one pod (`podRecord`).
@@ -458,13 +438,7 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
 
     /// Events waiting for room in the channel.
     pub async fn undelivered_count(&self) -> usize {
-        self.state
-            .lock()
-            .await
-            .undelivered
-            .values()
-            .map(Vec::len)
-            .sum()
+        self.state.lock().await.undelivered.values().map(Vec::len).sum()
     }
 
     /// One global relist (`Relist()`). On a list error nothing changes, not even the relist time.
@@ -483,11 +457,7 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
         result
     }
 
-    async fn relist_locked(
-        &self,
-        state: &mut RelistState,
-        start: SystemTime,
-    ) -> Result<(), RuntimeError> {
+    async fn relist_locked(&self, state: &mut RelistState, start: SystemTime) -> Result<(), RuntimeError> {
         let pods = self.runtime.list_pods().await?;
         *self.relist_time.lock().unwrap_or_else(|e| e.into_inner()) = Some(start);
         self.update_running_gauges(&pods);
@@ -550,12 +520,7 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
     }
 
     /// Compare, refresh, advance and send for one pod (the body of the relist loop).
-    async fn sync_record(
-        &self,
-        state: &mut RelistState,
-        uid: &str,
-        start: SystemTime,
-    ) -> PodOutcome {
+    async fn sync_record(&self, state: &mut RelistState, uid: &str, start: SystemTime) -> PodOutcome {
         let record = state.records.get(uid);
         let old = record.and_then(|r| r.old.as_ref());
         let current = record.and_then(|r| r.current.as_ref());
@@ -641,11 +606,7 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
     }
 
     /// `updateCache`: read the pod's status into the cache; a pod that is gone loses its entry.
-    async fn update_cache(
-        &self,
-        uid: &str,
-        pod: Option<&Pod>,
-    ) -> Result<Option<PodStatus>, RuntimeError> {
+    async fn update_cache(&self, uid: &str, pod: Option<&Pod>) -> Result<Option<PodStatus>, RuntimeError> {
         let Some(pod) = pod else {
             self.cache.delete(uid);
             return Ok(None);
@@ -668,11 +629,7 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
     fn update_running_gauges(&self, pods: &[Pod]) {
         let running_pods = pods
             .iter()
-            .filter(|p| {
-                p.sandboxes
-                    .iter()
-                    .any(|s| s.state == ContainerState::Running)
-            })
+            .filter(|p| p.sandboxes.iter().any(|s| s.state == ContainerState::Running))
             .count();
         self.metrics.running_pods.set(running_pods as i64);
         let mut by_state: HashMap<ContainerState, i64> = HashMap::new();
@@ -724,11 +681,7 @@ pub fn preserve_ips(old: &PodStatus, new: &PodStatus) -> Vec<String> {
     if !new.ips.is_empty() || old.ips.is_empty() {
         return new.ips.clone();
     }
-    if new
-        .sandbox_statuses
-        .iter()
-        .any(|s| s.state == SandboxState::Ready)
-    {
+    if new.sandbox_statuses.iter().any(|s| s.state == SandboxState::Ready) {
         return new.ips.clone();
     }
     old.ips.clone()
@@ -777,10 +730,7 @@ mod tests {
             generate_events(S::Unknown, S::NonExistent),
             [E::ContainerDied, E::ContainerRemoved]
         );
-        assert_eq!(
-            generate_events(S::NonExistent, S::Exited),
-            [E::ContainerDied]
-        );
+        assert_eq!(generate_events(S::NonExistent, S::Exited), [E::ContainerDied]);
     }
 
     #[test]

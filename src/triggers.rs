@@ -195,20 +195,11 @@ pub struct Rechecks {
 impl Rechecks {
     /// After a triggered relist of `uid`: forget it if it changed, else schedule its next re-check
     /// (`attempt` re-checks done so far) unless the schedule is used up.
-    pub fn after_relist(
-        &mut self,
-        uid: &str,
-        changed: bool,
-        attempt: usize,
-        now: tokio::time::Instant,
-    ) {
+    pub fn after_relist(&mut self, uid: &str, changed: bool, attempt: usize, now: tokio::time::Instant) {
         self.due.retain(|(_, u, _)| u != uid);
         if !changed && let Some(ms) = RECHECK_DELAYS_MS.get(attempt) {
-            self.due.push((
-                now + Duration::from_millis(*ms),
-                uid.to_owned(),
-                attempt + 1,
-            ));
+            self.due
+                .push((now + Duration::from_millis(*ms), uid.to_owned(), attempt + 1));
         }
     }
 
@@ -222,9 +213,7 @@ impl Rechecks {
             .into_iter()
             .partition(|(t, _, _)| *t <= now);
         self.due = later;
-        due.into_iter()
-            .map(|(_, uid, attempt)| (uid, attempt))
-            .collect()
+        due.into_iter().map(|(_, uid, attempt)| (uid, attempt)).collect()
     }
 }
 
@@ -262,8 +251,7 @@ pub async fn dispatch<R: Runtime, C: Clock>(
             }
         }
         // A fresh trigger restarts a pod's schedule; a due re-check continues it.
-        let mut attempts: Vec<(PodUid, usize)> =
-            pending.pods.iter().map(|uid| (uid.clone(), 0)).collect();
+        let mut attempts: Vec<(PodUid, usize)> = pending.pods.iter().map(|uid| (uid.clone(), 0)).collect();
         for (uid, attempt) in rechecks.take_due(tokio::time::Instant::now()) {
             if !attempts.iter().any(|(u, _)| *u == uid) {
                 attempts.push((uid, attempt));
@@ -278,9 +266,7 @@ pub async fn dispatch<R: Runtime, C: Clock>(
         for (uid, attempt) in attempts {
             metrics.count_trigger_relist(if attempt == 0 { "pod" } else { "recheck" });
             match pleg.relist_pod(&uid).await {
-                Ok(changed) => {
-                    rechecks.after_relist(&uid, changed, attempt, tokio::time::Instant::now())
-                }
+                Ok(changed) => rechecks.after_relist(&uid, changed, attempt, tokio::time::Instant::now()),
                 Err(error) => {
                     debug!(pod = %uid, error = %error, "triggered pod relist failed; the periodic relist will retry")
                 }
@@ -448,9 +434,7 @@ pub async fn run_source(
         let mut connected = false;
         let channel = runtime.stream_channel();
         let end = match source {
-            Source::Containerd => {
-                containerd_subscription(channel, &options, &sender, &metrics, &mut connected).await
-            }
+            Source::Containerd => containerd_subscription(channel, &options, &sender, &metrics, &mut connected).await,
             Source::Cri => cri_subscription(channel, &sender, &metrics, &mut connected).await,
         };
         if connected {
@@ -524,10 +508,7 @@ mod tests {
         r.after_relist("u1", false, 0, t0);
         assert_eq!(r.next_due(), Some(t0 + Duration::from_millis(2)));
         assert!(r.take_due(t0).is_empty());
-        assert_eq!(
-            r.take_due(t0 + Duration::from_millis(2)),
-            [("u1".to_owned(), 1)]
-        );
+        assert_eq!(r.take_due(t0 + Duration::from_millis(2)), [("u1".to_owned(), 1)]);
         // Unchanged again: the next wait doubles.
         r.after_relist("u1", false, 1, t0);
         assert_eq!(r.next_due(), Some(t0 + Duration::from_millis(4)));
@@ -563,16 +544,10 @@ mod tests {
 
     #[test]
     fn modes_resolve_to_sources() {
-        assert_eq!(
-            TriggerMode::Auto.source("containerd"),
-            Some(Source::Containerd)
-        );
+        assert_eq!(TriggerMode::Auto.source("containerd"), Some(Source::Containerd));
         assert_eq!(TriggerMode::Auto.source("cri-o"), Some(Source::Cri));
         assert_eq!(TriggerMode::Cri.source("containerd"), Some(Source::Cri));
-        assert_eq!(
-            TriggerMode::Containerd.source("cri-o"),
-            Some(Source::Containerd)
-        );
+        assert_eq!(TriggerMode::Containerd.source("cri-o"), Some(Source::Containerd));
         assert_eq!(TriggerMode::None.source("containerd"), None);
     }
 

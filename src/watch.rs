@@ -114,8 +114,7 @@ pub async fn watch(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), WatchError> {
     let metrics = Arc::new(Metrics::new());
-    let (runtime, version) =
-        CriRuntime::connect(&options.cri_socket, &options.cri, metrics.clone()).await?;
+    let (runtime, version) = CriRuntime::connect(&options.cri_socket, &options.cri, metrics.clone()).await?;
     info!(
         socket = %options.cri_socket.display(),
         runtime = %version.runtime_name,

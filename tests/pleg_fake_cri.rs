@@ -10,9 +10,7 @@ use k8s_cri::v1::ContainerState as Cri;
 use plegd::cache::PodCache;
 use plegd::clock::FakeClock;
 use plegd::metrics::Metrics;
-use plegd::pleg::{
-    GenericPleg, PlegConfig, PlegHealthError, PodLifecycleEvent, PodLifecycleEventType as E,
-};
+use plegd::pleg::{GenericPleg, PlegConfig, PlegHealthError, PodLifecycleEvent, PodLifecycleEventType as E};
 use plegd::runtime::{CriOptions, CriRuntime, RuntimeError};
 use support::fake_cri::{FakeCri, FakeServer};
 use tokio::sync::mpsc;
@@ -147,19 +145,13 @@ async fn transitions_exit_code_and_removal() {
 
     // An exited container that is removed: only ContainerRemoved.
     h.fake().remove_container("ctr-u1-0");
-    assert_eq!(
-        kinds(&h.relist().await),
-        [ev(E::ContainerRemoved, "ctr-u1-0")]
-    );
+    assert_eq!(kinds(&h.relist().await), [ev(E::ContainerRemoved, "ctr-u1-0")]);
 
     // A running container that vanishes: ContainerDied then ContainerRemoved.
     h.fake().remove_container("ctr-u1-1");
     assert_eq!(
         kinds(&h.relist().await),
-        [
-            ev(E::ContainerDied, "ctr-u1-1"),
-            ev(E::ContainerRemoved, "ctr-u1-1")
-        ]
+        [ev(E::ContainerDied, "ctr-u1-1"), ev(E::ContainerRemoved, "ctr-u1-1")]
     );
     assert!(h.cache().get("u1").status.container_statuses.is_empty());
 }
@@ -175,10 +167,7 @@ async fn sandbox_stop_keeps_the_pod_ip_then_pod_removal_drops_everything() {
     let events = h.relist().await;
     assert_eq!(
         kinds(&events),
-        [
-            ev(E::ContainerDied, "ctr-u1-0"),
-            ev(E::ContainerDied, "sb-u1")
-        ]
+        [ev(E::ContainerDied, "ctr-u1-0"), ev(E::ContainerDied, "sb-u1")]
     );
     assert!(events[1].sandbox);
     // The stopped sandbox reports no IP; a dead pod keeps the one it had.
@@ -188,10 +177,7 @@ async fn sandbox_stop_keeps_the_pod_ip_then_pod_removal_drops_everything() {
     let events = h.relist().await;
     assert_eq!(
         kinds(&events),
-        [
-            ev(E::ContainerRemoved, "ctr-u1-0"),
-            ev(E::ContainerRemoved, "sb-u1")
-        ]
+        [ev(E::ContainerRemoved, "ctr-u1-0"), ev(E::ContainerRemoved, "sb-u1")]
     );
     assert!(!h.cache().contains("u1"), "a gone pod leaves the cache");
     assert_eq!(h.pleg.record_count().await, 0, "and the records");
@@ -238,11 +224,7 @@ async fn status_error_withholds_events_until_reinspection_succeeds() {
     assert_eq!(h.pleg.reinspect_count().await, 1);
     let cached = h.cache().get("u1");
     assert!(
-        cached
-            .error
-            .as_deref()
-            .unwrap_or("")
-            .contains("disk on fire"),
+        cached.error.as_deref().unwrap_or("").contains("disk on fire"),
         "errors are cached: {cached:?}"
     );
 
@@ -268,8 +250,7 @@ async fn successful_reinspection_without_a_sendable_event_sends_pod_sync() {
     // A pod with one container still in the created state: only ContainerChanged, never sent.
     h.fake()
         .add_container("u3", "no-sandbox", "ctr-u3", "app", Cri::ContainerCreated);
-    h.fake()
-        .fail("ContainerStatus", tonic::Status::unavailable("busy"));
+    h.fake().fail("ContainerStatus", tonic::Status::unavailable("busy"));
     assert!(h.relist().await.is_empty());
     assert_eq!(h.pleg.reinspect_count().await, 1);
     h.fake().heal("ContainerStatus");
@@ -300,11 +281,7 @@ async fn list_error_changes_nothing() {
         ),
         "{err}"
     );
-    assert_eq!(
-        h.pleg.last_relist(),
-        last,
-        "a failed relist does not count as a relist"
-    );
+    assert_eq!(h.pleg.last_relist(), last, "a failed relist does not count as a relist");
     h.fake().heal("ListContainers");
     assert_eq!(kinds(&h.relist().await), [ev(E::ContainerDied, "ctr-u1-0")]);
 }
@@ -351,11 +328,7 @@ async fn overflowing_undelivered_queue_folds_into_current_state() {
     h.fake().add_running_pod("u1", "big", 100);
     h.clock.advance(Duration::from_secs(1));
     h.pleg.relist().await.unwrap();
-    assert_eq!(
-        h.pleg.undelivered_count().await,
-        96,
-        "101 events, room for 5"
-    );
+    assert_eq!(h.pleg.undelivered_count().await, 96, "101 events, room for 5");
     // Every container exits while the consumer is stalled: 196 undelivered would exceed the cap,
     // so the queue becomes the pod's current state (100 died, sandbox started) and a PodSync.
     for i in 0..100 {
@@ -380,11 +353,7 @@ async fn overflowing_undelivered_queue_folds_into_current_state() {
             .rev()
             .find(|e| e.container_id.as_deref() == Some(&id))
             .expect("an event per container");
-        assert_eq!(
-            last.kind,
-            E::ContainerDied,
-            "{id}: the final state is never lost"
-        );
+        assert_eq!(last.kind, E::ContainerDied, "{id}: the final state is never lost");
         assert_eq!(last.exit_code, Some(1));
     }
     assert_eq!(all.last().map(|e| e.kind), Some(E::PodSync));
@@ -397,11 +366,7 @@ async fn health_follows_the_last_successful_relist() {
     h.relist().await;
     assert_eq!(h.pleg.healthy(), Ok(()));
     h.clock.advance(Duration::from_secs(179));
-    assert_eq!(
-        h.pleg.healthy(),
-        Ok(()),
-        "179 s is within the 3 m threshold"
-    );
+    assert_eq!(h.pleg.healthy(), Ok(()), "179 s is within the 3 m threshold");
 
     h.fake()
         .fail("ListPodSandbox", tonic::Status::deadline_exceeded("hung"));
@@ -451,10 +416,7 @@ async fn bad_runtime_data_is_counted_and_skipped() {
     // not sent); the rest is skipped.
     assert_eq!(
         kinds(&events),
-        [
-            ev(E::ContainerStarted, "ctr-u1-0"),
-            ev(E::ContainerStarted, "sb-u1")
-        ]
+        [ev(E::ContainerStarted, "ctr-u1-0"), ev(E::ContainerStarted, "sb-u1")]
     );
     let text = h.metrics.encode();
     for kind in [
@@ -465,9 +427,7 @@ async fn bad_runtime_data_is_counted_and_skipped() {
         "empty_id",
     ] {
         assert!(
-            text.contains(&format!(
-                "plegd_runtime_bad_data_total{{kind=\"{kind}\"}} 1"
-            )),
+            text.contains(&format!("plegd_runtime_bad_data_total{{kind=\"{kind}\"}} 1")),
             "{kind}: {text}"
         );
     }
@@ -484,10 +444,7 @@ async fn runtime_restart_is_survived_and_nothing_is_lost() {
 
     h.server.stop().await;
     h.clock.advance(Duration::from_secs(1));
-    assert!(
-        h.pleg.relist().await.is_err(),
-        "relist fails while the runtime is away"
-    );
+    assert!(h.pleg.relist().await.is_err(), "relist fails while the runtime is away");
     // The container dies during the outage.
     h.fake().exit_container("ctr-u1-0", 9);
     h.server.restart().await;
@@ -533,10 +490,7 @@ async fn single_pod_relist_touches_only_that_pod() {
     h.pleg.relist_pod("u9").await.unwrap();
     assert_eq!(
         kinds(&h.drain()),
-        [
-            ev(E::ContainerStarted, "ctr-u9-0"),
-            ev(E::ContainerStarted, "sb-u9")
-        ]
+        [ev(E::ContainerStarted, "ctr-u9-0"), ev(E::ContainerStarted, "sb-u9")]
     );
     h.fake().remove_pod("u9");
     h.pleg.relist_pod("u9").await.unwrap();
@@ -580,8 +534,7 @@ async fn start_up_check_says_what_is_wrong() {
         .err()
         .unwrap();
     assert!(
-        err.to_string()
-            .contains("does not serve the CRI v1 RuntimeService"),
+        err.to_string().contains("does not serve the CRI v1 RuntimeService"),
         "{err}"
     );
 

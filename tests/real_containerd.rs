@@ -31,23 +31,16 @@ impl Drop for Running {
 
 async fn start_pleg(cd: &Containerd) -> Running {
     let metrics = Arc::new(Metrics::new());
-    let (runtime, version) =
-        CriRuntime::connect(&cd.socket, &CriOptions::default(), metrics.clone())
-            .await
-            .expect("connect to containerd");
+    let (runtime, version) = CriRuntime::connect(&cd.socket, &CriOptions::default(), metrics.clone())
+        .await
+        .expect("connect to containerd");
     assert_eq!(version.runtime_name, "containerd");
     assert_eq!(version.runtime_api_version, "v1");
     let config = PlegConfig {
         relist_period: Duration::from_millis(100),
         ..PlegConfig::default()
     };
-    let (pleg, events) = GenericPleg::new(
-        runtime,
-        SystemClock,
-        Arc::new(PodCache::new()),
-        metrics,
-        config,
-    );
+    let (pleg, events) = GenericPleg::new(runtime, SystemClock, Arc::new(PodCache::new()), metrics, config);
     let pleg = Arc::new(pleg);
     let task = tokio::spawn(pleg.clone().run());
     Running { pleg, events, task }
@@ -90,24 +83,15 @@ async fn host_network_pod_full_lifecycle() {
     assert!(cached.status.sandbox_statuses[0].host_network);
 
     cd.stop_container(&ctr, 10).await;
-    let seen = collect_until(&mut run.events, &pod.uid, WAIT, |e| {
-        has(e, E::ContainerDied, &ctr)
-    })
-    .await;
+    let seen = collect_until(&mut run.events, &pod.uid, WAIT, |e| has(e, E::ContainerDied, &ctr)).await;
     let died = find(&seen, E::ContainerDied, &ctr);
     assert_eq!(died.exit_code, Some(143), "{died:?}");
     assert_eq!(died.reason.as_deref(), Some("Error"));
     assert_eq!(seen.len(), 1, "exactly one event for the stop: {seen:#?}");
 
     cd.remove_container(&ctr).await;
-    let seen = collect_until(&mut run.events, &pod.uid, WAIT, |e| {
-        has(e, E::ContainerRemoved, &ctr)
-    })
-    .await;
-    assert_eq!(
-        seen.iter().map(|e| e.kind).collect::<Vec<_>>(),
-        [E::ContainerRemoved]
-    );
+    let seen = collect_until(&mut run.events, &pod.uid, WAIT, |e| has(e, E::ContainerRemoved, &ctr)).await;
+    assert_eq!(seen.iter().map(|e| e.kind).collect::<Vec<_>>(), [E::ContainerRemoved]);
 
     cd.stop_pod(&pod).await;
     let seen = collect_until(&mut run.events, &pod.uid, WAIT, |e| {
@@ -124,10 +108,7 @@ async fn host_network_pod_full_lifecycle() {
     .await;
     assert_eq!(seen.len(), 1, "{seen:#?}");
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(
-        !run.pleg.cache().contains(&pod.uid),
-        "a removed pod leaves the cache"
-    );
+    assert!(!run.pleg.cache().contains(&pod.uid), "a removed pod leaves the cache");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -137,10 +118,7 @@ async fn container_exiting_with_code_3() {
     let pod = cd.run_pod("exit3", true).await;
     // Runs long enough to be seen running, then fails.
     let ctr = cd.run_container(&pod, "job", "sleep 1; exit 3").await;
-    let seen = collect_until(&mut run.events, &pod.uid, WAIT, |e| {
-        has(e, E::ContainerDied, &ctr)
-    })
-    .await;
+    let seen = collect_until(&mut run.events, &pod.uid, WAIT, |e| has(e, E::ContainerDied, &ctr)).await;
     assert!(has(&seen, E::ContainerStarted, &ctr), "{seen:#?}");
     let died = find(&seen, E::ContainerDied, &ctr);
     assert_eq!(died.exit_code, Some(3));
@@ -148,24 +126,16 @@ async fn container_exiting_with_code_3() {
     assert_eq!(died.container.as_deref(), Some("job"));
     // And the cache holds the terminated status with its times.
     let status = run.pleg.cache().get(&pod.uid).status.clone();
-    let c = status
-        .find_container(&ctr)
-        .expect("status of the dead container");
+    let c = status.find_container(&ctr).expect("status of the dead container");
     assert_eq!(c.exit_code, 3);
     assert!(c.finished_at.is_some() && c.started_at.is_some() && c.finished_at >= c.started_at);
     assert!(c.image_ref.starts_with("sha256:"), "{}", c.image_ref);
 
     // A container that completes: exit 0, reason Completed.
     let ok = cd.run_container(&pod, "done", "sleep 1").await;
-    let seen = collect_until(&mut run.events, &pod.uid, WAIT, |e| {
-        has(e, E::ContainerDied, &ok)
-    })
-    .await;
+    let seen = collect_until(&mut run.events, &pod.uid, WAIT, |e| has(e, E::ContainerDied, &ok)).await;
     let died = find(&seen, E::ContainerDied, &ok);
-    assert_eq!(
-        (died.exit_code, died.reason.as_deref()),
-        (Some(0), Some("Completed"))
-    );
+    assert_eq!((died.exit_code, died.reason.as_deref()), (Some(0), Some("Completed")));
     cd.cleanup(&pod).await;
 }
 
@@ -182,10 +152,7 @@ async fn pod_network_ip_is_seen_and_kept_after_stop() {
     let status = run.pleg.cache().get(&pod.uid).status.clone();
     assert_eq!(status.ips.len(), 1, "{status:?}");
     let ip = status.ips[0].clone();
-    assert!(
-        ip.starts_with("10.234.0."),
-        "IP from the test CNI bridge: {ip}"
-    );
+    assert!(ip.starts_with("10.234.0."), "IP from the test CNI bridge: {ip}");
     assert!(!status.sandbox_statuses[0].host_network);
 
     // Stopping the sandbox kills the container (137) and tears the network down; the dead pod keeps its IP.

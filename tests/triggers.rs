@@ -54,18 +54,12 @@ async fn start(socket: &std::path::Path, mode: TriggerMode, relist_period: Durat
         relist_period,
         ..PlegConfig::default()
     };
-    let (pleg, events) = GenericPleg::new(
-        runtime,
-        SystemClock,
-        Arc::new(PodCache::new()),
-        metrics.clone(),
-        config,
-    );
+    let (pleg, events) = GenericPleg::new(runtime, SystemClock, Arc::new(PodCache::new()), metrics.clone(), config);
     let pleg = Arc::new(pleg);
     // The first relist happens before triggers start, so that what exists is known.
     pleg.relist().await.expect("first relist");
-    let mut tasks = triggers::spawn(mode, &version.runtime_name, pleg.clone(), quick_triggers())
-        .expect("valid trigger options");
+    let mut tasks =
+        triggers::spawn(mode, &version.runtime_name, pleg.clone(), quick_triggers()).expect("valid trigger options");
     let runner = pleg.clone();
     tasks.push(tokio::spawn(async move {
         tokio::time::sleep(relist_period).await;
@@ -116,19 +110,13 @@ async fn failing_stream_never_disables_triggers() {
 
     // Many failures in a row, with backoff, and the source keeps trying.
     wait_for("20 stream errors", Duration::from_secs(10), || {
-        counter(
-            &p.metrics,
-            "plegd_trigger_stream_errors_total{source=\"cri\"}",
-        ) >= 20
+        counter(&p.metrics, "plegd_trigger_stream_errors_total{source=\"cri\"}") >= 20
     })
     .await;
     let calls_then = server.fake.calls("GetContainerEvents");
     server.fake.heal("GetContainerEvents");
     wait_for("a connected stream", Duration::from_secs(5), || {
-        counter(
-            &p.metrics,
-            "plegd_trigger_stream_connects_total{source=\"cri\"}",
-        ) >= 1
+        counter(&p.metrics, "plegd_trigger_stream_connects_total{source=\"cri\"}") >= 1
     })
     .await;
     assert!(server.fake.calls("GetContainerEvents") > calls_then);
@@ -143,14 +131,9 @@ async fn failing_stream_never_disables_triggers() {
     assert_eq!(seen.last().and_then(|e| e.exit_code), Some(5), "{seen:#?}");
 
     // The stream breaks mid-way: it reconnects and triggers keep working.
-    server
-        .fake
-        .break_event_streams(tonic::Status::internal("stream reset"));
+    server.fake.break_event_streams(tonic::Status::internal("stream reset"));
     wait_for("a second connection", Duration::from_secs(5), || {
-        counter(
-            &p.metrics,
-            "plegd_trigger_stream_connects_total{source=\"cri\"}",
-        ) >= 2
+        counter(&p.metrics, "plegd_trigger_stream_connects_total{source=\"cri\"}") >= 2
     })
     .await;
     server.fake.exit_container("ctr-u1-1", 6);
@@ -169,17 +152,12 @@ async fn a_burst_for_one_pod_is_one_relist() {
     let mut p = start(&server.path, TriggerMode::Cri, Duration::from_secs(3600)).await;
     while p.events.try_recv().is_ok() {}
     wait_for("a connected stream", Duration::from_secs(5), || {
-        counter(
-            &p.metrics,
-            "plegd_trigger_stream_connects_total{source=\"cri\"}",
-        ) >= 1
+        counter(&p.metrics, "plegd_trigger_stream_connects_total{source=\"cri\"}") >= 1
     })
     .await;
 
     // The first trigger starts a relist of u1 that the runtime makes slow; 50 more arrive meanwhile.
-    server
-        .fake
-        .delay("ListContainers", Duration::from_millis(300));
+    server.fake.delay("ListContainers", Duration::from_millis(300));
     server.fake.emit_event("ctr-u1-0", Some("u1"));
     wait_for("the first relist to start", Duration::from_secs(5), || {
         server.fake.calls("ListContainers") >= 2
@@ -198,10 +176,7 @@ async fn a_burst_for_one_pod_is_one_relist() {
         2,
         "51 triggers, two relists"
     );
-    assert_eq!(
-        counter(&p.metrics, "plegd_triggers_total{source=\"cri\"}"),
-        51
-    );
+    assert_eq!(counter(&p.metrics, "plegd_triggers_total{source=\"cri\"}"), 51);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -209,10 +184,7 @@ async fn an_unknown_container_triggers_a_full_relist() {
     let server = FakeServer::start().await;
     let mut p = start(&server.path, TriggerMode::Cri, Duration::from_secs(3600)).await;
     wait_for("a connected stream", Duration::from_secs(5), || {
-        counter(
-            &p.metrics,
-            "plegd_trigger_stream_connects_total{source=\"cri\"}",
-        ) >= 1
+        counter(&p.metrics, "plegd_trigger_stream_connects_total{source=\"cri\"}") >= 1
     })
     .await;
     server.fake.add_running_pod("u7", "new", 1);
@@ -222,18 +194,12 @@ async fn an_unknown_container_triggers_a_full_relist() {
     })
     .await;
     assert!(has(&seen, E::ContainerStarted, "ctr-u7-0"));
-    assert_eq!(
-        counter(&p.metrics, "plegd_trigger_relists_total{kind=\"all\"}"),
-        1
-    );
+    assert_eq!(counter(&p.metrics, "plegd_trigger_relists_total{kind=\"all\"}"), 1);
 }
 
 /// Wall-clock time from `since` to the arrival of the event of `kind` for `id`.
 async fn latency(p: &mut Plegd, uid: &str, kind: E, id: &str) -> (PodLifecycleEvent, SystemTime) {
-    let seen = collect_until(&mut p.events, uid, Duration::from_secs(20), |e| {
-        has(e, kind, id)
-    })
-    .await;
+    let seen = collect_until(&mut p.events, uid, Duration::from_secs(20), |e| has(e, kind, id)).await;
     let at = SystemTime::now();
     let event = seen
         .into_iter()
@@ -268,19 +234,13 @@ async fn events_within_a_second(cd: &Containerd, mode: TriggerMode) {
     let (_, seen_at) = latency(&mut p, &pod.uid, E::ContainerStarted, &ctr).await;
     let (started_at, _) = container_times(cd, &ctr).await;
     let lag = seen_at.duration_since(started_at).unwrap_or_default();
-    assert!(
-        lag < Duration::from_secs(1),
-        "ContainerStarted {lag:?} after the start"
-    );
+    assert!(lag < Duration::from_secs(1), "ContainerStarted {lag:?} after the start");
 
     let (died, seen_at) = latency(&mut p, &pod.uid, E::ContainerDied, &ctr).await;
     let (_, finished_at) = container_times(cd, &ctr).await;
     assert_eq!(died.exit_code, Some(7));
     let lag = seen_at.duration_since(finished_at).unwrap_or_default();
-    assert!(
-        lag < Duration::from_secs(1),
-        "ContainerDied {lag:?} after the exit"
-    );
+    assert!(lag < Duration::from_secs(1), "ContainerDied {lag:?} after the exit");
 
     let removed_at = SystemTime::now();
     cd.remove_container(&ctr).await;
@@ -291,11 +251,7 @@ async fn events_within_a_second(cd: &Containerd, mode: TriggerMode) {
         "ContainerRemoved {lag:?} after the removal"
     );
     cd.cleanup(&pod).await;
-    let source = if mode == TriggerMode::Cri {
-        "cri"
-    } else {
-        "containerd"
-    };
+    let source = if mode == TriggerMode::Cri { "cri" } else { "containerd" };
     assert!(
         counter(
             &p.metrics,
@@ -332,19 +288,13 @@ async fn containerd_killed_and_restarted() {
     let ctr = cd.run_container(&pod, "app", "sleep 3; exit 9").await;
     latency(&mut p, &pod.uid, E::ContainerStarted, &ctr).await;
     wait_for("the event stream", Duration::from_secs(5), || {
-        counter(
-            &p.metrics,
-            "plegd_trigger_stream_connects_total{source=\"containerd\"}",
-        ) >= 1
+        counter(&p.metrics, "plegd_trigger_stream_connects_total{source=\"containerd\"}") >= 1
     })
     .await;
 
     instance.script("kill").await;
     tokio::time::sleep(Duration::from_secs(5)).await;
-    assert!(
-        p.pleg.healthy().is_ok(),
-        "a short outage stays within the threshold"
-    );
+    assert!(p.pleg.healthy().is_ok(), "a short outage stays within the threshold");
     instance.script("start").await;
 
     let (died, _) = latency(&mut p, &pod.uid, E::ContainerDied, &ctr).await;
@@ -353,16 +303,9 @@ async fn containerd_killed_and_restarted() {
         Some(9),
         "the exit during the outage is reported: {died:?}"
     );
-    wait_for(
-        "the event stream to reconnect",
-        Duration::from_secs(40),
-        || {
-            counter(
-                &p.metrics,
-                "plegd_trigger_stream_connects_total{source=\"containerd\"}",
-            ) >= 2
-        },
-    )
+    wait_for("the event stream to reconnect", Duration::from_secs(40), || {
+        counter(&p.metrics, "plegd_trigger_stream_connects_total{source=\"containerd\"}") >= 2
+    })
     .await;
     // Triggers work again after the reconnection.
     let ctr2 = cd.run_container(&pod, "again", "sleep 1000").await;

@@ -40,11 +40,7 @@ impl Watch {
     }
 
     /// JSON events until `done` holds for one of them.
-    fn json_until(
-        &self,
-        timeout: Duration,
-        done: impl Fn(&serde_json::Value) -> bool,
-    ) -> Vec<serde_json::Value> {
+    fn json_until(&self, timeout: Duration, done: impl Fn(&serde_json::Value) -> bool) -> Vec<serde_json::Value> {
         let deadline = std::time::Instant::now() + timeout;
         let mut seen = Vec::new();
         while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
@@ -95,11 +91,7 @@ fn bad_flag_names_the_flag() {
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr
-            .lines()
-            .next()
-            .unwrap_or("")
-            .contains("--relist-period"),
+        stderr.lines().next().unwrap_or("").contains("--relist-period"),
         "{stderr}"
     );
 }
@@ -109,26 +101,17 @@ async fn keeps_running_while_the_runtime_is_away() {
     let mut server = FakeServer::start().await;
     server.fake.add_running_pod("u1", "web", 1);
     let path = server.path.to_str().unwrap().to_owned();
-    let watch = Watch::start(&[
-        "--cri-socket",
-        &path,
-        "--relist-period",
-        "100ms",
-        "--output",
-        "json",
-    ]);
-    let seen = tokio::task::block_in_place(|| {
-        watch.json_until(Duration::from_secs(10), |e| e["container_id"] == "sb-u1")
-    });
+    let watch = Watch::start(&["--cri-socket", &path, "--relist-period", "100ms", "--output", "json"]);
+    let seen =
+        tokio::task::block_in_place(|| watch.json_until(Duration::from_secs(10), |e| e["container_id"] == "sb-u1"));
     assert_eq!(seen[0]["type"], "ContainerStarted");
 
     server.stop().await;
     server.fake.exit_container("ctr-u1-0", 4);
     tokio::time::sleep(Duration::from_millis(500)).await;
     server.restart().await;
-    let seen = tokio::task::block_in_place(|| {
-        watch.json_until(Duration::from_secs(15), |e| e["type"] == "ContainerDied")
-    });
+    let seen =
+        tokio::task::block_in_place(|| watch.json_until(Duration::from_secs(15), |e| e["type"] == "ContainerDied"));
     let died = seen.last().unwrap();
     assert_eq!(died["container_id"], "ctr-u1-0");
     assert_eq!(died["exit_code"], 4);
@@ -143,28 +126,16 @@ async fn keeps_running_while_the_runtime_is_away() {
 async fn json_events_from_real_containerd() {
     let Some(cd) = containerd().await else { return };
     let socket = cd.socket.to_str().unwrap().to_owned();
-    let watch = Watch::start(&[
-        "--cri-socket",
-        &socket,
-        "--relist-period",
-        "200ms",
-        "--output",
-        "json",
-    ]);
+    let watch = Watch::start(&["--cri-socket", &socket, "--relist-period", "200ms", "--output", "json"]);
     let pod = cd.run_pod("watched", true).await;
     let ctr = cd.run_container(&pod, "app", "sleep 1; exit 3").await;
     let uid = pod.uid.clone();
     let seen = tokio::task::block_in_place(|| {
         watch.json_until(Duration::from_secs(20), |e| {
-            e["pod_uid"] == uid.as_str()
-                && e["type"] == "ContainerDied"
-                && e["container_id"] == ctr.as_str()
+            e["pod_uid"] == uid.as_str() && e["type"] == "ContainerDied" && e["container_id"] == ctr.as_str()
         })
     });
-    let mine: Vec<_> = seen
-        .iter()
-        .filter(|e| e["pod_uid"] == uid.as_str())
-        .collect();
+    let mine: Vec<_> = seen.iter().filter(|e| e["pod_uid"] == uid.as_str()).collect();
     let died = mine.last().unwrap();
     assert_eq!(died["exit_code"], 3);
     assert_eq!(died["reason"], "Error");

@@ -8,8 +8,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use k8s_cri::v1 as cri;
 
 use crate::container::{
-    ANNOTATION_RESTART_COUNT, Container, ContainerState, ContainerStatus, LABEL_CONTAINER_NAME,
-    LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID, Pod, PodUid, SandboxState, SandboxStatus,
+    ANNOTATION_RESTART_COUNT, Container, ContainerState, ContainerStatus, LABEL_CONTAINER_NAME, LABEL_POD_NAME,
+    LABEL_POD_NAMESPACE, LABEL_POD_UID, Pod, PodUid, SandboxState, SandboxStatus,
 };
 
 /// Something the runtime reported that plegd cannot use as it is.
@@ -59,10 +59,7 @@ impl std::fmt::Display for BadData {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             BadData::MissingPodUid { container_id } => {
-                write!(
-                    f,
-                    "container {container_id} has no {LABEL_POD_UID} label; skipped"
-                )
+                write!(f, "container {container_id} has no {LABEL_POD_UID} label; skipped")
             }
             BadData::MissingSandboxMetadata { sandbox_id } => {
                 write!(f, "sandbox {sandbox_id} has no metadata uid; skipped")
@@ -167,9 +164,7 @@ pub fn group_pods(
             continue;
         }
         let Some(meta) = sandbox.metadata.filter(|m| !m.uid.is_empty()) else {
-            bad.push(BadData::MissingSandboxMetadata {
-                sandbox_id: sandbox.id,
-            });
+            bad.push(BadData::MissingSandboxMetadata { sandbox_id: sandbox.id });
             continue;
         };
         if duplicate {
@@ -182,12 +177,7 @@ pub fn group_pods(
             ..Pod::default()
         });
         // The newest sandbox names the pod, as in the kubelet.
-        if pod.name.is_empty()
-            || pod
-                .sandboxes
-                .iter()
-                .all(|s| s.created_at <= sandbox.created_at)
-        {
+        if pod.name.is_empty() || pod.sandboxes.iter().all(|s| s.created_at <= sandbox.created_at) {
             pod.name = meta.name;
             pod.namespace = meta.namespace;
         }
@@ -281,10 +271,7 @@ pub fn sandbox_status(status: cri::PodSandboxStatus, bad: &mut Vec<BadData>) -> 
 
 /// Convert one `ContainerStatus`. The restart count comes from the kubelet's annotation when it is
 /// there and parses, else from the CRI metadata attempt.
-pub fn container_status(
-    mut status: cri::ContainerStatus,
-    bad: &mut Vec<BadData>,
-) -> ContainerStatus {
+pub fn container_status(mut status: cri::ContainerStatus, bad: &mut Vec<BadData>) -> ContainerStatus {
     let state = container_state(&status.id, status.state, bad);
     let meta = status.metadata.take().unwrap_or_default();
     let mut name = take_label(&mut status.labels, LABEL_CONTAINER_NAME);
@@ -488,9 +475,7 @@ mod tests {
             state: cri::PodSandboxState::SandboxReady as i32,
             network: Some(cri::PodSandboxNetworkStatus {
                 ip: "10.1.0.2".into(),
-                additional_ips: vec![cri::PodIp {
-                    ip: "fd00::2".into(),
-                }],
+                additional_ips: vec![cri::PodIp { ip: "fd00::2".into() }],
             }),
             linux: Some(cri::LinuxPodSandboxStatus {
                 namespaces: Some(cri::Namespace {

@@ -71,11 +71,9 @@ pub trait Runtime: Send + Sync + 'static {
     /// Every pod the runtime knows of (`GetPods(all=true)`), sorted by uid.
     fn list_pods(&self) -> impl Future<Output = Result<Vec<Pod>, RuntimeError>> + Send;
     /// The one pod with this uid, if the runtime knows it.
-    fn list_pod(&self, uid: &str)
-    -> impl Future<Output = Result<Option<Pod>, RuntimeError>> + Send;
+    fn list_pod(&self, uid: &str) -> impl Future<Output = Result<Option<Pod>, RuntimeError>> + Send;
     /// The full status of a pod whose sandboxes and containers were just listed.
-    fn pod_status(&self, pod: &Pod)
-    -> impl Future<Output = Result<PodStatus, RuntimeError>> + Send;
+    fn pod_status(&self, pod: &Pod) -> impl Future<Output = Result<PodStatus, RuntimeError>> + Send;
 }
 
 /// Settings of the CRI client.
@@ -117,10 +115,7 @@ impl DialBackoff {
         match self.lock().1 {
             Some(not_before) if Instant::now() < not_before => Err(io::Error::new(
                 io::ErrorKind::WouldBlock,
-                format!(
-                    "backing off {:?} after a failed dial",
-                    not_before - Instant::now()
-                ),
+                format!("backing off {:?} after a failed dial", not_before - Instant::now()),
             )),
             _ => Ok(()),
         }
@@ -141,12 +136,8 @@ impl DialBackoff {
 
 fn check_socket(path: &Path) -> Result<(), RuntimeError> {
     match std::fs::metadata(path) {
-        Err(_) => Err(RuntimeError::SocketMissing {
-            path: path.to_owned(),
-        }),
-        Ok(m) if !m.file_type().is_socket() => Err(RuntimeError::NotASocket {
-            path: path.to_owned(),
-        }),
+        Err(_) => Err(RuntimeError::SocketMissing { path: path.to_owned() }),
+        Ok(m) if !m.file_type().is_socket() => Err(RuntimeError::NotASocket { path: path.to_owned() }),
         Ok(_) => Ok(()),
     }
 }
@@ -213,11 +204,7 @@ const BAD_DATA_MEMORY: usize = 4096;
 
 impl CriRuntime {
     /// A client for the socket at `path`; no connection is made until the first call.
-    pub fn new(
-        path: &Path,
-        options: &CriOptions,
-        metrics: Arc<Metrics>,
-    ) -> Result<Self, RuntimeError> {
+    pub fn new(path: &Path, options: &CriOptions, metrics: Arc<Metrics>) -> Result<Self, RuntimeError> {
         let backoff = ExponentialBackoff::try_new(options.initial_backoff, options.max_backoff)?;
         let channel = unix_channel(
             path,
@@ -240,12 +227,7 @@ impl CriRuntime {
 
     /// A channel to the same socket without a per-call deadline, for long-lived event streams.
     pub fn stream_channel(&self) -> Channel {
-        unix_channel(
-            &self.socket,
-            self.connect_timeout,
-            self.backoff.clone(),
-            None,
-        )
+        unix_channel(&self.socket, self.connect_timeout, self.backoff.clone(), None)
     }
 
     pub fn metrics(&self) -> &Arc<Metrics> {
@@ -279,9 +261,7 @@ impl CriRuntime {
         let response = self
             .client
             .clone()
-            .version(cri::VersionRequest {
-                version: "v1".into(),
-            })
+            .version(cri::VersionRequest { version: "v1".into() })
             .await;
         let v = match response {
             Ok(r) => r.into_inner(),
@@ -326,17 +306,9 @@ impl CriRuntime {
                 seen.clear();
             }
             if seen.insert((item.kind(), item.id().to_owned())) {
-                warn!(
-                    kind = item.kind(),
-                    id = item.id(),
-                    "bad runtime data: {item}"
-                );
+                warn!(kind = item.kind(), id = item.id(), "bad runtime data: {item}");
             } else {
-                debug!(
-                    kind = item.kind(),
-                    id = item.id(),
-                    "bad runtime data again: {item}"
-                );
+                debug!(kind = item.kind(), id = item.id(), "bad runtime data again: {item}");
             }
         }
     }
@@ -353,10 +325,7 @@ impl CriRuntime {
             .map_err(|s| self.call_failed("ListPodSandbox", s))
     }
 
-    async fn list_containers(
-        &self,
-        filter: Option<cri::ContainerFilter>,
-    ) -> Result<Vec<cri::Container>, RuntimeError> {
+    async fn list_containers(&self, filter: Option<cri::ContainerFilter>) -> Result<Vec<cri::Container>, RuntimeError> {
         self.client
             .clone()
             .list_containers(cri::ListContainersRequest { filter })
@@ -365,10 +334,7 @@ impl CriRuntime {
             .map_err(|s| self.call_failed("ListContainers", s))
     }
 
-    async fn sandbox_status(
-        &self,
-        id: &str,
-    ) -> Result<Option<cri::PodSandboxStatus>, RuntimeError> {
+    async fn sandbox_status(&self, id: &str) -> Result<Option<cri::PodSandboxStatus>, RuntimeError> {
         let request = cri::PodSandboxStatusRequest {
             pod_sandbox_id: id.to_owned(),
             verbose: false,
@@ -380,10 +346,7 @@ impl CriRuntime {
         }
     }
 
-    async fn container_status(
-        &self,
-        id: &str,
-    ) -> Result<Option<cri::ContainerStatus>, RuntimeError> {
+    async fn container_status(&self, id: &str) -> Result<Option<cri::ContainerStatus>, RuntimeError> {
         let request = cri::ContainerStatusRequest {
             container_id: id.to_owned(),
             verbose: false,
@@ -398,8 +361,7 @@ impl CriRuntime {
 
 impl Runtime for CriRuntime {
     async fn list_pods(&self) -> Result<Vec<Pod>, RuntimeError> {
-        let (sandboxes, containers) =
-            tokio::try_join!(self.list_sandboxes(None), self.list_containers(None))?;
+        let (sandboxes, containers) = tokio::try_join!(self.list_sandboxes(None), self.list_containers(None))?;
         let mut bad = Vec::new();
         let pods = convert::group_pods(sandboxes, containers, &mut bad);
         self.report(bad);
@@ -432,11 +394,7 @@ impl Runtime for CriRuntime {
     /// container of the pod. A sandbox or container removed since the list is left out; any other
     /// failure fails the whole read, so that the relister re-inspects the pod.
     async fn pod_status(&self, pod: &Pod) -> Result<PodStatus, RuntimeError> {
-        let mut sandbox_ids: Vec<(&str, i64)> = pod
-            .sandboxes
-            .iter()
-            .map(|s| (s.id.as_str(), s.created_at))
-            .collect();
+        let mut sandbox_ids: Vec<(&str, i64)> = pod.sandboxes.iter().map(|s| (s.id.as_str(), s.created_at)).collect();
         sandbox_ids.sort_by_key(|s| std::cmp::Reverse(s.1));
         let sandboxes = join_all(sandbox_ids.iter().map(|(id, _)| self.sandbox_status(id)));
         let containers = join_all(pod.containers.iter().map(|c| self.container_status(&c.id)));
@@ -451,16 +409,12 @@ impl Runtime for CriRuntime {
         };
         for s in sandboxes {
             if let Some(s) = s? {
-                status
-                    .sandbox_statuses
-                    .push(convert::sandbox_status(s, &mut bad));
+                status.sandbox_statuses.push(convert::sandbox_status(s, &mut bad));
             }
         }
         for c in containers {
             if let Some(c) = c? {
-                status
-                    .container_statuses
-                    .push(convert::container_status(c, &mut bad));
+                status.container_statuses.push(convert::container_status(c, &mut bad));
             }
         }
         self.report(bad);

@@ -150,10 +150,7 @@ async fn relist_overhead(a: &Args) {
             }
         }
     }
-    assert!(
-        events.try_recv().is_err(),
-        "a no-change relist sends nothing"
-    );
+    assert!(events.try_recv().is_err(), "a no-change relist sends nothing");
     println!(
         "\n### Relist at {} pods / {} containers ({} rounds, fake CRI over a unix socket)\n",
         a.pods,
@@ -165,10 +162,7 @@ async fn relist_overhead(a: &Args) {
         "bare ListPodSandbox + ListContainers (concurrent, as plegd issues them)",
         bare_c,
     );
-    let bs = summary(
-        "bare ListPodSandbox then ListContainers (sequential)",
-        bare_s,
-    );
+    let bs = summary("bare ListPodSandbox then ListContainers (sequential)", bare_s);
     let rl = summary("plegd relist, no change", relist);
     println!(
         "\nratio relist / bare concurrent (medians): **{:.2}×**; relist / bare sequential: {:.2}×",
@@ -230,11 +224,7 @@ fn compute_events_throughput(a: &Args) {
         samples.sort();
         let median = percentile(&samples, 0.5);
         let per_sec = (a.pods * (a.containers + 1)) as f64 / median.as_secs_f64();
-        println!(
-            "| {name} | {:.1} | {:.2e} |",
-            median.as_secs_f64() * 1e6,
-            per_sec
-        );
+        println!("| {name} | {:.1} | {:.2e} |", median.as_secs_f64() * 1e6, per_sec);
     }
 }
 

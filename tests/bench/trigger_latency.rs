@@ -27,19 +27,33 @@ use plegd::triggers::{self, TriggerMode, TriggerOptions};
 
 type Seen = Arc<Mutex<HashMap<String, SystemTime>>>;
 
-async fn observe_plegd(socket: &std::path::Path, mode: TriggerMode, period: Duration, seen: Seen) -> Vec<tokio::task::JoinHandle<()>> {
+async fn observe_plegd(
+    socket: &std::path::Path,
+    mode: TriggerMode,
+    period: Duration,
+    seen: Seen,
+) -> Vec<tokio::task::JoinHandle<()>> {
     let metrics = Arc::new(Metrics::new());
-    let (runtime, version) = CriRuntime::connect(socket, &CriOptions::default(), metrics.clone()).await.expect("connect");
-    let config = PlegConfig { relist_period: period, ..PlegConfig::default() };
+    let (runtime, version) = CriRuntime::connect(socket, &CriOptions::default(), metrics.clone())
+        .await
+        .expect("connect");
+    let config = PlegConfig {
+        relist_period: period,
+        ..PlegConfig::default()
+    };
     let (pleg, mut events) = GenericPleg::new(runtime, SystemClock, Arc::new(PodCache::new()), metrics, config);
     let pleg = Arc::new(pleg);
-    let mut tasks = triggers::spawn(mode, &version.runtime_name, pleg.clone(), TriggerOptions::default()).expect("trigger options");
+    let mut tasks =
+        triggers::spawn(mode, &version.runtime_name, pleg.clone(), TriggerOptions::default()).expect("trigger options");
     tasks.push(tokio::spawn(pleg.run()));
     tasks.push(tokio::spawn(async move {
         while let Some(e) = events.recv().await {
             if e.kind == PodLifecycleEventType::ContainerDied && !e.sandbox {
                 let now = SystemTime::now();
-                seen.lock().unwrap().entry(e.container_id.unwrap_or_default()).or_insert(now);
+                seen.lock()
+                    .unwrap()
+                    .entry(e.container_id.unwrap_or_default())
+                    .or_insert(now);
             }
         }
     }));
@@ -52,7 +66,11 @@ async fn observe_raw(socket: &std::path::Path, topic: &str, seen: Seen) -> tokio
     let mut client = EventsClient::new(runtime.stream_channel());
     let filters = vec![format!("namespace==k8s.io,topic==\"{topic}\"")];
     tokio::spawn(async move {
-        let mut stream = client.subscribe(SubscribeRequest { filters }).await.expect("subscribe").into_inner();
+        let mut stream = client
+            .subscribe(SubscribeRequest { filters })
+            .await
+            .expect("subscribe")
+            .into_inner();
         while let Ok(Some(envelope)) = stream.message().await {
             let now = SystemTime::now();
             let payload = envelope.event.map(|a| a.value).unwrap_or_default();
@@ -65,14 +83,23 @@ async fn observe_raw(socket: &std::path::Path, topic: &str, seen: Seen) -> tokio
 
 /// (d) The earliest moment CRI itself reports the container exited: ContainerStatus polled every
 /// millisecond for every container not yet seen exited.
-fn observe_cri_poll(client: k8s_cri::v1::runtime_service_client::RuntimeServiceClient<tonic::transport::Channel>, watch: Arc<Mutex<Vec<String>>>, seen: Seen) -> tokio::task::JoinHandle<()> {
+fn observe_cri_poll(
+    client: k8s_cri::v1::runtime_service_client::RuntimeServiceClient<tonic::transport::Channel>,
+    watch: Arc<Mutex<Vec<String>>>,
+    seen: Seen,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
             let ids: Vec<String> = watch.lock().unwrap().clone();
             for id in ids {
-                let request = k8s_cri::v1::ContainerStatusRequest { container_id: id.clone(), verbose: false };
+                let request = k8s_cri::v1::ContainerStatusRequest {
+                    container_id: id.clone(),
+                    verbose: false,
+                };
                 if let Ok(r) = client.clone().container_status(request).await
-                    && r.into_inner().status.is_some_and(|s| s.state == k8s_cri::v1::ContainerState::ContainerExited as i32)
+                    && r.into_inner()
+                        .status
+                        .is_some_and(|s| s.state == k8s_cri::v1::ContainerState::ContainerExited as i32)
                 {
                     let now = SystemTime::now();
                     seen.lock().unwrap().entry(id.clone()).or_insert(now);
@@ -87,22 +114,47 @@ fn observe_cri_poll(client: k8s_cri::v1::runtime_service_client::RuntimeServiceC
 fn stats(name: &str, mut ms: Vec<f64>) -> (f64, f64) {
     ms.sort_by(f64::total_cmp);
     let at = |p: f64| ms[((ms.len() as f64 - 1.0) * p).round() as usize];
-    println!("| {name} | {} | {:.1} | {:.1} | {:.1} |", ms.len(), at(0.5), at(0.99), ms[ms.len() - 1]);
+    println!(
+        "| {name} | {} | {:.1} | {:.1} | {:.1} |",
+        ms.len(),
+        at(0.5),
+        at(0.99),
+        ms[ms.len() - 1]
+    );
     (at(0.5), at(0.99))
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let argv: Vec<String> = std::env::args().collect();
-    let exits: usize = argv.iter().position(|a| a == "--exits").and_then(|i| argv.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(40);
+    let exits: usize = argv
+        .iter()
+        .position(|a| a == "--exits")
+        .and_then(|i| argv.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(40);
     let Some(cd) = containerd::containerd().await else {
         eprintln!("trigger_latency: needs a real containerd (root on Linux)");
         std::process::exit(1);
     };
     let (relist_only, triggered, raw, polled, deleted): (Seen, Seen, Seen, Seen, Seen) = Default::default();
     let poll_list: Arc<Mutex<Vec<String>>> = Default::default();
-    let mut tasks = observe_plegd(&cd.socket, TriggerMode::None, Duration::from_secs(1), relist_only.clone()).await;
-    tasks.extend(observe_plegd(&cd.socket, TriggerMode::Containerd, Duration::from_secs(30), triggered.clone()).await);
+    let mut tasks = observe_plegd(
+        &cd.socket,
+        TriggerMode::None,
+        Duration::from_secs(1),
+        relist_only.clone(),
+    )
+    .await;
+    tasks.extend(
+        observe_plegd(
+            &cd.socket,
+            TriggerMode::Containerd,
+            Duration::from_secs(30),
+            triggered.clone(),
+        )
+        .await,
+    );
     tasks.push(observe_raw(&cd.socket, "/tasks/exit", raw.clone()).await);
     tasks.push(observe_raw(&cd.socket, "/tasks/delete", deleted.clone()).await);
     tasks.push(observe_cri_poll(cd.client.clone(), poll_list.clone(), polled.clone()));
@@ -112,7 +164,9 @@ async fn main() {
     let mut ids = Vec::new();
     for i in 0..exits {
         // Staggered so that exits fall at every phase of the 1 s relist.
-        let id = cd.run_container(&pod, &format!("exit{i}"), &format!("sleep 0.{}; exit 1", (i * 37) % 10)).await;
+        let id = cd
+            .run_container(&pod, &format!("exit{i}"), &format!("sleep 0.{}; exit 1", (i * 37) % 10))
+            .await;
         poll_list.lock().unwrap().push(id.clone());
         ids.push(id);
         tokio::time::sleep(Duration::from_millis(300 + ((i as u64 * 53) % 700))).await;
@@ -125,17 +179,33 @@ async fn main() {
         let status = cd
             .client
             .clone()
-            .container_status(k8s_cri::v1::ContainerStatusRequest { container_id: id.clone(), verbose: false })
+            .container_status(k8s_cri::v1::ContainerStatusRequest {
+                container_id: id.clone(),
+                verbose: false,
+            })
             .await
             .expect("ContainerStatus")
             .into_inner()
             .status
             .expect("status");
         let finished = SystemTime::UNIX_EPOCH + Duration::from_nanos(status.finished_at as u64);
-        let lag = |seen: &Seen| seen.lock().unwrap().get(id).map(|t| t.duration_since(finished).unwrap_or_default().as_secs_f64() * 1e3);
-        let (a, b, c, d, e) = (lag(&relist_only), lag(&triggered), lag(&raw), lag(&polled), lag(&deleted));
+        let lag = |seen: &Seen| {
+            seen.lock()
+                .unwrap()
+                .get(id)
+                .map(|t| t.duration_since(finished).unwrap_or_default().as_secs_f64() * 1e3)
+        };
+        let (a, b, c, d, e) = (
+            lag(&relist_only),
+            lag(&triggered),
+            lag(&raw),
+            lag(&polled),
+            lag(&deleted),
+        );
         let (Some(a), Some(b), Some(c), Some(d), Some(e)) = (a, b, c, d, e) else {
-            panic!("an observer missed the exit of {id}: relist-only {a:?}, triggers {b:?}, raw {c:?}, CRI poll {d:?}, delete {e:?}");
+            panic!(
+                "an observer missed the exit of {id}: relist-only {a:?}, triggers {b:?}, raw {c:?}, CRI poll {d:?}, delete {e:?}"
+            );
         };
         rows[4].push(e);
         rows[0].push(a);
@@ -149,7 +219,10 @@ async fn main() {
     for t in tasks {
         t.abort();
     }
-    println!("\n### Exit → observer latency, {exits} exits of real containers (containerd {})\n", "1.6");
+    println!(
+        "\n### Exit → observer latency, {exits} exits of real containers (containerd {})\n",
+        "1.6"
+    );
     println!("| observer | exits | p50 ms | p99 ms | max ms |\n|---|---|---|---|---|");
     let [a, b, c, d, e] = rows;
     stats("(a) plegd, relist every 1 s, no triggers", a);

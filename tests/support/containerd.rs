@@ -43,10 +43,7 @@ async fn start() -> Option<PathBuf> {
     if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
         return skip("not root");
     }
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/containerd/containerd.sh"
-    );
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/containerd/containerd.sh");
     let out = tokio::process::Command::new("bash")
         .arg(script)
         .arg("start")
@@ -145,11 +142,7 @@ impl Containerd {
                 namespace: namespace.clone(),
                 attempt: 0,
             }),
-            hostname: if host_network {
-                String::new()
-            } else {
-                name.into()
-            },
+            hostname: if host_network { String::new() } else { name.into() },
             labels,
             linux: Some(cri::LinuxPodSandboxConfig {
                 cgroup_parent: format!("/plegd-test/pod{uid}"),
@@ -326,10 +319,7 @@ pub struct PrivateContainerd {
 }
 
 fn script() -> &'static str {
-    concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/containerd/containerd.sh"
-    )
+    concat!(env!("CARGO_MANIFEST_DIR"), "/tests/containerd/containerd.sh")
 }
 
 impl PrivateContainerd {
@@ -339,10 +329,7 @@ impl PrivateContainerd {
         // The shared fixture decides whether real runtimes can run here at all.
         containerd().await?;
         let env = vec![
-            (
-                "PLEGD_CONTAINERD_DIR".to_owned(),
-                format!("/var/lib/plegd-test/{name}"),
-            ),
+            ("PLEGD_CONTAINERD_DIR".to_owned(), format!("/var/lib/plegd-test/{name}")),
             ("PLEGD_CONTAINERD_VERSION".to_owned(), version.to_owned()),
             ("PLEGD_CNI_BRIDGE".to_owned(), format!("plg{name}")),
             ("PLEGD_CNI_SUBNET".to_owned(), format!("10.{octet}.0.0/24")),

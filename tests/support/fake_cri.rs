@@ -122,15 +122,7 @@ impl FakeCri {
     }
 
     /// A pod sandbox with the kubelet's labels; `ready` chooses READY or NOTREADY.
-    pub fn add_sandbox(
-        &self,
-        uid: &str,
-        name: &str,
-        namespace: &str,
-        sandbox_id: &str,
-        ready: bool,
-        ip: &str,
-    ) {
+    pub fn add_sandbox(&self, uid: &str, name: &str, namespace: &str, sandbox_id: &str, ready: bool, ip: &str) {
         let labels: HashMap<String, String> = [
             (LABEL_POD_UID.to_owned(), uid.to_owned()),
             (LABEL_POD_NAME.to_owned(), name.to_owned()),
@@ -165,14 +157,7 @@ impl FakeCri {
     }
 
     /// A container of pod `uid` in sandbox `sandbox_id`, in the given state.
-    pub fn add_container(
-        &self,
-        uid: &str,
-        sandbox_id: &str,
-        id: &str,
-        name: &str,
-        state: cri::ContainerState,
-    ) {
+    pub fn add_container(&self, uid: &str, sandbox_id: &str, id: &str, name: &str, state: cri::ContainerState) {
         let (pod_name, namespace) = {
             let st = self.state();
             st.sandboxes
@@ -313,10 +298,7 @@ impl FakeCri {
         let (delay, failure) = {
             let mut st = self.state();
             *st.calls.entry(method.into()).or_default() += 1;
-            (
-                st.delays.get(method).copied(),
-                st.failures.get(method).cloned(),
-            )
+            (st.delays.get(method).copied(), st.failures.get(method).cloned())
         };
         if let Some(delay) = delay {
             tokio::time::sleep(delay).await;
@@ -391,10 +373,7 @@ impl FakeServer {
             let _ = tx.send(());
         }
         if let Some(mut task) = self.task.take() {
-            if tokio::time::timeout(Duration::from_secs(1), &mut task)
-                .await
-                .is_err()
-            {
+            if tokio::time::timeout(Duration::from_secs(1), &mut task).await.is_err() {
                 task.abort();
                 let _ = task.await;
             }
@@ -417,17 +396,13 @@ impl Drop for FakeServer {
     }
 }
 
-type EventStream =
-    Pin<Box<dyn tokio_stream::Stream<Item = Result<cri::ContainerEventResponse, Status>> + Send>>;
+type EventStream = Pin<Box<dyn tokio_stream::Stream<Item = Result<cri::ContainerEventResponse, Status>> + Send>>;
 
 #[tonic::async_trait]
 impl RuntimeService for FakeCri {
     type GetContainerEventsStream = EventStream;
 
-    async fn version(
-        &self,
-        _: Request<cri::VersionRequest>,
-    ) -> Result<Response<cri::VersionResponse>, Status> {
+    async fn version(&self, _: Request<cri::VersionRequest>) -> Result<Response<cri::VersionResponse>, Status> {
         self.enter("Version").await?;
         let st = self.state();
         if st.no_v1 {
@@ -473,9 +448,7 @@ impl RuntimeService for FakeCri {
             .values()
             .map(|c| &c.item)
             .filter(|c| filter.id.is_empty() || c.id == filter.id)
-            .filter(|c| {
-                filter.pod_sandbox_id.is_empty() || c.pod_sandbox_id == filter.pod_sandbox_id
-            })
+            .filter(|c| filter.pod_sandbox_id.is_empty() || c.pod_sandbox_id == filter.pod_sandbox_id)
             .filter(|c| filter.state.as_ref().is_none_or(|v| v.state == c.state))
             .filter(|c| labels_match(&c.labels, &filter.label_selector))
             .cloned()
@@ -546,29 +519,23 @@ impl RuntimeService for FakeCri {
         }))
     }
 
-    async fn get_container_events(
-        &self,
-        _: Request<cri::GetEventsRequest>,
-    ) -> Result<Response<EventStream>, Status> {
+    async fn get_container_events(&self, _: Request<cri::GetEventsRequest>) -> Result<Response<EventStream>, Status> {
         self.enter("GetContainerEvents").await?;
         use tokio::sync::broadcast::error::RecvError;
         // An Err item is sent and then ends the stream, like a broken connection.
-        let stream = futures_util::stream::unfold(
-            (self.events.subscribe(), false),
-            |(mut rx, ended)| async move {
-                if ended {
-                    return None;
+        let stream = futures_util::stream::unfold((self.events.subscribe(), false), |(mut rx, ended)| async move {
+            if ended {
+                return None;
+            }
+            loop {
+                match rx.recv().await {
+                    Ok(Ok(event)) => return Some((Ok(event), (rx, false))),
+                    Ok(Err(status)) => return Some((Err(status), (rx, true))),
+                    Err(RecvError::Lagged(_)) => continue,
+                    Err(RecvError::Closed) => return None,
                 }
-                loop {
-                    match rx.recv().await {
-                        Ok(Ok(event)) => return Some((Ok(event), (rx, false))),
-                        Ok(Err(status)) => return Some((Err(status), (rx, true))),
-                        Err(RecvError::Lagged(_)) => continue,
-                        Err(RecvError::Closed) => return None,
-                    }
-                }
-            },
-        );
+            }
+        });
         Ok(Response::new(Box::pin(stream)))
     }
 
@@ -626,22 +593,13 @@ impl RuntimeService for FakeCri {
     ) -> Result<Response<cri::ReopenContainerLogResponse>, Status> {
         Err(unimplemented("reopen_container_log"))
     }
-    async fn exec_sync(
-        &self,
-        _: Request<cri::ExecSyncRequest>,
-    ) -> Result<Response<cri::ExecSyncResponse>, Status> {
+    async fn exec_sync(&self, _: Request<cri::ExecSyncRequest>) -> Result<Response<cri::ExecSyncResponse>, Status> {
         Err(unimplemented("exec_sync"))
     }
-    async fn exec(
-        &self,
-        _: Request<cri::ExecRequest>,
-    ) -> Result<Response<cri::ExecResponse>, Status> {
+    async fn exec(&self, _: Request<cri::ExecRequest>) -> Result<Response<cri::ExecResponse>, Status> {
         Err(unimplemented("exec"))
     }
-    async fn attach(
-        &self,
-        _: Request<cri::AttachRequest>,
-    ) -> Result<Response<cri::AttachResponse>, Status> {
+    async fn attach(&self, _: Request<cri::AttachRequest>) -> Result<Response<cri::AttachResponse>, Status> {
         Err(unimplemented("attach"))
     }
     async fn port_forward(
@@ -680,10 +638,7 @@ impl RuntimeService for FakeCri {
     ) -> Result<Response<cri::UpdateRuntimeConfigResponse>, Status> {
         Err(unimplemented("update_runtime_config"))
     }
-    async fn status(
-        &self,
-        _: Request<cri::StatusRequest>,
-    ) -> Result<Response<cri::StatusResponse>, Status> {
+    async fn status(&self, _: Request<cri::StatusRequest>) -> Result<Response<cri::StatusResponse>, Status> {
         Err(unimplemented("status"))
     }
     async fn checkpoint_container(
