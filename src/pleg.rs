@@ -426,6 +426,18 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
             .map(|(uid, _)| uid.clone())
     }
 
+    /// Whether the runtime's state of container (or sandbox) `id` differs from what pod `uid`'s
+    /// record says, by one cheap status call. The records are not held during the call.
+    pub async fn probe(&self, uid: &str, id: &str) -> Result<bool, RuntimeError> {
+        let recorded = {
+            let state = self.state.lock().await;
+            let record = state.records.get(uid);
+            pleg_state(record.and_then(|r| r.current.as_ref().or(r.old.as_ref())), id)
+        };
+        let actual = self.runtime.probe_state(id).await?;
+        Ok(actual.map_or(PlegContainerState::NonExistent, PlegContainerState::from) != recorded)
+    }
+
     /// Pods currently held in the records (for observation and tests).
     pub async fn record_count(&self) -> usize {
         self.state.lock().await.records.len()

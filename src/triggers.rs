@@ -10,9 +10,11 @@
 //! - **cri**: CRI `GetContainerEvents` (containerd ≥ 1.7, CRI-O). On containerd each event goes to ONE
 //!   subscriber, so plegd steals events from a kubelet that uses Evented PLEG on the same runtime.
 //!
-//! A runtime's event can be ahead of its CRI state (containerd 1.6 publishes `/tasks/exit` before
-//! its CRI plugin marks the container exited), so a triggered relist that finds no change is
-//! repeated after 2, 4, 8 … 512 ms, stopping at the first change ([`RECHECK_DELAYS_MS`]).
+//! A runtime's event can be ahead of its CRI state (containerd 1.6 publishes `/tasks/exit` 20–70 ms
+//! before its CRI plugin reports the container exited). So an event that names a known container is
+//! checked by probing that one container's CRI state (one cheap status call), and its pod is
+//! relisted only when the probe differs from the record; a probe or relist that finds no change is
+//! repeated on a schedule ([`recheck_delay`]) that ends at the first change.
 //!
 //! A stream that fails reconnects with exponential backoff, capped, forever: no permanent fallback.
 //! Triggers are coalesced: everything that arrives while a relist runs is served by the next one,
@@ -181,25 +183,46 @@ impl Pending {
     }
 }
 
-/// Waits before re-checking a pod whose triggered relist found no change: a runtime's event can
-/// be ahead of its CRI state (containerd 1.6 publishes `/tasks/exit` before its CRI plugin marks
-/// the container exited). About one second in all; the first change ends the schedule.
-pub const RECHECK_DELAYS_MS: [u64; 9] = [2, 4, 8, 16, 32, 64, 128, 256, 512];
+/// What one triggered check looks at: a pod, and the container the event named when it named one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub pod: PodUid,
+    pub container: Option<String>,
+}
 
-/// Pods to relist again later, with how many re-checks each has had (pure bookkeeping).
+/// Probes of one container (one cheap status call each) are repeated every 2 ms for this many
+/// attempts (~120 ms, which covers containerd 1.6's CRI lag), then with doubling waits.
+const FINE_PROBES: usize = 60;
+/// Doubling waits, in ms, after the fine probes, and the whole schedule of pod re-relists.
+const COARSE_MS: [u64; 9] = [2, 4, 8, 16, 32, 64, 128, 256, 512];
+
+/// The wait before re-check number `attempt` (0-based) of `target`, None when the schedule is over.
+/// A runtime's event can be ahead of its CRI state (containerd 1.6 publishes `/tasks/exit` ~20–70 ms
+/// before its CRI plugin reports the container exited), so a check that finds no change is
+/// repeated; the first change ends it.
+pub fn recheck_delay(target: &Target, attempt: usize) -> Option<Duration> {
+    let ms = match target.container {
+        Some(_) if attempt < FINE_PROBES => 2,
+        // Continue with the doubling waits that follow 2 ms.
+        Some(_) => *COARSE_MS.get(attempt - FINE_PROBES + 2)?,
+        None => *COARSE_MS.get(attempt)?,
+    };
+    Some(Duration::from_millis(ms))
+}
+
+/// Targets to check again later, with how many re-checks each has had (pure bookkeeping).
 #[derive(Debug, Default)]
 pub struct Rechecks {
-    due: Vec<(tokio::time::Instant, PodUid, usize)>,
+    due: Vec<(tokio::time::Instant, Target, usize)>,
 }
 
 impl Rechecks {
-    /// After a triggered relist of `uid`: forget it if it changed, else schedule its next re-check
-    /// (`attempt` re-checks done so far) unless the schedule is used up.
-    pub fn after_relist(&mut self, uid: &str, changed: bool, attempt: usize, now: tokio::time::Instant) {
-        self.due.retain(|(_, u, _)| u != uid);
-        if !changed && let Some(ms) = RECHECK_DELAYS_MS.get(attempt) {
-            self.due
-                .push((now + Duration::from_millis(*ms), uid.to_owned(), attempt + 1));
+    /// After a check of `target` (`attempt` re-checks done before it): forget it if it found a
+    /// change, else schedule the next re-check unless the schedule is over.
+    pub fn after_check(&mut self, target: &Target, changed: bool, attempt: usize, now: tokio::time::Instant) {
+        self.due.retain(|(_, t, _)| t != target);
+        if !changed && let Some(wait) = recheck_delay(target, attempt) {
+            self.due.push((now + wait, target.clone(), attempt + 1));
         }
     }
 
@@ -207,19 +230,59 @@ impl Rechecks {
         self.due.iter().map(|(t, _, _)| *t).min()
     }
 
-    /// Take the pods whose re-check is due, with their attempt counts.
-    pub fn take_due(&mut self, now: tokio::time::Instant) -> Vec<(PodUid, usize)> {
+    /// Take the targets whose re-check is due, with their attempt counts.
+    pub fn take_due(&mut self, now: tokio::time::Instant) -> Vec<(Target, usize)> {
         let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.due)
             .into_iter()
             .partition(|(t, _, _)| *t <= now);
         self.due = later;
-        due.into_iter().map(|(_, uid, attempt)| (uid, attempt)).collect()
+        due.into_iter().map(|(_, target, attempt)| (target, attempt)).collect()
+    }
+
+    pub fn len(&self) -> usize {
+        self.due.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.due.is_empty()
+    }
+}
+
+/// One check: a container target is probed (one status call) and its pod relisted only when the
+/// probe differs from the record; a pod target is relisted. Returns whether a change was found.
+async fn check<R: Runtime, C: Clock>(
+    pleg: &GenericPleg<R, C>,
+    target: &Target,
+    attempt: usize,
+    metrics: &Metrics,
+) -> bool {
+    if let Some(id) = &target.container {
+        metrics.count_trigger_relist("probe");
+        match pleg.probe(&target.pod, id).await {
+            Ok(false) => return false,
+            Ok(true) => {}
+            // The runtime did not answer: let the relist below find out, or the periodic one.
+            Err(error) => debug!(pod = %target.pod, container = %id, error = %error, "probe failed"),
+        }
+    }
+    metrics.count_trigger_relist(if attempt == 0 || target.container.is_some() {
+        "pod"
+    } else {
+        "recheck"
+    });
+    match pleg.relist_pod(&target.pod).await {
+        Ok(changed) => changed,
+        Err(error) => {
+            debug!(pod = %target.pod, error = %error, "triggered pod relist failed; the periodic relist will retry");
+            // Stop re-checking: the periodic relist owns a runtime that does not answer.
+            true
+        }
     }
 }
 
 /// Serve triggers until every sender is gone: wait for one (or for a re-check to be due), take
-/// everything else already queued, map container ids to pods, then relist each named pod once (or
-/// everything once).
+/// everything else already queued, map container ids to pods, then check each target once (or
+/// relist everything once).
 pub async fn dispatch<R: Runtime, C: Clock>(
     pleg: Arc<GenericPleg<R, C>>,
     mut queue: TriggerReceiver,
@@ -242,19 +305,33 @@ pub async fn dispatch<R: Runtime, C: Clock>(
         if queue.overflow.swap(false, Ordering::AcqRel) {
             pending.add(Trigger::All);
         }
-        let containers = std::mem::take(&mut pending.containers);
-        for id in containers {
+        // Fresh triggers start a target's schedule over; due re-checks continue theirs.
+        let mut targets: Vec<(Target, usize)> = Vec::new();
+        for id in std::mem::take(&mut pending.containers) {
             match pleg.pod_of(&id).await {
-                Some(uid) => pending.add(Trigger::Pod(uid)),
+                Some(pod) => targets.push((
+                    Target {
+                        pod,
+                        container: Some(id),
+                    },
+                    0,
+                )),
                 // A container no record has: a pod plegd has not seen yet.
                 None => pending.add(Trigger::All),
             }
         }
-        // A fresh trigger restarts a pod's schedule; a due re-check continues it.
-        let mut attempts: Vec<(PodUid, usize)> = pending.pods.iter().map(|uid| (uid.clone(), 0)).collect();
-        for (uid, attempt) in rechecks.take_due(tokio::time::Instant::now()) {
-            if !attempts.iter().any(|(u, _)| *u == uid) {
-                attempts.push((uid, attempt));
+        targets.extend(pending.pods.iter().map(|pod| {
+            (
+                Target {
+                    pod: pod.clone(),
+                    container: None,
+                },
+                0,
+            )
+        }));
+        for (target, attempt) in rechecks.take_due(tokio::time::Instant::now()) {
+            if !targets.iter().any(|(t, _)| *t == target) {
+                targets.push((target, attempt));
             }
         }
         if pending.all {
@@ -263,14 +340,9 @@ pub async fn dispatch<R: Runtime, C: Clock>(
                 debug!(error = %error, "triggered relist failed; the periodic relist will retry");
             }
         }
-        for (uid, attempt) in attempts {
-            metrics.count_trigger_relist(if attempt == 0 { "pod" } else { "recheck" });
-            match pleg.relist_pod(&uid).await {
-                Ok(changed) => rechecks.after_relist(&uid, changed, attempt, tokio::time::Instant::now()),
-                Err(error) => {
-                    debug!(pod = %uid, error = %error, "triggered pod relist failed; the periodic relist will retry")
-                }
-            }
+        for (target, attempt) in targets {
+            let changed = check(&pleg, &target, attempt, &metrics).await;
+            rechecks.after_check(&target, changed, attempt, tokio::time::Instant::now());
         }
     }
 }
@@ -502,22 +574,51 @@ mod tests {
     use super::*;
 
     #[test]
+    fn recheck_schedules() {
+        let pod = Target {
+            pod: "u1".into(),
+            container: None,
+        };
+        let ctr = Target {
+            pod: "u1".into(),
+            container: Some("c1".into()),
+        };
+        let ms = Duration::from_millis;
+        // Pod relists: doubling from 2 ms to 512 ms, then over.
+        let waits: Vec<_> = (0..10).map(|a| recheck_delay(&pod, a)).collect();
+        assert_eq!(waits[0], Some(ms(2)));
+        assert_eq!(waits[8], Some(ms(512)));
+        assert_eq!(waits[9], None);
+        // Container probes: every 2 ms for 60 probes, then 8, 16 … 512 ms, then over.
+        assert_eq!(recheck_delay(&ctr, 59), Some(ms(2)));
+        assert_eq!(recheck_delay(&ctr, 60), Some(ms(8)));
+        assert_eq!(recheck_delay(&ctr, 66), Some(ms(512)));
+        assert_eq!(recheck_delay(&ctr, 67), None);
+        let total: Duration = (0..).map_while(|a| recheck_delay(&ctr, a)).sum();
+        assert!(total > ms(1000) && total < ms(1300), "{total:?}");
+    }
+
+    #[test]
     fn rechecks_follow_the_schedule_and_stop_at_a_change() {
         let t0 = tokio::time::Instant::now();
+        let target = Target {
+            pod: "u1".into(),
+            container: None,
+        };
         let mut r = Rechecks::default();
-        r.after_relist("u1", false, 0, t0);
+        r.after_check(&target, false, 0, t0);
         assert_eq!(r.next_due(), Some(t0 + Duration::from_millis(2)));
         assert!(r.take_due(t0).is_empty());
-        assert_eq!(r.take_due(t0 + Duration::from_millis(2)), [("u1".to_owned(), 1)]);
+        assert_eq!(r.take_due(t0 + Duration::from_millis(2)), [(target.clone(), 1)]);
         // Unchanged again: the next wait doubles.
-        r.after_relist("u1", false, 1, t0);
+        r.after_check(&target, false, 1, t0);
         assert_eq!(r.next_due(), Some(t0 + Duration::from_millis(4)));
         // A change ends it.
-        r.after_relist("u1", true, 2, t0);
-        assert_eq!(r.next_due(), None);
+        r.after_check(&target, true, 2, t0);
+        assert!(r.is_empty());
         // The schedule ends after its last step.
-        r.after_relist("u2", false, RECHECK_DELAYS_MS.len(), t0);
-        assert_eq!(r.next_due(), None);
+        r.after_check(&target, false, COARSE_MS.len(), t0);
+        assert_eq!(r.len(), 0);
     }
 
     #[test]

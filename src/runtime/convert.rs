@@ -110,7 +110,7 @@ fn sandbox_state(id: &str, value: i32, bad: &mut Vec<BadData>) -> SandboxState {
 }
 
 /// A sandbox in the kubelet's container vocabulary: READY runs, NOTREADY has exited.
-fn sandbox_as_container_state(state: SandboxState) -> ContainerState {
+pub fn sandbox_as_container_state(state: SandboxState) -> ContainerState {
     match state {
         SandboxState::Ready => ContainerState::Running,
         SandboxState::NotReady => ContainerState::Exited,

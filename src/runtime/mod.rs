@@ -22,7 +22,7 @@ use tonic::transport::{Channel, Endpoint, Uri};
 use tracing::{debug, warn};
 
 use crate::backoff::{ExponentialBackoff, InvalidBackoff};
-use crate::container::{LABEL_POD_UID, Pod, PodStatus, SandboxState};
+use crate::container::{ContainerState, LABEL_POD_UID, Pod, PodStatus, SandboxState};
 use crate::metrics::Metrics;
 use convert::BadData;
 
@@ -74,6 +74,9 @@ pub trait Runtime: Send + Sync + 'static {
     fn list_pod(&self, uid: &str) -> impl Future<Output = Result<Option<Pod>, RuntimeError>> + Send;
     /// The full status of a pod whose sandboxes and containers were just listed.
     fn pod_status(&self, pod: &Pod) -> impl Future<Output = Result<PodStatus, RuntimeError>> + Send;
+    /// The state of one container or sandbox by id, None if the runtime has no such id: a cheap
+    /// look (no list) used to notice that a runtime event's change has reached the CRI state.
+    fn probe_state(&self, id: &str) -> impl Future<Output = Result<Option<ContainerState>, RuntimeError>> + Send;
 }
 
 /// Settings of the CRI client.
@@ -425,5 +428,21 @@ impl Runtime for CriRuntime {
             status.ips = newest.ips.clone();
         }
         Ok(status)
+    }
+
+    async fn probe_state(&self, id: &str) -> Result<Option<ContainerState>, RuntimeError> {
+        let mut bad = Vec::new();
+        if let Some(status) = self.container_status(id).await? {
+            let state = convert::container_status(status, &mut bad).state;
+            self.report(bad);
+            return Ok(Some(state));
+        }
+        // Not a container: perhaps a sandbox (their ids share one space).
+        let sandbox = self
+            .sandbox_status(id)
+            .await?
+            .map(|s| convert::sandbox_status(s, &mut bad).state);
+        self.report(bad);
+        Ok(sandbox.map(convert::sandbox_as_container_state))
     }
 }
