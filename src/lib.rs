@@ -15,5 +15,6 @@ pub mod container;
 pub mod metrics;
 pub mod pleg;
 pub mod runtime;
+pub mod status;
 pub mod triggers;
 pub mod watch;

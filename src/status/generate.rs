@@ -1,0 +1,1476 @@
+//! Status generation: from the Pod (spec and the status the apiserver holds) and the runtime status
+//! in the cache, compute the kubelet-equivalent `PodStatus` (`generateAPIPodStatus`, `getPhase`,
+//! `convertToAPIContainerStatuses`, `status/generate.go`). Pure: no I/O, time is a parameter.
+//!
+//! Where plegd differs, on purpose: it has no prober. A running container is ready (and started)
+//! unless the pod declares a readiness (startup) probe for it; then plegd keeps whatever the status
+//! already says for that same container id, since readiness belongs to whoever runs the probe, and
+//! reports false for a new container. It has no image-pull or crash-loop back-off reasons either
+//! (it does not start containers), so a container with no runtime status yet is waiting with
+//! ContainerCreating / PodInitializing.
+
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+use k8s_openapi::api::core::v1::{
+    Container, ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
+    ContainerStatus as ApiContainerStatus, HostIP, Pod, PodCondition, PodIP, PodStatus as ApiPodStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use crate::container::{ContainerState as RuntimeState, ContainerStatus, PodStatus, SandboxState};
+
+pub const PENDING: &str = "Pending";
+pub const RUNNING: &str = "Running";
+pub const SUCCEEDED: &str = "Succeeded";
+pub const FAILED: &str = "Failed";
+
+pub const POD_SCHEDULED: &str = "PodScheduled";
+pub const POD_READY_TO_START_CONTAINERS: &str = "PodReadyToStartContainers";
+pub const INITIALIZED: &str = "Initialized";
+pub const CONTAINERS_READY: &str = "ContainersReady";
+pub const READY: &str = "Ready";
+pub const DISRUPTION_TARGET: &str = "DisruptionTarget";
+/// plegd's own condition: every regular container is running.
+pub const CONTAINERS_RUNNING: &str = "plegd.io/ContainersRunning";
+
+/// Conditions the kubelet owns (`PodConditionByKubelet`); every other type belongs to someone else.
+pub const KUBELET_CONDITIONS: [&str; 5] = [
+    POD_SCHEDULED,
+    POD_READY_TO_START_CONTAINERS,
+    INITIALIZED,
+    CONTAINERS_READY,
+    READY,
+];
+
+/// Termination messages of all containers together stay within this many bytes.
+pub const MAX_TERMINATION_MESSAGES: usize = 12 * 1024;
+
+const CONTAINER_STATUS_UNKNOWN: &str = "ContainerStatusUnknown";
+
+/// Everything status generation looks at.
+pub struct StatusInput<'a> {
+    /// The pod as the apiserver has it: spec, and the status last written.
+    pub pod: &'a Pod,
+    /// The runtime status from the cache.
+    pub runtime: &'a PodStatus,
+    /// The runtime's name, the scheme of container ids (`containerd://…`).
+    pub runtime_name: &'a str,
+    /// The node's IPs, primary first.
+    pub node_ips: &'a [String],
+    pub now: SystemTime,
+}
+
+/// A time with whole seconds, as the API shows it.
+pub fn api_time(t: SystemTime) -> Time {
+    let ts = k8s_openapi::jiff::Timestamp::try_from(t).unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+    Time(k8s_openapi::jiff::Timestamp::from_second(ts.as_second()).unwrap_or(ts))
+}
+
+fn is_restartable_init(c: &Container) -> bool {
+    c.restart_policy.as_deref() == Some("Always")
+}
+
+fn is_terminal(phase: Option<&str>) -> bool {
+    matches!(phase, Some(SUCCEEDED) | Some(FAILED))
+}
+
+fn find<'a>(statuses: &'a [ApiContainerStatus], name: &str) -> Option<&'a ApiContainerStatus> {
+    statuses.iter().find(|s| s.name == name)
+}
+
+fn running(s: &ApiContainerStatus) -> bool {
+    s.state.as_ref().is_some_and(|st| st.running.is_some())
+}
+
+fn terminated(s: &ApiContainerStatus) -> Option<&ContainerStateTerminated> {
+    s.state.as_ref().and_then(|st| st.terminated.as_ref())
+}
+
+fn waiting(s: &ApiContainerStatus) -> bool {
+    s.state.as_ref().is_some_and(|st| st.waiting.is_some())
+}
+
+fn last_terminated(s: &ApiContainerStatus) -> Option<&ContainerStateTerminated> {
+    s.last_state.as_ref().and_then(|st| st.terminated.as_ref())
+}
+
+/// `getPhase`. `statuses` holds regular and init container statuses.
+pub fn get_phase(
+    pod: &Pod,
+    statuses: &[ApiContainerStatus],
+    pod_is_terminal: bool,
+    pod_has_initialized: bool,
+) -> &'static str {
+    let spec = pod.spec.as_ref();
+    let init = spec.and_then(|s| s.init_containers.as_deref()).unwrap_or_default();
+    let containers = spec.map(|s| s.containers.as_slice()).unwrap_or_default();
+    let restart_policy = spec.and_then(|s| s.restart_policy.as_deref()).unwrap_or("Always");
+
+    let (mut pending_restartable_init, mut pending_regular_init, mut failed_init) = (0, 0, 0);
+    for c in init.iter().filter(|c| !is_restartable_init(c)) {
+        match find(statuses, &c.name) {
+            None => pending_regular_init += 1,
+            Some(s) if running(s) => pending_regular_init += 1,
+            Some(s) if let Some(t) = terminated(s) => {
+                if t.exit_code != 0 {
+                    failed_init += 1;
+                }
+            }
+            Some(s) if waiting(s) => match last_terminated(s) {
+                Some(t) if t.exit_code != 0 => failed_init += 1,
+                Some(_) => {}
+                None => pending_regular_init += 1,
+            },
+            Some(_) => pending_regular_init += 1,
+        }
+    }
+
+    let (mut unknown, mut running_n, mut waiting_n, mut stopped, mut succeeded) = (0, 0, 0, 0, 0);
+    for c in init.iter().filter(|c| is_restartable_init(c)) {
+        match find(statuses, &c.name) {
+            None => unknown += 1,
+            Some(s) if running(s) => {
+                if s.started != Some(true) {
+                    pending_restartable_init += 1;
+                }
+                running_n += 1;
+            }
+            Some(s) if terminated(s).is_some() => {}
+            Some(s) if waiting(s) => {
+                if last_terminated(s).is_none() {
+                    pending_restartable_init += 1;
+                    waiting_n += 1;
+                }
+            }
+            Some(_) => {
+                pending_restartable_init += 1;
+                unknown += 1;
+            }
+        }
+    }
+    for c in containers {
+        match find(statuses, &c.name) {
+            None => unknown += 1,
+            Some(s) if running(s) => running_n += 1,
+            Some(s) if let Some(t) = terminated(s) => {
+                stopped += 1;
+                if t.exit_code == 0 {
+                    succeeded += 1;
+                }
+            }
+            Some(s) if waiting(s) => {
+                if last_terminated(s).is_some() {
+                    stopped += 1;
+                } else {
+                    waiting_n += 1;
+                }
+            }
+            Some(_) => unknown += 1,
+        }
+    }
+
+    if failed_init > 0 && restart_policy == "Never" {
+        return FAILED;
+    }
+    if pending_regular_init > 0 || (pending_restartable_init > 0 && !pod_has_initialized) || waiting_n > 0 {
+        return PENDING;
+    }
+    if running_n > 0 && unknown == 0 {
+        return RUNNING;
+    }
+    if running_n == 0 && stopped > 0 && unknown == 0 {
+        if pod_is_terminal {
+            return if stopped == succeeded { SUCCEEDED } else { FAILED };
+        }
+        if restart_policy == "Always" {
+            return RUNNING;
+        }
+        if stopped == succeeded {
+            return SUCCEEDED;
+        }
+        if restart_policy == "Never" {
+            return FAILED;
+        }
+        return RUNNING;
+    }
+    PENDING
+}
+
+fn condition(type_: &str, status: bool, reason: Option<&str>, message: Option<String>) -> PodCondition {
+    PodCondition {
+        type_: type_.to_owned(),
+        status: if status { "True" } else { "False" }.to_owned(),
+        reason: reason.map(str::to_owned),
+        message,
+        ..PodCondition::default()
+    }
+}
+
+/// Go's `%s` of a string slice: `[a b c]`.
+fn go_list(names: &[String]) -> String {
+    format!("[{}]", names.join(" "))
+}
+
+/// `GenerateContainersReadyCondition`.
+pub fn containers_ready_condition(pod: &Pod, statuses: Option<&[ApiContainerStatus]>, phase: &str) -> PodCondition {
+    let Some(statuses) = statuses else {
+        return condition(CONTAINERS_READY, false, Some("UnknownContainerStatuses"), None);
+    };
+    let spec = pod.spec.as_ref();
+    let init = spec.and_then(|s| s.init_containers.as_deref()).unwrap_or_default();
+    let containers = spec.map(|s| s.containers.as_slice()).unwrap_or_default();
+    let (mut unknown, mut unready) = (Vec::new(), Vec::new());
+    for c in init.iter().filter(|c| is_restartable_init(c)).chain(containers) {
+        match find(statuses, &c.name) {
+            Some(s) if !s.ready => unready.push(c.name.clone()),
+            Some(_) => {}
+            None => unknown.push(c.name.clone()),
+        }
+    }
+    if phase == SUCCEEDED && unknown.is_empty() {
+        return condition(CONTAINERS_READY, false, Some("PodCompleted"), None);
+    }
+    if phase == FAILED {
+        return condition(CONTAINERS_READY, false, Some("PodFailed"), None);
+    }
+    let mut messages = Vec::new();
+    if !unknown.is_empty() {
+        messages.push(format!("containers with unknown status: {}", go_list(&unknown)));
+    }
+    if !unready.is_empty() {
+        messages.push(format!("containers with unready status: {}", go_list(&unready)));
+    }
+    if messages.is_empty() {
+        condition(CONTAINERS_READY, true, None, None)
+    } else {
+        condition(
+            CONTAINERS_READY,
+            false,
+            Some("ContainersNotReady"),
+            Some(messages.join(", ")),
+        )
+    }
+}
+
+/// `GeneratePodReadyCondition`: ContainersReady, then every readiness gate must be True.
+pub fn ready_condition(
+    pod: &Pod,
+    conditions: &[PodCondition],
+    statuses: Option<&[ApiContainerStatus]>,
+    phase: &str,
+) -> PodCondition {
+    let containers_ready = containers_ready_condition(pod, statuses, phase);
+    if containers_ready.status != "True" {
+        return PodCondition {
+            type_: READY.to_owned(),
+            ..containers_ready
+        };
+    }
+    let gates = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.readiness_gates.as_deref())
+        .unwrap_or_default();
+    let mut messages = Vec::new();
+    for gate in gates {
+        match conditions.iter().find(|c| c.type_ == gate.condition_type) {
+            None => messages.push(format!(
+                "corresponding condition of pod readiness gate \"{}\" does not exist.",
+                gate.condition_type
+            )),
+            Some(c) if c.status != "True" => messages.push(format!(
+                "the status of pod readiness gate \"{}\" is not \"True\", but {}",
+                gate.condition_type, c.status
+            )),
+            Some(_) => {}
+        }
+    }
+    if messages.is_empty() {
+        condition(READY, true, None, None)
+    } else {
+        condition(READY, false, Some("ReadinessGatesNotReady"), Some(messages.join(", ")))
+    }
+}
+
+/// `HasAnyRegularContainerStarted`: a regular container runs or has run.
+fn any_regular_container_started(pod: &Pod, statuses: &[ApiContainerStatus]) -> bool {
+    let containers = pod.spec.as_ref().map(|s| s.containers.as_slice()).unwrap_or_default();
+    containers.iter().any(|c| {
+        find(statuses, &c.name).is_some_and(|s| running(s) || terminated(s).is_some() || last_terminated(s).is_some())
+    })
+}
+
+/// `GeneratePodInitializedCondition`.
+pub fn initialized_condition(pod: &Pod, statuses: Option<&[ApiContainerStatus]>, phase: &str) -> PodCondition {
+    let init = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.init_containers.as_deref())
+        .unwrap_or_default();
+    let Some(statuses) = statuses.filter(|s| !s.is_empty() || init.is_empty()) else {
+        return condition(INITIALIZED, false, Some("UnknownContainerStatuses"), None);
+    };
+    if any_regular_container_started(pod, statuses) {
+        return condition(INITIALIZED, true, None, None);
+    }
+    let (mut unknown, mut incomplete) = (Vec::new(), Vec::new());
+    for c in init {
+        let Some(s) = find(statuses, &c.name) else {
+            unknown.push(c.name.clone());
+            continue;
+        };
+        let done = if is_restartable_init(c) {
+            s.started == Some(true)
+        } else {
+            terminated(s).is_some_and(|t| t.exit_code == 0)
+        };
+        if !done {
+            incomplete.push(c.name.clone());
+        }
+    }
+    if phase == SUCCEEDED && unknown.is_empty() {
+        return condition(INITIALIZED, true, Some("PodCompleted"), None);
+    }
+    let mut messages = Vec::new();
+    if !unknown.is_empty() {
+        messages.push(format!("containers with unknown status: {}", go_list(&unknown)));
+    }
+    if !incomplete.is_empty() {
+        messages.push(format!("containers with incomplete status: {}", go_list(&incomplete)));
+    }
+    if messages.is_empty() {
+        condition(INITIALIZED, true, None, None)
+    } else {
+        condition(
+            INITIALIZED,
+            false,
+            Some("ContainersNotInitialized"),
+            Some(messages.join(", ")),
+        )
+    }
+}
+
+/// `GeneratePodReadyToStartContainersCondition`: True when the newest sandbox is ready (with an IP
+/// unless the pod uses the host's network) and no other sandbox is ready.
+pub fn ready_to_start_containers_condition(pod: &Pod, runtime: &PodStatus) -> PodCondition {
+    let host_network = pod.spec.as_ref().and_then(|s| s.host_network).unwrap_or(false);
+    let ready_count = runtime
+        .sandbox_statuses
+        .iter()
+        .filter(|s| s.state == SandboxState::Ready)
+        .count();
+    let ok = match runtime.sandbox_statuses.first() {
+        Some(newest) => {
+            newest.state == SandboxState::Ready
+                && ready_count == 1
+                && newest.host_network == host_network
+                && (host_network || !newest.ips.is_empty())
+        }
+        None => false,
+    };
+    condition(POD_READY_TO_START_CONTAINERS, ok, None, None)
+}
+
+/// plegd's `plegd.io/ContainersRunning`: True when every regular container runs. Otherwise the first
+/// container that does not run gives the reason (OOMKilled, ContainerDied, ContainerRemoved,
+/// ContainerNotStarted) and the message names each one.
+pub fn containers_running_condition(pod: &Pod, statuses: &[ApiContainerStatus]) -> PodCondition {
+    let containers = pod.spec.as_ref().map(|s| s.containers.as_slice()).unwrap_or_default();
+    let mut reason = None;
+    let mut messages = Vec::new();
+    for c in containers {
+        let s = find(statuses, &c.name);
+        if s.is_some_and(running) {
+            continue;
+        }
+        let (why, message) = match s {
+            Some(s) if let Some(t) = terminated(s) => {
+                let why = if t.reason.as_deref() == Some("OOMKilled") {
+                    "OOMKilled"
+                } else {
+                    "ContainerDied"
+                };
+                let r = t.reason.as_deref().unwrap_or("");
+                (
+                    why,
+                    format!(
+                        "container {} exited with code {}{}",
+                        c.name,
+                        t.exit_code,
+                        if r.is_empty() { String::new() } else { format!(" ({r})") }
+                    ),
+                )
+            }
+            Some(s) if last_terminated(s).is_some_and(|t| t.reason.as_deref() == Some(CONTAINER_STATUS_UNKNOWN)) => (
+                "ContainerRemoved",
+                format!("container {} is gone from the runtime", c.name),
+            ),
+            Some(s) if let Some(t) = last_terminated(s) => {
+                let why = if t.reason.as_deref() == Some("OOMKilled") {
+                    "OOMKilled"
+                } else {
+                    "ContainerDied"
+                };
+                (
+                    why,
+                    format!(
+                        "container {} exited with code {} and has not restarted",
+                        c.name, t.exit_code
+                    ),
+                )
+            }
+            _ => ("ContainerNotStarted", format!("container {} has not started", c.name)),
+        };
+        reason.get_or_insert(why);
+        messages.push(message);
+    }
+    match reason {
+        None => condition(CONTAINERS_RUNNING, true, Some("AllContainersRunning"), None),
+        Some(why) => condition(CONTAINERS_RUNNING, false, Some(why), Some(messages.join("; "))),
+    }
+}
+
+/// Whether a container declares a probe of this kind.
+fn has_probe(c: &Container, readiness: bool) -> bool {
+    if readiness {
+        c.readiness_probe.is_some()
+    } else {
+        c.startup_probe.is_some()
+    }
+}
+
+/// One runtime status in API form (`convertContainerStatus`).
+fn convert(cs: &ContainerStatus, old: Option<&ApiContainerStatus>, runtime_name: &str) -> ApiContainerStatus {
+    let container_id = format!("{runtime_name}://{}", cs.id);
+    let mut status = ApiContainerStatus {
+        name: cs.name.clone(),
+        restart_count: cs.restart_count as i32,
+        image: cs.image.clone(),
+        image_id: cs.image_ref.clone(),
+        container_id: Some(container_id.clone()),
+        ..ApiContainerStatus::default()
+    };
+    let state = match cs.state {
+        RuntimeState::Running => ContainerState {
+            running: Some(ContainerStateRunning {
+                started_at: cs.started_at.map(api_time),
+            }),
+            ..ContainerState::default()
+        },
+        RuntimeState::Created => ContainerState {
+            waiting: Some(ContainerStateWaiting::default()),
+            ..ContainerState::default()
+        },
+        RuntimeState::Exited => ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                exit_code: cs.exit_code,
+                reason: (!cs.reason.is_empty()).then(|| cs.reason.clone()),
+                message: (!cs.message.is_empty()).then(|| cs.message.clone()),
+                started_at: cs.started_at.map(api_time),
+                finished_at: cs.finished_at.map(api_time),
+                container_id: Some(container_id),
+                signal: None,
+            }),
+            ..ContainerState::default()
+        },
+        RuntimeState::Unknown if old.is_some_and(running) => {
+            status.restart_count = old.map_or(0, |o| o.restart_count) + 1;
+            ContainerState {
+                terminated: Some(ContainerStateTerminated {
+                    exit_code: 137,
+                    reason: Some(CONTAINER_STATUS_UNKNOWN.to_owned()),
+                    message: Some("The container could not be located when the pod was terminated".to_owned()),
+                    ..ContainerStateTerminated::default()
+                }),
+                ..ContainerState::default()
+            }
+        }
+        RuntimeState::Unknown => ContainerState {
+            waiting: Some(ContainerStateWaiting::default()),
+            ..ContainerState::default()
+        },
+    };
+    status.state = Some(state);
+    status
+}
+
+/// `convertToAPIContainerStatuses` for one list of containers (regular, init or ephemeral).
+fn container_statuses(
+    pod: &Pod,
+    specs: &[Container],
+    previous: &[ApiContainerStatus],
+    runtime: &PodStatus,
+    runtime_name: &str,
+    has_init: bool,
+) -> Vec<ApiContainerStatus> {
+    let deleting = pod.metadata.deletion_timestamp.is_some();
+    let default_reason = if has_init {
+        "PodInitializing"
+    } else {
+        "ContainerCreating"
+    };
+    let mut statuses: BTreeMap<&str, ApiContainerStatus> = BTreeMap::new();
+    for c in specs {
+        let mut status = ApiContainerStatus {
+            name: c.name.clone(),
+            image: c.image.clone().unwrap_or_default(),
+            state: Some(ContainerState {
+                waiting: Some(ContainerStateWaiting {
+                    reason: Some(default_reason.to_owned()),
+                    message: None,
+                }),
+                ..ContainerState::default()
+            }),
+            ..ApiContainerStatus::default()
+        };
+        if let Some(old) = find(previous, &c.name) {
+            if terminated(old).is_some() {
+                status = old.clone();
+            } else {
+                status.restart_count = old.restart_count;
+                status.last_state = old.last_state.clone();
+            }
+        }
+        statuses.insert(c.name.as_str(), status);
+    }
+
+    // A container that was running and has vanished from the runtime terminated, code unknown.
+    for c in specs {
+        if runtime.container_statuses.iter().any(|s| s.name == c.name) {
+            continue;
+        }
+        let Some(old) = find(previous, &c.name) else { continue };
+        if terminated(old).is_some() || !running(old) {
+            continue;
+        }
+        let Some(status) = statuses.get_mut(c.name.as_str()) else {
+            continue;
+        };
+        let is_default = status
+            .state
+            .as_ref()
+            .and_then(|s| s.waiting.as_ref())
+            .is_some_and(|w| w.reason.as_deref() == Some(default_reason));
+        if !is_default || last_terminated(status).is_some() {
+            continue;
+        }
+        status.last_state = Some(ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                exit_code: 137,
+                reason: Some(CONTAINER_STATUS_UNKNOWN.to_owned()),
+                message: Some(
+                    "The container could not be located when the pod was deleted.  The container used to be Running"
+                        .to_owned(),
+                ),
+                ..ContainerStateTerminated::default()
+            }),
+            ..ContainerState::default()
+        });
+        if !deleting {
+            status.restart_count += 1;
+        }
+    }
+
+    // Newest first: the newest runtime status of a name is its state, the one before its lastState.
+    let mut by_age: Vec<&ContainerStatus> = runtime.container_statuses.iter().collect();
+    by_age.sort_by(|a, b| b.created_at.cmp(&a.created_at));
+    let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+    for cs in by_age {
+        let Some(spec) = specs.iter().find(|c| c.name == cs.name) else {
+            continue;
+        };
+        let count = seen.entry(spec.name.as_str()).or_default();
+        if *count >= 2 {
+            continue;
+        }
+        let old = find(previous, &cs.name);
+        let mut status = convert(cs, old, runtime_name);
+        // Readiness and start-up: see the module documentation.
+        let same_container = old.filter(|o| o.container_id == status.container_id);
+        let is_running = running(&status);
+        let started =
+            is_running && (!has_probe(spec, false) || same_container.and_then(|o| o.started).unwrap_or(false));
+        status.started = Some(started);
+        status.ready = started && (!has_probe(spec, true) || same_container.is_some_and(|o| o.ready));
+        if *count == 0 {
+            statuses.insert(spec.name.as_str(), status);
+        } else if let Some(newest) = statuses.get_mut(spec.name.as_str()) {
+            newest.last_state = status.state;
+        }
+        *count += 1;
+    }
+    for status in statuses.values_mut() {
+        status.started.get_or_insert(false);
+    }
+    // Sorted by name, as the status manager leaves them.
+    statuses.into_values().collect()
+}
+
+/// Keep the termination messages of all containers within [`MAX_TERMINATION_MESSAGES`] bytes
+/// (`normalizeStatus`): each gets an equal share.
+fn truncate_messages(lists: &mut [&mut Vec<ApiContainerStatus>]) {
+    let total: usize = lists.iter().map(|l| l.len()).sum();
+    if total == 0 {
+        return;
+    }
+    let share = MAX_TERMINATION_MESSAGES / total;
+    for list in lists.iter_mut() {
+        for status in list.iter_mut() {
+            for state in [status.state.as_mut(), status.last_state.as_mut()]
+                .into_iter()
+                .flatten()
+            {
+                if let Some(msg) = state.terminated.as_mut().and_then(|t| t.message.as_mut())
+                    && msg.len() > share
+                {
+                    let mut cut = share;
+                    while !msg.is_char_boundary(cut) {
+                        cut -= 1;
+                    }
+                    msg.truncate(cut);
+                }
+            }
+        }
+    }
+}
+
+/// Pod IPs in the node's family order: the first IP of the primary family, then the first of the other.
+fn sort_pod_ips(ips: &[String], node_ips: &[String]) -> Vec<String> {
+    let v6 = |ip: &str| ip.contains(':');
+    let primary_v6 = node_ips.first().is_some_and(|ip| v6(ip));
+    let mut out = Vec::new();
+    out.extend(ips.iter().find(|ip| v6(ip) == primary_v6).cloned());
+    out.extend(ips.iter().find(|ip| v6(ip) != primary_v6).cloned());
+    out
+}
+
+/// Conditions in the kubelet's order: every condition others own (kept as they are), then
+/// DisruptionTarget, PodReadyToStartContainers, Initialized, Ready, ContainersReady, PodScheduled.
+/// plegd's own `plegd.io/ContainersRunning` is added by the caller when its mode writes it.
+/// lastTransitionTime moves only when a condition's status changes.
+fn conditions(
+    pod: &Pod,
+    old: &ApiPodStatus,
+    runtime: &PodStatus,
+    all: &[ApiContainerStatus],
+    phase: &str,
+    now: SystemTime,
+) -> Vec<PodCondition> {
+    let old_conditions = old.conditions.as_deref().unwrap_or_default();
+    let mut out: Vec<PodCondition> = old_conditions
+        .iter()
+        .filter(|c| !KUBELET_CONDITIONS.contains(&c.type_.as_str()))
+        .cloned()
+        .collect();
+    let statuses = Some(all);
+    out.push(ready_to_start_containers_condition(pod, runtime));
+    out.push(initialized_condition(pod, statuses, phase));
+    let ready = ready_condition(pod, &out, statuses, phase);
+    out.push(ready);
+    out.push(containers_ready_condition(pod, statuses, phase));
+    out.push(condition(POD_SCHEDULED, true, None, None));
+    for c in out
+        .iter_mut()
+        .filter(|c| KUBELET_CONDITIONS.contains(&c.type_.as_str()))
+    {
+        set_transition_time(c, old_conditions, now);
+    }
+    out
+}
+
+/// Keep the previous lastTransitionTime while a condition's status is unchanged.
+pub fn set_transition_time(c: &mut PodCondition, old: &[PodCondition], now: SystemTime) {
+    c.last_transition_time = match old.iter().find(|o| o.type_ == c.type_) {
+        Some(o) if o.status == c.status && o.last_transition_time.is_some() => o.last_transition_time.clone(),
+        _ => Some(api_time(now)),
+    };
+}
+
+/// The kubelet-equivalent status of a pod (`generateAPIPodStatus` followed by the status
+/// manager's normalisation). Terminal phases never change back.
+pub fn generate(input: &StatusInput<'_>) -> ApiPodStatus {
+    let pod = input.pod;
+    let old = pod.status.clone().unwrap_or_default();
+    let spec = pod.spec.clone().unwrap_or_default();
+    let init = spec.init_containers.as_deref().unwrap_or_default();
+    let has_init = !init.is_empty();
+    let ephemeral: Vec<Container> = spec
+        .ephemeral_containers
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .map(|e| Container {
+            name: e.name.clone(),
+            image: e.image.clone(),
+            ..Container::default()
+        })
+        .collect();
+
+    let mut container_list = container_statuses(
+        pod,
+        &spec.containers,
+        old.container_statuses.as_deref().unwrap_or_default(),
+        input.runtime,
+        input.runtime_name,
+        has_init,
+    );
+    let mut init_list = container_statuses(
+        pod,
+        init,
+        old.init_container_statuses.as_deref().unwrap_or_default(),
+        input.runtime,
+        input.runtime_name,
+        has_init,
+    );
+    let mut ephemeral_list = container_statuses(
+        pod,
+        &ephemeral,
+        old.ephemeral_container_statuses.as_deref().unwrap_or_default(),
+        input.runtime,
+        input.runtime_name,
+        has_init,
+    );
+    truncate_messages(&mut [&mut container_list, &mut init_list, &mut ephemeral_list]);
+
+    let all: Vec<ApiContainerStatus> = container_list.iter().chain(init_list.iter()).cloned().collect();
+    let has_initialized = spec.containers.iter().any(|c| {
+        input
+            .runtime
+            .container_statuses
+            .iter()
+            .any(|s| s.name == c.name && s.state == RuntimeState::Running)
+    });
+    let nothing_running = !input
+        .runtime
+        .container_statuses
+        .iter()
+        .any(|s| s.state == RuntimeState::Running);
+    let pod_is_terminal = pod.metadata.deletion_timestamp.is_some() && nothing_running;
+    let mut phase = get_phase(pod, &all, pod_is_terminal, has_initialized);
+    if !is_terminal(Some(phase)) && is_terminal(old.phase.as_deref()) {
+        // A terminal phase never changes again.
+        phase = if old.phase.as_deref() == Some(SUCCEEDED) {
+            SUCCEEDED
+        } else {
+            FAILED
+        };
+    }
+
+    let mut status = ApiPodStatus {
+        phase: Some(phase.to_owned()),
+        qos_class: old.qos_class.clone(),
+        nominated_node_name: old.nominated_node_name.clone(),
+        resource_claim_statuses: old.resource_claim_statuses.clone(),
+        ..ApiPodStatus::default()
+    };
+    if old.phase.as_deref() == Some(phase) {
+        status.reason = old.reason.clone();
+        status.message = old.message.clone();
+    }
+    status.conditions = Some(conditions(pod, &old, input.runtime, &all, phase, input.now));
+
+    let mut pod_ips = sort_pod_ips(&input.runtime.ips, input.node_ips);
+    if spec.host_network.unwrap_or(false) && pod_ips.is_empty() {
+        pod_ips = input.node_ips.iter().take(2).cloned().collect();
+    }
+    if pod_ips.is_empty() {
+        // A pod whose sandbox is gone keeps the IPs it had.
+        status.pod_ip = old.pod_ip.clone();
+        status.pod_ips = old.pod_ips.clone();
+    } else {
+        status.pod_ip = pod_ips.first().cloned();
+        status.pod_ips = Some(pod_ips.into_iter().map(|ip| PodIP { ip }).collect());
+    }
+    if let Some(first) = input.node_ips.first() {
+        status.host_ip = Some(first.clone());
+        status.host_ips = Some(
+            input
+                .node_ips
+                .iter()
+                .take(2)
+                .map(|ip| HostIP { ip: ip.clone() })
+                .collect(),
+        );
+    }
+    status.start_time = old.start_time.clone().or_else(|| Some(api_time(input.now)));
+    status.container_statuses = Some(container_list);
+    status.init_container_statuses = (has_init || old.init_container_statuses.is_some()).then_some(init_list);
+    status.ephemeral_container_statuses =
+        (!ephemeral.is_empty() || old.ephemeral_container_statuses.is_some()).then_some(ephemeral_list);
+    status
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::container::SandboxStatus;
+    use k8s_openapi::api::core::v1::{PodReadinessGate, PodSpec, Probe};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use std::time::Duration;
+
+    const T: SystemTime = SystemTime::UNIX_EPOCH;
+
+    fn at(secs: u64) -> SystemTime {
+        T + Duration::from_secs(secs)
+    }
+
+    fn spec_container(name: &str) -> Container {
+        Container {
+            name: name.into(),
+            image: Some("busybox".into()),
+            ..Container::default()
+        }
+    }
+
+    fn sidecar(name: &str) -> Container {
+        Container {
+            restart_policy: Some("Always".into()),
+            ..spec_container(name)
+        }
+    }
+
+    fn pod_with(containers: &[&str], init: Vec<Container>, policy: &str) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some("p".into()),
+                uid: Some("u1".into()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(PodSpec {
+                containers: containers.iter().map(|n| spec_container(n)).collect(),
+                init_containers: (!init.is_empty()).then_some(init),
+                restart_policy: Some(policy.into()),
+                ..PodSpec::default()
+            }),
+            status: None,
+        }
+    }
+
+    fn running_status(name: &str) -> ApiContainerStatus {
+        ApiContainerStatus {
+            name: name.into(),
+            state: Some(ContainerState {
+                running: Some(ContainerStateRunning::default()),
+                ..ContainerState::default()
+            }),
+            started: Some(true),
+            ready: true,
+            ..ApiContainerStatus::default()
+        }
+    }
+
+    fn terminated_status(name: &str, code: i32) -> ApiContainerStatus {
+        ApiContainerStatus {
+            name: name.into(),
+            state: Some(ContainerState {
+                terminated: Some(ContainerStateTerminated {
+                    exit_code: code,
+                    ..ContainerStateTerminated::default()
+                }),
+                ..ContainerState::default()
+            }),
+            ..ApiContainerStatus::default()
+        }
+    }
+
+    fn waiting_status(name: &str, last_exit: Option<i32>) -> ApiContainerStatus {
+        ApiContainerStatus {
+            name: name.into(),
+            state: Some(ContainerState {
+                waiting: Some(ContainerStateWaiting::default()),
+                ..ContainerState::default()
+            }),
+            last_state: last_exit.map(|code| ContainerState {
+                terminated: Some(ContainerStateTerminated {
+                    exit_code: code,
+                    ..ContainerStateTerminated::default()
+                }),
+                ..ContainerState::default()
+            }),
+            ..ApiContainerStatus::default()
+        }
+    }
+
+    #[test]
+    fn phase_by_restart_policy_and_state() {
+        type Case = (&'static str, fn() -> Vec<ApiContainerStatus>, &'static str);
+        let cases: Vec<Case> = vec![
+            ("Always", || vec![running_status("a")], RUNNING),
+            ("Always", || vec![terminated_status("a", 0)], RUNNING),
+            ("Always", || vec![terminated_status("a", 1)], RUNNING),
+            ("Always", || vec![waiting_status("a", None)], PENDING),
+            ("Always", || vec![waiting_status("a", Some(1))], RUNNING),
+            ("Always", Vec::new, PENDING),
+            ("OnFailure", || vec![terminated_status("a", 0)], SUCCEEDED),
+            ("OnFailure", || vec![terminated_status("a", 1)], RUNNING),
+            ("OnFailure", || vec![running_status("a")], RUNNING),
+            ("OnFailure", || vec![waiting_status("a", Some(2))], RUNNING),
+            ("Never", || vec![terminated_status("a", 0)], SUCCEEDED),
+            ("Never", || vec![terminated_status("a", 1)], FAILED),
+            ("Never", || vec![running_status("a")], RUNNING),
+            ("Never", || vec![waiting_status("a", None)], PENDING),
+        ];
+        for (policy, statuses, want) in cases {
+            let pod = pod_with(&["a"], vec![], policy);
+            assert_eq!(
+                get_phase(&pod, &statuses(), false, true),
+                want,
+                "{policy} {:?}",
+                statuses()
+            );
+        }
+        // Two containers: any failure under Never is Failed once all stopped; one running is Running.
+        let pod = pod_with(&["a", "b"], vec![], "Never");
+        assert_eq!(
+            get_phase(
+                &pod,
+                &[terminated_status("a", 0), terminated_status("b", 1)],
+                false,
+                true
+            ),
+            FAILED
+        );
+        assert_eq!(
+            get_phase(&pod, &[terminated_status("a", 0), running_status("b")], false, true),
+            RUNNING
+        );
+        assert_eq!(
+            get_phase(&pod, &[terminated_status("a", 0)], false, true),
+            PENDING,
+            "b unknown"
+        );
+    }
+
+    #[test]
+    fn terminal_pod_with_always_reports_the_outcome() {
+        let pod = pod_with(&["a", "b"], vec![], "Always");
+        let statuses = [terminated_status("a", 0), terminated_status("b", 0)];
+        assert_eq!(get_phase(&pod, &statuses, true, true), SUCCEEDED);
+        let statuses = [terminated_status("a", 0), terminated_status("b", 137)];
+        assert_eq!(get_phase(&pod, &statuses, true, true), FAILED);
+    }
+
+    #[test]
+    fn init_containers_and_sidecars() {
+        let pod = pod_with(&["a"], vec![spec_container("init")], "Always");
+        assert_eq!(
+            get_phase(&pod, &[running_status("init"), waiting_status("a", None)], false, false),
+            PENDING
+        );
+        assert_eq!(
+            get_phase(&pod, &[terminated_status("init", 0), running_status("a")], false, true),
+            RUNNING
+        );
+        let never = pod_with(&["a"], vec![spec_container("init")], "Never");
+        assert_eq!(
+            get_phase(
+                &never,
+                &[terminated_status("init", 1), waiting_status("a", None)],
+                false,
+                false
+            ),
+            FAILED
+        );
+        assert_eq!(
+            get_phase(
+                &never,
+                &[waiting_status("init", Some(1)), waiting_status("a", None)],
+                false,
+                false
+            ),
+            FAILED
+        );
+        let always = pod_with(&["a"], vec![spec_container("init")], "Always");
+        assert_eq!(
+            get_phase(
+                &always,
+                &[terminated_status("init", 1), waiting_status("a", None)],
+                false,
+                false
+            ),
+            PENDING
+        );
+
+        // A sidecar that runs but has not started keeps the pod pending until a container started.
+        let pod = pod_with(&["a"], vec![sidecar("side")], "Always");
+        let mut side = running_status("side");
+        side.started = Some(false);
+        assert_eq!(
+            get_phase(&pod, &[side.clone(), waiting_status("a", None)], false, false),
+            PENDING
+        );
+        assert_eq!(
+            get_phase(&pod, &[running_status("side"), running_status("a")], false, true),
+            RUNNING
+        );
+        // A sidecar restarting after the pod initialized does not send it back to Pending.
+        assert_eq!(get_phase(&pod, &[side, running_status("a")], false, true), RUNNING);
+        // Terminated sidecars do not count towards the outcome.
+        let never = pod_with(&["a"], vec![sidecar("side")], "Never");
+        assert_eq!(
+            get_phase(
+                &never,
+                &[terminated_status("side", 143), terminated_status("a", 0)],
+                false,
+                true
+            ),
+            SUCCEEDED
+        );
+        // A missing sidecar status is unknown.
+        assert_eq!(get_phase(&never, &[running_status("a")], false, true), PENDING);
+    }
+
+    #[test]
+    fn containers_ready_and_ready_conditions() {
+        let pod = pod_with(&["a", "b", "c"], vec![], "Always");
+        let mut b = running_status("b");
+        b.ready = false;
+        let statuses = [running_status("a"), b];
+        let c = containers_ready_condition(&pod, Some(&statuses), RUNNING);
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_deref()),
+            ("False", Some("ContainersNotReady"))
+        );
+        assert_eq!(
+            c.message.as_deref(),
+            Some("containers with unknown status: [c], containers with unready status: [b]")
+        );
+        let r = ready_condition(&pod, &[], Some(&statuses), RUNNING);
+        assert_eq!(
+            (r.type_.as_str(), r.status.as_str(), r.message),
+            ("Ready", "False", c.message)
+        );
+
+        let done = [
+            terminated_status("a", 0),
+            terminated_status("b", 0),
+            terminated_status("c", 0),
+        ];
+        assert_eq!(
+            containers_ready_condition(&pod, Some(&done), SUCCEEDED)
+                .reason
+                .as_deref(),
+            Some("PodCompleted")
+        );
+        assert_eq!(
+            ready_condition(&pod, &[], Some(&done), FAILED).reason.as_deref(),
+            Some("PodFailed")
+        );
+        assert_eq!(
+            containers_ready_condition(&pod, None, RUNNING).reason.as_deref(),
+            Some("UnknownContainerStatuses")
+        );
+
+        // Readiness gates.
+        let mut gated = pod_with(&["a"], vec![], "Always");
+        if let Some(spec) = gated.spec.as_mut() {
+            spec.readiness_gates = Some(vec![PodReadinessGate {
+                condition_type: "example.com/lb".into(),
+            }]);
+        }
+        let ok = [running_status("a")];
+        let r = ready_condition(&gated, &[], Some(&ok), RUNNING);
+        assert_eq!(r.reason.as_deref(), Some("ReadinessGatesNotReady"));
+        assert_eq!(
+            r.message.as_deref(),
+            Some("corresponding condition of pod readiness gate \"example.com/lb\" does not exist.")
+        );
+        let gate = |status: &str| PodCondition {
+            type_: "example.com/lb".into(),
+            status: status.into(),
+            ..PodCondition::default()
+        };
+        let r = ready_condition(&gated, &[gate("False")], Some(&ok), RUNNING);
+        assert_eq!(
+            r.message.as_deref(),
+            Some("the status of pod readiness gate \"example.com/lb\" is not \"True\", but False")
+        );
+        assert_eq!(
+            ready_condition(&gated, &[gate("True")], Some(&ok), RUNNING).status,
+            "True"
+        );
+    }
+
+    #[test]
+    fn initialized_condition_cases() {
+        let pod = pod_with(&["a"], vec![spec_container("i1"), spec_container("i2")], "Always");
+        let c = initialized_condition(
+            &pod,
+            Some(&[
+                terminated_status("i1", 0),
+                running_status("i2"),
+                waiting_status("a", None),
+            ]),
+            PENDING,
+        );
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_deref()),
+            ("False", Some("ContainersNotInitialized"))
+        );
+        assert_eq!(c.message.as_deref(), Some("containers with incomplete status: [i2]"));
+        let c = initialized_condition(&pod, Some(&[terminated_status("i1", 0)]), PENDING);
+        assert_eq!(c.message.as_deref(), Some("containers with unknown status: [i2]"));
+        let c = initialized_condition(
+            &pod,
+            Some(&[
+                terminated_status("i1", 0),
+                terminated_status("i2", 0),
+                running_status("a"),
+            ]),
+            RUNNING,
+        );
+        assert_eq!(c.status, "True");
+        // A regular container that started means initialized, whatever the init containers say now.
+        let c = initialized_condition(&pod, Some(&[waiting_status("i1", None), running_status("a")]), RUNNING);
+        assert_eq!(c.status, "True");
+        let c = initialized_condition(&pod, Some(&[]), PENDING);
+        assert_eq!(c.reason.as_deref(), Some("UnknownContainerStatuses"));
+    }
+
+    fn runtime_status(name: &str, id: &str, state: RuntimeState, created: u64) -> ContainerStatus {
+        ContainerStatus {
+            id: id.into(),
+            name: name.into(),
+            state,
+            created_at: Some(at(created)),
+            started_at: Some(at(created + 1)),
+            finished_at: (state == RuntimeState::Exited).then(|| at(created + 5)),
+            exit_code: if state == RuntimeState::Exited { 3 } else { 0 },
+            image: "docker.io/library/busybox:1".into(),
+            image_ref: "sha256:abc".into(),
+            reason: if state == RuntimeState::Exited {
+                "Error".into()
+            } else {
+                String::new()
+            },
+            message: String::new(),
+            restart_count: 0,
+        }
+    }
+
+    fn ready_sandbox(ip: &str) -> SandboxStatus {
+        SandboxStatus {
+            id: "s1".into(),
+            state: SandboxState::Ready,
+            created_at: 1,
+            attempt: 0,
+            ips: vec![ip.into()],
+            host_network: false,
+        }
+    }
+
+    fn status_of(pod: &Pod, runtime: &PodStatus, now: SystemTime) -> ApiPodStatus {
+        generate(&StatusInput {
+            pod,
+            runtime,
+            runtime_name: "containerd",
+            node_ips: &["192.0.2.10".to_owned()],
+            now,
+        })
+    }
+
+    #[test]
+    fn a_running_pod_in_full() {
+        let pod = pod_with(&["app"], vec![], "Always");
+        let runtime = PodStatus {
+            id: "u1".into(),
+            ips: vec!["10.1.0.5".into()],
+            container_statuses: vec![runtime_status("app", "c1", RuntimeState::Running, 10)],
+            sandbox_statuses: vec![ready_sandbox("10.1.0.5")],
+            ..PodStatus::default()
+        };
+        let s = status_of(&pod, &runtime, at(100));
+        assert_eq!(s.phase.as_deref(), Some(RUNNING));
+        assert_eq!(s.pod_ip.as_deref(), Some("10.1.0.5"));
+        assert_eq!(s.host_ip.as_deref(), Some("192.0.2.10"));
+        assert_eq!(s.start_time, Some(api_time(at(100))));
+        let cs = &s.container_statuses.as_ref().unwrap()[0];
+        assert_eq!(cs.container_id.as_deref(), Some("containerd://c1"));
+        assert_eq!(cs.image_id, "sha256:abc");
+        assert!(cs.ready && cs.started == Some(true));
+        assert_eq!(
+            cs.state.as_ref().unwrap().running.as_ref().unwrap().started_at,
+            Some(api_time(at(11)))
+        );
+        let types: Vec<_> = s
+            .conditions
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|c| (c.type_.as_str(), c.status.as_str()))
+            .collect();
+        assert_eq!(
+            types,
+            [
+                (POD_READY_TO_START_CONTAINERS, "True"),
+                (INITIALIZED, "True"),
+                (READY, "True"),
+                (CONTAINERS_READY, "True"),
+                (POD_SCHEDULED, "True")
+            ]
+        );
+
+        // Generated again a minute later with that status in place: nothing moves.
+        let mut pod2 = pod.clone();
+        pod2.status = Some(s.clone());
+        assert_eq!(
+            status_of(&pod2, &runtime, at(160)),
+            s,
+            "start time and transition times are stable"
+        );
+    }
+
+    #[test]
+    fn restart_gives_state_and_last_state_and_never_failed_is_sticky() {
+        let mut pod = pod_with(&["app"], vec![], "Never");
+        let mut new = runtime_status("app", "c2", RuntimeState::Running, 20);
+        new.restart_count = 1;
+        let runtime = PodStatus {
+            container_statuses: vec![runtime_status("app", "c1", RuntimeState::Exited, 10), new],
+            ..PodStatus::default()
+        };
+        let s = status_of(&pod, &runtime, at(100));
+        let cs = &s.container_statuses.as_ref().unwrap()[0];
+        assert_eq!(cs.container_id.as_deref(), Some("containerd://c2"));
+        assert_eq!(cs.restart_count, 1);
+        let last = cs.last_state.as_ref().unwrap().terminated.as_ref().unwrap();
+        assert_eq!(
+            (last.exit_code, last.reason.as_deref(), last.container_id.as_deref()),
+            (3, Some("Error"), Some("containerd://c1"))
+        );
+
+        // Once Failed, a container found running again does not bring the phase back.
+        pod.status = Some(ApiPodStatus {
+            phase: Some(FAILED.into()),
+            ..ApiPodStatus::default()
+        });
+        let s = status_of(&pod, &runtime, at(100));
+        assert_eq!(s.phase.as_deref(), Some(FAILED));
+        let ready = s.conditions.unwrap().into_iter().find(|c| c.type_ == READY).unwrap();
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_deref()),
+            ("False", Some("PodFailed"))
+        );
+    }
+
+    #[test]
+    fn vanished_and_unknown_containers() {
+        let mut pod = pod_with(&["app"], vec![], "Always");
+        let mut old = running_status("app");
+        old.container_id = Some("containerd://c1".into());
+        old.restart_count = 2;
+        pod.status = Some(ApiPodStatus {
+            container_statuses: Some(vec![old.clone()]),
+            ..ApiPodStatus::default()
+        });
+
+        // The running container is gone from the runtime.
+        let s = status_of(&pod, &PodStatus::default(), at(50));
+        let cs = &s.container_statuses.as_ref().unwrap()[0];
+        let last = cs.last_state.as_ref().unwrap().terminated.as_ref().unwrap();
+        assert_eq!(
+            (last.exit_code, last.reason.as_deref()),
+            (137, Some("ContainerStatusUnknown"))
+        );
+        assert_eq!(
+            last.message.as_deref(),
+            Some("The container could not be located when the pod was deleted.  The container used to be Running")
+        );
+        assert_eq!(cs.restart_count, 3);
+        assert_eq!(
+            s.phase.as_deref(),
+            Some(RUNNING),
+            "stopped (with a last termination) under Always is Running"
+        );
+
+        // ... unless the pod is being deleted: no restart is counted.
+        let mut deleting = pod.clone();
+        deleting.metadata.deletion_timestamp = Some(api_time(at(40)));
+        let s = status_of(&deleting, &PodStatus::default(), at(50));
+        assert_eq!(s.container_statuses.as_ref().unwrap()[0].restart_count, 2);
+
+        // The runtime reports it in the unknown state while it was running.
+        let runtime = PodStatus {
+            container_statuses: vec![runtime_status("app", "c1", RuntimeState::Unknown, 10)],
+            ..PodStatus::default()
+        };
+        let s = status_of(&pod, &runtime, at(50));
+        let cs = &s.container_statuses.as_ref().unwrap()[0];
+        let t = cs.state.as_ref().unwrap().terminated.as_ref().unwrap();
+        assert_eq!(
+            (t.exit_code, t.reason.as_deref()),
+            (137, Some("ContainerStatusUnknown"))
+        );
+        assert_eq!(cs.restart_count, 3);
+    }
+
+    #[test]
+    fn waiting_reasons_before_any_runtime_status() {
+        let pod = pod_with(&["app"], vec![], "Always");
+        let s = status_of(&pod, &PodStatus::default(), at(1));
+        let w = s.container_statuses.unwrap()[0].state.clone().unwrap().waiting.unwrap();
+        assert_eq!(w.reason.as_deref(), Some("ContainerCreating"));
+        assert_eq!(s.phase.as_deref(), Some(PENDING));
+        let pod = pod_with(&["app"], vec![spec_container("init")], "Always");
+        let s = status_of(&pod, &PodStatus::default(), at(1));
+        let w = s.container_statuses.unwrap()[0].state.clone().unwrap().waiting.unwrap();
+        assert_eq!(w.reason.as_deref(), Some("PodInitializing"));
+        let init = s
+            .conditions
+            .unwrap()
+            .into_iter()
+            .find(|c| c.type_ == INITIALIZED)
+            .unwrap();
+        assert_eq!(
+            init.message.as_deref(),
+            Some("containers with incomplete status: [init]")
+        );
+    }
+
+    #[test]
+    fn readiness_probe_leaves_readiness_to_its_owner() {
+        let mut pod = pod_with(&["app"], vec![], "Always");
+        pod.spec.as_mut().unwrap().containers[0].readiness_probe = Some(Probe::default());
+        let runtime = PodStatus {
+            container_statuses: vec![runtime_status("app", "c1", RuntimeState::Running, 10)],
+            ..PodStatus::default()
+        };
+        let s = status_of(&pod, &runtime, at(20));
+        assert!(
+            !s.container_statuses.as_ref().unwrap()[0].ready,
+            "a new container with a probe is not ready"
+        );
+        // The prober said ready for this container: kept.
+        let mut prev = s.container_statuses.clone().unwrap();
+        prev[0].ready = true;
+        pod.status = Some(ApiPodStatus {
+            container_statuses: Some(prev),
+            ..ApiPodStatus::default()
+        });
+        assert!(status_of(&pod, &runtime, at(30)).container_statuses.unwrap()[0].ready);
+    }
+
+    #[test]
+    fn conditions_of_others_are_kept_and_transition_times_follow_status() {
+        let mut pod = pod_with(&["app"], vec![], "Always");
+        let other = PodCondition {
+            type_: "example.com/Other".into(),
+            status: "True".into(),
+            ..PodCondition::default()
+        };
+        let old_ready = PodCondition {
+            type_: READY.into(),
+            status: "False".into(),
+            last_transition_time: Some(api_time(at(5))),
+            ..PodCondition::default()
+        };
+        let old_sched = PodCondition {
+            type_: POD_SCHEDULED.into(),
+            status: "True".into(),
+            last_transition_time: Some(api_time(at(1))),
+            ..PodCondition::default()
+        };
+        pod.status = Some(ApiPodStatus {
+            conditions: Some(vec![other.clone(), old_ready, old_sched]),
+            ..ApiPodStatus::default()
+        });
+        let runtime = PodStatus {
+            container_statuses: vec![runtime_status("app", "c1", RuntimeState::Running, 10)],
+            ..PodStatus::default()
+        };
+        let s = status_of(&pod, &runtime, at(100));
+        let conditions = s.conditions.unwrap();
+        assert_eq!(conditions[0], other, "others' conditions first, untouched");
+        let get = |t: &str| conditions.iter().find(|c| c.type_ == t).cloned().unwrap();
+        assert_eq!(
+            get(READY).last_transition_time,
+            Some(api_time(at(100))),
+            "False→True moves the time"
+        );
+        assert_eq!(
+            get(POD_SCHEDULED).last_transition_time,
+            Some(api_time(at(1))),
+            "unchanged status keeps it"
+        );
+        assert_eq!(get(POD_READY_TO_START_CONTAINERS).status, "False", "no sandbox");
+    }
+
+    #[test]
+    fn termination_messages_share_12_kib() {
+        let names: Vec<String> = (0..3).map(|i| format!("c{i}")).collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let pod = pod_with(&refs, vec![], "Never");
+        let runtime = PodStatus {
+            container_statuses: names
+                .iter()
+                .map(|n| ContainerStatus {
+                    message: "x".repeat(10_000),
+                    ..runtime_status(n, n, RuntimeState::Exited, 1)
+                })
+                .collect(),
+            ..PodStatus::default()
+        };
+        let s = status_of(&pod, &runtime, at(10));
+        let total: usize = s
+            .container_statuses
+            .unwrap()
+            .iter()
+            .map(|c| {
+                c.state
+                    .as_ref()
+                    .unwrap()
+                    .terminated
+                    .as_ref()
+                    .unwrap()
+                    .message
+                    .as_ref()
+                    .unwrap()
+                    .len()
+            })
+            .sum();
+        assert!(
+            total <= MAX_TERMINATION_MESSAGES && total >= MAX_TERMINATION_MESSAGES - 3,
+            "{total}"
+        );
+    }
+
+    #[test]
+    fn plegd_condition_names_the_dead_container() {
+        let pod = pod_with(&["web", "db"], vec![], "Always");
+        let mut oom = terminated_status("db", 137);
+        oom.state.as_mut().unwrap().terminated.as_mut().unwrap().reason = Some("OOMKilled".into());
+        let c = containers_running_condition(&pod, &[running_status("web"), oom]);
+        assert_eq!((c.status.as_str(), c.reason.as_deref()), ("False", Some("OOMKilled")));
+        assert_eq!(
+            c.message.as_deref(),
+            Some("container db exited with code 137 (OOMKilled)")
+        );
+        let c = containers_running_condition(&pod, &[running_status("web"), running_status("db")]);
+        assert_eq!(c.status, "True");
+        let c = containers_running_condition(&pod, &[terminated_status("web", 3), waiting_status("db", None)]);
+        assert_eq!(c.reason.as_deref(), Some("ContainerDied"));
+        assert_eq!(
+            c.message.as_deref(),
+            Some("container web exited with code 3; container db has not started")
+        );
+    }
+
+    #[test]
+    fn host_network_pods_take_node_ips_and_dead_pods_keep_theirs() {
+        let mut pod = pod_with(&["app"], vec![], "Always");
+        pod.spec.as_mut().unwrap().host_network = Some(true);
+        let s = status_of(&pod, &PodStatus::default(), at(1));
+        assert_eq!(s.pod_ip.as_deref(), Some("192.0.2.10"));
+        let mut pod = pod_with(&["app"], vec![], "Always");
+        pod.status = Some(ApiPodStatus {
+            pod_ip: Some("10.1.0.9".into()),
+            pod_ips: Some(vec![PodIP { ip: "10.1.0.9".into() }]),
+            ..ApiPodStatus::default()
+        });
+        assert_eq!(
+            status_of(&pod, &PodStatus::default(), at(1)).pod_ip.as_deref(),
+            Some("10.1.0.9")
+        );
+    }
+}
