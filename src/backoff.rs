@@ -35,6 +35,16 @@ impl ExponentialBackoff {
         })
     }
 
+    /// A backoff from constants known to be valid (initial > 0, max ≥ initial); for settings that
+    /// come from a user, use [`ExponentialBackoff::try_new`].
+    pub const fn constant(initial: Duration, max: Duration) -> Self {
+        Self {
+            initial,
+            max,
+            next: initial,
+        }
+    }
+
     /// The wait before the next attempt; each call doubles the one after, up to the cap.
     pub fn next_wait(&mut self) -> Duration {
         let wait = self.next;

@@ -7,8 +7,12 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::daemon::DaemonOptions;
 use crate::pleg::{DEFAULT_CHANNEL_CAPACITY, PlegConfig};
 use crate::runtime::CriOptions;
+use crate::status::StatusMode;
+use crate::status::manager::ManagerConfig;
+use crate::sync_loop::SyncConfig;
 use crate::triggers::{TriggerMode, TriggerOptions};
 use crate::watch::{OutputFormat, WatchOptions};
 
@@ -32,6 +36,8 @@ pub struct Cli {
 pub enum Command {
     /// Relist the runtime and print pod lifecycle events; needs no apiserver.
     Watch(WatchArgs),
+    /// The daemon: lifecycle events from the runtime, pod status and conditions to the apiserver.
+    Run(RunArgs),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -125,6 +131,80 @@ pub struct WatchArgs {
     pub output: OutputFormat,
 }
 
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub runtime: RuntimeArgs,
+    /// This node's name: only pods bound to it are watched and written.
+    #[arg(long, env = "NODE_NAME", default_value = "")]
+    pub node_name: String,
+    /// The node's IPs (comma-separated, primary first): hostIP(s), and podIPs of host-network pods.
+    #[arg(long, env = "NODE_IP", value_delimiter = ',')]
+    pub node_ip: Vec<String>,
+    /// Kubeconfig file; without it, KUBECONFIG, ~/.kube/config or the in-cluster service account.
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+    /// What plegd writes: only its own conditions (beside a kubelet), the full status (no kubelet),
+    /// or nothing but a comparison with what the kubelet wrote.
+    #[arg(long, value_enum, default_value_t = StatusMode::Conditions, env = "PLEGD_STATUS_MODE")]
+    pub status_mode: StatusMode,
+    /// Publish Kubernetes Events when a container dies or is OOM-killed.
+    #[arg(long)]
+    pub emit_events: bool,
+    /// Status writers working in parallel.
+    #[arg(long, value_name = "N", default_value_t = 4, value_parser = parse_capacity)]
+    pub status_writers: usize,
+    /// Sustained status PATCHes per second.
+    #[arg(long, value_name = "QPS", default_value_t = 50.0, value_parser = parse_qps)]
+    pub status_qps: f64,
+    /// Status PATCHes allowed at once after a quiet spell.
+    #[arg(long, value_name = "N", default_value_t = 100, value_parser = parse_burst)]
+    pub status_burst: u32,
+}
+
+fn parse_qps(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(q) if q > 0.0 && q.is_finite() => Ok(q),
+        Ok(_) => Err("must be a number greater than zero".into()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+fn parse_burst(s: &str) -> Result<u32, String> {
+    match s.parse::<u32>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+impl RunArgs {
+    pub fn daemon_options(&self) -> DaemonOptions {
+        DaemonOptions {
+            cri_socket: self.runtime.cri_socket.clone(),
+            cri: self.runtime.cri_options(),
+            pleg: self.runtime.pleg_config(),
+            triggers: self.runtime.triggers,
+            trigger_options: self.runtime.trigger_options(),
+            kubeconfig: self.kubeconfig.clone(),
+            manager: ManagerConfig {
+                node_name: self.node_name.clone(),
+                writers: self.status_writers,
+                qps: self.status_qps,
+                burst: self.status_burst,
+                ..ManagerConfig::default()
+            },
+            sync: SyncConfig {
+                mode: self.status_mode,
+                runtime_name: String::new(),
+                node_ips: self.node_ip.iter().filter(|ip| !ip.is_empty()).cloned().collect(),
+                ..SyncConfig::default()
+            },
+            emit_events: self.emit_events,
+        }
+    }
+}
+
 fn init_logging(args: &LogArgs) -> Result<(), String> {
     use tracing_subscriber::EnvFilter;
     let filter = match std::env::var("RUST_LOG") {
@@ -165,6 +245,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 trigger_options: args.runtime.trigger_options(),
             };
             crate::watch::watch(options, std::io::stdout(), shutdown_signal()).await?;
+        }
+        Command::Run(args) => {
+            let metrics = std::sync::Arc::new(crate::metrics::Metrics::new());
+            crate::daemon::run(args.daemon_options(), metrics, shutdown_signal()).await?;
         }
     }
     Ok(())
@@ -208,12 +292,40 @@ mod tests {
     #[test]
     fn watch_defaults() {
         let cli = parse(&["plegd", "watch"]).unwrap();
-        let Command::Watch(w) = cli.command;
+        let Command::Watch(w) = cli.command else {
+            panic!("watch")
+        };
         assert_eq!(w.runtime.cri_socket, PathBuf::from(DEFAULT_CRI_SOCKET));
         assert_eq!(w.runtime.relist_period, Duration::from_secs(1));
         assert_eq!(w.runtime.relist_threshold, Duration::from_secs(180));
         assert_eq!(w.output, OutputFormat::Text);
         assert_eq!(w.runtime.triggers, TriggerMode::Auto);
+    }
+
+    #[test]
+    fn run_flags() {
+        let cli = parse(&[
+            "plegd",
+            "run",
+            "--node-name",
+            "n1",
+            "--node-ip",
+            "192.0.2.1,fd00::1",
+            "--status-mode",
+            "full",
+            "--emit-events",
+        ])
+        .unwrap();
+        let Command::Run(r) = cli.command else { panic!("run") };
+        let o = r.daemon_options();
+        assert_eq!(o.manager.node_name, "n1");
+        assert_eq!(o.sync.node_ips, ["192.0.2.1", "fd00::1"]);
+        assert_eq!(o.sync.mode, StatusMode::Full);
+        assert!(o.emit_events);
+        let err = parse(&["plegd", "run", "--status-mode", "everything"]).unwrap_err();
+        assert!(err.contains("--status-mode"), "{err}");
+        let err = parse(&["plegd", "run", "--status-qps", "0"]).unwrap_err();
+        assert!(err.contains("--status-qps"), "{err}");
     }
 
     #[test]

@@ -31,6 +31,16 @@ pub struct SourceLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabel {
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FieldLabel {
+    pub field: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OperationLabel {
     pub operation: String,
 }
@@ -56,6 +66,9 @@ pub struct Metrics {
     pub trigger_errors: Family<SourceLabel, Counter>,
     pub triggers: Family<SourceLabel, Counter>,
     pub trigger_relists: Family<KindLabel, Counter>,
+    pub status_writes: Family<ResultLabel, Counter>,
+    pub pod_status_sync_duration: Histogram,
+    pub shadow_differences: Family<FieldLabel, Counter>,
     registry: Registry,
 }
 
@@ -75,6 +88,10 @@ impl Metrics {
         let trigger_errors = Family::<SourceLabel, Counter>::default();
         let triggers = Family::<SourceLabel, Counter>::default();
         let trigger_relists = Family::<KindLabel, Counter>::default();
+        let status_writes = Family::<ResultLabel, Counter>::default();
+        // The kubelet's buckets for this metric.
+        let pod_status_sync_duration = Histogram::new([0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 20.0, 30.0, 45.0, 60.0]);
+        let shadow_differences = Family::<FieldLabel, Counter>::default();
 
         let mut registry = Registry::with_prefix("plegd");
         registry.register(
@@ -149,6 +166,22 @@ impl Metrics {
             trigger_relists.clone(),
         );
 
+        registry.register(
+            "status_writes",
+            "Pod status writes by result (ok, noop, retry, conflict, gone, rejected, refused_other_node)",
+            status_writes.clone(),
+        );
+        registry.register(
+            "pod_status_sync_duration_seconds",
+            "Time from a wanted pod status change to the apiserver accepting it",
+            pod_status_sync_duration.clone(),
+        );
+        registry.register(
+            "shadow_differences",
+            "Shadow mode: fields where plegd's computed status differs from the apiserver's",
+            shadow_differences.clone(),
+        );
+
         Self {
             relist_duration,
             relist_interval,
@@ -164,6 +197,9 @@ impl Metrics {
             trigger_errors,
             triggers,
             trigger_relists,
+            status_writes,
+            pod_status_sync_duration,
+            shadow_differences,
             registry,
         }
     }
@@ -215,6 +251,22 @@ impl Metrics {
     pub fn count_trigger_relist(&self, kind: &str) {
         self.trigger_relists
             .get_or_create(&KindLabel { kind: kind.to_owned() })
+            .inc();
+    }
+
+    pub fn count_status_write(&self, result: &str) {
+        self.status_writes
+            .get_or_create(&ResultLabel {
+                result: result.to_owned(),
+            })
+            .inc();
+    }
+
+    pub fn count_shadow_difference(&self, field: &str) {
+        self.shadow_differences
+            .get_or_create(&FieldLabel {
+                field: field.to_owned(),
+            })
             .inc();
     }
 

@@ -2,12 +2,13 @@
 //!
 //! - [`generate`] (pure): the kubelet-equivalent status of a pod.
 //! - [`patch`] (pure): the strategic merge patch from the apiserver's status to the desired one.
-//! - `manager` (I/O): versioned desired status per pod, deduplicated, written by a bounded pool of
+//! - [`manager`] (I/O): versioned desired status per pod, deduplicated, written by a bounded pool of
 //!   writers under a QPS/burst limit, with retries; never to a pod of another node.
 //!
 //! What is written depends on [`StatusMode`]; the choice of fields per mode is made here, purely.
 
 pub mod generate;
+pub mod manager;
 pub mod patch;
 
 use std::time::SystemTime;

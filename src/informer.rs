@@ -1,0 +1,110 @@
+//! The informer: a kube-rs watcher and reflector over the pods bound to this node (field selector
+//! `spec.nodeName=NODE`), with managedFields pruned to save memory. Every change is forwarded to
+//! the syncLoop as a [`PodChange`]. Errors are logged, counted and retried with backoff; the stream
+//! never ends on an error. Ready once the first complete list has been seen.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::Api;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::watcher::{self, Event};
+use tokio::sync::mpsc;
+use tracing::{debug, info, warn};
+
+use crate::metrics::Metrics;
+
+/// A pod that changed, for the syncLoop.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PodChange {
+    /// Added or modified.
+    Applied {
+        uid: String,
+        key: ObjectRef<Pod>,
+    },
+    Deleted {
+        uid: String,
+    },
+}
+
+/// The informer's cache and readiness.
+#[derive(Clone)]
+pub struct Informer {
+    pub store: Store<Pod>,
+    ready: Arc<AtomicBool>,
+}
+
+impl Informer {
+    /// Whether the first complete list has been seen.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    /// Wait for the first complete list.
+    pub async fn wait_until_ready(&self) {
+        // The writer lives as long as the informer task; if that ends, nothing more will come.
+        let _ = self.store.wait_until_ready().await;
+    }
+}
+
+fn change_of(pod: &Pod) -> Option<PodChange> {
+    let uid = pod.metadata.uid.clone()?;
+    Some(PodChange::Applied {
+        uid,
+        key: ObjectRef::from_obj(pod),
+    })
+}
+
+/// Start watching the pods bound to `node_name`; changes go to `changes`.
+pub fn start(
+    client: kube::Client,
+    node_name: &str,
+    changes: mpsc::Sender<PodChange>,
+    metrics: Arc<Metrics>,
+) -> (Informer, tokio::task::JoinHandle<()>) {
+    let api: Api<Pod> = Api::all(client);
+    let config = watcher::Config::default().fields(&format!("spec.nodeName={node_name}"));
+    let (store, writer) = reflector::store();
+    let ready = Arc::new(AtomicBool::new(false));
+    let informer = Informer {
+        store,
+        ready: ready.clone(),
+    };
+    let node = node_name.to_owned();
+    let task = tokio::spawn(async move {
+        let stream = watcher::watcher(api, config)
+            .default_backoff()
+            .modify(|pod| pod.managed_fields_mut().clear())
+            .reflect(writer);
+        futures_util::pin_mut!(stream);
+        while let Some(item) = stream.next().await {
+            let change = match item {
+                Ok(Event::Apply(pod)) | Ok(Event::InitApply(pod)) => change_of(&pod),
+                Ok(Event::Delete(pod)) => pod.metadata.uid.clone().map(|uid| PodChange::Deleted { uid }),
+                Ok(Event::Init) => None,
+                Ok(Event::InitDone) => {
+                    if !ready.swap(true, Ordering::AcqRel) {
+                        info!(node = %node, "informer synced");
+                    }
+                    None
+                }
+                Err(error) => {
+                    metrics.count_runtime_error("informer_watch");
+                    warn!(error = %error, "pod watch failed; retrying with backoff");
+                    None
+                }
+            };
+            if let Some(change) = change
+                && changes.send(change).await.is_err()
+            {
+                debug!("syncLoop is gone; informer stops");
+                return;
+            }
+        }
+    });
+    (informer, task)
+}

@@ -1,0 +1,477 @@
+//! The status manager: keeps the status plegd wants for each pod (versioned, deduplicated) and
+//! writes it to `pods/{name}/status` with a strategic merge patch computed against the informer's
+//! copy of the pod — never a GET before a PATCH — and the pod's uid as a precondition. A bounded
+//! pool of writers sends patches under a client-side QPS/burst limit; a pod is never written by two
+//! writers at once, and only its newest wanted status is sent.
+//!
+//! It never writes to a pod whose `spec.nodeName` is not this node. A pod that is gone (404) or was
+//! recreated under another uid (409 with a different uid in the informer) loses its state; server
+//! errors and timeouts are retried with backoff; other refusals (400, 403, 422) are logged and
+//! counted and that version is dropped, so a bad status never loops.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::reflector::{ObjectRef, Store};
+use serde_json::Value;
+use tokio::sync::Notify;
+use tracing::{debug, info, warn};
+
+use crate::backoff::{ExponentialBackoff, InvalidBackoff};
+use crate::metrics::Metrics;
+use crate::status::patch::status_patch_body;
+
+/// Settings of the status manager.
+#[derive(Debug, Clone)]
+pub struct ManagerConfig {
+    /// This node: pods bound elsewhere are never written.
+    pub node_name: String,
+    /// Writers working in parallel.
+    pub writers: usize,
+    /// Sustained PATCHes per second, and how many may go at once after a quiet spell.
+    pub qps: f64,
+    pub burst: u32,
+    /// Backoff of retries of one pod after a server error or a timeout.
+    pub retry_initial: Duration,
+    pub retry_max: Duration,
+}
+
+impl Default for ManagerConfig {
+    fn default() -> Self {
+        Self {
+            node_name: String::new(),
+            writers: 4,
+            qps: 50.0,
+            burst: 100,
+            retry_initial: Duration::from_millis(200),
+            retry_max: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Why a status is not accepted for writing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refused {
+    #[error("pod {namespace}/{name} is bound to node {bound:?}, not to this node {node}")]
+    OtherNode {
+        namespace: String,
+        name: String,
+        bound: Option<String>,
+        node: String,
+    },
+    #[error("pod has no uid, name or namespace")]
+    Incomplete,
+}
+
+/// A token bucket: `qps` tokens a second, at most `burst` saved up.
+struct TokenBucket {
+    qps: f64,
+    burst: f64,
+    state: tokio::sync::Mutex<(f64, Instant)>,
+}
+
+impl TokenBucket {
+    fn new(qps: f64, burst: u32) -> Self {
+        let burst = f64::from(burst.max(1));
+        Self {
+            qps: qps.max(0.001),
+            burst,
+            state: tokio::sync::Mutex::new((burst, Instant::now())),
+        }
+    }
+
+    async fn acquire(&self) {
+        loop {
+            let wait = {
+                let mut state = self.state.lock().await;
+                let now = Instant::now();
+                state.0 = (state.0 + now.duration_since(state.1).as_secs_f64() * self.qps).min(self.burst);
+                state.1 = now;
+                if state.0 >= 1.0 {
+                    state.0 -= 1.0;
+                    return;
+                }
+                Duration::from_secs_f64((1.0 - state.0) / self.qps)
+            };
+            tokio::time::sleep(wait).await;
+        }
+    }
+}
+
+struct Entry {
+    key: ObjectRef<Pod>,
+    /// Bumped each time a different status is wanted.
+    version: u64,
+    desired: PodStatus,
+    /// The newest version known to be on the apiserver (or dropped as refused).
+    written_version: u64,
+    /// What plegd last wrote and the resourceVersion the apiserver gave it: the base for the next
+    /// patch while the informer has not caught up with it.
+    last_written: Option<(PodStatus, String)>,
+    queued: bool,
+    in_flight: bool,
+    /// When the oldest unwritten version was wanted (for the sync duration metric).
+    pending_since: Option<Instant>,
+    retry: ExponentialBackoff,
+}
+
+#[derive(Default)]
+struct Inner {
+    pods: HashMap<String, Entry>,
+    queue: VecDeque<String>,
+}
+
+/// What one write did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Written,
+    NothingToSend,
+    Gone,
+    Refused,
+    Retry,
+}
+
+impl Outcome {
+    fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Written => "ok",
+            Outcome::NothingToSend => "noop",
+            Outcome::Gone => "gone",
+            Outcome::Refused => "rejected",
+            Outcome::Retry => "retry",
+        }
+    }
+}
+
+/// The status manager. Create it with [`StatusManager::new`], start its writers with
+/// [`StatusManager::start`].
+pub struct StatusManager {
+    client: kube::Client,
+    store: Store<Pod>,
+    config: ManagerConfig,
+    inner: Mutex<Inner>,
+    work: Notify,
+    limiter: TokenBucket,
+    /// The validated retry backoff each pod starts from.
+    retry: ExponentialBackoff,
+    metrics: Arc<Metrics>,
+}
+
+/// Whether resourceVersion `a` is older than `b`. resourceVersions are opaque, but every apiserver
+/// in use gives increasing integers; anything else compares as "not older".
+fn older(a: Option<&str>, b: &str) -> bool {
+    match (a.and_then(|a| a.parse::<u64>().ok()), b.parse::<u64>().ok()) {
+        (Some(a), Some(b)) => a < b,
+        (None, Some(_)) => true,
+        _ => false,
+    }
+}
+
+fn to_json(status: &PodStatus) -> Value {
+    serde_json::to_value(status).unwrap_or(Value::Null)
+}
+
+impl StatusManager {
+    pub fn new(
+        client: kube::Client,
+        store: Store<Pod>,
+        config: ManagerConfig,
+        metrics: Arc<Metrics>,
+    ) -> Result<Arc<Self>, InvalidBackoff> {
+        let retry = ExponentialBackoff::try_new(config.retry_initial, config.retry_max)?;
+        Ok(Arc::new(Self {
+            retry,
+            client,
+            store,
+            limiter: TokenBucket::new(config.qps, config.burst),
+            config,
+            inner: Mutex::default(),
+            work: Notify::new(),
+            metrics,
+        }))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Start the writers; they run until their tasks are aborted.
+    pub fn start(self: &Arc<Self>) -> Vec<tokio::task::JoinHandle<()>> {
+        (0..self.config.writers.max(1))
+            .map(|_| tokio::spawn(self.clone().writer()))
+            .collect()
+    }
+
+    /// The status to generate from for `pod`: plegd's own last write while the informer's copy is
+    /// older than it, else the informer's.
+    pub fn base_status(&self, pod: &Pod) -> Option<PodStatus> {
+        let uid = pod.metadata.uid.as_deref()?;
+        let inner = self.lock();
+        let (status, rv) = inner.pods.get(uid)?.last_written.as_ref()?;
+        older(pod.metadata.resource_version.as_deref(), rv).then(|| status.clone())
+    }
+
+    /// Want `status` for `pod` (the informer's copy). Returns whether a write was queued: a status
+    /// equal to the one already wanted is not.
+    pub fn set_status(&self, pod: &Pod, status: PodStatus) -> Result<bool, Refused> {
+        let meta = &pod.metadata;
+        let (Some(uid), Some(name), Some(namespace)) =
+            (meta.uid.as_deref(), meta.name.as_deref(), meta.namespace.as_deref())
+        else {
+            return Err(Refused::Incomplete);
+        };
+        let bound = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+        if bound.as_deref() != Some(self.config.node_name.as_str()) {
+            self.metrics.count_status_write("refused_other_node");
+            return Err(Refused::OtherNode {
+                namespace: namespace.into(),
+                name: name.into(),
+                bound,
+                node: self.config.node_name.clone(),
+            });
+        }
+        let mut inner = self.lock();
+        let entry = inner.pods.entry(uid.to_owned()).or_insert_with(|| Entry {
+            key: ObjectRef::new(name).within(namespace),
+            version: 0,
+            desired: PodStatus::default(),
+            written_version: 0,
+            last_written: None,
+            queued: false,
+            in_flight: false,
+            pending_since: None,
+            retry: self.retry.clone(),
+        });
+        if entry.version > 0 && entry.desired == status {
+            return Ok(false);
+        }
+        entry.version += 1;
+        entry.desired = status;
+        entry.pending_since.get_or_insert_with(Instant::now);
+        let enqueue = !entry.queued && !entry.in_flight;
+        if enqueue {
+            entry.queued = true;
+            inner.queue.push_back(uid.to_owned());
+        }
+        drop(inner);
+        if enqueue {
+            self.work.notify_one();
+        }
+        Ok(true)
+    }
+
+    /// Forget a pod (it is gone): its pending write, if any, is not sent.
+    pub fn forget(&self, uid: &str) {
+        let mut inner = self.lock();
+        inner.pods.remove(uid);
+        inner.queue.retain(|u| u != uid);
+    }
+
+    /// Pods with a status not yet written.
+    pub fn pending(&self) -> usize {
+        self.lock()
+            .pods
+            .values()
+            .filter(|e| e.written_version < e.version)
+            .count()
+    }
+
+    /// Pods the manager holds state for.
+    pub fn tracked(&self) -> usize {
+        self.lock().pods.len()
+    }
+
+    fn take_work(&self) -> Option<(String, u64, PodStatus, ObjectRef<Pod>, Option<(PodStatus, String)>)> {
+        let mut inner = self.lock();
+        while let Some(uid) = inner.queue.pop_front() {
+            let Some(entry) = inner.pods.get_mut(&uid) else {
+                continue;
+            };
+            entry.queued = false;
+            if entry.written_version >= entry.version {
+                continue;
+            }
+            entry.in_flight = true;
+            return Some((
+                uid,
+                entry.version,
+                entry.desired.clone(),
+                entry.key.clone(),
+                entry.last_written.clone(),
+            ));
+        }
+        None
+    }
+
+    async fn writer(self: Arc<Self>) {
+        loop {
+            let Some((uid, version, desired, key, last_written)) = self.take_work() else {
+                self.work.notified().await;
+                continue;
+            };
+            let outcome = self.write(&uid, &desired, &key, last_written).await;
+            self.metrics.count_status_write(outcome.as_str());
+            self.finish(&uid, version, outcome);
+        }
+    }
+
+    /// Bookkeeping after a write; queues the pod again when there is more to send.
+    fn finish(self: &Arc<Self>, uid: &str, version: u64, outcome: Outcome) {
+        let mut inner = self.lock();
+        if outcome == Outcome::Gone {
+            inner.pods.remove(uid);
+            return;
+        }
+        let Some(entry) = inner.pods.get_mut(uid) else { return };
+        entry.in_flight = false;
+        let delay = match outcome {
+            Outcome::Written | Outcome::NothingToSend | Outcome::Refused => {
+                entry.written_version = entry.written_version.max(version);
+                entry.retry.reset();
+                if entry.written_version >= entry.version {
+                    if let Some(since) = entry.pending_since.take()
+                        && outcome == Outcome::Written
+                    {
+                        self.metrics
+                            .pod_status_sync_duration
+                            .observe(since.elapsed().as_secs_f64());
+                    }
+                    return;
+                }
+                None
+            }
+            Outcome::Retry => Some(entry.retry.next_wait()),
+            Outcome::Gone => return,
+        };
+        match delay {
+            None => {
+                entry.queued = true;
+                inner.queue.push_back(uid.to_owned());
+                drop(inner);
+                self.work.notify_one();
+            }
+            Some(delay) => {
+                entry.queued = true;
+                drop(inner);
+                let manager = self.clone();
+                let uid = uid.to_owned();
+                tokio::spawn(async move {
+                    tokio::time::sleep(delay).await;
+                    let mut inner = manager.lock();
+                    if inner.pods.contains_key(&uid) {
+                        inner.queue.push_back(uid);
+                        drop(inner);
+                        manager.work.notify_one();
+                    }
+                });
+            }
+        }
+    }
+
+    /// One PATCH, or none when the apiserver already has what is wanted.
+    async fn write(
+        &self,
+        uid: &str,
+        desired: &PodStatus,
+        key: &ObjectRef<Pod>,
+        last_written: Option<(PodStatus, String)>,
+    ) -> Outcome {
+        let Some(pod) = self.store.get(key) else {
+            debug!(pod = %key, "pod is gone from the informer; dropping its status");
+            return Outcome::Gone;
+        };
+        if pod.metadata.uid.as_deref() != Some(uid) {
+            info!(pod = %key, "pod was recreated under another uid; dropping the old one's status");
+            return Outcome::Gone;
+        }
+        if pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) != Some(self.config.node_name.as_str()) {
+            warn!(pod = %key, "pod is no longer bound to this node; not writing its status");
+            return Outcome::Gone;
+        }
+        // Diff against what the apiserver has: the informer's copy, or plegd's own newer write.
+        let base = match &last_written {
+            Some((status, rv)) if older(pod.metadata.resource_version.as_deref(), rv) => to_json(status),
+            _ => pod.status.as_ref().map(to_json).unwrap_or(Value::Null),
+        };
+        let Some(body) = status_patch_body(uid, &base, &to_json(desired)) else {
+            return Outcome::NothingToSend;
+        };
+        self.limiter.acquire().await;
+        let namespace = key.namespace.as_deref().unwrap_or_default();
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        match api
+            .patch_status(&key.name, &PatchParams::default(), &Patch::Strategic(body))
+            .await
+        {
+            Ok(written) => {
+                debug!(pod = %key, "status written");
+                let rv = written.metadata.resource_version.clone().unwrap_or_default();
+                let mut inner = self.lock();
+                if let Some(entry) = inner.pods.get_mut(uid) {
+                    entry.last_written = Some((written.status.unwrap_or_default(), rv));
+                }
+                Outcome::Written
+            }
+            Err(kube::Error::Api(status)) => match status.code {
+                404 => Outcome::Gone,
+                409 => {
+                    // The uid precondition failed, or a conflict: look at the informer again.
+                    let now = self.store.get(key);
+                    if now.as_ref().and_then(|p| p.metadata.uid.as_deref()) != Some(uid) {
+                        Outcome::Gone
+                    } else {
+                        self.metrics.count_status_write("conflict");
+                        Outcome::Retry
+                    }
+                }
+                400 | 403 | 422 => {
+                    warn!(pod = %key, code = status.code, reason = %status.reason, message = %status.message, "apiserver refused the status; not retrying this version");
+                    Outcome::Refused
+                }
+                code => {
+                    debug!(pod = %key, code, message = %status.message, "status write failed; retrying");
+                    Outcome::Retry
+                }
+            },
+            Err(error) => {
+                debug!(pod = %key, error = %error, "status write failed; retrying");
+                Outcome::Retry
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resource_versions_compare_as_integers() {
+        assert!(older(Some("9"), "10"));
+        assert!(!older(Some("10"), "10"));
+        assert!(!older(Some("11"), "10"));
+        assert!(older(None, "3"));
+        assert!(!older(Some("abc"), "xyz"));
+    }
+
+    #[tokio::test]
+    async fn token_bucket_allows_a_burst_then_the_rate() {
+        let bucket = TokenBucket::new(100.0, 5);
+        let t = Instant::now();
+        for _ in 0..5 {
+            bucket.acquire().await;
+        }
+        assert!(t.elapsed() < Duration::from_millis(50), "the burst is immediate");
+        for _ in 0..5 {
+            bucket.acquire().await;
+        }
+        assert!(
+            t.elapsed() >= Duration::from_millis(40),
+            "then 100/s: {:?}",
+            t.elapsed()
+        );
+    }
+}
