@@ -1,0 +1,532 @@
+//! The apiserver side end to end: the test apiserver checked with kubectl as an independent client,
+//! then `plegd run` (in process) against a REAL containerd and the test apiserver in each status
+//! mode, a pod of another node, an apiserver outage, and the request log.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use plegd::daemon::{self, DaemonOptions};
+use plegd::metrics::Metrics;
+use plegd::pleg::PlegConfig;
+use plegd::runtime::CriOptions;
+use plegd::status::StatusMode;
+use plegd::status::manager::ManagerConfig;
+use plegd::sync_loop::SyncConfig;
+use plegd::triggers::{TriggerMode, TriggerOptions};
+use serde_json::{Value, json};
+use support::apiserver::TestApiserver;
+use support::containerd::{Containerd, TestPod, containerd};
+
+fn kubectl(kubeconfig: &std::path::Path, args: &[&str]) -> Option<std::process::Output> {
+    let out = std::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .output()
+        .ok()?;
+    Some(out)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_agrees_the_test_apiserver_behaves_like_one() {
+    if std::process::Command::new("kubectl")
+        .arg("version")
+        .arg("--client")
+        .output()
+        .is_err()
+    {
+        eprintln!("!!!!!!!! kubectl is not on this machine: the independent-client check is SKIPPED !!!!!!!!");
+        return;
+    }
+    let api = TestApiserver::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let kc = api.kubeconfig(dir.path());
+    api.create_pod(json!({"metadata": {"name": "web", "namespace": "default"}, "spec": {"nodeName": "n1", "containers": [{"name": "app", "image": "x"}]},
+        "status": {"phase": "Running", "conditions": [{"type": "example.com/Gate", "status": "True"}, {"type": "Ready", "status": "False"}]}}));
+    api.create_pod(json!({"metadata": {"name": "db", "namespace": "default"}, "spec": {"nodeName": "n2", "containers": [{"name": "app", "image": "x"}]}}));
+
+    let kc2 = kc.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        kubectl(
+            &kc2,
+            &[
+                "get",
+                "pods",
+                "-A",
+                "-o",
+                "json",
+                "--field-selector",
+                "spec.nodeName=n1",
+            ],
+        )
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl get: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let list: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let names: Vec<_> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["metadata"]["name"].clone())
+        .collect();
+    assert_eq!(names, [json!("web")], "field selector honoured");
+
+    // A strategic merge patch of the status merges conditions by type.
+    let kc2 = kc.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        kubectl(
+            &kc2,
+            &[
+                "patch",
+                "pod",
+                "web",
+                "-n",
+                "default",
+                "--subresource=status",
+                "--type=strategic",
+                "-p",
+                r#"{"status":{"conditions":[{"type":"Ready","status":"True"}]}}"#,
+            ],
+        )
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl patch: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pod = api.pod("default", "web").unwrap();
+    let conditions = pod["status"]["conditions"].as_array().unwrap();
+    assert_eq!(conditions.len(), 2, "{conditions:?}");
+    assert!(conditions.contains(&json!({"type": "example.com/Gate", "status": "True"})));
+    assert!(conditions.contains(&json!({"type": "Ready", "status": "True"})));
+    let rv_after_patch: u64 = pod["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
+
+    // A merge patch replaces the list.
+    let kc2 = kc.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        kubectl(
+            &kc2,
+            &[
+                "patch",
+                "pod",
+                "web",
+                "-n",
+                "default",
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                r#"{"status":{"conditions":[{"type":"Ready","status":"False"}]}}"#,
+            ],
+        )
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let pod = api.pod("default", "web").unwrap();
+    assert_eq!(
+        pod["status"]["conditions"],
+        json!([{"type": "Ready", "status": "False"}])
+    );
+    assert!(
+        pod["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+            > rv_after_patch,
+        "every write bumps the resourceVersion"
+    );
+
+    // kubectl watch sees a change.
+    let kc2 = kc.clone();
+    let watcher = tokio::task::spawn_blocking(move || {
+        kubectl(
+            &kc2,
+            &[
+                "get",
+                "pods",
+                "-n",
+                "default",
+                "--watch-only",
+                "-o",
+                "json",
+                "--request-timeout",
+                "4s",
+            ],
+        )
+    });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    api.delete("default", "db");
+    let out = watcher.await.unwrap().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("\"db\""),
+        "kubectl --watch saw the deletion: {text} / {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // A uid precondition that does not match is a 409.
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(api.client(), "default");
+    let err = pods
+        .patch_status(
+            "web",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Strategic(json!({"metadata": {"uid": "not-it"}, "status": {"phase": "Failed"}})),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, kube::Error::Api(ref s) if s.code == 409), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_watcher_relists_after_410_gone() {
+    use futures_util::StreamExt;
+    use kube::runtime::watcher;
+    let api = TestApiserver::start().await;
+    api.create_pod(
+        json!({"metadata": {"name": "a", "namespace": "default"}, "spec": {"nodeName": "n1", "containers": []}}),
+    );
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::all(api.client());
+    let stream = watcher::watcher(pods, watcher::Config::default().fields("spec.nodeName=n1"));
+    futures_util::pin_mut!(stream);
+    let mut inits = 0;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while inits < 2 && Instant::now() < deadline {
+        if let Ok(Some(event)) = tokio::time::timeout(Duration::from_secs(5), stream.next()).await {
+            if matches!(event, Ok(watcher::Event::InitDone)) {
+                inits += 1;
+                if inits == 1 {
+                    // Compact history and cut the watch: its restart from the old version gets 410.
+                    api.create_pod(json!({"metadata": {"name": "b", "namespace": "default"}, "spec": {"nodeName": "n1", "containers": []}}));
+                    api.compact();
+                    api.set_down(true);
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    api.set_down(false);
+                }
+            }
+        }
+    }
+    assert_eq!(inits, 2, "the watcher listed again after 410 Gone");
+    let lists = api
+        .requests()
+        .iter()
+        .filter(|r| r.path == "/api/v1/pods" && !r.query.contains("watch=true"))
+        .count();
+    assert!(lists >= 2, "two LISTs: {:?}", api.requests());
+}
+
+struct Daemon {
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+    metrics: Arc<Metrics>,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        self.task.abort();
+    }
+}
+
+fn start_daemon(cd: &Containerd, api: &TestApiserver, dir: &std::path::Path, node: &str, mode: StatusMode) -> Daemon {
+    let options = DaemonOptions {
+        cri_socket: cd.socket.clone(),
+        cri: CriOptions::default(),
+        pleg: PlegConfig {
+            relist_period: Duration::from_millis(500),
+            ..PlegConfig::default()
+        },
+        triggers: TriggerMode::Auto,
+        trigger_options: TriggerOptions::default(),
+        kubeconfig: Some(api.kubeconfig(dir)),
+        manager: ManagerConfig {
+            node_name: node.into(),
+            retry_initial: Duration::from_millis(200),
+            retry_max: Duration::from_secs(2),
+            ..ManagerConfig::default()
+        },
+        sync: SyncConfig {
+            mode,
+            runtime_name: String::new(),
+            node_ips: vec!["192.0.2.10".into()],
+            ..SyncConfig::default()
+        },
+        emit_events: true,
+    };
+    let metrics = Arc::new(Metrics::new());
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let m = metrics.clone();
+    let task = tokio::spawn(async move {
+        daemon::run(options, m, async {
+            let _ = rx.await;
+        })
+        .await
+        .expect("daemon runs");
+    });
+    Daemon {
+        shutdown: Some(tx),
+        task,
+        metrics,
+    }
+}
+
+/// The apiserver object for a CRI test pod, bound to `node`.
+fn pod_object(pod: &TestPod, node: &str, containers: &[&str], restart_policy: &str) -> Value {
+    json!({
+        "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid},
+        "spec": {"nodeName": node, "restartPolicy": restart_policy, "hostNetwork": true,
+                 "containers": containers.iter().map(|c| json!({"name": c, "image": "plegd.test/busybox:1"})).collect::<Vec<_>>()}
+    })
+}
+
+async fn wait_status(
+    api: &TestApiserver,
+    pod: &TestPod,
+    what: &str,
+    timeout: Duration,
+    cond: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let p = api.pod(&pod.namespace, &pod.name).expect("pod exists");
+        if cond(&p["status"]) {
+            return p;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}; status now: {:#}",
+            p["status"]
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn condition<'a>(status: &'a Value, type_: &str) -> Option<&'a Value> {
+    status["conditions"].as_array()?.iter().find(|c| c["type"] == type_)
+}
+
+fn status_patches(api: &TestApiserver, name: &str) -> usize {
+    api.requests()
+        .iter()
+        .filter(|r| r.method == "PATCH" && r.path.ends_with(&format!("/pods/{name}/status")))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_mode_running_then_failed() {
+    let Some(cd) = containerd().await else { return };
+    let api = TestApiserver::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let pod = cd.run_pod("full", true).await;
+    api.create_pod(pod_object(&pod, "node-full", &["app"], "Never"));
+    let daemon = start_daemon(&cd, &api, dir.path(), "node-full", StatusMode::Full);
+
+    let ctr = cd.run_container(&pod, "app", "sleep 2; exit 1").await;
+    let p = wait_status(&api, &pod, "Running", Duration::from_secs(20), |s| {
+        s["phase"] == "Running"
+    })
+    .await;
+    let cs = &p["status"]["containerStatuses"][0];
+    assert_eq!(cs["name"], "app");
+    assert_eq!(cs["containerID"], format!("containerd://{ctr}"));
+    assert!(cs["state"]["running"]["startedAt"].is_string(), "{cs:#}");
+    assert_eq!(cs["ready"], true);
+    assert!(cs["imageID"].as_str().unwrap().starts_with("sha256:"));
+    assert_eq!(p["status"]["hostIP"], "192.0.2.10");
+    assert_eq!(condition(&p["status"], "Ready").unwrap()["status"], "True");
+    assert_eq!(
+        condition(&p["status"], "plegd.io/ContainersRunning").unwrap()["status"],
+        "True"
+    );
+
+    let p = wait_status(&api, &pod, "Failed", Duration::from_secs(20), |s| {
+        s["phase"] == "Failed"
+    })
+    .await;
+    let t = &p["status"]["containerStatuses"][0]["state"]["terminated"];
+    assert_eq!(t["exitCode"], 1);
+    assert_eq!(t["reason"], "Error");
+    assert_eq!(condition(&p["status"], "Ready").unwrap()["reason"], "PodFailed");
+    let running = condition(&p["status"], "plegd.io/ContainersRunning").unwrap();
+    assert_eq!(
+        (running["status"].clone(), running["reason"].clone()),
+        (json!("False"), json!("ContainerDied"))
+    );
+    assert_eq!(running["message"], "container app exited with code 1 (Error)");
+
+    // The Kubernetes Event for the death.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !api.events().iter().any(|e| e["reason"] == "ContainerDied") {
+        assert!(Instant::now() < deadline, "no ContainerDied event: {:?}", api.events());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Status is written with PATCH only: never a GET of a single pod.
+    let gets = api
+        .requests()
+        .iter()
+        .filter(|r| r.method == "GET" && r.path.starts_with("/api/v1/namespaces/"))
+        .count();
+    assert_eq!(gets, 0, "{:?}", api.requests());
+    // Settled: resyncs (every 10 s) send nothing new.
+    let patches = status_patches(&api, &pod.name);
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    assert_eq!(
+        status_patches(&api, &pod.name),
+        patches,
+        "an unchanged status is not written again"
+    );
+    assert!(
+        daemon
+            .metrics
+            .encode()
+            .contains("plegd_status_writes_total{result=\"ok\"}")
+    );
+    cd.cleanup(&pod).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conditions_mode_touches_only_its_condition() {
+    let Some(cd) = containerd().await else { return };
+    let api = TestApiserver::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let pod = cd.run_pod("cond", true).await;
+    let mut object = pod_object(&pod, "node-cond", &["app"], "Always");
+    // What a kubelet wrote before plegd came.
+    let kubelet_status = json!({"phase": "Running", "hostIP": "198.51.100.7", "podIP": "198.51.100.7", "qosClass": "BestEffort",
+        "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+                       {"type": "example.com/Gate", "status": "True"}],
+        "containerStatuses": [{"name": "app", "ready": true, "restartCount": 0, "image": "x", "imageID": "kubelet-wrote-this", "state": {"running": {}}}]});
+    object["status"] = kubelet_status.clone();
+    api.create_pod(object);
+    let _daemon = start_daemon(&cd, &api, dir.path(), "node-cond", StatusMode::Conditions);
+
+    let ctr = cd.run_container(&pod, "app", "sleep 3; exit 2").await;
+    let p = wait_status(&api, &pod, "ContainersRunning True", Duration::from_secs(20), |s| {
+        condition(s, "plegd.io/ContainersRunning").is_some_and(|c| c["status"] == "True")
+    })
+    .await;
+    let _ = ctr;
+    // Everything the kubelet wrote is as it was.
+    for field in ["phase", "hostIP", "podIP", "qosClass", "containerStatuses"] {
+        assert_eq!(p["status"][field], kubelet_status[field], "{field} untouched");
+    }
+    assert_eq!(
+        condition(&p["status"], "Ready").unwrap(),
+        &kubelet_status["conditions"][0]
+    );
+    assert_eq!(
+        condition(&p["status"], "example.com/Gate").unwrap(),
+        &kubelet_status["conditions"][1]
+    );
+
+    let p = wait_status(&api, &pod, "ContainersRunning False", Duration::from_secs(20), |s| {
+        condition(s, "plegd.io/ContainersRunning").is_some_and(|c| c["status"] == "False")
+    })
+    .await;
+    let c = condition(&p["status"], "plegd.io/ContainersRunning").unwrap();
+    assert_eq!(c["reason"], "ContainerDied");
+    assert_eq!(c["message"], "container app exited with code 2 (Error)");
+    assert_eq!(
+        p["status"]["phase"], "Running",
+        "the kubelet's phase is not plegd's to write in this mode"
+    );
+    cd.cleanup(&pod).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shadow_writes_nothing_and_other_nodes_are_never_written() {
+    let Some(cd) = containerd().await else { return };
+    let api = TestApiserver::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mine = cd.run_pod("shadow", true).await;
+    let theirs = cd.run_pod("foreign", true).await;
+    api.create_pod(pod_object(&mine, "node-shadow", &["app"], "Always"));
+    // Its containers run here, but the apiserver binds it elsewhere: plegd must not touch it.
+    api.create_pod(pod_object(&theirs, "another-node", &["app"], "Always"));
+    let daemon = start_daemon(&cd, &api, dir.path(), "node-shadow", StatusMode::Shadow);
+    cd.run_container(&mine, "app", "sleep 1000").await;
+    cd.run_container(&theirs, "app", "sleep 1000").await;
+
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !daemon
+        .metrics
+        .encode()
+        .contains("plegd_shadow_differences_total{field=\"phase\"}")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "shadow mode reported no difference: {}",
+            daemon.metrics.encode()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let writes = api.requests().iter().filter(|r| r.method != "GET").count();
+    assert_eq!(writes, 0, "shadow mode writes nothing: {:?}", api.requests());
+
+    // The same node and pods in full mode: only this node's pod is written.
+    drop(daemon);
+    let _full = start_daemon(&cd, &api, dir.path(), "node-shadow", StatusMode::Full);
+    wait_status(&api, &mine, "Running", Duration::from_secs(20), |s| {
+        s["phase"] == "Running"
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        status_patches(&api, &theirs.name),
+        0,
+        "a pod of another node is never written"
+    );
+    assert_eq!(
+        api.pod(&theirs.namespace, &theirs.name).unwrap()["status"]["phase"],
+        "Pending"
+    );
+    cd.cleanup(&mine).await;
+    cd.cleanup(&theirs).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apiserver_down_then_back_gets_the_final_status() {
+    let Some(cd) = containerd().await else { return };
+    let api = TestApiserver::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let pod = cd.run_pod("outage", true).await;
+    api.create_pod(pod_object(&pod, "node-outage", &["app"], "Never"));
+    let _daemon = start_daemon(&cd, &api, dir.path(), "node-outage", StatusMode::Full);
+    let ctr = cd.run_container(&pod, "app", "sleep 1000").await;
+    wait_status(&api, &pod, "Running", Duration::from_secs(20), |s| {
+        s["phase"] == "Running"
+    })
+    .await;
+
+    api.set_down(true);
+    let before = api.requests().len();
+    cd.stop_container(&ctr, 1).await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let during = api.requests().len() - before;
+    api.set_down(false);
+    let p = wait_status(&api, &pod, "Failed after the outage", Duration::from_secs(30), |s| {
+        s["phase"] == "Failed"
+    })
+    .await;
+    assert_eq!(
+        p["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"],
+        137
+    );
+    // Retries back off: a handful of requests in 10 s, not a storm.
+    assert!(during < 60, "{during} requests while the apiserver was down");
+    cd.cleanup(&pod).await;
+}
