@@ -530,3 +530,34 @@ async fn apiserver_down_then_back_gets_the_final_status() {
     assert!(during < 60, "{during} requests while the apiserver was down");
     cd.cleanup(&pod).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_errors_are_retried_until_the_status_lands() {
+    let Some(cd) = containerd().await else { return };
+    let api = TestApiserver::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let pod = cd.run_pod("errors", true).await;
+    api.create_pod(pod_object(&pod, "node-errors", &["app"], "Never"));
+    let daemon = start_daemon(&cd, &api, dir.path(), "node-errors", StatusMode::Full);
+    let ctr = cd.run_container(&pod, "app", "sleep 1000").await;
+    wait_status(&api, &pod, "Running", Duration::from_secs(20), |s| {
+        s["phase"] == "Running"
+    })
+    .await;
+
+    api.set_status_patch_500(true);
+    api.set_delay(Some(Duration::from_millis(300)));
+    cd.stop_container(&ctr, 1).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let failures = api.requests().iter().filter(|r| r.status == 500).count();
+    assert!(failures >= 1, "the injected 500s were hit");
+    api.set_status_patch_500(false);
+    api.set_delay(None);
+    wait_status(&api, &pod, "Failed after the 500s", Duration::from_secs(30), |s| {
+        s["phase"] == "Failed"
+    })
+    .await;
+    let text = daemon.metrics.encode();
+    assert!(text.contains("plegd_status_writes_total{result=\"retry\"}"), "{text}");
+    cd.cleanup(&pod).await;
+}

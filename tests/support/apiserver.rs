@@ -30,6 +30,8 @@ pub struct Logged {
     pub path: String,
     pub query: String,
     pub status: u16,
+    /// When the response was ready.
+    pub at: std::time::Instant,
 }
 
 #[derive(Default)]
@@ -280,6 +282,7 @@ async fn log_and_faults(State(inner): State<Arc<Inner>>, request: Request, next:
         path,
         query,
         status: response.status().as_u16(),
+        at: std::time::Instant::now(),
     });
     response
 }
