@@ -204,17 +204,17 @@ async fn kube_watcher_relists_after_410_gone() {
     let mut inits = 0;
     let deadline = Instant::now() + Duration::from_secs(20);
     while inits < 2 && Instant::now() < deadline {
-        if let Ok(Some(event)) = tokio::time::timeout(Duration::from_secs(5), stream.next()).await {
-            if matches!(event, Ok(watcher::Event::InitDone)) {
-                inits += 1;
-                if inits == 1 {
-                    // Compact history and cut the watch: its restart from the old version gets 410.
-                    api.create_pod(json!({"metadata": {"name": "b", "namespace": "default"}, "spec": {"nodeName": "n1", "containers": []}}));
-                    api.compact();
-                    api.set_down(true);
-                    tokio::time::sleep(Duration::from_millis(300)).await;
-                    api.set_down(false);
-                }
+        if let Ok(Some(event)) = tokio::time::timeout(Duration::from_secs(5), stream.next()).await
+            && matches!(event, Ok(watcher::Event::InitDone))
+        {
+            inits += 1;
+            if inits == 1 {
+                // Compact history and cut the watch: its restart from the old version gets 410.
+                api.create_pod(json!({"metadata": {"name": "b", "namespace": "default"}, "spec": {"nodeName": "n1", "containers": []}}));
+                api.compact();
+                api.set_down(true);
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                api.set_down(false);
             }
         }
     }

@@ -574,7 +574,7 @@ fn container_statuses(
 
     // Newest first: the newest runtime status of a name is its state, the one before its lastState.
     let mut by_age: Vec<&ContainerStatus> = runtime.container_statuses.iter().collect();
-    by_age.sort_by(|a, b| b.created_at.cmp(&a.created_at));
+    by_age.sort_by_key(|s| std::cmp::Reverse(s.created_at));
     let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
     for cs in by_age {
         let Some(spec) = specs.iter().find(|c| c.name == cs.name) else {
@@ -1430,7 +1430,7 @@ mod tests {
             })
             .sum();
         assert!(
-            total <= MAX_TERMINATION_MESSAGES && total >= MAX_TERMINATION_MESSAGES - 3,
+            (MAX_TERMINATION_MESSAGES - 3..=MAX_TERMINATION_MESSAGES).contains(&total),
             "{total}"
         );
     }

@@ -124,6 +124,15 @@ struct Inner {
     queue: VecDeque<String>,
 }
 
+/// One pod's write, taken from the queue by a writer.
+struct Work {
+    uid: String,
+    version: u64,
+    desired: PodStatus,
+    key: ObjectRef<Pod>,
+    last_written: Option<(PodStatus, String)>,
+}
+
 /// What one write did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Outcome {
@@ -284,7 +293,7 @@ impl StatusManager {
         self.lock().pods.len()
     }
 
-    fn take_work(&self) -> Option<(String, u64, PodStatus, ObjectRef<Pod>, Option<(PodStatus, String)>)> {
+    fn take_work(&self) -> Option<Work> {
         let mut inner = self.lock();
         while let Some(uid) = inner.queue.pop_front() {
             let Some(entry) = inner.pods.get_mut(&uid) else {
@@ -295,20 +304,27 @@ impl StatusManager {
                 continue;
             }
             entry.in_flight = true;
-            return Some((
+            return Some(Work {
                 uid,
-                entry.version,
-                entry.desired.clone(),
-                entry.key.clone(),
-                entry.last_written.clone(),
-            ));
+                version: entry.version,
+                desired: entry.desired.clone(),
+                key: entry.key.clone(),
+                last_written: entry.last_written.clone(),
+            });
         }
         None
     }
 
     async fn writer(self: Arc<Self>) {
         loop {
-            let Some((uid, version, desired, key, last_written)) = self.take_work() else {
+            let Some(Work {
+                uid,
+                version,
+                desired,
+                key,
+                last_written,
+            }) = self.take_work()
+            else {
                 self.work.notified().await;
                 continue;
             };

@@ -372,11 +372,11 @@ impl FakeServer {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
-        if let Some(mut task) = self.task.take() {
-            if tokio::time::timeout(Duration::from_secs(1), &mut task).await.is_err() {
-                task.abort();
-                let _ = task.await;
-            }
+        if let Some(mut task) = self.task.take()
+            && tokio::time::timeout(Duration::from_secs(1), &mut task).await.is_err()
+        {
+            task.abort();
+            let _ = task.await;
         }
         let _ = std::fs::remove_file(&self.path);
     }
