@@ -19,14 +19,20 @@ use serde_json::{Value, json};
 use support::apiserver::TestApiserver;
 use support::containerd::{Containerd, TestPod, containerd};
 
-fn kubectl(kubeconfig: &std::path::Path, args: &[&str]) -> Option<std::process::Output> {
-    let out = std::process::Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(args)
-        .output()
-        .ok()?;
-    Some(out)
+/// Run kubectl against `kubeconfig` off the async runtime.
+async fn kubectl(kubeconfig: &std::path::Path, args: &[&str]) -> std::process::Output {
+    let kubeconfig = kubeconfig.to_owned();
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    tokio::task::spawn_blocking(move || {
+        std::process::Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(&args)
+            .output()
+    })
+    .await
+    .expect("kubectl task")
+    .expect("run kubectl")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -47,24 +53,19 @@ async fn kubectl_agrees_the_test_apiserver_behaves_like_one() {
         "status": {"phase": "Running", "conditions": [{"type": "example.com/Gate", "status": "True"}, {"type": "Ready", "status": "False"}]}}));
     api.create_pod(json!({"metadata": {"name": "db", "namespace": "default"}, "spec": {"nodeName": "n2", "containers": [{"name": "app", "image": "x"}]}}));
 
-    let kc2 = kc.clone();
-    let out = tokio::task::spawn_blocking(move || {
-        kubectl(
-            &kc2,
-            &[
-                "get",
-                "pods",
-                "-A",
-                "-o",
-                "json",
-                "--field-selector",
-                "spec.nodeName=n1",
-            ],
-        )
-    })
-    .await
-    .unwrap()
-    .unwrap();
+    let out = kubectl(
+        &kc,
+        &[
+            "get",
+            "pods",
+            "-A",
+            "-o",
+            "json",
+            "--field-selector",
+            "spec.nodeName=n1",
+        ],
+    )
+    .await;
     assert!(
         out.status.success(),
         "kubectl get: {}",
@@ -80,26 +81,21 @@ async fn kubectl_agrees_the_test_apiserver_behaves_like_one() {
     assert_eq!(names, [json!("web")], "field selector honoured");
 
     // A strategic merge patch of the status merges conditions by type.
-    let kc2 = kc.clone();
-    let out = tokio::task::spawn_blocking(move || {
-        kubectl(
-            &kc2,
-            &[
-                "patch",
-                "pod",
-                "web",
-                "-n",
-                "default",
-                "--subresource=status",
-                "--type=strategic",
-                "-p",
-                r#"{"status":{"conditions":[{"type":"Ready","status":"True"}]}}"#,
-            ],
-        )
-    })
-    .await
-    .unwrap()
-    .unwrap();
+    let out = kubectl(
+        &kc,
+        &[
+            "patch",
+            "pod",
+            "web",
+            "-n",
+            "default",
+            "--subresource=status",
+            "--type=strategic",
+            "-p",
+            r#"{"status":{"conditions":[{"type":"Ready","status":"True"}]}}"#,
+        ],
+    )
+    .await;
     assert!(
         out.status.success(),
         "kubectl patch: {}",
@@ -113,26 +109,21 @@ async fn kubectl_agrees_the_test_apiserver_behaves_like_one() {
     let rv_after_patch: u64 = pod["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
 
     // A merge patch replaces the list.
-    let kc2 = kc.clone();
-    let out = tokio::task::spawn_blocking(move || {
-        kubectl(
-            &kc2,
-            &[
-                "patch",
-                "pod",
-                "web",
-                "-n",
-                "default",
-                "--subresource=status",
-                "--type=merge",
-                "-p",
-                r#"{"status":{"conditions":[{"type":"Ready","status":"False"}]}}"#,
-            ],
-        )
-    })
-    .await
-    .unwrap()
-    .unwrap();
+    let out = kubectl(
+        &kc,
+        &[
+            "patch",
+            "pod",
+            "web",
+            "-n",
+            "default",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"conditions":[{"type":"Ready","status":"False"}]}}"#,
+        ],
+    )
+    .await;
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let pod = api.pod("default", "web").unwrap();
     assert_eq!(
@@ -151,7 +142,7 @@ async fn kubectl_agrees_the_test_apiserver_behaves_like_one() {
 
     // kubectl watch sees a change.
     let kc2 = kc.clone();
-    let watcher = tokio::task::spawn_blocking(move || {
+    let watcher = tokio::spawn(async move {
         kubectl(
             &kc2,
             &[
@@ -166,10 +157,11 @@ async fn kubectl_agrees_the_test_apiserver_behaves_like_one() {
                 "4s",
             ],
         )
+        .await
     });
     tokio::time::sleep(Duration::from_millis(1500)).await;
     api.delete("default", "db");
-    let out = watcher.await.unwrap().unwrap();
+    let out = watcher.await.unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         text.contains("\"db\""),
