@@ -490,19 +490,52 @@ async fn shadow_writes_nothing_and_other_nodes_are_never_written() {
     cd.cleanup(&theirs).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn apiserver_down_then_back_gets_the_final_status() {
-    let Some(cd) = containerd().await else { return };
+/// A pod whose one container runs `sleep 1000` under restartPolicy Never, with `plegd run` in full
+/// mode on `node`, once the apiserver shows it Running.
+struct RunningPod {
+    cd: Containerd,
+    api: TestApiserver,
+    pod: TestPod,
+    ctr: String,
+    daemon: Daemon,
+    _dir: tempfile::TempDir,
+}
+
+async fn running_full_pod(name: &str, node: &str) -> Option<RunningPod> {
+    let cd = containerd().await?;
     let api = TestApiserver::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let pod = cd.run_pod("outage", true).await;
-    api.create_pod(pod_object(&pod, "node-outage", &["app"], "Never"));
-    let _daemon = start_daemon(&cd, &api, dir.path(), "node-outage", StatusMode::Full);
+    let pod = cd.run_pod(name, true).await;
+    api.create_pod(pod_object(&pod, node, &["app"], "Never"));
+    let daemon = start_daemon(&cd, &api, dir.path(), node, StatusMode::Full);
     let ctr = cd.run_container(&pod, "app", "sleep 1000").await;
     wait_status(&api, &pod, "Running", Duration::from_secs(20), |s| {
         s["phase"] == "Running"
     })
     .await;
+    Some(RunningPod {
+        cd,
+        api,
+        pod,
+        ctr,
+        daemon,
+        _dir: dir,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apiserver_down_then_back_gets_the_final_status() {
+    let Some(RunningPod {
+        cd,
+        api,
+        pod,
+        ctr,
+        daemon: _daemon,
+        _dir,
+    }) = running_full_pod("outage", "node-outage").await
+    else {
+        return;
+    };
 
     api.set_down(true);
     let before = api.requests().len();
@@ -525,17 +558,17 @@ async fn apiserver_down_then_back_gets_the_final_status() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_errors_are_retried_until_the_status_lands() {
-    let Some(cd) = containerd().await else { return };
-    let api = TestApiserver::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let pod = cd.run_pod("errors", true).await;
-    api.create_pod(pod_object(&pod, "node-errors", &["app"], "Never"));
-    let daemon = start_daemon(&cd, &api, dir.path(), "node-errors", StatusMode::Full);
-    let ctr = cd.run_container(&pod, "app", "sleep 1000").await;
-    wait_status(&api, &pod, "Running", Duration::from_secs(20), |s| {
-        s["phase"] == "Running"
-    })
-    .await;
+    let Some(RunningPod {
+        cd,
+        api,
+        pod,
+        ctr,
+        daemon,
+        _dir,
+    }) = running_full_pod("errors", "node-errors").await
+    else {
+        return;
+    };
 
     api.set_status_patch_500(true);
     api.set_delay(Some(Duration::from_millis(300)));
