@@ -38,6 +38,27 @@ pub enum Command {
     Watch(WatchArgs),
     /// The daemon: lifecycle events from the runtime, pod status and conditions to the apiserver.
     Run(RunArgs),
+    /// Follow the lifecycle events of a running `plegd run`.
+    Events(EventsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct EventsArgs {
+    /// The daemon's API socket.
+    #[arg(long, value_name = "PATH", default_value = crate::observe::DEFAULT_API_SOCKET, env = "PLEGD_API_SOCKET")]
+    pub socket: PathBuf,
+    /// Only pods in this namespace.
+    #[arg(long, short = 'n')]
+    pub namespace: Option<String>,
+    /// Only pods with this name.
+    #[arg(long)]
+    pub pod: Option<String>,
+    /// Only these event types (repeatable): ContainerStarted, ContainerDied, ContainerRemoved, PodSync.
+    #[arg(long = "type", value_name = "TYPE", value_parser = ["ContainerStarted", "ContainerDied", "ContainerRemoved", "PodSync"])]
+    pub types: Vec<String>,
+    /// Event line format on stdout.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -160,6 +181,28 @@ pub struct RunArgs {
     /// Status PATCHes allowed at once after a quiet spell.
     #[arg(long, value_name = "N", default_value_t = 100, value_parser = parse_burst)]
     pub status_burst: u32,
+    /// Unix socket of the observation API (`plegd events`); `off` to not serve it.
+    #[arg(long, value_name = "PATH", default_value = crate::observe::DEFAULT_API_SOCKET, env = "PLEGD_API_SOCKET")]
+    pub api_socket: String,
+    /// Address of /metrics, /healthz and /readyz; `off` to not serve them.
+    #[arg(long, value_name = "IP:PORT", default_value = "127.0.0.1:9808", value_parser = parse_listen, env = "PLEGD_METRICS_ADDRESS")]
+    pub metrics_address: Listen,
+    /// How long pending status writes may take to land at shutdown.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_positive_duration)]
+    pub shutdown_timeout: Duration,
+}
+
+/// A listening address, or `off`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Listen(pub Option<std::net::SocketAddr>);
+
+fn parse_listen(s: &str) -> Result<Listen, String> {
+    if s == "off" {
+        return Ok(Listen(None));
+    }
+    s.parse()
+        .map(|a| Listen(Some(a)))
+        .map_err(|_| format!("{s:?} is not IP:PORT (e.g. 127.0.0.1:9808) or off"))
 }
 
 fn parse_qps(s: &str) -> Result<f64, String> {
@@ -201,6 +244,10 @@ impl RunArgs {
                 ..SyncConfig::default()
             },
             emit_events: self.emit_events,
+            api_socket: (self.api_socket != "off" && !self.api_socket.is_empty())
+                .then(|| PathBuf::from(&self.api_socket)),
+            metrics_address: self.metrics_address.0,
+            shutdown_timeout: self.shutdown_timeout,
         }
     }
 }
@@ -245,6 +292,18 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 trigger_options: args.runtime.trigger_options(),
             };
             crate::watch::watch(options, std::io::stdout(), shutdown_signal()).await?;
+        }
+        Command::Events(args) => {
+            let request = crate::observe::api::WatchRequest {
+                namespace: args.namespace.unwrap_or_default(),
+                pod: args.pod.unwrap_or_default(),
+                types: args.types,
+            };
+            let follow = crate::observe::follow(&args.socket, request, args.output, std::io::stdout());
+            tokio::select! {
+                result = follow => result?,
+                () = shutdown_signal() => {}
+            }
         }
         Command::Run(args) => {
             let metrics = std::sync::Arc::new(crate::metrics::Metrics::new());
@@ -326,6 +385,19 @@ mod tests {
         assert!(err.contains("--status-mode"), "{err}");
         let err = parse(&["plegd", "run", "--status-qps", "0"]).unwrap_err();
         assert!(err.contains("--status-qps"), "{err}");
+        let err = parse(&["plegd", "run", "--metrics-address", "everywhere"]).unwrap_err();
+        assert!(err.contains("--metrics-address"), "{err}");
+        let Command::Run(r) = parse(&["plegd", "run", "--metrics-address", "off", "--api-socket", "off"])
+            .unwrap()
+            .command
+        else {
+            panic!("run")
+        };
+        let o = r.daemon_options();
+        assert_eq!((o.metrics_address, o.api_socket), (None, None));
+        assert_eq!(o.shutdown_timeout, Duration::from_secs(10));
+        let err = parse(&["plegd", "events", "--type", "Whatever"]).unwrap_err();
+        assert!(err.contains("--type"), "{err}");
     }
 
     #[test]

@@ -15,6 +15,7 @@ use crate::cache::PodCache;
 use crate::clock::SystemClock;
 use crate::informer;
 use crate::metrics::Metrics;
+use crate::observe::{self, EventHub};
 use crate::pleg::{GenericPleg, PlegConfig};
 use crate::runtime::{CriOptions, CriRuntime, RuntimeError};
 use crate::status::manager::{ManagerConfig, StatusManager};
@@ -33,6 +34,12 @@ pub struct DaemonOptions {
     pub manager: ManagerConfig,
     pub sync: SyncConfig,
     pub emit_events: bool,
+    /// Where the observation API listens; None: not served.
+    pub api_socket: Option<PathBuf>,
+    /// Where /metrics, /healthz and /readyz listen; None: not served.
+    pub metrics_address: Option<std::net::SocketAddr>,
+    /// How long pending status writes may take to flush at shutdown.
+    pub shutdown_timeout: std::time::Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -54,6 +61,59 @@ pub enum DaemonError {
     Client(#[source] kube::Error),
     #[error("invalid backoff settings: {0}")]
     Backoff(#[from] crate::backoff::InvalidBackoff),
+    #[error(transparent)]
+    Api(#[from] crate::observe::ApiError),
+    #[error("cannot listen on --metrics-address {address}: {source}")]
+    Metrics {
+        address: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The daemon's health as the HTTP endpoint and systemd see it.
+struct DaemonHealth {
+    pleg: Arc<GenericPleg<CriRuntime, SystemClock>>,
+    informer: informer::Informer,
+}
+
+impl crate::http::Health for DaemonHealth {
+    fn healthy(&self) -> Result<(), String> {
+        self.pleg.healthy().map_err(|e| e.to_string())
+    }
+
+    fn ready(&self) -> Result<(), String> {
+        if self.pleg.last_relist().is_none() {
+            return Err("the first relist has not completed".into());
+        }
+        if !self.informer.is_ready() {
+            return Err("the pod informer has not synced".into());
+        }
+        Ok(())
+    }
+}
+
+/// systemd notifications: READY=1 after the first successful relist, then WATCHDOG=1 at half the
+/// watchdog interval, but only while the PLEG is healthy, so that systemd restarts a stuck plegd.
+/// Without NOTIFY_SOCKET (not under systemd) every notification is a no-op.
+async fn notify_systemd(pleg: Arc<GenericPleg<CriRuntime, SystemClock>>) {
+    while pleg.last_relist().is_none() {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
+    let Some(interval) = sd_notify::watchdog_enabled().filter(|d| !d.is_zero()) else {
+        return;
+    };
+    let period = interval / 2;
+    loop {
+        tokio::time::sleep(period).await;
+        match pleg.healthy() {
+            Ok(()) => {
+                let _ = sd_notify::notify(&[sd_notify::NotifyState::Watchdog]);
+            }
+            Err(error) => tracing::warn!(error = %error, "not pinging the systemd watchdog: PLEG is not healthy"),
+        }
+    }
 }
 
 /// The apiserver client: from `--kubeconfig`, else as kube-rs infers it (KUBECONFIG, the default
@@ -104,25 +164,49 @@ pub async fn run(
         options.pleg.clone(),
     );
     let pleg = Arc::new(pleg);
-    let mut tasks = triggers::spawn(
+    // Stop intake first at shutdown: these tasks take in work; the writers and endpoints go last.
+    let mut intake = triggers::spawn(
         options.triggers,
         &version.runtime_name,
         pleg.clone(),
         options.trigger_options.clone(),
     )?;
-    tasks.push(tokio::spawn(pleg.clone().run()));
+    intake.push(tokio::spawn(pleg.clone().run()));
+
+    let hub = EventHub::new(observe::SUBSCRIBER_BUFFER);
+    let (to_sync, sync_events) = mpsc::channel(1024);
+    intake.push(tokio::spawn(observe::fan_out(
+        events,
+        hub.clone(),
+        Some(to_sync),
+        metrics.clone(),
+    )));
 
     let (changes_tx, changes) = mpsc::channel(4096);
     let (informer, informer_task) =
         informer::start(client.clone(), &options.manager.node_name, changes_tx, metrics.clone());
-    tasks.push(informer_task);
+    intake.push(informer_task);
     let manager = StatusManager::new(
         client.clone(),
         informer.store.clone(),
         options.manager.clone(),
         metrics.clone(),
     )?;
-    tasks.extend(manager.start());
+    let mut rest = manager.start();
+    if let Some(path) = &options.api_socket {
+        rest.push(observe::serve(path, hub, metrics.clone())?);
+    }
+    if let Some(address) = options.metrics_address {
+        let health = Arc::new(DaemonHealth {
+            pleg: pleg.clone(),
+            informer: informer.clone(),
+        });
+        let (_, task) = crate::http::serve(address, metrics.clone(), health)
+            .await
+            .map_err(|source| DaemonError::Metrics { address, source })?;
+        rest.push(task);
+    }
+    rest.push(tokio::spawn(notify_systemd(pleg.clone())));
     let recorder = options.emit_events.then(|| {
         Recorder::new(
             client.clone(),
@@ -136,13 +220,34 @@ pub async fn run(
     if sync.runtime_name.is_empty() {
         sync.runtime_name = version.runtime_name.clone();
     }
-    let sync_loop = SyncLoop::new(pleg, informer, manager, recorder, sync, metrics);
-    tasks.push(tokio::spawn(sync_loop.run(events, changes)));
+    let sync_loop = SyncLoop::new(pleg, informer, manager.clone(), recorder, sync, metrics);
+    intake.push(tokio::spawn(sync_loop.run(sync_events, changes)));
 
     shutdown.await;
-    info!("plegd stopping");
-    for task in tasks {
+    // Stop taking in work, then give pending status writes a bounded time to land.
+    let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
+    info!(pending_status_writes = manager.pending(), "plegd stopping");
+    for task in intake {
         task.abort();
+    }
+    let deadline = tokio::time::Instant::now() + options.shutdown_timeout;
+    while manager.pending() > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let left = manager.pending();
+    if left > 0 {
+        tracing::warn!(
+            pending_status_writes = left,
+            "shutdown deadline reached with status writes pending"
+        );
+    } else {
+        info!("all status writes flushed");
+    }
+    for task in rest {
+        task.abort();
+    }
+    if let Some(path) = &options.api_socket {
+        let _ = std::fs::remove_file(path);
     }
     Ok(())
 }

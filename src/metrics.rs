@@ -69,6 +69,13 @@ pub struct Metrics {
     pub status_writes: Family<ResultLabel, Counter>,
     pub pod_status_sync_duration: Histogram,
     pub shadow_differences: Family<FieldLabel, Counter>,
+    pub event_latency: Histogram,
+    pub observer_lagged: Counter,
+    pub process_resident_memory: Gauge,
+    pub process_cpu_percent: Gauge<f64, AtomicU64>,
+    pub node_memory_total: Gauge,
+    pub node_memory_available: Gauge,
+    pub node_cpus: Gauge,
     registry: Registry,
 }
 
@@ -92,6 +99,13 @@ impl Metrics {
         // The kubelet's buckets for this metric.
         let pod_status_sync_duration = Histogram::new([0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 20.0, 30.0, 45.0, 60.0]);
         let shadow_differences = Family::<FieldLabel, Counter>::default();
+        let event_latency = Histogram::new([0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5]);
+        let observer_lagged = Counter::default();
+        let process_resident_memory = Gauge::default();
+        let process_cpu_percent = Gauge::<f64, AtomicU64>::default();
+        let node_memory_total = Gauge::default();
+        let node_memory_available = Gauge::default();
+        let node_cpus = Gauge::default();
 
         let mut registry = Registry::with_prefix("plegd");
         registry.register(
@@ -182,6 +196,39 @@ impl Metrics {
             shadow_differences.clone(),
         );
 
+        registry.register(
+            "event_latency_seconds",
+            "Time from the start of the relist that saw a change to its event leaving the PLEG's channel",
+            event_latency.clone(),
+        );
+        registry.register(
+            "observer_lagged_events",
+            "Events observation API subscribers missed because they read too slowly",
+            observer_lagged.clone(),
+        );
+
+        registry.register(
+            "process_resident_memory_bytes",
+            "plegd's resident memory",
+            process_resident_memory.clone(),
+        );
+        registry.register(
+            "process_cpu_percent",
+            "plegd's CPU use since the last scrape, percent of one core",
+            process_cpu_percent.clone(),
+        );
+        registry.register(
+            "node_memory_total_bytes",
+            "The node's memory",
+            node_memory_total.clone(),
+        );
+        registry.register(
+            "node_memory_available_bytes",
+            "The node's available memory",
+            node_memory_available.clone(),
+        );
+        registry.register("node_cpus", "The node's CPU count", node_cpus.clone());
+
         Self {
             relist_duration,
             relist_interval,
@@ -200,6 +247,13 @@ impl Metrics {
             status_writes,
             pod_status_sync_duration,
             shadow_differences,
+            event_latency,
+            observer_lagged,
+            process_resident_memory,
+            process_cpu_percent,
+            node_memory_total,
+            node_memory_available,
+            node_cpus,
             registry,
         }
     }

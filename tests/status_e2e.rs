@@ -258,6 +258,9 @@ fn start_daemon(cd: &Containerd, api: &TestApiserver, dir: &std::path::Path, nod
             ..SyncConfig::default()
         },
         emit_events: true,
+        api_socket: None,
+        metrics_address: None,
+        shutdown_timeout: Duration::from_secs(5),
     };
     let metrics = Arc::new(Metrics::new());
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();

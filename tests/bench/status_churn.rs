@@ -62,6 +62,9 @@ async fn run(pods: usize, rate: f64, triggers: TriggerMode) -> (f64, usize, Vec<
             ..SyncConfig::default()
         },
         emit_events: false,
+        api_socket: None,
+        metrics_address: None,
+        shutdown_timeout: Duration::from_secs(5),
     };
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let daemon = tokio::spawn(daemon::run(options, Arc::new(Metrics::new()), async {
