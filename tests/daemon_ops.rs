@@ -1,0 +1,286 @@
+//! `plegd run` as an operator runs it: the real binary against the fake CRI server and the test
+//! apiserver, under a NOTIFY_SOCKET like systemd's, with its HTTP endpoint and API socket, followed
+//! by `plegd events`, and stopped with SIGTERM.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixDatagram;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::apiserver::TestApiserver;
+use support::fake_cri::FakeServer;
+
+const PLEGD: &str = env!("CARGO_BIN_EXE_plegd");
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A plain HTTP/1.1 GET: (status code, body).
+fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let code = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Some((code, body))
+}
+
+async fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Notifications received on the test NOTIFY_SOCKET so far.
+struct Notifications {
+    socket: UnixDatagram,
+    seen: Vec<String>,
+}
+
+impl Notifications {
+    fn drain(&mut self) -> &[String] {
+        let mut buf = [0u8; 512];
+        while let Ok(n) = self.socket.recv(&mut buf) {
+            self.seen.push(String::from_utf8_lossy(&buf[..n]).trim().to_owned());
+        }
+        &self.seen
+    }
+
+    fn count(&mut self, message: &str) -> usize {
+        self.drain().iter().filter(|m| m.lines().any(|l| l == message)).count()
+    }
+}
+
+/// A follower: `plegd events` with its JSON lines on a channel.
+fn follow(socket: &std::path::Path, extra: &[&str]) -> (Child, mpsc::Receiver<Value>) {
+    let mut child = Command::new(PLEGD)
+        .args(["events", "--output", "json", "--socket"])
+        .arg(socket)
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn plegd events");
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Ok(v) = serde_json::from_str(&line)
+                && tx.send(v).is_err()
+            {
+                break;
+            }
+        }
+    });
+    (child, rx)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operate_plegd_run() {
+    let cri = FakeServer::start().await;
+    cri.fake.add_running_pod("u1", "web", 1);
+    cri.fake.add_running_pod("u2", "db", 1);
+    let api = TestApiserver::start().await;
+    for (uid, name) in [("u1", "web"), ("u2", "db")] {
+        api.create_pod(json!({"metadata": {"name": name, "namespace": "default", "uid": uid},
+            "spec": {"nodeName": "n1", "restartPolicy": "Never", "containers": [{"name": "c0", "image": "fake.test/busybox:1"}]}}));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = api.kubeconfig(dir.path());
+    let notify_path = dir.path().join("notify.sock");
+    let socket = UnixDatagram::bind(&notify_path).unwrap();
+    socket.set_nonblocking(true).unwrap();
+    let mut notes = Notifications {
+        socket,
+        seen: Vec::new(),
+    };
+    let api_socket = dir.path().join("run").join("plegd.sock");
+    let port = free_port();
+
+    let mut plegd = Command::new(PLEGD)
+        .args([
+            "run",
+            "--node-name",
+            "n1",
+            "--status-mode",
+            "full",
+            "--triggers",
+            "none",
+        ])
+        .args([
+            "--relist-period",
+            "200ms",
+            "--relist-threshold",
+            "1s",
+            "--cri-timeout",
+            "5s",
+            "--log-format",
+            "json",
+        ])
+        .arg("--cri-socket")
+        .arg(&cri.path)
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .arg("--api-socket")
+        .arg(&api_socket)
+        .args(["--metrics-address", &format!("127.0.0.1:{port}")])
+        .env("NOTIFY_SOCKET", &notify_path)
+        .env("WATCHDOG_USEC", "400000")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn plegd run");
+
+    // systemd: READY after the first relist, then watchdog pings while healthy.
+    wait_until("READY=1", Duration::from_secs(15), || notes.count("READY=1") == 1).await;
+    wait_until("two WATCHDOG=1", Duration::from_secs(5), || {
+        notes.count("WATCHDOG=1") >= 2
+    })
+    .await;
+    wait_until("/readyz 200", Duration::from_secs(10), || {
+        http_get(port, "/readyz").is_some_and(|(c, _)| c == 200)
+    })
+    .await;
+    assert_eq!(http_get(port, "/healthz").unwrap().0, 200);
+    assert!(api_socket.exists(), "the API socket is served");
+
+    let (mut all, all_rx) = follow(&api_socket, &[]);
+    let (mut died_only, died_rx) = follow(&api_socket, &["--type", "ContainerDied", "--pod", "web"]);
+    tokio::time::sleep(Duration::from_millis(800)).await;
+
+    cri.fake.exit_container("ctr-u1-0", 7);
+    let died = died_rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("a ContainerDied line");
+    assert_eq!(
+        (died["type"].clone(), died["pod"].clone(), died["exit_code"].clone()),
+        (json!("ContainerDied"), json!("web"), json!(7))
+    );
+    let first = all_rx.recv_timeout(Duration::from_secs(10)).expect("an event line");
+    assert_eq!(first["pod_uid"], "u1");
+    wait_until("web Failed in the apiserver", Duration::from_secs(10), || {
+        api.pod("default", "web")
+            .is_some_and(|p| p["status"]["phase"] == "Failed")
+    })
+    .await;
+
+    let (code, metrics) = http_get(port, "/metrics").unwrap();
+    assert_eq!(code, 200);
+    for needle in [
+        "plegd_pleg_events_total{kind=\"ContainerDied\"} 1",
+        "plegd_running_pods 2",
+        "plegd_running_containers{container_state=\"running\"} 1",
+        "plegd_running_containers{container_state=\"exited\"} 1",
+        "plegd_pleg_relist_duration_seconds_count",
+        "plegd_pleg_relist_interval_seconds_count",
+        "plegd_pleg_last_seen_seconds",
+        "plegd_pleg_discard_events_total 0",
+        "plegd_status_writes_total{result=\"ok\"}",
+        "plegd_pod_status_sync_duration_seconds_count",
+        "plegd_event_latency_seconds_count",
+        "plegd_node_cpus",
+    ] {
+        assert!(metrics.contains(needle), "/metrics lacks {needle}:\n{metrics}");
+    }
+    let rss: f64 = metrics
+        .lines()
+        .find(|l| l.starts_with("plegd_process_resident_memory_bytes "))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0);
+    assert!(rss > 1e6, "RSS is reported: {rss}");
+
+    // The runtime hangs: relists stop succeeding, /healthz flips after the 1 s threshold and the
+    // watchdog is no longer pinged; once the runtime answers again, both come back.
+    cri.fake.delay("ListPodSandbox", Duration::from_secs(30));
+    wait_until("/healthz 503", Duration::from_secs(10), || {
+        http_get(port, "/healthz").is_some_and(|(c, _)| c == 503)
+    })
+    .await;
+    let (_, why) = http_get(port, "/healthz").unwrap();
+    assert!(why.contains("pleg was last seen active"), "{why}");
+    let pings = notes.count("WATCHDOG=1");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(notes.count("WATCHDOG=1"), pings, "no watchdog pings while unhealthy");
+    cri.fake.delay("ListPodSandbox", Duration::ZERO);
+    wait_until("/healthz 200 again", Duration::from_secs(15), || {
+        http_get(port, "/healthz").is_some_and(|(c, _)| c == 200)
+    })
+    .await;
+
+    // SIGTERM with a status write in flight (the apiserver is slow): it lands before plegd exits 0.
+    api.set_delay(Some(Duration::from_millis(1500)));
+    cri.fake.exit_container("ctr-u2-0", 3);
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(
+        api.pod("default", "db").unwrap()["status"]["phase"] != "Failed",
+        "the write is still in flight"
+    );
+    let killed = Command::new("kill")
+        .args(["-TERM", &plegd.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(status) = plegd.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "plegd did not exit after SIGTERM");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(status.code(), Some(0), "a clean exit");
+    assert_eq!(
+        api.pod("default", "db").unwrap()["status"]["phase"],
+        "Failed",
+        "the pending write was flushed"
+    );
+    assert_eq!(notes.count("STOPPING=1"), 1);
+    assert!(!api_socket.exists(), "the API socket is removed");
+    // The followers end when the daemon goes away.
+    for child in [&mut all, &mut died_only] {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while child.try_wait().unwrap().is_none() {
+            assert!(Instant::now() < deadline, "plegd events did not end with the daemon");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+#[test]
+fn run_refuses_bad_settings_with_one_line() {
+    let out = Command::new(PLEGD)
+        .args(["run", "--cri-socket", "/nonexistent.sock"])
+        .env_remove("NODE_NAME")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim(), "plegd: error: --node-name (or NODE_NAME) is required");
+    let out = Command::new(PLEGD)
+        .args(["events", "--socket", "/nonexistent/plegd.sock"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no plegd API socket at /nonexistent/plegd.sock"));
+}
