@@ -27,7 +27,7 @@ SUBNET=${PLEGD_CNI_SUBNET:-10.234.0.0/24}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 VERSION=${PLEGD_CONTAINERD_VERSION:-1.6}
 TRIXIE=${PLEGD_TRIXIE_DIR:-/var/lib/plegd-test/trixie}
-PACKAGES=(containerd runc busybox-static containernetworking-plugins protobuf-compiler iproute2 gcc libc6-dev)
+PACKAGES=(containerd runc busybox-static containernetworking-plugins protobuf-compiler iproute2 gcc libc6-dev systemd)
 
 log() { echo "containerd.sh: $*" >&2; }
 die() { log "error: $*"; exit 1; }
