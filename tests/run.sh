@@ -14,6 +14,11 @@ if [ "$(id -u)" = 0 ] && [ "$(uname -s)" = Linux ]; then
   export PLEGD_TEST_CRI_SOCKET
   export PLEGD_REQUIRE_CONTAINERD=1
   trap 'bash tests/containerd/containerd.sh stop' EXIT
+  # Offline validation of deploy/ against the Kubernetes schemas.
+  if ! command -v kubernetes-validate >/dev/null; then
+    python3 -m pip install -q --disable-pip-version-check kubernetes-validate
+    hash -r
+  fi
 else
   echo "!!! not root on Linux: the real-containerd tests will be SKIPPED (they say so in their output) !!!" >&2
   command -v protoc >/dev/null || { echo "tests/run.sh: protoc is needed to build (Debian: protobuf-compiler)" >&2; exit 1; }

@@ -7,7 +7,10 @@ use std::process::Command;
 const UNIT: &str = include_str!("../systemd/plegd.service");
 
 fn have_systemd_analyze() -> bool {
-    Command::new("systemd-analyze").arg("--version").output().is_ok_and(|o| o.status.success())
+    Command::new("systemd-analyze")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
 }
 
 fn unit_for_this_build(dir: &std::path::Path) -> std::path::PathBuf {
@@ -29,10 +32,22 @@ fn unit_verifies_and_is_well_sandboxed() {
     }
     let dir = tempfile::tempdir().unwrap();
     let unit = unit_for_this_build(dir.path());
-    let out = Command::new("systemd-analyze").arg("verify").arg(&unit).output().unwrap();
-    assert!(out.status.success() && out.stderr.is_empty(), "systemd-analyze verify: {}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&unit)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success() && out.stderr.is_empty(),
+        "systemd-analyze verify: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
-    let out = Command::new("systemd-analyze").args(["security", "--offline=true"]).arg(&unit).output().unwrap();
+    let out = Command::new("systemd-analyze")
+        .args(["security", "--offline=true"])
+        .arg(&unit)
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     let score: f64 = text
         .lines()
@@ -41,7 +56,14 @@ fn unit_verifies_and_is_well_sandboxed() {
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no exposure score in: {text}"));
     assert!(score <= 2.0, "exposure {score} (README records 1.8)");
-    for needle in ["Type=notify", "WatchdogSec=", "Restart=always", "NoNewPrivileges=yes", "ProtectSystem=strict", "ReadWritePaths=/run/containerd/containerd.sock"] {
+    for needle in [
+        "Type=notify",
+        "WatchdogSec=",
+        "Restart=always",
+        "NoNewPrivileges=yes",
+        "ProtectSystem=strict",
+        "ReadWritePaths=/run/containerd/containerd.sock",
+    ] {
         assert!(UNIT.contains(needle), "{needle}");
     }
 }
