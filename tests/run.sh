@@ -24,6 +24,10 @@ else
   command -v protoc >/dev/null || { echo "tests/run.sh: protoc is needed to build (Debian: protobuf-compiler)" >&2; exit 1; }
 fi
 
+# The image that runs plegd inside containerd is built from the release binary.
+cargo build --release --bin plegd
+export PLEGD_RELEASE_BINARY="$PWD/target/release/plegd"
+
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --no-fail-fast
 else

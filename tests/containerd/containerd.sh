@@ -6,6 +6,7 @@
 #   tests/containerd/containerd.sh stop      # remove every pod, stop containerd, clean up
 #   tests/containerd/containerd.sh socket    # print the CRI socket path
 #   tests/containerd/containerd.sh kill      # kill -9 containerd only (its shims and pods live on)
+#   tests/containerd/containerd.sh import-binary BINARY IMAGE   # BINARY + its libraries as IMAGE
 #
 # PLEGD_CONTAINERD_VERSION=1.7 uses containerd 1.7 (for CRI GetContainerEvents) from Debian 13's
 # package, fetched with apt-get download through a private package list and unpacked under
@@ -82,30 +83,20 @@ esac
 
 sha() { sha256sum "$1" | cut -d' ' -f1; }
 
-# An OCI image layout with one layer: busybox + applets, passwd/group, and /pause.
-build_image() {
-  local out="$DIR/image" work
-  if [ -f "$out/image.tar" ] && [ "$out/image.tar" -nt "$HERE/containerd.sh" ] && [ "$out/image.tar" -nt "$HERE/pause.c" ]; then
-    return
-  fi
-  log "building the offline test image $IMAGE"
+# oci_archive ROOTFS NAME ENTRYPOINT_JSON OUT: an OCI image-layout tarball with ROOTFS as its one
+# layer, tagged NAME (io.containerd.image.name), for `ctr images import`.
+oci_archive() {
+  local rootfs=$1 name=$2 entrypoint=$3 out=$4 work
   work=$(mktemp -d)
-  mkdir -p "$work/rootfs/bin" "$work/rootfs/etc" "$work/rootfs/tmp" "$work/layout/blobs/sha256" "$out"
-  gcc -static -O2 -o "$work/rootfs/pause" "$HERE/pause.c"
-  cp /bin/busybox "$work/rootfs/bin/busybox"
-  for applet in sh sleep echo cat true false ls kill env head dd yes mkdir rm id hostname ip; do
-    ln -s busybox "$work/rootfs/bin/$applet"
-  done
-  printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n' >"$work/rootfs/etc/passwd"
-  printf 'root:x:0:\nnogroup:x:65534:\n' >"$work/rootfs/etc/group"
-  tar --numeric-owner --owner=0 --group=0 --mtime='2020-01-01' --sort=name -C "$work/rootfs" -cf "$work/layer.tar" .
+  mkdir -p "$work/layout/blobs/sha256"
+  tar --numeric-owner --owner=0 --group=0 --mtime='2020-01-01' --sort=name -C "$rootfs" -cf "$work/layer.tar" .
   local diff_id; diff_id=$(sha "$work/layer.tar")
   gzip -n -c "$work/layer.tar" >"$work/layer.tar.gz"
   local layer; layer=$(sha "$work/layer.tar.gz")
   local layer_size; layer_size=$(stat -c %s "$work/layer.tar.gz")
   mv "$work/layer.tar.gz" "$work/layout/blobs/sha256/$layer"
   cat >"$work/config.json" <<JSON
-{"architecture":"amd64","os":"linux","config":{"Entrypoint":["/pause"],"Env":["PATH=/bin"],"WorkingDir":"/"},"rootfs":{"type":"layers","diff_ids":["sha256:$diff_id"]},"history":[{"created_by":"plegd tests/containerd/containerd.sh"}]}
+{"architecture":"amd64","os":"linux","config":{"Entrypoint":$entrypoint,"Env":["PATH=/bin:/usr/local/bin"],"WorkingDir":"/"},"rootfs":{"type":"layers","diff_ids":["sha256:$diff_id"]},"history":[{"created_by":"plegd tests/containerd/containerd.sh"}]}
 JSON
   local config; config=$(sha "$work/config.json")
   local config_size; config_size=$(stat -c %s "$work/config.json")
@@ -117,11 +108,54 @@ JSON
   local manifest_size; manifest_size=$(stat -c %s "$work/manifest.json")
   mv "$work/manifest.json" "$work/layout/blobs/sha256/$manifest"
   cat >"$work/layout/index.json" <<JSON
-{"schemaVersion":2,"manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"sha256:$manifest","size":$manifest_size,"platform":{"architecture":"amd64","os":"linux"},"annotations":{"io.containerd.image.name":"$IMAGE","org.opencontainers.image.ref.name":"1"}}]}
+{"schemaVersion":2,"manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"sha256:$manifest","size":$manifest_size,"platform":{"architecture":"amd64","os":"linux"},"annotations":{"io.containerd.image.name":"$name","org.opencontainers.image.ref.name":"${name##*:}"}}]}
 JSON
   echo '{"imageLayoutVersion":"1.0.0"}' >"$work/layout/oci-layout"
-  tar -C "$work/layout" -cf "$out/image.tar.tmp" .
-  mv "$out/image.tar.tmp" "$out/image.tar"
+  tar -C "$work/layout" -cf "$out.tmp" .
+  mv "$out.tmp" "$out"
+  rm -rf "$work"
+}
+
+# The test image: busybox + applets, passwd/group, and /pause (also the sandbox image).
+build_image() {
+  local out="$DIR/image" work
+  if [ -f "$out/image.tar" ] && [ "$out/image.tar" -nt "$HERE/containerd.sh" ] && [ "$out/image.tar" -nt "$HERE/pause.c" ]; then
+    return
+  fi
+  log "building the offline test image $IMAGE"
+  work=$(mktemp -d)
+  mkdir -p "$work/rootfs/bin" "$work/rootfs/etc" "$work/rootfs/tmp" "$out"
+  gcc -static -O2 -o "$work/rootfs/pause" "$HERE/pause.c"
+  cp /bin/busybox "$work/rootfs/bin/busybox"
+  for applet in sh sleep echo cat true false ls kill env head dd yes mkdir rm id hostname ip; do
+    ln -s busybox "$work/rootfs/bin/$applet"
+  done
+  printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n' >"$work/rootfs/etc/passwd"
+  printf 'root:x:0:\nnogroup:x:65534:\n' >"$work/rootfs/etc/group"
+  oci_archive "$work/rootfs" "$IMAGE" '["/pause"]' "$out/image.tar"
+  rm -rf "$work"
+}
+
+# import_binary BINARY NAME: an image with BINARY as /usr/local/bin/<its name> and the shared
+# libraries it loads (as ldd lists them), imported into the running instance as NAME.
+import_binary() {
+  local binary=$1 name=$2 work base
+  [ -x "$binary" ] || die "import-binary: $binary is not an executable"
+  running || die "import-binary: containerd is not running (start it first)"
+  work=$(mktemp -d)
+  base=$(basename "$binary")
+  mkdir -p "$work/rootfs/usr/local/bin" "$work/rootfs/etc" "$work/rootfs/tmp" "$work/rootfs/run"
+  cp "$binary" "$work/rootfs/usr/local/bin/$base"
+  local lib
+  for lib in $(ldd "$binary" | grep -o '/[^ ]*' | sort -u); do
+    mkdir -p "$work/rootfs$(dirname "$lib")"
+    cp -L "$lib" "$work/rootfs$lib"
+  done
+  printf 'root:x:0:0:root:/root:/sbin/nologin\n' >"$work/rootfs/etc/passwd"
+  printf 'root:x:0:\n' >"$work/rootfs/etc/group"
+  oci_archive "$work/rootfs" "$name" "[\"/usr/local/bin/$base\"]" "$work/image.tar"
+  ctr -a "$SOCK" -n k8s.io images import "$work/image.tar" >/dev/null
+  log "imported $binary as $name ($(du -h "$work/image.tar" | cut -f1))"
   rm -rf "$work"
 }
 
@@ -271,9 +305,10 @@ kill_containerd() {
 case "${1:-}" in
   install) install ;;
   kill) kill_containerd ;;
+  import-binary) need_root; import_binary "${2:?usage: import-binary BINARY IMAGE}" "${3:?usage: import-binary BINARY IMAGE}" ;;
   image) need_root; install; mkdir -p "$DIR"; build_image; echo "$DIR/image/image.tar" ;;
   start) start ;;
   stop) stop ;;
   socket) echo "$SOCK" ;;
-  *) echo "usage: $0 install|image|start|stop|socket" >&2; exit 2 ;;
+  *) echo "usage: $0 install|image|start|stop|socket|kill|import-binary" >&2; exit 2 ;;
 esac

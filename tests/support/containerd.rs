@@ -122,6 +122,16 @@ impl Containerd {
     /// Run a pod sandbox. Host-network sandboxes get no hostname (runc refuses one without a UTS
     /// namespace); pod-network ones get an IP from the test CNI bridge.
     pub async fn run_pod(&self, name: &str, host_network: bool) -> TestPod {
+        self.run_pod_with(name, host_network, None).await
+    }
+
+    /// Run a pod sandbox whose containers log under `log_directory` (CRI log files).
+    pub async fn run_pod_with(
+        &self,
+        name: &str,
+        host_network: bool,
+        log_directory: Option<&std::path::Path>,
+    ) -> TestPod {
         let uid = unique_uid(name);
         let namespace = "plegd-test".to_owned();
         let labels: HashMap<String, String> = [
@@ -143,6 +153,7 @@ impl Containerd {
                 attempt: 0,
             }),
             hostname: if host_network { String::new() } else { name.into() },
+            log_directory: log_directory.map(|d| d.display().to_string()).unwrap_or_default(),
             labels,
             linux: Some(cri::LinuxPodSandboxConfig {
                 cgroup_parent: format!("/plegd-test/pod{uid}"),
@@ -178,39 +189,41 @@ impl Containerd {
 
     /// Create (not start) a container running `sh -c script` in the pod.
     pub async fn create_container(&self, pod: &TestPod, name: &str, script: &str) -> String {
-        let labels: HashMap<String, String> = [
+        let config = cri::ContainerConfig {
+            image: Some(cri::ImageSpec {
+                image: IMAGE.into(),
+                ..Default::default()
+            }),
+            command: vec!["/bin/sh".into(), "-c".into(), script.into()],
+            ..Default::default()
+        };
+        self.create_container_from(pod, name, config).await
+    }
+
+    /// Create (not start) a container from `config` (image, command, mounts, log path, security
+    /// context), adding what the kubelet adds: metadata, its labels, the pod's namespaces.
+    pub async fn create_container_from(&self, pod: &TestPod, name: &str, mut config: cri::ContainerConfig) -> String {
+        config.metadata = Some(cri::ContainerMetadata {
+            name: name.into(),
+            attempt: 0,
+        });
+        config.labels.extend([
             (LABEL_POD_UID.to_owned(), pod.uid.clone()),
             (LABEL_POD_NAME.to_owned(), pod.name.clone()),
             (LABEL_POD_NAMESPACE.to_owned(), pod.namespace.clone()),
             (LABEL_CONTAINER_NAME.to_owned(), name.to_owned()),
-        ]
-        .into();
+        ]);
         let namespace_options = pod
             .config
             .linux
             .as_ref()
             .and_then(|l| l.security_context.as_ref())
             .and_then(|s| s.namespace_options.clone());
-        let config = cri::ContainerConfig {
-            metadata: Some(cri::ContainerMetadata {
-                name: name.into(),
-                attempt: 0,
-            }),
-            image: Some(cri::ImageSpec {
-                image: IMAGE.into(),
-                ..Default::default()
-            }),
-            command: vec!["/bin/sh".into(), "-c".into(), script.into()],
-            labels,
-            linux: Some(cri::LinuxContainerConfig {
-                security_context: Some(cri::LinuxContainerSecurityContext {
-                    namespace_options,
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
+        let linux = config.linux.get_or_insert_with(Default::default);
+        linux
+            .security_context
+            .get_or_insert_with(Default::default)
+            .namespace_options = namespace_options;
         self.client()
             .create_container(cri::CreateContainerRequest {
                 pod_sandbox_id: pod.sandbox_id.clone(),
