@@ -25,7 +25,12 @@ pub const DEFAULT_CRI_SOCKET: &str = "/run/containerd/containerd.sock";
     version,
     about = "Pod lifecycle events from the container runtime, the way the kubelet's PLEG sees them"
 )]
+#[command(args_override_self = true)]
 pub struct Cli {
+    /// A TOML file of settings, keyed by flag name (`relist-period = "2s"`, `status-mode = "full"`).
+    /// Flags and environment variables win over it.
+    #[arg(long, global = true, value_name = "PATH", env = "PLEGD_CONFIG")]
+    pub config: Option<PathBuf>,
     #[command(flatten)]
     pub log: LogArgs,
     #[command(subcommand)]
@@ -314,8 +319,119 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 }
 
 /// The whole program: parse, set up logging, run, and turn an error into one line and exit code 1.
+/// Why the config file cannot be used. Each message names the file and the setting.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("--config {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("--config {path}: not valid TOML: {message}")]
+    Syntax { path: PathBuf, message: String },
+    #[error("--config {path}: unknown setting {key:?} for `plegd {command}`")]
+    Unknown {
+        path: PathBuf,
+        key: String,
+        command: String,
+    },
+    #[error("--config {path}: setting {key:?} must be a string, number, boolean or list of them")]
+    Type { path: PathBuf, key: String },
+}
+
+fn config_value(value: &toml::Value) -> Option<Vec<String>> {
+    match value {
+        toml::Value::String(s) => Some(vec![s.clone()]),
+        toml::Value::Integer(i) => Some(vec![i.to_string()]),
+        toml::Value::Float(f) => Some(vec![f.to_string()]),
+        toml::Value::Boolean(b) => Some(vec![b.to_string()]),
+        toml::Value::Array(items) => items
+            .iter()
+            .map(config_value)
+            .collect::<Option<Vec<_>>>()
+            .map(|v| v.concat()),
+        _ => None,
+    }
+}
+
+/// The command line with the config file's settings put in front of it: each setting becomes the
+/// flag of the same name unless that flag's environment variable is set; flags given on the command
+/// line come later and win.
+pub fn args_with_config(
+    args: Vec<std::ffi::OsString>,
+    path: &std::path::Path,
+) -> Result<Vec<std::ffi::OsString>, ConfigError> {
+    use clap::CommandFactory;
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    let table: toml::Table = text.parse().map_err(|e: toml::de::Error| ConfigError::Syntax {
+        path: path.to_owned(),
+        message: e.message().to_owned(),
+    })?;
+    // The subcommand is the first argument that names one.
+    let command = Cli::command();
+    let Some((position, sub)) = args.iter().enumerate().skip(1).find_map(|(i, a)| {
+        let a = a.to_str()?;
+        command.find_subcommand(a).map(|c| (i, c.clone()))
+    }) else {
+        return Ok(args);
+    };
+    let mut injected = Vec::new();
+    for (key, value) in &table {
+        let arg = sub
+            .get_arguments()
+            .chain(command.get_arguments())
+            .find(|a| a.get_long() == Some(key.as_str()));
+        let Some(arg) = arg.filter(|a| a.get_id() != "config") else {
+            return Err(ConfigError::Unknown {
+                path: path.to_owned(),
+                key: key.clone(),
+                command: sub.get_name().to_owned(),
+            });
+        };
+        if arg.get_env().is_some_and(|env| std::env::var_os(env).is_some()) {
+            continue;
+        }
+        let values = config_value(value).ok_or_else(|| ConfigError::Type {
+            path: path.to_owned(),
+            key: key.clone(),
+        })?;
+        let is_flag = matches!(arg.get_action(), clap::ArgAction::SetTrue);
+        if is_flag {
+            if values == ["true"] {
+                injected.push(format!("--{key}").into());
+            }
+            continue;
+        }
+        injected.push(format!("--{key}={}", values.join(",")).into());
+    }
+    let mut out = args;
+    out.splice(position + 1..position + 1, injected);
+    Ok(out)
+}
+
+fn parse_cli() -> Result<Cli, String> {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    // clap prints its own one-line errors (and --help) and exits.
+    let first = Cli::try_parse_from(&args).unwrap_or_else(|e| e.exit());
+    let Some(path) = first.config.clone() else {
+        return Ok(first);
+    };
+    let args = args_with_config(args, &path).map_err(|e| e.to_string())?;
+    Ok(Cli::try_parse_from(&args).unwrap_or_else(|e| e.exit()))
+}
+
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match parse_cli() {
+        Ok(cli) => cli,
+        Err(e) => {
+            eprintln!("plegd: error: {e}");
+            return ExitCode::from(2);
+        }
+    };
     if let Err(e) = init_logging(&cli.log) {
         eprintln!("plegd: error: {e}");
         return ExitCode::from(2);
@@ -398,6 +514,60 @@ mod tests {
         assert_eq!(o.shutdown_timeout, Duration::from_secs(10));
         let err = parse(&["plegd", "events", "--type", "Whatever"]).unwrap_err();
         assert!(err.contains("--type"), "{err}");
+    }
+
+    fn config_file(text: &str) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("plegd.toml");
+        std::fs::write(&path, text).unwrap();
+        (dir, path)
+    }
+
+    fn argv(args: &[&str]) -> Vec<std::ffi::OsString> {
+        args.iter().map(Into::into).collect()
+    }
+
+    #[test]
+    fn config_file_fills_in_what_flags_do_not_say() {
+        let (_d, path) = config_file(
+            "node-name = \"from-file\"\nrelist-period = \"2s\"\nstatus-mode = \"full\"\nemit-events = true\nnode-ip = [\"192.0.2.1\", \"fd00::1\"]\n",
+        );
+        let args = args_with_config(argv(&["plegd", "run", "--relist-period", "5s"]), &path).unwrap();
+        let cli = Cli::try_parse_from(args).unwrap();
+        let Command::Run(r) = cli.command else { panic!("run") };
+        assert_eq!(r.node_name, "from-file");
+        assert_eq!(r.runtime.relist_period, Duration::from_secs(5), "the command line wins");
+        assert_eq!(r.status_mode, StatusMode::Full);
+        assert!(r.emit_events);
+        assert_eq!(r.node_ip, ["192.0.2.1", "fd00::1"]);
+    }
+
+    #[test]
+    fn config_file_errors_name_the_setting() {
+        let (_d, path) = config_file("relist-perod = \"2s\"\n");
+        let err = args_with_config(argv(&["plegd", "run"]), &path)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("unknown setting \"relist-perod\" for `plegd run`"),
+            "{err}"
+        );
+        let (_d, path) = config_file("relist-period = \n");
+        assert!(
+            args_with_config(argv(&["plegd", "run"]), &path)
+                .unwrap_err()
+                .to_string()
+                .contains("not valid TOML")
+        );
+        // A bad value is reported by the flag it fills, like a bad flag.
+        let (_d, path) = config_file("relist-period = \"soon\"\n");
+        let args = args_with_config(argv(&["plegd", "run"]), &path).unwrap();
+        let err = Cli::try_parse_from(args).unwrap_err().to_string();
+        assert!(err.contains("--relist-period"), "{err}");
+        let err = args_with_config(argv(&["plegd", "run"]), std::path::Path::new("/nonexistent.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("--config /nonexistent.toml:"), "{err}");
     }
 
     #[test]
