@@ -589,3 +589,52 @@ async fn server_errors_are_retried_until_the_status_lands() {
     assert!(text.contains("plegd_status_writes_total{result=\"retry\"}"), "{text}");
     cd.cleanup(&pod).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oom_kill_gives_its_reason_and_event() {
+    use k8s_cri::v1 as cri;
+    let Some(cd) = containerd().await else { return };
+    let api = TestApiserver::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let pod = cd.run_pod("oom", true).await;
+    api.create_pod(pod_object(&pod, "node-oom", &["hog"], "Never"));
+    let _daemon = start_daemon(&cd, &api, dir.path(), "node-oom", StatusMode::Full);
+    let config = cri::ContainerConfig {
+        image: Some(cri::ImageSpec {
+            image: support::containerd::IMAGE.into(),
+            ..Default::default()
+        }),
+        command: vec![
+            "/bin/sh".into(),
+            "-c".into(),
+            "sleep 1; exec dd if=/dev/zero of=/dev/null bs=256M count=1".into(),
+        ],
+        linux: Some(cri::LinuxContainerConfig {
+            resources: Some(cri::LinuxContainerResources {
+                memory_limit_in_bytes: 32 << 20,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let ctr = cd.create_container_from(&pod, "hog", config).await;
+    cd.start_container(&ctr).await;
+    let p = wait_status(&api, &pod, "Failed", Duration::from_secs(20), |s| {
+        s["phase"] == "Failed"
+    })
+    .await;
+    let t = &p["status"]["containerStatuses"][0]["state"]["terminated"];
+    assert_eq!(
+        (t["exitCode"].clone(), t["reason"].clone()),
+        (json!(137), json!("OOMKilled"))
+    );
+    let c = condition(&p["status"], "plegd.io/ContainersRunning").unwrap();
+    assert_eq!(c["reason"], "OOMKilled");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !api.events().iter().any(|e| e["reason"] == "OOMKilled") {
+        assert!(Instant::now() < deadline, "no OOMKilled event: {:?}", api.events());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    cd.cleanup(&pod).await;
+}

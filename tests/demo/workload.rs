@@ -1,6 +1,6 @@
 //! A short pod workload driven through CRI, for the demo (deploy/demo.sh): a pod that keeps
-//! running, one whose container crashes and is restarted, one that completes, one that is stopped,
-//! then everything is removed. It prints what it does on stderr, so that plegd's events on stdout
+//! running, one whose container crashes and is restarted, one that completes, one that is
+//! OOM-killed, one that is stopped, then everything is removed. It prints what it does on stderr, so that plegd's events on stdout
 //! can be read next to it.
 //!
 //!     cargo run --example workload -- /path/to/containerd.sock
@@ -49,6 +49,31 @@ async fn main() {
         }
     }
 
+    say("pod plegd-test/hog: a container over its 32 MiB memory limit (OOM-killed)");
+    let hog = cd.run_pod("hog", true).await;
+    let config = k8s_cri::v1::ContainerConfig {
+        image: Some(k8s_cri::v1::ImageSpec {
+            image: containerd::IMAGE.into(),
+            ..Default::default()
+        }),
+        command: vec![
+            "/bin/sh".into(),
+            "-c".into(),
+            "sleep 1; exec dd if=/dev/zero of=/dev/null bs=256M count=1".into(),
+        ],
+        linux: Some(k8s_cri::v1::LinuxContainerConfig {
+            resources: Some(k8s_cri::v1::LinuxContainerResources {
+                memory_limit_in_bytes: 32 << 20,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let id = cd.create_container_from(&hog, "hog", config).await;
+    cd.start_container(&id).await;
+    pause(2500).await;
+
     say("pod plegd-test/web: stopping its container (SIGTERM)");
     let stopper = cd
         .run_container(&web, "sidecar", "trap 'exit 143' TERM; sleep 3600 & wait")
@@ -58,7 +83,7 @@ async fn main() {
     pause(2000).await;
 
     say("removing every pod");
-    for pod in [&web, &job, &crashy] {
+    for pod in [&web, &job, &crashy, &hog] {
         cd.cleanup(pod).await;
     }
     pause(2000).await;
