@@ -116,9 +116,70 @@ async fn notify_systemd(pleg: Arc<GenericPleg<CriRuntime, SystemClock>>) {
     }
 }
 
+/// A tower layer on the apiserver client that counts requests by verb and response code
+/// (`plegd_apiserver_requests_total`; code `error` when no response came).
+#[derive(Clone)]
+struct CountRequestsLayer(Arc<Metrics>);
+
+#[derive(Clone)]
+struct CountRequests<S> {
+    inner: S,
+    metrics: Arc<Metrics>,
+}
+
+impl<S> tower::Layer<S> for CountRequestsLayer {
+    type Service = CountRequests<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        CountRequests {
+            inner,
+            metrics: self.0.clone(),
+        }
+    }
+}
+
+impl<S, B, R> tower::Service<http::Request<B>> for CountRequests<S>
+where
+    S: tower::Service<http::Request<B>, Response = http::Response<R>>,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    R: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = std::pin::Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let watch = request
+            .uri()
+            .query()
+            .is_some_and(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1"));
+        let verb = if watch {
+            "WATCH".to_owned()
+        } else {
+            request.method().as_str().to_owned()
+        };
+        let metrics = self.metrics.clone();
+        let response = self.inner.call(request);
+        Box::pin(async move {
+            let result = response.await;
+            let code = match &result {
+                Ok(r) => r.status().as_u16().to_string(),
+                Err(_) => "error".to_owned(),
+            };
+            metrics.count_apiserver_request(&verb, &code);
+            result
+        })
+    }
+}
+
 /// The apiserver client: from `--kubeconfig`, else as kube-rs infers it (KUBECONFIG, the default
-/// kubeconfig, or the in-cluster service account).
-pub async fn kube_client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client, DaemonError> {
+/// kubeconfig, or the in-cluster service account). Every request is counted in `metrics`.
+pub async fn kube_client(kubeconfig: Option<&PathBuf>, metrics: Arc<Metrics>) -> Result<kube::Client, DaemonError> {
     let config = match kubeconfig {
         Some(path) => {
             let kc = Kubeconfig::read_from(path).map_err(|source| DaemonError::Kubeconfig {
@@ -134,7 +195,8 @@ pub async fn kube_client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client, D
         }
         None => kube::Config::infer().await.map_err(DaemonError::InferConfig)?,
     };
-    kube::Client::try_from(config).map_err(DaemonError::Client)
+    let builder = kube::client::ClientBuilder::try_from(config).map_err(DaemonError::Client)?;
+    Ok(builder.with_layer(&CountRequestsLayer(metrics)).build())
 }
 
 /// Run the daemon until `shutdown` completes.
@@ -147,7 +209,7 @@ pub async fn run(
         return Err(DaemonError::NoNodeName);
     }
     let (runtime, version) = CriRuntime::connect(&options.cri_socket, &options.cri, metrics.clone()).await?;
-    let client = kube_client(options.kubeconfig.as_ref()).await?;
+    let client = kube_client(options.kubeconfig.as_ref(), metrics.clone()).await?;
     info!(
         node = %options.manager.node_name,
         runtime = %version.runtime_name,

@@ -36,6 +36,12 @@ pub struct ResultLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabel {
+    pub verb: String,
+    pub code: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct FieldLabel {
     pub field: String,
 }
@@ -76,6 +82,7 @@ pub struct Metrics {
     pub node_memory_total: Gauge,
     pub node_memory_available: Gauge,
     pub node_cpus: Gauge,
+    pub apiserver_requests: Family<RequestLabel, Counter>,
     registry: Registry,
 }
 
@@ -106,6 +113,7 @@ impl Metrics {
         let node_memory_total = Gauge::default();
         let node_memory_available = Gauge::default();
         let node_cpus = Gauge::default();
+        let apiserver_requests = Family::<RequestLabel, Counter>::default();
 
         let mut registry = Registry::with_prefix("plegd");
         registry.register(
@@ -229,6 +237,12 @@ impl Metrics {
         );
         registry.register("node_cpus", "The node's CPU count", node_cpus.clone());
 
+        registry.register(
+            "apiserver_requests",
+            "Requests to the apiserver by verb and response code",
+            apiserver_requests.clone(),
+        );
+
         Self {
             relist_duration,
             relist_interval,
@@ -254,6 +268,7 @@ impl Metrics {
             node_memory_total,
             node_memory_available,
             node_cpus,
+            apiserver_requests,
             registry,
         }
     }
@@ -320,6 +335,15 @@ impl Metrics {
         self.shadow_differences
             .get_or_create(&FieldLabel {
                 field: field.to_owned(),
+            })
+            .inc();
+    }
+
+    pub fn count_apiserver_request(&self, verb: &str, code: &str) {
+        self.apiserver_requests
+            .get_or_create(&RequestLabel {
+                verb: verb.to_owned(),
+                code: code.to_owned(),
             })
             .inc();
     }

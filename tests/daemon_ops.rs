@@ -199,6 +199,8 @@ async fn operate_plegd_run() {
         "plegd_pod_status_sync_duration_seconds_count",
         "plegd_event_latency_seconds_count",
         "plegd_node_cpus",
+        "plegd_apiserver_requests_total{verb=\"PATCH\",code=\"200\"}",
+        "plegd_apiserver_requests_total{verb=\"WATCH\",code=\"200\"}",
     ] {
         assert!(metrics.contains(needle), "/metrics lacks {needle}:\n{metrics}");
     }
