@@ -51,6 +51,17 @@ pub struct OperationLabel {
     pub operation: String,
 }
 
+fn register(
+    registry: &mut Registry,
+    names: &mut Vec<String>,
+    name: &str,
+    help: &str,
+    metric: impl prometheus_client::registry::Metric,
+) {
+    names.push(format!("plegd_{name}"));
+    registry.register(name, help, metric);
+}
+
 fn default_histogram() -> Histogram {
     Histogram::new(DEFAULT_BUCKETS)
 }
@@ -84,6 +95,7 @@ pub struct Metrics {
     pub node_cpus: Gauge,
     pub apiserver_requests: Family<RequestLabel, Counter>,
     registry: Registry,
+    names: Vec<String>,
 }
 
 impl Metrics {
@@ -116,128 +128,183 @@ impl Metrics {
         let apiserver_requests = Family::<RequestLabel, Counter>::default();
 
         let mut registry = Registry::with_prefix("plegd");
-        registry.register(
+        let mut names = Vec::new();
+        register(
+            &mut registry,
+            &mut names,
             "pleg_relist_duration_seconds",
             "Duration in seconds for relisting pods in PLEG",
             relist_duration.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
+            &mut names,
             "pleg_relist_interval_seconds",
             "Interval in seconds between relisting in PLEG",
             relist_interval.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
+            &mut names,
             "pleg_last_seen_seconds",
             "Timestamp in seconds when PLEG was last seen active",
             last_seen.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
+            &mut names,
             "pleg_discard_events",
             "Lifecycle events that did not fit in the full event channel (kept and re-sent by the next relist of the pod)",
             discard_events.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
+            &mut names,
             "running_pods",
             "Number of pods that have a running pod sandbox",
             running_pods.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
+            &mut names,
             "running_containers",
             "Number of containers currently running",
             running_containers.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
+            &mut names,
             "runtime_bad_data",
             "Items the container runtime reported that plegd could not use as they were",
             runtime_bad_data.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
+            &mut names,
             "runtime_errors",
             "Failed CRI calls by operation",
             runtime_errors.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
+            &mut names,
             "pleg_pod_status_refresh_errors",
             "Pod status reads that failed; the pod is re-inspected at the next relist",
             pod_status_refresh_errors.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
+            &mut names,
             "pleg_events",
             "Lifecycle events delivered to the event channel",
             events_sent.clone(),
         );
 
-        registry.register(
+        register(
+            &mut registry,
+            &mut names,
             "trigger_stream_connects",
             "Runtime event streams connected (the kubelet's evented_pleg_connection_success_count)",
             trigger_connects.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
+            &mut names,
             "trigger_stream_errors",
             "Runtime event streams that failed or closed (the kubelet's evented_pleg_connection_error_count)",
             trigger_errors.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
+            &mut names,
             "triggers",
             "Runtime events received by trigger streams",
             triggers.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
+            &mut names,
             "trigger_relists",
             "Relists run on behalf of triggers, by kind (pod: one pod; all: full relist)",
             trigger_relists.clone(),
         );
 
-        registry.register(
+        register(
+            &mut registry,
+            &mut names,
             "status_writes",
             "Pod status writes by result (ok, noop, retry, conflict, gone, rejected, refused_other_node)",
             status_writes.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
+            &mut names,
             "pod_status_sync_duration_seconds",
             "Time from a wanted pod status change to the apiserver accepting it",
             pod_status_sync_duration.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
+            &mut names,
             "shadow_differences",
             "Shadow mode: fields where plegd's computed status differs from the apiserver's",
             shadow_differences.clone(),
         );
 
-        registry.register(
+        register(
+            &mut registry,
+            &mut names,
             "event_latency_seconds",
             "Time from the start of the relist that saw a change to its event leaving the PLEG's channel",
             event_latency.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
+            &mut names,
             "observer_lagged_events",
             "Events observation API subscribers missed because they read too slowly",
             observer_lagged.clone(),
         );
 
-        registry.register(
+        register(
+            &mut registry,
+            &mut names,
             "process_resident_memory_bytes",
             "plegd's resident memory",
             process_resident_memory.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
+            &mut names,
             "process_cpu_percent",
             "plegd's CPU use since the last scrape, percent of one core",
             process_cpu_percent.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
+            &mut names,
             "node_memory_total_bytes",
             "The node's memory",
             node_memory_total.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
+            &mut names,
             "node_memory_available_bytes",
             "The node's available memory",
             node_memory_available.clone(),
         );
-        registry.register("node_cpus", "The node's CPU count", node_cpus.clone());
+        register(
+            &mut registry,
+            &mut names,
+            "node_cpus",
+            "The node's CPU count",
+            node_cpus.clone(),
+        );
 
-        registry.register(
+        register(
+            &mut registry,
+            &mut names,
             "apiserver_requests",
             "Requests to the apiserver by verb and response code",
             apiserver_requests.clone(),
@@ -270,7 +337,14 @@ impl Metrics {
             node_cpus,
             apiserver_requests,
             registry,
+            names,
         }
+    }
+
+    /// The name of every metric family, with the `plegd_` prefix and without the suffixes the
+    /// exposition adds (`_total`, `_bucket`, …).
+    pub fn names(&self) -> &[String] {
+        &self.names
     }
 
     pub fn registry(&self) -> &Registry {
