@@ -71,10 +71,6 @@ fn is_restartable_init(c: &Container) -> bool {
     c.restart_policy.as_deref() == Some("Always")
 }
 
-fn is_terminal(phase: Option<&str>) -> bool {
-    matches!(phase, Some(SUCCEEDED) | Some(FAILED))
-}
-
 fn find<'a>(statuses: &'a [ApiContainerStatus], name: &str) -> Option<&'a ApiContainerStatus> {
     statuses.iter().find(|s| s.name == name)
 }
@@ -492,6 +488,11 @@ fn convert(cs: &ContainerStatus, old: Option<&ApiContainerStatus>, runtime_name:
         },
     };
     status.state = Some(state);
+    // A restart count never goes down, even if the runtime lost the history it counted from
+    // (as upstream does when it keeps the old count).
+    if let Some(old) = old {
+        status.restart_count = status.restart_count.max(old.restart_count);
+    }
     status
 }
 
@@ -748,13 +749,11 @@ pub fn generate(input: &StatusInput<'_>) -> ApiPodStatus {
         .any(|s| s.state == RuntimeState::Running);
     let pod_is_terminal = pod.metadata.deletion_timestamp.is_some() && nothing_running;
     let mut phase = get_phase(pod, &all, pod_is_terminal, has_initialized);
-    if !is_terminal(Some(phase)) && is_terminal(old.phase.as_deref()) {
-        // A terminal phase never changes again.
-        phase = if old.phase.as_deref() == Some(SUCCEEDED) {
-            SUCCEEDED
-        } else {
-            FAILED
-        };
+    // A terminal phase never changes again, not even to the other terminal phase.
+    match old.phase.as_deref() {
+        Some(SUCCEEDED) => phase = SUCCEEDED,
+        Some(FAILED) => phase = FAILED,
+        _ => {}
     }
 
     let mut status = ApiPodStatus {
@@ -1252,6 +1251,21 @@ mod tests {
             (ready.status.as_str(), ready.reason.as_deref()),
             ("False", Some("PodFailed"))
         );
+    }
+
+    #[test]
+    fn succeeded_never_becomes_failed() {
+        let mut pod = pod_with(&["app"], vec![], "OnFailure");
+        pod.status = Some(ApiPodStatus {
+            phase: Some(SUCCEEDED.into()),
+            ..ApiPodStatus::default()
+        });
+        // The runtime now shows a failed attempt (say, the old one was removed and a new one failed).
+        let runtime = PodStatus {
+            container_statuses: vec![runtime_status("app", "c9", RuntimeState::Exited, 50)],
+            ..PodStatus::default()
+        };
+        assert_eq!(status_of(&pod, &runtime, at(60)).phase.as_deref(), Some(SUCCEEDED));
     }
 
     #[test]
