@@ -105,7 +105,10 @@ struct Entry {
     key: ObjectRef<Pod>,
     /// Bumped each time a different status is wanted.
     version: u64,
-    desired: PodStatus,
+    /// The wanted status while it is not yet written; dropped once it is, to keep memory flat.
+    desired: Option<PodStatus>,
+    /// A hash of the newest wanted status, to tell a repeat from a change without keeping it.
+    desired_hash: u64,
     /// The newest version known to be on the apiserver (or dropped as refused).
     written_version: u64,
     /// What plegd last wrote and the resourceVersion the apiserver gave it: the base for the next
@@ -179,6 +182,13 @@ fn older(a: Option<&str>, b: &str) -> bool {
     }
 }
 
+fn status_hash(status: &PodStatus) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    serde_json::to_vec(status).unwrap_or_default().hash(&mut hasher);
+    hasher.finish()
+}
+
 fn to_json(status: &PodStatus) -> Value {
     serde_json::to_value(status).unwrap_or(Value::Null)
 }
@@ -218,9 +228,15 @@ impl StatusManager {
     /// older than it, else the informer's.
     pub fn base_status(&self, pod: &Pod) -> Option<PodStatus> {
         let uid = pod.metadata.uid.as_deref()?;
-        let inner = self.lock();
-        let (status, rv) = inner.pods.get(uid)?.last_written.as_ref()?;
-        older(pod.metadata.resource_version.as_deref(), rv).then(|| status.clone())
+        let mut inner = self.lock();
+        let entry = inner.pods.get_mut(uid)?;
+        let (status, rv) = entry.last_written.as_ref()?;
+        if older(pod.metadata.resource_version.as_deref(), rv) {
+            return Some(status.clone());
+        }
+        // The informer has caught up with plegd's write: the copy is no longer needed.
+        entry.last_written = None;
+        None
     }
 
     /// Want `status` for `pod` (the informer's copy). Returns whether a write was queued: a status
@@ -246,7 +262,8 @@ impl StatusManager {
         let entry = inner.pods.entry(uid.to_owned()).or_insert_with(|| Entry {
             key: ObjectRef::new(name).within(namespace),
             version: 0,
-            desired: PodStatus::default(),
+            desired: None,
+            desired_hash: 0,
             written_version: 0,
             last_written: None,
             queued: false,
@@ -254,11 +271,13 @@ impl StatusManager {
             pending_since: None,
             retry: self.retry.clone(),
         });
-        if entry.version > 0 && entry.desired == status {
+        let hash = status_hash(&status);
+        if entry.version > 0 && entry.desired_hash == hash {
             return Ok(false);
         }
         entry.version += 1;
-        entry.desired = status;
+        entry.desired = Some(status);
+        entry.desired_hash = hash;
         entry.pending_since.get_or_insert_with(Instant::now);
         let enqueue = !entry.queued && !entry.in_flight;
         if enqueue {
@@ -303,11 +322,12 @@ impl StatusManager {
             if entry.written_version >= entry.version {
                 continue;
             }
+            let Some(desired) = entry.desired.clone() else { continue };
             entry.in_flight = true;
             return Some(Work {
                 uid,
                 version: entry.version,
-                desired: entry.desired.clone(),
+                desired,
                 key: entry.key.clone(),
                 last_written: entry.last_written.clone(),
             });
@@ -348,6 +368,7 @@ impl StatusManager {
                 entry.written_version = entry.written_version.max(version);
                 entry.retry.reset();
                 if entry.written_version >= entry.version {
+                    entry.desired = None;
                     if let Some(since) = entry.pending_since.take()
                         && outcome == Outcome::Written
                     {

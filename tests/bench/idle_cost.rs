@@ -1,0 +1,123 @@
+//! Idle cost of the whole daemon: the `plegd run` binary (full status mode, relist 1 s, no triggers)
+//! as a subprocess, against the fake CRI server and the test apiserver (in this process, not
+//! counted), at 110, 250 and 1,000 pods of 5 containers. After every pod is Running in the
+//! apiserver and a settling period, plegd's CPU time and RSS are read from /proc for 30 s.
+//!
+//!     cargo bench --bench idle_cost
+//!     cargo bench --bench idle_cost -- --pods 250 --seconds 60
+
+#[allow(dead_code)]
+#[path = "../support/apiserver.rs"]
+mod apiserver;
+#[allow(dead_code)]
+#[path = "../support/fake_cri.rs"]
+mod fake_cri;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+fn clock_ticks() -> f64 {
+    let out = Command::new("getconf").arg("CLK_TCK").output().expect("getconf");
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or(100.0)
+}
+
+/// utime + stime of a process, in clock ticks.
+fn cpu_ticks(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces) start after the last ')'.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let field = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    field(11) + field(12)
+}
+
+fn rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|kb| kb.parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+async fn measure(pods: usize, seconds: u64) -> (f64, f64, f64) {
+    let server = fake_cri::FakeServer::start().await;
+    let api = apiserver::TestApiserver::start().await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    for i in 0..pods {
+        let uid = format!("idle-{i:04}");
+        server.fake.add_running_pod(&uid, &format!("pod-{i}"), 5);
+        api.create_pod(json!({"metadata": {"name": format!("pod-{i}"), "namespace": "default", "uid": uid},
+            "spec": {"nodeName": "idle", "restartPolicy": "Always",
+                     "containers": (0..5).map(|c| json!({"name": format!("c{c}"), "image": "fake.test/busybox:1"})).collect::<Vec<_>>()}}));
+    }
+    let mut child = Command::new(env!("CARGO_BIN_EXE_plegd"))
+        .args([
+            "run",
+            "--node-name",
+            "idle",
+            "--status-mode",
+            "full",
+            "--triggers",
+            "none",
+            "--relist-period",
+            "1s",
+        ])
+        .args(["--api-socket", "off", "--metrics-address", "off"])
+        .arg("--cri-socket")
+        .arg(&server.path)
+        .arg("--kubeconfig")
+        .arg(api.kubeconfig(dir.path()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn plegd");
+    let pid = child.id();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while (0..pods).any(|i| {
+        api.pod("default", &format!("pod-{i}"))
+            .is_none_or(|p| p["status"]["phase"] != "Running")
+    }) {
+        assert!(Instant::now() < deadline, "pods did not all become Running");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // Past the first 10 s resync of every pod.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let ticks = clock_ticks();
+    let (start_cpu, start) = (cpu_ticks(pid), Instant::now());
+    let mut rss = Vec::new();
+    for _ in 0..seconds {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        rss.push(rss_mib(pid));
+    }
+    let cpu = (cpu_ticks(pid) - start_cpu) / ticks / start.elapsed().as_secs_f64() * 100.0;
+    let _ = child.kill();
+    let _ = child.wait();
+    rss.sort_by(f64::total_cmp);
+    (cpu, rss[rss.len() / 2], rss[rss.len() - 1])
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let argv: Vec<String> = std::env::args().collect();
+    let arg = |name: &str| {
+        argv.iter()
+            .position(|a| a == name)
+            .and_then(|i| argv.get(i + 1))
+            .and_then(|v| v.parse::<u64>().ok())
+    };
+    let seconds = arg("--seconds").unwrap_or(30);
+    let sizes: Vec<usize> = match arg("--pods") {
+        Some(n) => vec![n as usize],
+        None => vec![110, 250, 1000],
+    };
+    println!("\n### Idle cost of `plegd run` (full mode, relist 1 s, no triggers), {seconds} s per size\n");
+    println!("| pods (containers) | CPU, % of one core | RSS median MiB | RSS max MiB |\n|---|---|---|---|");
+    for pods in sizes {
+        let (cpu, rss, rss_max) = measure(pods, seconds).await;
+        println!("| {pods} ({}) | {cpu:.2} | {rss:.1} | {rss_max:.1} |", pods * 5);
+    }
+}
