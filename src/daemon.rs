@@ -236,7 +236,8 @@ pub async fn run(
     intake.push(tokio::spawn(pleg.clone().run()));
 
     let hub = EventHub::new(observe::SUBSCRIBER_BUFFER);
-    let (to_sync, sync_events) = mpsc::channel(1024);
+    // The syncLoop's queue has the configured capacity too, so that the setting bounds what is buffered.
+    let (to_sync, sync_events) = mpsc::channel(options.pleg.channel_capacity.max(1));
     intake.push(tokio::spawn(observe::fan_out(
         events,
         hub.clone(),

@@ -204,6 +204,12 @@ impl<R: Runtime, C: Clock> SyncLoop<R, C> {
         if !self.runtime_ok() {
             return;
         }
+        // Until a first relist has completed, the status cache does not know every pod: a status
+        // generated now would describe an empty runtime (the kubelet's pod workers wait for a
+        // cache newer than their last sync for the same reason). The tick retries soon.
+        if self.pleg.cache().timestamp().is_none() {
+            return;
+        }
         let Some(tracked) = self.pods.get_mut(uid) else { return };
         let Some(pod) = self.informer.store.get(&tracked.key) else {
             return;
