@@ -587,3 +587,52 @@ async fn hung_runtime_times_out() {
             .contains("plegd_runtime_errors_total{operation=\"ListPodSandbox\"} 1")
     );
 }
+
+#[tokio::test]
+async fn hostile_sizes_and_times_are_survived() {
+    use k8s_cri::v1 as cri;
+    let mut h = Harness::new().await;
+    let long = "x".repeat(10_000);
+    h.fake()
+        .add_sandbox("u-long", &long, &long, "sb-long", true, "10.9.0.7");
+    h.fake().add_container(
+        "u-long",
+        "sb-long",
+        "ctr-long",
+        &long,
+        cri::ContainerState::ContainerRunning,
+    );
+    // A container whose sandbox the runtime does not list.
+    h.fake().add_container(
+        "u-orphan",
+        "sb-missing",
+        "ctr-orphan",
+        "app",
+        cri::ContainerState::ContainerExited,
+    );
+    {
+        let mut st = h.fake().state();
+        let c = st.containers.get_mut("ctr-long").unwrap();
+        c.started_at = i64::MAX; // year 2262
+        c.finished_at = 0;
+        let orphan = st.containers.get_mut("ctr-orphan").unwrap();
+        orphan.started_at = 0;
+        orphan.exit_code = 1;
+    }
+    let events = h.relist().await;
+    assert!(
+        events
+            .iter()
+            .any(|e| e.kind == E::ContainerStarted && e.container.as_deref() == Some(long.as_str()))
+    );
+    let orphan: Vec<_> = events.iter().filter(|e| e.pod_uid == "u-orphan").collect();
+    assert_eq!(orphan.len(), 1);
+    assert_eq!((orphan[0].kind, orphan[0].exit_code), (E::ContainerDied, Some(1)));
+    let long_status = h.cache().get("u-long").status.clone();
+    assert_eq!(long_status.container_statuses[0].finished_at, None, "zero is unset");
+    assert!(
+        long_status.container_statuses[0].started_at.is_some(),
+        "a far-future time is kept as it is"
+    );
+    assert!(h.relist().await.is_empty(), "and nothing repeats");
+}
