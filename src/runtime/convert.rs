@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use k8s_cri::v1 as cri;
 
+use super::wire::{ListedContainer, ListedSandbox};
 use crate::container::{
     ANNOTATION_RESTART_COUNT, Container, ContainerState, ContainerStatus, LABEL_CONTAINER_NAME, LABEL_POD_NAME,
     LABEL_POD_NAMESPACE, LABEL_POD_UID, Pod, PodUid, SandboxState, SandboxStatus,
@@ -27,6 +28,8 @@ pub enum BadData {
     DuplicateId { id: String },
     /// A negative timestamp; treated as unset.
     BadTimestamp { id: String, value: i64 },
+    /// An item with a string that is not UTF-8, skipped.
+    NotUtf8 { id: String },
 }
 
 impl BadData {
@@ -39,6 +42,7 @@ impl BadData {
             BadData::UnknownState { .. } => "unknown_state",
             BadData::DuplicateId { .. } => "duplicate_id",
             BadData::BadTimestamp { .. } => "bad_timestamp",
+            BadData::NotUtf8 { .. } => "not_utf8",
         }
     }
 
@@ -49,7 +53,8 @@ impl BadData {
             | BadData::MissingSandboxMetadata { sandbox_id: id }
             | BadData::UnknownState { id, .. }
             | BadData::DuplicateId { id }
-            | BadData::BadTimestamp { id, .. } => id,
+            | BadData::BadTimestamp { id, .. }
+            | BadData::NotUtf8 { id } => id,
             BadData::EmptyId => "",
         }
     }
@@ -75,6 +80,7 @@ impl std::fmt::Display for BadData {
             BadData::BadTimestamp { id, value } => {
                 write!(f, "{id} has negative timestamp {value}; taken as unset")
             }
+            BadData::NotUtf8 { id } => write!(f, "{id} has a string that is not UTF-8; skipped"),
         }
     }
 }
@@ -137,14 +143,50 @@ fn take_label(labels: &mut HashMap<String, String>, key: &str) -> String {
     labels.remove(key).unwrap_or_default()
 }
 
+impl From<cri::PodSandbox> for ListedSandbox {
+    fn from(s: cri::PodSandbox) -> Self {
+        let meta = s.metadata.unwrap_or_default();
+        ListedSandbox {
+            id: s.id,
+            uid: meta.uid,
+            name: meta.name,
+            namespace: meta.namespace,
+            attempt: meta.attempt,
+            state: s.state,
+            created_at: s.created_at,
+        }
+    }
+}
+
+impl From<cri::Container> for ListedContainer {
+    fn from(mut c: cri::Container) -> Self {
+        let meta = c.metadata.take().unwrap_or_default();
+        ListedContainer {
+            pod_uid: take_label(&mut c.labels, LABEL_POD_UID),
+            pod_name: take_label(&mut c.labels, LABEL_POD_NAME),
+            pod_namespace: take_label(&mut c.labels, LABEL_POD_NAMESPACE),
+            container_name: take_label(&mut c.labels, LABEL_CONTAINER_NAME),
+            id: c.id,
+            name: meta.name,
+            attempt: meta.attempt,
+            image: c.image.map(|i| i.image).unwrap_or_default(),
+            image_ref: c.image_ref,
+            state: c.state,
+            created_at: c.created_at,
+        }
+    }
+}
+
 /// Group a relist's sandboxes and containers into pods, as `kuberuntime.GetPods(all=true)` does:
 /// sandboxes by their metadata uid, containers by their `io.kubernetes.pod.uid` label. A container
 /// whose pod has no sandbox still makes a pod entry. Pods come out sorted by uid.
-pub fn group_pods(
-    sandboxes: Vec<cri::PodSandbox>,
-    containers: Vec<cri::Container>,
+pub fn group_pods<S: Into<ListedSandbox>, C: Into<ListedContainer>>(
+    sandboxes: impl IntoIterator<Item = S>,
+    containers: impl IntoIterator<Item = C>,
     bad: &mut Vec<BadData>,
 ) -> Vec<Pod> {
+    let sandboxes: Vec<ListedSandbox> = sandboxes.into_iter().map(Into::into).collect();
+    let containers: Vec<ListedContainer> = containers.into_iter().map(Into::into).collect();
     let mut pods: HashMap<PodUid, Pod> = HashMap::with_capacity(sandboxes.len());
     // Ids seen again later in the answer (the first occurrence wins), found without copying ids.
     let (dup_sandboxes, dup_containers) = {
@@ -163,23 +205,26 @@ pub fn group_pods(
             bad.push(BadData::EmptyId);
             continue;
         }
-        let Some(meta) = sandbox.metadata.filter(|m| !m.uid.is_empty()) else {
+        if sandbox.uid.is_empty() {
             bad.push(BadData::MissingSandboxMetadata { sandbox_id: sandbox.id });
             continue;
-        };
+        }
         if duplicate {
             bad.push(BadData::DuplicateId { id: sandbox.id });
             continue;
         }
         let state = sandbox_as_container_state(sandbox_state(&sandbox.id, sandbox.state, bad));
-        let pod = pods.entry(meta.uid.clone()).or_insert_with(|| Pod {
-            id: meta.uid.clone(),
-            ..Pod::default()
-        });
+        let pod = match pods.get_mut(&sandbox.uid) {
+            Some(pod) => pod,
+            None => pods.entry(sandbox.uid.clone()).or_insert_with(|| Pod {
+                id: sandbox.uid.clone(),
+                ..Pod::default()
+            }),
+        };
         // The newest sandbox names the pod, as in the kubelet.
         if pod.name.is_empty() || pod.sandboxes.iter().all(|s| s.created_at <= sandbox.created_at) {
-            pod.name = meta.name;
-            pod.namespace = meta.namespace;
+            pod.name = sandbox.name;
+            pod.namespace = sandbox.namespace;
         }
         pod.sandboxes.push(Container {
             id: sandbox.id,
@@ -188,17 +233,16 @@ pub fn group_pods(
             image_ref: String::new(),
             state,
             created_at: sandbox.created_at,
-            attempt: meta.attempt,
+            attempt: sandbox.attempt,
         });
     }
 
-    for (mut container, duplicate) in containers.into_iter().zip(dup_containers) {
+    for (container, duplicate) in containers.into_iter().zip(dup_containers) {
         if container.id.is_empty() {
             bad.push(BadData::EmptyId);
             continue;
         }
-        let uid = take_label(&mut container.labels, LABEL_POD_UID);
-        if uid.is_empty() {
+        if container.pod_uid.is_empty() {
             bad.push(BadData::MissingPodUid {
                 container_id: container.id,
             });
@@ -209,27 +253,30 @@ pub fn group_pods(
             continue;
         }
         let state = container_state(&container.id, container.state, bad);
-        let meta = container.metadata.unwrap_or_default();
-        let mut name = take_label(&mut container.labels, LABEL_CONTAINER_NAME);
-        if name.is_empty() {
-            name = meta.name;
-        }
-        let pod = pods.entry(uid).or_insert_with_key(|uid| Pod {
-            id: uid.clone(),
-            ..Pod::default()
-        });
+        let name = if container.container_name.is_empty() {
+            container.name
+        } else {
+            container.container_name
+        };
+        let pod = match pods.get_mut(&container.pod_uid) {
+            Some(pod) => pod,
+            None => pods.entry(container.pod_uid.clone()).or_insert_with(|| Pod {
+                id: container.pod_uid,
+                ..Pod::default()
+            }),
+        };
         if pod.name.is_empty() {
-            pod.name = take_label(&mut container.labels, LABEL_POD_NAME);
-            pod.namespace = take_label(&mut container.labels, LABEL_POD_NAMESPACE);
+            pod.name = container.pod_name;
+            pod.namespace = container.pod_namespace;
         }
         pod.containers.push(Container {
             id: container.id,
             name,
-            image: container.image.map(|i| i.image).unwrap_or_default(),
+            image: container.image,
             image_ref: container.image_ref,
             state,
             created_at: container.created_at,
-            attempt: meta.attempt,
+            attempt: container.attempt,
         });
     }
 
@@ -412,9 +459,9 @@ mod tests {
         old.metadata.as_mut().unwrap().name = "old".into();
         let mut new = sandbox("s2", "u1", 0, 5);
         new.metadata.as_mut().unwrap().name = "new".into();
-        let pods = group_pods(vec![new.clone(), old.clone()], vec![], &mut bad);
+        let pods = group_pods(vec![new.clone(), old.clone()], Vec::<cri::Container>::new(), &mut bad);
         assert_eq!(pods[0].name, "new");
-        let pods = group_pods(vec![old, new], vec![], &mut bad);
+        let pods = group_pods(vec![old, new], Vec::<cri::Container>::new(), &mut bad);
         assert_eq!(pods[0].name, "new");
     }
 

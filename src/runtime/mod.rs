@@ -4,6 +4,7 @@
 //! panic. This stage never holds state about pods: that is the relister's job.
 
 pub mod convert;
+pub mod wire;
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -195,6 +196,8 @@ pub struct RuntimeVersion {
 #[derive(Clone)]
 pub struct CriRuntime {
     client: RuntimeServiceClient<Channel>,
+    /// The same channel, for the raw list calls.
+    channel: Channel,
     socket: PathBuf,
     connect_timeout: Duration,
     backoff: ExponentialBackoff,
@@ -215,11 +218,12 @@ impl CriRuntime {
             backoff.clone(),
             Some(options.call_timeout),
         );
-        let client = RuntimeServiceClient::new(channel)
+        let client = RuntimeServiceClient::new(channel.clone())
             .max_decoding_message_size(MAX_MESSAGE_SIZE)
             .max_encoding_message_size(MAX_MESSAGE_SIZE);
         Ok(Self {
             client,
+            channel,
             socket: path.to_owned(),
             connect_timeout: options.connect_timeout,
             backoff,
@@ -316,25 +320,52 @@ impl CriRuntime {
         }
     }
 
-    async fn list_sandboxes(
+    /// A unary CRI call whose answer comes back as raw bytes (see `wire`).
+    async fn call_raw<Req: prost::Message + Send + 'static>(
         &self,
-        filter: Option<cri::PodSandboxFilter>,
-    ) -> Result<Vec<cri::PodSandbox>, RuntimeError> {
-        self.client
-            .clone()
-            .list_pod_sandbox(cri::ListPodSandboxRequest { filter })
+        operation: &'static str,
+        path: &'static str,
+        request: Req,
+    ) -> Result<bytes::Bytes, RuntimeError> {
+        let mut grpc = tonic::client::Grpc::new(self.channel.clone()).max_decoding_message_size(MAX_MESSAGE_SIZE);
+        grpc.ready()
             .await
-            .map(|r| r.into_inner().items)
-            .map_err(|s| self.call_failed("ListPodSandbox", s))
+            .map_err(|e| self.call_failed(operation, tonic::Status::unavailable(e.to_string())))?;
+        grpc.unary(
+            tonic::Request::new(request),
+            http::uri::PathAndQuery::from_static(path),
+            wire::RawCodec::<Req>::default(),
+        )
+        .await
+        .map(tonic::Response::into_inner)
+        .map_err(|s| self.call_failed(operation, s))
     }
 
-    async fn list_containers(&self, filter: Option<cri::ContainerFilter>) -> Result<Vec<cri::Container>, RuntimeError> {
-        self.client
-            .clone()
-            .list_containers(cri::ListContainersRequest { filter })
-            .await
-            .map(|r| r.into_inner().containers)
-            .map_err(|s| self.call_failed("ListContainers", s))
+    /// Sandboxes and containers (with optional filters), read with the allocation-light decoder.
+    async fn list(
+        &self,
+        sandbox_filter: Option<cri::PodSandboxFilter>,
+        container_filter: Option<cri::ContainerFilter>,
+        bad: &mut Vec<BadData>,
+    ) -> Result<(Vec<wire::ListedSandbox>, Vec<wire::ListedContainer>), RuntimeError> {
+        let (sandboxes, containers) = tokio::try_join!(
+            self.call_raw(
+                "ListPodSandbox",
+                "/runtime.v1.RuntimeService/ListPodSandbox",
+                cri::ListPodSandboxRequest { filter: sandbox_filter }
+            ),
+            self.call_raw(
+                "ListContainers",
+                "/runtime.v1.RuntimeService/ListContainers",
+                cri::ListContainersRequest {
+                    filter: container_filter
+                }
+            )
+        )?;
+        let malformed = |op, e: wire::Malformed| self.call_failed(op, tonic::Status::internal(e.to_string()));
+        let sandboxes = wire::sandboxes(&sandboxes, bad).map_err(|e| malformed("ListPodSandbox", e))?;
+        let containers = wire::containers(&containers, bad).map_err(|e| malformed("ListContainers", e))?;
+        Ok((sandboxes, containers))
     }
 
     async fn sandbox_status(&self, id: &str) -> Result<Option<cri::PodSandboxStatus>, RuntimeError> {
@@ -364,8 +395,8 @@ impl CriRuntime {
 
 impl Runtime for CriRuntime {
     async fn list_pods(&self) -> Result<Vec<Pod>, RuntimeError> {
-        let (sandboxes, containers) = tokio::try_join!(self.list_sandboxes(None), self.list_containers(None))?;
         let mut bad = Vec::new();
+        let (sandboxes, containers) = self.list(None, None, &mut bad).await?;
         let pods = convert::group_pods(sandboxes, containers, &mut bad);
         self.report(bad);
         Ok(pods)
@@ -381,13 +412,12 @@ impl Runtime for CriRuntime {
             label_selector: selector,
             ..Default::default()
         };
-        let (mut sandboxes, containers) = tokio::try_join!(
-            self.list_sandboxes(Some(sandbox_filter)),
-            self.list_containers(Some(container_filter))
-        )?;
-        // The label selects; the metadata uid groups. Keep them consistent.
-        sandboxes.retain(|s| s.metadata.as_ref().is_none_or(|m| m.uid == uid));
         let mut bad = Vec::new();
+        let (mut sandboxes, containers) = self
+            .list(Some(sandbox_filter), Some(container_filter), &mut bad)
+            .await?;
+        // The label selects; the metadata uid groups. Keep them consistent.
+        sandboxes.retain(|s| s.uid.is_empty() || s.uid == uid);
         let pods = convert::group_pods(sandboxes, containers, &mut bad);
         self.report(bad);
         Ok(pods.into_iter().find(|p| p.id == uid))

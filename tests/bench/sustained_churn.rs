@@ -30,7 +30,12 @@ use serde_json::json;
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let argv: Vec<String> = std::env::args().collect();
-    let arg = |name: &str| argv.iter().position(|a| a == name).and_then(|i| argv.get(i + 1)).and_then(|v| v.parse::<u64>().ok());
+    let arg = |name: &str| {
+        argv.iter()
+            .position(|a| a == name)
+            .and_then(|i| argv.get(i + 1))
+            .and_then(|v| v.parse::<u64>().ok())
+    };
     let rate = arg("--rate").unwrap_or(100);
     let seconds = arg("--seconds").unwrap_or(60);
     let lag = 50; // a pod's container exits 50 starts after it started (half a second at 100/s)
@@ -48,8 +53,17 @@ async fn main() {
         triggers: TriggerMode::Cri,
         trigger_options: TriggerOptions::default(),
         kubeconfig: Some(api.kubeconfig(dir.path())),
-        manager: ManagerConfig { node_name: "churn".into(), qps: qps as f64, burst: (qps * 2) as u32, ..ManagerConfig::default() },
-        sync: SyncConfig { mode: StatusMode::Full, runtime_name: String::new(), ..SyncConfig::default() },
+        manager: ManagerConfig {
+            node_name: "churn".into(),
+            qps: qps as f64,
+            burst: (qps * 2) as u32,
+            ..ManagerConfig::default()
+        },
+        sync: SyncConfig {
+            mode: StatusMode::Full,
+            runtime_name: String::new(),
+            ..SyncConfig::default()
+        },
         emit_events: false,
         api_socket: None,
         metrics_address: None,
@@ -88,7 +102,10 @@ async fn main() {
     }
     let churn_time = started.elapsed();
     let deadline = Instant::now() + Duration::from_secs(120);
-    let landed = |i: usize| api.pod("default", &format!("pod-{i}")).is_some_and(|p| p["status"]["phase"] == "Failed");
+    let landed = |i: usize| {
+        api.pod("default", &format!("pod-{i}"))
+            .is_some_and(|p| p["status"]["phase"] == "Failed")
+    };
     while !(0..total).all(landed) {
         if Instant::now() > deadline {
             break;
@@ -99,11 +116,24 @@ async fn main() {
     let final_ok = (0..total).filter(|i| landed(*i)).count();
     let events: u64 = ["ContainerStarted", "ContainerDied", "ContainerRemoved", "PodSync"]
         .iter()
-        .map(|k| metrics.events_sent.get_or_create(&plegd::metrics::KindLabel { kind: (*k).into() }).get())
+        .map(|k| {
+            metrics
+                .events_sent
+                .get_or_create(&plegd::metrics::KindLabel { kind: (*k).into() })
+                .get()
+        })
         .sum();
-    let patches = api.requests().iter().filter(|r| r.method == "PATCH" && r.path.ends_with("/status") && r.status < 300).count();
-    println!("\n### Sustained churn: {rate} starts + {rate} exits per second for {seconds} s (full mode, triggers, default capacity, --status-qps {qps})\n");
-    println!("| pods | churn time | lifecycle events | events / s | discards | status PATCHes | PATCHes per pod (start + exit = 2 changes) | final states landed | all landed after |");
+    let patches = api
+        .requests()
+        .iter()
+        .filter(|r| r.method == "PATCH" && r.path.ends_with("/status") && r.status < 300)
+        .count();
+    println!(
+        "\n### Sustained churn: {rate} starts + {rate} exits per second for {seconds} s (full mode, triggers, default capacity, --status-qps {qps})\n"
+    );
+    println!(
+        "| pods | churn time | lifecycle events | events / s | discards | status PATCHes | PATCHes per pod (start + exit = 2 changes) | final states landed | all landed after |"
+    );
     println!("|---|---|---|---|---|---|---|---|---|");
     println!(
         "| {total} | {:.1} s | {events} | {:.0} | {} | {patches} | {:.2} | {final_ok}/{total} | {:.1} s |",
