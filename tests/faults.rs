@@ -7,14 +7,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use plegd::daemon::{self, DaemonOptions};
+use plegd::daemon::{self};
 use plegd::metrics::Metrics;
 use plegd::pleg::PlegConfig;
-use plegd::runtime::CriOptions;
 use plegd::status::StatusMode;
-use plegd::status::manager::ManagerConfig;
-use plegd::sync_loop::SyncConfig;
-use plegd::triggers::{TriggerMode, TriggerOptions};
+use plegd::triggers::TriggerMode;
 use serde_json::json;
 use support::apiserver::TestApiserver;
 use support::fake_cri::FakeServer;
@@ -63,31 +60,13 @@ async fn channel_overflow_at_ten_times_capacity_loses_no_final_state() {
     bind_pods(&cri, &api, "overflow", pods, containers);
     let metrics = Arc::new(Metrics::new());
     // Room for 10 events; each pod's burst is 10× that.
-    let options = DaemonOptions {
-        cri_socket: cri.path.clone(),
-        cri: CriOptions::default(),
-        pleg: PlegConfig {
-            relist_period: Duration::from_millis(200),
-            channel_capacity: 10,
-            ..PlegConfig::default()
-        },
-        triggers: TriggerMode::None,
-        trigger_options: TriggerOptions::default(),
-        kubeconfig: Some(api.kubeconfig(dir.path())),
-        manager: ManagerConfig {
-            node_name: "overflow".into(),
-            ..ManagerConfig::default()
-        },
-        sync: SyncConfig {
-            mode: StatusMode::Full,
-            runtime_name: String::new(),
-            ..SyncConfig::default()
-        },
-        emit_events: false,
-        api_socket: None,
-        metrics_address: None,
-        shutdown_timeout: Duration::from_secs(5),
+    let mut options = support::daemon::options(&cri.path, api.kubeconfig(dir.path()), "overflow", StatusMode::Full);
+    options.pleg = PlegConfig {
+        relist_period: Duration::from_millis(200),
+        channel_capacity: 10,
+        ..PlegConfig::default()
     };
+    options.triggers = TriggerMode::None;
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let m = metrics.clone();
     let daemon = tokio::spawn(async move {

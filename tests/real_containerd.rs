@@ -173,30 +173,11 @@ async fn pod_network_ip_is_seen_and_kept_after_stop() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oom_killed_container_reports_oomkilled() {
-    use k8s_cri::v1 as cri;
     let Some(cd) = containerd().await else { return };
     let mut run = start_pleg(&cd).await;
     let pod = cd.run_pod("oom", true).await;
     // 32 MiB allowed; dd wants a 256 MiB buffer.
-    let config = cri::ContainerConfig {
-        image: Some(cri::ImageSpec {
-            image: support::containerd::IMAGE.into(),
-            ..Default::default()
-        }),
-        command: vec![
-            "/bin/sh".into(),
-            "-c".into(),
-            "sleep 1; exec dd if=/dev/zero of=/dev/null bs=256M count=1".into(),
-        ],
-        linux: Some(cri::LinuxContainerConfig {
-            resources: Some(cri::LinuxContainerResources {
-                memory_limit_in_bytes: 32 << 20,
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
+    let config = support::containerd::memory_hog();
     let ctr = cd.create_container_from(&pod, "hog", config).await;
     cd.start_container(&ctr).await;
     let seen = collect_until(&mut run.events, &pod.uid, WAIT, |e| has(e, E::ContainerDied, &ctr)).await;

@@ -7,14 +7,9 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use plegd::daemon::{self, DaemonOptions};
+use plegd::daemon::{self};
 use plegd::metrics::Metrics;
-use plegd::pleg::PlegConfig;
-use plegd::runtime::CriOptions;
 use plegd::status::StatusMode;
-use plegd::status::manager::ManagerConfig;
-use plegd::sync_loop::SyncConfig;
-use plegd::triggers::{TriggerMode, TriggerOptions};
 use serde_json::{Value, json};
 use support::apiserver::TestApiserver;
 use support::containerd::{Containerd, TestPod, containerd};
@@ -235,33 +230,11 @@ impl Drop for Daemon {
 }
 
 fn start_daemon(cd: &Containerd, api: &TestApiserver, dir: &std::path::Path, node: &str, mode: StatusMode) -> Daemon {
-    let options = DaemonOptions {
-        cri_socket: cd.socket.clone(),
-        cri: CriOptions::default(),
-        pleg: PlegConfig {
-            relist_period: Duration::from_millis(500),
-            ..PlegConfig::default()
-        },
-        triggers: TriggerMode::Auto,
-        trigger_options: TriggerOptions::default(),
-        kubeconfig: Some(api.kubeconfig(dir)),
-        manager: ManagerConfig {
-            node_name: node.into(),
-            retry_initial: Duration::from_millis(200),
-            retry_max: Duration::from_secs(2),
-            ..ManagerConfig::default()
-        },
-        sync: SyncConfig {
-            mode,
-            runtime_name: String::new(),
-            node_ips: vec!["192.0.2.10".into()],
-            ..SyncConfig::default()
-        },
-        emit_events: true,
-        api_socket: None,
-        metrics_address: None,
-        shutdown_timeout: Duration::from_secs(5),
-    };
+    let mut options = support::daemon::options(&cd.socket, api.kubeconfig(dir), node, mode);
+    options.pleg.relist_period = Duration::from_millis(500);
+    options.manager.retry_initial = Duration::from_millis(200);
+    options.manager.retry_max = Duration::from_secs(2);
+    options.emit_events = true;
     let metrics = Arc::new(Metrics::new());
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let m = metrics.clone();
@@ -592,32 +565,13 @@ async fn server_errors_are_retried_until_the_status_lands() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oom_kill_gives_its_reason_and_event() {
-    use k8s_cri::v1 as cri;
     let Some(cd) = containerd().await else { return };
     let api = TestApiserver::start().await;
     let dir = tempfile::tempdir().unwrap();
     let pod = cd.run_pod("oom", true).await;
     api.create_pod(pod_object(&pod, "node-oom", &["hog"], "Never"));
     let _daemon = start_daemon(&cd, &api, dir.path(), "node-oom", StatusMode::Full);
-    let config = cri::ContainerConfig {
-        image: Some(cri::ImageSpec {
-            image: support::containerd::IMAGE.into(),
-            ..Default::default()
-        }),
-        command: vec![
-            "/bin/sh".into(),
-            "-c".into(),
-            "sleep 1; exec dd if=/dev/zero of=/dev/null bs=256M count=1".into(),
-        ],
-        linux: Some(cri::LinuxContainerConfig {
-            resources: Some(cri::LinuxContainerResources {
-                memory_limit_in_bytes: 32 << 20,
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
+    let config = support::containerd::memory_hog();
     let ctr = cd.create_container_from(&pod, "hog", config).await;
     cd.start_container(&ctr).await;
     let p = wait_status(&api, &pod, "Failed", Duration::from_secs(20), |s| {

@@ -11,20 +11,19 @@
 #[path = "../support/apiserver.rs"]
 mod apiserver;
 #[allow(dead_code)]
+#[path = "../support/daemon.rs"]
+mod daemon_support;
+#[allow(dead_code)]
 #[path = "../support/fake_cri.rs"]
 mod fake_cri;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use plegd::daemon::{self, DaemonOptions};
+use plegd::daemon::{self};
 use plegd::metrics::Metrics;
-use plegd::pleg::PlegConfig;
-use plegd::runtime::CriOptions;
 use plegd::status::StatusMode;
-use plegd::status::manager::ManagerConfig;
-use plegd::sync_loop::SyncConfig;
-use plegd::triggers::{TriggerMode, TriggerOptions};
+use plegd::triggers::TriggerMode;
 use serde_json::json;
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -41,31 +40,8 @@ async fn run(pods: usize, rate: f64, triggers: TriggerMode) -> (f64, usize, Vec<
         api.create_pod(json!({"metadata": {"name": format!("pod-{i}"), "namespace": "default", "uid": uid},
             "spec": {"nodeName": "bench", "restartPolicy": "Always", "containers": [{"name": "c0", "image": "fake.test/busybox:1"}]}}));
     }
-    let options = DaemonOptions {
-        cri_socket: server.path.clone(),
-        cri: CriOptions::default(),
-        pleg: PlegConfig {
-            relist_period: Duration::from_secs(1),
-            ..PlegConfig::default()
-        },
-        triggers,
-        trigger_options: TriggerOptions::default(),
-        kubeconfig: Some(api.kubeconfig(dir.path())),
-        manager: ManagerConfig {
-            node_name: "bench".into(),
-            ..ManagerConfig::default()
-        },
-        sync: SyncConfig {
-            mode: StatusMode::Full,
-            runtime_name: String::new(),
-            node_ips: vec!["192.0.2.10".into()],
-            ..SyncConfig::default()
-        },
-        emit_events: false,
-        api_socket: None,
-        metrics_address: None,
-        shutdown_timeout: Duration::from_secs(5),
-    };
+    let mut options = daemon_support::options(&server.path, api.kubeconfig(dir.path()), "bench", StatusMode::Full);
+    options.triggers = triggers;
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let daemon = tokio::spawn(daemon::run(options, Arc::new(Metrics::new()), async {
         let _ = rx.await;

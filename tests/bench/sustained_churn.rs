@@ -11,20 +11,19 @@
 #[path = "../support/apiserver.rs"]
 mod apiserver;
 #[allow(dead_code)]
+#[path = "../support/daemon.rs"]
+mod daemon_support;
+#[allow(dead_code)]
 #[path = "../support/fake_cri.rs"]
 mod fake_cri;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use plegd::daemon::{self, DaemonOptions};
+use plegd::daemon::{self};
 use plegd::metrics::Metrics;
-use plegd::pleg::PlegConfig;
-use plegd::runtime::CriOptions;
 use plegd::status::StatusMode;
-use plegd::status::manager::ManagerConfig;
-use plegd::sync_loop::SyncConfig;
-use plegd::triggers::{TriggerMode, TriggerOptions};
+use plegd::triggers::TriggerMode;
 use serde_json::json;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -46,29 +45,10 @@ async fn main() {
     let api = apiserver::TestApiserver::start().await;
     let dir = tempfile::tempdir().expect("temp dir");
     let metrics = Arc::new(Metrics::new());
-    let options = DaemonOptions {
-        cri_socket: cri.path.clone(),
-        cri: CriOptions::default(),
-        pleg: PlegConfig::default(),
-        triggers: TriggerMode::Cri,
-        trigger_options: TriggerOptions::default(),
-        kubeconfig: Some(api.kubeconfig(dir.path())),
-        manager: ManagerConfig {
-            node_name: "churn".into(),
-            qps: qps as f64,
-            burst: (qps * 2) as u32,
-            ..ManagerConfig::default()
-        },
-        sync: SyncConfig {
-            mode: StatusMode::Full,
-            runtime_name: String::new(),
-            ..SyncConfig::default()
-        },
-        emit_events: false,
-        api_socket: None,
-        metrics_address: None,
-        shutdown_timeout: Duration::from_secs(5),
-    };
+    let mut options = daemon_support::options(&cri.path, api.kubeconfig(dir.path()), "churn", StatusMode::Full);
+    options.triggers = TriggerMode::Cri;
+    options.manager.qps = qps as f64;
+    options.manager.burst = (qps * 2) as u32;
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let m = metrics.clone();
     let daemon = tokio::spawn(async move {

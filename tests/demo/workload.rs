@@ -51,26 +51,7 @@ async fn main() {
 
     say("pod plegd-test/hog: a container over its 32 MiB memory limit (OOM-killed)");
     let hog = cd.run_pod("hog", true).await;
-    let config = k8s_cri::v1::ContainerConfig {
-        image: Some(k8s_cri::v1::ImageSpec {
-            image: containerd::IMAGE.into(),
-            ..Default::default()
-        }),
-        command: vec![
-            "/bin/sh".into(),
-            "-c".into(),
-            "sleep 1; exec dd if=/dev/zero of=/dev/null bs=256M count=1".into(),
-        ],
-        linux: Some(k8s_cri::v1::LinuxContainerConfig {
-            resources: Some(k8s_cri::v1::LinuxContainerResources {
-                memory_limit_in_bytes: 32 << 20,
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    let id = cd.create_container_from(&hog, "hog", config).await;
+    let id = cd.create_container_from(&hog, "hog", containerd::memory_hog()).await;
     cd.start_container(&id).await;
     pause(2500).await;
 

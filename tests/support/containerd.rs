@@ -397,3 +397,27 @@ impl Drop for PrivateContainerd {
             .output();
     }
 }
+
+/// A container allowed 32 MiB that asks for a 256 MiB buffer: the kernel OOM-kills it (137,
+/// reason OOMKilled) about a second after it starts.
+pub fn memory_hog() -> cri::ContainerConfig {
+    cri::ContainerConfig {
+        image: Some(cri::ImageSpec {
+            image: IMAGE.into(),
+            ..Default::default()
+        }),
+        command: vec![
+            "/bin/sh".into(),
+            "-c".into(),
+            "sleep 1; exec dd if=/dev/zero of=/dev/null bs=256M count=1".into(),
+        ],
+        linux: Some(cri::LinuxContainerConfig {
+            resources: Some(cri::LinuxContainerResources {
+                memory_limit_in_bytes: 32 << 20,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}

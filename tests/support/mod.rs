@@ -3,4 +3,5 @@
 
 pub mod apiserver;
 pub mod containerd;
+pub mod daemon;
 pub mod fake_cri;
