@@ -17,6 +17,9 @@ if [ "$(id -u)" = 0 ] && [ "$(uname -s)" = Linux ]; then
   # Offline validation of deploy/ against the Kubernetes schemas.
   if ! command -v kubernetes-validate >/dev/null; then
     python3 -m pip install -q --disable-pip-version-check kubernetes-validate
+    # Wherever this Python puts scripts (pyenv shims may not be refreshed by `python3 -m pip`).
+    PATH="$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))'):$PATH"
+    export PATH
     hash -r
   fi
 else
