@@ -56,10 +56,6 @@ impl ExponentialBackoff {
     pub fn reset(&mut self) {
         self.next = self.initial;
     }
-
-    pub fn max(&self) -> Duration {
-        self.max
-    }
 }
 
 #[cfg(test)]

@@ -103,15 +103,6 @@ impl PodCache {
         self.lock().pods.contains_key(id)
     }
 
-    /// Number of pods with an entry.
-    pub fn len(&self) -> usize {
-        self.lock().pods.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// The global timestamp: every entry is at least as fresh as this. None before the first relist.
     pub fn timestamp(&self) -> Option<SystemTime> {
         self.lock().timestamp

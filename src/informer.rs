@@ -43,12 +43,6 @@ impl Informer {
     pub fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Acquire)
     }
-
-    /// Wait for the first complete list.
-    pub async fn wait_until_ready(&self) {
-        // The writer lives as long as the informer task; if that ends, nothing more will come.
-        let _ = self.store.wait_until_ready().await;
-    }
 }
 
 fn change_of(pod: &Pod) -> Option<PodChange> {

@@ -347,10 +347,6 @@ impl Metrics {
         &self.names
     }
 
-    pub fn registry(&self) -> &Registry {
-        &self.registry
-    }
-
     /// The registry in the Prometheus text format.
     pub fn encode(&self) -> String {
         let mut out = String::new();

@@ -307,11 +307,6 @@ impl StatusManager {
             .count()
     }
 
-    /// Pods the manager holds state for.
-    pub fn tracked(&self) -> usize {
-        self.lock().pods.len()
-    }
-
     fn take_work(&self) -> Option<Work> {
         let mut inner = self.lock();
         while let Some(uid) = inner.queue.pop_front() {
