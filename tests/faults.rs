@@ -12,7 +12,6 @@ use plegd::metrics::Metrics;
 use plegd::pleg::PlegConfig;
 use plegd::status::StatusMode;
 use plegd::triggers::TriggerMode;
-use serde_json::json;
 use support::apiserver::TestApiserver;
 use support::fake_cri::FakeServer;
 
@@ -20,13 +19,7 @@ fn bind_pods(cri: &FakeServer, api: &TestApiserver, node: &str, pods: usize, con
     for i in 0..pods {
         let uid = format!("{node}-{i:03}");
         cri.fake.add_running_pod(&uid, &format!("pod-{i}"), containers);
-        let specs: Vec<_> = (0..containers)
-            .map(|c| json!({"name": format!("c{c}"), "image": "fake.test/busybox:1"}))
-            .collect();
-        api.create_pod(
-            json!({"metadata": {"name": format!("pod-{i}"), "namespace": "default", "uid": uid},
-            "spec": {"nodeName": node, "restartPolicy": "Never", "containers": specs}}),
-        );
+        api.create_bound_pod(&format!("pod-{i}"), &uid, node, containers, "Never");
     }
 }
 

@@ -9,6 +9,8 @@
 #[allow(dead_code)]
 #[path = "../support/apiserver.rs"]
 mod apiserver;
+#[path = "args.rs"]
+mod args;
 #[allow(dead_code)]
 #[path = "../support/fake_cri.rs"]
 mod fake_cri;
@@ -16,7 +18,7 @@ mod fake_cri;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::json;
+use args::arg;
 
 fn clock_ticks() -> f64 {
     let out = Command::new("getconf").arg("CLK_TCK").output().expect("getconf");
@@ -50,9 +52,7 @@ async fn measure(pods: usize, seconds: u64) -> (f64, f64, f64) {
     for i in 0..pods {
         let uid = format!("idle-{i:04}");
         server.fake.add_running_pod(&uid, &format!("pod-{i}"), 5);
-        api.create_pod(json!({"metadata": {"name": format!("pod-{i}"), "namespace": "default", "uid": uid},
-            "spec": {"nodeName": "idle", "restartPolicy": "Always",
-                     "containers": (0..5).map(|c| json!({"name": format!("c{c}"), "image": "fake.test/busybox:1"})).collect::<Vec<_>>()}}));
+        api.create_bound_pod(&format!("pod-{i}"), &uid, "idle", 5, "Always");
     }
     let mut child = Command::new(env!("CARGO_BIN_EXE_plegd"))
         .args([
@@ -102,16 +102,9 @@ async fn measure(pods: usize, seconds: u64) -> (f64, f64, f64) {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let argv: Vec<String> = std::env::args().collect();
-    let arg = |name: &str| {
-        argv.iter()
-            .position(|a| a == name)
-            .and_then(|i| argv.get(i + 1))
-            .and_then(|v| v.parse::<u64>().ok())
-    };
     let seconds = arg("--seconds").unwrap_or(30);
-    let sizes: Vec<usize> = match arg("--pods") {
-        Some(n) => vec![n as usize],
+    let sizes: Vec<usize> = match arg::<usize>("--pods") {
+        Some(n) => vec![n],
         None => vec![110, 250, 1000],
     };
     println!("\n### Idle cost of `plegd run` (full mode, relist 1 s, no triggers), {seconds} s per size\n");

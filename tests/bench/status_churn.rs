@@ -10,6 +10,8 @@
 #[allow(dead_code)]
 #[path = "../support/apiserver.rs"]
 mod apiserver;
+#[path = "args.rs"]
+mod args;
 #[allow(dead_code)]
 #[path = "../support/daemon.rs"]
 mod daemon_support;
@@ -20,11 +22,11 @@ mod fake_cri;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use args::arg;
 use plegd::daemon::{self};
 use plegd::metrics::Metrics;
 use plegd::status::StatusMode;
 use plegd::triggers::TriggerMode;
-use serde_json::json;
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
@@ -37,8 +39,7 @@ async fn run(pods: usize, rate: f64, triggers: TriggerMode) -> (f64, usize, Vec<
     for i in 0..pods {
         let uid = format!("bench-{i:04}");
         server.fake.add_running_pod(&uid, &format!("pod-{i}"), 1);
-        api.create_pod(json!({"metadata": {"name": format!("pod-{i}"), "namespace": "default", "uid": uid},
-            "spec": {"nodeName": "bench", "restartPolicy": "Always", "containers": [{"name": "c0", "image": "fake.test/busybox:1"}]}}));
+        api.create_bound_pod(&format!("pod-{i}"), &uid, "bench", 1, "Always");
     }
     let mut options = daemon_support::options(&server.path, api.kubeconfig(dir.path()), "bench", StatusMode::Full);
     options.triggers = triggers;
@@ -107,13 +108,6 @@ async fn run(pods: usize, rate: f64, triggers: TriggerMode) -> (f64, usize, Vec<
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let argv: Vec<String> = std::env::args().collect();
-    let arg = |name: &str| {
-        argv.iter()
-            .position(|a| a == name)
-            .and_then(|i| argv.get(i + 1))
-            .and_then(|v| v.parse::<f64>().ok())
-    };
     let pods = arg("--pods").unwrap_or(200.0) as usize;
     let rate = arg("--rate").unwrap_or(20.0);
     println!("\n### {pods} pods, one container exit per pod at {rate}/s, full mode (fake CRI + test apiserver)\n");

@@ -10,6 +10,8 @@
 #[allow(dead_code)]
 #[path = "../support/apiserver.rs"]
 mod apiserver;
+#[path = "args.rs"]
+mod args;
 #[allow(dead_code)]
 #[path = "../support/daemon.rs"]
 mod daemon_support;
@@ -20,21 +22,14 @@ mod fake_cri;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use args::arg;
 use plegd::daemon::{self};
 use plegd::metrics::Metrics;
 use plegd::status::StatusMode;
 use plegd::triggers::TriggerMode;
-use serde_json::json;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let argv: Vec<String> = std::env::args().collect();
-    let arg = |name: &str| {
-        argv.iter()
-            .position(|a| a == name)
-            .and_then(|i| argv.get(i + 1))
-            .and_then(|v| v.parse::<u64>().ok())
-    };
     let rate = arg("--rate").unwrap_or(100);
     let seconds = arg("--seconds").unwrap_or(60);
     let lag = 50; // a pod's container exits 50 starts after it started (half a second at 100/s)
@@ -67,8 +62,7 @@ async fn main() {
         if i < total {
             let uid = format!("churn-{i:05}");
             // The apiserver learns of the pod as the runtime starts it, as with a kubelet.
-            api.create_pod(json!({"metadata": {"name": format!("pod-{i}"), "namespace": "default", "uid": uid},
-                "spec": {"nodeName": "churn", "restartPolicy": "Never", "containers": [{"name": "c0", "image": "fake.test/busybox:1"}]}}));
+            api.create_bound_pod(&format!("pod-{i}"), &uid, "churn", 1, "Never");
             cri.fake.add_running_pod(&uid, &format!("pod-{i}"), 1);
             cri.fake.emit_event(&format!("ctr-{uid}-0"), Some(&uid));
         }

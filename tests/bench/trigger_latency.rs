@@ -9,6 +9,8 @@
 //!     cargo bench --bench trigger_latency -- --containerd 1.7     # adds (b2): CRI GetContainerEvents
 //!     cargo bench --bench trigger_latency -- --exits 60
 
+#[path = "args.rs"]
+mod args;
 #[allow(dead_code)]
 #[path = "../support/containerd.rs"]
 mod containerd;
@@ -17,6 +19,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use args::arg;
 use containerd_client::services::v1::SubscribeRequest;
 use containerd_client::services::v1::events_client::EventsClient;
 use plegd::cache::PodCache;
@@ -128,14 +131,8 @@ fn stats(name: &str, mut ms: Vec<f64>) -> (f64, f64) {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let argv: Vec<String> = std::env::args().collect();
-    let arg = |name: &str| {
-        argv.iter()
-            .position(|a| a == name)
-            .and_then(|i| argv.get(i + 1))
-            .cloned()
-    };
-    let exits: usize = arg("--exits").and_then(|v| v.parse().ok()).unwrap_or(40);
-    let version = arg("--containerd").unwrap_or_else(|| "1.6".into());
+    let exits: usize = arg("--exits").unwrap_or(40);
+    let version: String = arg("--containerd").unwrap_or_else(|| "1.6".into());
     // 1.6: the shared test instance; 1.7: an instance of the bench's own.
     let private = if version == "1.7" {
         containerd::PrivateContainerd::start("lat17", "1.7", 237).await

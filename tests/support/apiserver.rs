@@ -202,6 +202,22 @@ impl TestApiserver {
         pod
     }
 
+    /// A pod `name` in namespace `default` with containers c0…c(n-1), bound to `node`.
+    pub fn create_bound_pod(
+        &self,
+        name: &str,
+        uid: &str,
+        node: &str,
+        containers: usize,
+        restart_policy: &str,
+    ) -> Value {
+        let specs: Vec<Value> = (0..containers)
+            .map(|c| json!({"name": format!("c{c}"), "image": "fake.test/busybox:1"}))
+            .collect();
+        self.create_pod(json!({"metadata": {"name": name, "namespace": "default", "uid": uid},
+            "spec": {"nodeName": node, "restartPolicy": restart_policy, "containers": specs}}))
+    }
+
     pub fn pod(&self, namespace: &str, name: &str) -> Option<Value> {
         lock(&self.inner.data)
             .pods
