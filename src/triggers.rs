@@ -163,16 +163,14 @@ pub struct Pending {
 }
 
 impl Pending {
+    /// A full relist does not replace the pod and container targets: their re-check schedules
+    /// still catch a runtime whose CRI state lags its own events.
     pub fn add(&mut self, trigger: Trigger) {
-        if self.all || !self.seen.insert(trigger.clone()) {
+        if !self.seen.insert(trigger.clone()) {
             return;
         }
         match trigger {
-            Trigger::All => {
-                self.all = true;
-                self.pods.clear();
-                self.containers.clear();
-            }
+            Trigger::All => self.all = true,
             Trigger::Pod(uid) => self.pods.push(uid),
             Trigger::Container(id) => self.containers.push(id),
         }
@@ -430,6 +428,8 @@ async fn containerd_subscription(
     metrics.count_trigger_connect(Source::Containerd.as_str());
     *connected = true;
     info!(source = "containerd", "trigger stream connected");
+    // Whatever happened before the subscription was in place is found by one full relist.
+    sender.send(Trigger::All);
     loop {
         match stream.message().await {
             Ok(Some(envelope)) => {
@@ -468,6 +468,8 @@ async fn cri_subscription(
     metrics.count_trigger_connect(Source::Cri.as_str());
     *connected = true;
     info!(source = "cri", "trigger stream connected");
+    // Whatever happened before the subscription was in place is found by one full relist.
+    sender.send(Trigger::All);
     loop {
         match stream.message().await {
             Ok(Some(event)) => {
@@ -484,8 +486,8 @@ async fn cri_subscription(
 }
 
 /// Run one trigger source forever: subscribe, forward triggers, and after any failure wait (with
-/// capped exponential backoff) and subscribe again. After a reconnection it asks for a full relist,
-/// since events may have been missed meanwhile. It returns only when the runtime does not implement
+/// capped exponential backoff) and subscribe again. Each connection (the first too) asks for one
+/// full relist, since events may have been missed before the subscription was in place. It returns only when the runtime does not implement
 /// the stream and `mode` is `Auto`.
 pub async fn run_source(
     source: Source,
@@ -501,7 +503,6 @@ pub async fn run_source(
             "using CRI GetContainerEvents: on containerd each event goes to only one subscriber, so a kubelet using Evented PLEG on this runtime will miss the events plegd receives (prefer --triggers containerd there)"
         );
     }
-    let mut ever_connected = false;
     loop {
         let mut connected = false;
         let channel = runtime.stream_channel();
@@ -511,7 +512,6 @@ pub async fn run_source(
         };
         if connected {
             backoff.reset();
-            ever_connected = true;
         }
         let wait = backoff.next_wait();
         match end {
@@ -534,10 +534,6 @@ pub async fn run_source(
                 metrics.count_trigger_error(source.as_str());
                 warn!(source = source.as_str(), retry_in = ?wait, "trigger stream closed by the runtime; reconnecting");
             }
-        }
-        if ever_connected {
-            // Whatever happened while disconnected is found by one full relist.
-            sender.send(Trigger::All);
         }
         tokio::time::sleep(wait).await;
     }
@@ -636,9 +632,11 @@ mod tests {
         assert_eq!(p.pods, ["b", "a"]);
         assert_eq!(p.containers, ["c1"]);
         p.add(Trigger::All);
-        assert!(p.all && p.pods.is_empty() && p.containers.is_empty());
+        p.add(Trigger::All);
         p.add(Trigger::Pod("z".into()));
-        assert!(p.pods.is_empty(), "everything is already covered");
+        assert!(p.all);
+        assert_eq!(p.pods, ["b", "a", "z"], "targets keep their re-check schedules");
+        assert_eq!(p.containers, ["c1"]);
         assert!(!p.is_empty());
         assert!(Pending::default().is_empty());
     }

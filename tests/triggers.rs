@@ -1,6 +1,6 @@
 //! Runtime triggers: events that ask for a relist of one pod between periodic relists.
 //! Fake CRI server for failures and coalescing; real containerd 1.6 (containerd events) and 1.7
-//! (CRI GetContainerEvents) for latency and for a containerd that is killed and comes back.
+//! (CRI GetContainerEvents) for delivery by trigger alone and for a containerd that is killed and comes back.
 
 mod support;
 
@@ -146,21 +146,47 @@ async fn failing_stream_never_disables_triggers() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_before_the_stream_connects_is_found_at_once() {
+    let server = FakeServer::start().await;
+    server.fake.add_running_pod("u1", "web", 1);
+    server
+        .fake
+        .fail("GetContainerEvents", tonic::Status::unavailable("not yet"));
+    let mut p = start(&server.path, TriggerMode::Cri, Duration::from_secs(3600)).await;
+    while p.events.try_recv().is_ok() {}
+    wait_for("a failed subscription", Duration::from_secs(5), || {
+        counter(&p.metrics, "plegd_trigger_stream_errors_total{source=\"cri\"}") >= 1
+    })
+    .await;
+    // The container dies while no stream is there to tell: no event will ever name it.
+    server.fake.exit_container("ctr-u1-0", 4);
+    server.fake.heal("GetContainerEvents");
+    let seen = collect_until(&mut p.events, "u1", Duration::from_secs(5), |e| {
+        has(e, E::ContainerDied, "ctr-u1-0")
+    })
+    .await;
+    assert_eq!(seen.last().and_then(|e| e.exit_code), Some(4), "{seen:#?}");
+    assert_eq!(counter(&p.metrics, "plegd_trigger_relists_total{kind=\"all\"}"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_for_one_pod_is_one_relist() {
     let server = FakeServer::start().await;
     server.fake.add_running_pod("u1", "web", 1);
     let mut p = start(&server.path, TriggerMode::Cri, Duration::from_secs(3600)).await;
     while p.events.try_recv().is_ok() {}
-    wait_for("a connected stream", Duration::from_secs(5), || {
+    // The first relist, then the full relist the connection asks for.
+    wait_for("a connected stream and its full relist", Duration::from_secs(5), || {
         counter(&p.metrics, "plegd_trigger_stream_connects_total{source=\"cri\"}") >= 1
+            && server.fake.calls("ListContainers") >= 2
     })
     .await;
 
     // The first trigger starts a relist of u1 that the runtime makes slow; 50 more arrive meanwhile.
     server.fake.delay("ListContainers", Duration::from_millis(300));
     server.fake.emit_event("ctr-u1-0", Some("u1"));
-    wait_for("the first relist to start", Duration::from_secs(5), || {
-        server.fake.calls("ListContainers") >= 2
+    wait_for("the first pod relist to start", Duration::from_secs(5), || {
+        server.fake.calls("ListContainers") >= 3
     })
     .await;
     for _ in 0..50 {
@@ -183,10 +209,12 @@ async fn a_burst_for_one_pod_is_one_relist() {
 async fn an_unknown_container_triggers_a_full_relist() {
     let server = FakeServer::start().await;
     let mut p = start(&server.path, TriggerMode::Cri, Duration::from_secs(3600)).await;
-    wait_for("a connected stream", Duration::from_secs(5), || {
+    wait_for("a connected stream and its full relist", Duration::from_secs(5), || {
         counter(&p.metrics, "plegd_trigger_stream_connects_total{source=\"cri\"}") >= 1
+            && server.fake.calls("ListContainers") >= 2
     })
     .await;
+    assert_eq!(counter(&p.metrics, "plegd_trigger_relists_total{kind=\"all\"}"), 1);
     server.fake.add_running_pod("u7", "new", 1);
     server.fake.emit_event("ctr-u7-0", None);
     let seen = collect_until(&mut p.events, "u7", Duration::from_secs(5), |e| {
@@ -194,7 +222,7 @@ async fn an_unknown_container_triggers_a_full_relist() {
     })
     .await;
     assert!(has(&seen, E::ContainerStarted, "ctr-u7-0"));
-    assert_eq!(counter(&p.metrics, "plegd_trigger_relists_total{kind=\"all\"}"), 1);
+    assert_eq!(counter(&p.metrics, "plegd_trigger_relists_total{kind=\"all\"}"), 2);
 }
 
 /// Wall-clock time from `since` to the arrival of the event of `kind` for `id`.
@@ -225,55 +253,54 @@ async fn container_times(cd: &Containerd, id: &str) -> (SystemTime, SystemTime) 
     (t(status.started_at), t(status.finished_at))
 }
 
-/// Start, exit and removal each reach plegd within a second although it relists every 30 s.
-async fn events_within_a_second(cd: &Containerd, mode: TriggerMode) {
-    let mut p = start(&cd.socket, mode, Duration::from_secs(30)).await;
+/// Start, exit and removal each reach plegd by a trigger: the relist period is an hour, so nothing
+/// else can deliver them. The lags are printed (the figures themselves come from
+/// `cargo bench --bench trigger_latency`, not from a timed assertion).
+async fn events_arrive_by_trigger(cd: &Containerd, mode: TriggerMode) {
+    let source = if mode == TriggerMode::Cri { "cri" } else { "containerd" };
+    let mut p = start(&cd.socket, mode, Duration::from_secs(3600)).await;
+    // The sandbox's own events connect the stream (neither stream answers before its first event).
     let pod = cd.run_pod("trig", true).await;
+    wait_for("a connected stream", Duration::from_secs(20), || {
+        counter(
+            &p.metrics,
+            &format!("plegd_trigger_stream_connects_total{{source=\"{source}\"}}"),
+        ) >= 1
+    })
+    .await;
     let ctr = cd.run_container(&pod, "app", "sleep 2; exit 7").await;
 
     let (_, seen_at) = latency(&mut p, &pod.uid, E::ContainerStarted, &ctr).await;
     let (started_at, _) = container_times(cd, &ctr).await;
-    let lag = seen_at.duration_since(started_at).unwrap_or_default();
-    assert!(lag < Duration::from_secs(1), "ContainerStarted {lag:?} after the start");
+    let started_lag = seen_at.duration_since(started_at).unwrap_or_default();
 
     let (died, seen_at) = latency(&mut p, &pod.uid, E::ContainerDied, &ctr).await;
     let (_, finished_at) = container_times(cd, &ctr).await;
     assert_eq!(died.exit_code, Some(7));
-    let lag = seen_at.duration_since(finished_at).unwrap_or_default();
-    assert!(lag < Duration::from_secs(1), "ContainerDied {lag:?} after the exit");
+    let died_lag = seen_at.duration_since(finished_at).unwrap_or_default();
 
     let removed_at = SystemTime::now();
     cd.remove_container(&ctr).await;
     let (_, seen_at) = latency(&mut p, &pod.uid, E::ContainerRemoved, &ctr).await;
-    let lag = seen_at.duration_since(removed_at).unwrap_or_default();
-    assert!(
-        lag < Duration::from_secs(1),
-        "ContainerRemoved {lag:?} after the removal"
-    );
+    let removed_lag = seen_at.duration_since(removed_at).unwrap_or_default();
+    eprintln!("{source}: started +{started_lag:?}, died +{died_lag:?}, removed +{removed_lag:?}");
     cd.cleanup(&pod).await;
-    let source = if mode == TriggerMode::Cri { "cri" } else { "containerd" };
-    assert!(
-        counter(
-            &p.metrics,
-            &format!("plegd_trigger_stream_connects_total{{source=\"{source}\"}}")
-        ) >= 1
-    );
     assert!(counter(&p.metrics, "plegd_trigger_relists_total{kind=\"pod\"}") >= 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn containerd_1_6_events_within_a_second() {
+async fn containerd_1_6_events_arrive_by_trigger() {
     let Some(cd) = containerd().await else { return };
     // auto picks containerd's events service on containerd.
-    events_within_a_second(&cd, TriggerMode::Auto).await;
+    events_arrive_by_trigger(&cd, TriggerMode::Auto).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn containerd_1_7_cri_events_within_a_second() {
+async fn containerd_1_7_cri_events_arrive_by_trigger() {
     let Some(instance) = PrivateContainerd::start("c17", "1.7", 235).await else {
         return;
     };
-    events_within_a_second(&instance.handle, TriggerMode::Cri).await;
+    events_arrive_by_trigger(&instance.handle, TriggerMode::Cri).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
