@@ -74,13 +74,14 @@ async fn filters_and_a_slow_consumer() {
         ("ContainerDied", "prod", "c2", Some(1))
     );
 
-    // Flood: publishing never waits on the subscriber that is not reading.
+    // Flood: publishing never waits on the subscriber that is not reading (a publish that waited
+    // would never return; the bound is a liveness bound, far above the milliseconds this takes).
     let started = Instant::now();
     for n in 0..20_000 {
         hub.publish(event(E::ContainerStarted, "prod", "web", n));
     }
     assert!(
-        started.elapsed() < Duration::from_secs(2),
+        started.elapsed() < Duration::from_secs(30),
         "publishing 20k events took {:?}",
         started.elapsed()
     );
