@@ -36,3 +36,6 @@ if cargo nextest --version >/dev/null 2>&1; then
 else
   cargo test --workspace --no-fail-fast
 fi
+
+# Fuzz targets (CRI answer decoding and conversion, status patches), 60 s each.
+bash tests/fuzz/run.sh 60

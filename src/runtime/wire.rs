@@ -10,7 +10,7 @@
 
 use bytes::{Buf, Bytes};
 use prost::Message;
-use prost::encoding::{WireType, decode_key, decode_varint};
+use prost::encoding::{DecodeContext, WireType, decode_key, decode_varint, skip_field};
 use tonic::Status;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 
@@ -132,8 +132,11 @@ fn fields(mut buf: &[u8]) -> impl Iterator<Item = Result<(u32, Value<'_>), Malfo
                     buf.advance(n);
                     Value::Other
                 }
+                // CRI has no groups, but a field this version does not know may be one: skipped
+                // as prost skips it (an end without a start is malformed).
                 WireType::StartGroup | WireType::EndGroup => {
-                    return Err(Malformed("groups are not used by CRI".into()));
+                    skip_field(wire, tag, &mut buf, DecodeContext::default()).map_err(|e| Malformed(e.to_string()))?;
+                    Value::Other
                 }
             };
             Ok((tag, value))
@@ -414,5 +417,22 @@ mod tests {
             "a length past the end"
         );
         assert!(containers(&[], &mut bad).unwrap().is_empty());
+    }
+
+    #[test]
+    fn unknown_groups_are_skipped_as_prost_skips_them() {
+        let mut bad = Vec::new();
+        let mut answer = encode(&cri::ListContainersResponse {
+            containers: vec![kubelet_container("c1")],
+        });
+        // Field 6 as an empty group (start 0x33, end 0x34), found by fuzzing: prost accepts it.
+        answer.extend_from_slice(&[0x33, 0x34]);
+        assert!(cri::ListContainersResponse::decode(answer.as_slice()).is_ok());
+        assert_eq!(containers(&answer, &mut bad).unwrap().len(), 1);
+        // An end without a start, or a start without an end, is malformed for both.
+        for junk in [&[0x34][..], &[0x33][..]] {
+            assert!(cri::ListContainersResponse::decode(junk).is_err());
+            assert!(containers(junk, &mut bad).is_err());
+        }
     }
 }
