@@ -14,7 +14,8 @@ use std::time::SystemTime;
 
 use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
-    ContainerStatus as ApiContainerStatus, HostIP, Pod, PodCondition, PodIP, PodStatus as ApiPodStatus,
+    ContainerStatus as ApiContainerStatus, EphemeralContainer, HostIP, Pod, PodCondition, PodIP, PodSpec,
+    PodStatus as ApiPodStatus, Probe,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -688,12 +689,65 @@ pub fn set_transition_time(c: &mut PodCondition, old: &[PodCondition], now: Syst
     };
 }
 
+/// Drop from a pod spec all that status generation never reads (volumes, env, commands, affinity,
+/// tolerations, resources, …), for the informer, which keeps every pod of the node: most of a spec is
+/// weight. Kept: nodeName, hostNetwork, restartPolicy, readinessGates and, per container, its name,
+/// image, restartPolicy and whether it declares a readiness or startup probe.
+pub fn slim_spec(spec: &mut PodSpec) {
+    fn slim(c: &mut Container) {
+        *c = Container {
+            name: std::mem::take(&mut c.name),
+            image: c.image.take(),
+            restart_policy: c.restart_policy.take(),
+            readiness_probe: c.readiness_probe.as_ref().map(|_| Probe::default()),
+            startup_probe: c.startup_probe.as_ref().map(|_| Probe::default()),
+            ..Container::default()
+        };
+    }
+    let mut containers = std::mem::take(&mut spec.containers);
+    containers.iter_mut().for_each(slim);
+    let mut init_containers = spec.init_containers.take();
+    init_containers.iter_mut().flatten().for_each(slim);
+    let ephemeral_containers = spec.ephemeral_containers.take().map(|list| {
+        list.into_iter()
+            .map(|e| EphemeralContainer {
+                name: e.name,
+                image: e.image,
+                ..EphemeralContainer::default()
+            })
+            .collect()
+    });
+    *spec = PodSpec {
+        node_name: spec.node_name.take(),
+        host_network: spec.host_network,
+        restart_policy: spec.restart_policy.take(),
+        readiness_gates: spec.readiness_gates.take(),
+        containers,
+        init_containers,
+        ephemeral_containers,
+        ..PodSpec::default()
+    };
+}
+
 /// The kubelet-equivalent status of a pod (`generateAPIPodStatus` followed by the status
 /// manager's normalisation). Terminal phases never change back.
 pub fn generate(input: &StatusInput<'_>) -> ApiPodStatus {
     let pod = input.pod;
-    let old = pod.status.clone().unwrap_or_default();
-    let spec = pod.spec.clone().unwrap_or_default();
+    let (no_status, no_spec);
+    let old = match &pod.status {
+        Some(status) => status,
+        None => {
+            no_status = ApiPodStatus::default();
+            &no_status
+        }
+    };
+    let spec = match &pod.spec {
+        Some(spec) => spec,
+        None => {
+            no_spec = PodSpec::default();
+            &no_spec
+        }
+    };
     let init = spec.init_containers.as_deref().unwrap_or_default();
     let has_init = !init.is_empty();
     let ephemeral: Vec<Container> = spec
@@ -767,7 +821,7 @@ pub fn generate(input: &StatusInput<'_>) -> ApiPodStatus {
         status.reason = old.reason.clone();
         status.message = old.message.clone();
     }
-    status.conditions = Some(conditions(pod, &old, input.runtime, &all, phase, input.now));
+    status.conditions = Some(conditions(pod, old, input.runtime, &all, phase, input.now));
 
     let mut pod_ips = sort_pod_ips(&input.runtime.ips, input.node_ips);
     if spec.host_network.unwrap_or(false) && pod_ips.is_empty() {
@@ -1167,6 +1221,77 @@ mod tests {
             node_ips: &["192.0.2.10".to_owned()],
             now,
         })
+    }
+
+    #[test]
+    fn a_slim_spec_gives_the_same_status_as_the_whole_one() {
+        use k8s_openapi::api::core::v1::{EnvVar, ResourceRequirements, Volume, VolumeMount};
+        let heavy = |c: Container| Container {
+            command: Some(vec!["sh".into(), "-c".into(), "sleep 1000".into()]),
+            env: Some(vec![EnvVar {
+                name: "A".into(),
+                value: Some("x".repeat(1000)),
+                ..EnvVar::default()
+            }]),
+            volume_mounts: Some(vec![VolumeMount {
+                name: "data".into(),
+                mount_path: "/data".into(),
+                ..VolumeMount::default()
+            }]),
+            resources: Some(ResourceRequirements::default()),
+            ..c
+        };
+        let mut pod = pod_with(
+            &["app", "probed"],
+            vec![heavy(sidecar("side")), heavy(spec_container("init"))],
+            "OnFailure",
+        );
+        let spec = pod.spec.as_mut().unwrap();
+        spec.containers = spec.containers.drain(..).map(heavy).collect();
+        spec.containers[1].readiness_probe = Some(Probe {
+            period_seconds: Some(3),
+            ..Probe::default()
+        });
+        spec.containers[1].startup_probe = Some(Probe::default());
+        spec.ephemeral_containers = Some(vec![EphemeralContainer {
+            name: "debug".into(),
+            image: Some("busybox".into()),
+            command: Some(vec!["sh".into()]),
+            ..EphemeralContainer::default()
+        }]);
+        spec.volumes = Some(vec![Volume {
+            name: "data".into(),
+            ..Volume::default()
+        }]);
+        spec.node_name = Some("node-1".into());
+        spec.host_network = Some(true);
+        spec.readiness_gates = Some(vec![PodReadinessGate {
+            condition_type: "example.com/gate".into(),
+        }]);
+        let runtime = PodStatus {
+            id: "u1".into(),
+            container_statuses: vec![
+                runtime_status("init", "c0", RuntimeState::Exited, 1),
+                runtime_status("side", "c1", RuntimeState::Running, 2),
+                runtime_status("app", "c2", RuntimeState::Running, 10),
+                runtime_status("probed", "c3", RuntimeState::Running, 10),
+                runtime_status("debug", "c4", RuntimeState::Exited, 12),
+            ],
+            sandbox_statuses: vec![ready_sandbox("10.1.0.5")],
+            ..PodStatus::default()
+        };
+        let mut slim = pod.clone();
+        slim_spec(slim.spec.as_mut().unwrap());
+        let slim_spec_value = slim.spec.as_ref().unwrap();
+        assert!(slim_spec_value.volumes.is_none() && slim_spec_value.containers[0].env.is_none());
+        assert_eq!(slim_spec_value.node_name.as_deref(), Some("node-1"));
+        for now in [at(100), at(200)] {
+            assert_eq!(status_of(&slim, &runtime, now), status_of(&pod, &runtime, now));
+        }
+        // And with a status already written (probe results kept, start time kept).
+        pod.status = Some(status_of(&pod, &runtime, at(100)));
+        slim.status = pod.status.clone();
+        assert_eq!(status_of(&slim, &runtime, at(300)), status_of(&pod, &runtime, at(300)));
     }
 
     #[test]

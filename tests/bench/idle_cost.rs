@@ -5,6 +5,7 @@
 //!
 //!     cargo bench --bench idle_cost
 //!     cargo bench --bench idle_cost -- --pods 250 --seconds 60
+//!     PLEGD_BENCH_WRAP=heaptrack cargo bench --bench idle_cost -- --pods 1000   # a heap profile
 
 #[allow(dead_code)]
 #[path = "../support/apiserver.rs"]
@@ -54,7 +55,17 @@ async fn measure(pods: usize, seconds: u64) -> (f64, f64, f64) {
         server.fake.add_running_pod(&uid, &format!("pod-{i}"), 5);
         api.create_bound_pod(&format!("pod-{i}"), &uid, "idle", 5, "Always");
     }
-    let mut child = Command::new(env!("CARGO_BIN_EXE_plegd"))
+    // PLEGD_BENCH_WRAP runs plegd under a profiler, e.g. `PLEGD_BENCH_WRAP=heaptrack`.
+    let wrap = std::env::var("PLEGD_BENCH_WRAP").ok().filter(|w| !w.is_empty());
+    let mut command = match &wrap {
+        Some(wrapper) => {
+            let mut c = Command::new(wrapper);
+            c.arg(env!("CARGO_BIN_EXE_plegd"));
+            c
+        }
+        None => Command::new(env!("CARGO_BIN_EXE_plegd")),
+    };
+    let mut child = command
         .args([
             "run",
             "--node-name",
