@@ -11,6 +11,7 @@ use std::future::Future;
 use std::io;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -203,6 +204,9 @@ pub struct CriRuntime {
     backoff: ExponentialBackoff,
     metrics: Arc<Metrics>,
     bad_data_seen: Arc<Mutex<HashSet<(&'static str, String)>>>,
+    /// Sizes of the last unfiltered ListPodSandbox and ListContainers answers: the next ones are
+    /// received into buffers of about that size.
+    last_answer: Arc<[AtomicUsize; 2]>,
 }
 
 /// How many distinct bad items are remembered for log de-duplication before the memory is reset.
@@ -229,6 +233,7 @@ impl CriRuntime {
             backoff,
             metrics,
             bad_data_seen: Default::default(),
+            last_answer: Default::default(),
         })
     }
 
@@ -326,7 +331,12 @@ impl CriRuntime {
         operation: &'static str,
         path: &'static str,
         request: Req,
+        last_answer: Option<&AtomicUsize>,
     ) -> Result<bytes::Bytes, RuntimeError> {
+        let codec = match last_answer {
+            Some(size) => wire::RawCodec::with_buffer(wire::buffer_for(size.load(Ordering::Relaxed), MAX_MESSAGE_SIZE)),
+            None => wire::RawCodec::default(),
+        };
         let mut grpc = tonic::client::Grpc::new(self.channel.clone()).max_decoding_message_size(MAX_MESSAGE_SIZE);
         grpc.ready()
             .await
@@ -334,10 +344,16 @@ impl CriRuntime {
         grpc.unary(
             tonic::Request::new(request),
             http::uri::PathAndQuery::from_static(path),
-            wire::RawCodec::<Req>::default(),
+            codec,
         )
         .await
         .map(tonic::Response::into_inner)
+        .map(|answer| {
+            if let Some(size) = last_answer {
+                size.store(answer.len(), Ordering::Relaxed);
+            }
+            answer
+        })
         .map_err(|s| self.call_failed(operation, s))
     }
 
@@ -348,18 +364,25 @@ impl CriRuntime {
         container_filter: Option<cri::ContainerFilter>,
         bad: &mut Vec<BadData>,
     ) -> Result<(Vec<wire::ListedSandbox>, Vec<wire::ListedContainer>), RuntimeError> {
+        // Only whole lists teach the buffer size: one pod's answer says nothing of the next list.
+        let (sandbox_size, container_size) = match (&sandbox_filter, &container_filter) {
+            (None, None) => (Some(&self.last_answer[0]), Some(&self.last_answer[1])),
+            _ => (None, None),
+        };
         let (sandboxes, containers) = tokio::try_join!(
             self.call_raw(
                 "ListPodSandbox",
                 "/runtime.v1.RuntimeService/ListPodSandbox",
-                cri::ListPodSandboxRequest { filter: sandbox_filter }
+                cri::ListPodSandboxRequest { filter: sandbox_filter },
+                sandbox_size,
             ),
             self.call_raw(
                 "ListContainers",
                 "/runtime.v1.RuntimeService/ListContainers",
                 cri::ListContainersRequest {
                     filter: container_filter
-                }
+                },
+                container_size,
             )
         )?;
         let malformed = |op, e: wire::Malformed| self.call_failed(op, tonic::Status::internal(e.to_string()));

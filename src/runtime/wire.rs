@@ -12,22 +12,50 @@ use bytes::{Buf, Bytes};
 use prost::Message;
 use prost::encoding::{DecodeContext, WireType, decode_key, decode_varint, skip_field};
 use tonic::Status;
-use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 
 use super::convert::BadData;
 use crate::container::{LABEL_CONTAINER_NAME, LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID};
 
 /// A gRPC codec that encodes requests with prost and hands responses over as raw bytes.
-pub struct RawCodec<T>(std::marker::PhantomData<T>);
+pub struct RawCodec<T> {
+    buffer: usize,
+    request: std::marker::PhantomData<T>,
+}
+
+/// tonic's own initial receive buffer.
+const DEFAULT_BUFFER: usize = 8 * 1024;
+/// tonic's own yield threshold (it matters to streams only).
+const YIELD_THRESHOLD: usize = 32 * 1024;
 
 impl<T> Default for RawCodec<T> {
     fn default() -> Self {
-        Self(std::marker::PhantomData)
+        Self::with_buffer(DEFAULT_BUFFER)
     }
 }
 
+impl<T> RawCodec<T> {
+    /// A codec whose receive buffer starts at `expected` bytes (at least tonic's 8 KiB), so that
+    /// an answer of about that size is received without the buffer growing (and being copied)
+    /// several times on the way.
+    pub fn with_buffer(expected: usize) -> Self {
+        RawCodec {
+            buffer: expected.max(DEFAULT_BUFFER),
+            request: std::marker::PhantomData,
+        }
+    }
+}
+
+/// The receive buffer for an answer like one of `last` bytes: room for the 5-byte gRPC frame
+/// header and 1/16 of growth, capped at `max`.
+pub fn buffer_for(last: usize, max: usize) -> usize {
+    (last + 5 + last / 16).min(max)
+}
+
 pub struct RequestEncoder<T>(std::marker::PhantomData<T>);
-pub struct BytesDecoder;
+pub struct BytesDecoder {
+    buffer: usize,
+}
 
 impl<T: Message + Send + 'static> Encoder for RequestEncoder<T> {
     type Item = T;
@@ -46,6 +74,10 @@ impl Decoder for BytesDecoder {
     fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, Status> {
         Ok(Some(src.copy_to_bytes(src.remaining())))
     }
+
+    fn buffer_settings(&self) -> BufferSettings {
+        BufferSettings::new(self.buffer, YIELD_THRESHOLD)
+    }
 }
 
 impl<T: Message + Send + 'static> Codec for RawCodec<T> {
@@ -59,7 +91,7 @@ impl<T: Message + Send + 'static> Codec for RawCodec<T> {
     }
 
     fn decoder(&mut self) -> Self::Decoder {
-        BytesDecoder
+        BytesDecoder { buffer: self.buffer }
     }
 }
 
@@ -417,6 +449,14 @@ mod tests {
             "a length past the end"
         );
         assert!(containers(&[], &mut bad).unwrap().is_empty());
+    }
+
+    #[test]
+    fn receive_buffers_fit_the_last_answer() {
+        assert_eq!(buffer_for(0, 1 << 20), 5);
+        assert_eq!(RawCodec::<cri::ListContainersRequest>::with_buffer(5).buffer, DEFAULT_BUFFER);
+        assert_eq!(buffer_for(160_000, 1 << 20), 170_005);
+        assert_eq!(buffer_for(4 << 20, 1 << 20), 1 << 20, "never past the message limit");
     }
 
     #[test]
