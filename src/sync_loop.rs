@@ -4,6 +4,7 @@
 //! wants to the status manager (or, in shadow mode, compares). While the PLEG is unhealthy it skips
 //! syncing with backoff (100 ms doubling to 5 s), as the kubelet does.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -17,6 +18,7 @@ use tracing::{debug, info, warn};
 
 use crate::backoff::ExponentialBackoff;
 use crate::clock::Clock;
+use crate::container::PodStatus;
 use crate::informer::{Informer, PodChange};
 use crate::metrics::Metrics;
 use crate::pleg::{GenericPleg, PodLifecycleEvent, PodLifecycleEventType};
@@ -57,6 +59,10 @@ impl Default for SyncConfig {
 struct Tracked {
     key: ObjectRef<Pod>,
     last_sync: Option<Instant>,
+    /// What the last sync that handed a status to the status manager worked from: the pod's
+    /// resourceVersion and the runtime status it read. The same inputs give the same status, so a
+    /// resync that finds them unchanged has nothing to do.
+    synced_from: Option<(String, Arc<PodStatus>)>,
 }
 
 /// The syncLoop and what it works with.
@@ -136,7 +142,14 @@ impl<R: Runtime, C: Clock> SyncLoop<R, C> {
                 match self.pods.get_mut(&uid) {
                     Some(tracked) => tracked.key = key,
                     None => {
-                        self.pods.insert(uid.clone(), Tracked { key, last_sync: None });
+                        self.pods.insert(
+                            uid.clone(),
+                            Tracked {
+                                key,
+                                last_sync: None,
+                                synced_from: None,
+                            },
+                        );
                     }
                 }
                 self.sync(&uid);
@@ -219,11 +232,24 @@ impl<R: Runtime, C: Clock> SyncLoop<R, C> {
         }
         tracked.last_sync = Some(Instant::now());
         let runtime = self.pleg.cache().get(uid).status;
-        // Generate from plegd's own last write while the informer has not caught up with it.
-        let mut base = (*pod).clone();
-        if let Some(status) = self.manager.base_status(&pod) {
-            base.status = Some(status);
+        let version = pod.metadata.resource_version.clone().unwrap_or_default();
+        if self.config.mode != StatusMode::Shadow
+            && let Some((synced_version, synced_runtime)) = &tracked.synced_from
+            && !version.is_empty()
+            && *synced_version == version
+            && Arc::ptr_eq(synced_runtime, &runtime)
+        {
+            return;
         }
+        // Generate from plegd's own last write while the informer has not caught up with it (only
+        // then is the pod copied).
+        let base: Cow<'_, Pod> = match self.manager.base_status(&pod) {
+            Some(status) => Cow::Owned(Pod {
+                status: Some(status),
+                ..(*pod).clone()
+            }),
+            None => Cow::Borrowed(&*pod),
+        };
         let now = SystemTime::now();
         let input = StatusInput {
             pod: &base,
@@ -244,11 +270,19 @@ impl<R: Runtime, C: Clock> SyncLoop<R, C> {
             }
             return;
         }
-        if let Some(desired) = desired_status(self.config.mode, &base, &generated, now)
-            && let Err(refused) = self.manager.set_status(&pod, desired)
-        {
-            warn!(pod = %tracked.key, error = %refused, "status not written");
-        }
+        let handed_over = match desired_status(self.config.mode, &base, &generated, now) {
+            Some(desired) => match self.manager.set_status(&pod, desired) {
+                Ok(_) => true,
+                Err(refused) => {
+                    warn!(pod = %tracked.key, error = %refused, "status not written");
+                    false
+                }
+            },
+            None => true,
+        };
+        // Only a status generated from the informer's own copy counts: while plegd's last write is
+        // ahead of the informer, the next resync generates again.
+        tracked.synced_from = (handed_over && matches!(base, Cow::Borrowed(_))).then_some((version, runtime));
     }
 
     /// A Kubernetes Event for a container that died (with its exit code and reason) or was OOM-killed.

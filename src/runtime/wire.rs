@@ -454,7 +454,10 @@ mod tests {
     #[test]
     fn receive_buffers_fit_the_last_answer() {
         assert_eq!(buffer_for(0, 1 << 20), 5);
-        assert_eq!(RawCodec::<cri::ListContainersRequest>::with_buffer(5).buffer, DEFAULT_BUFFER);
+        assert_eq!(
+            RawCodec::<cri::ListContainersRequest>::with_buffer(5).buffer,
+            DEFAULT_BUFFER
+        );
         assert_eq!(buffer_for(160_000, 1 << 20), 170_005);
         assert_eq!(buffer_for(4 << 20, 1 << 20), 1 << 20, "never past the message limit");
     }
