@@ -8,6 +8,7 @@
 //!     cargo bench --bench trigger_latency                         # containerd 1.6, 40 exits
 //!     cargo bench --bench trigger_latency -- --containerd 1.7     # adds (b2): CRI GetContainerEvents
 //!     cargo bench --bench trigger_latency -- --exits 60
+//!     cargo bench --bench trigger_latency -- --background-pods 30  # on a node with 30 more pods
 
 #[path = "args.rs"]
 mod args;
@@ -182,6 +183,17 @@ async fn main() {
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
 
+    // Other pods on the node, each with a running container: every relist lists them too.
+    let background_count: usize = arg("--background-pods").unwrap_or(0);
+    let mut background = Vec::new();
+    for i in 0..background_count {
+        let pod = cd.run_pod(&format!("background{i}"), true).await;
+        cd.run_container(&pod, "app", "sleep 100000").await;
+        background.push(pod);
+    }
+    if background_count > 0 {
+        println!("\n{background_count} other pods with a running container each on the node");
+    }
     let pod = cd.run_pod("latency", true).await;
     let mut ids = Vec::new();
     for i in 0..exits {
@@ -253,6 +265,9 @@ async fn main() {
         b_minus_c.push(b - c);
     }
     cd.cleanup(&pod).await;
+    for pod in &background {
+        cd.cleanup(pod).await;
+    }
     for t in tasks {
         t.abort();
     }
