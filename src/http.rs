@@ -44,6 +44,12 @@ fn update_process_figures(state: &AppState) {
         m.process_resident_memory.set(p.memory() as i64);
         m.process_cpu_percent.set(f64::from(p.cpu_usage()));
     }
+    if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
+        m.process_open_fds.set(fds.count() as i64);
+    }
+    if let Ok(handle) = tokio::runtime::Handle::try_current() {
+        m.runtime_tasks.set(handle.metrics().num_alive_tasks() as i64);
+    }
     m.node_memory_total.set(system.total_memory() as i64);
     m.node_memory_available.set(system.available_memory() as i64);
     m.node_cpus.set(system.cpus().len().max(num_cpus()) as i64);

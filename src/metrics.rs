@@ -90,6 +90,8 @@ pub struct Metrics {
     pub observer_lagged: Counter,
     pub process_resident_memory: Gauge,
     pub process_cpu_percent: Gauge<f64, AtomicU64>,
+    pub process_open_fds: Gauge,
+    pub runtime_tasks: Gauge,
     pub node_memory_total: Gauge,
     pub node_memory_available: Gauge,
     pub node_cpus: Gauge,
@@ -122,6 +124,8 @@ impl Metrics {
         let observer_lagged = Counter::default();
         let process_resident_memory = Gauge::default();
         let process_cpu_percent = Gauge::<f64, AtomicU64>::default();
+        let process_open_fds = Gauge::default();
+        let runtime_tasks = Gauge::default();
         let node_memory_total = Gauge::default();
         let node_memory_available = Gauge::default();
         let node_cpus = Gauge::default();
@@ -283,6 +287,20 @@ impl Metrics {
         register(
             &mut registry,
             &mut names,
+            "process_open_fds",
+            "plegd's open file descriptors",
+            process_open_fds.clone(),
+        );
+        register(
+            &mut registry,
+            &mut names,
+            "runtime_tasks",
+            "plegd's live async tasks (a number that only grows is a leak)",
+            runtime_tasks.clone(),
+        );
+        register(
+            &mut registry,
+            &mut names,
             "node_memory_total_bytes",
             "The node's memory",
             node_memory_total.clone(),
@@ -332,6 +350,8 @@ impl Metrics {
             observer_lagged,
             process_resident_memory,
             process_cpu_percent,
+            process_open_fds,
+            runtime_tasks,
             node_memory_total,
             node_memory_available,
             node_cpus,

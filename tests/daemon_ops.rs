@@ -204,13 +204,22 @@ async fn operate_plegd_run() {
     ] {
         assert!(metrics.contains(needle), "/metrics lacks {needle}:\n{metrics}");
     }
-    let rss: f64 = metrics
-        .lines()
-        .find(|l| l.starts_with("plegd_process_resident_memory_bytes "))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0);
+    let gauge = |name: &str| -> f64 {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0)
+    };
+    let rss = gauge("plegd_process_resident_memory_bytes");
     assert!(rss > 1e6, "RSS is reported: {rss}");
+    // Sockets to the runtime and the apiserver, the listener, the log: a handful, far from a leak.
+    let fds = gauge("plegd_process_open_fds");
+    assert!((4.0..200.0).contains(&fds), "open fds are reported: {fds}");
+    // Relister, syncLoop, informer, status writers, listeners…
+    let tasks = gauge("plegd_runtime_tasks");
+    assert!((3.0..500.0).contains(&tasks), "live tasks are reported: {tasks}");
 
     // The runtime hangs: relists stop succeeding, /healthz flips after the 1 s threshold and the
     // watchdog is no longer pinged; once the runtime answers again, both come back.
