@@ -201,11 +201,12 @@ impl Containerd {
     }
 
     /// Create (not start) a container from `config` (image, command, mounts, log path, security
-    /// context), adding what the kubelet adds: metadata, its labels, the pod's namespaces.
+    /// context), adding what the kubelet adds: metadata (with the attempt `config` gives, else 0),
+    /// its labels, the pod's namespaces.
     pub async fn create_container_from(&self, pod: &TestPod, name: &str, mut config: cri::ContainerConfig) -> String {
         config.metadata = Some(cri::ContainerMetadata {
             name: name.into(),
-            attempt: 0,
+            attempt: config.metadata.as_ref().map_or(0, |m| m.attempt),
         });
         config.labels.extend([
             (LABEL_POD_UID.to_owned(), pod.uid.clone()),

@@ -1,0 +1,222 @@
+//! Soak: `plegd run` (full status mode, runtime triggers, relist 1 s) as a subprocess against a real
+//! containerd and the test apiserver, under steady churn, for a long time (default 15 minutes).
+//! Churn: 10 pods; every 250 ms one of them gets a new container (round robin) that runs for 0.3–1.5 s
+//! and exits with 0 or 1; each pod keeps its two newest containers, older ones are removed. Every
+//! 10 s plegd's RSS, open file descriptors, threads, live async tasks (`plegd_runtime_tasks`) and
+//! `/healthz` are sampled. RSS growth is measured from the end of the warm-up (first 3 minutes) to the
+//! end. Needs root (it starts the test containerd through tests/containerd/containerd.sh).
+//!
+//!     cargo bench --bench soak                      # 15 minutes
+//!     cargo bench --bench soak -- --minutes 60
+
+#[allow(dead_code)]
+#[path = "../support/apiserver.rs"]
+mod apiserver;
+#[path = "args.rs"]
+mod args;
+#[allow(dead_code)]
+#[path = "../support/containerd.rs"]
+mod containerd;
+
+use std::collections::VecDeque;
+use std::io::{Read, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use args::arg;
+
+fn proc_field(pid: u32, key: &str) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
+}
+
+/// (status code, body) of a plain HTTP GET on loopback.
+fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").ok()?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).ok()?;
+    let code = text.split_whitespace().nth(1)?.parse().ok()?;
+    Some((code, text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default()))
+}
+
+fn metric(body: &str, name: &str) -> f64 {
+    body.lines()
+        .find(|l| l.starts_with(&format!("{name} ")))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(f64::NAN)
+}
+
+struct Sample {
+    at: Duration,
+    rss_mib: f64,
+    fds: usize,
+    threads: f64,
+    tasks: f64,
+    healthy: bool,
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let minutes: u64 = arg("--minutes").unwrap_or(15);
+    let warmup = Duration::from_secs(180.min(minutes * 60 / 5));
+    let Some(cd) = containerd::containerd().await else {
+        eprintln!("soak: needs a real containerd (root on Linux)");
+        std::process::exit(1);
+    };
+    let api = apiserver::TestApiserver::start().await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut pods = Vec::new();
+    for i in 0..10 {
+        let pod = cd.run_pod(&format!("soak{i}"), true).await;
+        api.create_pod(serde_json::json!({
+            "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid},
+            "spec": {"nodeName": "soak", "restartPolicy": "Always",
+                     "containers": [{"name": "app", "image": "plegd.test/busybox:1"}]}
+        }));
+        pods.push((pod, VecDeque::new()));
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_plegd"))
+        .args([
+            "run",
+            "--node-name",
+            "soak",
+            "--status-mode",
+            "full",
+            "--relist-period",
+            "1s",
+            "--api-socket",
+            "off",
+        ])
+        .arg("--metrics-address")
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--cri-socket")
+        .arg(&cd.socket)
+        .arg("--kubeconfig")
+        .arg(api.kubeconfig(dir.path()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn plegd");
+    let pid = child.id();
+
+    let start = Instant::now();
+    let end = start + Duration::from_secs(minutes * 60);
+    let mut samples: Vec<Sample> = Vec::new();
+    let mut next_sample = start + Duration::from_secs(10);
+    let (mut started, mut removed, mut n) = (0usize, 0usize, 0usize);
+    while Instant::now() < end {
+        let (pod, containers) = &mut pods[n % 10];
+        let run_ms = 300 + (n * 97) % 1200;
+        let code = n % 2;
+        // Each new container is the next attempt of "app", as a kubelet restart makes it.
+        let config = k8s_cri::v1::ContainerConfig {
+            metadata: Some(k8s_cri::v1::ContainerMetadata {
+                name: "app".into(),
+                attempt: (n / 10) as u32,
+            }),
+            image: Some(k8s_cri::v1::ImageSpec {
+                image: containerd::IMAGE.into(),
+                ..Default::default()
+            }),
+            command: vec![
+                "/bin/sh".into(),
+                "-c".into(),
+                format!("sleep {}.{:03}; exit {code}", run_ms / 1000, run_ms % 1000),
+            ],
+            ..Default::default()
+        };
+        let id = cd.create_container_from(pod, "app", config).await;
+        cd.start_container(&id).await;
+        started += 1;
+        containers.push_back(id);
+        while containers.len() > 2 {
+            let old = containers.pop_front().expect("an old container");
+            cd.stop_container(&old, 0).await;
+            cd.remove_container(&old).await;
+            removed += 1;
+        }
+        n += 1;
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        if Instant::now() >= next_sample {
+            next_sample += Duration::from_secs(10);
+            let metrics = http_get(port, "/metrics").map(|(_, b)| b).unwrap_or_default();
+            samples.push(Sample {
+                at: start.elapsed(),
+                rss_mib: proc_field(pid, "VmRSS:") / 1024.0,
+                fds: open_fds(pid),
+                threads: proc_field(pid, "Threads:"),
+                tasks: metric(&metrics, "plegd_runtime_tasks"),
+                healthy: http_get(port, "/healthz").is_some_and(|(c, _)| c == 200),
+            });
+        }
+    }
+    let final_metrics = http_get(port, "/metrics").map(|(_, b)| b).unwrap_or_default();
+    let alive = child.try_wait().ok().flatten().is_none();
+    let _ = child.kill();
+    let _ = child.wait();
+    for (pod, _) in &pods {
+        cd.cleanup(pod).await;
+    }
+
+    let after_warmup: Vec<&Sample> = samples.iter().filter(|s| s.at >= warmup).collect();
+    let first = after_warmup.first().expect("samples after the warm-up");
+    let last = after_warmup.last().expect("samples after the warm-up");
+    let max_rss = after_warmup.iter().map(|s| s.rss_mib).fold(0.0, f64::max);
+    let range = |f: &dyn Fn(&Sample) -> f64| {
+        let v: Vec<f64> = after_warmup.iter().map(|s| f(s)).collect();
+        (v.iter().copied().fold(f64::INFINITY, f64::min), v.iter().copied().fold(0.0, f64::max))
+    };
+    let (fd_min, fd_max) = range(&|s| s.fds as f64);
+    let (th_min, th_max) = range(&|s| s.threads);
+    let (task_min, task_max) = range(&|s| s.tasks);
+    let unhealthy = samples.iter().filter(|s| !s.healthy).count();
+    let events: f64 = final_metrics
+        .lines()
+        .filter(|l| l.starts_with("plegd_pleg_events_total"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    let patches = api.requests().iter().filter(|r| r.method == "PATCH").count();
+    println!("\n### Soak: {minutes} min of churn on real containerd, `plegd run` full mode, triggers auto\n");
+    println!(
+        "containers started {started}, removed {removed}; lifecycle events delivered {events}; status PATCHes {patches}; plegd alive at the end: {alive}\n"
+    );
+    println!("| figure | after warm-up ({} s) | end | range after warm-up |\n|---|---|---|---|", warmup.as_secs());
+    println!(
+        "| RSS MiB | {:.1} | {:.1} | max {max_rss:.1}, growth {:+.1} % (end vs warm-up) |",
+        first.rss_mib,
+        last.rss_mib,
+        (last.rss_mib / first.rss_mib - 1.0) * 100.0
+    );
+    println!("| open fds | {} | {} | {fd_min}–{fd_max} |", first.fds, last.fds);
+    println!("| threads | {} | {} | {th_min}–{th_max} |", first.threads, last.threads);
+    println!("| live async tasks | {} | {} | {task_min}–{task_max} |", first.tasks, last.tasks);
+    println!("| /healthz not 200 | | | {unhealthy} of {} samples |", samples.len());
+    println!("\nsamples (s, RSS MiB, fds, threads, tasks, healthy):");
+    for s in &samples {
+        println!(
+            "{} {:.1} {} {} {} {}",
+            s.at.as_secs(),
+            s.rss_mib,
+            s.fds,
+            s.threads,
+            s.tasks,
+            s.healthy
+        );
+    }
+}
