@@ -143,14 +143,14 @@ fn take_label(labels: &mut HashMap<String, String>, key: &str) -> String {
     labels.remove(key).unwrap_or_default()
 }
 
-impl From<cri::PodSandbox> for ListedSandbox {
+impl From<cri::PodSandbox> for ListedSandbox<'static> {
     fn from(s: cri::PodSandbox) -> Self {
         let meta = s.metadata.unwrap_or_default();
         ListedSandbox {
-            id: s.id,
-            uid: meta.uid,
-            name: meta.name,
-            namespace: meta.namespace,
+            id: s.id.into(),
+            uid: meta.uid.into(),
+            name: meta.name.into(),
+            namespace: meta.namespace.into(),
             attempt: meta.attempt,
             state: s.state,
             created_at: s.created_at,
@@ -158,19 +158,19 @@ impl From<cri::PodSandbox> for ListedSandbox {
     }
 }
 
-impl From<cri::Container> for ListedContainer {
+impl From<cri::Container> for ListedContainer<'static> {
     fn from(mut c: cri::Container) -> Self {
         let meta = c.metadata.take().unwrap_or_default();
         ListedContainer {
-            pod_uid: take_label(&mut c.labels, LABEL_POD_UID),
-            pod_name: take_label(&mut c.labels, LABEL_POD_NAME),
-            pod_namespace: take_label(&mut c.labels, LABEL_POD_NAMESPACE),
-            container_name: take_label(&mut c.labels, LABEL_CONTAINER_NAME),
-            id: c.id,
-            name: meta.name,
+            pod_uid: take_label(&mut c.labels, LABEL_POD_UID).into(),
+            pod_name: take_label(&mut c.labels, LABEL_POD_NAME).into(),
+            pod_namespace: take_label(&mut c.labels, LABEL_POD_NAMESPACE).into(),
+            container_name: take_label(&mut c.labels, LABEL_CONTAINER_NAME).into(),
+            id: c.id.into(),
+            name: meta.name.into(),
             attempt: meta.attempt,
-            image: c.image.map(|i| i.image).unwrap_or_default(),
-            image_ref: c.image_ref,
+            image: c.image.map(|i| i.image).unwrap_or_default().into(),
+            image_ref: c.image_ref.into(),
             state: c.state,
             created_at: c.created_at,
         }
@@ -180,21 +180,21 @@ impl From<cri::Container> for ListedContainer {
 /// Group a relist's sandboxes and containers into pods, as `kuberuntime.GetPods(all=true)` does:
 /// sandboxes by their metadata uid, containers by their `io.kubernetes.pod.uid` label. A container
 /// whose pod has no sandbox still makes a pod entry. Pods come out sorted by uid.
-pub fn group_pods<S: Into<ListedSandbox>, C: Into<ListedContainer>>(
+pub fn group_pods<'a, S: Into<ListedSandbox<'a>>, C: Into<ListedContainer<'a>>>(
     sandboxes: impl IntoIterator<Item = S>,
     containers: impl IntoIterator<Item = C>,
     bad: &mut Vec<BadData>,
 ) -> Vec<Pod> {
-    let sandboxes: Vec<ListedSandbox> = sandboxes.into_iter().map(Into::into).collect();
-    let containers: Vec<ListedContainer> = containers.into_iter().map(Into::into).collect();
+    let sandboxes: Vec<ListedSandbox<'a>> = sandboxes.into_iter().map(Into::into).collect();
+    let containers: Vec<ListedContainer<'a>> = containers.into_iter().map(Into::into).collect();
     let mut pods: HashMap<PodUid, Pod> = HashMap::with_capacity(sandboxes.len());
     // Ids seen again later in the answer (the first occurrence wins), found without copying ids.
     let (dup_sandboxes, dup_containers) = {
         let mut seen: HashSet<&str> = HashSet::with_capacity(sandboxes.len() + containers.len());
         let ids = sandboxes
             .iter()
-            .map(|s| s.id.as_str())
-            .chain(containers.iter().map(|c| c.id.as_str()));
+            .map(|s| s.id.as_ref())
+            .chain(containers.iter().map(|c| c.id.as_ref()));
         let mut dup: Vec<bool> = ids.map(|id| !id.is_empty() && !seen.insert(id)).collect();
         let containers_dup = dup.split_off(sandboxes.len());
         (dup, containers_dup)
@@ -206,28 +206,32 @@ pub fn group_pods<S: Into<ListedSandbox>, C: Into<ListedContainer>>(
             continue;
         }
         if sandbox.uid.is_empty() {
-            bad.push(BadData::MissingSandboxMetadata { sandbox_id: sandbox.id });
+            bad.push(BadData::MissingSandboxMetadata {
+                sandbox_id: sandbox.id.into_owned(),
+            });
             continue;
         }
         if duplicate {
-            bad.push(BadData::DuplicateId { id: sandbox.id });
+            bad.push(BadData::DuplicateId {
+                id: sandbox.id.into_owned(),
+            });
             continue;
         }
         let state = sandbox_as_container_state(sandbox_state(&sandbox.id, sandbox.state, bad));
-        let pod = match pods.get_mut(&sandbox.uid) {
+        let pod = match pods.get_mut(sandbox.uid.as_ref()) {
             Some(pod) => pod,
-            None => pods.entry(sandbox.uid.clone()).or_insert_with(|| Pod {
-                id: sandbox.uid.clone(),
+            None => pods.entry(sandbox.uid.clone().into_owned()).or_insert_with(|| Pod {
+                id: sandbox.uid.clone().into_owned(),
                 ..Pod::default()
             }),
         };
         // The newest sandbox names the pod, as in the kubelet.
         if pod.name.is_empty() || pod.sandboxes.iter().all(|s| s.created_at <= sandbox.created_at) {
-            pod.name = sandbox.name;
-            pod.namespace = sandbox.namespace;
+            pod.name = sandbox.name.into_owned();
+            pod.namespace = sandbox.namespace.into_owned();
         }
         pod.sandboxes.push(Container {
-            id: sandbox.id,
+            id: sandbox.id.into_owned(),
             name: String::new(),
             image: String::new(),
             image_ref: String::new(),
@@ -244,12 +248,14 @@ pub fn group_pods<S: Into<ListedSandbox>, C: Into<ListedContainer>>(
         }
         if container.pod_uid.is_empty() {
             bad.push(BadData::MissingPodUid {
-                container_id: container.id,
+                container_id: container.id.into_owned(),
             });
             continue;
         }
         if duplicate {
-            bad.push(BadData::DuplicateId { id: container.id });
+            bad.push(BadData::DuplicateId {
+                id: container.id.into_owned(),
+            });
             continue;
         }
         let state = container_state(&container.id, container.state, bad);
@@ -258,22 +264,24 @@ pub fn group_pods<S: Into<ListedSandbox>, C: Into<ListedContainer>>(
         } else {
             container.container_name
         };
-        let pod = match pods.get_mut(&container.pod_uid) {
+        let pod = match pods.get_mut(container.pod_uid.as_ref()) {
             Some(pod) => pod,
-            None => pods.entry(container.pod_uid.clone()).or_insert_with(|| Pod {
-                id: container.pod_uid,
-                ..Pod::default()
-            }),
+            None => pods
+                .entry(container.pod_uid.clone().into_owned())
+                .or_insert_with(|| Pod {
+                    id: container.pod_uid.into_owned(),
+                    ..Pod::default()
+                }),
         };
         if pod.name.is_empty() {
-            pod.name = container.pod_name;
-            pod.namespace = container.pod_namespace;
+            pod.name = container.pod_name.into_owned();
+            pod.namespace = container.pod_namespace.into_owned();
         }
         pod.containers.push(Container {
-            id: container.id,
-            name,
-            image: container.image,
-            image_ref: container.image_ref,
+            id: container.id.into_owned(),
+            name: name.into_owned(),
+            image: container.image.into_owned(),
+            image_ref: container.image_ref.into_owned(),
             state,
             created_at: container.created_at,
             attempt: container.attempt,

@@ -357,13 +357,15 @@ impl CriRuntime {
         .map_err(|s| self.call_failed(operation, s))
     }
 
-    /// Sandboxes and containers (with optional filters), read with the allocation-light decoder.
+    /// Sandboxes and containers (with optional filters), read with the allocation-light decoder
+    /// and grouped into pods. With `uid`, only sandboxes of that pod (or without metadata) count.
     async fn list(
         &self,
         sandbox_filter: Option<cri::PodSandboxFilter>,
         container_filter: Option<cri::ContainerFilter>,
+        uid: Option<&str>,
         bad: &mut Vec<BadData>,
-    ) -> Result<(Vec<wire::ListedSandbox>, Vec<wire::ListedContainer>), RuntimeError> {
+    ) -> Result<Vec<Pod>, RuntimeError> {
         // Only whole lists teach the buffer size: one pod's answer says nothing of the next list.
         let (sandbox_size, container_size) = match (&sandbox_filter, &container_filter) {
             (None, None) => (Some(&self.last_answer[0]), Some(&self.last_answer[1])),
@@ -386,9 +388,13 @@ impl CriRuntime {
             )
         )?;
         let malformed = |op, e: wire::Malformed| self.call_failed(op, tonic::Status::internal(e.to_string()));
-        let sandboxes = wire::sandboxes(&sandboxes, bad).map_err(|e| malformed("ListPodSandbox", e))?;
+        let mut sandboxes = wire::sandboxes(&sandboxes, bad).map_err(|e| malformed("ListPodSandbox", e))?;
         let containers = wire::containers(&containers, bad).map_err(|e| malformed("ListContainers", e))?;
-        Ok((sandboxes, containers))
+        if let Some(uid) = uid {
+            // The label selects; the metadata uid groups. Keep them consistent.
+            sandboxes.retain(|s| s.uid.is_empty() || s.uid == uid);
+        }
+        Ok(convert::group_pods(sandboxes, containers, bad))
     }
 
     async fn sandbox_status(&self, id: &str) -> Result<Option<cri::PodSandboxStatus>, RuntimeError> {
@@ -419,10 +425,9 @@ impl CriRuntime {
 impl Runtime for CriRuntime {
     async fn list_pods(&self) -> Result<Vec<Pod>, RuntimeError> {
         let mut bad = Vec::new();
-        let (sandboxes, containers) = self.list(None, None, &mut bad).await?;
-        let pods = convert::group_pods(sandboxes, containers, &mut bad);
+        let pods = self.list(None, None, None, &mut bad).await;
         self.report(bad);
-        Ok(pods)
+        pods
     }
 
     async fn list_pod(&self, uid: &str) -> Result<Option<Pod>, RuntimeError> {
@@ -436,14 +441,11 @@ impl Runtime for CriRuntime {
             ..Default::default()
         };
         let mut bad = Vec::new();
-        let (mut sandboxes, containers) = self
-            .list(Some(sandbox_filter), Some(container_filter), &mut bad)
-            .await?;
-        // The label selects; the metadata uid groups. Keep them consistent.
-        sandboxes.retain(|s| s.uid.is_empty() || s.uid == uid);
-        let pods = convert::group_pods(sandboxes, containers, &mut bad);
+        let pods = self
+            .list(Some(sandbox_filter), Some(container_filter), Some(uid), &mut bad)
+            .await;
         self.report(bad);
-        Ok(pods.into_iter().find(|p| p.id == uid))
+        Ok(pods?.into_iter().find(|p| p.id == uid))
     }
 
     /// Like `kuberuntime.GetPodStatus`: the status of every sandbox (newest first) and of every

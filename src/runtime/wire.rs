@@ -1,12 +1,15 @@
 //! An allocation-light reading of the two list answers every relist makes (`ListPodSandbox`,
 //! `ListContainers`). The answers arrive as raw bytes (a codec that does not decode) and are
-//! walked field by field in the protobuf wire format; only what plegd uses is copied out — ids,
-//! names, state, creation time, attempt, image and image ref, and the four kubelet labels. Label
+//! walked field by field in the protobuf wire format; only what plegd uses is read — ids, names,
+//! state, creation time, attempt, image and image ref, and the four kubelet labels — and strings are
+//! borrowed from the answer, not copied (grouping into pods copies what a pod record keeps). Label
 //! and annotation maps are never built. That is most of a relist's allocations gone (see
 //! BENCHMARKS.md, idle cost). It is also more forgiving: a sandbox or container with a string that
 //! is not UTF-8 is reported as bad data and skipped, instead of failing the whole answer.
 //!
 //! Field numbers are those of CRI v1 (`runtime.v1`, k8s.io/cri-api api.proto).
+
+use std::borrow::Cow;
 
 use bytes::{Buf, Bytes};
 use prost::Message;
@@ -95,14 +98,15 @@ impl<T: Message + Send + 'static> Codec for RawCodec<T> {
     }
 }
 
-/// A sandbox as a relist needs it.
+/// A sandbox as a relist needs it. Strings borrow from the answer's bytes where they can (the
+/// decoder copies nothing; grouping copies what a pod record keeps).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ListedSandbox {
-    pub id: String,
+pub struct ListedSandbox<'a> {
+    pub id: Cow<'a, str>,
     /// From the sandbox metadata; empty when the runtime sent none.
-    pub uid: String,
-    pub name: String,
-    pub namespace: String,
+    pub uid: Cow<'a, str>,
+    pub name: Cow<'a, str>,
+    pub namespace: Cow<'a, str>,
     pub attempt: u32,
     pub state: i32,
     pub created_at: i64,
@@ -110,20 +114,20 @@ pub struct ListedSandbox {
 
 /// A container as a relist needs it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ListedContainer {
-    pub id: String,
+pub struct ListedContainer<'a> {
+    pub id: Cow<'a, str>,
     /// From the container metadata.
-    pub name: String,
+    pub name: Cow<'a, str>,
     pub attempt: u32,
-    pub image: String,
-    pub image_ref: String,
+    pub image: Cow<'a, str>,
+    pub image_ref: Cow<'a, str>,
     pub state: i32,
     pub created_at: i64,
     /// The kubelet's labels (empty when absent).
-    pub pod_uid: String,
-    pub pod_name: String,
-    pub pod_namespace: String,
-    pub container_name: String,
+    pub pod_uid: Cow<'a, str>,
+    pub pod_name: Cow<'a, str>,
+    pub pod_namespace: Cow<'a, str>,
+    pub container_name: Cow<'a, str>,
 }
 
 /// A malformed answer: not protobuf of the expected shape. The relist fails (and is retried).
@@ -180,9 +184,9 @@ fn fields(mut buf: &[u8]) -> impl Iterator<Item = Result<(u32, Value<'_>), Malfo
     })
 }
 
-/// A string field, or None if it is not UTF-8.
-fn text(bytes: &[u8]) -> Option<String> {
-    std::str::from_utf8(bytes).ok().map(str::to_owned)
+/// A string field, borrowed, or None if it is not UTF-8.
+fn text(bytes: &[u8]) -> Option<&str> {
+    std::str::from_utf8(bytes).ok()
 }
 
 /// (key, value) of a map entry, borrowed.
@@ -210,12 +214,12 @@ impl From<Malformed> for ItemError {
     }
 }
 
-fn set_text(slot: &mut String, bytes: &[u8]) -> Result<(), ItemError> {
-    *slot = text(bytes).ok_or(ItemError::NotUtf8)?;
+fn set_text<'a>(slot: &mut Cow<'a, str>, bytes: &'a [u8]) -> Result<(), ItemError> {
+    *slot = Cow::Borrowed(text(bytes).ok_or(ItemError::NotUtf8)?);
     Ok(())
 }
 
-fn sandbox(bytes: &[u8]) -> Result<ListedSandbox, ItemError> {
+fn sandbox(bytes: &[u8]) -> Result<ListedSandbox<'_>, ItemError> {
     let mut s = ListedSandbox::default();
     for field in fields(bytes) {
         match field? {
@@ -239,7 +243,7 @@ fn sandbox(bytes: &[u8]) -> Result<ListedSandbox, ItemError> {
     Ok(s)
 }
 
-fn container(bytes: &[u8]) -> Result<ListedContainer, ItemError> {
+fn container(bytes: &[u8]) -> Result<ListedContainer<'_>, ItemError> {
     let mut c = ListedContainer::default();
     for field in fields(bytes) {
         match field? {
@@ -290,9 +294,9 @@ fn lossy_id(bytes: &[u8]) -> String {
         .unwrap_or_default()
 }
 
-fn items<T>(
-    answer: &[u8],
-    parse: fn(&[u8]) -> Result<T, ItemError>,
+fn items<'a, T>(
+    answer: &'a [u8],
+    parse: impl Fn(&'a [u8]) -> Result<T, ItemError>,
     bad: &mut Vec<BadData>,
 ) -> Result<Vec<T>, Malformed> {
     let mut out = Vec::new();
@@ -308,12 +312,12 @@ fn items<T>(
 }
 
 /// The sandboxes of a `ListPodSandboxResponse` (field 1, repeated).
-pub fn sandboxes(answer: &[u8], bad: &mut Vec<BadData>) -> Result<Vec<ListedSandbox>, Malformed> {
+pub fn sandboxes<'a>(answer: &'a [u8], bad: &mut Vec<BadData>) -> Result<Vec<ListedSandbox<'a>>, Malformed> {
     items(answer, sandbox, bad)
 }
 
 /// The containers of a `ListContainersResponse` (field 1, repeated).
-pub fn containers(answer: &[u8], bad: &mut Vec<BadData>) -> Result<Vec<ListedContainer>, Malformed> {
+pub fn containers<'a>(answer: &'a [u8], bad: &mut Vec<BadData>) -> Result<Vec<ListedContainer<'a>>, Malformed> {
     items(answer, container, bad)
 }
 
@@ -362,27 +366,35 @@ mod tests {
             containers: vec![kubelet_container("c1"), kubelet_container("c2")],
         };
         let mut bad = Vec::new();
-        let listed = containers(&encode(&answer), &mut bad).unwrap();
+        let bytes = encode(&answer);
+        let listed = containers(&bytes, &mut bad).unwrap();
         assert!(bad.is_empty());
+        assert!(
+            matches!(
+                (&listed[0].id, &listed[0].pod_uid),
+                (Cow::Borrowed(_), Cow::Borrowed(_))
+            ),
+            "strings borrow from the answer"
+        );
         assert_eq!(listed.len(), 2);
         let c = &listed[0];
         assert_eq!(
             (
-                c.id.as_str(),
-                c.name.as_str(),
+                c.id.as_ref(),
+                c.name.as_ref(),
                 c.attempt,
-                c.image.as_str(),
-                c.image_ref.as_str()
+                c.image.as_ref(),
+                c.image_ref.as_ref()
             ),
             ("c1", "app", 3, "busybox:1", "sha256:abc")
         );
         assert_eq!((c.state, c.created_at), (1, 1_700_000_000_000_000_000));
         assert_eq!(
             (
-                c.pod_uid.as_str(),
-                c.pod_name.as_str(),
-                c.pod_namespace.as_str(),
-                c.container_name.as_str()
+                c.pod_uid.as_ref(),
+                c.pod_name.as_ref(),
+                c.pod_namespace.as_ref(),
+                c.container_name.as_ref()
             ),
             ("u1", "web", "ns", "app")
         );
@@ -399,7 +411,8 @@ mod tests {
             created_at: 42,
             ..Default::default()
         };
-        let listed = sandboxes(&encode(&cri::ListPodSandboxResponse { items: vec![sb] }), &mut bad).unwrap();
+        let bytes = encode(&cri::ListPodSandboxResponse { items: vec![sb] });
+        let listed = sandboxes(&bytes, &mut bad).unwrap();
         assert_eq!(
             listed,
             [ListedSandbox {

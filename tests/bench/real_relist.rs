@@ -101,14 +101,20 @@ async fn main() {
     let b = median(bare.clone());
     println!(
         "\n### Relist on real containerd {} ({} pods, {} containers), {rounds} interleaved rounds\n",
-        version.runtime_version,
-        pods,
-        pods
+        version.runtime_version, pods, pods
     );
     println!("| what | median ms | p90 ms | ratio to bare (medians) |\n|---|---|---|---|");
     println!("| bare typed RPCs | {b:.3} | {:.3} | 1.00 |", p90(bare));
     let l = median(list.clone());
-    println!("| plegd list (raw + wire decode + grouping) | {l:.3} | {:.3} | {:.2} |", p90(list), l / b);
+    println!(
+        "| plegd list (raw + wire decode + grouping) | {l:.3} | {:.3} | {:.2} |",
+        p90(list),
+        l / b
+    );
     let r = median(relist.clone());
-    println!("| plegd relist, no change | {r:.3} | {:.3} | {:.2} |", p90(relist), r / b);
+    println!(
+        "| plegd relist, no change | {r:.3} | {:.3} | {:.2} |",
+        p90(relist),
+        r / b
+    );
 }

@@ -43,11 +43,20 @@ fn open_fds(pid: u32) -> usize {
 fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
     let mut text = String::new();
     stream.read_to_string(&mut text).ok()?;
     let code = text.split_whitespace().nth(1)?.parse().ok()?;
-    Some((code, text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default()))
+    Some((
+        code,
+        text.split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_owned())
+            .unwrap_or_default(),
+    ))
 }
 
 fn metric(body: &str, name: &str) -> f64 {
@@ -180,7 +189,10 @@ async fn main() {
     let max_rss = after_warmup.iter().map(|s| s.rss_mib).fold(0.0, f64::max);
     let range = |f: &dyn Fn(&Sample) -> f64| {
         let v: Vec<f64> = after_warmup.iter().map(|s| f(s)).collect();
-        (v.iter().copied().fold(f64::INFINITY, f64::min), v.iter().copied().fold(0.0, f64::max))
+        (
+            v.iter().copied().fold(f64::INFINITY, f64::min),
+            v.iter().copied().fold(0.0, f64::max),
+        )
     };
     let (fd_min, fd_max) = range(&|s| s.fds as f64);
     let (th_min, th_max) = range(&|s| s.threads);
@@ -196,7 +208,10 @@ async fn main() {
     println!(
         "containers started {started}, removed {removed}; lifecycle events delivered {events}; status PATCHes {patches}; plegd alive at the end: {alive}\n"
     );
-    println!("| figure | after warm-up ({} s) | end | range after warm-up |\n|---|---|---|---|", warmup.as_secs());
+    println!(
+        "| figure | after warm-up ({} s) | end | range after warm-up |\n|---|---|---|---|",
+        warmup.as_secs()
+    );
     println!(
         "| RSS MiB | {:.1} | {:.1} | max {max_rss:.1}, growth {:+.1} % (end vs warm-up) |",
         first.rss_mib,
@@ -205,7 +220,10 @@ async fn main() {
     );
     println!("| open fds | {} | {} | {fd_min}–{fd_max} |", first.fds, last.fds);
     println!("| threads | {} | {} | {th_min}–{th_max} |", first.threads, last.threads);
-    println!("| live async tasks | {} | {} | {task_min}–{task_max} |", first.tasks, last.tasks);
+    println!(
+        "| live async tasks | {} | {} | {task_min}–{task_max} |",
+        first.tasks, last.tasks
+    );
     println!("| /healthz not 200 | | | {unhealthy} of {} samples |", samples.len());
     println!("\nsamples (s, RSS MiB, fds, threads, tasks, healthy):");
     for s in &samples {

@@ -28,21 +28,17 @@ fuzz_target!(|data: &[u8]| {
     let Some((&mode, data)) = data.split_first() else {
         return;
     };
-    let mut bad = Vec::new();
-    let decoded = if mode % 2 == 0 {
-        raw(data, &mut bad)
+    if mode % 2 == 0 {
+        raw(data);
     } else {
-        structured(&mut Unstructured::new(data), &mut bad).ok()
-    };
-    if let Some((sandboxes, containers)) = decoded {
-        check_pods(sandboxes, containers, bad);
+        let _ = structured(&mut Unstructured::new(data));
     }
 });
 
 /// Decode with both decoders; they must agree on answers prost would write itself.
-fn both<M: Message + Default + Clone, T: PartialEq + std::fmt::Debug>(
-    answer: &[u8],
-    ours: fn(&[u8], &mut Vec<BadData>) -> std::result::Result<Vec<T>, Malformed>,
+fn both<'a, M: Message + Default + Clone, T: PartialEq + std::fmt::Debug>(
+    answer: &'a [u8],
+    ours: fn(&'a [u8], &mut Vec<BadData>) -> std::result::Result<Vec<T>, Malformed>,
     theirs: fn(M) -> Vec<T>,
     bad: &mut Vec<BadData>,
 ) -> Option<Vec<T>> {
@@ -61,21 +57,26 @@ fn both<M: Message + Default + Clone, T: PartialEq + std::fmt::Debug>(
     decoded.ok()
 }
 
-fn sandbox_items(m: cri::ListPodSandboxResponse) -> Vec<ListedSandbox> {
+fn sandbox_items(m: cri::ListPodSandboxResponse) -> Vec<ListedSandbox<'static>> {
     m.items.into_iter().map(Into::into).collect()
 }
 
-fn container_items(m: cri::ListContainersResponse) -> Vec<ListedContainer> {
+fn container_items(m: cri::ListContainersResponse) -> Vec<ListedContainer<'static>> {
     m.containers.into_iter().map(Into::into).collect()
 }
 
-fn raw(data: &[u8], bad: &mut Vec<BadData>) -> Option<(Vec<ListedSandbox>, Vec<ListedContainer>)> {
-    let (head, rest) = data.split_first_chunk::<2>()?;
+fn raw(data: &[u8]) {
+    let Some((head, rest)) = data.split_first_chunk::<2>() else {
+        return;
+    };
     let split = usize::from(u16::from_le_bytes(*head)).min(rest.len());
     let (sandbox_answer, container_answer) = rest.split_at(split);
-    let sandboxes = both(sandbox_answer, wire::sandboxes, sandbox_items, bad);
-    let containers = both(container_answer, wire::containers, container_items, bad);
-    Some((sandboxes?, containers?))
+    let mut bad = Vec::new();
+    let sandboxes = both(sandbox_answer, wire::sandboxes, sandbox_items, &mut bad);
+    let containers = both(container_answer, wire::containers, container_items, &mut bad);
+    if let (Some(sandboxes), Some(containers)) = (sandboxes, containers) {
+        check_pods(sandboxes, containers, bad);
+    }
 }
 
 /// Labels as the kubelet sets them, some of the time, among arbitrary others.
@@ -98,7 +99,8 @@ fn small(u: &mut Unstructured) -> Result<String> {
     })
 }
 
-fn structured(u: &mut Unstructured, bad: &mut Vec<BadData>) -> Result<(Vec<ListedSandbox>, Vec<ListedContainer>)> {
+fn structured(u: &mut Unstructured) -> Result<()> {
+    let bad = &mut Vec::new();
     let mut items = Vec::new();
     for _ in 0..u.int_in_range(0..=6u8)? {
         items.push(cri::PodSandbox {
@@ -160,10 +162,11 @@ fn structured(u: &mut Unstructured, bad: &mut Vec<BadData>) -> Result<(Vec<Liste
     assert!(bad.is_empty(), "bad data in valid answers: {bad:?}");
     assert_eq!(sandboxes, sandbox_items(cri::ListPodSandboxResponse { items }));
     assert_eq!(listed, container_items(cri::ListContainersResponse { containers }));
-    Ok((sandboxes, listed))
+    check_pods(sandboxes, listed, std::mem::take(bad));
+    Ok(())
 }
 
-fn check_pods(sandboxes: Vec<ListedSandbox>, containers: Vec<ListedContainer>, mut bad: Vec<BadData>) {
+fn check_pods(sandboxes: Vec<ListedSandbox<'_>>, containers: Vec<ListedContainer<'_>>, mut bad: Vec<BadData>) {
     let pods = group_pods(sandboxes, containers, &mut bad);
     for pair in pods.windows(2) {
         assert!(pair[0].id < pair[1].id, "pods not sorted by uid, or a uid twice");
