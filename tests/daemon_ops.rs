@@ -4,7 +4,7 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader};
 use std::os::unix::net::UnixDatagram;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -13,35 +13,9 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use support::apiserver::TestApiserver;
 use support::fake_cri::FakeServer;
+use support::process::{free_port, http_get, metric};
 
 const PLEGD: &str = env!("CARGO_BIN_EXE_plegd");
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A plain HTTP/1.1 GET: (status code, body).
-fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    let code = response.split_whitespace().nth(1)?.parse().ok()?;
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    Some((code, body))
-}
 
 async fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
     let deadline = Instant::now() + timeout;
@@ -204,14 +178,7 @@ async fn operate_plegd_run() {
     ] {
         assert!(metrics.contains(needle), "/metrics lacks {needle}:\n{metrics}");
     }
-    let gauge = |name: &str| -> f64 {
-        metrics
-            .lines()
-            .find(|l| l.starts_with(&format!("{name} ")))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0.0)
-    };
+    let gauge = |name: &str| metric(&metrics, name).unwrap_or(0.0);
     let rss = gauge("plegd_process_resident_memory_bytes");
     assert!(rss > 1e6, "RSS is reported: {rss}");
     // Sockets to the runtime and the apiserver, the listener, the log: a handful, far from a leak.

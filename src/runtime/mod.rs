@@ -348,11 +348,10 @@ impl CriRuntime {
         )
         .await
         .map(tonic::Response::into_inner)
-        .map(|answer| {
+        .inspect(|answer| {
             if let Some(size) = last_answer {
                 size.store(answer.len(), Ordering::Relaxed);
             }
-            answer
         })
         .map_err(|s| self.call_failed(operation, s))
     }

@@ -15,36 +15,15 @@ mod args;
 #[allow(dead_code)]
 #[path = "../support/fake_cri.rs"]
 mod fake_cri;
+#[allow(dead_code)]
+#[path = "../support/process.rs"]
+mod process;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use args::arg;
-
-fn clock_ticks() -> f64 {
-    let out = Command::new("getconf").arg("CLK_TCK").output().expect("getconf");
-    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or(100.0)
-}
-
-/// utime + stime of a process, in clock ticks.
-fn cpu_ticks(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command name (which may hold spaces) start after the last ')'.
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let field = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    field(11) + field(12)
-}
-
-fn rss_mib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|kb| kb.parse::<f64>().ok())
-        .map_or(0.0, |kb| kb / 1024.0)
-}
+use process::{clock_ticks, cpu_ticks, rss_mib};
 
 async fn measure(pods: usize, seconds: u64) -> (f64, f64, f64) {
     let server = fake_cri::FakeServer::start().await;
@@ -57,33 +36,21 @@ async fn measure(pods: usize, seconds: u64) -> (f64, f64, f64) {
     }
     // PLEGD_BENCH_WRAP runs plegd under a profiler, e.g. `PLEGD_BENCH_WRAP=heaptrack`.
     let wrap = std::env::var("PLEGD_BENCH_WRAP").ok().filter(|w| !w.is_empty());
-    let mut command = match &wrap {
-        Some(wrapper) => {
-            let mut c = Command::new(wrapper);
-            c.arg(env!("CARGO_BIN_EXE_plegd"));
-            c
-        }
-        None => Command::new(env!("CARGO_BIN_EXE_plegd")),
-    };
+    let binary = env!("CARGO_BIN_EXE_plegd");
+    let kubeconfig = api.kubeconfig(dir.path());
+    let mut command = process::plegd_run(binary, "idle", &server.path, &kubeconfig);
+    if let Some(wrapper) = &wrap {
+        let args: Vec<_> = command.get_args().map(|a| a.to_owned()).collect();
+        command = Command::new(wrapper);
+        command
+            .arg(binary)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+    }
     let mut child = command
-        .args([
-            "run",
-            "--node-name",
-            "idle",
-            "--status-mode",
-            "full",
-            "--triggers",
-            "none",
-            "--relist-period",
-            "1s",
-        ])
-        .args(["--api-socket", "off", "--metrics-address", "off"])
-        .arg("--cri-socket")
-        .arg(&server.path)
-        .arg("--kubeconfig")
-        .arg(api.kubeconfig(dir.path()))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .args(["--status-mode", "full", "--triggers", "none", "--relist-period", "1s"])
+        .args(["--metrics-address", "off"])
         .spawn()
         .expect("spawn plegd");
     let pid = child.id();

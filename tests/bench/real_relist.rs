@@ -5,6 +5,7 @@
 //!     least any relister must do;
 //!   - list: plegd's list (the same two calls, raw answers, its wire decoder, grouping into pods);
 //!   - relist: a whole no-change relist of plegd's PLEG (list, records, event computation).
+//!
 //! Needs root (it starts the test containerd through tests/containerd/containerd.sh).
 //!
 //!     cargo bench --bench real_relist

@@ -17,55 +17,15 @@ mod args;
 #[allow(dead_code)]
 #[path = "../support/containerd.rs"]
 mod containerd;
+#[allow(dead_code)]
+#[path = "../support/process.rs"]
+mod process;
 
 use std::collections::VecDeque;
-use std::io::{Read, Write};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use args::arg;
-
-fn proc_field(pid: u32, key: &str) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix(key))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0)
-}
-
-fn open_fds(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
-}
-
-/// (status code, body) of a plain HTTP GET on loopback.
-fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut text = String::new();
-    stream.read_to_string(&mut text).ok()?;
-    let code = text.split_whitespace().nth(1)?.parse().ok()?;
-    Some((
-        code,
-        text.split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_owned())
-            .unwrap_or_default(),
-    ))
-}
-
-fn metric(body: &str, name: &str) -> f64 {
-    body.lines()
-        .find(|l| l.starts_with(&format!("{name} ")))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(f64::NAN)
-}
+use process::{http_get, metric, open_fds, rss_mib, status_field};
 
 struct Sample {
     at: Duration,
@@ -96,30 +56,12 @@ async fn main() {
         }));
         pods.push((pod, VecDeque::new()));
     }
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_plegd"))
-        .args([
-            "run",
-            "--node-name",
-            "soak",
-            "--status-mode",
-            "full",
-            "--relist-period",
-            "1s",
-            "--api-socket",
-            "off",
-        ])
+    let port = process::free_port();
+    let kubeconfig = api.kubeconfig(dir.path());
+    let mut child = process::plegd_run(env!("CARGO_BIN_EXE_plegd"), "soak", &cd.socket, &kubeconfig)
+        .args(["--status-mode", "full", "--relist-period", "1s"])
         .arg("--metrics-address")
         .arg(format!("127.0.0.1:{port}"))
-        .arg("--cri-socket")
-        .arg(&cd.socket)
-        .arg("--kubeconfig")
-        .arg(api.kubeconfig(dir.path()))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
         .spawn()
         .expect("spawn plegd");
     let pid = child.id();
@@ -167,10 +109,10 @@ async fn main() {
             let metrics = http_get(port, "/metrics").map(|(_, b)| b).unwrap_or_default();
             samples.push(Sample {
                 at: start.elapsed(),
-                rss_mib: proc_field(pid, "VmRSS:") / 1024.0,
+                rss_mib: rss_mib(pid),
                 fds: open_fds(pid),
-                threads: proc_field(pid, "Threads:"),
-                tasks: metric(&metrics, "plegd_runtime_tasks"),
+                threads: status_field(pid, "Threads:"),
+                tasks: metric(&metrics, "plegd_runtime_tasks").unwrap_or(f64::NAN),
                 healthy: http_get(port, "/healthz").is_some_and(|(c, _)| c == 200),
             });
         }

@@ -5,3 +5,4 @@ pub mod apiserver;
 pub mod containerd;
 pub mod daemon;
 pub mod fake_cri;
+pub mod process;

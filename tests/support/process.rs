@@ -1,0 +1,90 @@
+//! plegd as a subprocess: starting `plegd run`, and reading what /proc and its HTTP endpoint say
+//! about it (for tests and benches alike).
+
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// `plegd run` for `node` on `cri_socket` and the apiserver of `kubeconfig`, output discarded; the
+/// caller adds the rest of the flags.
+pub fn plegd_run(binary: &str, node: &str, cri_socket: &Path, kubeconfig: &Path) -> Command {
+    let mut command = Command::new(binary);
+    command
+        .args(["run", "--node-name", node, "--api-socket", "off"])
+        .arg("--cri-socket")
+        .arg(cri_socket)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    command
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// A plain HTTP/1.1 GET on loopback: (status code, body).
+pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let code = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Some((code, body))
+}
+
+/// The value of the sample named exactly `name` (labels included) in a Prometheus text body.
+pub fn metric(body: &str, name: &str) -> Option<f64> {
+    body.lines()
+        .find(|l| l.strip_prefix(name).is_some_and(|rest| rest.starts_with(' ')))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// A numeric field of /proc/PID/status (`VmRSS:` in kB, `Threads:`), 0 when unreadable.
+pub fn status_field(pid: u32, key: &str) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+pub fn rss_mib(pid: u32) -> f64 {
+    status_field(pid, "VmRSS:") / 1024.0
+}
+
+pub fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
+}
+
+pub fn clock_ticks() -> f64 {
+    let out = Command::new("getconf").arg("CLK_TCK").output().expect("getconf");
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or(100.0)
+}
+
+/// utime + stime of a process, in clock ticks.
+pub fn cpu_ticks(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces) start after the last ')'.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let field = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    field(11) + field(12)
+}
