@@ -7,7 +7,6 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use plegd::daemon::{self};
 use plegd::metrics::Metrics;
 use plegd::pleg::PlegConfig;
 use plegd::status::StatusMode;
@@ -60,15 +59,7 @@ async fn channel_overflow_at_ten_times_capacity_loses_no_final_state() {
         ..PlegConfig::default()
     };
     options.triggers = TriggerMode::None;
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let m = metrics.clone();
-    let daemon = tokio::spawn(async move {
-        daemon::run(options, m, async {
-            let _ = rx.await;
-        })
-        .await
-        .expect("daemon");
-    });
+    let daemon = support::daemon::spawn(options, metrics.clone());
     wait_until("every pod Running", Duration::from_secs(60), || {
         (0..pods).all(|i| phase(&api, i) == "Running")
     })
@@ -99,8 +90,7 @@ async fn channel_overflow_at_ten_times_capacity_loses_no_final_state() {
         }
     }
     assert!(metrics.discard_events.get() > 0, "the channel did overflow");
-    let _ = tx.send(());
-    let _ = daemon.await;
+    daemon.stop().await;
 }
 
 fn spawn_plegd(cri: &FakeServer, kubeconfig: &std::path::Path) -> Child {

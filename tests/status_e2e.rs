@@ -7,7 +7,6 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use plegd::daemon::{self};
 use plegd::metrics::Metrics;
 use plegd::status::StatusMode;
 use serde_json::{Value, json};
@@ -28,6 +27,26 @@ async fn kubectl(kubeconfig: &std::path::Path, args: &[&str]) -> std::process::O
     .await
     .expect("kubectl task")
     .expect("run kubectl")
+}
+
+/// `kubectl patch pod web -n default --subresource=status --type=KIND -p BODY`.
+async fn kubectl_patch_status(kubeconfig: &std::path::Path, kind: &str, body: &str) -> std::process::Output {
+    let kind = format!("--type={kind}");
+    kubectl(
+        kubeconfig,
+        &[
+            "patch",
+            "pod",
+            "web",
+            "-n",
+            "default",
+            "--subresource=status",
+            &kind,
+            "-p",
+            body,
+        ],
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -76,19 +95,10 @@ async fn kubectl_agrees_the_test_apiserver_behaves_like_one() {
     assert_eq!(names, [json!("web")], "field selector honoured");
 
     // A strategic merge patch of the status merges conditions by type.
-    let out = kubectl(
+    let out = kubectl_patch_status(
         &kc,
-        &[
-            "patch",
-            "pod",
-            "web",
-            "-n",
-            "default",
-            "--subresource=status",
-            "--type=strategic",
-            "-p",
-            r#"{"status":{"conditions":[{"type":"Ready","status":"True"}]}}"#,
-        ],
+        "strategic",
+        r#"{"status":{"conditions":[{"type":"Ready","status":"True"}]}}"#,
     )
     .await;
     assert!(
@@ -104,19 +114,10 @@ async fn kubectl_agrees_the_test_apiserver_behaves_like_one() {
     let rv_after_patch: u64 = pod["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
 
     // A merge patch replaces the list.
-    let out = kubectl(
+    let out = kubectl_patch_status(
         &kc,
-        &[
-            "patch",
-            "pod",
-            "web",
-            "-n",
-            "default",
-            "--subresource=status",
-            "--type=merge",
-            "-p",
-            r#"{"status":{"conditions":[{"type":"Ready","status":"False"}]}}"#,
-        ],
+        "merge",
+        r#"{"status":{"conditions":[{"type":"Ready","status":"False"}]}}"#,
     )
     .await;
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -215,18 +216,8 @@ async fn kube_watcher_relists_after_410_gone() {
 }
 
 struct Daemon {
-    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<()>,
+    _run: support::daemon::InProcess,
     metrics: Arc<Metrics>,
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
-        self.task.abort();
-    }
 }
 
 fn start_daemon(cd: &Containerd, api: &TestApiserver, dir: &std::path::Path, node: &str, mode: StatusMode) -> Daemon {
@@ -236,18 +227,8 @@ fn start_daemon(cd: &Containerd, api: &TestApiserver, dir: &std::path::Path, nod
     options.manager.retry_max = Duration::from_secs(2);
     options.emit_events = true;
     let metrics = Arc::new(Metrics::new());
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let m = metrics.clone();
-    let task = tokio::spawn(async move {
-        daemon::run(options, m, async {
-            let _ = rx.await;
-        })
-        .await
-        .expect("daemon runs");
-    });
     Daemon {
-        shutdown: Some(tx),
-        task,
+        _run: support::daemon::spawn(options, metrics.clone()),
         metrics,
     }
 }

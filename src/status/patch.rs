@@ -161,18 +161,31 @@ fn apply_order(target: &mut [Value], order: &[Value], key: &str) {
     target.sort_by_key(rank);
 }
 
-/// Apply a strategic merge patch to an object whose merge lists are those of [`merge_key`]
-/// (applied at every depth, so a whole pod with a `status` member works too). `null` removes a
-/// field, merge lists merge by key, other lists and scalars are replaced.
-pub fn apply_strategic_merge(target: &mut Value, patch: &Value) {
+type Object = Map<String, Value>;
+
+/// What both patch kinds do first: a patch that is not an object replaces the target (None is
+/// returned: nothing more to do); otherwise the target becomes an object if it is not one.
+fn patch_target<'a, 'p>(
+    target: &'a mut Value,
+    patch: &'p Value,
+) -> Option<(&'a mut Object, &'p Object)> {
     let Some(patch) = patch.as_object() else {
         *target = patch.clone();
-        return;
+        return None;
     };
     if !target.is_object() {
         *target = Value::Object(Map::new());
     }
-    let Some(t) = target.as_object_mut() else { return };
+    Some((target.as_object_mut()?, patch))
+}
+
+/// Apply a strategic merge patch to an object whose merge lists are those of [`merge_key`]
+/// (applied at every depth, so a whole pod with a `status` member works too). `null` removes a
+/// field, merge lists merge by key, other lists and scalars are replaced.
+pub fn apply_strategic_merge(target: &mut Value, patch: &Value) {
+    let Some((t, patch)) = patch_target(target, patch) else {
+        return;
+    };
     for (field, p) in patch {
         if field.starts_with(SET_ORDER) || field.starts_with('$') {
             continue;
@@ -209,14 +222,9 @@ pub fn apply_strategic_merge(target: &mut Value, patch: &Value) {
 
 /// RFC 7386 JSON merge patch (what `application/merge-patch+json` means): lists are replaced.
 pub fn apply_merge_patch(target: &mut Value, patch: &Value) {
-    let Some(patch) = patch.as_object() else {
-        *target = patch.clone();
+    let Some((t, patch)) = patch_target(target, patch) else {
         return;
     };
-    if !target.is_object() {
-        *target = Value::Object(Map::new());
-    }
-    let Some(t) = target.as_object_mut() else { return };
     for (k, v) in patch {
         if v.is_null() {
             t.remove(k);

@@ -54,14 +54,7 @@ async fn measure(pods: usize, seconds: u64) -> (f64, f64, f64) {
         .spawn()
         .expect("spawn plegd");
     let pid = child.id();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while (0..pods).any(|i| {
-        api.pod("default", &format!("pod-{i}"))
-            .is_none_or(|p| p["status"]["phase"] != "Running")
-    }) {
-        assert!(Instant::now() < deadline, "pods did not all become Running");
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    api.wait_all_running(pods, Duration::from_secs(120)).await;
     // Past the first 10 s resync of every pod.
     tokio::time::sleep(Duration::from_secs(12)).await;
     let ticks = clock_ticks();

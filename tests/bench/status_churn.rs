@@ -23,7 +23,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use args::arg;
-use plegd::daemon::{self};
 use plegd::metrics::Metrics;
 use plegd::status::StatusMode;
 use plegd::triggers::TriggerMode;
@@ -43,19 +42,9 @@ async fn run(pods: usize, rate: f64, triggers: TriggerMode) -> (f64, usize, Vec<
     }
     let mut options = daemon_support::options(&server.path, api.kubeconfig(dir.path()), "bench", StatusMode::Full);
     options.triggers = triggers;
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let daemon = tokio::spawn(daemon::run(options, Arc::new(Metrics::new()), async {
-        let _ = rx.await;
-    }));
+    let daemon = daemon_support::spawn(options, Arc::new(Metrics::new()));
     // Every pod Running first.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while (0..pods).any(|i| {
-        api.pod("default", &format!("pod-{i}"))
-            .is_none_or(|p| p["status"]["phase"] != "Running")
-    }) {
-        assert!(Instant::now() < deadline, "pods did not all become Running");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    api.wait_all_running(pods, Duration::from_secs(60)).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     api.clear_log();
 
@@ -101,8 +90,7 @@ async fn run(pods: usize, rate: f64, triggers: TriggerMode) -> (f64, usize, Vec<
         .filter(|r| r.method == "GET" && r.path.starts_with("/api/v1/namespaces/"))
         .count();
     latencies.sort_by(f64::total_cmp);
-    let _ = tx.send(());
-    let _ = daemon.await;
+    daemon.stop().await;
     (patches as f64 / pods as f64, gets, latencies, log.len())
 }
 

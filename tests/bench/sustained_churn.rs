@@ -23,7 +23,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use args::arg;
-use plegd::daemon::{self};
 use plegd::metrics::Metrics;
 use plegd::status::StatusMode;
 use plegd::triggers::TriggerMode;
@@ -44,14 +43,7 @@ async fn main() {
     options.triggers = TriggerMode::Cri;
     options.manager.qps = qps as f64;
     options.manager.burst = (qps * 2) as u32;
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let m = metrics.clone();
-    let daemon = tokio::spawn(async move {
-        let _ = daemon::run(options, m, async {
-            let _ = rx.await;
-        })
-        .await;
-    });
+    let daemon = daemon_support::spawn(options, metrics.clone());
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     let total = (rate * seconds) as usize;
@@ -117,6 +109,5 @@ async fn main() {
         patches as f64 / total as f64,
         settled.as_secs_f64()
     );
-    let _ = tx.send(());
-    let _ = daemon.await;
+    daemon.stop().await;
 }

@@ -218,6 +218,19 @@ impl TestApiserver {
             "spec": {"nodeName": node, "restartPolicy": restart_policy, "containers": specs}}))
     }
 
+    /// Wait until the pods `pod-0` … `pod-{count - 1}` of `default` (the names the benches give) are
+    /// all Running; panics after `timeout`.
+    pub async fn wait_all_running(&self, count: usize, timeout: Duration) {
+        let deadline = std::time::Instant::now() + timeout;
+        while (0..count).any(|i| {
+            self.pod("default", &format!("pod-{i}"))
+                .is_none_or(|p| p["status"]["phase"] != "Running")
+        }) {
+            assert!(std::time::Instant::now() < deadline, "pods did not all become Running");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
     pub fn pod(&self, namespace: &str, name: &str) -> Option<Value> {
         lock(&self.inner.data)
             .pods

@@ -37,3 +37,49 @@ pub fn options(cri_socket: &Path, kubeconfig: PathBuf, node: &str, mode: StatusM
         shutdown_timeout: Duration::from_secs(5),
     }
 }
+
+/// `plegd run` in this process, until [`InProcess::stop`] (or drop) asks it to shut down.
+pub struct InProcess {
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// Start `plegd run` with `options` as a task of this process.
+pub fn spawn(options: DaemonOptions, metrics: std::sync::Arc<plegd::metrics::Metrics>) -> InProcess {
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        plegd::daemon::run(options, metrics, async {
+            let _ = rx.await;
+        })
+        .await
+        .expect("plegd run");
+    });
+    InProcess {
+        shutdown: Some(tx),
+        task: Some(task),
+    }
+}
+
+impl InProcess {
+    /// Ask for a graceful shutdown and wait for it.
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+/// Dropped without [`InProcess::stop`]: asked to shut down and cut short.
+impl Drop for InProcess {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(task) = &self.task {
+            task.abort();
+        }
+    }
+}
