@@ -232,11 +232,11 @@ impl<R: Runtime, C: Clock> SyncLoop<R, C> {
         }
         tracked.last_sync = Some(Instant::now());
         let runtime = self.pleg.cache().get(uid).status;
-        let version = pod.metadata.resource_version.clone().unwrap_or_default();
+        let version = pod.metadata.resource_version.as_deref().unwrap_or_default();
         if self.config.mode != StatusMode::Shadow
             && let Some((synced_version, synced_runtime)) = &tracked.synced_from
             && !version.is_empty()
-            && *synced_version == version
+            && synced_version == version
             && Arc::ptr_eq(synced_runtime, &runtime)
         {
             return;
@@ -282,7 +282,7 @@ impl<R: Runtime, C: Clock> SyncLoop<R, C> {
         };
         // Only a status generated from the informer's own copy counts: while plegd's last write is
         // ahead of the informer, the next resync generates again.
-        tracked.synced_from = (handed_over && matches!(base, Cow::Borrowed(_))).then_some((version, runtime));
+        tracked.synced_from = (handed_over && matches!(base, Cow::Borrowed(_))).then(|| (version.to_owned(), runtime));
     }
 
     /// A Kubernetes Event for a container that died (with its exit code and reason) or was OOM-killed.

@@ -165,10 +165,7 @@ type Object = Map<String, Value>;
 
 /// What both patch kinds do first: a patch that is not an object replaces the target (None is
 /// returned: nothing more to do); otherwise the target becomes an object if it is not one.
-fn patch_target<'a, 'p>(
-    target: &'a mut Value,
-    patch: &'p Value,
-) -> Option<(&'a mut Object, &'p Object)> {
+fn patch_target<'a, 'p>(target: &'a mut Value, patch: &'p Value) -> Option<(&'a mut Object, &'p Object)> {
     let Some(patch) = patch.as_object() else {
         *target = patch.clone();
         return None;
