@@ -1,14 +1,13 @@
 //! The informer: a kube-rs watcher and reflector over the pods bound to this node (field selector
-//! `spec.nodeName=NODE`), slimmed before it is stored ([`slim_pod`]). Every change is forwarded to
+//! `spec.nodeName=NODE`), each kept as an [`ApiPod`] (only what plegd reads of it). Every change is forwarded to
 //! the syncLoop as a [`PodChange`]. Errors are logged, counted and retried with backoff; the stream
 //! never ends on an error. Ready once the first complete list has been seen.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use futures_util::StreamExt;
+use futures_util::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Pod;
-use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -17,7 +16,7 @@ use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 use crate::metrics::Metrics;
-use crate::status::generate::slim_spec;
+use crate::pod::ApiPod;
 
 /// A pod that changed, for the syncLoop.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,7 +24,7 @@ pub enum PodChange {
     /// Added or modified.
     Applied {
         uid: String,
-        key: ObjectRef<Pod>,
+        key: ObjectRef<ApiPod>,
     },
     Deleted {
         uid: String,
@@ -35,7 +34,7 @@ pub enum PodChange {
 /// The informer's cache and readiness.
 #[derive(Clone)]
 pub struct Informer {
-    pub store: Store<Pod>,
+    pub store: Store<ApiPod>,
     ready: Arc<AtomicBool>,
 }
 
@@ -46,21 +45,19 @@ impl Informer {
     }
 }
 
-/// The annotation `kubectl apply` keeps: a whole copy of the applied object.
-const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
-
-/// What the store keeps of a pod: no managedFields, no last-applied copy, and only the parts of the
-/// spec that status generation reads ([`slim_spec`]). The status is kept whole: it is what status
-/// patches are computed against.
-pub fn slim_pod(pod: &mut Pod) {
-    pod.managed_fields_mut().clear();
-    pod.annotations_mut().remove(LAST_APPLIED);
-    if let Some(spec) = pod.spec.as_mut() {
-        slim_spec(spec);
+/// A watch event with its pod converted to what the store keeps, before the store sees it: the
+/// whole `Pod` never lives longer than this conversion.
+fn to_api_pod(event: Event<Pod>) -> Event<ApiPod> {
+    match event {
+        Event::Apply(pod) => Event::Apply(pod.into()),
+        Event::Delete(pod) => Event::Delete(pod.into()),
+        Event::InitApply(pod) => Event::InitApply(pod.into()),
+        Event::Init => Event::Init,
+        Event::InitDone => Event::InitDone,
     }
 }
 
-fn change_of(pod: &Pod) -> Option<PodChange> {
+fn change_of(pod: &ApiPod) -> Option<PodChange> {
     let uid = pod.metadata.uid.clone()?;
     Some(PodChange::Applied {
         uid,
@@ -87,7 +84,7 @@ pub fn start(
     let task = tokio::spawn(async move {
         let stream = watcher::watcher(api, config)
             .default_backoff()
-            .modify(slim_pod)
+            .map_ok(to_api_pod)
             .reflect(writer);
         futures_util::pin_mut!(stream);
         while let Some(item) = stream.next().await {
@@ -116,49 +113,4 @@ pub fn start(
         }
     });
     (informer, task)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use k8s_openapi::api::core::v1::{Container, PodSpec, Volume};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
-
-    #[test]
-    fn the_store_keeps_a_slim_pod() {
-        let mut pod = Pod {
-            metadata: ObjectMeta {
-                name: Some("web".into()),
-                uid: Some("u1".into()),
-                annotations: Some(
-                    [
-                        (LAST_APPLIED.to_owned(), "{}".to_owned()),
-                        ("keep".to_owned(), "me".to_owned()),
-                    ]
-                    .into(),
-                ),
-                managed_fields: Some(vec![ManagedFieldsEntry::default()]),
-                ..ObjectMeta::default()
-            },
-            spec: Some(PodSpec {
-                node_name: Some("n1".into()),
-                volumes: Some(vec![Volume::default()]),
-                containers: vec![Container {
-                    name: "app".into(),
-                    args: Some(vec!["--big".into()]),
-                    ..Container::default()
-                }],
-                ..PodSpec::default()
-            }),
-            status: None,
-        };
-        slim_pod(&mut pod);
-        assert!(pod.metadata.managed_fields.as_deref().unwrap_or_default().is_empty());
-        assert_eq!(pod.annotations().len(), 1);
-        assert_eq!(pod.annotations()["keep"], "me");
-        let spec = pod.spec.unwrap();
-        assert_eq!(spec.node_name.as_deref(), Some("n1"));
-        assert!(spec.volumes.is_none() && spec.containers[0].args.is_none());
-        assert_eq!(spec.containers[0].name, "app");
-    }
 }

@@ -18,6 +18,7 @@ pub mod informer;
 pub mod metrics;
 pub mod observe;
 pub mod pleg;
+pub mod pod;
 pub mod runtime;
 pub mod status;
 pub mod sync_loop;

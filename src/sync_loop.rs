@@ -9,7 +9,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use k8s_openapi::api::core::v1::Pod;
 use kube::Resource;
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
 use kube::runtime::reflector::ObjectRef;
@@ -22,6 +21,7 @@ use crate::container::PodStatus;
 use crate::informer::{Informer, PodChange};
 use crate::metrics::Metrics;
 use crate::pleg::{GenericPleg, PodLifecycleEvent, PodLifecycleEventType};
+use crate::pod::ApiPod;
 use crate::runtime::Runtime;
 use crate::status::generate::{StatusInput, generate};
 use crate::status::manager::StatusManager;
@@ -57,7 +57,7 @@ impl Default for SyncConfig {
 }
 
 struct Tracked {
-    key: ObjectRef<Pod>,
+    key: ObjectRef<ApiPod>,
     last_sync: Option<Instant>,
     /// What the last sync that handed a status to the status manager worked from: the pod's
     /// resourceVersion and the runtime status it read. The same inputs give the same status, so a
@@ -243,8 +243,8 @@ impl<R: Runtime, C: Clock> SyncLoop<R, C> {
         }
         // Generate from plegd's own last write while the informer has not caught up with it (only
         // then is the pod copied).
-        let base: Cow<'_, Pod> = match self.manager.base_status(&pod) {
-            Some(status) => Cow::Owned(Pod {
+        let base: Cow<'_, ApiPod> = match self.manager.base_status(&pod) {
+            Some(status) => Cow::Owned(ApiPod {
                 status: Some(status),
                 ..(*pod).clone()
             }),

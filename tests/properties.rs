@@ -6,10 +6,10 @@
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
-use k8s_openapi::api::core::v1::{Container as SpecContainer, Pod as ApiPod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use plegd::container::{Container, ContainerState, ContainerStatus, Pod, PodStatus};
 use plegd::pleg::{PodLifecycleEventType as E, compute_events};
+use plegd::pod::{ApiPod, ApiPodSpec, SpecContainer};
 use plegd::status::generate::{StatusInput, generate};
 use proptest::prelude::*;
 
@@ -137,11 +137,11 @@ proptest! {
         let names = ["a", "b"];
         let mut pod = ApiPod {
             metadata: ObjectMeta { name: Some("p".into()), uid: Some("u1".into()), ..ObjectMeta::default() },
-            spec: Some(PodSpec {
+            spec: ApiPodSpec {
                 containers: names.iter().map(|n| SpecContainer { name: (*n).into(), ..SpecContainer::default() }).collect(),
                 restart_policy: Some(policy.into()),
-                ..PodSpec::default()
-            }),
+                ..ApiPodSpec::default()
+            },
             status: None,
         };
         // Per container: its attempts so far (the runtime keeps the last two).

@@ -1,4 +1,4 @@
-//! Status generation: from the Pod (spec and the status the apiserver holds) and the runtime status
+//! Status generation: from the pod ([`ApiPod`]: spec, and the status the apiserver holds) and the runtime status
 //! in the cache, compute the kubelet-equivalent `PodStatus` (`generateAPIPodStatus`, `getPhase`,
 //! `convertToAPIContainerStatuses`, `status/generate.go`). Pure: no I/O, time is a parameter.
 //!
@@ -13,13 +13,13 @@ use std::collections::BTreeMap;
 use std::time::SystemTime;
 
 use k8s_openapi::api::core::v1::{
-    Container, ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
-    ContainerStatus as ApiContainerStatus, EphemeralContainer, HostIP, Pod, PodCondition, PodIP, PodSpec,
-    PodStatus as ApiPodStatus, Probe,
+    ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
+    ContainerStatus as ApiContainerStatus, HostIP, PodCondition, PodIP, PodStatus as ApiPodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::container::{ContainerState as RuntimeState, ContainerStatus, PodStatus, SandboxState};
+use crate::pod::{ApiPod, SpecContainer};
 
 pub const PENDING: &str = "Pending";
 pub const RUNNING: &str = "Running";
@@ -52,7 +52,7 @@ const CONTAINER_STATUS_UNKNOWN: &str = "ContainerStatusUnknown";
 /// Everything status generation looks at.
 pub struct StatusInput<'a> {
     /// The pod as the apiserver has it: spec, and the status last written.
-    pub pod: &'a Pod,
+    pub pod: &'a ApiPod,
     /// The runtime status from the cache.
     pub runtime: &'a PodStatus,
     /// The runtime's name, the scheme of container ids (`containerd://…`).
@@ -66,10 +66,6 @@ pub struct StatusInput<'a> {
 pub fn api_time(t: SystemTime) -> Time {
     let ts = k8s_openapi::jiff::Timestamp::try_from(t).unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
     Time(k8s_openapi::jiff::Timestamp::from_second(ts.as_second()).unwrap_or(ts))
-}
-
-fn is_restartable_init(c: &Container) -> bool {
-    c.restart_policy.as_deref() == Some("Always")
 }
 
 fn find<'a>(statuses: &'a [ApiContainerStatus], name: &str) -> Option<&'a ApiContainerStatus> {
@@ -94,18 +90,17 @@ fn last_terminated(s: &ApiContainerStatus) -> Option<&ContainerStateTerminated> 
 
 /// `getPhase`. `statuses` holds regular and init container statuses.
 pub fn get_phase(
-    pod: &Pod,
+    pod: &ApiPod,
     statuses: &[ApiContainerStatus],
     pod_is_terminal: bool,
     pod_has_initialized: bool,
 ) -> &'static str {
-    let spec = pod.spec.as_ref();
-    let init = spec.and_then(|s| s.init_containers.as_deref()).unwrap_or_default();
-    let containers = spec.map(|s| s.containers.as_slice()).unwrap_or_default();
-    let restart_policy = spec.and_then(|s| s.restart_policy.as_deref()).unwrap_or("Always");
+    let init = &pod.spec.init_containers;
+    let containers = &pod.spec.containers;
+    let restart_policy = pod.spec.restart_policy.as_deref().unwrap_or("Always");
 
     let (mut pending_restartable_init, mut pending_regular_init, mut failed_init) = (0, 0, 0);
-    for c in init.iter().filter(|c| !is_restartable_init(c)) {
+    for c in init.iter().filter(|c| !c.is_restartable_init()) {
         match find(statuses, &c.name) {
             None => pending_regular_init += 1,
             Some(s) if running(s) => pending_regular_init += 1,
@@ -124,7 +119,7 @@ pub fn get_phase(
     }
 
     let (mut unknown, mut running_n, mut waiting_n, mut stopped, mut succeeded) = (0, 0, 0, 0, 0);
-    for c in init.iter().filter(|c| is_restartable_init(c)) {
+    for c in init.iter().filter(|c| c.is_restartable_init()) {
         match find(statuses, &c.name) {
             None => unknown += 1,
             Some(s) if running(s) => {
@@ -210,15 +205,17 @@ fn go_list(names: &[String]) -> String {
 }
 
 /// `GenerateContainersReadyCondition`.
-pub fn containers_ready_condition(pod: &Pod, statuses: Option<&[ApiContainerStatus]>, phase: &str) -> PodCondition {
+pub fn containers_ready_condition(pod: &ApiPod, statuses: Option<&[ApiContainerStatus]>, phase: &str) -> PodCondition {
     let Some(statuses) = statuses else {
         return condition(CONTAINERS_READY, false, Some("UnknownContainerStatuses"), None);
     };
-    let spec = pod.spec.as_ref();
-    let init = spec.and_then(|s| s.init_containers.as_deref()).unwrap_or_default();
-    let containers = spec.map(|s| s.containers.as_slice()).unwrap_or_default();
+    let init = &pod.spec.init_containers;
     let (mut unknown, mut unready) = (Vec::new(), Vec::new());
-    for c in init.iter().filter(|c| is_restartable_init(c)).chain(containers) {
+    for c in init
+        .iter()
+        .filter(|c| c.is_restartable_init())
+        .chain(&pod.spec.containers)
+    {
         match find(statuses, &c.name) {
             Some(s) if !s.ready => unready.push(c.name.clone()),
             Some(_) => {}
@@ -252,7 +249,7 @@ pub fn containers_ready_condition(pod: &Pod, statuses: Option<&[ApiContainerStat
 
 /// `GeneratePodReadyCondition`: ContainersReady, then every readiness gate must be True.
 pub fn ready_condition(
-    pod: &Pod,
+    pod: &ApiPod,
     conditions: &[PodCondition],
     statuses: Option<&[ApiContainerStatus]>,
     phase: &str,
@@ -264,21 +261,16 @@ pub fn ready_condition(
             ..containers_ready
         };
     }
-    let gates = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.readiness_gates.as_deref())
-        .unwrap_or_default();
+    let gates = &pod.spec.readiness_gates;
     let mut messages = Vec::new();
     for gate in gates {
-        match conditions.iter().find(|c| c.type_ == gate.condition_type) {
+        match conditions.iter().find(|c| &c.type_ == gate) {
             None => messages.push(format!(
-                "corresponding condition of pod readiness gate \"{}\" does not exist.",
-                gate.condition_type
+                "corresponding condition of pod readiness gate \"{gate}\" does not exist."
             )),
             Some(c) if c.status != "True" => messages.push(format!(
-                "the status of pod readiness gate \"{}\" is not \"True\", but {}",
-                gate.condition_type, c.status
+                "the status of pod readiness gate \"{gate}\" is not \"True\", but {}",
+                c.status
             )),
             Some(_) => {}
         }
@@ -291,20 +283,15 @@ pub fn ready_condition(
 }
 
 /// `HasAnyRegularContainerStarted`: a regular container runs or has run.
-fn any_regular_container_started(pod: &Pod, statuses: &[ApiContainerStatus]) -> bool {
-    let containers = pod.spec.as_ref().map(|s| s.containers.as_slice()).unwrap_or_default();
-    containers.iter().any(|c| {
+fn any_regular_container_started(pod: &ApiPod, statuses: &[ApiContainerStatus]) -> bool {
+    pod.spec.containers.iter().any(|c| {
         find(statuses, &c.name).is_some_and(|s| running(s) || terminated(s).is_some() || last_terminated(s).is_some())
     })
 }
 
 /// `GeneratePodInitializedCondition`.
-pub fn initialized_condition(pod: &Pod, statuses: Option<&[ApiContainerStatus]>, phase: &str) -> PodCondition {
-    let init = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.init_containers.as_deref())
-        .unwrap_or_default();
+pub fn initialized_condition(pod: &ApiPod, statuses: Option<&[ApiContainerStatus]>, phase: &str) -> PodCondition {
+    let init = &pod.spec.init_containers;
     let Some(statuses) = statuses.filter(|s| !s.is_empty() || init.is_empty()) else {
         return condition(INITIALIZED, false, Some("UnknownContainerStatuses"), None);
     };
@@ -317,7 +304,7 @@ pub fn initialized_condition(pod: &Pod, statuses: Option<&[ApiContainerStatus]>,
             unknown.push(c.name.clone());
             continue;
         };
-        let done = if is_restartable_init(c) {
+        let done = if c.is_restartable_init() {
             s.started == Some(true)
         } else {
             terminated(s).is_some_and(|t| t.exit_code == 0)
@@ -350,8 +337,8 @@ pub fn initialized_condition(pod: &Pod, statuses: Option<&[ApiContainerStatus]>,
 
 /// `GeneratePodReadyToStartContainersCondition`: True when the newest sandbox is ready (with an IP
 /// unless the pod uses the host's network) and no other sandbox is ready.
-pub fn ready_to_start_containers_condition(pod: &Pod, runtime: &PodStatus) -> PodCondition {
-    let host_network = pod.spec.as_ref().and_then(|s| s.host_network).unwrap_or(false);
+pub fn ready_to_start_containers_condition(pod: &ApiPod, runtime: &PodStatus) -> PodCondition {
+    let host_network = pod.spec.host_network;
     let ready_count = runtime
         .sandbox_statuses
         .iter()
@@ -372,11 +359,10 @@ pub fn ready_to_start_containers_condition(pod: &Pod, runtime: &PodStatus) -> Po
 /// plegd's `plegd.io/ContainersRunning`: True when every regular container runs. Otherwise the first
 /// container that does not run gives the reason (OOMKilled, ContainerDied, ContainerRemoved,
 /// ContainerNotStarted) and the message names each one.
-pub fn containers_running_condition(pod: &Pod, statuses: &[ApiContainerStatus]) -> PodCondition {
-    let containers = pod.spec.as_ref().map(|s| s.containers.as_slice()).unwrap_or_default();
+pub fn containers_running_condition(pod: &ApiPod, statuses: &[ApiContainerStatus]) -> PodCondition {
     let mut reason = None;
     let mut messages = Vec::new();
-    for c in containers {
+    for c in &pod.spec.containers {
         let s = find(statuses, &c.name);
         if s.is_some_and(running) {
             continue;
@@ -429,12 +415,8 @@ pub fn containers_running_condition(pod: &Pod, statuses: &[ApiContainerStatus]) 
 }
 
 /// Whether a container declares a probe of this kind.
-fn has_probe(c: &Container, readiness: bool) -> bool {
-    if readiness {
-        c.readiness_probe.is_some()
-    } else {
-        c.startup_probe.is_some()
-    }
+fn has_probe(c: &SpecContainer, readiness: bool) -> bool {
+    if readiness { c.readiness_probe } else { c.startup_probe }
 }
 
 /// One runtime status in API form (`convertContainerStatus`).
@@ -499,8 +481,8 @@ fn convert(cs: &ContainerStatus, old: Option<&ApiContainerStatus>, runtime_name:
 
 /// `convertToAPIContainerStatuses` for one list of containers (regular, init or ephemeral).
 fn container_statuses(
-    pod: &Pod,
-    specs: &[Container],
+    pod: &ApiPod,
+    specs: &[SpecContainer],
     previous: &[ApiContainerStatus],
     runtime: &PodStatus,
     runtime_name: &str,
@@ -516,7 +498,7 @@ fn container_statuses(
     for c in specs {
         let mut status = ApiContainerStatus {
             name: c.name.clone(),
-            image: c.image.clone().unwrap_or_default(),
+            image: c.image.clone(),
             state: Some(ContainerState {
                 waiting: Some(ContainerStateWaiting {
                     reason: Some(default_reason.to_owned()),
@@ -652,7 +634,7 @@ fn sort_pod_ips(ips: &[String], node_ips: &[String]) -> Vec<String> {
 /// plegd's own `plegd.io/ContainersRunning` is added by the caller when its mode writes it.
 /// lastTransitionTime moves only when a condition's status changes.
 fn conditions(
-    pod: &Pod,
+    pod: &ApiPod,
     old: &ApiPodStatus,
     runtime: &PodStatus,
     all: &[ApiContainerStatus],
@@ -689,51 +671,11 @@ pub fn set_transition_time(c: &mut PodCondition, old: &[PodCondition], now: Syst
     };
 }
 
-/// Drop from a pod spec all that status generation never reads (volumes, env, commands, affinity,
-/// tolerations, resources, …), for the informer, which keeps every pod of the node: most of a spec is
-/// weight. Kept: nodeName, hostNetwork, restartPolicy, readinessGates and, per container, its name,
-/// image, restartPolicy and whether it declares a readiness or startup probe.
-pub fn slim_spec(spec: &mut PodSpec) {
-    fn slim(c: &mut Container) {
-        *c = Container {
-            name: std::mem::take(&mut c.name),
-            image: c.image.take(),
-            restart_policy: c.restart_policy.take(),
-            readiness_probe: c.readiness_probe.as_ref().map(|_| Probe::default()),
-            startup_probe: c.startup_probe.as_ref().map(|_| Probe::default()),
-            ..Container::default()
-        };
-    }
-    let mut containers = std::mem::take(&mut spec.containers);
-    containers.iter_mut().for_each(slim);
-    let mut init_containers = spec.init_containers.take();
-    init_containers.iter_mut().flatten().for_each(slim);
-    let ephemeral_containers = spec.ephemeral_containers.take().map(|list| {
-        list.into_iter()
-            .map(|e| EphemeralContainer {
-                name: e.name,
-                image: e.image,
-                ..EphemeralContainer::default()
-            })
-            .collect()
-    });
-    *spec = PodSpec {
-        node_name: spec.node_name.take(),
-        host_network: spec.host_network,
-        restart_policy: spec.restart_policy.take(),
-        readiness_gates: spec.readiness_gates.take(),
-        containers,
-        init_containers,
-        ephemeral_containers,
-        ..PodSpec::default()
-    };
-}
-
 /// The kubelet-equivalent status of a pod (`generateAPIPodStatus` followed by the status
 /// manager's normalisation). Terminal phases never change back.
 pub fn generate(input: &StatusInput<'_>) -> ApiPodStatus {
     let pod = input.pod;
-    let (no_status, no_spec);
+    let no_status;
     let old = match &pod.status {
         Some(status) => status,
         None => {
@@ -741,26 +683,10 @@ pub fn generate(input: &StatusInput<'_>) -> ApiPodStatus {
             &no_status
         }
     };
-    let spec = match &pod.spec {
-        Some(spec) => spec,
-        None => {
-            no_spec = PodSpec::default();
-            &no_spec
-        }
-    };
-    let init = spec.init_containers.as_deref().unwrap_or_default();
+    let spec = &pod.spec;
+    let init = &spec.init_containers;
     let has_init = !init.is_empty();
-    let ephemeral: Vec<Container> = spec
-        .ephemeral_containers
-        .as_deref()
-        .unwrap_or_default()
-        .iter()
-        .map(|e| Container {
-            name: e.name.clone(),
-            image: e.image.clone(),
-            ..Container::default()
-        })
-        .collect();
+    let ephemeral = &spec.ephemeral_containers;
 
     let mut container_list = container_statuses(
         pod,
@@ -780,7 +706,7 @@ pub fn generate(input: &StatusInput<'_>) -> ApiPodStatus {
     );
     let mut ephemeral_list = container_statuses(
         pod,
-        &ephemeral,
+        ephemeral,
         old.ephemeral_container_statuses.as_deref().unwrap_or_default(),
         input.runtime,
         input.runtime_name,
@@ -824,7 +750,7 @@ pub fn generate(input: &StatusInput<'_>) -> ApiPodStatus {
     status.conditions = Some(conditions(pod, old, input.runtime, &all, phase, input.now));
 
     let mut pod_ips = sort_pod_ips(&input.runtime.ips, input.node_ips);
-    if spec.host_network.unwrap_or(false) && pod_ips.is_empty() {
+    if spec.host_network && pod_ips.is_empty() {
         pod_ips = input.node_ips.iter().take(2).cloned().collect();
     }
     if pod_ips.is_empty() {
@@ -858,7 +784,7 @@ pub fn generate(input: &StatusInput<'_>) -> ApiPodStatus {
 mod tests {
     use super::*;
     use crate::container::SandboxStatus;
-    use k8s_openapi::api::core::v1::{PodReadinessGate, PodSpec, Probe};
+    use crate::pod::ApiPodSpec;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use std::time::Duration;
 
@@ -868,34 +794,34 @@ mod tests {
         T + Duration::from_secs(secs)
     }
 
-    fn spec_container(name: &str) -> Container {
-        Container {
+    fn spec_container(name: &str) -> SpecContainer {
+        SpecContainer {
             name: name.into(),
-            image: Some("busybox".into()),
-            ..Container::default()
+            image: "busybox".into(),
+            ..SpecContainer::default()
         }
     }
 
-    fn sidecar(name: &str) -> Container {
-        Container {
+    fn sidecar(name: &str) -> SpecContainer {
+        SpecContainer {
             restart_policy: Some("Always".into()),
             ..spec_container(name)
         }
     }
 
-    fn pod_with(containers: &[&str], init: Vec<Container>, policy: &str) -> Pod {
-        Pod {
+    fn pod_with(containers: &[&str], init: Vec<SpecContainer>, policy: &str) -> ApiPod {
+        ApiPod {
             metadata: ObjectMeta {
                 name: Some("p".into()),
                 uid: Some("u1".into()),
                 ..ObjectMeta::default()
             },
-            spec: Some(PodSpec {
+            spec: ApiPodSpec {
                 containers: containers.iter().map(|n| spec_container(n)).collect(),
-                init_containers: (!init.is_empty()).then_some(init),
+                init_containers: init,
                 restart_policy: Some(policy.into()),
-                ..PodSpec::default()
-            }),
+                ..ApiPodSpec::default()
+            },
             status: None,
         }
     }
@@ -1117,11 +1043,7 @@ mod tests {
 
         // Readiness gates.
         let mut gated = pod_with(&["a"], vec![], "Always");
-        if let Some(spec) = gated.spec.as_mut() {
-            spec.readiness_gates = Some(vec![PodReadinessGate {
-                condition_type: "example.com/lb".into(),
-            }]);
-        }
+        gated.spec.readiness_gates = vec!["example.com/lb".into()];
         let ok = [running_status("a")];
         let r = ready_condition(&gated, &[], Some(&ok), RUNNING);
         assert_eq!(r.reason.as_deref(), Some("ReadinessGatesNotReady"));
@@ -1213,7 +1135,7 @@ mod tests {
         }
     }
 
-    fn status_of(pod: &Pod, runtime: &PodStatus, now: SystemTime) -> ApiPodStatus {
+    fn status_of(pod: &ApiPod, runtime: &PodStatus, now: SystemTime) -> ApiPodStatus {
         generate(&StatusInput {
             pod,
             runtime,
@@ -1221,77 +1143,6 @@ mod tests {
             node_ips: &["192.0.2.10".to_owned()],
             now,
         })
-    }
-
-    #[test]
-    fn a_slim_spec_gives_the_same_status_as_the_whole_one() {
-        use k8s_openapi::api::core::v1::{EnvVar, ResourceRequirements, Volume, VolumeMount};
-        let heavy = |c: Container| Container {
-            command: Some(vec!["sh".into(), "-c".into(), "sleep 1000".into()]),
-            env: Some(vec![EnvVar {
-                name: "A".into(),
-                value: Some("x".repeat(1000)),
-                ..EnvVar::default()
-            }]),
-            volume_mounts: Some(vec![VolumeMount {
-                name: "data".into(),
-                mount_path: "/data".into(),
-                ..VolumeMount::default()
-            }]),
-            resources: Some(ResourceRequirements::default()),
-            ..c
-        };
-        let mut pod = pod_with(
-            &["app", "probed"],
-            vec![heavy(sidecar("side")), heavy(spec_container("init"))],
-            "OnFailure",
-        );
-        let spec = pod.spec.as_mut().unwrap();
-        spec.containers = spec.containers.drain(..).map(heavy).collect();
-        spec.containers[1].readiness_probe = Some(Probe {
-            period_seconds: Some(3),
-            ..Probe::default()
-        });
-        spec.containers[1].startup_probe = Some(Probe::default());
-        spec.ephemeral_containers = Some(vec![EphemeralContainer {
-            name: "debug".into(),
-            image: Some("busybox".into()),
-            command: Some(vec!["sh".into()]),
-            ..EphemeralContainer::default()
-        }]);
-        spec.volumes = Some(vec![Volume {
-            name: "data".into(),
-            ..Volume::default()
-        }]);
-        spec.node_name = Some("node-1".into());
-        spec.host_network = Some(true);
-        spec.readiness_gates = Some(vec![PodReadinessGate {
-            condition_type: "example.com/gate".into(),
-        }]);
-        let runtime = PodStatus {
-            id: "u1".into(),
-            container_statuses: vec![
-                runtime_status("init", "c0", RuntimeState::Exited, 1),
-                runtime_status("side", "c1", RuntimeState::Running, 2),
-                runtime_status("app", "c2", RuntimeState::Running, 10),
-                runtime_status("probed", "c3", RuntimeState::Running, 10),
-                runtime_status("debug", "c4", RuntimeState::Exited, 12),
-            ],
-            sandbox_statuses: vec![ready_sandbox("10.1.0.5")],
-            ..PodStatus::default()
-        };
-        let mut slim = pod.clone();
-        slim_spec(slim.spec.as_mut().unwrap());
-        let slim_spec_value = slim.spec.as_ref().unwrap();
-        assert!(slim_spec_value.volumes.is_none() && slim_spec_value.containers[0].env.is_none());
-        assert_eq!(slim_spec_value.node_name.as_deref(), Some("node-1"));
-        for now in [at(100), at(200)] {
-            assert_eq!(status_of(&slim, &runtime, now), status_of(&pod, &runtime, now));
-        }
-        // And with a status already written (probe results kept, start time kept).
-        pod.status = Some(status_of(&pod, &runtime, at(100)));
-        slim.status = pod.status.clone();
-        assert_eq!(status_of(&slim, &runtime, at(300)), status_of(&pod, &runtime, at(300)));
     }
 
     #[test]
@@ -1470,7 +1321,7 @@ mod tests {
     #[test]
     fn readiness_probe_leaves_readiness_to_its_owner() {
         let mut pod = pod_with(&["app"], vec![], "Always");
-        pod.spec.as_mut().unwrap().containers[0].readiness_probe = Some(Probe::default());
+        pod.spec.containers[0].readiness_probe = true;
         let runtime = PodStatus {
             container_statuses: vec![runtime_status("app", "c1", RuntimeState::Running, 10)],
             ..PodStatus::default()
@@ -1598,7 +1449,7 @@ mod tests {
     #[test]
     fn host_network_pods_take_node_ips_and_dead_pods_keep_theirs() {
         let mut pod = pod_with(&["app"], vec![], "Always");
-        pod.spec.as_mut().unwrap().host_network = Some(true);
+        pod.spec.host_network = true;
         let s = status_of(&pod, &PodStatus::default(), at(1));
         assert_eq!(s.pod_ip.as_deref(), Some("192.0.2.10"));
         let mut pod = pod_with(&["app"], vec![], "Always");

@@ -22,6 +22,7 @@ use tracing::{debug, info, warn};
 
 use crate::backoff::{ExponentialBackoff, InvalidBackoff};
 use crate::metrics::Metrics;
+use crate::pod::ApiPod;
 use crate::status::patch::status_patch_body;
 
 /// Settings of the status manager.
@@ -102,7 +103,7 @@ impl TokenBucket {
 }
 
 struct Entry {
-    key: ObjectRef<Pod>,
+    key: ObjectRef<ApiPod>,
     /// Bumped each time a different status is wanted.
     version: u64,
     /// The wanted status while it is not yet written; dropped once it is, to keep memory flat.
@@ -132,7 +133,7 @@ struct Work {
     uid: String,
     version: u64,
     desired: PodStatus,
-    key: ObjectRef<Pod>,
+    key: ObjectRef<ApiPod>,
     last_written: Option<(PodStatus, String)>,
 }
 
@@ -162,7 +163,7 @@ impl Outcome {
 /// [`StatusManager::start`].
 pub struct StatusManager {
     client: kube::Client,
-    store: Store<Pod>,
+    store: Store<ApiPod>,
     config: ManagerConfig,
     inner: Mutex<Inner>,
     work: Notify,
@@ -196,7 +197,7 @@ fn to_json(status: &PodStatus) -> Value {
 impl StatusManager {
     pub fn new(
         client: kube::Client,
-        store: Store<Pod>,
+        store: Store<ApiPod>,
         config: ManagerConfig,
         metrics: Arc<Metrics>,
     ) -> Result<Arc<Self>, InvalidBackoff> {
@@ -226,7 +227,7 @@ impl StatusManager {
 
     /// The status to generate from for `pod`: plegd's own last write while the informer's copy is
     /// older than it, else the informer's.
-    pub fn base_status(&self, pod: &Pod) -> Option<PodStatus> {
+    pub fn base_status(&self, pod: &ApiPod) -> Option<PodStatus> {
         let uid = pod.metadata.uid.as_deref()?;
         let mut inner = self.lock();
         let entry = inner.pods.get_mut(uid)?;
@@ -241,14 +242,14 @@ impl StatusManager {
 
     /// Want `status` for `pod` (the informer's copy). Returns whether a write was queued: a status
     /// equal to the one already wanted is not.
-    pub fn set_status(&self, pod: &Pod, status: PodStatus) -> Result<bool, Refused> {
+    pub fn set_status(&self, pod: &ApiPod, status: PodStatus) -> Result<bool, Refused> {
         let meta = &pod.metadata;
         let (Some(uid), Some(name), Some(namespace)) =
             (meta.uid.as_deref(), meta.name.as_deref(), meta.namespace.as_deref())
         else {
             return Err(Refused::Incomplete);
         };
-        let bound = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+        let bound = pod.spec.node_name.clone();
         if bound.as_deref() != Some(self.config.node_name.as_str()) {
             self.metrics.count_status_write("refused_other_node");
             return Err(Refused::OtherNode {
@@ -408,7 +409,7 @@ impl StatusManager {
         &self,
         uid: &str,
         desired: &PodStatus,
-        key: &ObjectRef<Pod>,
+        key: &ObjectRef<ApiPod>,
         last_written: Option<(PodStatus, String)>,
     ) -> Outcome {
         let Some(pod) = self.store.get(key) else {
@@ -419,7 +420,7 @@ impl StatusManager {
             info!(pod = %key, "pod was recreated under another uid; dropping the old one's status");
             return Outcome::Gone;
         }
-        if pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) != Some(self.config.node_name.as_str()) {
+        if pod.spec.node_name.as_deref() != Some(self.config.node_name.as_str()) {
             warn!(pod = %key, "pod is no longer bound to this node; not writing its status");
             return Outcome::Gone;
         }

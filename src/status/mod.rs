@@ -13,9 +13,11 @@ pub mod patch;
 
 use std::time::SystemTime;
 
-use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodCondition, PodStatus};
+use k8s_openapi::api::core::v1::{ContainerStatus, PodCondition, PodStatus};
 
 use generate::{CONTAINERS_RUNNING, containers_running_condition, set_transition_time};
+
+use crate::pod::ApiPod;
 
 /// How much of the status plegd owns (`--status-mode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -52,7 +54,7 @@ pub fn merge_condition(conditions: &mut Vec<PodCondition>, mut condition: PodCon
 
 /// The status plegd wants the apiserver to hold for `pod`, given the full status it generated, or
 /// None when the mode writes nothing.
-pub fn desired_status(mode: StatusMode, pod: &Pod, generated: &PodStatus, now: SystemTime) -> Option<PodStatus> {
+pub fn desired_status(mode: StatusMode, pod: &ApiPod, generated: &PodStatus, now: SystemTime) -> Option<PodStatus> {
     let statuses = generated.container_statuses.as_deref().unwrap_or_default();
     let running = containers_running_condition(pod, statuses);
     match mode {

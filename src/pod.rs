@@ -1,0 +1,297 @@
+//! The apiserver's pod as plegd keeps it ([`ApiPod`]): the metadata, the status whole (status
+//! patches are computed against it) and, of the spec, only what status generation and the status
+//! manager read. The informer keeps one per pod of the node, so what is dropped here is dropped
+//! for every pod: k8s-openapi's `Container` alone is over 2 KiB even when nearly empty, and a spec
+//! carries volumes, env, commands, resources, affinity and tolerations plegd never looks at.
+
+use std::borrow::Cow;
+
+use k8s_openapi::api::core::v1::{Container, EphemeralContainer, Pod, PodStatus as ApiPodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Resource;
+use kube::core::NamespaceResourceScope;
+
+/// The annotation `kubectl apply` keeps: a whole copy of the applied object.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// A container of the spec, as far as plegd reads it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SpecContainer {
+    pub name: String,
+    pub image: String,
+    /// `Always` on an init container makes it a sidecar (restartable init container).
+    pub restart_policy: Option<String>,
+    /// Whether it declares a readiness probe.
+    pub readiness_probe: bool,
+    /// Whether it declares a startup probe.
+    pub startup_probe: bool,
+}
+
+impl SpecContainer {
+    /// A sidecar: an init container that keeps running (`restartPolicy: Always`).
+    pub fn is_restartable_init(&self) -> bool {
+        self.restart_policy.as_deref() == Some("Always")
+    }
+}
+
+impl From<Container> for SpecContainer {
+    fn from(c: Container) -> Self {
+        Self {
+            name: c.name,
+            image: c.image.unwrap_or_default(),
+            restart_policy: c.restart_policy,
+            readiness_probe: c.readiness_probe.is_some(),
+            startup_probe: c.startup_probe.is_some(),
+        }
+    }
+}
+
+impl From<EphemeralContainer> for SpecContainer {
+    /// Ephemeral containers have no probes and no restart policy of their own.
+    fn from(c: EphemeralContainer) -> Self {
+        Self {
+            name: c.name,
+            image: c.image.unwrap_or_default(),
+            ..Self::default()
+        }
+    }
+}
+
+/// The parts of a pod spec plegd reads. A pod without a spec has the default (no containers).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ApiPodSpec {
+    /// The node the pod is bound to; plegd writes only pods bound to its own node.
+    pub node_name: Option<String>,
+    pub host_network: bool,
+    /// `Always` when unset.
+    pub restart_policy: Option<String>,
+    /// The condition types of the pod's readiness gates.
+    pub readiness_gates: Vec<String>,
+    pub containers: Vec<SpecContainer>,
+    pub init_containers: Vec<SpecContainer>,
+    pub ephemeral_containers: Vec<SpecContainer>,
+}
+
+/// A pod as the informer keeps it; see the module documentation.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ApiPod {
+    /// The metadata, without managedFields and without the last-applied-configuration annotation.
+    pub metadata: ObjectMeta,
+    pub spec: ApiPodSpec,
+    pub status: Option<ApiPodStatus>,
+}
+
+impl From<Pod> for ApiPod {
+    fn from(pod: Pod) -> Self {
+        let mut metadata = pod.metadata;
+        metadata.managed_fields = None;
+        if let Some(annotations) = metadata.annotations.as_mut() {
+            annotations.remove(LAST_APPLIED);
+        }
+        let spec = pod.spec.map_or_else(ApiPodSpec::default, |s| ApiPodSpec {
+            node_name: s.node_name,
+            host_network: s.host_network.unwrap_or(false),
+            restart_policy: s.restart_policy,
+            readiness_gates: s
+                .readiness_gates
+                .unwrap_or_default()
+                .into_iter()
+                .map(|g| g.condition_type)
+                .collect(),
+            containers: s.containers.into_iter().map(SpecContainer::from).collect(),
+            init_containers: s
+                .init_containers
+                .unwrap_or_default()
+                .into_iter()
+                .map(SpecContainer::from)
+                .collect(),
+            ephemeral_containers: s
+                .ephemeral_containers
+                .unwrap_or_default()
+                .into_iter()
+                .map(SpecContainer::from)
+                .collect(),
+        });
+        Self {
+            metadata,
+            spec,
+            status: pod.status,
+        }
+    }
+}
+
+/// An `ApiPod` is the core/v1 Pod resource to kube-rs (object references, the reflector's store).
+impl Resource for ApiPod {
+    type DynamicType = ();
+    type Scope = NamespaceResourceScope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        Pod::kind(&())
+    }
+
+    fn group(_: &()) -> Cow<'_, str> {
+        Pod::group(&())
+    }
+
+    fn version(_: &()) -> Cow<'_, str> {
+        Pod::version(&())
+    }
+
+    fn plural(_: &()) -> Cow<'_, str> {
+        Pod::plural(&())
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{PodReadinessGate, PodSpec, Probe, Volume};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+    use kube::ResourceExt;
+
+    fn heavy(name: &str) -> Container {
+        Container {
+            name: name.into(),
+            image: Some("busybox".into()),
+            args: Some(vec!["--big".into()]),
+            command: Some(vec!["sh".into()]),
+            ..Container::default()
+        }
+    }
+
+    #[test]
+    fn keeps_what_plegd_reads_and_nothing_else() {
+        let pod = Pod {
+            metadata: ObjectMeta {
+                name: Some("web".into()),
+                namespace: Some("default".into()),
+                uid: Some("u1".into()),
+                resource_version: Some("7".into()),
+                annotations: Some(
+                    [
+                        (LAST_APPLIED.to_owned(), "{}".to_owned()),
+                        ("keep".to_owned(), "me".to_owned()),
+                    ]
+                    .into(),
+                ),
+                managed_fields: Some(vec![ManagedFieldsEntry::default()]),
+                ..ObjectMeta::default()
+            },
+            spec: Some(PodSpec {
+                node_name: Some("n1".into()),
+                host_network: Some(true),
+                restart_policy: Some("Never".into()),
+                readiness_gates: Some(vec![PodReadinessGate {
+                    condition_type: "example.com/gate".into(),
+                }]),
+                volumes: Some(vec![Volume::default()]),
+                containers: vec![
+                    heavy("app"),
+                    Container {
+                        readiness_probe: Some(Probe::default()),
+                        startup_probe: Some(Probe::default()),
+                        ..heavy("probed")
+                    },
+                ],
+                init_containers: Some(vec![Container {
+                    restart_policy: Some("Always".into()),
+                    ..heavy("sidecar")
+                }]),
+                ephemeral_containers: Some(vec![EphemeralContainer {
+                    name: "debug".into(),
+                    image: Some("busybox".into()),
+                    ..EphemeralContainer::default()
+                }]),
+                ..PodSpec::default()
+            }),
+            status: Some(ApiPodStatus {
+                phase: Some("Running".into()),
+                ..ApiPodStatus::default()
+            }),
+        };
+        let kept = ApiPod::from(pod);
+        assert!(kept.metadata.managed_fields.is_none());
+        assert_eq!(kept.annotations().len(), 1);
+        assert_eq!(kept.annotations()["keep"], "me");
+        assert_eq!(kept.resource_version().as_deref(), Some("7"));
+        assert_eq!(
+            kept.spec,
+            ApiPodSpec {
+                node_name: Some("n1".into()),
+                host_network: true,
+                restart_policy: Some("Never".into()),
+                readiness_gates: vec!["example.com/gate".into()],
+                containers: vec![
+                    SpecContainer {
+                        name: "app".into(),
+                        image: "busybox".into(),
+                        ..SpecContainer::default()
+                    },
+                    SpecContainer {
+                        name: "probed".into(),
+                        image: "busybox".into(),
+                        readiness_probe: true,
+                        startup_probe: true,
+                        ..SpecContainer::default()
+                    },
+                ],
+                init_containers: vec![SpecContainer {
+                    name: "sidecar".into(),
+                    image: "busybox".into(),
+                    restart_policy: Some("Always".into()),
+                    ..SpecContainer::default()
+                }],
+                ephemeral_containers: vec![SpecContainer {
+                    name: "debug".into(),
+                    image: "busybox".into(),
+                    ..SpecContainer::default()
+                }],
+            }
+        );
+        assert!(kept.spec.init_containers[0].is_restartable_init());
+        assert!(!kept.spec.containers[0].is_restartable_init());
+        assert_eq!(kept.status.and_then(|s| s.phase).as_deref(), Some("Running"));
+    }
+
+    #[test]
+    fn a_pod_without_spec_has_no_containers() {
+        let kept = ApiPod::from(Pod::default());
+        assert_eq!(kept.spec, ApiPodSpec::default());
+        assert!(!kept.spec.host_network);
+    }
+
+    #[test]
+    fn is_the_core_v1_pod_resource() {
+        let pod = ApiPod {
+            metadata: ObjectMeta {
+                name: Some("web".into()),
+                namespace: Some("default".into()),
+                uid: Some("u1".into()),
+                ..ObjectMeta::default()
+            },
+            ..ApiPod::default()
+        };
+        let reference = pod.object_ref(&());
+        assert_eq!(reference.kind.as_deref(), Some("Pod"));
+        assert_eq!(reference.api_version.as_deref(), Some("v1"));
+        assert_eq!(reference.uid.as_deref(), Some("u1"));
+        assert_eq!(
+            ApiPod::url_path(&(), Some("default")),
+            "/api/v1/namespaces/default/pods"
+        );
+    }
+
+    #[test]
+    fn is_much_smaller_than_the_api_object() {
+        // The point of the type: five containers cost a few hundred bytes, not over 10 KiB.
+        assert!(5 * size_of::<SpecContainer>() < size_of::<Container>() / 2);
+    }
+}
