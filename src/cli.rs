@@ -33,6 +33,10 @@ pub struct Cli {
     pub config: Option<PathBuf>,
     #[command(flatten)]
     pub log: LogArgs,
+    /// Threads that run plegd's work. With 1 (the default) everything runs on one thread, which
+    /// keeps memory lowest; more give a multi-threaded runtime with that many workers.
+    #[arg(long, global = true, value_name = "N", default_value_t = 1, value_parser = parse_capacity, env = "PLEGD_WORKER_THREADS")]
+    pub worker_threads: usize,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -424,6 +428,21 @@ fn parse_cli() -> Result<Cli, String> {
     Ok(Cli::try_parse_from(&args).unwrap_or_else(|e| e.exit()))
 }
 
+/// The async runtime for `--worker-threads`: one thread (tokio's current-thread scheduler) for 1,
+/// else a multi-threaded runtime with that many workers. With glibc's malloc each worker thread
+/// allocates from an arena of its own, and memory freed in one arena is not reused by another:
+/// one thread keeps plegd's resident memory lowest, and plegd's work fits in one thread easily.
+pub fn async_runtime(worker_threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
+    if worker_threads <= 1 {
+        tokio::runtime::Builder::new_current_thread().enable_all().build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(worker_threads)
+            .enable_all()
+            .build()
+    }
+}
+
 pub fn main() -> ExitCode {
     let cli = match parse_cli() {
         Ok(cli) => cli,
@@ -436,11 +455,7 @@ pub fn main() -> ExitCode {
         eprintln!("plegd: error: {e}");
         return ExitCode::from(2);
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
+    let runtime = match async_runtime(cli.worker_threads) {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("plegd: error: cannot start the async runtime: {e}");
@@ -475,6 +490,25 @@ mod tests {
         assert_eq!(w.runtime.relist_threshold, Duration::from_secs(180));
         assert_eq!(w.output, OutputFormat::Text);
         assert_eq!(w.runtime.triggers, TriggerMode::Auto);
+        assert_eq!(cli.worker_threads, 1);
+    }
+
+    #[test]
+    fn worker_threads_choose_the_runtime() {
+        let cli = parse(&["plegd", "run", "--node-name", "n1", "--worker-threads", "3"]).unwrap();
+        assert_eq!(cli.worker_threads, 3);
+        let one = async_runtime(1).unwrap();
+        assert_eq!(
+            one.handle().runtime_flavor(),
+            tokio::runtime::RuntimeFlavor::CurrentThread
+        );
+        assert_eq!(one.metrics().num_workers(), 1);
+        let three = async_runtime(3).unwrap();
+        assert_eq!(
+            three.handle().runtime_flavor(),
+            tokio::runtime::RuntimeFlavor::MultiThread
+        );
+        assert_eq!(three.metrics().num_workers(), 3);
     }
 
     #[test]
@@ -585,5 +619,7 @@ mod tests {
         assert!(err.contains("--output"), "{err}");
         let err = parse(&["plegd", "watch", "--event-channel-capacity", "0"]).unwrap_err();
         assert!(err.contains("--event-channel-capacity"), "{err}");
+        let err = parse(&["plegd", "run", "--worker-threads", "0"]).unwrap_err();
+        assert!(err.contains("--worker-threads") && err.contains("at least 1"), "{err}");
     }
 }

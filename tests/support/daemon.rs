@@ -38,48 +38,53 @@ pub fn options(cri_socket: &Path, kubeconfig: PathBuf, node: &str, mode: StatusM
     }
 }
 
-/// `plegd run` in this process, until [`InProcess::stop`] (or drop) asks it to shut down.
+/// `plegd run` in this process, on a thread and async runtime of its own as the binary runs it
+/// (`--worker-threads 1`), until [`InProcess::stop`] (or drop) asks it to shut down.
 pub struct InProcess {
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
-    task: Option<tokio::task::JoinHandle<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
-/// Start `plegd run` with `options` as a task of this process.
+/// Start `plegd run` with `options` in this process.
 pub fn spawn(options: DaemonOptions, metrics: std::sync::Arc<plegd::metrics::Metrics>) -> InProcess {
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        plegd::daemon::run(options, metrics, async {
-            let _ = rx.await;
+    let thread = std::thread::Builder::new()
+        .name("plegd".into())
+        .spawn(move || {
+            let runtime = plegd::cli::async_runtime(1).expect("plegd's async runtime");
+            runtime
+                .block_on(plegd::daemon::run(options, metrics, async {
+                    let _ = rx.await;
+                }))
+                .expect("plegd run");
         })
-        .await
-        .expect("plegd run");
-    });
+        .expect("plegd thread");
     InProcess {
         shutdown: Some(tx),
-        task: Some(task),
+        thread: Some(thread),
     }
 }
 
 impl InProcess {
-    /// Ask for a graceful shutdown and wait for it.
+    /// Ask for a graceful shutdown and wait for it; a panic of the daemon fails the caller.
     pub async fn stop(mut self) {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
-        if let Some(task) = self.task.take() {
-            let _ = task.await;
+        if let Some(thread) = self.thread.take() {
+            let joined = tokio::task::spawn_blocking(move || thread.join()).await.expect("join");
+            if let Err(panic) = joined {
+                std::panic::resume_unwind(panic);
+            }
         }
     }
 }
 
-/// Dropped without [`InProcess::stop`]: asked to shut down and cut short.
+/// Dropped without [`InProcess::stop`]: asked to shut down, not waited for.
 impl Drop for InProcess {
     fn drop(&mut self) {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
-        }
-        if let Some(task) = &self.task {
-            task.abort();
         }
     }
 }
