@@ -5,6 +5,7 @@
 //!
 //!     cargo bench --bench idle_cost
 //!     cargo bench --bench idle_cost -- --pods 250 --seconds 60
+//!     cargo bench --bench idle_cost -- --worker-threads 1,2   # plegd's --worker-threads, side by side
 //!     PLEGD_BENCH_WRAP=heaptrack cargo bench --bench idle_cost -- --pods 1000   # a heap profile
 
 #[allow(dead_code)]
@@ -25,7 +26,7 @@ use std::time::{Duration, Instant};
 use args::arg;
 use process::{clock_ticks, cpu_ticks, rss_mib};
 
-async fn measure(pods: usize, seconds: u64) -> (f64, f64, f64) {
+async fn measure(pods: usize, threads: usize, seconds: u64) -> (f64, f64, f64) {
     let server = fake_cri::FakeServer::start().await;
     let api = apiserver::TestApiserver::start().await;
     let dir = tempfile::tempdir().expect("temp dir");
@@ -50,7 +51,7 @@ async fn measure(pods: usize, seconds: u64) -> (f64, f64, f64) {
     }
     let mut child = command
         .args(["--status-mode", "full", "--triggers", "none", "--relist-period", "1s"])
-        .args(["--metrics-address", "off"])
+        .args(["--metrics-address", "off", "--worker-threads", &threads.to_string()])
         .spawn()
         .expect("spawn plegd");
     let pid = child.id();
@@ -78,10 +79,19 @@ async fn main() {
         Some(n) => vec![n],
         None => vec![110, 250, 1000],
     };
+    let threads: Vec<usize> = std::env::args()
+        .skip_while(|a| a != "--worker-threads")
+        .nth(1)
+        .map(|list| list.split(',').filter_map(|n| n.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![1]);
     println!("\n### Idle cost of `plegd run` (full mode, relist 1 s, no triggers), {seconds} s per size\n");
-    println!("| pods (containers) | CPU, % of one core | RSS median MiB | RSS max MiB |\n|---|---|---|---|");
+    println!(
+        "| pods (containers) | --worker-threads | CPU, % of one core | RSS median MiB | RSS max MiB |\n|---|---|---|---|---|"
+    );
     for pods in sizes {
-        let (cpu, rss, rss_max) = measure(pods, seconds).await;
-        println!("| {pods} ({}) | {cpu:.2} | {rss:.1} | {rss_max:.1} |", pods * 5);
+        for &n in &threads {
+            let (cpu, rss, rss_max) = measure(pods, n, seconds).await;
+            println!("| {pods} ({}) | {n} | {cpu:.2} | {rss:.1} | {rss_max:.1} |", pods * 5);
+        }
     }
 }
