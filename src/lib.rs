@@ -5,6 +5,9 @@
 //! [`runtime`] (CRI client and conversion) → [`triggers`] (runtime events that ask for targeted
 //! relists) → [`container`] (snapshot types) → [`pleg`] (records,
 //! diff, relist, event channel) → [`cache`] (per-pod status) → [`watch`] (printing events).
+//! Towards the apiserver: [`informer`] (the node's pods, each kept as a [`pod::ApiPod`]) →
+//! [`sync_loop`] (events, pod changes, resyncs) → [`status`] (generation, patches, the status
+//! manager). [`daemon`] starts it all for `plegd run`; [`cli`] parses flags and builds the runtime.
 #![forbid(unsafe_code)]
 
 pub mod backoff;
