@@ -1,7 +1,7 @@
 //! The informer: a kube-rs watcher and reflector over the pods bound to this node (field selector
-//! `spec.nodeName=NODE`), each kept as an [`ApiPod`] (only what plegd reads of it). Every change is forwarded to
-//! the syncLoop as a [`PodChange`]. Errors are logged, counted and retried with backoff; the stream
-//! never ends on an error. Ready once the first complete list has been seen.
+//! `spec.nodeName=NODE`), each kept as an [`ApiPod`] (only what plegd reads of it). Every change is
+//! forwarded to the syncLoop as a [`PodChange`]. Errors are logged, counted and retried with
+//! backoff; the stream never ends on an error. Ready once the first complete list has been seen.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,6 +1,6 @@
-//! Status generation: from the pod ([`ApiPod`]: spec, and the status the apiserver holds) and the runtime status
-//! in the cache, compute the kubelet-equivalent `PodStatus` (`generateAPIPodStatus`, `getPhase`,
-//! `convertToAPIContainerStatuses`, `status/generate.go`). Pure: no I/O, time is a parameter.
+//! Status generation: from the pod ([`ApiPod`]: spec, and the status the apiserver holds) and the
+//! runtime status in the cache, compute the kubelet-equivalent `PodStatus` (`generateAPIPodStatus`,
+//! `getPhase`, `convertToAPIContainerStatuses`, `status/generate.go`). Pure: no I/O, time is a parameter.
 //!
 //! Where plegd differs, on purpose: it has no prober. A running container is ready (and started)
 //! unless the pod declares a readiness (startup) probe for it; then plegd keeps whatever the status
