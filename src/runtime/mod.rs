@@ -356,19 +356,23 @@ impl CriRuntime {
         .map_err(|s| self.call_failed(operation, s))
     }
 
-    /// Sandboxes and containers (with optional filters), read with the allocation-light decoder
-    /// and grouped into pods. With `uid`, only sandboxes of that pod (or without metadata) count.
-    async fn list(
-        &self,
-        sandbox_filter: Option<cri::PodSandboxFilter>,
-        container_filter: Option<cri::ContainerFilter>,
-        uid: Option<&str>,
-        bad: &mut Vec<BadData>,
-    ) -> Result<Vec<Pod>, RuntimeError> {
+    /// Sandboxes and containers read with the allocation-light decoder and grouped into pods: all
+    /// of them, or with `uid` only that pod's (selected by the kubelet's pod-uid label). Bad data
+    /// found on the way is reported.
+    async fn list(&self, uid: Option<&str>) -> Result<Vec<Pod>, RuntimeError> {
+        let selector = |uid: &str| -> HashMap<String, String> { [(LABEL_POD_UID.to_owned(), uid.to_owned())].into() };
+        let sandbox_filter = uid.map(|uid| cri::PodSandboxFilter {
+            label_selector: selector(uid),
+            ..Default::default()
+        });
+        let container_filter = uid.map(|uid| cri::ContainerFilter {
+            label_selector: selector(uid),
+            ..Default::default()
+        });
         // Only whole lists teach the buffer size: one pod's answer says nothing of the next list.
-        let (sandbox_size, container_size) = match (&sandbox_filter, &container_filter) {
-            (None, None) => (Some(&self.last_answer[0]), Some(&self.last_answer[1])),
-            _ => (None, None),
+        let (sandbox_size, container_size) = match uid {
+            None => (Some(&self.last_answer[0]), Some(&self.last_answer[1])),
+            Some(_) => (None, None),
         };
         let (sandboxes, containers) = tokio::try_join!(
             self.call_raw(
@@ -386,9 +390,23 @@ impl CriRuntime {
                 container_size,
             )
         )?;
+        let mut bad = Vec::new();
+        let pods = self.group(&sandboxes, &containers, uid, &mut bad);
+        self.report(bad);
+        pods
+    }
+
+    /// Decode two list answers and group them into pods (see [`CriRuntime::list`]).
+    fn group(
+        &self,
+        sandboxes: &[u8],
+        containers: &[u8],
+        uid: Option<&str>,
+        bad: &mut Vec<BadData>,
+    ) -> Result<Vec<Pod>, RuntimeError> {
         let malformed = |op, e: wire::Malformed| self.call_failed(op, tonic::Status::internal(e.to_string()));
-        let mut sandboxes = wire::sandboxes(&sandboxes, bad).map_err(|e| malformed("ListPodSandbox", e))?;
-        let containers = wire::containers(&containers, bad).map_err(|e| malformed("ListContainers", e))?;
+        let mut sandboxes = wire::sandboxes(sandboxes, bad).map_err(|e| malformed("ListPodSandbox", e))?;
+        let containers = wire::containers(containers, bad).map_err(|e| malformed("ListContainers", e))?;
         if let Some(uid) = uid {
             // The label selects; the metadata uid groups. Keep them consistent.
             sandboxes.retain(|s| s.uid.is_empty() || s.uid == uid);
@@ -423,28 +441,11 @@ impl CriRuntime {
 
 impl Runtime for CriRuntime {
     async fn list_pods(&self) -> Result<Vec<Pod>, RuntimeError> {
-        let mut bad = Vec::new();
-        let pods = self.list(None, None, None, &mut bad).await;
-        self.report(bad);
-        pods
+        self.list(None).await
     }
 
     async fn list_pod(&self, uid: &str) -> Result<Option<Pod>, RuntimeError> {
-        let selector: HashMap<String, String> = [(LABEL_POD_UID.to_owned(), uid.to_owned())].into();
-        let sandbox_filter = cri::PodSandboxFilter {
-            label_selector: selector.clone(),
-            ..Default::default()
-        };
-        let container_filter = cri::ContainerFilter {
-            label_selector: selector,
-            ..Default::default()
-        };
-        let mut bad = Vec::new();
-        let pods = self
-            .list(Some(sandbox_filter), Some(container_filter), Some(uid), &mut bad)
-            .await;
-        self.report(bad);
-        Ok(pods?.into_iter().find(|p| p.id == uid))
+        Ok(self.list(Some(uid)).await?.into_iter().find(|p| p.id == uid))
     }
 
     /// Like `kuberuntime.GetPodStatus`: the status of every sandbox (newest first) and of every
