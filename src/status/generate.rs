@@ -414,11 +414,6 @@ pub fn containers_running_condition(pod: &ApiPod, statuses: &[ApiContainerStatus
     }
 }
 
-/// Whether a container declares a probe of this kind.
-fn has_probe(c: &SpecContainer, readiness: bool) -> bool {
-    if readiness { c.readiness_probe } else { c.startup_probe }
-}
-
 /// One runtime status in API form (`convertContainerStatus`).
 fn convert(cs: &ContainerStatus, old: Option<&ApiContainerStatus>, runtime_name: &str) -> ApiContainerStatus {
     let container_id = format!("{runtime_name}://{}", cs.id);
@@ -573,10 +568,9 @@ fn container_statuses(
         // Readiness and start-up: see the module documentation.
         let same_container = old.filter(|o| o.container_id == status.container_id);
         let is_running = running(&status);
-        let started =
-            is_running && (!has_probe(spec, false) || same_container.and_then(|o| o.started).unwrap_or(false));
+        let started = is_running && (!spec.startup_probe || same_container.and_then(|o| o.started).unwrap_or(false));
         status.started = Some(started);
-        status.ready = started && (!has_probe(spec, true) || same_container.is_some_and(|o| o.ready));
+        status.ready = started && (!spec.readiness_probe || same_container.is_some_and(|o| o.ready));
         if *count == 0 {
             statuses.insert(spec.name.as_str(), status);
         } else if let Some(newest) = statuses.get_mut(spec.name.as_str()) {
