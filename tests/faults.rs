@@ -3,7 +3,7 @@
 
 mod support;
 
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -94,25 +94,9 @@ async fn channel_overflow_at_ten_times_capacity_loses_no_final_state() {
 }
 
 fn spawn_plegd(cri: &FakeServer, kubeconfig: &std::path::Path) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_plegd"))
-        .args([
-            "run",
-            "--node-name",
-            "churn",
-            "--status-mode",
-            "full",
-            "--triggers",
-            "none",
-            "--relist-period",
-            "200ms",
-        ])
-        .args(["--api-socket", "off", "--metrics-address", "off"])
-        .arg("--cri-socket")
-        .arg(&cri.path)
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
+    support::process::plegd_run(env!("CARGO_BIN_EXE_plegd"), "churn", &cri.path, kubeconfig)
+        .args(["--status-mode", "full", "--triggers", "none", "--relist-period", "200ms"])
+        .args(["--metrics-address", "off"])
         .spawn()
         .expect("spawn plegd")
 }
