@@ -16,6 +16,8 @@ mod args;
 #[allow(dead_code)]
 #[path = "../support/containerd.rs"]
 mod containerd;
+#[path = "stats.rs"]
+mod stats;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -27,16 +29,7 @@ use plegd::clock::SystemClock;
 use plegd::metrics::Metrics;
 use plegd::pleg::{GenericPleg, PlegConfig};
 use plegd::runtime::{CriOptions, CriRuntime, Runtime};
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-fn p90(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[(v.len() - 1) * 9 / 10]
-}
+use stats::percentile;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
@@ -99,23 +92,27 @@ async fn main() {
         cd.cleanup(pod).await;
     }
 
-    let b = median(bare.clone());
+    for samples in [&mut bare, &mut list, &mut relist] {
+        samples.sort_by(f64::total_cmp);
+    }
+    let (median, p90) = (|v: &[f64]| percentile(v, 0.5), |v: &[f64]| percentile(v, 0.9));
+    let b = median(&bare);
     println!(
         "\n### Relist on real containerd {} ({} pods, {} containers), {rounds} interleaved rounds\n",
         version.runtime_version, pods, pods
     );
     println!("| what | median ms | p90 ms | ratio to bare (medians) |\n|---|---|---|---|");
-    println!("| bare typed RPCs | {b:.3} | {:.3} | 1.00 |", p90(bare));
-    let l = median(list.clone());
+    println!("| bare typed RPCs | {b:.3} | {:.3} | 1.00 |", p90(&bare));
+    let l = median(&list);
     println!(
         "| plegd list (raw + wire decode + grouping) | {l:.3} | {:.3} | {:.2} |",
-        p90(list),
+        p90(&list),
         l / b
     );
-    let r = median(relist.clone());
+    let r = median(&relist);
     println!(
         "| plegd relist, no change | {r:.3} | {:.3} | {:.2} |",
-        p90(relist),
+        p90(&relist),
         r / b
     );
 }

@@ -9,6 +9,8 @@
 #[allow(dead_code)]
 #[path = "../support/fake_cri.rs"]
 mod fake_cri;
+#[path = "stats.rs"]
+mod stats;
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -21,6 +23,7 @@ use plegd::container::{Container, ContainerState, Pod};
 use plegd::metrics::Metrics;
 use plegd::pleg::{GenericPleg, PlegConfig, compute_events};
 use plegd::runtime::{CriOptions, CriRuntime};
+use stats::percentile;
 
 struct Args {
     pods: usize,
@@ -50,11 +53,6 @@ fn args() -> Args {
         i += 2;
     }
     a
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[idx.min(sorted.len() - 1)]
 }
 
 fn summary(name: &str, mut samples: Vec<Duration>) -> Duration {

@@ -18,6 +18,8 @@ mod daemon_support;
 #[allow(dead_code)]
 #[path = "../support/fake_cri.rs"]
 mod fake_cri;
+#[path = "stats.rs"]
+mod stats;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,10 +28,7 @@ use args::arg;
 use plegd::metrics::Metrics;
 use plegd::status::StatusMode;
 use plegd::triggers::TriggerMode;
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
-}
+use stats::percentile;
 
 async fn run(pods: usize, rate: f64, triggers: TriggerMode) -> (f64, usize, Vec<f64>, usize) {
     let server = fake_cri::FakeServer::start().await;

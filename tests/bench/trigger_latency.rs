@@ -15,6 +15,8 @@ mod args;
 #[allow(dead_code)]
 #[path = "../support/containerd.rs"]
 mod containerd;
+#[path = "stats.rs"]
+mod stats;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -29,6 +31,7 @@ use plegd::metrics::Metrics;
 use plegd::pleg::{GenericPleg, PlegConfig, PodLifecycleEventType};
 use plegd::runtime::{CriOptions, CriRuntime};
 use plegd::triggers::{self, TriggerMode, TriggerOptions};
+use stats::percentile;
 
 type Seen = Arc<Mutex<HashMap<String, SystemTime>>>;
 
@@ -118,7 +121,7 @@ fn observe_cri_poll(
 
 fn stats(name: &str, mut ms: Vec<f64>) -> (f64, f64) {
     ms.sort_by(f64::total_cmp);
-    let at = |p: f64| ms[((ms.len() as f64 - 1.0) * p).round() as usize];
+    let at = |p: f64| percentile(&ms, p);
     println!(
         "| {name} | {} | {:.1} | {:.1} | {:.1} |",
         ms.len(),
