@@ -407,6 +407,15 @@ enum StreamEnd {
     Closed,
 }
 
+/// A subscription is in place: counted, logged, and one full relist asked for, since whatever
+/// happened before it was in place was not seen.
+fn stream_connected(source: Source, sender: &TriggerSender, metrics: &Metrics, connected: &mut bool) {
+    metrics.count_trigger_connect(source.as_str());
+    *connected = true;
+    info!(source = source.as_str(), "trigger stream connected");
+    sender.send(Trigger::All);
+}
+
 async fn containerd_subscription(
     channel: Channel,
     options: &TriggerOptions,
@@ -425,11 +434,7 @@ async fn containerd_subscription(
         }
         Err(status) => return StreamEnd::Failed(status),
     };
-    metrics.count_trigger_connect(Source::Containerd.as_str());
-    *connected = true;
-    info!(source = "containerd", "trigger stream connected");
-    // Whatever happened before the subscription was in place is found by one full relist.
-    sender.send(Trigger::All);
+    stream_connected(Source::Containerd, sender, metrics, connected);
     loop {
         match stream.message().await {
             Ok(Some(envelope)) => {
@@ -465,11 +470,7 @@ async fn cri_subscription(
         }
         Err(status) => return StreamEnd::Failed(status),
     };
-    metrics.count_trigger_connect(Source::Cri.as_str());
-    *connected = true;
-    info!(source = "cri", "trigger stream connected");
-    // Whatever happened before the subscription was in place is found by one full relist.
-    sender.send(Trigger::All);
+    stream_connected(Source::Cri, sender, metrics, connected);
     loop {
         match stream.message().await {
             Ok(Some(event)) => {
@@ -487,8 +488,8 @@ async fn cri_subscription(
 
 /// Run one trigger source forever: subscribe, forward triggers, and after any failure wait (with
 /// capped exponential backoff) and subscribe again. Each connection (the first too) asks for one
-/// full relist, since events may have been missed before the subscription was in place. It returns only when the runtime does not implement
-/// the stream and `mode` is `Auto`.
+/// full relist, since events may have been missed before the subscription was in place. It
+/// returns only when the runtime does not implement the stream and `mode` is `Auto`.
 pub async fn run_source(
     source: Source,
     mode: TriggerMode,
