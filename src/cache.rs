@@ -2,7 +2,9 @@
 //! global timestamp meaning "every pod's entry is at least this fresh", like the kubelet's
 //! `container/cache.go`. The relister is its only writer. Readers may wait for a status newer than
 //! a given time (`get_newer_than`); that is how a consumer of a lifecycle event makes sure it looks
-//! at a status read after the event. Errors of a status read are cached too, so readers see them.
+//! at a status read after the event. Errors of a status read are cached too, so readers see them:
+//! an entry with an error is not a fact about the pod (the kubelet's pod workers skip the sync and
+//! record FailedSync), and its `status` is only the last good one, kept for the relister's IP rule.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -15,6 +17,8 @@ use crate::container::{PodStatus, PodUid};
 /// One cached entry: the status (or the error that reading it gave) and when it was observed.
 #[derive(Debug, Clone)]
 pub struct CachedStatus {
+    /// The status read at `modified`; when `error` is set, the last status read successfully
+    /// before it (empty if none was), which must not be taken for the pod's state now.
     pub status: Arc<PodStatus>,
     /// The error of the last status read, if it failed.
     pub error: Option<String>,
@@ -108,6 +112,12 @@ impl PodCache {
         self.lock().timestamp
     }
 
+    /// The entry if it, or the cache as a whole, is strictly newer than `min`; None otherwise (the
+    /// non-waiting half of [`PodCache::get_newer_than`]).
+    pub fn try_get_newer_than(&self, id: &str, min: SystemTime) -> Option<CachedStatus> {
+        self.lock().get_if_newer_than(id, min)
+    }
+
     /// A status observed strictly after `min`: returns at once if the pod's entry, or the cache as a
     /// whole, is newer than `min`; otherwise waits until one is. Before the first complete relist it
     /// always waits.
@@ -136,11 +146,10 @@ impl PodCache {
                 modified: timestamp,
             },
             Err(error) => CachedStatus {
-                // Like the kubelet, a failed read keeps no partial status.
-                status: Arc::new(PodStatus {
-                    id: id.to_owned(),
-                    ..PodStatus::default()
-                }),
+                // A failed read adds nothing: the entry keeps the last good status beside the
+                // error, so that a dead pod's IPs survive a failed read (the kubelet keeps whatever
+                // partial status the runtime returned, usually none).
+                status: inner.get(id).status,
                 error: Some(error),
                 modified: timestamp,
             },
@@ -251,12 +260,23 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn errors_are_cached() {
+    async fn errors_are_cached_beside_the_last_good_status() {
         let cache = PodCache::new();
         cache.set("u1", Err("runtime said no".into()), t(3));
         let got = cache.get("u1");
         assert_eq!(got.error.as_deref(), Some("runtime said no"));
         assert_eq!(got.modified, t(3));
+        assert!(got.status.container_statuses.is_empty() && got.status.ips.is_empty());
+        cache.set("u1", Ok(status("u1", "10.0.0.1")), t(4));
+        cache.set("u1", Err("busy".into()), t(5));
+        let got = cache.try_get_newer_than("u1", t(4)).expect("the error entry is newer");
+        assert_eq!((got.error.as_deref(), got.modified), (Some("busy"), t(5)));
+        assert_eq!(
+            got.status.ips,
+            ["10.0.0.1"],
+            "the last good status is kept beside the error"
+        );
+        assert!(cache.try_get_newer_than("u1", t(5)).is_none());
         cache.delete("u1");
         assert!(!cache.contains("u1"));
     }

@@ -85,6 +85,8 @@ pub struct Metrics {
     pub trigger_relists: Family<KindLabel, Counter>,
     pub status_writes: Family<ResultLabel, Counter>,
     pub pod_status_sync_duration: Histogram,
+    /// Pod syncs skipped because the pod's runtime status could not be read (FailedSync).
+    pub failed_syncs: Counter,
     pub shadow_differences: Family<FieldLabel, Counter>,
     pub event_latency: Histogram,
     pub observer_lagged: Counter,
@@ -119,6 +121,7 @@ impl Metrics {
         let status_writes = Family::<ResultLabel, Counter>::default();
         // The kubelet's buckets for this metric.
         let pod_status_sync_duration = Histogram::new([0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 20.0, 30.0, 45.0, 60.0]);
+        let failed_syncs = Counter::default();
         let shadow_differences = Family::<FieldLabel, Counter>::default();
         let event_latency = Histogram::new([0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5]);
         let observer_lagged = Counter::default();
@@ -258,6 +261,13 @@ impl Metrics {
         register(
             &mut registry,
             &mut names,
+            "pod_failed_syncs",
+            "Pod syncs skipped because the pod's runtime status could not be read (the kubelet's FailedSync); the apiserver keeps the last status written",
+            failed_syncs.clone(),
+        );
+        register(
+            &mut registry,
+            &mut names,
             "event_latency_seconds",
             "Time from the start of the relist that saw a change to its event leaving the PLEG's channel",
             event_latency.clone(),
@@ -345,6 +355,7 @@ impl Metrics {
             trigger_relists,
             status_writes,
             pod_status_sync_duration,
+            failed_syncs,
             shadow_differences,
             event_latency,
             observer_lagged,

@@ -388,6 +388,11 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
         &self.config
     }
 
+    /// The clock the relister stamps the cache with; readers of the cache compare against it.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
     pub fn runtime(&self) -> &R {
         &self.runtime
     }

@@ -3,11 +3,26 @@
 //! status from the informer's copy and the runtime status cache, and hands what the status mode
 //! wants to the status manager (or, in shadow mode, compares). While the PLEG is unhealthy it skips
 //! syncing with backoff (100 ms doubling to 5 s), as the kubelet does.
+//!
+//! It reads the cache as the kubelet's pod workers do (`managePodLoop`): a sync waits for a runtime
+//! status newer than the pod's previous sync (`GetNewerThan(uid, lastSyncTime)`), and the sync a
+//! lifecycle event asks for, for one at least as new as the event. A status whose read failed is
+//! never written from: the pod is not synced, `FailedSync` is recorded (a counter each time; a log
+//! line and, with `--emit-events`, a Kubernetes Event once per outage) and the apiserver keeps the
+//! last good status. Where plegd differs: the kubelet retries such a pod after a 10 s backoff;
+//! plegd retries it on the next read of the pod's status, which the PLEG makes at each relist
+//! while it re-inspects the pod, so a recovered runtime is written at once and a failing one is
+//! asked no more often than the relist asks it anyway.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
+
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 
 use kube::Resource;
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
@@ -16,6 +31,7 @@ use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 use crate::backoff::ExponentialBackoff;
+use crate::cache::CachedStatus;
 use crate::clock::Clock;
 use crate::container::PodStatus;
 use crate::informer::{Informer, PodChange};
@@ -58,11 +74,43 @@ impl Default for SyncConfig {
 
 struct Tracked {
     key: ObjectRef<ApiPod>,
+    /// When the last sync ended, for resyncs.
     last_sync: Option<Instant>,
+    /// When the last sync ended on the PLEG's clock (the kubelet's `lastSyncTime`); the epoch
+    /// before the first. The next sync wants a runtime status newer than this.
+    synced_at: SystemTime,
     /// What the last sync that handed a status to the status manager worked from: the pod's
     /// resourceVersion and the runtime status it read. The same inputs give the same status, so a
     /// resync that finds them unchanged has nothing to do.
     synced_from: Option<(String, Arc<PodStatus>)>,
+    /// A sync is wanted once the cache holds a runtime status strictly newer than this.
+    wanted: Option<SystemTime>,
+    /// A wait on the cache is outstanding for this pod.
+    waiting: bool,
+    /// Syncs skipped in the current outage of this pod's status reads (FailedSync); 0 when none.
+    failed_syncs: u64,
+}
+
+impl Tracked {
+    fn new(key: ObjectRef<ApiPod>) -> Self {
+        Self {
+            key,
+            last_sync: None,
+            synced_at: SystemTime::UNIX_EPOCH,
+            synced_from: None,
+            wanted: None,
+            waiting: false,
+            failed_syncs: 0,
+        }
+    }
+}
+
+/// A wait for a runtime status newer than some time: resolves to the pod's uid.
+type CacheWait = Pin<Box<dyn Future<Output = String> + Send>>;
+
+/// Just before `t`: a bound that an entry stamped `t` is strictly newer than.
+fn just_before(t: SystemTime) -> SystemTime {
+    t.checked_sub(Duration::from_nanos(1)).unwrap_or(t)
 }
 
 /// The syncLoop and what it works with.
@@ -74,6 +122,8 @@ pub struct SyncLoop<R, C> {
     config: SyncConfig,
     metrics: Arc<Metrics>,
     pods: HashMap<String, Tracked>,
+    /// Waits on the cache asked for since the loop last looked (the loop owns the futures).
+    to_wait: Vec<(String, SystemTime)>,
     unhealthy_backoff: ExponentialBackoff,
     skip_until: Option<Instant>,
 }
@@ -95,6 +145,7 @@ impl<R: Runtime, C: Clock> SyncLoop<R, C> {
             config,
             metrics,
             pods: HashMap::new(),
+            to_wait: Vec::new(),
             unhealthy_backoff: ExponentialBackoff::constant(Duration::from_millis(100), Duration::from_secs(5)),
             skip_until: None,
         }
@@ -106,6 +157,8 @@ impl<R: Runtime, C: Clock> SyncLoop<R, C> {
         let mut housekeeping = tokio::time::interval(self.config.housekeeping);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         housekeeping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // At most one wait per pod (`Tracked::waiting`), so this holds at most one per pod.
+        let mut waits: FuturesUnordered<CacheWait> = FuturesUnordered::new();
         info!(mode = self.config.mode.as_str(), "syncLoop started");
         loop {
             tokio::select! {
@@ -117,8 +170,16 @@ impl<R: Runtime, C: Clock> SyncLoop<R, C> {
                     Some(change) => self.on_pod_change(change),
                     None => return,
                 },
+                Some(uid) = waits.next(), if !waits.is_empty() => self.on_cache_newer(&uid),
                 _ = tick.tick() => self.sync_due(),
                 _ = housekeeping.tick() => self.housekeeping(),
+            }
+            for (uid, min) in self.to_wait.drain(..) {
+                let cache = self.pleg.cache().clone();
+                waits.push(Box::pin(async move {
+                    cache.get_newer_than(&uid, min).await;
+                    uid
+                }));
             }
         }
     }
@@ -128,31 +189,25 @@ impl<R: Runtime, C: Clock> SyncLoop<R, C> {
             // A pod the apiserver does not bind to this node (or not yet): nothing to sync.
             return;
         }
-        if let Some(recorder) = &self.recorder {
-            self.record(recorder, &event);
+        if self.recorder.is_some() {
+            self.record(&event);
         }
         if event.kind != PodLifecycleEventType::ContainerRemoved {
-            self.sync(&event.pod_uid);
+            // The relister cached the pod's status before it sent the event: at least this new.
+            self.request_sync(&event.pod_uid, just_before(event.timestamp));
         }
     }
 
     fn on_pod_change(&mut self, change: PodChange) {
         match change {
             PodChange::Applied { uid, key } => {
-                match self.pods.get_mut(&uid) {
-                    Some(tracked) => tracked.key = key,
-                    None => {
-                        self.pods.insert(
-                            uid.clone(),
-                            Tracked {
-                                key,
-                                last_sync: None,
-                                synced_from: None,
-                            },
-                        );
-                    }
-                }
-                self.sync(&uid);
+                let tracked = self
+                    .pods
+                    .entry(uid.clone())
+                    .and_modify(|t| t.key = key.clone())
+                    .or_insert_with(|| Tracked::new(key));
+                let synced_at = tracked.synced_at;
+                self.request_sync(&uid, synced_at);
             }
             PodChange::Deleted { uid } => {
                 self.pods.remove(&uid);
@@ -161,15 +216,50 @@ impl<R: Runtime, C: Clock> SyncLoop<R, C> {
         }
     }
 
+    /// Resync the pods due. A pod whose status cannot be read is not: it is retried on the next
+    /// read of its status (see the module documentation).
     fn sync_due(&mut self) {
-        let due: Vec<String> = self
+        let due: Vec<(String, SystemTime)> = self
             .pods
             .iter()
-            .filter(|(_, t)| t.last_sync.is_none_or(|at| at.elapsed() >= self.config.resync))
-            .map(|(uid, _)| uid.clone())
+            .filter(|(_, t)| t.failed_syncs == 0 && t.last_sync.is_none_or(|at| at.elapsed() >= self.config.resync))
+            .map(|(uid, t)| (uid.clone(), t.synced_at))
             .collect();
-        for uid in due {
-            self.sync(&uid);
+        for (uid, synced_at) in due {
+            self.request_sync(&uid, synced_at);
+        }
+    }
+
+    /// Ask for a sync of `uid` with a runtime status newer than `newer_than`. Requests merge: the
+    /// first status that satisfies the oldest pending one serves them all.
+    fn request_sync(&mut self, uid: &str, newer_than: SystemTime) {
+        let Some(tracked) = self.pods.get_mut(uid) else { return };
+        tracked.wanted = Some(tracked.wanted.map_or(newer_than, |w| w.min(newer_than)));
+        self.try_sync(uid);
+    }
+
+    /// A wait on the cache ended: the pod's status (or the cache) is newer than it asked for.
+    fn on_cache_newer(&mut self, uid: &str) {
+        if let Some(tracked) = self.pods.get_mut(uid) {
+            tracked.waiting = false;
+            self.try_sync(uid);
+        }
+    }
+
+    /// Sync `uid` now if the cache holds what its pending request wants, else wait for it.
+    fn try_sync(&mut self, uid: &str) {
+        let Some(tracked) = self.pods.get_mut(uid) else { return };
+        let Some(min) = tracked.wanted else { return };
+        match self.pleg.cache().try_get_newer_than(uid, min) {
+            Some(entry) => {
+                tracked.wanted = None;
+                self.sync(uid, entry);
+            }
+            None if !tracked.waiting => {
+                tracked.waiting = true;
+                self.to_wait.push((uid.to_owned(), min));
+            }
+            None => {}
         }
     }
 
@@ -213,14 +303,9 @@ impl<R: Runtime, C: Clock> SyncLoop<R, C> {
         }
     }
 
-    fn sync(&mut self, uid: &str) {
+    /// Sync one pod from a cache `entry` that is new enough (`managePodLoop` then `syncPod`).
+    fn sync(&mut self, uid: &str, entry: CachedStatus) {
         if !self.runtime_ok() {
-            return;
-        }
-        // Until a first relist has completed, the status cache does not know every pod: a status
-        // generated now would describe an empty runtime (the kubelet's pod workers wait for a
-        // cache newer than their last sync for the same reason). The tick retries soon.
-        if self.pleg.cache().timestamp().is_none() {
             return;
         }
         let Some(tracked) = self.pods.get_mut(uid) else { return };
@@ -230,8 +315,34 @@ impl<R: Runtime, C: Clock> SyncLoop<R, C> {
         if pod.metadata.uid.as_deref() != Some(uid) {
             return;
         }
+        if let Some(error) = &entry.error {
+            // FailedSync: nothing is generated from a failed read. Try again on the next read.
+            tracked.wanted = Some(entry.modified);
+            tracked.failed_syncs += 1;
+            self.metrics.failed_syncs.inc();
+            if tracked.failed_syncs == 1 {
+                warn!(pod = %tracked.key, error = %error, "FailedSync: error determining status; the pod is not synced until its runtime status can be read");
+                let event = KubeEvent {
+                    type_: EventType::Warning,
+                    reason: "FailedSync".into(),
+                    note: Some(format!("error determining status: {error}")),
+                    action: "Sync".into(),
+                    secondary: None,
+                };
+                self.publish(&pod, event);
+            } else {
+                debug!(pod = %tracked.key, error = %error, failed_syncs = tracked.failed_syncs, "FailedSync again");
+            }
+            self.try_sync(uid);
+            return;
+        }
+        if tracked.failed_syncs > 0 {
+            info!(pod = %tracked.key, failed_syncs = tracked.failed_syncs, "pod's runtime status can be read again; syncing");
+            tracked.failed_syncs = 0;
+        }
         tracked.last_sync = Some(Instant::now());
-        let runtime = self.pleg.cache().get(uid).status;
+        tracked.synced_at = self.pleg.clock().now();
+        let runtime = entry.status;
         let version = pod.metadata.resource_version.as_deref().unwrap_or_default();
         if self.config.mode != StatusMode::Shadow
             && let Some((synced_version, synced_runtime)) = &tracked.synced_from
@@ -286,7 +397,7 @@ impl<R: Runtime, C: Clock> SyncLoop<R, C> {
     }
 
     /// A Kubernetes Event for a container that died (with its exit code and reason) or was OOM-killed.
-    fn record(&self, recorder: &Recorder, event: &PodLifecycleEvent) {
+    fn record(&self, event: &PodLifecycleEvent) {
         if event.kind != PodLifecycleEventType::ContainerDied || event.sandbox {
             return;
         }
@@ -307,8 +418,6 @@ impl<R: Runtime, C: Clock> SyncLoop<R, C> {
             (Some(code), None) => format!("container {container} exited with code {code}"),
             _ => format!("container {container} died"),
         };
-        let reference = pod.object_ref(&());
-        let recorder = recorder.clone();
         let kube_event = KubeEvent {
             type_: kind,
             reason: reason.into(),
@@ -316,8 +425,15 @@ impl<R: Runtime, C: Clock> SyncLoop<R, C> {
             action: "Observed".into(),
             secondary: None,
         };
+        self.publish(&pod, kube_event);
+    }
+
+    /// Publish a Kubernetes Event about `pod` when `--emit-events` is on.
+    fn publish(&self, pod: &ApiPod, event: KubeEvent) {
+        let Some(recorder) = self.recorder.clone() else { return };
+        let reference = pod.object_ref(&());
         tokio::spawn(async move {
-            if let Err(error) = recorder.publish(&kube_event, &reference).await {
+            if let Err(error) = recorder.publish(&event, &reference).await {
                 debug!(error = %error, "publishing a Kubernetes Event failed");
             }
         });

@@ -238,6 +238,31 @@ impl TestApiserver {
             .cloned()
     }
 
+    /// Change a stored pod as a client's update would (a MODIFIED event, a new resourceVersion).
+    pub fn update_pod(&self, namespace: &str, name: &str, change: impl FnOnce(&mut Value)) {
+        let mut data = lock(&self.inner.data);
+        let key = (namespace.to_owned(), name.to_owned());
+        let Some(mut pod) = data.pods.get(&key).cloned() else {
+            return;
+        };
+        change(&mut pod);
+        self.inner.bump(&mut data, "MODIFIED", &mut pod);
+        data.pods.insert(key, pod);
+    }
+
+    /// Every version of a pod the server stored, oldest first (as long as the watch history
+    /// keeps it: the last 10,000 writes of all objects).
+    pub fn pod_versions(&self, namespace: &str, name: &str) -> Vec<Value> {
+        lock(&self.inner.data)
+            .history
+            .iter()
+            .filter(|(_, _, o)| {
+                o["kind"] == "Pod" && o["metadata"]["namespace"] == namespace && o["metadata"]["name"] == name
+            })
+            .map(|(_, _, o)| o.clone())
+            .collect()
+    }
+
     pub fn delete(&self, namespace: &str, name: &str) {
         let mut data = lock(&self.inner.data);
         if let Some(mut pod) = data.pods.remove(&(namespace.to_owned(), name.to_owned())) {

@@ -54,7 +54,8 @@ pub struct FakeState {
     /// Raw items appended to list answers as they are: for bad data.
     pub extra_sandboxes: Vec<cri::PodSandbox>,
     pub extra_containers: Vec<cri::Container>,
-    /// Method name (e.g. "ContainerStatus") → error answered until cleared.
+    /// Method name (e.g. "ContainerStatus"), or method and id ("ContainerStatus ctr-1") → error
+    /// answered until cleared.
     pub failures: HashMap<String, Status>,
     /// Method name → how long to sleep before answering.
     pub delays: HashMap<String, Duration>,
@@ -284,6 +285,24 @@ impl FakeCri {
         self.state().failures.remove(method);
     }
 
+    /// Answer `method` for the container or sandbox `id` alone with `status` until `heal_id`.
+    pub fn fail_id(&self, method: &str, id: &str, status: Status) {
+        self.state().failures.insert(format!("{method} {id}"), status);
+    }
+
+    pub fn heal_id(&self, method: &str, id: &str) {
+        self.state().failures.remove(&format!("{method} {id}"));
+    }
+
+    /// The scripted failure of `method` for `id`, if any.
+    fn failure_for(&self, method: &str, id: &str) -> Result<(), Status> {
+        self.state()
+            .failures
+            .get(&format!("{method} {id}"))
+            .cloned()
+            .map_or(Ok(()), Err)
+    }
+
     /// Sleep `delay` before answering `method`.
     pub fn delay(&self, method: &str, delay: Duration) {
         self.state().delays.insert(method.into(), delay);
@@ -493,6 +512,7 @@ impl RuntimeService for FakeCri {
     ) -> Result<Response<cri::ContainerStatusResponse>, Status> {
         self.enter("ContainerStatus").await?;
         let id = request.into_inner().container_id;
+        self.failure_for("ContainerStatus", &id)?;
         let st = self.state();
         let c = st
             .containers

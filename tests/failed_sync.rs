@@ -1,0 +1,241 @@
+//! A failed runtime read is not a fact (the kubelet's FailedSync rule). `plegd run` as a user runs
+//! it, against the fake CRI server and the test apiserver: while `ContainerStatus` of one container
+//! fails, the other container of the pod exits, the pod's labels change and a resync passes. Every
+//! status version the apiserver stored is checked: nothing is written from the failed reads, and
+//! the exit lands once the runtime answers again. FailedSync shows as a counter, one log line per
+//! pod per outage and a Kubernetes Event.
+
+mod support;
+
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::apiserver::TestApiserver;
+use support::fake_cri::FakeServer;
+use support::process::{free_port, http_get, metric};
+
+const NODE: &str = "node-fs";
+/// The container whose status cannot be read, and the one that exits meanwhile.
+const STUCK: &str = "ctr-fs-1-0";
+const EXITS: &str = "ctr-fs-1-1";
+
+struct Plegd {
+    child: Child,
+    port: u16,
+    log: std::path::PathBuf,
+}
+
+impl Drop for Plegd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Plegd {
+    fn metric(&self, name: &str) -> f64 {
+        http_get(self.port, "/metrics")
+            .and_then(|(_, body)| metric(&body, name))
+            .unwrap_or(0.0)
+    }
+
+    fn log_lines(&self, needle: &str) -> usize {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains(needle))
+            .count()
+    }
+}
+
+fn start(cri: &FakeServer, api: &TestApiserver, dir: &std::path::Path, mode: &str) -> Plegd {
+    let port = free_port();
+    let log = dir.join("plegd.log");
+    let child = support::process::plegd_run(env!("CARGO_BIN_EXE_plegd"), NODE, &cri.path, &api.kubeconfig(dir))
+        .args(["--status-mode", mode, "--triggers", "none", "--emit-events"])
+        .args(["--metrics-address", &format!("127.0.0.1:{port}")])
+        .args(["--node-ip", "192.0.2.10"])
+        .stderr(Stdio::from(std::fs::File::create(&log).expect("log file")))
+        .spawn()
+        .expect("spawn plegd");
+    Plegd { child, port, log }
+}
+
+async fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn status(api: &TestApiserver) -> Value {
+    api.pod("default", "web")
+        .map(|p| p["status"].clone())
+        .unwrap_or_default()
+}
+
+fn container<'a>(status: &'a Value, name: &str) -> &'a Value {
+    status["containerStatuses"]
+        .as_array()
+        .and_then(|l| l.iter().find(|c| c["name"] == name))
+        .unwrap_or(&Value::Null)
+}
+
+fn condition<'a>(status: &'a Value, type_: &str) -> &'a Value {
+    status["conditions"]
+        .as_array()
+        .and_then(|l| l.iter().find(|c| c["type"] == type_))
+        .unwrap_or(&Value::Null)
+}
+
+fn status_patches(api: &TestApiserver) -> usize {
+    api.requests()
+        .iter()
+        .filter(|r| r.method == "PATCH" && r.path == "/api/v1/namespaces/default/pods/web/status")
+        .count()
+}
+
+/// The outage: `ContainerStatus` of STUCK fails, EXITS exits with 3, the pod's labels change, and
+/// 12 s pass (a 10 s resync among them). Returns the status the apiserver held before it.
+async fn outage(cri: &FakeServer, api: &TestApiserver, plegd: &Plegd) -> Value {
+    let before = status(api);
+    let patches = status_patches(api);
+    cri.fake
+        .fail_id("ContainerStatus", STUCK, tonic::Status::unavailable("runtime is busy"));
+    cri.fake.exit_container(EXITS, 3);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    api.update_pod("default", "web", |pod| {
+        pod["metadata"]["labels"] = serde_json::json!({"tier": "front"})
+    });
+    tokio::time::sleep(Duration::from_secs(10)).await;
+
+    assert_eq!(status_patches(api), patches, "no status is written from a failed read");
+    assert_eq!(status(api), before, "the apiserver keeps the last good status");
+    let failed = plegd.metric("plegd_pod_failed_syncs_total");
+    assert!(failed >= 2.0, "FailedSync counted at each attempt: {failed}");
+    assert_eq!(
+        plegd.log_lines("FailedSync: error determining status"),
+        1,
+        "one log line per pod per outage"
+    );
+    let events: Vec<Value> = api
+        .events()
+        .into_iter()
+        .filter(|e| e["reason"] == "FailedSync")
+        .collect();
+    assert_eq!(events.len(), 1, "one FailedSync Event per outage: {events:?}");
+    let note = events[0]["note"].as_str().unwrap_or_default();
+    assert!(
+        note.starts_with("error determining status: ") && note.contains("runtime is busy"),
+        "{note}"
+    );
+    assert_eq!(events[0]["type"], "Warning");
+    assert_eq!(events[0]["regarding"]["name"], "web");
+
+    cri.fake.heal_id("ContainerStatus", STUCK);
+    before
+}
+
+fn setup(cri: &FakeServer, api: &TestApiserver) {
+    // Containers c0 (STUCK) and c1 (EXITS), both running.
+    cri.fake.add_running_pod("fs-1", "web", 2);
+    api.create_bound_pod("web", "fs-1", NODE, 2, "Always");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_mode_writes_nothing_from_a_failed_read() {
+    let cri = FakeServer::start().await;
+    let api = TestApiserver::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    setup(&cri, &api);
+    let plegd = start(&cri, &api, dir.path(), "full");
+    wait_until("both containers running and ready", Duration::from_secs(30), || {
+        let s = status(&api);
+        condition(&s, "Ready")["status"] == "True"
+    })
+    .await;
+
+    outage(&cri, &api, &plegd).await;
+
+    wait_until("the exit of c1 written", Duration::from_secs(15), || {
+        !container(&status(&api), "c1")["state"]["terminated"].is_null()
+    })
+    .await;
+    let last = status(&api);
+    assert_eq!(container(&last, "c1")["state"]["terminated"]["exitCode"], 3);
+    assert!(!container(&last, "c0")["state"]["running"].is_null(), "{last}");
+
+    // Every version the apiserver stored is one the kubelet could have written.
+    let versions = api.pod_versions("default", "web");
+    assert!(versions.len() >= 3, "created, Running, c1 exited: {}", versions.len());
+    for pod in &versions {
+        let s = &pod["status"];
+        if s["containerStatuses"].is_null() {
+            continue; // as created
+        }
+        let c0 = container(s, "c0");
+        assert!(!c0["state"]["running"].is_null(), "c0 never stopped: {s}");
+        assert_eq!(c0["restartCount"], 0, "no phantom restart: {s}");
+        assert!(c0["lastState"].as_object().is_none_or(|o| o.is_empty()), "{s}");
+        let c1 = container(s, "c1");
+        assert_eq!(c1["restartCount"], 0, "{s}");
+        assert!(
+            !c1["state"]["running"].is_null() || c1["state"]["terminated"]["exitCode"] == 3,
+            "c1 is running or exited with 3, nothing else: {s}"
+        );
+        assert_eq!(s["phase"], "Running", "{s}");
+    }
+    assert_eq!(
+        plegd.log_lines("runtime status can be read again"),
+        1,
+        "the end of the outage is logged once"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conditions_mode_never_flips_on_a_read_error() {
+    let cri = FakeServer::start().await;
+    let api = TestApiserver::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    setup(&cri, &api);
+    let plegd = start(&cri, &api, dir.path(), "conditions");
+    let running = "plegd.io/ContainersRunning";
+    wait_until("plegd's condition True", Duration::from_secs(30), || {
+        condition(&status(&api), running)["status"] == "True"
+    })
+    .await;
+
+    outage(&cri, &api, &plegd).await;
+
+    wait_until("plegd's condition False", Duration::from_secs(15), || {
+        condition(&status(&api), running)["status"] == "False"
+    })
+    .await;
+    let last = status(&api);
+    let c = condition(&last, running);
+    assert_eq!(c["reason"], "ContainerDied", "{c}");
+    assert_eq!(c["message"], "container c1 exited with code 3 (Error)", "{c}");
+
+    // plegd's condition went True → False once, for the real exit, and nothing else moved.
+    let mut seen = Vec::new();
+    for pod in api.pod_versions("default", "web") {
+        let c = condition(&pod["status"], running);
+        if c.is_null() {
+            continue;
+        }
+        let state = (c["status"].clone(), c["reason"].clone());
+        if seen.last() != Some(&state) {
+            seen.push(state);
+        }
+        assert_eq!(pod["status"]["phase"], "Pending", "the kubelet's fields are left alone");
+    }
+    assert_eq!(
+        seen,
+        [
+            (Value::from("True"), Value::from("AllContainersRunning")),
+            (Value::from("False"), Value::from("ContainerDied"))
+        ]
+    );
+}
