@@ -47,6 +47,8 @@ impl ContainerState {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Container {
     pub id: String,
+    /// The sandbox a container runs in; empty for sandboxes.
+    pub sandbox_id: String,
     /// The container's name in the pod spec; empty for sandboxes.
     pub name: String,
     pub image: String,
@@ -110,6 +112,8 @@ pub struct SandboxStatus {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ContainerStatus {
     pub id: String,
+    /// The sandbox it runs in, from the relist (CRI's container status does not say).
+    pub sandbox_id: String,
     pub name: String,
     pub state: ContainerState,
     pub created_at: Option<SystemTime>,
@@ -140,5 +144,19 @@ impl PodStatus {
     /// The status of the container with this id, if the status read found it.
     pub fn find_container(&self, id: &str) -> Option<&ContainerStatus> {
         self.container_statuses.iter().find(|c| c.id == id)
+    }
+
+    /// The sandbox containers run in now: the newest one, while it is ready (`activePodSandboxID`
+    /// of kuberuntime's `GetPodStatus`).
+    pub fn active_sandbox(&self) -> Option<&SandboxStatus> {
+        self.sandbox_statuses.first().filter(|s| s.state == SandboxState::Ready)
+    }
+
+    /// The statuses of the containers of the active sandbox (`ActiveContainerStatuses`).
+    pub fn active_container_statuses(&self) -> impl Iterator<Item = &ContainerStatus> {
+        let active = self.active_sandbox().map(|s| s.id.as_str());
+        self.container_statuses
+            .iter()
+            .filter(move |c| active.is_some_and(|id| id == c.sandbox_id))
     }
 }

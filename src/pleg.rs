@@ -761,6 +761,7 @@ mod tests {
     fn c(id: &str, name: &str, state: ContainerState) -> Container {
         Container {
             id: id.into(),
+            sandbox_id: String::new(),
             name: name.into(),
             image: String::new(),
             image_ref: String::new(),

@@ -32,6 +32,7 @@ fn snapshot(states: &[Option<ContainerState>]) -> Option<Pod> {
         .filter_map(|(i, s)| {
             s.map(|state| Container {
                 id: format!("c{i}"),
+                sandbox_id: String::new(),
                 name: format!("n{}", i % 3),
                 image: String::new(),
                 image_ref: String::new(),
@@ -159,6 +160,7 @@ proptest! {
                     // A new attempt starts running.
                     0 if list.last().is_none_or(|c| c.state == ContainerState::Exited) => list.push(ContainerStatus {
                         id: format!("{}-{}", names[i], started[i]),
+                        sandbox_id: "s1".into(),
                         name: names[i].into(),
                         state: ContainerState::Running,
                         created_at: Some(T0 + Duration::from_secs(clock)),

@@ -167,6 +167,7 @@ impl From<cri::Container> for ListedContainer<'static> {
             pod_namespace: take_label(&mut c.labels, LABEL_POD_NAMESPACE).into(),
             container_name: take_label(&mut c.labels, LABEL_CONTAINER_NAME).into(),
             id: c.id.into(),
+            sandbox_id: c.pod_sandbox_id.into(),
             name: meta.name.into(),
             attempt: meta.attempt,
             image: c.image.map(|i| i.image).unwrap_or_default().into(),
@@ -232,6 +233,7 @@ pub fn group_pods<'a, S: Into<ListedSandbox<'a>>, C: Into<ListedContainer<'a>>>(
         }
         pod.sandboxes.push(Container {
             id: sandbox.id.into_owned(),
+            sandbox_id: String::new(),
             name: String::new(),
             image: String::new(),
             image_ref: String::new(),
@@ -279,6 +281,7 @@ pub fn group_pods<'a, S: Into<ListedSandbox<'a>>, C: Into<ListedContainer<'a>>>(
         }
         pod.containers.push(Container {
             id: container.id.into_owned(),
+            sandbox_id: container.sandbox_id.into_owned(),
             name: name.into_owned(),
             image: container.image.into_owned(),
             image_ref: container.image_ref.into_owned(),
@@ -343,6 +346,7 @@ pub fn container_status(mut status: cri::ContainerStatus, bad: &mut Vec<BadData>
         started_at: nanos_to_time(&status.id, status.started_at, bad),
         finished_at: nanos_to_time(&status.id, status.finished_at, bad),
         id: status.id,
+        sandbox_id: String::new(),
         name,
         state,
         exit_code: status.exit_code,

@@ -470,9 +470,11 @@ impl Runtime for CriRuntime {
                 status.sandbox_statuses.push(convert::sandbox_status(s, &mut bad));
             }
         }
-        for c in containers {
+        for (c, listed) in containers.into_iter().zip(&pod.containers) {
             if let Some(c) = c? {
-                status.container_statuses.push(convert::container_status(c, &mut bad));
+                let mut c = convert::container_status(c, &mut bad);
+                c.sandbox_id.clone_from(&listed.sandbox_id);
+                status.container_statuses.push(c);
             }
         }
         self.report(bad);

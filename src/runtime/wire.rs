@@ -116,6 +116,8 @@ pub struct ListedSandbox<'a> {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ListedContainer<'a> {
     pub id: Cow<'a, str>,
+    /// The sandbox the container runs in.
+    pub sandbox_id: Cow<'a, str>,
     /// From the container metadata.
     pub name: Cow<'a, str>,
     pub attempt: u32,
@@ -248,6 +250,7 @@ fn container(bytes: &[u8]) -> Result<ListedContainer<'_>, ItemError> {
     for field in fields(bytes) {
         match field? {
             (1, Value::Bytes(b)) => set_text(&mut c.id, b)?,
+            (2, Value::Bytes(b)) => set_text(&mut c.sandbox_id, b)?,
             (3, Value::Bytes(meta)) => {
                 for f in fields(meta) {
                     match f? {

@@ -10,6 +10,7 @@
 //! ContainerCreating / PodInitializing.
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 use std::time::SystemTime;
 
 use k8s_openapi::api::core::v1::{
@@ -282,11 +283,20 @@ pub fn ready_condition(
     }
 }
 
-/// `HasAnyRegularContainerStarted`: a regular container runs or has run.
+/// `HasAnyRegularContainerStarted`: a regular container's state is running or terminated.
 fn any_regular_container_started(pod: &ApiPod, statuses: &[ApiContainerStatus]) -> bool {
-    pod.spec.containers.iter().any(|c| {
-        find(statuses, &c.name).is_some_and(|s| running(s) || terminated(s).is_some() || last_terminated(s).is_some())
-    })
+    pod.spec
+        .containers
+        .iter()
+        .any(|c| find(statuses, &c.name).is_some_and(|s| running(s) || terminated(s).is_some()))
+}
+
+/// `HasAnyActiveRegularContainerStarted`: the active sandbox (the newest, while ready) has a
+/// regular container, in any state. A pod whose sandbox was recreated initializes again.
+pub fn any_active_regular_container_started(pod: &ApiPod, runtime: &PodStatus) -> bool {
+    runtime
+        .active_container_statuses()
+        .any(|s| pod.spec.containers.iter().any(|c| c.name == s.name))
 }
 
 /// `GeneratePodInitializedCondition`.
@@ -295,19 +305,17 @@ pub fn initialized_condition(pod: &ApiPod, statuses: Option<&[ApiContainerStatus
     let Some(statuses) = statuses.filter(|s| !s.is_empty() || init.is_empty()) else {
         return condition(INITIALIZED, false, Some("UnknownContainerStatuses"), None);
     };
-    if any_regular_container_started(pod, statuses) {
-        return condition(INITIALIZED, true, None, None);
-    }
     let (mut unknown, mut incomplete) = (Vec::new(), Vec::new());
     for c in init {
         let Some(s) = find(statuses, &c.name) else {
             unknown.push(c.name.clone());
             continue;
         };
+        // A sidecar is done once started; another init container once ready (exited with 0).
         let done = if c.is_restartable_init() {
             s.started == Some(true)
         } else {
-            terminated(s).is_some_and(|t| t.exit_code == 0)
+            s.ready
         };
         if !done {
             incomplete.push(c.name.clone());
@@ -315,6 +323,11 @@ pub fn initialized_condition(pod: &ApiPod, statuses: Option<&[ApiContainerStatus
     }
     if phase == SUCCEEDED && unknown.is_empty() {
         return condition(INITIALIZED, true, Some("PodCompleted"), None);
+    }
+    // A regular container that started means the pod initialized before, even while a sidecar
+    // restarts now.
+    if any_regular_container_started(pod, statuses) {
+        return condition(INITIALIZED, true, None, None);
     }
     let mut messages = Vec::new();
     if !unknown.is_empty() {
@@ -474,20 +487,47 @@ fn convert(cs: &ContainerStatus, old: Option<&ApiContainerStatus>, runtime_name:
     status
 }
 
-/// `convertToAPIContainerStatuses` for one list of containers (regular, init or ephemeral).
+/// Which list of the pod's containers a status list is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ListKind {
+    Regular,
+    Init,
+    Ephemeral,
+}
+
+/// The message upstream gives an init container whose runtime status is gone once the pod has
+/// initialized (kubernetes#131317, Kubernetes 1.35).
+pub const LOST_INIT_CONTAINER_MESSAGE: &str = "Unable to get init container status from container runtime and pod has been initialized, treat it as exited normally";
+
+/// `HasAnyRegularContainerCreated`: the newest runtime status of some regular container is
+/// created, running or exited.
+fn any_regular_container_created(pod: &ApiPod, runtime: &PodStatus) -> bool {
+    pod.spec.containers.iter().any(|c| {
+        runtime
+            .container_statuses
+            .iter()
+            .filter(|s| s.name == c.name)
+            .max_by_key(|s| s.created_at)
+            .is_some_and(|s| s.state != RuntimeState::Unknown)
+    })
+}
+
+/// `convertToAPIContainerStatuses` for one list of containers, then what the prober manager's
+/// `UpdatePodStatus` sets (`started`, `ready`). Regular and ephemeral statuses come out sorted by
+/// name, init container statuses in spec order (the status manager's `normalizeStatus`).
 fn container_statuses(
     pod: &ApiPod,
     specs: &[SpecContainer],
+    kind: ListKind,
     previous: &[ApiContainerStatus],
     runtime: &PodStatus,
     runtime_name: &str,
-    has_init: bool,
 ) -> Vec<ApiContainerStatus> {
     let deleting = pod.metadata.deletion_timestamp.is_some();
-    let default_reason = if has_init {
-        "PodInitializing"
-    } else {
+    let default_reason = if pod.spec.init_containers.is_empty() {
         "ContainerCreating"
+    } else {
+        "PodInitializing"
     };
     let mut statuses: BTreeMap<&str, ApiContainerStatus> = BTreeMap::new();
     for c in specs {
@@ -515,6 +555,7 @@ fn container_statuses(
     }
 
     // A container that was running and has vanished from the runtime terminated, code unknown.
+    // Only ever from a successful read: the syncLoop never generates from a failed one.
     for c in specs {
         if runtime.container_statuses.iter().any(|s| s.name == c.name) {
             continue;
@@ -563,14 +604,7 @@ fn container_statuses(
         if *count >= 2 {
             continue;
         }
-        let old = find(previous, &cs.name);
-        let mut status = convert(cs, old, runtime_name);
-        // Readiness and start-up: see the module documentation.
-        let same_container = old.filter(|o| o.container_id == status.container_id);
-        let is_running = running(&status);
-        let started = is_running && (!spec.startup_probe || same_container.and_then(|o| o.started).unwrap_or(false));
-        status.started = Some(started);
-        status.ready = started && (!spec.readiness_probe || same_container.is_some_and(|o| o.ready));
+        let status = convert(cs, find(previous, &cs.name), runtime_name);
         if *count == 0 {
             statuses.insert(spec.name.as_str(), status);
         } else if let Some(newest) = statuses.get_mut(spec.name.as_str()) {
@@ -578,11 +612,69 @@ fn container_statuses(
         }
         *count += 1;
     }
-    for status in statuses.values_mut() {
-        status.started.get_or_insert(false);
+
+    // An init container the runtime no longer has, in a pod whose regular containers were
+    // created, completed (kubernetes#131317): it does not run again.
+    if kind == ListKind::Init && any_regular_container_created(pod, runtime) {
+        for c in specs.iter().filter(|c| !c.is_restartable_init()) {
+            if runtime.container_statuses.iter().any(|s| s.name == c.name) {
+                continue;
+            }
+            if let Some(status) = statuses.get_mut(c.name.as_str())
+                && status.state.as_ref().is_some_and(|s| s.waiting.is_some())
+            {
+                status.state = Some(ContainerState {
+                    terminated: Some(ContainerStateTerminated {
+                        exit_code: 0,
+                        reason: Some("Completed".to_owned()),
+                        message: Some(LOST_INIT_CONTAINER_MESSAGE.to_owned()),
+                        ..ContainerStateTerminated::default()
+                    }),
+                    ..ContainerState::default()
+                });
+            }
+        }
     }
-    // Sorted by name, as the status manager leaves them.
-    statuses.into_values().collect()
+
+    for c in specs {
+        if let Some(status) = statuses.get_mut(c.name.as_str()) {
+            set_started_and_ready(c, kind, status, find(previous, &c.name));
+        }
+    }
+    match kind {
+        ListKind::Init => specs.iter().filter_map(|c| statuses.remove(c.name.as_str())).collect(),
+        // Sorted by name, as the status manager leaves them.
+        ListKind::Regular | ListKind::Ephemeral => statuses.into_values().collect(),
+    }
+}
+
+/// What the kubelet's prober manager sets (`UpdatePodStatus`), for plegd, which has no prober (see
+/// the module documentation). Regular containers and sidecars: started once running (with a
+/// startup probe: what the status already said for the same container id), ready once started
+/// (with a readiness probe: likewise). Other init containers: started while running, ready once
+/// they exited with success. Ephemeral containers: neither is set.
+fn set_started_and_ready(
+    spec: &SpecContainer,
+    kind: ListKind,
+    status: &mut ApiContainerStatus,
+    old: Option<&ApiContainerStatus>,
+) {
+    if kind == ListKind::Ephemeral {
+        status.started = None;
+        status.ready = false;
+        return;
+    }
+    let same_container = old.filter(|o| o.container_id.is_some() && o.container_id == status.container_id);
+    let is_running = running(status);
+    let probed = kind == ListKind::Regular || spec.is_restartable_init();
+    let started =
+        is_running && (!probed || !spec.startup_probe || same_container.and_then(|o| o.started).unwrap_or(false));
+    status.started = Some(started);
+    status.ready = if probed {
+        started && (!spec.readiness_probe || same_container.is_some_and(|o| o.ready))
+    } else {
+        terminated(status).is_some_and(|t| t.exit_code == 0)
+    };
 }
 
 /// Keep the termination messages of all containers within [`MAX_TERMINATION_MESSAGES`] bytes
@@ -613,13 +705,46 @@ fn truncate_messages(lists: &mut [&mut Vec<ApiContainerStatus>]) {
     }
 }
 
-/// Pod IPs in the node's family order: the first IP of the primary family, then the first of the other.
-fn sort_pod_ips(ips: &[String], node_ips: &[String]) -> Vec<String> {
-    let v6 = |ip: &str| ip.contains(':');
-    let primary_v6 = node_ips.first().is_some_and(|ip| v6(ip));
+/// Parse an IP as Go's `netutils.ParseIPSloppy` does: IPv4 parts may have leading zeros, read as
+/// decimal (`010.000.000.001` is 10.0.0.1). None for anything that is not an IP.
+pub fn parse_ip_sloppy(ip: &str) -> Option<IpAddr> {
+    if let Ok(parsed) = ip.parse::<IpAddr>() {
+        return Some(parsed);
+    }
+    let mut octets = [0u8; 4];
+    let mut parts = ip.split('.');
+    for octet in &mut octets {
+        let part = parts.next()?;
+        if part.is_empty() || part.len() > 3 || !part.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        *octet = part.parse().ok()?;
+    }
+    parts.next().is_none().then(|| IpAddr::from(octets))
+}
+
+/// `sortPodIPs`: the runtime's IPs parsed and written in canonical form, then the first of the
+/// node's primary family (IPv4 when the node has no IP) and the first of the other. Whatever does
+/// not parse is left out.
+pub fn sort_pod_ips(ips: &[String], node_ips: &[String]) -> Vec<String> {
+    let primary_v6 = node_ips
+        .first()
+        .and_then(|ip| parse_ip_sloppy(ip))
+        .is_some_and(|ip| ip.is_ipv6());
+    let parsed: Vec<IpAddr> = ips.iter().filter_map(|ip| parse_ip_sloppy(ip)).collect();
     let mut out = Vec::new();
-    out.extend(ips.iter().find(|ip| v6(ip) == primary_v6).cloned());
-    out.extend(ips.iter().find(|ip| v6(ip) != primary_v6).cloned());
+    out.extend(
+        parsed
+            .iter()
+            .find(|ip| ip.is_ipv6() == primary_v6)
+            .map(IpAddr::to_string),
+    );
+    out.extend(
+        parsed
+            .iter()
+            .find(|ip| ip.is_ipv6() != primary_v6)
+            .map(IpAddr::to_string),
+    );
     out
 }
 
@@ -685,37 +810,31 @@ pub fn generate(input: &StatusInput<'_>) -> ApiPodStatus {
     let mut container_list = container_statuses(
         pod,
         &spec.containers,
+        ListKind::Regular,
         old.container_statuses.as_deref().unwrap_or_default(),
         input.runtime,
         input.runtime_name,
-        has_init,
     );
     let mut init_list = container_statuses(
         pod,
         init,
+        ListKind::Init,
         old.init_container_statuses.as_deref().unwrap_or_default(),
         input.runtime,
         input.runtime_name,
-        has_init,
     );
     let mut ephemeral_list = container_statuses(
         pod,
         ephemeral,
+        ListKind::Ephemeral,
         old.ephemeral_container_statuses.as_deref().unwrap_or_default(),
         input.runtime,
         input.runtime_name,
-        has_init,
     );
     truncate_messages(&mut [&mut container_list, &mut init_list, &mut ephemeral_list]);
 
     let all: Vec<ApiContainerStatus> = container_list.iter().chain(init_list.iter()).cloned().collect();
-    let has_initialized = spec.containers.iter().any(|c| {
-        input
-            .runtime
-            .container_statuses
-            .iter()
-            .any(|s| s.name == c.name && s.state == RuntimeState::Running)
-    });
+    let has_initialized = any_active_regular_container_started(pod, input.runtime);
     let nothing_running = !input
         .runtime
         .container_statuses
@@ -744,8 +863,18 @@ pub fn generate(input: &StatusInput<'_>) -> ApiPodStatus {
     status.conditions = Some(conditions(pod, old, input.runtime, &all, phase, input.now));
 
     let mut pod_ips = sort_pod_ips(&input.runtime.ips, input.node_ips);
-    if spec.host_network && pod_ips.is_empty() {
-        pod_ips = input.node_ips.iter().take(2).cloned().collect();
+    let host_ips = sort_pod_ips(input.node_ips, input.node_ips);
+    if spec.host_network {
+        // The node's primary IP when the runtime gave none; on a dual-stack node, its IP of the
+        // other family when the runtime gave one family only (kubernetes#105320).
+        if pod_ips.is_empty() {
+            pod_ips.extend(host_ips.first().cloned());
+        }
+        if let ([only], [_, second]) = (pod_ips.as_slice(), host_ips.as_slice())
+            && only.contains(':') != second.contains(':')
+        {
+            pod_ips.push(second.clone());
+        }
     }
     if pod_ips.is_empty() {
         // A pod whose sandbox is gone keeps the IPs it had.
@@ -755,16 +884,9 @@ pub fn generate(input: &StatusInput<'_>) -> ApiPodStatus {
         status.pod_ip = pod_ips.first().cloned();
         status.pod_ips = Some(pod_ips.into_iter().map(|ip| PodIP { ip }).collect());
     }
-    if let Some(first) = input.node_ips.first() {
+    if let Some(first) = host_ips.first() {
         status.host_ip = Some(first.clone());
-        status.host_ips = Some(
-            input
-                .node_ips
-                .iter()
-                .take(2)
-                .map(|ip| HostIP { ip: ip.clone() })
-                .collect(),
-        );
+        status.host_ips = Some(host_ips.into_iter().map(|ip| HostIP { ip }).collect());
     }
     status.start_time = old.start_time.clone().or_else(|| Some(api_time(input.now)));
     status.container_statuses = Some(container_list);
@@ -844,6 +966,14 @@ mod tests {
                 ..ContainerState::default()
             }),
             ..ApiContainerStatus::default()
+        }
+    }
+
+    /// An init container that exited with success, ready as the prober manager marks it.
+    fn completed_init(name: &str) -> ApiContainerStatus {
+        ApiContainerStatus {
+            ready: true,
+            ..terminated_status(name, 0)
         }
     }
 
@@ -1067,8 +1197,12 @@ mod tests {
         let c = initialized_condition(
             &pod,
             Some(&[
-                terminated_status("i1", 0),
-                running_status("i2"),
+                completed_init("i1"),
+                // A running init container is not ready (it is done once it exited with 0).
+                ApiContainerStatus {
+                    ready: false,
+                    ..running_status("i2")
+                },
                 waiting_status("a", None),
             ]),
             PENDING,
@@ -1078,15 +1212,11 @@ mod tests {
             ("False", Some("ContainersNotInitialized"))
         );
         assert_eq!(c.message.as_deref(), Some("containers with incomplete status: [i2]"));
-        let c = initialized_condition(&pod, Some(&[terminated_status("i1", 0)]), PENDING);
+        let c = initialized_condition(&pod, Some(&[completed_init("i1")]), PENDING);
         assert_eq!(c.message.as_deref(), Some("containers with unknown status: [i2]"));
         let c = initialized_condition(
             &pod,
-            Some(&[
-                terminated_status("i1", 0),
-                terminated_status("i2", 0),
-                running_status("a"),
-            ]),
+            Some(&[completed_init("i1"), completed_init("i2"), running_status("a")]),
             RUNNING,
         );
         assert_eq!(c.status, "True");
@@ -1100,6 +1230,7 @@ mod tests {
     fn runtime_status(name: &str, id: &str, state: RuntimeState, created: u64) -> ContainerStatus {
         ContainerStatus {
             id: id.into(),
+            sandbox_id: "s1".into(),
             name: name.into(),
             state,
             created_at: Some(at(created)),
@@ -1456,5 +1587,349 @@ mod tests {
             status_of(&pod, &PodStatus::default(), at(1)).pod_ip.as_deref(),
             Some("10.1.0.9")
         );
+    }
+
+    fn ips(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// kubelet_pods_test.go `TestSortPodIPs` and `TestGenerateAPIPodStatusPodIPs` (their cases are
+    /// the same), plus the runtime's IPs in non-canonical form.
+    #[test]
+    fn upstream_sort_pod_ips() {
+        let cases: &[(&str, &str, &[&str], &[&str])] = &[
+            ("Simple", "", &["10.0.0.1"], &["10.0.0.1"]),
+            (
+                "Dual-stack",
+                "",
+                &["10.0.0.1", "fd01::1234"],
+                &["10.0.0.1", "fd01::1234"],
+            ),
+            (
+                "Dual-stack with explicit node IP",
+                "192.168.1.1",
+                &["10.0.0.1", "fd01::1234"],
+                &["10.0.0.1", "fd01::1234"],
+            ),
+            (
+                "Dual-stack with CRI returning wrong family first",
+                "",
+                &["fd01::1234", "10.0.0.1"],
+                &["10.0.0.1", "fd01::1234"],
+            ),
+            (
+                "Dual-stack with explicit node IP with CRI returning wrong family first",
+                "192.168.1.1",
+                &["fd01::1234", "10.0.0.1"],
+                &["10.0.0.1", "fd01::1234"],
+            ),
+            (
+                "Dual-stack with IPv6 node IP",
+                "fd00::5678",
+                &["10.0.0.1", "fd01::1234"],
+                &["fd01::1234", "10.0.0.1"],
+            ),
+            (
+                "Dual-stack with IPv6 node IP, other CRI order",
+                "fd00::5678",
+                &["fd01::1234", "10.0.0.1"],
+                &["fd01::1234", "10.0.0.1"],
+            ),
+            ("No Pod IP matching Node IP", "fd00::5678", &["10.0.0.1"], &["10.0.0.1"]),
+            (
+                "No Pod IP matching (unspecified) Node IP",
+                "",
+                &["fd01::1234"],
+                &["fd01::1234"],
+            ),
+            (
+                "Multiple IPv4 IPs",
+                "",
+                &["10.0.0.1", "10.0.0.2", "10.0.0.3"],
+                &["10.0.0.1"],
+            ),
+            (
+                "Multiple Dual-Stack IPs",
+                "",
+                &["10.0.0.1", "10.0.0.2", "fd01::1234", "10.0.0.3", "fd01::5678"],
+                &["10.0.0.1", "fd01::1234"],
+            ),
+            (
+                "Badly-formatted IPs from CRI",
+                "",
+                &["010.000.000.001", "fd01:0:0:0:0:0:0:1234"],
+                &["10.0.0.1", "fd01::1234"],
+            ),
+            (
+                "Not an IP is left out",
+                "",
+                &["ten.0.0.1", "10.0.0.256", "1.2.3", "10.0.0.2"],
+                &["10.0.0.2"],
+            ),
+        ];
+        for (name, node_ip, cri, want) in cases {
+            let node = if node_ip.is_empty() { vec![] } else { ips(&[node_ip]) };
+            assert_eq!(sort_pod_ips(&ips(cri), &node), ips(want), "{name}");
+            // The same through the whole generator (TestGenerateAPIPodStatusPodIPs).
+            let pod = pod_with(&["app"], vec![], "Always");
+            let runtime = PodStatus {
+                ips: ips(cri),
+                ..PodStatus::default()
+            };
+            let s = generate(&StatusInput {
+                pod: &pod,
+                runtime: &runtime,
+                runtime_name: "containerd",
+                node_ips: &node,
+                now: at(1),
+            });
+            let got: Vec<String> = s.pod_ips.unwrap_or_default().into_iter().map(|p| p.ip).collect();
+            assert_eq!(got, ips(want), "{name}");
+            assert_eq!(s.pod_ip.as_deref(), Some(want[0]), "{name}");
+        }
+    }
+
+    /// kubelet_pods_test.go `TestGenerateAPIPodStatusHostNetworkPodIPs` and
+    /// `TestNodeAddressUpdatesGenerateAPIPodStatusHostNetworkPodIPs`. plegd does not read the Node
+    /// object: the host IPs the kubelet would pick from its addresses (the first InternalIP of each
+    /// family) are given as `--node-ip`, so the cases about which address type wins and about
+    /// node addresses changing after start are expressed through the IPs they end in.
+    #[test]
+    fn upstream_host_network_pod_ips() {
+        let cases: &[(&str, &[&str], &[&str], &[&str])] = &[
+            ("Simple", &["10.0.0.1"], &[], &["10.0.0.1"]),
+            (
+                "InternalIP is preferred over ExternalIP",
+                &["10.0.0.1"],
+                &[],
+                &["10.0.0.1"],
+            ),
+            (
+                "Single-stack addresses in dual-stack cluster",
+                &["10.0.0.1"],
+                &[],
+                &["10.0.0.1"],
+            ),
+            (
+                "Multiple single-stack addresses in dual-stack cluster",
+                &["10.0.0.1", "10.0.0.2"],
+                &[],
+                &["10.0.0.1"],
+            ),
+            (
+                "Dual-stack addresses in dual-stack cluster",
+                &["10.0.0.1", "fd01::1234"],
+                &[],
+                &["10.0.0.1", "fd01::1234"],
+            ),
+            (
+                "CRI PodIPs override NodeAddresses",
+                &["10.0.0.1", "fd01::1234"],
+                &["192.168.0.1"],
+                &["192.168.0.1", "fd01::1234"],
+            ),
+            (
+                "CRI dual-stack PodIPs override NodeAddresses",
+                &["10.0.0.1", "fd01::1234"],
+                &["192.168.0.1", "2001:db8::2"],
+                &["192.168.0.1", "2001:db8::2"],
+            ),
+            (
+                "CRI dual-stack PodIPs override NodeAddresses prefer IPv4",
+                &["10.0.0.1", "fd01::1234"],
+                &["2001:db8::2", "192.168.0.1"],
+                &["192.168.0.1", "2001:db8::2"],
+            ),
+            (
+                "Immutable after update node addresses single-stack",
+                &["10.0.0.1"],
+                &["10.0.0.1"],
+                &["10.0.0.1"],
+            ),
+            (
+                "Immutable after update node addresses dual-stack",
+                &["10.0.0.1", "2001:db8::2"],
+                &["10.0.0.1", "2001:db8::2"],
+                &["10.0.0.1", "2001:db8::2"],
+            ),
+            (
+                "Update secondary after new secondary address dual-stack",
+                &["10.0.0.1", "2001:db8::2"],
+                &["10.0.0.1"],
+                &["10.0.0.1", "2001:db8::2"],
+            ),
+        ];
+        for (name, node, cri, want) in cases {
+            let mut pod = pod_with(&["app"], vec![], "Always");
+            pod.spec.host_network = true;
+            let runtime = PodStatus {
+                ips: ips(cri),
+                ..PodStatus::default()
+            };
+            let node = ips(node);
+            let s = generate(&StatusInput {
+                pod: &pod,
+                runtime: &runtime,
+                runtime_name: "containerd",
+                node_ips: &node,
+                now: at(1),
+            });
+            let got: Vec<String> = s.pod_ips.unwrap_or_default().into_iter().map(|p| p.ip).collect();
+            assert_eq!(got, ips(want), "{name}");
+            if cri.is_empty() {
+                assert_eq!(s.host_ip, s.pod_ip, "{name}: hostIP is podIP");
+            }
+        }
+    }
+
+    #[test]
+    fn initialized_is_pod_completed_once_succeeded() {
+        let pod = pod_with(&["a"], vec![spec_container("i1")], "Never");
+        let statuses = [completed_init("i1"), terminated_status("a", 0)];
+        let c = initialized_condition(&pod, Some(&statuses), SUCCEEDED);
+        assert_eq!((c.status.as_str(), c.reason.as_deref()), ("True", Some("PodCompleted")));
+        // Running: a started regular container means initialized, with no reason.
+        let c = initialized_condition(&pod, Some(&[completed_init("i1"), running_status("a")]), RUNNING);
+        assert_eq!((c.status.as_str(), c.reason.as_deref()), ("True", None));
+        // A waiting container with a last termination has not "started" (upstream looks at the state).
+        let c = initialized_condition(
+            &pod,
+            Some(&[waiting_status("i1", None), waiting_status("a", Some(1))]),
+            PENDING,
+        );
+        assert_eq!(c.status, "False");
+    }
+
+    fn sandbox(id: &str, state: SandboxState, created: i64) -> SandboxStatus {
+        SandboxStatus {
+            id: id.into(),
+            state,
+            created_at: created,
+            attempt: 0,
+            ips: vec!["10.1.0.5".into()],
+            host_network: false,
+        }
+    }
+
+    /// `HasAnyActiveRegularContainerStarted`: only the containers of the newest ready sandbox count,
+    /// in any state; a pod whose sandbox was recreated initializes again.
+    #[test]
+    fn has_initialized_follows_the_active_sandbox() {
+        let mut side = sidecar("side");
+        side.startup_probe = true;
+        let pod = pod_with(&["a"], vec![side], "Always");
+        let mut old_app = runtime_status("a", "c-old", RuntimeState::Exited, 5);
+        old_app.sandbox_id = "s-old".into();
+        let mut new_side = runtime_status("side", "side-2", RuntimeState::Running, 20);
+        new_side.sandbox_id = "s-new".into();
+        // The regular container ran in the old sandbox only: the new one is initializing.
+        let recreated = PodStatus {
+            container_statuses: vec![old_app.clone(), new_side.clone()],
+            sandbox_statuses: vec![
+                sandbox("s-new", SandboxState::Ready, 2),
+                sandbox("s-old", SandboxState::NotReady, 1),
+            ],
+            ..PodStatus::default()
+        };
+        assert!(!any_active_regular_container_started(&pod, &recreated));
+        assert_eq!(status_of(&pod, &recreated, at(30)).phase.as_deref(), Some(PENDING));
+        // The regular container exited in the current sandbox: initialized, and Running under Always.
+        let mut app = old_app;
+        app.sandbox_id = "s-new".into();
+        let same = PodStatus {
+            container_statuses: vec![app, new_side],
+            sandbox_statuses: vec![sandbox("s-new", SandboxState::Ready, 2)],
+            ..PodStatus::default()
+        };
+        assert!(any_active_regular_container_started(&pod, &same));
+        assert_eq!(status_of(&pod, &same, at(30)).phase.as_deref(), Some(RUNNING));
+        // No ready sandbox: nothing is active.
+        let stopped = PodStatus {
+            sandbox_statuses: vec![sandbox("s-new", SandboxState::NotReady, 2)],
+            ..same
+        };
+        assert!(!any_active_regular_container_started(&pod, &stopped));
+    }
+
+    /// kubernetes#131317: an init container whose runtime status is gone, in a pod whose regular
+    /// containers were created, is reported completed; a sidecar is not.
+    #[test]
+    fn a_lost_init_container_of_an_initialized_pod_completed() {
+        let pod = pod_with(&["a"], vec![spec_container("init"), sidecar("side")], "Always");
+        let runtime = PodStatus {
+            container_statuses: vec![runtime_status("a", "c1", RuntimeState::Running, 10)],
+            sandbox_statuses: vec![ready_sandbox("10.1.0.5")],
+            ..PodStatus::default()
+        };
+        let s = status_of(&pod, &runtime, at(20));
+        let init = &s.init_container_statuses.as_ref().unwrap()[0];
+        assert_eq!(init.name, "init");
+        let t = init.state.as_ref().unwrap().terminated.as_ref().unwrap();
+        assert_eq!(
+            (t.exit_code, t.reason.as_deref(), t.message.as_deref()),
+            (0, Some("Completed"), Some(LOST_INIT_CONTAINER_MESSAGE))
+        );
+        assert!(init.ready, "an init container that completed is ready");
+        let side = &s.init_container_statuses.as_ref().unwrap()[1];
+        assert!(
+            side.state.as_ref().unwrap().waiting.is_some(),
+            "a lost sidecar waits: {side:?}"
+        );
+        // Before any regular container was created, a missing init container is just waiting.
+        let none = PodStatus::default();
+        let s = status_of(&pod, &none, at(20));
+        assert!(
+            s.init_container_statuses.unwrap()[0]
+                .state
+                .as_ref()
+                .unwrap()
+                .waiting
+                .is_some()
+        );
+    }
+
+    /// The prober manager's readiness of init containers: ready once exited with 0; a sidecar as a
+    /// regular container (running and started). Init statuses keep spec order.
+    #[test]
+    fn init_container_readiness_and_order() {
+        let pod = pod_with(&["a"], vec![spec_container("zeta"), sidecar("alpha")], "Always");
+        let mut zeta = runtime_status("zeta", "z1", RuntimeState::Running, 1);
+        let runtime = PodStatus {
+            container_statuses: vec![zeta.clone()],
+            sandbox_statuses: vec![ready_sandbox("10.1.0.5")],
+            ..PodStatus::default()
+        };
+        let s = status_of(&pod, &runtime, at(5));
+        let init = s.init_container_statuses.unwrap();
+        let names: Vec<&str> = init.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["zeta", "alpha"], "spec order, not by name");
+        assert!(
+            !init[0].ready && init[0].started == Some(true),
+            "running init container: started, not ready"
+        );
+
+        zeta.state = RuntimeState::Exited;
+        zeta.exit_code = 0;
+        let mut side = runtime_status("alpha", "a1", RuntimeState::Running, 3);
+        side.sandbox_id = "s1".into();
+        let runtime = PodStatus {
+            container_statuses: vec![zeta.clone(), side],
+            sandbox_statuses: vec![ready_sandbox("10.1.0.5")],
+            ..PodStatus::default()
+        };
+        let init = status_of(&pod, &runtime, at(6)).init_container_statuses.unwrap();
+        assert!(init[0].ready && init[0].started == Some(false), "exited with 0: ready");
+        assert!(
+            init[1].ready && init[1].started == Some(true),
+            "a running sidecar is ready"
+        );
+
+        zeta.exit_code = 1;
+        let runtime = PodStatus {
+            container_statuses: vec![zeta],
+            ..PodStatus::default()
+        };
+        let init = status_of(&pod, &runtime, at(7)).init_container_statuses.unwrap();
+        assert!(!init[0].ready, "exited with 1: not ready");
     }
 }

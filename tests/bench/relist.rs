@@ -178,6 +178,7 @@ fn synthetic_pods(n: usize, containers: usize, state: ContainerState) -> Vec<Pod
             containers: (0..containers)
                 .map(|c| Container {
                     id: format!("ctr-{p:05}-{c}"),
+                    sandbox_id: String::new(),
                     name: format!("c{c}"),
                     image: String::new(),
                     image_ref: String::new(),
@@ -188,6 +189,7 @@ fn synthetic_pods(n: usize, containers: usize, state: ContainerState) -> Vec<Pod
                 .collect(),
             sandboxes: vec![Container {
                 id: format!("sb-{p:05}"),
+                sandbox_id: String::new(),
                 name: String::new(),
                 image: String::new(),
                 image_ref: String::new(),
