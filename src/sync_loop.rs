@@ -39,7 +39,7 @@ use crate::metrics::Metrics;
 use crate::pleg::{GenericPleg, PodLifecycleEvent, PodLifecycleEventType};
 use crate::pod::ApiPod;
 use crate::runtime::Runtime;
-use crate::status::generate::{StatusInput, generate};
+use crate::status::generate::{StatusInput, check_container_state_transition, generate};
 use crate::status::manager::StatusManager;
 use crate::status::{StatusMode, desired_status, shadow_differences};
 
@@ -370,6 +370,14 @@ impl<R: Runtime, C: Clock> SyncLoop<R, C> {
             now,
         };
         let generated = generate(&input);
+        // The status manager's checkContainerStateTransition, for the statuses plegd owns.
+        if self.config.mode == StatusMode::Full
+            && let Err(illegal) =
+                check_container_state_transition(base.status.as_ref().unwrap_or(&Default::default()), &generated, &base)
+        {
+            warn!(pod = %tracked.key, error = %illegal, "status update on pod aborted");
+            return;
+        }
         if self.config.mode == StatusMode::Shadow {
             let actual = pod.status.clone().unwrap_or_default();
             let differences = shadow_differences(&actual, &generated);

@@ -573,3 +573,106 @@ async fn oom_kill_gives_its_reason_and_event() {
     }
     cd.cleanup(&pod).await;
 }
+
+/// The apiserver object for a CRI test pod with init containers, bound to `node`.
+fn pod_with_init(pod: &TestPod, node: &str, init: &[&str], containers: &[&str], restart_policy: &str) -> Value {
+    let mut object = pod_object(pod, node, containers, restart_policy);
+    object["spec"]["initContainers"] = init
+        .iter()
+        .map(|c| json!({"name": c, "image": "plegd.test/busybox:1"}))
+        .collect();
+    object
+}
+
+fn init_status(status: &Value) -> &Value {
+    &status["initContainerStatuses"][0]
+}
+
+/// Every stored version of the pod's status, oldest first.
+fn stored_statuses(api: &TestApiserver, pod: &TestPod) -> Vec<Value> {
+    api.pod_versions(&pod.namespace, &pod.name)
+        .into_iter()
+        .map(|p| p["status"].clone())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn init_containers_end_as_the_kubelet_reports_them() {
+    let Some(cd) = containerd().await else { return };
+    let api = TestApiserver::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let _daemon = start_daemon(&cd, &api, dir.path(), "node-init", StatusMode::Full);
+
+    // One that completes, then the app runs (Always).
+    let ok = cd.run_pod("init-ok", true).await;
+    api.create_pod(pod_with_init(&ok, "node-init", &["init"], &["app"], "Always"));
+    cd.run_container(&ok, "init", "exit 0").await;
+    wait_status(
+        &api,
+        &ok,
+        "the init container completed",
+        Duration::from_secs(20),
+        |s| init_status(s)["state"]["terminated"]["exitCode"] == 0,
+    )
+    .await;
+    cd.run_container(&ok, "app", "sleep 60").await;
+    let p = wait_status(&api, &ok, "Running", Duration::from_secs(20), |s| {
+        s["phase"] == "Running" && condition(s, "Ready").is_some_and(|c| c["status"] == "True")
+    })
+    .await;
+    let init = init_status(&p["status"]);
+    assert_eq!(init["state"]["terminated"]["reason"], "Completed", "{init:#}");
+    assert_eq!(init["ready"], true, "an init container that exited with 0 is ready");
+    assert_eq!(condition(&p["status"], "Initialized").unwrap()["status"], "True");
+
+    // One that fails under Never: the pod fails, the app never starts.
+    let bad = cd.run_pod("init-bad", true).await;
+    api.create_pod(pod_with_init(&bad, "node-init", &["init"], &["app"], "Never"));
+    cd.run_container(&bad, "init", "sleep 1; exit 3").await;
+    let p = wait_status(&api, &bad, "Failed", Duration::from_secs(20), |s| {
+        s["phase"] == "Failed"
+    })
+    .await;
+    let init = init_status(&p["status"]);
+    assert_eq!(init["state"]["terminated"]["exitCode"], 3, "{init:#}");
+    assert_eq!(init["state"]["terminated"]["reason"], "Error");
+    assert_eq!(init["ready"], false);
+    assert_eq!(
+        p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"],
+        "PodInitializing"
+    );
+    assert_eq!(condition(&p["status"], "Ready").unwrap()["reason"], "PodFailed");
+
+    // Every version on the way is one the kubelet could have written.
+    for (pod, terminal) in [(&ok, None), (&bad, Some("Failed"))] {
+        let mut became_terminal = false;
+        for s in stored_statuses(&api, pod) {
+            let init = init_status(&s);
+            if init.is_null() {
+                continue;
+            }
+            let done = init["state"]["terminated"]["exitCode"] == 0;
+            assert_eq!(
+                init["ready"], done,
+                "{}: ready only once exited with 0: {s:#}",
+                pod.name
+            );
+            if !init["state"]["running"].is_null() {
+                assert_eq!(s["phase"], "Pending", "{}: {s:#}", pod.name);
+            }
+            let phase = s["phase"].as_str().unwrap_or_default();
+            assert!(
+                !became_terminal || Some(phase) == terminal,
+                "{}: a terminal phase never changes: {s:#}",
+                pod.name
+            );
+            became_terminal |= Some(phase) == terminal;
+            assert!(matches!(phase, "Pending" | "Running" | "Failed"), "{}: {s:#}", pod.name);
+            if terminal.is_none() {
+                assert_ne!(phase, "Failed", "{}: {s:#}", pod.name);
+            }
+        }
+    }
+    cd.cleanup(&ok).await;
+    cd.cleanup(&bad).await;
+}

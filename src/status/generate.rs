@@ -790,8 +790,80 @@ pub fn set_transition_time(c: &mut PodCondition, old: &[PodCondition], now: Syst
     };
 }
 
+/// A status the kubelet's status manager refuses (`checkContainerStateTransition`): a container
+/// that terminated and may not restart would run or wait again. Nothing is written for it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("terminated {kind} {name} attempted illegal transition to non-terminated state")]
+pub struct IllegalTransition {
+    /// "container" or "init container".
+    pub kind: &'static str,
+    pub name: String,
+}
+
+/// `checkContainerStateTransition` (status_manager.go): under `Never`, no terminated container may
+/// leave the terminated state; under `OnFailure`, none that exited with 0. Sidecars (restartable
+/// init containers) always may; under `Always`, every container may.
+pub fn check_container_state_transition(
+    old: &ApiPodStatus,
+    new: &ApiPodStatus,
+    pod: &ApiPod,
+) -> Result<(), IllegalTransition> {
+    let policy = pod.spec.restart_policy.as_deref().unwrap_or("Always");
+    if policy == "Always" {
+        return Ok(());
+    }
+    let may_restart = |t: &ContainerStateTerminated| t.exit_code != 0 && policy == "OnFailure";
+    let lists = [
+        ("container", &old.container_statuses, &new.container_statuses),
+        (
+            "init container",
+            &old.init_container_statuses,
+            &new.init_container_statuses,
+        ),
+    ];
+    for (kind, old_list, new_list) in lists {
+        for old_status in old_list.as_deref().unwrap_or_default() {
+            let sidecar = kind == "init container"
+                && pod
+                    .spec
+                    .init_containers
+                    .iter()
+                    .any(|c| c.name == old_status.name && c.is_restartable_init());
+            let Some(t) = terminated(old_status) else { continue };
+            if sidecar || may_restart(t) {
+                continue;
+            }
+            if let Some(new_status) = find(new_list.as_deref().unwrap_or_default(), &old_status.name)
+                && terminated(new_status).is_none()
+            {
+                return Err(IllegalTransition {
+                    kind,
+                    name: new_status.name.clone(),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+fn is_terminal(phase: Option<&str>) -> bool {
+    matches!(phase, Some(SUCCEEDED | FAILED))
+}
+
+/// Whether the pod could still have running containers: a container the runtime reports as not
+/// exited. The kubelet asks its pod workers (`PodCouldHaveRunningContainers`: true until it has
+/// stopped the pod's containers); plegd stops nothing, so it asks the runtime. The sandbox is not
+/// counted: no kubelet may be there to stop it, and a finished Job must still complete.
+pub fn could_have_running_containers(runtime: &PodStatus) -> bool {
+    runtime
+        .container_statuses
+        .iter()
+        .any(|c| c.state != RuntimeState::Exited)
+}
+
 /// The kubelet-equivalent status of a pod (`generateAPIPodStatus` followed by the status
-/// manager's normalisation). Terminal phases never change back.
+/// manager's `mergePodStatus` and normalisation). Terminal phases never change back, and a
+/// transition to one waits while containers could still run.
 pub fn generate(input: &StatusInput<'_>) -> ApiPodStatus {
     let pod = input.pod;
     let no_status;
@@ -861,6 +933,14 @@ pub fn generate(input: &StatusInput<'_>) -> ApiPodStatus {
         status.message = old.message.clone();
     }
     status.conditions = Some(conditions(pod, old, input.runtime, &all, phase, input.now));
+    // mergePodStatus: a pod does not become terminal while it could have running containers (a
+    // sidecar still running after an init container failed under Never, say); its conditions
+    // already say why, as upstream's do.
+    if !is_terminal(old.phase.as_deref()) && is_terminal(Some(phase)) && could_have_running_containers(input.runtime) {
+        status.phase = Some(old.phase.clone().unwrap_or_else(|| PENDING.to_owned()));
+        status.reason = old.reason.clone();
+        status.message = old.message.clone();
+    }
 
     let mut pod_ips = sort_pod_ips(&input.runtime.ips, input.node_ips);
     let host_ips = sort_pod_ips(input.node_ips, input.node_ips);
@@ -1931,5 +2011,111 @@ mod tests {
         };
         let init = status_of(&pod, &runtime, at(7)).init_container_statuses.unwrap();
         assert!(!init[0].ready, "exited with 1: not ready");
+    }
+
+    /// status_manager.go `checkContainerStateTransition`, per restart policy.
+    #[test]
+    fn illegal_transitions_are_refused() {
+        let with = |list: Vec<ApiContainerStatus>, init: Vec<ApiContainerStatus>| ApiPodStatus {
+            container_statuses: Some(list),
+            init_container_statuses: Some(init),
+            ..ApiPodStatus::default()
+        };
+        type Case = (&'static str, i32, fn(&str) -> ApiContainerStatus, bool);
+        let cases: [Case; 8] = [
+            ("Never", 0, running_status, false),
+            ("Never", 1, |n| waiting_status(n, None), false),
+            ("Never", 1, |n| terminated_status(n, 2), true),
+            ("OnFailure", 1, running_status, true),
+            ("OnFailure", 0, running_status, false),
+            ("OnFailure", 0, |n| waiting_status(n, Some(0)), false),
+            ("Always", 0, running_status, true),
+            ("Always", 1, |n| waiting_status(n, Some(1)), true),
+        ];
+        for (policy, code, next, allowed) in cases {
+            let pod = pod_with(&["a"], vec![spec_container("i"), sidecar("side")], policy);
+            let old = with(vec![terminated_status("a", code)], vec![]);
+            let new = with(vec![next("a")], vec![]);
+            let got = check_container_state_transition(&old, &new, &pod);
+            assert_eq!(
+                got.is_ok(),
+                allowed,
+                "{policy} exit {code} → {:?}: {got:?}",
+                new.container_statuses
+            );
+            // The same for a regular init container; a sidecar may always restart.
+            let old = with(
+                vec![],
+                vec![terminated_status("i", code), terminated_status("side", code)],
+            );
+            let new = with(vec![], vec![next("i"), next("side")]);
+            assert_eq!(
+                check_container_state_transition(&old, &new, &pod).is_ok(),
+                allowed,
+                "init {policy} {code}"
+            );
+            let new = with(vec![], vec![terminated_status("i", code), next("side")]);
+            assert!(
+                check_container_state_transition(&old, &new, &pod).is_ok(),
+                "sidecar {policy} {code}"
+            );
+        }
+        let pod = pod_with(&["a"], vec![], "Never");
+        let err = check_container_state_transition(
+            &with(vec![terminated_status("a", 0)], vec![]),
+            &with(vec![running_status("a")], vec![]),
+            &pod,
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "terminated container a attempted illegal transition to non-terminated state"
+        );
+    }
+
+    /// status_manager.go `mergePodStatus`: an init container failed under Never while a sidecar
+    /// still runs; the phase stays until nothing runs, the conditions already say PodFailed.
+    #[test]
+    fn a_terminal_phase_waits_until_no_container_runs() {
+        let mut pod = pod_with(&["a"], vec![sidecar("side"), spec_container("init")], "Never");
+        pod.status = Some(ApiPodStatus {
+            phase: Some(PENDING.into()),
+            ..ApiPodStatus::default()
+        });
+        let mut init = runtime_status("init", "i1", RuntimeState::Exited, 5);
+        init.exit_code = 1;
+        let side = runtime_status("side", "s1c", RuntimeState::Running, 1);
+        let runtime = PodStatus {
+            container_statuses: vec![side.clone(), init.clone()],
+            sandbox_statuses: vec![ready_sandbox("10.1.0.5")],
+            ..PodStatus::default()
+        };
+        let s = status_of(&pod, &runtime, at(10));
+        assert_eq!(s.phase.as_deref(), Some(PENDING), "held back while the sidecar runs");
+        let ready = s
+            .conditions
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|c| c.type_ == READY)
+            .unwrap();
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_deref()),
+            ("False", Some("PodFailed"))
+        );
+
+        let mut stopped = side;
+        stopped.state = RuntimeState::Exited;
+        stopped.exit_code = 143;
+        let runtime = PodStatus {
+            container_statuses: vec![stopped, init],
+            sandbox_statuses: vec![ready_sandbox("10.1.0.5")],
+            ..PodStatus::default()
+        };
+        assert_eq!(
+            status_of(&pod, &runtime, at(20)).phase.as_deref(),
+            Some(FAILED),
+            "terminal once nothing runs, though the sandbox is still ready"
+        );
     }
 }
