@@ -1673,6 +1673,30 @@ mod tests {
         list.iter().map(|s| s.to_string()).collect()
     }
 
+    /// The status generated for `pod` when the runtime reports `cri` as its IPs on a node with
+    /// `node` IPs, and its pod IPs.
+    fn with_ips(pod: &ApiPod, cri: &[&str], node: &[String]) -> (ApiPodStatus, Vec<String>) {
+        let runtime = PodStatus {
+            ips: ips(cri),
+            ..PodStatus::default()
+        };
+        let s = generate(&StatusInput {
+            pod,
+            runtime: &runtime,
+            runtime_name: "containerd",
+            node_ips: node,
+            now: at(1),
+        });
+        let got = s
+            .pod_ips
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|p| p.ip)
+            .collect();
+        (s, got)
+    }
+
     /// kubelet_pods_test.go `TestSortPodIPs` and `TestGenerateAPIPodStatusPodIPs` (their cases are
     /// the same), plus the runtime's IPs in non-canonical form.
     #[test]
@@ -1751,19 +1775,7 @@ mod tests {
             let node = if node_ip.is_empty() { vec![] } else { ips(&[node_ip]) };
             assert_eq!(sort_pod_ips(&ips(cri), &node), ips(want), "{name}");
             // The same through the whole generator (TestGenerateAPIPodStatusPodIPs).
-            let pod = pod_with(&["app"], vec![], "Always");
-            let runtime = PodStatus {
-                ips: ips(cri),
-                ..PodStatus::default()
-            };
-            let s = generate(&StatusInput {
-                pod: &pod,
-                runtime: &runtime,
-                runtime_name: "containerd",
-                node_ips: &node,
-                now: at(1),
-            });
-            let got: Vec<String> = s.pod_ips.unwrap_or_default().into_iter().map(|p| p.ip).collect();
+            let (s, got) = with_ips(&pod_with(&["app"], vec![], "Always"), cri, &node);
             assert_eq!(got, ips(want), "{name}");
             assert_eq!(s.pod_ip.as_deref(), Some(want[0]), "{name}");
         }
@@ -1842,19 +1854,7 @@ mod tests {
         for (name, node, cri, want) in cases {
             let mut pod = pod_with(&["app"], vec![], "Always");
             pod.spec.host_network = true;
-            let runtime = PodStatus {
-                ips: ips(cri),
-                ..PodStatus::default()
-            };
-            let node = ips(node);
-            let s = generate(&StatusInput {
-                pod: &pod,
-                runtime: &runtime,
-                runtime_name: "containerd",
-                node_ips: &node,
-                now: at(1),
-            });
-            let got: Vec<String> = s.pod_ips.unwrap_or_default().into_iter().map(|p| p.ip).collect();
+            let (s, got) = with_ips(&pod, cri, &ips(node));
             assert_eq!(got, ips(want), "{name}");
             if cri.is_empty() {
                 assert_eq!(s.host_ip, s.pod_ip, "{name}: hostIP is podIP");
