@@ -1331,12 +1331,8 @@ mod tests {
 
     fn ready_sandbox(ip: &str) -> SandboxStatus {
         SandboxStatus {
-            id: "s1".into(),
-            state: SandboxState::Ready,
-            created_at: 1,
-            attempt: 0,
             ips: vec![ip.into()],
-            host_network: false,
+            ..sandbox("s1", SandboxState::Ready, 1)
         }
     }
 
