@@ -8,12 +8,13 @@
 mod support;
 
 use std::process::{Child, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 use support::apiserver::TestApiserver;
 use support::fake_cri::FakeServer;
 use support::process::{free_port, http_get, metric};
+use support::wait_until;
 
 const NODE: &str = "node-fs";
 /// The container whose status cannot be read, and the one that exits meanwhile.
@@ -60,14 +61,6 @@ fn start(cri: &FakeServer, api: &TestApiserver, dir: &std::path::Path, mode: &st
         .spawn()
         .expect("spawn plegd");
     Plegd { child, port, log }
-}
-
-async fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 fn status(api: &TestApiserver) -> Value {

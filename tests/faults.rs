@@ -5,7 +5,7 @@ mod support;
 
 use std::process::Child;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use plegd::metrics::Metrics;
 use plegd::pleg::PlegConfig;
@@ -13,6 +13,7 @@ use plegd::status::StatusMode;
 use plegd::triggers::TriggerMode;
 use support::apiserver::TestApiserver;
 use support::fake_cri::FakeServer;
+use support::wait_until;
 
 fn bind_pods(cri: &FakeServer, api: &TestApiserver, node: &str, pods: usize, containers: usize) {
     for i in 0..pods {
@@ -32,14 +33,6 @@ fn exit_code(api: &TestApiserver, i: usize) -> Option<i64> {
     // The first container's.
     api.pod("default", &format!("pod-{i}"))?["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"]
         .as_i64()
-}
-
-async fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

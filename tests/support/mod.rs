@@ -6,3 +6,12 @@ pub mod containerd;
 pub mod daemon;
 pub mod fake_cri;
 pub mod process;
+
+/// Poll `cond` every 100 ms until it holds; panics naming `what` after `timeout`.
+pub async fn wait_until(what: &str, timeout: std::time::Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + timeout;
+    while !cond() {
+        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
