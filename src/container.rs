@@ -125,6 +125,37 @@ pub struct ContainerStatus {
     pub reason: String,
     pub message: String,
     pub restart_count: u32,
+    /// The resources the runtime applied, as far as CRI reports them (`toKubeContainerResources`);
+    /// None when it reports none.
+    pub resources: Option<ContainerResources>,
+    /// The identity the container's first process started with, when the runtime reports it
+    /// (containerd 2.x does; `toKubeContainerUser`).
+    pub user: Option<ContainerUser>,
+}
+
+/// The resources a runtime reports it applied to a container, in the kubelet's units
+/// (`kubecontainer.ContainerResources`): CPU in millicores, memory in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct ContainerResources {
+    /// From the CFS shares (`sharesToMilliCPU`).
+    pub cpu_request_milli: Option<i64>,
+    /// From the CFS quota and period (`quotaToMilliCPU`).
+    pub cpu_limit_milli: Option<i64>,
+    pub memory_limit_bytes: Option<i64>,
+}
+
+/// The user identity of a container's first process (`kubecontainer.ContainerUser`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+pub struct ContainerUser {
+    /// None when the runtime reports a user without its Linux part.
+    pub linux: Option<LinuxContainerUser>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+pub struct LinuxContainerUser {
+    pub uid: i64,
+    pub gid: i64,
+    pub supplemental_groups: Vec<i64>,
 }
 
 /// Full status of one pod as read from the runtime (`kubecontainer.PodStatus`).

@@ -6,7 +6,7 @@
 
 use std::borrow::Cow;
 
-use k8s_openapi::api::core::v1::{Container, EphemeralContainer, Pod, PodStatus as ApiPodStatus};
+use k8s_openapi::api::core::v1::{Container, EphemeralContainer, Pod, PodStatus as ApiPodStatus, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use kube::core::NamespaceResourceScope;
@@ -15,7 +15,7 @@ use kube::core::NamespaceResourceScope;
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// A container of the spec, as far as plegd reads it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct SpecContainer {
     pub name: String,
     pub image: String,
@@ -25,6 +25,9 @@ pub struct SpecContainer {
     pub readiness_probe: bool,
     /// Whether it declares a startup probe.
     pub startup_probe: bool,
+    /// Its resources: what the kubelet's allocation holds for a pod it admitted (plegd does not
+    /// resize; the resources the runtime applied are read from the runtime).
+    pub resources: Option<ResourceRequirements>,
 }
 
 impl SpecContainer {
@@ -42,6 +45,7 @@ impl From<Container> for SpecContainer {
             restart_policy: c.restart_policy,
             readiness_probe: c.readiness_probe.is_some(),
             startup_probe: c.startup_probe.is_some(),
+            resources: c.resources,
         }
     }
 }
@@ -58,7 +62,7 @@ impl From<EphemeralContainer> for SpecContainer {
 }
 
 /// The parts of a pod spec plegd reads. A pod without a spec has the default (no containers).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ApiPodSpec {
     /// The node the pod is bound to; plegd writes only pods bound to its own node.
     pub node_name: Option<String>,

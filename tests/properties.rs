@@ -172,6 +172,8 @@ proptest! {
                         reason: String::new(),
                         message: String::new(),
                         restart_count: { started[i] += 1; started[i] - 1 },
+                        resources: None,
+                        user: None,
                     }),
                     // The running one exits.
                     1 => if let Some(c) = list.last_mut().filter(|c| c.state == ContainerState::Running) {

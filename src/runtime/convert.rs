@@ -9,8 +9,9 @@ use k8s_cri::v1 as cri;
 
 use super::wire::{ListedContainer, ListedSandbox};
 use crate::container::{
-    ANNOTATION_RESTART_COUNT, Container, ContainerState, ContainerStatus, LABEL_CONTAINER_NAME, LABEL_POD_NAME,
-    LABEL_POD_NAMESPACE, LABEL_POD_UID, Pod, PodUid, SandboxState, SandboxStatus,
+    ANNOTATION_RESTART_COUNT, Container, ContainerResources, ContainerState, ContainerStatus, ContainerUser,
+    LABEL_CONTAINER_NAME, LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID, LinuxContainerUser, Pod, PodUid,
+    SandboxState, SandboxStatus,
 };
 
 /// Something the runtime reported that plegd cannot use as it is.
@@ -355,7 +356,59 @@ pub fn container_status(mut status: cri::ContainerStatus, bad: &mut Vec<BadData>
         reason: status.reason,
         message: status.message,
         restart_count,
+        resources: status.resources.as_ref().and_then(container_resources),
+        user: status.user.map(|u| ContainerUser {
+            linux: u.linux.map(|l| LinuxContainerUser {
+                uid: l.uid,
+                gid: l.gid,
+                supplemental_groups: l.supplemental_groups,
+            }),
+        }),
     }
+}
+
+/// CFS shares worth one CPU, and the least the kernel accepts (`cm.SharesPerCPU`, `cm.MinShares`).
+const SHARES_PER_CPU: i64 = 1024;
+const MIN_SHARES: i64 = 2;
+
+/// `sharesToMilliCPU` (kuberuntime, Linux): shares below the minimum mean no request.
+pub fn shares_to_milli_cpu(shares: i64) -> i64 {
+    if shares < MIN_SHARES {
+        return 0;
+    }
+    // Both positive: a ceiling division.
+    let milli = (i128::from(shares) * 1000 + i128::from(SHARES_PER_CPU) - 1) / i128::from(SHARES_PER_CPU);
+    i64::try_from(milli).unwrap_or(i64::MAX)
+}
+
+/// `quotaToMilliCPU` (kuberuntime, Linux): a quota of -1 is no limit. `period` must be positive.
+pub fn quota_to_milli_cpu(quota: i64, period: i64) -> i64 {
+    if quota == -1 || period <= 0 {
+        return 0;
+    }
+    let milli = i128::from(quota) * 1000 / i128::from(period);
+    i64::try_from(milli).unwrap_or(if milli < 0 { i64::MIN } else { i64::MAX })
+}
+
+/// `toKubeContainerResources` (Linux): the CPU request from the shares, the CPU limit from quota
+/// and period, the memory limit; None when the runtime reports none of them.
+fn container_resources(resources: &cri::ContainerResources) -> Option<ContainerResources> {
+    let linux = resources.linux.as_ref()?;
+    let positive = |v: i64| (v > 0).then_some(v);
+    let out = ContainerResources {
+        cpu_limit_milli: if linux.cpu_period > 0 {
+            positive(quota_to_milli_cpu(linux.cpu_quota, linux.cpu_period))
+        } else {
+            None
+        },
+        cpu_request_milli: if linux.cpu_shares > 0 {
+            positive(shares_to_milli_cpu(linux.cpu_shares))
+        } else {
+            None
+        },
+        memory_limit_bytes: positive(linux.memory_limit_in_bytes),
+    };
+    (out != ContainerResources::default()).then_some(out)
 }
 
 #[cfg(test)]
@@ -475,6 +528,101 @@ mod tests {
         assert_eq!(pods[0].name, "new");
         let pods = group_pods(vec![old, new], Vec::<cri::Container>::new(), &mut bad);
         assert_eq!(pods[0].name, "new");
+    }
+
+    #[test]
+    fn cpu_units_as_the_kubelet_reads_them() {
+        // kuberuntime's helpers_linux_test.go: shares and quota back to millicores.
+        for (shares, milli) in [
+            (0, 0),
+            (1, 0),
+            (2, 2),
+            (3, 3),
+            (102, 100),
+            (1024, 1000),
+            (1025, 1001),
+            (262144, 256000),
+        ] {
+            assert_eq!(shares_to_milli_cpu(shares), milli, "shares {shares}");
+        }
+        for (quota, period, milli) in [
+            (-1, 100000, 0),
+            (10000, 100000, 100),
+            (50000, 100000, 500),
+            (250000, 100000, 2500),
+            (1000, 100000, 10),
+            (5, 0, 0),
+        ] {
+            assert_eq!(quota_to_milli_cpu(quota, period), milli, "quota {quota}/{period}");
+        }
+        // Untrusted values do not overflow.
+        assert_eq!(shares_to_milli_cpu(i64::MAX), 9_007_199_254_740_992_000);
+        assert_eq!(quota_to_milli_cpu(i64::MAX, 1), i64::MAX);
+        assert_eq!(quota_to_milli_cpu(i64::MIN, 1), i64::MIN);
+    }
+
+    #[test]
+    fn resources_and_user_from_the_container_status() {
+        let mut bad = Vec::new();
+        let linux = |shares, quota, period, memory| cri::ContainerResources {
+            linux: Some(cri::LinuxContainerResources {
+                cpu_shares: shares,
+                cpu_quota: quota,
+                cpu_period: period,
+                memory_limit_in_bytes: memory,
+                ..Default::default()
+            }),
+            windows: None,
+        };
+        let status =
+            |resources: Option<cri::ContainerResources>, user: Option<cri::ContainerUser>| cri::ContainerStatus {
+                id: "c1".into(),
+                resources,
+                user,
+                ..Default::default()
+            };
+        let got = container_status(status(Some(linux(102, 20000, 100000, 64 << 20)), None), &mut bad);
+        assert_eq!(
+            got.resources,
+            Some(ContainerResources {
+                cpu_request_milli: Some(100),
+                cpu_limit_milli: Some(200),
+                memory_limit_bytes: Some(64 << 20),
+            })
+        );
+        assert_eq!(got.user, None);
+        // No quota (-1), the minimum shares, no memory limit: nothing to report.
+        let got = container_status(status(Some(linux(2, -1, 100000, 0)), None), &mut bad);
+        assert_eq!(got.resources.and_then(|r| r.cpu_limit_milli), None);
+        let got = container_status(status(Some(linux(0, 0, 0, 0)), None), &mut bad);
+        assert_eq!(got.resources, None);
+        let got = container_status(status(Some(cri::ContainerResources::default()), None), &mut bad);
+        assert_eq!(got.resources, None);
+        // A quota without a period is not a limit; negative values are not limits either.
+        let got = container_status(status(Some(linux(-5, 50000, 0, -1)), None), &mut bad);
+        assert_eq!(got.resources, None);
+
+        let user = cri::ContainerUser {
+            linux: Some(cri::LinuxContainerUser {
+                uid: 1000,
+                gid: 3000,
+                supplemental_groups: vec![3000, 4000],
+            }),
+        };
+        let got = container_status(status(None, Some(user)), &mut bad);
+        assert_eq!(
+            got.user,
+            Some(ContainerUser {
+                linux: Some(LinuxContainerUser {
+                    uid: 1000,
+                    gid: 3000,
+                    supplemental_groups: vec![3000, 4000],
+                })
+            })
+        );
+        let got = container_status(status(None, Some(cri::ContainerUser { linux: None })), &mut bad);
+        assert_eq!(got.user, Some(ContainerUser { linux: None }));
+        assert!(bad.is_empty());
     }
 
     #[test]

@@ -19,6 +19,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use super::resources;
 use crate::container::{ContainerState as RuntimeState, ContainerStatus, PodStatus, SandboxState};
 use crate::pod::{ApiPod, SpecContainer};
 
@@ -604,8 +605,14 @@ fn container_statuses(
         if *count >= 2 {
             continue;
         }
-        let status = convert(cs, find(previous, &cs.name), runtime_name);
+        let old = find(previous, &cs.name);
+        let mut status = convert(cs, old, runtime_name);
         if *count == 0 {
+            // The kubelet keeps an allocation for the containers it can resize: regular ones and
+            // sidecars.
+            let resizable = kind == ListKind::Regular || (kind == ListKind::Init && spec.is_restartable_init());
+            let allocated = resizable.then_some(spec.resources.as_ref());
+            resources::set_runtime_fields(&mut status, cs, allocated, old);
             statuses.insert(spec.name.as_str(), status);
         } else if let Some(newest) = statuses.get_mut(spec.name.as_str()) {
             newest.last_state = status.state;
@@ -1326,6 +1333,8 @@ mod tests {
             },
             message: String::new(),
             restart_count: 0,
+            resources: None,
+            user: None,
         }
     }
 
@@ -2113,5 +2122,92 @@ mod tests {
             Some(FAILED),
             "terminal once nothing runs, though the sandbox is still ready"
         );
+    }
+
+    /// `convertToAPIContainerStatuses` since 1.33: `user` on every status converted from the
+    /// runtime; `resources` on regular containers and sidecars (the kubelet keeps an allocation
+    /// for those only), the runtime's values while running.
+    #[test]
+    fn resources_and_user_where_the_kubelet_writes_them() {
+        use crate::container::{ContainerResources, ContainerUser, LinuxContainerUser};
+        use k8s_openapi::api::core::v1::ResourceRequirements;
+        use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+        let limits = ResourceRequirements {
+            limits: Some([("memory".to_owned(), Quantity("64Mi".into()))].into()),
+            requests: Some([("memory".to_owned(), Quantity("64Mi".into()))].into()),
+            claims: None,
+        };
+        let with_limits = |c: SpecContainer| SpecContainer {
+            resources: Some(limits.clone()),
+            ..c
+        };
+        let mut pod = pod_with(
+            &["app", "bare"],
+            vec![with_limits(spec_container("init")), with_limits(sidecar("side"))],
+            "Always",
+        );
+        pod.spec.containers[0] = with_limits(spec_container("app"));
+        let user = ContainerUser {
+            linux: Some(LinuxContainerUser {
+                uid: 1000,
+                gid: 1000,
+                supplemental_groups: vec![1000],
+            }),
+        };
+        let applied = ContainerResources {
+            cpu_request_milli: Some(2),
+            cpu_limit_milli: None,
+            memory_limit_bytes: Some(64 << 20),
+        };
+        let from_runtime = |name: &str, id: &str, state, created| ContainerStatus {
+            user: Some(user.clone()),
+            resources: Some(applied),
+            exit_code: 0,
+            ..runtime_status(name, id, state, created)
+        };
+        let runtime = PodStatus {
+            id: "u1".into(),
+            container_statuses: vec![
+                from_runtime("init", "i1", RuntimeState::Exited, 1),
+                from_runtime("side", "s1c", RuntimeState::Running, 2),
+                from_runtime("app", "a1", RuntimeState::Running, 3),
+                ContainerStatus {
+                    user: None,
+                    ..runtime_status("bare", "b1", RuntimeState::Running, 3)
+                },
+            ],
+            sandbox_statuses: vec![ready_sandbox("10.1.0.5")],
+            ..PodStatus::default()
+        };
+        let s = status_of(&pod, &runtime, at(100));
+        let regular = s.container_statuses.as_ref().unwrap();
+        let init = s.init_container_statuses.as_ref().unwrap();
+        let (app, bare) = (&regular[0], &regular[1]);
+        let (init_status, side) = (&init[0], &init[1]);
+        assert_eq!(
+            app.resources.as_ref(),
+            Some(&limits),
+            "the runtime's 64Mi, written as the spec's"
+        );
+        assert_eq!(side.resources.as_ref(), Some(&limits));
+        assert_eq!(
+            init_status.resources, None,
+            "no allocation for a regular init container"
+        );
+        assert_eq!(
+            bare.resources,
+            Some(ResourceRequirements::default()),
+            "BestEffort: resources {{}}"
+        );
+        for s in [app, side, init_status] {
+            assert_eq!(
+                s.user.as_ref().and_then(|u| u.linux.as_ref()).map(|l| l.uid),
+                Some(1000),
+                "{}",
+                s.name
+            );
+        }
+        assert_eq!(bare.user, None, "the runtime reported no user");
     }
 }

@@ -1,6 +1,7 @@
 //! The status stage: what plegd writes back to the apiserver, and how.
 //!
 //! - [`generate`] (pure): the kubelet-equivalent status of a pod.
+//! - [`resources`] (pure): the resources and user of a container status.
 //! - [`patch`] (pure): the strategic merge patch from the apiserver's status to the desired one.
 //! - [`manager`] (I/O): versioned desired status per pod, deduplicated, written by a bounded pool of
 //!   writers under a QPS/burst limit, with retries; never to a pod of another node.
@@ -10,6 +11,7 @@
 pub mod generate;
 pub mod manager;
 pub mod patch;
+pub mod resources;
 
 use std::time::SystemTime;
 
