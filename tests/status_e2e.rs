@@ -12,6 +12,7 @@ use plegd::status::StatusMode;
 use serde_json::{Value, json};
 use support::apiserver::TestApiserver;
 use support::containerd::{Containerd, TestPod, containerd};
+use support::history;
 
 /// Run kubectl against `kubeconfig` off the async runtime.
 async fn kubectl(kubeconfig: &std::path::Path, args: &[&str]) -> std::process::Output {
@@ -550,7 +551,10 @@ async fn oom_kill_gives_its_reason_and_event() {
     let api = TestApiserver::start().await;
     let dir = tempfile::tempdir().unwrap();
     let pod = cd.run_pod("oom", true).await;
-    api.create_pod(pod_object(&pod, "node-oom", &["hog"], "Never"));
+    let mut object = pod_object(&pod, "node-oom", &["hog"], "Never");
+    object["spec"]["containers"][0]["resources"] =
+        json!({"limits": {"memory": "32Mi"}, "requests": {"memory": "32Mi"}});
+    api.create_pod(object);
     let _daemon = start_daemon(&cd, &api, dir.path(), "node-oom", StatusMode::Full);
     let config = support::containerd::memory_hog();
     let ctr = cd.create_container_from(&pod, "hog", config).await;
@@ -564,8 +568,13 @@ async fn oom_kill_gives_its_reason_and_event() {
         (t["exitCode"].clone(), t["reason"].clone()),
         (json!(137), json!("OOMKilled"))
     );
+    let cs = &p["status"]["containerStatuses"][0];
+    assert_eq!(cs["restartCount"], 0);
+    assert_eq!(cs["resources"]["limits"]["memory"], "32Mi", "{cs:#}");
+    assert_eq!(condition(&p["status"], "Ready").unwrap()["reason"], "PodFailed");
     let c = condition(&p["status"], "plegd.io/ContainersRunning").unwrap();
     assert_eq!(c["reason"], "OOMKilled");
+    history::assert_kubelet_could_have_written(&api.pod_versions(&pod.namespace, &pod.name));
     let deadline = Instant::now() + Duration::from_secs(10);
     while !api.events().iter().any(|e| e["reason"] == "OOMKilled") {
         assert!(Instant::now() < deadline, "no OOMKilled event: {:?}", api.events());
@@ -675,4 +684,210 @@ async fn init_containers_end_as_the_kubelet_reports_them() {
     }
     cd.cleanup(&ok).await;
     cd.cleanup(&bad).await;
+}
+
+/// The checker the real-runtime scenarios use catches each thing it claims to.
+#[test]
+fn history_rules_catch_what_they_name() {
+    fn running(id: &str, restarts: i64) -> Value {
+        json!({"name": "app", "containerID": id, "ready": true, "restartCount": restarts, "state": {"running": {}}})
+    }
+    fn exited(id: &str, code: i64, restarts: i64) -> Value {
+        json!({"name": "app", "containerID": id, "ready": false, "restartCount": restarts,
+               "state": {"terminated": {"exitCode": code}}})
+    }
+    fn version(policy: &str, phase: &str, c: Value) -> Value {
+        json!({"metadata": {"name": "p"}, "spec": {"restartPolicy": policy},
+               "status": {"phase": phase, "containerStatuses": [c]}})
+    }
+    fn fails(policy: &str, steps: &[(&str, Value)]) -> bool {
+        let versions: Vec<Value> = steps
+            .iter()
+            .map(|(phase, c)| version(policy, phase, c.clone()))
+            .collect();
+        std::panic::catch_unwind(move || history::assert_kubelet_could_have_written(&versions)).is_err()
+    }
+    let restart = [
+        ("Running", running("c://1", 0)),
+        ("Running", exited("c://1", 2, 0)),
+        ("Running", running("c://2", 1)),
+    ];
+    assert!(!fails("Always", &restart));
+    assert!(fails("Never", &restart), "no restart under Never");
+    assert!(!fails("OnFailure", &restart));
+    let after_success = [("Running", exited("c://1", 0, 0)), ("Running", running("c://2", 1))];
+    assert!(fails("OnFailure", &after_success));
+    assert!(fails(
+        "Always",
+        &[("Running", running("c://1", 1)), ("Running", running("c://1", 0))]
+    ));
+    assert!(fails(
+        "Always",
+        &[("Running", exited("c://1", 1, 0)), ("Running", running("c://1", 0))]
+    ));
+    assert!(fails(
+        "Always",
+        &[("Failed", exited("c://1", 1, 0)), ("Running", exited("c://1", 1, 0))]
+    ));
+    let mut ready_exited = exited("c://1", 1, 0);
+    ready_exited["ready"] = json!(true);
+    assert!(fails("Always", &[("Running", ready_exited)]));
+    let mut ready_pod = version("Always", "Running", exited("c://1", 1, 0));
+    ready_pod["status"]["conditions"] = json!([{"type": "Ready", "status": "True"}]);
+    assert!(std::panic::catch_unwind(|| history::assert_kubelet_could_have_written(&[ready_pod])).is_err());
+    // A sidecar restarts under Never.
+    let sidecar = |c: Value| {
+        json!({"metadata": {"name": "p"},
+               "spec": {"restartPolicy": "Never", "initContainers": [{"name": "app", "restartPolicy": "Always"}]},
+               "status": {"phase": "Running", "initContainerStatuses": [c]}})
+    };
+    history::assert_kubelet_could_have_written(&[sidecar(exited("c://1", 1, 0)), sidecar(running("c://2", 1))]);
+}
+
+/// A container under `Always` that exits and is started again (the test does what the kubelet's
+/// pod worker does: a new attempt with the restart count annotation).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_under_always() {
+    let Some(cd) = containerd().await else { return };
+    let api = TestApiserver::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let _daemon = start_daemon(&cd, &api, dir.path(), "node-restart", StatusMode::Full);
+    let pod = cd.run_pod("restart", true).await;
+    api.create_pod(pod_object(&pod, "node-restart", &["app"], "Always"));
+
+    let first = cd.run_container(&pod, "app", "sleep 1; exit 2").await;
+    let p = wait_status(&api, &pod, "the first attempt exited", Duration::from_secs(20), |s| {
+        s["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 2
+    })
+    .await;
+    assert_eq!(p["status"]["phase"], "Running", "a stopped container under Always");
+    assert_eq!(condition(&p["status"], "Ready").unwrap()["status"], "False");
+
+    let second = cd
+        .create_container_from(&pod, "app", support::containerd::attempt(1, "sleep 60"))
+        .await;
+    cd.start_container(&second).await;
+    let p = wait_status(&api, &pod, "the second attempt runs", Duration::from_secs(20), |s| {
+        !s["containerStatuses"][0]["state"]["running"].is_null()
+            && condition(s, "Ready").is_some_and(|c| c["status"] == "True")
+    })
+    .await;
+    let cs = &p["status"]["containerStatuses"][0];
+    assert_eq!(cs["restartCount"], 1, "{cs:#}");
+    assert_eq!(cs["containerID"], format!("containerd://{second}"));
+    let last = &cs["lastState"]["terminated"];
+    assert_eq!(
+        (
+            last["exitCode"].clone(),
+            last["reason"].clone(),
+            last["containerID"].clone()
+        ),
+        (json!(2), json!("Error"), json!(format!("containerd://{first}"))),
+        "{cs:#}"
+    );
+    assert_eq!(p["status"]["phase"], "Running");
+    history::assert_kubelet_could_have_written(&api.pod_versions(&pod.namespace, &pod.name));
+    cd.cleanup(&pod).await;
+}
+
+/// A pod whose sandbox is stopped under it (StopPodSandbox kills its containers): the status the
+/// kubelet writes before it would start a new sandbox.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_sandbox() {
+    let Some(cd) = containerd().await else { return };
+    let api = TestApiserver::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let _daemon = start_daemon(&cd, &api, dir.path(), "node-stopped", StatusMode::Full);
+    let pod = cd.run_pod("stopped", false).await;
+    api.create_pod(pod_object(&pod, "node-stopped", &["app"], "Always"));
+    cd.run_container(&pod, "app", "sleep 600").await;
+    let p = wait_status(&api, &pod, "Ready", Duration::from_secs(20), |s| {
+        condition(s, "Ready").is_some_and(|c| c["status"] == "True")
+    })
+    .await;
+    let ip = p["status"]["podIP"].clone();
+    assert!(ip.as_str().is_some_and(|ip| ip.starts_with("10.")), "{:#}", p["status"]);
+
+    cd.stop_pod(&pod).await;
+    let p = wait_status(&api, &pod, "the container killed", Duration::from_secs(20), |s| {
+        !s["containerStatuses"][0]["state"]["terminated"].is_null()
+            && condition(s, "PodReadyToStartContainers").is_some_and(|c| c["status"] == "False")
+    })
+    .await;
+    let s = &p["status"];
+    let t = &s["containerStatuses"][0]["state"]["terminated"];
+    assert_eq!(t["exitCode"], 137, "{s:#}");
+    assert_eq!(s["containerStatuses"][0]["restartCount"], 0);
+    assert_eq!(s["phase"], "Running", "stopped containers under Always: Running");
+    assert_eq!(condition(s, "Ready").unwrap()["reason"], "ContainersNotReady");
+    assert_eq!(s["podIP"], ip, "the pod keeps its IP while the sandbox is down");
+    history::assert_kubelet_could_have_written(&api.pod_versions(&pod.namespace, &pod.name));
+    cd.cleanup(&pod).await;
+}
+
+/// `resources` of a running container are what the runtime applied where the runtime reports
+/// them (here the runtime applied 48Mi and 250m while the spec asks 64Mi and 500m, as in the
+/// middle of a resize), the spec's once it has stopped; `user` is the runtime's where it reports
+/// one. What each containerd version reports is asserted per version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resources_and_user_are_what_the_runtime_reports() {
+    let Some(cd) = containerd().await else { return };
+    let version = cd.version().await;
+    let api = TestApiserver::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let _daemon = start_daemon(&cd, &api, dir.path(), "node-res", StatusMode::Full);
+    let pod = cd.run_pod("res", true).await;
+    let mut object = pod_object(&pod, "node-res", &["app"], "Never");
+    object["spec"]["containers"][0]["resources"] = json!({
+        "limits": {"cpu": "500m", "memory": "64Mi"},
+        "requests": {"cpu": "500m", "memory": "64Mi"}
+    });
+    api.create_pod(object);
+    let mut config = support::containerd::attempt(0, "sleep 3");
+    config.linux = Some(k8s_cri::v1::LinuxContainerConfig {
+        resources: Some(k8s_cri::v1::LinuxContainerResources {
+            memory_limit_in_bytes: 48 << 20,
+            cpu_period: 100_000,
+            cpu_quota: 25_000,
+            cpu_shares: 256,
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let ctr = cd.create_container_from(&pod, "app", config).await;
+    cd.start_container(&ctr).await;
+    let p = wait_status(&api, &pod, "Running", Duration::from_secs(20), |s| {
+        s["phase"] == "Running"
+    })
+    .await;
+    let cs = &p["status"]["containerStatuses"][0];
+    // Every tested version reports the resources it applied (measured: 1.6.20, 1.7, 2.1).
+    assert_eq!(
+        cs["resources"],
+        json!({"limits": {"cpu": "250m", "memory": "48Mi"}, "requests": {"cpu": "250m", "memory": "64Mi"}}),
+        "containerd {version:?}: {cs:#}"
+    );
+    if version.0 >= 2 {
+        // containerd 2.x reports the identity the process started with: root in the test image.
+        let linux = &cs["user"]["linux"];
+        assert_eq!(
+            (linux["uid"].clone(), linux["gid"].clone()),
+            (json!(0), json!(0)),
+            "{cs:#}"
+        );
+    } else {
+        assert!(cs["user"].is_null(), "containerd {version:?} reports no user: {cs:#}");
+    }
+    let p = wait_status(&api, &pod, "Succeeded", Duration::from_secs(20), |s| {
+        s["phase"] == "Succeeded"
+    })
+    .await;
+    let done = &p["status"]["containerStatuses"][0];
+    assert_eq!(
+        done["resources"],
+        json!({"limits": {"cpu": "500m", "memory": "64Mi"}, "requests": {"cpu": "500m", "memory": "64Mi"}}),
+        "a stopped container shows its allocation: {done:#}"
+    );
+    history::assert_kubelet_could_have_written(&api.pod_versions(&pod.namespace, &pod.name));
+    cd.cleanup(&pod).await;
 }

@@ -119,6 +119,26 @@ impl Containerd {
         self.client.clone()
     }
 
+    /// The runtime's major and minor version from CRI `Version` (`1.6.20~ds1` and `v2.1.9` give
+    /// (1, 6) and (2, 1)): for assertions on what each version reports.
+    pub async fn version(&self) -> (u32, u32) {
+        let v = self
+            .client()
+            .version(cri::VersionRequest { version: "v1".into() })
+            .await
+            .expect("CRI Version")
+            .into_inner()
+            .runtime_version;
+        let mut parts = v
+            .trim_start_matches('v')
+            .split(['.', '~', '-'])
+            .map(|p| p.parse::<u32>());
+        match (parts.next(), parts.next()) {
+            (Some(Ok(major)), Some(Ok(minor))) => (major, minor),
+            _ => panic!("unexpected containerd version {v:?}"),
+        }
+    }
+
     /// Run a pod sandbox. Host-network sandboxes get no hostname (runc refuses one without a UTS
     /// namespace); pod-network ones get an IP from the test CNI bridge.
     pub async fn run_pod(&self, name: &str, host_network: bool) -> TestPod {
@@ -189,15 +209,7 @@ impl Containerd {
 
     /// Create (not start) a container running `sh -c script` in the pod.
     pub async fn create_container(&self, pod: &TestPod, name: &str, script: &str) -> String {
-        let config = cri::ContainerConfig {
-            image: Some(cri::ImageSpec {
-                image: IMAGE.into(),
-                ..Default::default()
-            }),
-            command: vec!["/bin/sh".into(), "-c".into(), script.into()],
-            ..Default::default()
-        };
-        self.create_container_from(pod, name, config).await
+        self.create_container_from(pod, name, attempt(0, script)).await
     }
 
     /// Create (not start) a container from `config` (image, command, mounts, log path, security
@@ -396,6 +408,28 @@ impl Drop for PrivateContainerd {
             .arg("stop")
             .envs(self.env.clone())
             .output();
+    }
+}
+
+/// The config of attempt `attempt` of a container running `sh -c script`, annotated with its
+/// restart count as the kubelet annotates it.
+pub fn attempt(attempt: u32, script: &str) -> cri::ContainerConfig {
+    cri::ContainerConfig {
+        metadata: Some(cri::ContainerMetadata {
+            name: String::new(),
+            attempt,
+        }),
+        image: Some(cri::ImageSpec {
+            image: IMAGE.into(),
+            ..Default::default()
+        }),
+        command: vec!["/bin/sh".into(), "-c".into(), script.into()],
+        annotations: [(
+            plegd::container::ANNOTATION_RESTART_COUNT.to_owned(),
+            attempt.to_string(),
+        )]
+        .into(),
+        ..Default::default()
     }
 }
 
