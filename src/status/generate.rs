@@ -868,6 +868,86 @@ pub fn could_have_running_containers(runtime: &PodStatus) -> bool {
         .any(|c| c.state != RuntimeState::Exited)
 }
 
+const UNKNOWN_AT_TERMINATION: &str = "The container could not be located when the pod was terminated";
+
+fn terminated_unknown() -> ContainerState {
+    ContainerState {
+        terminated: Some(ContainerStateTerminated {
+            exit_code: 137,
+            reason: Some(CONTAINER_STATUS_UNKNOWN.to_owned()),
+            message: Some(UNKNOWN_AT_TERMINATION.to_owned()),
+            ..ContainerStateTerminated::default()
+        }),
+        ..ContainerState::default()
+    }
+}
+
+/// The status manager's `hasPodInitialized`: a pod without init containers, one with a regular
+/// container that ever left waiting, or whose last init container completed (a sidecar: runs
+/// and has started) has initialized. Upstream reads the pod's status as the apiserver has it;
+/// plegd reads the status it just generated, which holds that evidence and anything newer.
+pub fn has_pod_initialized(pod: &ApiPod, status: &ApiPodStatus) -> bool {
+    if pod.spec.init_containers.is_empty() {
+        return true;
+    }
+    let regular = status.container_statuses.as_deref().unwrap_or_default();
+    if regular.iter().any(|c| last_terminated(c).is_some() || !waiting(c)) {
+        return true;
+    }
+    let init = status.init_container_statuses.as_deref().unwrap_or_default();
+    let Some(last) = init.last() else { return false };
+    // `GetContainerByIndex`: the spec container at the same index, and only if the names agree.
+    let Some(spec) = pod
+        .spec
+        .init_containers
+        .get(init.len() - 1)
+        .filter(|c| c.name == last.name)
+    else {
+        return false;
+    };
+    if spec.is_restartable_init() {
+        return running(last) && last.started == Some(true);
+    }
+    last_terminated(last).is_some_and(|t| t.exit_code == 0) || terminated(last).is_some_and(|t| t.exit_code == 0)
+}
+
+/// The status manager's `initializedContainers`: the init container statuses up to the last one
+/// that ever started (not waiting, or waiting after a termination); at least the first.
+fn initialized_containers(init: &[ApiContainerStatus]) -> usize {
+    init.iter()
+        .rposition(|c| !waiting(c) || last_terminated(c).is_some())
+        .map_or(init.len().min(1), |i| i + 1)
+}
+
+/// The status manager's `TerminatePod`, applied once the pod is finished (terminal or deleted, and
+/// nothing of it can run): a container with no terminated state is terminated with
+/// ContainerStatusUnknown (137) — regular containers only once the pod has initialized, init
+/// containers up to the last one that started — and a phase that is not terminal becomes Failed.
+pub fn terminate_pod(pod: &ApiPod, status: &mut ApiPodStatus) {
+    let initialized = has_pod_initialized(pod, status);
+    if initialized && let Some(list) = status.container_statuses.as_mut() {
+        for c in list.iter_mut().filter(|c| terminated(c).is_none()) {
+            c.state = Some(terminated_unknown());
+        }
+    }
+    if let Some(list) = status.init_container_statuses.as_mut() {
+        let started = initialized_containers(list);
+        for c in list[..started].iter_mut().filter(|c| terminated(c).is_none()) {
+            c.state = Some(terminated_unknown());
+        }
+    }
+    if !is_terminal(status.phase.as_deref()) {
+        status.phase = Some(FAILED.to_owned());
+    }
+}
+
+/// Whether the pod is finished, as the kubelet's pod worker decides it before `SyncTerminatedPod`:
+/// it is deleted or its phase is terminal, and a successful runtime read shows nothing of it that
+/// could still run.
+pub fn pod_is_finished(pod: &ApiPod, runtime: &PodStatus, phase: Option<&str>) -> bool {
+    (pod.metadata.deletion_timestamp.is_some() || is_terminal(phase)) && !could_have_running_containers(runtime)
+}
+
 /// The kubelet-equivalent status of a pod (`generateAPIPodStatus` followed by the status
 /// manager's `mergePodStatus` and normalisation). Terminal phases never change back, and a
 /// transition to one waits while containers could still run.
@@ -980,6 +1060,9 @@ pub fn generate(input: &StatusInput<'_>) -> ApiPodStatus {
     status.init_container_statuses = (has_init || old.init_container_statuses.is_some()).then_some(init_list);
     status.ephemeral_container_statuses =
         (!ephemeral.is_empty() || old.ephemeral_container_statuses.is_some()).then_some(ephemeral_list);
+    if pod_is_finished(pod, input.runtime, status.phase.as_deref()) {
+        terminate_pod(pod, &mut status);
+    }
     status
 }
 
@@ -2209,5 +2292,172 @@ mod tests {
             );
         }
         assert_eq!(bare.user, None, "the runtime reported no user");
+    }
+    /// Upstream's `TestTerminatePod_DefaultUnknownStatus` (status_manager_test.go), every case:
+    /// the pod's status before, what `TerminatePod` leaves.
+    #[test]
+    fn upstream_terminate_pod_default_unknown_status() {
+        #[derive(Clone, Copy, Debug, PartialEq)]
+        enum S {
+            Waiting,
+            WaitingAfter(i32),
+            Running,
+            Terminated(i32),
+            LastOnly(i32),
+            Unknown,
+        }
+        let to_api = |name: &str, s: S| {
+            let mut status = match s {
+                S::Waiting | S::WaitingAfter(_) => waiting_status(name, None),
+                S::Running => running_status(name),
+                S::Terminated(code) => terminated_status(name, code),
+                S::LastOnly(_) => ApiContainerStatus {
+                    name: name.into(),
+                    ..ApiContainerStatus::default()
+                },
+                S::Unknown => unreachable!(),
+            };
+            if let S::WaitingAfter(code) | S::LastOnly(code) = s {
+                status.last_state = terminated_status(name, code).state;
+            }
+            status
+        };
+        let from_api = |c: &ApiContainerStatus| match (c.state.as_ref(), terminated(c)) {
+            (_, Some(t)) if t.reason.as_deref() == Some(CONTAINER_STATUS_UNKNOWN) => {
+                assert_eq!((t.exit_code, t.message.as_deref()), (137, Some(UNKNOWN_AT_TERMINATION)));
+                S::Unknown
+            }
+            (_, Some(t)) => S::Terminated(t.exit_code),
+            _ if running(c) => S::Running,
+            _ if waiting(c) => match last_terminated(c) {
+                Some(t) => S::WaitingAfter(t.exit_code),
+                None => S::Waiting,
+            },
+            _ => panic!("{c:?}"),
+        };
+        use S::*;
+        #[rustfmt::skip]
+        let cases: [(&str, &str, &[S], &[S], &str, &[S], &[S], &str); 14] = [
+            // name, phase, init before, regular before, policy, init after, regular after, phase after
+            ("failed pod, no statuses", FAILED, &[], &[], "Always", &[], &[], FAILED),
+            ("running pod becomes failed", RUNNING, &[], &[], "Always", &[], &[], FAILED),
+            ("terminated container kept", RUNNING, &[], &[Terminated(2)], "Always", &[], &[Terminated(2)], FAILED),
+            ("last termination state set", RUNNING, &[], &[WaitingAfter(2)], "Never", &[], &[Unknown], FAILED),
+            ("no previous state", RUNNING, &[], &[Waiting], "Never", &[], &[Unknown], FAILED),
+            ("uninitialized pod defaults the first init container", PENDING, &[Waiting], &[Waiting], "Never", &[Unknown], &[Waiting], FAILED),
+            ("uninitialized pod defaults only the first init container", PENDING, &[Waiting, Waiting], &[Waiting], "Never", &[Unknown, Waiting], &[Waiting], FAILED),
+            ("uninitialized pod defaults gaps", PENDING, &[Waiting, Waiting, Terminated(1), Waiting], &[Waiting], "Never", &[Unknown, Unknown, Terminated(1), Waiting], &[Waiting], FAILED),
+            ("failed last container is uninitialized", PENDING, &[Waiting, Waiting, Terminated(1)], &[Waiting], "Never", &[Unknown, Unknown, Terminated(1)], &[Waiting], FAILED),
+            ("successful last container is initialized", RUNNING, &[Waiting, Waiting, Terminated(0)], &[Waiting], "Never", &[Unknown, Unknown, Terminated(0)], &[Unknown], FAILED),
+            ("successful last previous container is initialized, and container state is overwritten", RUNNING, &[Waiting, Waiting, WaitingAfter(0)], &[Waiting], "Never", &[Unknown, Unknown, Unknown], &[Unknown], FAILED),
+            ("running container proves initialization", RUNNING, &[Waiting], &[Running], "Never", &[Unknown], &[Unknown], FAILED),
+            ("evidence of terminated container proves initialization", RUNNING, &[Waiting], &[Terminated(0)], "Never", &[Unknown], &[Terminated(0)], FAILED),
+            ("evidence of previously terminated container proves initialization", RUNNING, &[Waiting], &[LastOnly(0)], "Never", &[Unknown], &[Unknown], FAILED),
+        ];
+        for (name, phase, init, regular, policy, want_init, want_regular, want_phase) in cases {
+            let init_names: Vec<String> = (0..init.len()).map(|i| format!("init-{i}")).collect();
+            let regular_names: Vec<String> = (0..regular.len().max(1)).map(|i| i.to_string()).collect();
+            let refs: Vec<&str> = regular_names.iter().map(String::as_str).collect();
+            let pod = pod_with(&refs, init_names.iter().map(|n| spec_container(n)).collect(), policy);
+            let mut status = ApiPodStatus {
+                phase: Some(phase.into()),
+                init_container_statuses: Some(init.iter().zip(&init_names).map(|(s, n)| to_api(n, *s)).collect()),
+                container_statuses: Some(regular.iter().zip(&regular_names).map(|(s, n)| to_api(n, *s)).collect()),
+                ..ApiPodStatus::default()
+            };
+            terminate_pod(&pod, &mut status);
+            let got_init: Vec<S> = status
+                .init_container_statuses
+                .as_deref()
+                .unwrap()
+                .iter()
+                .map(from_api)
+                .collect();
+            let got_regular: Vec<S> = status
+                .container_statuses
+                .as_deref()
+                .unwrap()
+                .iter()
+                .map(from_api)
+                .collect();
+            assert_eq!(
+                (got_init.as_slice(), got_regular.as_slice()),
+                (want_init, want_regular),
+                "{name}"
+            );
+            assert_eq!(status.phase.as_deref(), Some(want_phase), "{name}");
+            // A last state survives.
+            for (before, after) in regular.iter().zip(status.container_statuses.as_deref().unwrap()) {
+                if let WaitingAfter(code) = before {
+                    assert_eq!(last_terminated(after).map(|t| t.exit_code), Some(*code), "{name}");
+                }
+            }
+        }
+    }
+
+    /// Upstream's `TestTerminatePod_EnsurePodPhaseIsTerminal`.
+    #[test]
+    fn upstream_terminate_pod_ensures_a_terminal_phase() {
+        let pod = pod_with(&["0"], vec![], "Always");
+        for (phase, want) in [
+            (Some(PENDING), FAILED),
+            (Some(RUNNING), FAILED),
+            (Some(SUCCEEDED), SUCCEEDED),
+            (Some(FAILED), FAILED),
+            (Some("Unknown"), FAILED),
+            (None, FAILED),
+        ] {
+            let mut status = ApiPodStatus {
+                phase: phase.map(str::to_owned),
+                ..ApiPodStatus::default()
+            };
+            terminate_pod(&pod, &mut status);
+            assert_eq!(status.phase.as_deref(), Some(want), "{phase:?}");
+        }
+    }
+
+    /// A deleted pod whose containers all stopped, and a terminal one, are finished: generation
+    /// ends with `TerminatePod`. A deleted pod with a running container is not.
+    #[test]
+    fn finished_pods_end_with_terminate_pod() {
+        let mut pod = pod_with(&["a", "b"], vec![], "Always");
+        pod.metadata.deletion_timestamp = Some(api_time(at(50)));
+        pod.status = Some(ApiPodStatus {
+            phase: Some(RUNNING.into()),
+            container_statuses: Some(vec![running_status("a"), running_status("b")]),
+            ..ApiPodStatus::default()
+        });
+        let mut runtime = PodStatus {
+            id: "u1".into(),
+            container_statuses: vec![
+                runtime_status("a", "c1", RuntimeState::Exited, 10),
+                runtime_status("b", "c2", RuntimeState::Running, 10),
+            ],
+            sandbox_statuses: vec![ready_sandbox("10.1.0.5")],
+            ..PodStatus::default()
+        };
+        let s = status_of(&pod, &runtime, at(60));
+        assert_eq!(s.phase.as_deref(), Some(RUNNING), "b still runs");
+        assert!(!pod_is_finished(&pod, &runtime, s.phase.as_deref()));
+        // b's container is gone from the runtime (removed with its sandbox): nothing runs.
+        runtime.container_statuses.pop();
+        runtime.sandbox_statuses.clear();
+        let s = status_of(&pod, &runtime, at(70));
+        assert!(pod_is_finished(&pod, &runtime, s.phase.as_deref()));
+        assert_eq!(s.phase.as_deref(), Some(FAILED));
+        let b = find(s.container_statuses.as_deref().unwrap(), "b").unwrap();
+        let t = terminated(b).expect("b terminated");
+        assert_eq!(
+            (t.exit_code, t.reason.as_deref(), t.message.as_deref()),
+            (137, Some(CONTAINER_STATUS_UNKNOWN), Some(UNKNOWN_AT_TERMINATION))
+        );
+        assert_eq!(
+            b.restart_count, 0,
+            "a deleted pod's vanished container is not a restart"
+        );
+        // Generated again from that status: the same.
+        let mut again = pod.clone();
+        again.status = Some(s.clone());
+        assert_eq!(status_of(&again, &runtime, at(80)), s);
     }
 }
