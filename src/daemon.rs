@@ -18,6 +18,7 @@ use crate::metrics::Metrics;
 use crate::observe::{self, EventHub};
 use crate::pleg::{GenericPleg, PlegConfig};
 use crate::runtime::{CriOptions, CriRuntime, RuntimeError};
+use crate::status::StatusMode;
 use crate::status::manager::{ManagerConfig, StatusManager};
 use crate::sync_loop::{SyncConfig, SyncLoop};
 use crate::triggers::{self, TriggerMode, TriggerOptions};
@@ -249,12 +250,12 @@ pub async fn run(
     let (informer, informer_task) =
         informer::start(client.clone(), &options.manager.node_name, changes_tx, metrics.clone());
     intake.push(informer_task);
-    let manager = StatusManager::new(
-        client.clone(),
-        informer.store.clone(),
-        options.manager.clone(),
-        metrics.clone(),
-    )?;
+    // Only where no kubelet manages the pods does plegd finish deleted ones.
+    let manager_config = ManagerConfig {
+        delete_finished_pods: options.sync.mode == StatusMode::Full,
+        ..options.manager.clone()
+    };
+    let manager = StatusManager::new(client.clone(), informer.store.clone(), manager_config, metrics.clone())?;
     let mut rest = manager.start();
     if let Some(path) = &options.api_socket {
         rest.push(observe::serve(path, hub, metrics.clone())?);

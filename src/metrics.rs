@@ -84,6 +84,8 @@ pub struct Metrics {
     pub triggers: Family<SourceLabel, Counter>,
     pub trigger_relists: Family<KindLabel, Counter>,
     pub status_writes: Family<ResultLabel, Counter>,
+    /// DELETEs of finished pods (full mode), by result.
+    pub pod_deletions: Family<ResultLabel, Counter>,
     pub pod_status_sync_duration: Histogram,
     /// Pod syncs skipped because the pod's runtime status could not be read (FailedSync).
     pub failed_syncs: Counter,
@@ -119,6 +121,7 @@ impl Metrics {
         let triggers = Family::<SourceLabel, Counter>::default();
         let trigger_relists = Family::<KindLabel, Counter>::default();
         let status_writes = Family::<ResultLabel, Counter>::default();
+        let pod_deletions = Family::<ResultLabel, Counter>::default();
         // The kubelet's buckets for this metric.
         let pod_status_sync_duration = Histogram::new([0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 20.0, 30.0, 45.0, 60.0]);
         let failed_syncs = Counter::default();
@@ -246,6 +249,13 @@ impl Metrics {
         register(
             &mut registry,
             &mut names,
+            "pod_deletions",
+            "DELETEs of finished pods in full mode, by result (ok, gone, forbidden, retry, rejected)",
+            pod_deletions.clone(),
+        );
+        register(
+            &mut registry,
+            &mut names,
             "pod_status_sync_duration_seconds",
             "Time from a wanted pod status change to the apiserver accepting it",
             pod_status_sync_duration.clone(),
@@ -354,6 +364,7 @@ impl Metrics {
             triggers,
             trigger_relists,
             status_writes,
+            pod_deletions,
             pod_status_sync_duration,
             failed_syncs,
             shadow_differences,
@@ -426,6 +437,14 @@ impl Metrics {
 
     pub fn count_status_write(&self, result: &str) {
         self.status_writes
+            .get_or_create(&ResultLabel {
+                result: result.to_owned(),
+            })
+            .inc();
+    }
+
+    pub fn count_pod_deletion(&self, result: &str) {
+        self.pod_deletions
             .get_or_create(&ResultLabel {
                 result: result.to_owned(),
             })

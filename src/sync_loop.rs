@@ -39,7 +39,7 @@ use crate::metrics::Metrics;
 use crate::pleg::{GenericPleg, PodLifecycleEvent, PodLifecycleEventType};
 use crate::pod::ApiPod;
 use crate::runtime::Runtime;
-use crate::status::generate::{StatusInput, check_container_state_transition, generate};
+use crate::status::generate::{StatusInput, check_container_state_transition, generate, pod_is_finished};
 use crate::status::manager::StatusManager;
 use crate::status::{StatusMode, desired_status, shadow_differences};
 
@@ -390,7 +390,11 @@ impl<R: Runtime, C: Clock> SyncLoop<R, C> {
             return;
         }
         let handed_over = match desired_status(self.config.mode, &base, &generated, now) {
-            Some(desired) => match self.manager.set_status(&pod, desired) {
+            Some(desired) => match self.manager.set_status(
+                &pod,
+                desired,
+                pod_is_finished(&base, &runtime, generated.phase.as_deref()),
+            ) {
                 Ok(_) => true,
                 Err(refused) => {
                     warn!(pod = %tracked.key, error = %refused, "status not written");

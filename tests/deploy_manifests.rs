@@ -6,8 +6,9 @@ use std::process::Command;
 
 use serde_json::Value;
 
-const MANIFESTS: [&str; 3] = [
+const MANIFESTS: [&str; 4] = [
     "deploy/rbac.yaml",
+    "deploy/rbac-full-mode.yaml",
     "deploy/admission-policy.yaml",
     "deploy/daemonset.yaml",
 ];
@@ -56,10 +57,10 @@ fn documents(manifest: &str) -> Vec<Value> {
         .collect()
 }
 
-#[test]
-fn manifests_keep_plegd_least_privileged() {
-    let (rbac, ds) = (documents("deploy/rbac.yaml"), documents("deploy/daemonset.yaml"));
-    let role = rbac.iter().find(|d| d["kind"] == "ClusterRole").expect("a ClusterRole");
+/// The (resource, verb) pairs a manifest's ClusterRole grants, sorted as `resource:verb`.
+fn granted(manifest: &str) -> Vec<String> {
+    let docs = documents(manifest);
+    let role = docs.iter().find(|d| d["kind"] == "ClusterRole").expect("a ClusterRole");
     let rules: Vec<(String, String)> = role["rules"]
         .as_array()
         .unwrap()
@@ -84,8 +85,21 @@ fn manifests_keep_plegd_least_privileged() {
         .collect();
     let mut rules: Vec<String> = rules.into_iter().map(|(r, v)| format!("{r}:{v}")).collect();
     rules.sort();
+    rules
+}
+
+#[test]
+fn manifests_keep_plegd_least_privileged() {
+    let ds = documents("deploy/daemonset.yaml");
+    // Deleting finished pods (full mode only) is granted apart.
+    assert_eq!(granted("deploy/rbac-full-mode.yaml"), ["pods:delete"]);
+    let binding = documents("deploy/rbac-full-mode.yaml")
+        .into_iter()
+        .find(|d| d["kind"] == "ClusterRoleBinding")
+        .expect("a binding");
+    assert_eq!(binding["subjects"][0]["name"], "plegd");
     assert_eq!(
-        rules,
+        granted("deploy/rbac.yaml"),
         [
             "events:create",
             "events:patch",

@@ -891,3 +891,126 @@ async fn resources_and_user_are_what_the_runtime_reports() {
     history::assert_kubelet_could_have_written(&api.pod_versions(&pod.namespace, &pod.name));
     cd.cleanup(&pod).await;
 }
+
+fn pod_deletes(api: &TestApiserver, pod: &TestPod) -> usize {
+    let path = format!("/api/v1/namespaces/{}/pods/{}", pod.namespace, pod.name);
+    api.requests()
+        .iter()
+        .filter(|r| r.method == "DELETE" && r.path == path)
+        .count()
+}
+
+/// A pod deleted by its user while its container runs: nothing is written until the container has
+/// stopped (plegd stops nothing; whoever runs the pod does); then, in `full` mode, the final status
+/// (Failed, the container terminated) and a DELETE with grace period 0 and the uid precondition, as
+/// the kubelet's status manager finishes a pod. In `conditions` mode the kubelet does that: plegd
+/// never deletes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_pod_is_finished_then_removed_in_full_mode_only() {
+    let Some(cd) = containerd().await else { return };
+    let api = TestApiserver::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let full = start_daemon(&cd, &api, dir.path(), "node-del", StatusMode::Full);
+    let _conditions = start_daemon(&cd, &api, dir.path(), "node-del-c", StatusMode::Conditions);
+    let pod = cd.run_pod("del", true).await;
+    api.create_pod(pod_object(&pod, "node-del", &["app"], "Always"));
+    let other = cd.run_pod("del-c", true).await;
+    api.create_pod(pod_object(&other, "node-del-c", &["app"], "Always"));
+    let ctr = cd.run_container(&pod, "app", "sleep 600").await;
+    let other_ctr = cd.run_container(&other, "app", "sleep 600").await;
+    wait_status(&api, &pod, "Ready", Duration::from_secs(20), |s| {
+        condition(s, "Ready").is_some_and(|c| c["status"] == "True")
+    })
+    .await;
+    wait_status(&api, &other, "plegd's condition", Duration::from_secs(20), |s| {
+        condition(s, "plegd.io/ContainersRunning").is_some_and(|c| c["status"] == "True")
+    })
+    .await;
+
+    api.request_deletion(&pod.namespace, &pod.name, 30);
+    api.request_deletion(&other.namespace, &other.name, 30);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(pod_deletes(&api, &pod), 0, "the container still runs");
+    let p = api.pod(&pod.namespace, &pod.name).expect("still there");
+    assert_eq!(p["status"]["phase"], "Running");
+
+    cd.stop_container(&ctr, 0).await;
+    cd.stop_container(&other_ctr, 0).await;
+    support::wait_until("the finished pod is removed", Duration::from_secs(20), || {
+        api.pod(&pod.namespace, &pod.name).is_none()
+    })
+    .await;
+    assert_eq!(pod_deletes(&api, &pod), 1);
+    let versions = api.pod_versions(&pod.namespace, &pod.name);
+    let last = &versions.last().unwrap()["status"];
+    assert_eq!(last["phase"], "Failed", "{last:#}");
+    let t = &last["containerStatuses"][0]["state"]["terminated"];
+    assert_eq!(t["exitCode"], 137, "{last:#}");
+    assert_eq!(condition(last, "Ready").unwrap()["reason"], "PodFailed");
+    history::assert_kubelet_could_have_written(&versions);
+    let text = full.metrics.encode();
+    assert!(text.contains("plegd_pod_deletions_total{result=\"ok\"} 1"), "{text}");
+
+    // conditions mode: the container's death is in plegd's condition, the pod is left to the kubelet.
+    wait_status(&api, &other, "plegd's condition", Duration::from_secs(20), |s| {
+        condition(s, "plegd.io/ContainersRunning").is_some_and(|c| c["status"] == "False")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(api.pod(&other.namespace, &other.name).is_some());
+    assert_eq!(pod_deletes(&api, &other), 0);
+    cd.cleanup(&pod).await;
+    cd.cleanup(&other).await;
+}
+
+/// Without the RBAC for deleting pods (deploy/rbac-full-mode.yaml), the finished pod keeps its final
+/// status, plegd says what is missing once and counts it, and does not retry in a loop. A DELETE
+/// whose uid precondition fails (the pod was recreated under its name) leaves the new pod alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_pod_plegd_may_not_delete_keeps_its_final_status() {
+    let Some(cd) = containerd().await else { return };
+    let api = TestApiserver::start().await;
+    api.set_forbid_deletes(true);
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = start_daemon(&cd, &api, dir.path(), "node-del-f", StatusMode::Full);
+    let pod = cd.run_pod("del-f", true).await;
+    api.create_pod(pod_object(&pod, "node-del-f", &["app"], "Never"));
+    cd.run_container(&pod, "app", "sleep 2").await;
+    wait_status(&api, &pod, "Running", Duration::from_secs(20), |s| {
+        s["phase"] == "Running"
+    })
+    .await;
+    api.request_deletion(&pod.namespace, &pod.name, 30);
+    wait_status(&api, &pod, "Succeeded", Duration::from_secs(20), |s| {
+        s["phase"] == "Succeeded"
+    })
+    .await;
+    let text = || daemon.metrics.encode();
+    support::wait_until("the forbidden DELETE", Duration::from_secs(10), || {
+        text().contains("plegd_pod_deletions_total{result=\"forbidden\"} 1")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    assert_eq!(pod_deletes(&api, &pod), 1, "refused once, not retried in a loop");
+    let p = api.pod(&pod.namespace, &pod.name).expect("the pod stays");
+    assert_eq!(p["status"]["phase"], "Succeeded");
+
+    // The test apiserver's own uid precondition, as plegd's DELETE sends it.
+    api.set_forbid_deletes(false);
+    let client = api.client();
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(client, &pod.namespace);
+    let params = kube::api::DeleteParams {
+        grace_period_seconds: Some(0),
+        preconditions: Some(kube::api::Preconditions {
+            uid: Some("another-uid".into()),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    match pods.delete(&pod.name, &params).await {
+        Err(kube::Error::Api(status)) => assert_eq!(status.code, 409),
+        other => panic!("a DELETE with another uid must fail with 409: {other:?}"),
+    }
+    assert!(api.pod(&pod.namespace, &pod.name).is_some());
+    cd.cleanup(&pod).await;
+}

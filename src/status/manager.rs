@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::reflector::{ObjectRef, Store};
 use serde_json::Value;
 use tokio::sync::Notify;
@@ -38,6 +38,10 @@ pub struct ManagerConfig {
     /// Backoff of retries of one pod after a server error or a timeout.
     pub retry_initial: Duration,
     pub retry_max: Duration,
+    /// Finish deleted pods as the kubelet's status manager does: once the terminal status of a
+    /// finished pod is on the apiserver, DELETE it with grace period 0 and its uid as a
+    /// precondition. The daemon sets it in `full` mode only, where no kubelet does this.
+    pub delete_finished_pods: bool,
 }
 
 impl Default for ManagerConfig {
@@ -49,6 +53,7 @@ impl Default for ManagerConfig {
             burst: 100,
             retry_initial: Duration::from_millis(200),
             retry_max: Duration::from_secs(10),
+            delete_finished_pods: false,
         }
     }
 }
@@ -108,8 +113,11 @@ struct Entry {
     version: u64,
     /// The wanted status while it is not yet written; dropped once it is, to keep memory flat.
     desired: Option<PodStatus>,
-    /// A hash of the newest wanted status, to tell a repeat from a change without keeping it.
+    /// A hash of the newest wanted status and its `finished` flag, to tell a repeat from a change
+    /// without keeping it.
     desired_hash: u64,
+    /// Whether the newest wanted status is the final one of a finished pod.
+    finished: bool,
     /// The newest version known to be on the apiserver (or dropped as refused).
     written_version: u64,
     /// What plegd last wrote and the resourceVersion the apiserver gave it: the base for the next
@@ -133,6 +141,7 @@ struct Work {
     uid: String,
     version: u64,
     desired: PodStatus,
+    finished: bool,
     key: ObjectRef<ApiPod>,
     last_written: Option<(PodStatus, String)>,
 }
@@ -183,11 +192,16 @@ fn older(a: Option<&str>, b: &str) -> bool {
     }
 }
 
-fn status_hash(status: &PodStatus) -> u64 {
+fn status_hash(status: &PodStatus, finished: bool) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     serde_json::to_vec(status).unwrap_or_default().hash(&mut hasher);
+    finished.hash(&mut hasher);
     hasher.finish()
+}
+
+fn is_terminal(status: Option<&PodStatus>) -> bool {
+    matches!(status.and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
 }
 
 fn to_json(status: &PodStatus) -> Value {
@@ -240,9 +254,11 @@ impl StatusManager {
         None
     }
 
-    /// Want `status` for `pod` (the informer's copy). Returns whether a write was queued: a status
+    /// Want `status` for `pod` (the informer's copy); `finished` when it is the final status of a
+    /// finished pod (`generate::pod_is_finished`): a deleted one is then deleted once it is written
+    /// (when the manager is set to). Returns whether a write was queued: a status
     /// equal to the one already wanted is not.
-    pub fn set_status(&self, pod: &ApiPod, status: PodStatus) -> Result<bool, Refused> {
+    pub fn set_status(&self, pod: &ApiPod, status: PodStatus, finished: bool) -> Result<bool, Refused> {
         let meta = &pod.metadata;
         let (Some(uid), Some(name), Some(namespace)) =
             (meta.uid.as_deref(), meta.name.as_deref(), meta.namespace.as_deref())
@@ -265,6 +281,7 @@ impl StatusManager {
             version: 0,
             desired: None,
             desired_hash: 0,
+            finished: false,
             written_version: 0,
             last_written: None,
             queued: false,
@@ -272,13 +289,17 @@ impl StatusManager {
             pending_since: None,
             retry: self.retry.clone(),
         });
-        let hash = status_hash(&status);
+        // Deleting a finished pod is wanted once it is both finished and deleted; either may come
+        // first, so the hash tells the two apart.
+        let finished = finished && pod.metadata.deletion_timestamp.is_some();
+        let hash = status_hash(&status, finished);
         if entry.version > 0 && entry.desired_hash == hash {
             return Ok(false);
         }
         entry.version += 1;
         entry.desired = Some(status);
         entry.desired_hash = hash;
+        entry.finished = finished;
         entry.pending_since.get_or_insert_with(Instant::now);
         let enqueue = !entry.queued && !entry.in_flight;
         if enqueue {
@@ -324,6 +345,7 @@ impl StatusManager {
                 uid,
                 version: entry.version,
                 desired,
+                finished: entry.finished,
                 key: entry.key.clone(),
                 last_written: entry.last_written.clone(),
             });
@@ -337,6 +359,7 @@ impl StatusManager {
                 uid,
                 version,
                 desired,
+                finished,
                 key,
                 last_written,
             }) = self.take_work()
@@ -344,8 +367,14 @@ impl StatusManager {
                 self.work.notified().await;
                 continue;
             };
-            let outcome = self.write(&uid, &desired, &key, last_written).await;
+            let mut outcome = self.write(&uid, &desired, &key, last_written).await;
             self.metrics.count_status_write(outcome.as_str());
+            if finished
+                && self.config.delete_finished_pods
+                && matches!(outcome, Outcome::Written | Outcome::NothingToSend)
+            {
+                outcome = self.delete_finished(&uid, &key).await.unwrap_or(outcome);
+            }
             self.finish(&uid, version, outcome);
         }
     }
@@ -402,6 +431,67 @@ impl StatusManager {
                 });
             }
         }
+    }
+
+    /// The status manager's `canBeDeleted` and the DELETE that follows (full mode): a pod that is
+    /// deleted, whose apiserver phase is terminal and whose final status plegd has written, is
+    /// deleted with grace period 0 and its uid as a precondition (so that a pod recreated under the
+    /// same name is never deleted). None when the pod is not there yet; else the outcome for the
+    /// pod's bookkeeping.
+    async fn delete_finished(&self, uid: &str, key: &ObjectRef<ApiPod>) -> Option<Outcome> {
+        let (deleting, phase_terminal) = {
+            let inner = self.lock();
+            let written = inner
+                .pods
+                .get(uid)
+                .and_then(|e| e.last_written.as_ref())
+                .map(|(s, _)| s.clone());
+            let pod = self.store.get(key).filter(|p| p.metadata.uid.as_deref() == Some(uid))?;
+            let status = written.as_ref().or(pod.status.as_ref());
+            (pod.metadata.deletion_timestamp.is_some(), is_terminal(status))
+        };
+        if !deleting || !phase_terminal {
+            return None;
+        }
+        self.limiter.acquire().await;
+        let namespace = key.namespace.as_deref().unwrap_or_default();
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let params = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions {
+                uid: Some(uid.to_owned()),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        let (result, outcome) = match api.delete(&key.name, &params).await {
+            Ok(_) => {
+                info!(pod = %key, "pod fully terminated and removed from the apiserver");
+                ("ok", Outcome::Gone)
+            }
+            Err(kube::Error::Api(status)) => match status.code {
+                // Gone already, or recreated under another uid (the precondition failed).
+                404 | 409 => ("gone", Outcome::Gone),
+                403 => {
+                    warn!(pod = %key, message = %status.message, "plegd may not delete finished pods; grant it the plegd-full-mode ClusterRole (deploy/rbac-full-mode.yaml)");
+                    ("forbidden", Outcome::Refused)
+                }
+                400 | 422 => {
+                    warn!(pod = %key, code = status.code, message = %status.message, "apiserver refused to delete the finished pod");
+                    ("rejected", Outcome::Refused)
+                }
+                code => {
+                    debug!(pod = %key, code, message = %status.message, "deleting the finished pod failed; retrying");
+                    ("retry", Outcome::Retry)
+                }
+            },
+            Err(e) => {
+                debug!(pod = %key, error = %e, "deleting the finished pod failed; retrying");
+                ("retry", Outcome::Retry)
+            }
+        };
+        self.metrics.count_pod_deletion(result);
+        Some(outcome)
     }
 
     /// One PATCH, or none when the apiserver already has what is wanted.

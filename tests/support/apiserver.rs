@@ -1,10 +1,10 @@
 //! A loopback HTTP test apiserver with the semantics plegd (and kubectl) rely on: pods list with
 //! fieldSelector and limit/continue; watch from a resourceVersion with ADDED/MODIFIED/DELETED,
 //! BOOKMARK, `410 Gone` (as an ERROR event) for compacted versions and timeoutSeconds; get, create,
-//! delete; the status subresource with strategic-merge and JSON merge patches and uid
+//! delete (graceful for a bound pod that is not terminal; uid preconditions); the status subresource with strategic-merge and JSON merge patches and uid
 //! preconditions (409); a resourceVersion bump on every write; events.k8s.io create and patch;
 //! enough discovery for kubectl. Every request is logged, and faults can be switched on: down (503
-//! for everything, watches cut), slow (a delay), and 500s for status patches.
+//! for everything, watches cut), slow (a delay), 500s for status patches, 403s for deletes.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
@@ -39,6 +39,8 @@ pub struct Faults {
     pub down: bool,
     pub delay: Option<Duration>,
     pub status_patch_500: bool,
+    /// DELETEs answered 403, as for an identity without the `delete` verb on pods.
+    pub forbid_deletes: bool,
 }
 
 #[derive(Default)]
@@ -263,6 +265,20 @@ impl TestApiserver {
             .collect()
     }
 
+    /// What `kubectl delete pod` does (the DELETE handler's rules without an HTTP round trip): a
+    /// bound pod that is not terminal gets its deletionTimestamp and stays until someone deletes
+    /// it with grace period 0; any other pod is removed.
+    pub fn request_deletion(&self, namespace: &str, name: &str, grace_seconds: u64) {
+        let mut data = lock(&self.inner.data);
+        delete_from(
+            &self.inner,
+            &mut data,
+            (namespace.to_owned(), name.to_owned()),
+            grace_seconds as i64,
+        );
+    }
+
+    /// The pod removed at once (a DELETE with grace period 0).
     pub fn delete(&self, namespace: &str, name: &str) {
         let mut data = lock(&self.inner.data);
         if let Some(mut pod) = data.pods.remove(&(namespace.to_owned(), name.to_owned())) {
@@ -301,6 +317,10 @@ impl TestApiserver {
         lock(&self.inner.faults).delay = delay;
     }
 
+    pub fn set_forbid_deletes(&self, on: bool) {
+        lock(&self.inner.faults).forbid_deletes = on;
+    }
+
     pub fn set_status_patch_500(&self, on: bool) {
         lock(&self.inner.faults).status_patch_500 = on;
     }
@@ -317,9 +337,9 @@ async fn log_and_faults(State(inner): State<Arc<Inner>>, request: Request, next:
     let method = request.method().to_string();
     let path = request.uri().path().to_owned();
     let query = request.uri().query().unwrap_or("").to_owned();
-    let (down, delay, fail_patch) = {
+    let (down, delay, fail_patch, forbid_delete) = {
         let f = lock(&inner.faults);
-        (f.down, f.delay, f.status_patch_500)
+        (f.down, f.delay, f.status_patch_500, f.forbid_deletes)
     };
     if let Some(delay) = delay {
         tokio::time::sleep(delay).await;
@@ -328,6 +348,8 @@ async fn log_and_faults(State(inner): State<Arc<Inner>>, request: Request, next:
         status_error(503, "ServiceUnavailable", "the test apiserver is down")
     } else if fail_patch && request.method() == Method::PATCH && path.ends_with("/status") {
         status_error(500, "InternalError", "injected failure")
+    } else if forbid_delete && request.method() == Method::DELETE {
+        status_error(403, "Forbidden", "pods is forbidden: cannot delete resource \"pods\"")
     } else {
         next.run(request).await
     };
@@ -488,15 +510,74 @@ async fn create_pod(State(inner): State<Arc<Inner>>, Path(ns): Path<String>, bod
         .into_response()
 }
 
-async fn delete_pod(State(inner): State<Arc<Inner>>, Path((ns, name)): Path<(String, String)>) -> Response {
-    let mut data = lock(&inner.data);
-    match data.pods.remove(&(ns, name.clone())) {
-        Some(mut pod) => {
-            inner.bump(&mut data, "DELETED", &mut pod);
-            json_response(&pod)
+/// DELETE of a pod as the apiserver does it: `preconditions.uid` (409 when it differs); a pod that
+/// is bound to a node and not terminal is deleted gracefully (deletionTimestamp and
+/// deletionGracePeriodSeconds set, MODIFIED, the object stays) unless the grace period is 0;
+/// otherwise it is removed (DELETED).
+async fn delete_pod(
+    State(inner): State<Arc<Inner>>,
+    Path((ns, name)): Path<(String, String)>,
+    Query(q): Query<BTreeMap<String, String>>,
+    body: Bytes,
+) -> Response {
+    let options: Value = if body.is_empty() {
+        Value::Null
+    } else {
+        match serde_json::from_slice(&body) {
+            Ok(v) => v,
+            Err(_) => return status_error(400, "BadRequest", "invalid DeleteOptions"),
         }
-        None => status_error(404, "NotFound", &format!("pods \"{name}\" not found")),
+    };
+    let mut data = lock(&inner.data);
+    let key = (ns, name.clone());
+    let Some(pod) = data.pods.get(&key).cloned() else {
+        return status_error(404, "NotFound", &format!("pods \"{name}\" not found"));
+    };
+    if let Some(uid) = options["preconditions"]["uid"].as_str()
+        && Some(uid) != pod["metadata"]["uid"].as_str()
+    {
+        return status_error(
+            409,
+            "Conflict",
+            &format!(
+                "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                pod["metadata"]["uid"]
+            ),
+        );
     }
+    let grace = options["gracePeriodSeconds"]
+        .as_i64()
+        .or_else(|| q.get("gracePeriodSeconds").and_then(|g| g.parse().ok()))
+        .or_else(|| pod["spec"]["terminationGracePeriodSeconds"].as_i64())
+        .unwrap_or(30);
+    json_response(&delete_from(&inner, &mut data, key, grace))
+}
+
+/// Delete the pod at `key` with `grace` seconds (it exists): gracefully (deletionTimestamp,
+/// MODIFIED) when it is bound, not terminal and `grace` > 0, else at once (DELETED).
+fn delete_from(inner: &Inner, data: &mut Data, key: (String, String), grace: i64) -> Value {
+    let Some(mut pod) = data.pods.get(&key).cloned() else {
+        return Value::Null;
+    };
+    let bound = pod["spec"]["nodeName"].as_str().is_some_and(|n| !n.is_empty());
+    let terminal = matches!(pod["status"]["phase"].as_str(), Some("Succeeded" | "Failed"));
+    if grace > 0 && bound && !terminal {
+        if pod["metadata"]["deletionTimestamp"].is_null() {
+            pod["metadata"]["deletionTimestamp"] = json!(
+                humantime::format_rfc3339_seconds(
+                    std::time::SystemTime::now() + Duration::from_secs(grace.unsigned_abs())
+                )
+                .to_string()
+            );
+            pod["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
+            inner.bump(data, "MODIFIED", &mut pod);
+            data.pods.insert(key, pod.clone());
+        }
+        return pod;
+    }
+    data.pods.remove(&key);
+    inner.bump(data, "DELETED", &mut pod);
+    pod
 }
 
 async fn patch_status(
