@@ -303,8 +303,11 @@ pub fn any_active_regular_container_started(pod: &ApiPod, runtime: &PodStatus) -
 /// `GeneratePodInitializedCondition`.
 pub fn initialized_condition(pod: &ApiPod, statuses: Option<&[ApiContainerStatus]>, phase: &str) -> PodCondition {
     let init = &pod.spec.init_containers;
-    let Some(statuses) = statuses.filter(|s| !s.is_empty() || init.is_empty()) else {
-        return condition(INITIALIZED, false, Some("UnknownContainerStatuses"), None);
+    // No statuses at all (nil upstream, not an empty list) with init containers to wait for.
+    let statuses = match statuses {
+        Some(statuses) => statuses,
+        None if init.is_empty() => &[],
+        None => return condition(INITIALIZED, false, Some("UnknownContainerStatuses"), None),
     };
     let (mut unknown, mut incomplete) = (Vec::new(), Vec::new());
     for c in init {
@@ -755,10 +758,11 @@ pub fn sort_pod_ips(ips: &[String], node_ips: &[String]) -> Vec<String> {
     out
 }
 
-/// Conditions in the kubelet's order: every condition others own (kept as they are), then
-/// DisruptionTarget, PodReadyToStartContainers, Initialized, Ready, ContainersReady, PodScheduled.
-/// plegd's own `plegd.io/ContainersRunning` is added by the caller when its mode writes it.
-/// lastTransitionTime moves only when a condition's status changes.
+/// The kubelet's own conditions (`generateAPIPodStatus`) in its order: PodReadyToStartContainers,
+/// Initialized, Ready, ContainersReady, PodScheduled; [`merge_pod_status`] puts every condition
+/// others own (DisruptionTarget among them) before them, as they are. plegd's own
+/// `plegd.io/ContainersRunning` is added by the caller when its mode writes it. lastTransitionTime
+/// moves only when a condition's status changes.
 fn conditions(
     pod: &ApiPod,
     old: &ApiPodStatus,
@@ -768,22 +772,16 @@ fn conditions(
     now: SystemTime,
 ) -> Vec<PodCondition> {
     let old_conditions = old.conditions.as_deref().unwrap_or_default();
-    let mut out: Vec<PodCondition> = old_conditions
-        .iter()
-        .filter(|c| !KUBELET_CONDITIONS.contains(&c.type_.as_str()))
-        .cloned()
-        .collect();
     let statuses = Some(all);
-    out.push(ready_to_start_containers_condition(pod, runtime));
-    out.push(initialized_condition(pod, statuses, phase));
-    let ready = ready_condition(pod, &out, statuses, phase);
-    out.push(ready);
-    out.push(containers_ready_condition(pod, statuses, phase));
-    out.push(condition(POD_SCHEDULED, true, None, None));
-    for c in out
-        .iter_mut()
-        .filter(|c| KUBELET_CONDITIONS.contains(&c.type_.as_str()))
-    {
+    // Readiness gates are conditions others own: read from the old status.
+    let mut out = vec![
+        ready_to_start_containers_condition(pod, runtime),
+        initialized_condition(pod, statuses, phase),
+        ready_condition(pod, old_conditions, statuses, phase),
+        containers_ready_condition(pod, statuses, phase),
+        condition(POD_SCHEDULED, true, None, None),
+    ];
+    for c in &mut out {
         set_transition_time(c, old_conditions, now);
     }
     out
@@ -948,10 +946,20 @@ pub fn pod_is_finished(pod: &ApiPod, runtime: &PodStatus, phase: Option<&str>) -
     (pod.metadata.deletion_timestamp.is_some() || is_terminal(phase)) && !could_have_running_containers(runtime)
 }
 
-/// The kubelet-equivalent status of a pod (`generateAPIPodStatus` followed by the status
-/// manager's `mergePodStatus` and normalisation). Terminal phases never change back, and a
-/// transition to one waits while containers could still run.
+/// The kubelet-equivalent status of a pod: [`generate_api_pod_status`], then, once the pod is
+/// finished ([`pod_is_finished`]), what `TerminatePod` makes of it.
 pub fn generate(input: &StatusInput<'_>) -> ApiPodStatus {
+    let mut status = generate_api_pod_status(input);
+    if pod_is_finished(input.pod, input.runtime, status.phase.as_deref()) {
+        terminate_pod(input.pod, &mut status);
+    }
+    status
+}
+
+/// `generateAPIPodStatus` followed by the status manager's `mergePodStatus` and normalisation.
+/// Terminal phases never change back, and a transition to one waits while containers could still
+/// run. The pod is terminal (getPhase's `podIsTerminal`) when it is deleted and nothing of it runs.
+pub fn generate_api_pod_status(input: &StatusInput<'_>) -> ApiPodStatus {
     let pod = input.pod;
     let no_status;
     let old = match &pod.status {
@@ -1020,14 +1028,6 @@ pub fn generate(input: &StatusInput<'_>) -> ApiPodStatus {
         status.message = old.message.clone();
     }
     status.conditions = Some(conditions(pod, old, input.runtime, &all, phase, input.now));
-    // mergePodStatus: a pod does not become terminal while it could have running containers (a
-    // sidecar still running after an init container failed under Never, say); its conditions
-    // already say why, as upstream's do.
-    if !is_terminal(old.phase.as_deref()) && is_terminal(Some(phase)) && could_have_running_containers(input.runtime) {
-        status.phase = Some(old.phase.clone().unwrap_or_else(|| PENDING.to_owned()));
-        status.reason = old.reason.clone();
-        status.message = old.message.clone();
-    }
 
     let mut pod_ips = sort_pod_ips(&input.runtime.ips, input.node_ips);
     let host_ips = sort_pod_ips(input.node_ips, input.node_ips);
@@ -1060,10 +1060,76 @@ pub fn generate(input: &StatusInput<'_>) -> ApiPodStatus {
     status.init_container_statuses = (has_init || old.init_container_statuses.is_some()).then_some(init_list);
     status.ephemeral_container_statuses =
         (!ephemeral.is_empty() || old.ephemeral_container_statuses.is_some()).then_some(ephemeral_list);
-    if pod_is_finished(pod, input.runtime, status.phase.as_deref()) {
-        terminate_pod(pod, &mut status);
+    merge_pod_status(old, status, could_have_running_containers(input.runtime), input.now)
+}
+
+/// The status manager's `mergePodStatus`: the conditions others own stay as the old status has
+/// them, the kubelet's come from the new one (DisruptionTarget, shared, only once the pod
+/// becomes terminal with nothing running); resourceClaimStatuses are not the kubelet's. A pod
+/// does not become terminal while it could have running containers (a sidecar still running
+/// after an init container failed under Never, say): phase, reason and message stay the old
+/// ones (an old status without a phase gives Pending: plegd never writes an empty phase). A
+/// terminal phase has Ready and ContainersReady False.
+pub fn merge_pod_status(
+    old: &ApiPodStatus,
+    mut new: ApiPodStatus,
+    could_have_running: bool,
+    now: SystemTime,
+) -> ApiPodStatus {
+    let to_terminal = !is_terminal(old.phase.as_deref()) && is_terminal(new.phase.as_deref());
+    let mut merged: Vec<PodCondition> = old
+        .conditions
+        .iter()
+        .flatten()
+        .filter(|c| !KUBELET_CONDITIONS.contains(&c.type_.as_str()))
+        .cloned()
+        .collect();
+    for c in new.conditions.take().into_iter().flatten() {
+        if KUBELET_CONDITIONS.contains(&c.type_.as_str()) {
+            merged.push(c);
+        } else if c.type_ == DISRUPTION_TARGET && to_terminal && !could_have_running {
+            match merged.iter_mut().find(|m| m.type_ == c.type_) {
+                Some(m) => *m = c,
+                None => merged.push(c),
+            }
+        }
     }
-    status
+    new.conditions = Some(merged);
+    new.resource_claim_statuses = old.resource_claim_statuses.clone();
+    if to_terminal && could_have_running {
+        new.phase = Some(old.phase.clone().unwrap_or_else(|| PENDING.to_owned()));
+        new.reason = old.reason.clone();
+        new.message = old.message.clone();
+    }
+    if let Some(phase @ (SUCCEEDED | FAILED)) = new.phase.as_deref() {
+        let reason = if phase == SUCCEEDED {
+            "PodCompleted"
+        } else {
+            "PodFailed"
+        };
+        let conditions = new.conditions.get_or_insert_with(Vec::new);
+        let is_true = |type_: &str| conditions.iter().any(|c| c.type_ == type_ && c.status == "True");
+        if is_true(READY) || is_true(CONTAINERS_READY) {
+            // `UpdatePodCondition` of both: replaced where present, appended where not.
+            for type_ in [CONTAINERS_READY, READY] {
+                let c = PodCondition {
+                    last_transition_time: Some(api_time(now)),
+                    ..condition(type_, false, Some(reason), None)
+                };
+                match conditions.iter_mut().find(|o| o.type_ == type_) {
+                    Some(o) if o.status == c.status => {
+                        *o = PodCondition {
+                            last_transition_time: o.last_transition_time.clone(),
+                            ..c
+                        }
+                    }
+                    Some(o) => *o = c,
+                    None => conditions.push(c),
+                }
+            }
+        }
+    }
+    new
 }
 
 #[cfg(test)]
@@ -1393,8 +1459,11 @@ mod tests {
         // A regular container that started means initialized, whatever the init containers say now.
         let c = initialized_condition(&pod, Some(&[waiting_status("i1", None), running_status("a")]), RUNNING);
         assert_eq!(c.status, "True");
-        let c = initialized_condition(&pod, Some(&[]), PENDING);
+        let c = initialized_condition(&pod, None, PENDING);
         assert_eq!(c.reason.as_deref(), Some("UnknownContainerStatuses"));
+        // An empty list is not "no statuses": each init container is of unknown status.
+        let c = initialized_condition(&pod, Some(&[]), PENDING);
+        assert_eq!(c.reason.as_deref(), Some("ContainersNotInitialized"));
     }
 
     fn runtime_status(name: &str, id: &str, state: RuntimeState, created: u64) -> ContainerStatus {
@@ -2459,5 +2528,709 @@ mod tests {
         let mut again = pod.clone();
         again.status = Some(s.clone());
         assert_eq!(status_of(&again, &runtime, at(80)), s);
+    }
+    /// A status in the shorthand of the upstream phase tables (`kubelet_pods_test.go`): `W`
+    /// waitingState, `WL0`/`WL1` waiting after exit 0 / non-zero, `R` runningState, `S`
+    /// startedState, `T0` succeeded (and stoppedState, which is Terminated{} with code 0), `T1`
+    /// failedState (-1).
+    fn shorthand(name: &str, state: &str) -> ApiContainerStatus {
+        match state {
+            "W" => waiting_status(name, None),
+            "WL0" => waiting_status(name, Some(0)),
+            "WL1" => waiting_status(name, Some(-1)),
+            "R" => ApiContainerStatus {
+                started: None,
+                ..running_status(name)
+            },
+            "S" => ApiContainerStatus {
+                started: Some(true),
+                ..running_status(name)
+            },
+            "T0" => terminated_status(name, 0),
+            "T1" => terminated_status(name, -1),
+            other => panic!("unknown shorthand {other}"),
+        }
+    }
+
+    /// Upstream's getPhase tables, every case: `TestPodPhaseWithRestartAlways`,
+    /// `…AlwaysInitContainers`, `…AlwaysRestartableInitContainers`, `…AlwaysAndPodHasRun`,
+    /// `…Never`, `…NeverInitContainers`, `…NeverRestartableInitContainers`, `…OnFailure`. The stored
+    /// tables predate getPhase's `podHasInitialized` argument and computed it from the statuses
+    /// (`HasAnyRegularContainerStarted`); so does this port. Regular containers are A and B
+    /// (`…AndPodHasRun`: A only); X is the init container (a sidecar where the table says so), Y
+    /// the sidecar of `…AndPodHasRun`.
+    #[test]
+    fn upstream_pod_phase_tables() {
+        type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], bool, &'a str);
+        #[rustfmt::skip]
+        let tables: [(&str, &str, Vec<SpecContainer>, &[&str], &[Case]); 8] = [
+            ("RestartAlways", "Always", vec![], &["A", "B"], &[
+                ("waiting", &[], false, PENDING),
+                ("all running", &[("A", "R"), ("B", "R")], false, RUNNING),
+                ("all stopped with restart always", &[("A", "T0"), ("B", "T0")], false, RUNNING),
+                ("all succeeded with restart always, but the pod is terminal", &[("A", "T0"), ("B", "T0")], true, SUCCEEDED),
+                ("all stopped with restart always, but the pod is terminal", &[("A", "T0"), ("B", "T1")], true, FAILED),
+                ("mixed state #1 with restart always", &[("A", "R"), ("B", "T0")], false, RUNNING),
+                ("mixed state #2 with restart always", &[("A", "R")], false, PENDING),
+                ("mixed state #3 with restart always", &[("A", "R"), ("B", "W")], false, PENDING),
+                ("backoff crashloop container with restart always", &[("A", "R"), ("B", "WL0")], false, RUNNING),
+            ]),
+            ("RestartAlwaysInitContainers", "Always", vec![spec_container("X")], &["A", "B"], &[
+                ("empty, waiting", &[], false, PENDING),
+                ("init container running", &[("X", "R")], false, PENDING),
+                ("init container terminated non-zero", &[("X", "T1")], false, PENDING),
+                ("init container waiting, terminated zero", &[("X", "WL0")], false, PENDING),
+                ("init container waiting, terminated non-zero", &[("X", "WL1")], false, PENDING),
+                ("init container waiting, not terminated", &[("X", "W")], false, PENDING),
+                ("init container succeeded", &[("X", "T0"), ("A", "R"), ("B", "R")], false, RUNNING),
+            ]),
+            ("RestartAlwaysRestartableInitContainers", "Always", vec![sidecar("X")], &["A", "B"], &[
+                ("empty, waiting", &[], false, PENDING),
+                ("restartable init container running", &[("X", "R")], false, PENDING),
+                ("restartable init container stopped", &[("X", "T0")], false, PENDING),
+                ("restartable init container waiting, terminated zero", &[("X", "WL0")], false, PENDING),
+                ("restartable init container waiting, terminated non-zero", &[("X", "WL1")], false, PENDING),
+                ("restartable init container waiting, not terminated", &[("X", "W")], false, PENDING),
+                ("restartable init container started, 1/2 regular container running", &[("X", "S"), ("A", "R")], false, PENDING),
+                ("restartable init container started, all regular containers running", &[("X", "S"), ("A", "R"), ("B", "R")], false, RUNNING),
+                ("restartable init container running, all regular containers running", &[("X", "R"), ("A", "R"), ("B", "R")], false, RUNNING),
+                ("restartable init container stopped, all regular containers running", &[("X", "T0"), ("A", "R"), ("B", "R")], false, RUNNING),
+                ("backoff crashloop restartable init container, all regular containers running", &[("X", "WL0"), ("A", "R"), ("B", "R")], false, RUNNING),
+                ("all regular containers succeeded and restartable init container failed with restart always, but the pod is terminal", &[("X", "T1"), ("A", "T0"), ("B", "T0")], true, SUCCEEDED),
+                ("all regular containers succeeded and restartable init container succeeded with restart always, but the pod is terminal", &[("X", "T0"), ("A", "T0"), ("B", "T0")], true, SUCCEEDED),
+            ]),
+            ("RestartAlwaysAndPodHasRun", "Always", vec![spec_container("X"), sidecar("Y")], &["A"], &[
+                ("regular init containers, restartable init container and regular container are all running", &[("X", "R"), ("Y", "R"), ("A", "R")], false, PENDING),
+                ("regular containers is stopped, restartable init container and regular int container are both running", &[("X", "R"), ("Y", "R"), ("A", "T0")], false, PENDING),
+                ("regular init container is succeeded, restartable init container is running, regular containers is stopped", &[("X", "T0"), ("Y", "R"), ("A", "T0")], false, RUNNING),
+                ("regular init container is succeeded, restartable init container and regular containers are both running", &[("X", "T0"), ("Y", "R"), ("A", "R")], false, RUNNING),
+            ]),
+            ("RestartNever", "Never", vec![], &["A", "B"], &[
+                ("waiting", &[], false, PENDING),
+                ("all running with restart never", &[("A", "R"), ("B", "R")], false, RUNNING),
+                ("all succeeded with restart never", &[("A", "T0"), ("B", "T0")], false, SUCCEEDED),
+                ("all failed with restart never", &[("A", "T1"), ("B", "T1")], false, FAILED),
+                ("mixed state #1 with restart never", &[("A", "R"), ("B", "T0")], false, RUNNING),
+                ("mixed state #2 with restart never", &[("A", "R")], false, PENDING),
+                ("mixed state #3 with restart never", &[("A", "R"), ("B", "W")], false, PENDING),
+            ]),
+            ("RestartNeverInitContainers", "Never", vec![spec_container("X")], &["A", "B"], &[
+                ("empty, waiting", &[], false, PENDING),
+                ("init container running", &[("X", "R")], false, PENDING),
+                ("init container terminated non-zero", &[("X", "T1")], false, FAILED),
+                ("init container waiting, terminated zero", &[("X", "WL0")], false, PENDING),
+                ("init container waiting, terminated non-zero", &[("X", "WL1")], false, FAILED),
+                ("init container waiting, not terminated", &[("X", "W")], false, PENDING),
+                ("init container succeeded", &[("X", "T0"), ("A", "R"), ("B", "R")], false, RUNNING),
+            ]),
+            ("RestartNeverRestartableInitContainers", "Never", vec![sidecar("X")], &["A", "B"], &[
+                ("empty, waiting", &[], false, PENDING),
+                ("restartable init container running", &[("X", "R")], false, PENDING),
+                ("restartable init container stopped", &[("X", "T0")], false, PENDING),
+                ("restartable init container waiting, terminated zero", &[("X", "WL0")], false, PENDING),
+                ("restartable init container waiting, terminated non-zero", &[("X", "WL1")], false, PENDING),
+                ("restartable init container waiting, not terminated", &[("X", "W")], false, PENDING),
+                ("restartable init container started, one main container running", &[("X", "S"), ("A", "R")], false, PENDING),
+                ("restartable init container started, main containers succeeded", &[("X", "S"), ("A", "T0"), ("B", "T0")], false, RUNNING),
+                ("restartable init container running, main containers succeeded", &[("X", "R"), ("A", "T0"), ("B", "T0")], false, RUNNING),
+                ("all containers succeeded", &[("X", "T0"), ("A", "T0"), ("B", "T0")], false, SUCCEEDED),
+                ("restartable init container terminated non-zero, main containers succeeded", &[("X", "T1"), ("A", "T0"), ("B", "T0")], false, SUCCEEDED),
+                ("backoff crashloop restartable init container, main containers succeeded", &[("X", "WL0"), ("A", "T0"), ("B", "T0")], false, SUCCEEDED),
+                ("backoff crashloop with non-zero restartable init container, main containers succeeded", &[("X", "WL1"), ("A", "T0"), ("B", "T0")], false, SUCCEEDED),
+            ]),
+            ("RestartOnFailure", "OnFailure", vec![], &["A", "B"], &[
+                ("waiting", &[], false, PENDING),
+                ("all running with restart onfailure", &[("A", "R"), ("B", "R")], false, RUNNING),
+                ("all succeeded with restart onfailure", &[("A", "T0"), ("B", "T0")], false, SUCCEEDED),
+                ("all failed with restart never", &[("A", "T1"), ("B", "T1")], false, RUNNING),
+                ("mixed state #1 with restart onfailure", &[("A", "R"), ("B", "T0")], false, RUNNING),
+                ("mixed state #2 with restart onfailure", &[("A", "R")], false, PENDING),
+                ("mixed state #3 with restart onfailure", &[("A", "R"), ("B", "W")], false, PENDING),
+                ("backoff crashloop container with restart onfailure", &[("A", "R"), ("B", "WL0")], false, RUNNING),
+            ]),
+        ];
+        for (table, policy, init, regular, cases) in tables {
+            let pod = pod_with(regular, init, policy);
+            for (name, states, terminal, want) in cases {
+                let statuses: Vec<ApiContainerStatus> = states.iter().map(|(n, s)| shorthand(n, s)).collect();
+                let initialized = any_regular_container_started(&pod, &statuses);
+                assert_eq!(
+                    get_phase(&pod, &statuses, *terminal, initialized),
+                    *want,
+                    "TestPodPhaseWith{table}: {name}"
+                );
+            }
+        }
+    }
+    /// Upstream's `Test_generateAPIPodStatus` and `TestConvertToAPIContainerStatuses`
+    /// (kubelet_pods_test.go), every case, against [`generate_api_pod_status`] (upstream's
+    /// `generateAPIPodStatus`: `TerminatePod` is the status manager's, later). Where plegd cannot
+    /// express a part of a case, that part is not compared, for these reasons:
+    /// - `ready`/`started` of containers, and the Ready and ContainersReady conditions when they
+    ///   follow from them: the upstream test kubelet's fake prober marks every container ready, even
+    ///   a waiting one; plegd applies the prober manager's rules (see `set_started_and_ready`).
+    /// - `qosClass`: the apiserver sets it when the pod is created; plegd keeps it.
+    /// - "current status ready, with previous statuses and deletion" passes `isPodTerminal=false`
+    ///   for a deleted pod with nothing running: that is the kubelet's pod worker before it has
+    ///   decided; plegd decides from the runtime that such a pod is terminal, so that case ends
+    ///   Failed in plegd (as the kubelet's next sync makes it). Its container statuses are compared.
+    /// - The kubelet keeps two old statuses, its own cache and the apiserver's; plegd has one. The
+    ///   "apiserver previous is succeeded" case gives the apiserver's terminal phase to that one.
+    #[test]
+    fn upstream_generate_api_pod_status() {
+        type Want<'a> = (&'a str, &'a str, Option<&'a str>, bool, i32, Option<&'a str>);
+        struct Case<'a> {
+            name: &'a str,
+            deleted: bool,
+            policy: &'a str,
+            old: ApiPodStatus,
+            runtime: Vec<ContainerStatus>,
+            sandbox_ready: bool,
+            phase: &'a str,
+            reason: Option<&'a str>,
+            // name, state, waiting reason, lastState ContainerStatusUnknown, restartCount, containerID
+            containers: Vec<Want<'a>>,
+            // (type, status, reason); None where it follows from the fake prober
+            conditions: Option<Vec<(&'a str, &'a str, Option<&'a str>)>>,
+        }
+        let old = |phase: Option<&str>, containers: Vec<ApiContainerStatus>| ApiPodStatus {
+            phase: phase.map(str::to_owned),
+            container_statuses: Some(containers),
+            ..ApiPodStatus::default()
+        };
+        let both_running = || vec![running_status("containerA"), running_status("containerB")];
+        let with_reason = |mut s: ApiPodStatus| {
+            s.reason = Some("Test".into());
+            s.message = Some("test".into());
+            s
+        };
+        let running_from = |name: &str, id: &str, created: u64| ContainerStatus {
+            started_at: Some(at(created + 1)),
+            ..runtime_status(name, id, RuntimeState::Running, created)
+        };
+        let completed = |reason: &'static str| -> Option<Vec<(&str, &str, Option<&str>)>> {
+            Some(vec![
+                (POD_READY_TO_START_CONTAINERS, "False", None),
+                (INITIALIZED, "True", Some(reason)),
+                (READY, "False", Some(reason)),
+                (CONTAINERS_READY, "False", Some(reason)),
+                (POD_SCHEDULED, "True", None),
+            ])
+        };
+        let lost = |name, restarts| (name, "waiting", Some("ContainerCreating"), true, restarts, None);
+        let mut disrupted = old(None, both_running());
+        disrupted.conditions = Some(vec![PodCondition {
+            type_: DISRUPTION_TARGET.into(),
+            status: "True".into(),
+            ..PodCondition::default()
+        }]);
+        let cases = vec![
+            Case {
+                name: "pod disruption condition is copied over and the phase is set to failed when deleted",
+                deleted: true,
+                policy: "Always",
+                old: disrupted,
+                runtime: vec![],
+                sandbox_ready: true,
+                phase: FAILED,
+                reason: None,
+                containers: vec![lost("containerA", 0), lost("containerB", 0)],
+                conditions: Some(vec![
+                    (DISRUPTION_TARGET, "True", None),
+                    (POD_READY_TO_START_CONTAINERS, "True", None),
+                    (INITIALIZED, "True", None),
+                    (READY, "False", Some("PodFailed")),
+                    (CONTAINERS_READY, "False", Some("PodFailed")),
+                    (POD_SCHEDULED, "True", None),
+                ]),
+            },
+            Case {
+                name: "current status ready, with previous statuses and deletion (terminal in plegd, see above)",
+                deleted: true,
+                policy: "Always",
+                old: old(None, both_running()),
+                runtime: vec![],
+                sandbox_ready: true,
+                phase: FAILED,
+                reason: None,
+                containers: vec![lost("containerA", 0), lost("containerB", 0)],
+                conditions: None,
+            },
+            Case {
+                name: "current status ready, with previous statuses and no deletion",
+                deleted: false,
+                policy: "Always",
+                old: old(None, both_running()),
+                runtime: vec![],
+                sandbox_ready: true,
+                phase: RUNNING,
+                reason: None,
+                containers: vec![lost("containerA", 1), lost("containerB", 1)],
+                conditions: None,
+            },
+            Case {
+                name: "terminal phase cannot be changed (apiserver previous is succeeded)",
+                deleted: false,
+                policy: "Always",
+                old: old(Some(SUCCEEDED), both_running()),
+                runtime: vec![],
+                sandbox_ready: false,
+                phase: SUCCEEDED,
+                reason: None,
+                containers: vec![lost("containerA", 1), lost("containerB", 1)],
+                conditions: completed("PodCompleted"),
+            },
+            Case {
+                name: "terminal phase from previous status must remain terminal, restartAlways",
+                deleted: false,
+                policy: "Always",
+                old: with_reason(old(Some(SUCCEEDED), both_running())),
+                runtime: vec![],
+                sandbox_ready: false,
+                phase: SUCCEEDED,
+                reason: Some("Test"),
+                containers: vec![lost("containerA", 1), lost("containerB", 1)],
+                conditions: completed("PodCompleted"),
+            },
+            Case {
+                name: "terminal phase from previous status must remain terminal, restartNever",
+                deleted: false,
+                policy: "Never",
+                old: with_reason(old(
+                    Some(SUCCEEDED),
+                    vec![terminated_status("containerA", 0), terminated_status("containerB", 0)],
+                )),
+                runtime: vec![],
+                sandbox_ready: false,
+                phase: SUCCEEDED,
+                reason: Some("Test"),
+                containers: vec![
+                    ("containerA", "terminated", None, false, 0, None),
+                    ("containerB", "terminated", None, false, 0, None),
+                ],
+                conditions: completed("PodCompleted"),
+            },
+            Case {
+                name: "running can revert to pending",
+                deleted: false,
+                policy: "Always",
+                old: old(
+                    Some(RUNNING),
+                    vec![waiting_status("containerA", None), waiting_status("containerB", None)],
+                ),
+                runtime: vec![],
+                sandbox_ready: true,
+                phase: PENDING,
+                reason: None,
+                containers: vec![
+                    ("containerA", "waiting", Some("ContainerCreating"), false, 0, None),
+                    ("containerB", "waiting", Some("ContainerCreating"), false, 0, None),
+                ],
+                conditions: None,
+            },
+            Case {
+                name: "reason and message are preserved when phase doesn't change",
+                deleted: false,
+                policy: "Always",
+                old: with_reason(old(
+                    Some(PENDING),
+                    vec![waiting_status("containerA", None), running_status("containerB")],
+                )),
+                runtime: vec![running_from("containerB", "foo", 0)],
+                sandbox_ready: true,
+                phase: PENDING,
+                reason: Some("Test"),
+                containers: vec![
+                    ("containerA", "waiting", Some("ContainerCreating"), false, 0, None),
+                    ("containerB", "running", None, false, 0, Some("://foo")),
+                ],
+                conditions: None,
+            },
+            Case {
+                name: "reason and message are cleared when phase changes",
+                deleted: false,
+                policy: "Always",
+                old: with_reason(old(Some(PENDING), both_running())),
+                runtime: vec![running_from("containerA", "c1", 0), running_from("containerB", "c2", 1)],
+                sandbox_ready: true,
+                phase: RUNNING,
+                reason: None,
+                containers: vec![
+                    ("containerA", "running", None, false, 0, Some("://c1")),
+                    ("containerB", "running", None, false, 0, Some("://c2")),
+                ],
+                conditions: Some(vec![
+                    (POD_READY_TO_START_CONTAINERS, "True", None),
+                    (INITIALIZED, "True", None),
+                    (READY, "True", None),
+                    (CONTAINERS_READY, "True", None),
+                    (POD_SCHEDULED, "True", None),
+                ]),
+            },
+        ];
+        let node_ips = ["127.0.0.1".to_owned(), "::1".to_owned()];
+        for case in cases {
+            let mut pod = pod_with(&["containerA", "containerB"], vec![], case.policy);
+            if case.deleted {
+                pod.metadata.deletion_timestamp = Some(api_time(at(5)));
+            }
+            pod.status = Some(case.old);
+            let runtime = PodStatus {
+                id: "u1".into(),
+                container_statuses: case.runtime,
+                sandbox_statuses: if case.sandbox_ready {
+                    vec![ready_sandbox("10.0.0.10")]
+                } else {
+                    vec![]
+                },
+                ..PodStatus::default()
+            };
+            let s = generate_api_pod_status(&StatusInput {
+                pod: &pod,
+                runtime: &runtime,
+                runtime_name: "",
+                node_ips: &node_ips,
+                now: at(10),
+            });
+            let name = case.name;
+            assert_eq!(s.phase.as_deref(), Some(case.phase), "{name}");
+            assert_eq!(s.reason.as_deref(), case.reason, "{name}");
+            assert_eq!(s.message.is_some(), case.reason.is_some(), "{name}");
+            assert_eq!(s.host_ip.as_deref(), Some("127.0.0.1"), "{name}");
+            let host_ips: Vec<_> = s.host_ips.iter().flatten().map(|h| h.ip.as_str()).collect();
+            assert_eq!(host_ips, ["127.0.0.1", "::1"], "{name}");
+            assert_eq!(s.pod_ip, None, "{name}: the runtime reported no pod IP");
+            let got: Vec<Want> = s
+                .container_statuses
+                .as_deref()
+                .unwrap()
+                .iter()
+                .map(|c| {
+                    let st = c.state.as_ref().unwrap();
+                    let kind = if st.running.is_some() {
+                        "running"
+                    } else if st.terminated.is_some() {
+                        "terminated"
+                    } else {
+                        "waiting"
+                    };
+                    let lost = last_terminated(c)
+                        .is_some_and(|t| t.exit_code == 137 && t.reason.as_deref() == Some(CONTAINER_STATUS_UNKNOWN));
+                    (
+                        c.name.as_str(),
+                        kind,
+                        st.waiting.as_ref().and_then(|w| w.reason.as_deref()),
+                        lost,
+                        c.restart_count,
+                        c.container_id.as_deref(),
+                    )
+                })
+                .collect();
+            assert_eq!(got, case.containers, "{name}");
+            for c in s.container_statuses.as_deref().unwrap() {
+                if let Some(id) = c.container_id.as_deref() {
+                    assert!(c.resources.is_some(), "{name}: withResources on {id}");
+                }
+            }
+            if let Some(want) = case.conditions {
+                let conditions: Vec<_> = s
+                    .conditions
+                    .as_deref()
+                    .unwrap()
+                    .iter()
+                    .filter(|c| c.type_ != CONTAINERS_RUNNING)
+                    .map(|c| (c.type_.as_str(), c.status.as_str(), c.reason.as_deref()))
+                    .collect();
+                let mut sorted_want = want.clone();
+                sorted_want.sort();
+                let mut sorted_got = conditions.clone();
+                sorted_got.sort();
+                assert_eq!(sorted_got, sorted_want, "{name}");
+            }
+        }
+    }
+    /// Upstream's condition tables (status/generate_test.go): `TestGenerateContainersReadyCondition`,
+    /// `TestGeneratePodReadyCondition`, `TestGeneratePodInitializedCondition` and
+    /// `TestGeneratePodHasNetworkCondition` (now PodReadyToStartContainers), every case. A nil spec
+    /// is plegd's default spec (no containers). Not ported: `TestGeneratePodFailedToStart`, which is
+    /// not upstream's (a fork's condition that plegd does not write).
+    #[test]
+    fn upstream_condition_tables() {
+        fn ready_only(name: &str, ready: bool) -> ApiContainerStatus {
+            ApiContainerStatus {
+                name: name.into(),
+                ready,
+                ..ApiContainerStatus::default()
+            }
+        }
+        let (r, n) = (true, false);
+        let pod = |containers: &[&str], init: &[&str], gates: &[&str]| {
+            let mut pod = pod_with(containers, init.iter().map(|i| spec_container(i)).collect(), "Always");
+            pod.spec.readiness_gates = gates.iter().map(|g| (*g).to_owned()).collect();
+            pod
+        };
+        let gate = |type_: &str, status: bool| condition(type_, status, None, None);
+        type Cond<'a> = (bool, Option<&'a str>, Option<&'a str>);
+        // (containers, statuses (name, ready) or nil, phase, want)
+        #[rustfmt::skip]
+        let containers_ready: [(&[&str], Option<&[(&str, bool)]>, &str, Cond); 7] = [
+            (&[], None, RUNNING, (false, Some("UnknownContainerStatuses"), None)),
+            (&[], Some(&[]), RUNNING, (true, None, None)),
+            (&["1234"], Some(&[]), RUNNING, (false, Some("ContainersNotReady"), Some("containers with unknown status: [1234]"))),
+            (&["1234", "5678"], Some(&[("1234", r), ("5678", r)]), RUNNING, (true, None, None)),
+            (&["1234", "5678"], Some(&[("1234", r)]), RUNNING, (false, Some("ContainersNotReady"), Some("containers with unknown status: [5678]"))),
+            (&["1234", "5678"], Some(&[("1234", r), ("5678", n)]), RUNNING, (false, Some("ContainersNotReady"), Some("containers with unready status: [5678]"))),
+            (&["1234"], Some(&[("1234", n)]), SUCCEEDED, (false, Some("PodCompleted"), None)),
+        ];
+        let got = |c: PodCondition| (c.status == "True", c.reason, c.message);
+        let own = |c: Cond| (c.0, c.1.map(str::to_owned), c.2.map(str::to_owned));
+        for (i, (containers, statuses, phase, want)) in containers_ready.into_iter().enumerate() {
+            let statuses: Option<Vec<_>> = statuses.map(|s| s.iter().map(|(n, r)| ready_only(n, *r)).collect());
+            let c = containers_ready_condition(&pod(containers, &[], &[]), statuses.as_deref(), phase);
+            assert_eq!(c.type_, CONTAINERS_READY);
+            assert_eq!(got(c), own(want), "TestGenerateContainersReadyCondition case {i}");
+        }
+
+        // (containers, gates, gate conditions, statuses, phase, want)
+        #[rustfmt::skip]
+        let pod_ready: [(&[&str], &[&str], &[(&str, bool)], Option<&[(&str, bool)]>, &str, Cond); 13] = [
+            (&[], &[], &[], None, RUNNING, (false, Some("UnknownContainerStatuses"), None)),
+            (&[], &[], &[], Some(&[]), RUNNING, (true, None, None)),
+            (&["1234"], &[], &[], Some(&[]), RUNNING, (false, Some("ContainersNotReady"), Some("containers with unknown status: [1234]"))),
+            (&["1234", "5678"], &[], &[], Some(&[("1234", r), ("5678", r)]), RUNNING, (true, None, None)),
+            (&["1234", "5678"], &[], &[], Some(&[("1234", r)]), RUNNING, (false, Some("ContainersNotReady"), Some("containers with unknown status: [5678]"))),
+            (&["1234", "5678"], &[], &[], Some(&[("1234", r), ("5678", n)]), RUNNING, (false, Some("ContainersNotReady"), Some("containers with unready status: [5678]"))),
+            (&["1234"], &[], &[], Some(&[("1234", n)]), SUCCEEDED, (false, Some("PodCompleted"), None)),
+            (&[], &["gate1"], &[], Some(&[]), RUNNING, (false, Some("ReadinessGatesNotReady"), Some("corresponding condition of pod readiness gate \"gate1\" does not exist."))),
+            (&[], &["gate1"], &[("gate1", false)], Some(&[]), RUNNING, (false, Some("ReadinessGatesNotReady"), Some("the status of pod readiness gate \"gate1\" is not \"True\", but False"))),
+            (&[], &["gate1"], &[("gate1", true)], Some(&[]), RUNNING, (true, None, None)),
+            (&[], &["gate1", "gate2"], &[("gate1", true)], Some(&[]), RUNNING, (false, Some("ReadinessGatesNotReady"), Some("corresponding condition of pod readiness gate \"gate2\" does not exist."))),
+            (&[], &["gate1", "gate2"], &[("gate1", true), ("gate2", false)], Some(&[]), RUNNING, (false, Some("ReadinessGatesNotReady"), Some("the status of pod readiness gate \"gate2\" is not \"True\", but False"))),
+            (&["1234"], &["gate1"], &[("gate1", true)], Some(&[("1234", n)]), RUNNING, (false, Some("ContainersNotReady"), Some("containers with unready status: [1234]"))),
+        ];
+        for (i, (containers, gates, gate_conditions, statuses, phase, want)) in pod_ready.into_iter().enumerate() {
+            let statuses: Option<Vec<_>> = statuses.map(|s| s.iter().map(|(n, r)| ready_only(n, *r)).collect());
+            let conditions: Vec<_> = gate_conditions.iter().map(|(t, s)| gate(t, *s)).collect();
+            let c = ready_condition(&pod(containers, &[], gates), &conditions, statuses.as_deref(), phase);
+            assert_eq!(c.type_, READY);
+            assert_eq!(got(c), own(want), "TestGeneratePodReadyCondition case {i}");
+        }
+
+        // (init containers, init statuses or nil, phase, status, reason)
+        #[rustfmt::skip]
+        let initialized: [(&[&str], Option<&[(&str, bool)]>, &str, bool, Option<&str>); 7] = [
+            (&["1234", "5678"], None, RUNNING, false, Some("UnknownContainerStatuses")),
+            (&[], Some(&[]), RUNNING, true, None),
+            (&["1234"], Some(&[]), RUNNING, false, Some("ContainersNotInitialized")),
+            (&["1234", "5678"], Some(&[("1234", r), ("5678", r)]), RUNNING, true, None),
+            (&["1234", "5678"], Some(&[("1234", r)]), RUNNING, false, Some("ContainersNotInitialized")),
+            (&["1234", "5678"], Some(&[("1234", r), ("5678", n)]), RUNNING, false, Some("ContainersNotInitialized")),
+            (&["1234"], Some(&[("1234", r)]), SUCCEEDED, true, Some("PodCompleted")),
+        ];
+        for (i, (init, statuses, phase, status, reason)) in initialized.into_iter().enumerate() {
+            let statuses: Option<Vec<_>> = statuses.map(|s| s.iter().map(|(n, r)| ready_only(n, *r)).collect());
+            let c = initialized_condition(&pod(&[], init, &[]), statuses.as_deref(), phase);
+            assert_eq!(c.type_, INITIALIZED);
+            assert_eq!(
+                (c.status == "True", c.reason.as_deref()),
+                (status, reason),
+                "TestGeneratePodInitializedCondition case {i}"
+            );
+        }
+
+        // TestGeneratePodHasNetworkCondition: (sandbox, want)
+        let not_ready = SandboxStatus {
+            ips: vec![],
+            ..sandbox("s1", SandboxState::NotReady, 1)
+        };
+        let ready_no_ip = SandboxStatus {
+            ips: vec![],
+            ..sandbox("s1", SandboxState::Ready, 1)
+        };
+        for (name, sandboxes, want) in [
+            ("Empty pod status", vec![], false),
+            ("Pod sandbox status not ready", vec![not_ready], false),
+            (
+                "Pod sandbox status ready but no IP configured",
+                vec![ready_no_ip],
+                false,
+            ),
+            (
+                "Pod sandbox status ready and IP configured",
+                vec![ready_sandbox("10.0.0.10")],
+                true,
+            ),
+        ] {
+            let runtime = PodStatus {
+                sandbox_statuses: sandboxes,
+                ..PodStatus::default()
+            };
+            let c = ready_to_start_containers_condition(&pod(&[], &[], &[]), &runtime);
+            assert_eq!(c.type_, POD_READY_TO_START_CONTAINERS);
+            assert_eq!(c.status == "True", want, "{name}");
+        }
+    }
+    /// Upstream's `TestMergePodStatus` (status_manager_test.go), every case. Conditions compare by
+    /// type, status and reason, as upstream's `conditionsEqual` does.
+    #[test]
+    fn upstream_merge_pod_status() {
+        let cond = |type_: &str, status: bool, reason: Option<&str>| condition(type_, status, reason, None);
+        let base = || ApiPodStatus {
+            phase: Some(RUNNING.into()),
+            conditions: Some(vec![cond(READY, true, None), cond(POD_SCHEDULED, true, None)]),
+            message: Some("Message".into()),
+            ..ApiPodStatus::default()
+        };
+        let with = |mut s: ApiPodStatus, c: PodCondition| {
+            s.conditions.get_or_insert_with(Vec::new).push(c);
+            s
+        };
+        let failed = |mut s: ApiPodStatus| {
+            s.phase = Some(FAILED.into());
+            s
+        };
+        let by_kubelet = || cond(DISRUPTION_TARGET, true, Some("TerminationByKubelet"));
+        let by_eviction = || cond(DISRUPTION_TARGET, true, Some("EvictedByEvictionAPI"));
+        let feature = |status| cond("example.com/feature", status, None);
+        let failed_ready = || {
+            vec![
+                cond(READY, false, Some("PodFailed")),
+                cond(CONTAINERS_READY, false, Some("PodFailed")),
+                cond(POD_SCHEDULED, true, None),
+            ]
+        };
+        let expect = |phase: &str, conditions: Vec<PodCondition>, reason: Option<&str>, message: &str| ApiPodStatus {
+            phase: Some(phase.into()),
+            conditions: Some(conditions),
+            reason: reason.map(str::to_owned),
+            message: Some(message.into()),
+            ..ApiPodStatus::default()
+        };
+        let ready_false = |mut s: ApiPodStatus| {
+            s.conditions.as_mut().unwrap()[0].status = "False".into();
+            s
+        };
+        let evicting = |mut s: ApiPodStatus, phase: &str, reason: &str, message: &str| {
+            s.phase = Some(phase.into());
+            s.reason = Some(reason.into());
+            s.message = Some(message.into());
+            s
+        };
+        let cases: Vec<(&str, bool, ApiPodStatus, ApiPodStatus, ApiPodStatus)> = vec![
+            ("no change", false, base(), base(), base()),
+            (
+                "add DisruptionTarget condition when transitioning into failed phase",
+                false,
+                base(),
+                with(failed(base()), by_kubelet()),
+                expect(FAILED, [vec![by_kubelet()], failed_ready()].concat(), None, "Message"),
+            ),
+            (
+                "don't add DisruptionTarget condition when transitioning into failed phase, but there might still be running containers",
+                true,
+                base(),
+                with(failed(base()), by_kubelet()),
+                expect(RUNNING, base().conditions.unwrap(), None, "Message"),
+            ),
+            (
+                "preserve DisruptionTarget condition",
+                false,
+                with(base(), by_kubelet()),
+                base(),
+                expect(
+                    RUNNING,
+                    [base().conditions.unwrap(), vec![by_kubelet()]].concat(),
+                    None,
+                    "Message",
+                ),
+            ),
+            (
+                "override DisruptionTarget condition",
+                false,
+                with(base(), by_eviction()),
+                with(failed(base()), by_kubelet()),
+                expect(FAILED, [failed_ready(), vec![by_kubelet()]].concat(), None, "Message"),
+            ),
+            (
+                "don't override DisruptionTarget condition when remaining in running phase",
+                false,
+                with(base(), by_eviction()),
+                with(base(), by_kubelet()),
+                expect(
+                    RUNNING,
+                    [vec![by_eviction()], base().conditions.unwrap()].concat(),
+                    None,
+                    "Message",
+                ),
+            ),
+            (
+                "don't override DisruptionTarget condition when transitioning to failed phase but there might still be running containers",
+                true,
+                with(base(), by_eviction()),
+                with(failed(base()), by_kubelet()),
+                expect(
+                    RUNNING,
+                    [vec![by_eviction()], base().conditions.unwrap()].concat(),
+                    None,
+                    "Message",
+                ),
+            ),
+            (
+                "readiness changes",
+                false,
+                base(),
+                ready_false(base()),
+                ready_false(base()),
+            ),
+            (
+                "additional pod condition",
+                false,
+                with(base(), feature(true)),
+                base(),
+                with(base(), feature(true)),
+            ),
+            (
+                "additional pod condition and readiness changes",
+                false,
+                with(base(), feature(true)),
+                ready_false(base()),
+                with(ready_false(base()), feature(true)),
+            ),
+            (
+                "additional pod condition changes",
+                false,
+                with(base(), feature(true)),
+                with(base(), feature(false)),
+                with(base(), feature(true)),
+            ),
+            (
+                "phase is transitioning to failed and no containers running",
+                false,
+                evicting(base(), RUNNING, "Unknown", "Message"),
+                evicting(base(), FAILED, "Evicted", "Was Evicted"),
+                expect(FAILED, failed_ready(), Some("Evicted"), "Was Evicted"),
+            ),
+            (
+                "phase is transitioning to failed and containers running",
+                true,
+                evicting(base(), RUNNING, "Unknown", "Message"),
+                evicting(base(), FAILED, "Evicted", "Was Evicted"),
+                expect(RUNNING, base().conditions.unwrap(), Some("Unknown"), "Message"),
+            ),
+        ];
+        let key = |s: &ApiPodStatus| {
+            let mut conditions: Vec<_> = s
+                .conditions
+                .iter()
+                .flatten()
+                .map(|c| (c.type_.clone(), c.status.clone(), c.reason.clone()))
+                .collect();
+            conditions.sort();
+            (s.phase.clone(), s.reason.clone(), s.message.clone(), conditions)
+        };
+        for (name, running, old, new, want) in cases {
+            let got = merge_pod_status(&old, new, running, at(1));
+            assert_eq!(key(&got), key(&want), "{name}");
+        }
     }
 }
