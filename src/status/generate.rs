@@ -1132,6 +1132,22 @@ pub fn merge_pod_status(
     new
 }
 
+/// Unit tests. The upstream tables are ported as `upstream_*` tests, every case; what a case
+/// cannot express is named in the test's own documentation. Of the status manager's tests
+/// (status_manager_test.go), these are ported: TestTerminatePod, TestTerminatePodWaiting,
+/// TestTerminatePod_DefaultUnknownStatus, TestTerminatePod_EnsurePodPhaseIsTerminal,
+/// TestMergePodStatus. The others test machinery plegd does not have, for these reasons:
+/// - TestNewStatus*, TestChangedStatus*, TestStaleUpdates, TestSyncBatch*, TestNeedsReconcile,
+///   TestReconcilePod*: the kubelet's status cache, versions and periodic reconcile; plegd's status
+///   manager diffs against the informer's copy on every write (tested in manager.rs and
+///   tests/status_e2e.rs).
+/// - TestStaticPod, TestDoNotDeleteMirrorPods, mirror-pod translation: plegd has no static pods.
+/// - TestSetContainerReadiness, TestSetContainerStartup, TestUpdateReadiness: prober results;
+///   plegd has no prober (readiness rules: `set_started_and_ready`).
+/// - TestDeletePods, TestDeletePodWhileReclaiming, TestDeletePodBeforeFinished: the pod
+///   deletion safety provider; plegd deletes a finished pod once its final status is written
+///   (manager.rs; tests/status_e2e.rs `a_deleted_pod_is_finished_then_removed_in_full_mode_only`).
+/// - TestPodResizeConditions and the allocation tests: plegd does not resize pods.
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -3231,6 +3247,89 @@ mod tests {
         for (name, running, old, new, want) in cases {
             let got = merge_pod_status(&old, new, running, at(1));
             assert_eq!(key(&got), key(&want), "{name}");
+        }
+    }
+    /// Upstream's `TestTerminatePod` and `TestTerminatePodWaiting`. Upstream keeps its cached status
+    /// beside a stale copy from the apiserver and terminates the cached one; plegd has one status,
+    /// the cached one here. Containers without a state are defaulted; terminated ones, the phase
+    /// and the message stay; a waiting init container after the last one that started stays.
+    #[test]
+    fn upstream_terminate_pod_and_terminate_pod_waiting() {
+        let pod = pod_with(
+            &["test-1", "test-2", "test-3"],
+            vec![
+                spec_container("init-test-1"),
+                spec_container("init-test-2"),
+                spec_container("init-test-3"),
+            ],
+            "Always",
+        );
+        let bare = |name: &str| ApiContainerStatus {
+            name: name.into(),
+            ..ApiContainerStatus::default()
+        };
+        let waiting_for = |name: &str, reason: &str| ApiContainerStatus {
+            state: Some(ContainerState {
+                waiting: Some(ContainerStateWaiting {
+                    reason: Some(reason.into()),
+                    message: None,
+                }),
+                ..ContainerState::default()
+            }),
+            ..bare(name)
+        };
+        let unknown = Some(terminated_unknown());
+        for (name, init, regular, want_init, want_regular) in [
+            (
+                "TestTerminatePod",
+                vec![
+                    bare("init-test-1"),
+                    terminated_status("init-test-2", 0),
+                    terminated_status("init-test-3", 3),
+                ],
+                vec![
+                    bare("test-1"),
+                    terminated_status("test-2", 2),
+                    terminated_status("test-3", 0),
+                ],
+                [true, false, false],
+                [true, false, false],
+            ),
+            (
+                "TestTerminatePodWaiting",
+                vec![
+                    bare("init-test-1"),
+                    terminated_status("init-test-2", 0),
+                    waiting_for("init-test-3", "InitTest"),
+                ],
+                vec![
+                    bare("test-1"),
+                    terminated_status("test-2", 2),
+                    waiting_for("test-3", "Test"),
+                ],
+                [true, false, false],
+                [true, false, true],
+            ),
+        ] {
+            let first = ApiPodStatus {
+                phase: Some(FAILED.into()),
+                message: Some("first".into()),
+                init_container_statuses: Some(init.clone()),
+                container_statuses: Some(regular.clone()),
+                ..ApiPodStatus::default()
+            };
+            let mut status = first.clone();
+            terminate_pod(&pod, &mut status);
+            for (list, before, defaulted) in [
+                (status.init_container_statuses.as_ref().unwrap(), &init, want_init),
+                (status.container_statuses.as_ref().unwrap(), &regular, want_regular),
+            ] {
+                for ((got, before), defaulted) in list.iter().zip(before).zip(defaulted) {
+                    let want = if defaulted { &unknown } else { &before.state };
+                    assert_eq!(&got.state, want, "{name}: {}", got.name);
+                }
+            }
+            assert_eq!((status.phase, status.message), (first.phase, first.message), "{name}");
         }
     }
 }
