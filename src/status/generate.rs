@@ -1134,20 +1134,19 @@ pub fn merge_pod_status(
 
 /// Unit tests. The upstream tables are ported as `upstream_*` tests, every case; what a case
 /// cannot express is named in the test's own documentation. Of the status manager's tests
-/// (status_manager_test.go), these are ported: TestTerminatePod, TestTerminatePodWaiting,
-/// TestTerminatePod_DefaultUnknownStatus, TestTerminatePod_EnsurePodPhaseIsTerminal,
-/// TestMergePodStatus. The others test machinery plegd does not have, for these reasons:
-/// - TestNewStatus*, TestChangedStatus*, TestStaleUpdates, TestSyncBatch*, TestNeedsReconcile,
-///   TestReconcilePod*: the kubelet's status cache, versions and periodic reconcile; plegd's status
-///   manager diffs against the informer's copy on every write (tested in manager.rs and
-///   tests/status_e2e.rs).
-/// - TestStaticPod, TestDoNotDeleteMirrorPods, mirror-pod translation: plegd has no static pods.
-/// - TestSetContainerReadiness, TestSetContainerStartup, TestUpdateReadiness: prober results;
-///   plegd has no prober (readiness rules: `set_started_and_ready`).
-/// - TestDeletePods, TestDeletePodWhileReclaiming, TestDeletePodBeforeFinished: the pod
-///   deletion safety provider; plegd deletes a finished pod once its final status is written
-///   (manager.rs; tests/status_e2e.rs `a_deleted_pod_is_finished_then_removed_in_full_mode_only`).
-/// - TestPodResizeConditions and the allocation tests: plegd does not resize pods.
+/// (status_manager_test.go), TestTerminatePod, TestTerminatePodWaiting,
+/// TestTerminatePod_DefaultUnknownStatus, TestTerminatePod_EnsurePodPhaseIsTerminal and
+/// TestMergePodStatus are ported. What TestNewStatusPreservesPodStartTime,
+/// TestChangedStatusKeepsStartTime, TestUnchangedStatusPreservesLastTransitionTime,
+/// TestChangedStatusUpdatesLastTransitionTime and TestStatusNormalizationEnforcesMaxBytes check is
+/// checked here by `a_running_pod_in_full` (start and transition times stay),
+/// `conditions_of_others_are_kept_and_transition_times_follow_status` and
+/// `termination_messages_share_12_kib`. The rest test machinery plegd does not have: the status
+/// cache and its versions (TestNewStatus, TestChangedStatus, TestUnchangedStatus,
+/// TestStaleUpdates, TestStatusEquality), its GET-then-PATCH sync (TestSyncPod,
+/// TestSyncPodIgnoresNotFound, TestSyncPodChecksMismatchedUID, TestSyncPodNoDeadlock; plegd
+/// patches against the informer's copy with a uid precondition, tested in manager.rs and
+/// tests/status_e2e.rs), static and mirror pods, prober results, and in-place resize.
 #[cfg(test)]
 mod tests {
     use super::*;
