@@ -23,7 +23,7 @@ use crate::cache::PodCache;
 use crate::clock::{self, Clock};
 use crate::container::{ContainerState, Pod, PodStatus, PodUid};
 use crate::metrics::{KindLabel, Metrics, StateLabel};
-use crate::runtime::{Runtime, RuntimeError};
+use crate::runtime::{IdKind, Runtime, RuntimeError};
 
 /// Default period between two global relists.
 pub const DEFAULT_RELIST_PERIOD: Duration = Duration::from_secs(1);
@@ -434,13 +434,35 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
     /// Whether the runtime's state of container (or sandbox) `id` differs from what pod `uid`'s
     /// record says, by one cheap status call. The records are not held during the call.
     pub async fn probe(&self, uid: &str, id: &str) -> Result<bool, RuntimeError> {
-        let recorded = {
+        let (recorded, kind) = {
             let state = self.state.lock().await;
             let record = state.records.get(uid);
-            pleg_state(record.and_then(|r| r.current.as_ref().or(r.old.as_ref())), id)
+            let pod = record.and_then(|r| r.current.as_ref().or(r.old.as_ref()));
+            let sandbox = record
+                .into_iter()
+                .flat_map(|r| [r.current.as_ref(), r.old.as_ref()])
+                .flatten()
+                .any(|p| p.find_sandbox(id).is_some());
+            (
+                pleg_state(pod, id),
+                if sandbox { IdKind::Sandbox } else { IdKind::Container },
+            )
         };
-        let actual = self.runtime.probe_state(id).await?;
+        let actual = self.runtime.probe_state(id, kind).await?;
         Ok(actual.map_or(PlegContainerState::NonExistent, PlegContainerState::from) != recorded)
+    }
+
+    /// What pod `uid`'s record says of container or sandbox `id`.
+    pub async fn recorded_state(&self, uid: &str, id: &str) -> PlegContainerState {
+        let state = self.state.lock().await;
+        let record = state.records.get(uid);
+        pleg_state(record.and_then(|r| r.current.as_ref().or(r.old.as_ref())), id)
+    }
+
+    /// The pod that owns container or sandbox `id` in the runtime's lists, for an id no record has
+    /// yet (see [`Runtime::locate`]).
+    pub async fn locate(&self, id: &str) -> Result<Option<PodUid>, RuntimeError> {
+        self.runtime.locate(id).await
     }
 
     /// Pods currently held in the records (for observation and tests).

@@ -39,7 +39,7 @@ use crate::backoff::{ExponentialBackoff, InvalidBackoff};
 use crate::clock::Clock;
 use crate::container::PodUid;
 use crate::metrics::Metrics;
-use crate::pleg::GenericPleg;
+use crate::pleg::{GenericPleg, PlegContainerState};
 use crate::runtime::{CriRuntime, MAX_MESSAGE_SIZE, Runtime};
 
 /// What a trigger asks for.
@@ -182,9 +182,12 @@ impl Pending {
 }
 
 /// What one triggered check looks at: a pod, and the container the event named when it named one.
+/// An event can name an id before the runtime's CRI state lists it (containerd 2.x publishes a
+/// sandbox's `/tasks/start` before its CRI plugin lists the sandbox): such a target has no pod yet
+/// and is located first.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
-    pub pod: PodUid,
+    pub pod: Option<PodUid>,
     pub container: Option<String>,
 }
 
@@ -246,21 +249,53 @@ impl Rechecks {
     }
 }
 
-/// One check: a container target is probed (one status call) and its pod relisted only when the
-/// probe differs from the record; a pod target is relisted. Returns whether a change was found.
+/// One check: a target without a pod is located first (two lists filtered by its id); once found,
+/// its pod is relisted, and a container the relist saw only created is probed further, since the
+/// event was about its start. A container target is probed (one status call) and its pod relisted
+/// only when the probe differs from the record; a pod target is relisted. Returns whether a
+/// change was found (the end of the target's schedule); `target` is updated once located.
 async fn check<R: Runtime, C: Clock>(
     pleg: &GenericPleg<R, C>,
-    target: &Target,
+    target: &mut Target,
     attempt: usize,
     metrics: &Metrics,
 ) -> bool {
+    let Some(pod) = target.pod.clone() else {
+        let id = target.container.clone().unwrap_or_default();
+        metrics.count_trigger_relist("locate");
+        return match pleg.locate(&id).await {
+            // Not listed yet: looked for again on the schedule.
+            Ok(None) => false,
+            Ok(Some(pod)) => {
+                metrics.count_trigger_relist("pod");
+                if let Err(error) = pleg.relist_pod(&pod).await {
+                    debug!(pod = %pod, error = %error, "triggered pod relist failed; the periodic relist will retry");
+                    return true;
+                }
+                let settled = matches!(
+                    pleg.recorded_state(&pod, &id).await,
+                    PlegContainerState::Running | PlegContainerState::Exited
+                );
+                target.pod = Some(pod);
+                settled
+            }
+            Err(error) => {
+                debug!(container = %id, error = %error, "locating a new id failed; relisting everything");
+                metrics.count_trigger_relist("all");
+                if let Err(error) = pleg.relist().await {
+                    debug!(error = %error, "triggered relist failed; the periodic relist will retry");
+                }
+                true
+            }
+        };
+    };
     if let Some(id) = &target.container {
         metrics.count_trigger_relist("probe");
-        match pleg.probe(&target.pod, id).await {
+        match pleg.probe(&pod, id).await {
             Ok(false) => return false,
             Ok(true) => {}
             // The runtime did not answer: let the relist below find out, or the periodic one.
-            Err(error) => debug!(pod = %target.pod, container = %id, error = %error, "probe failed"),
+            Err(error) => debug!(pod = %pod, container = %id, error = %error, "probe failed"),
         }
     }
     metrics.count_trigger_relist(if attempt == 0 || target.container.is_some() {
@@ -268,10 +303,10 @@ async fn check<R: Runtime, C: Clock>(
     } else {
         "recheck"
     });
-    match pleg.relist_pod(&target.pod).await {
+    match pleg.relist_pod(&pod).await {
         Ok(changed) => changed,
         Err(error) => {
-            debug!(pod = %target.pod, error = %error, "triggered pod relist failed; the periodic relist will retry");
+            debug!(pod = %pod, error = %error, "triggered pod relist failed; the periodic relist will retry");
             // Stop re-checking: the periodic relist owns a runtime that does not answer.
             true
         }
@@ -306,22 +341,20 @@ pub async fn dispatch<R: Runtime, C: Clock>(
         // Fresh triggers start a target's schedule over; due re-checks continue theirs.
         let mut targets: Vec<(Target, usize)> = Vec::new();
         for id in std::mem::take(&mut pending.containers) {
-            match pleg.pod_of(&id).await {
-                Some(pod) => targets.push((
-                    Target {
-                        pod,
-                        container: Some(id),
-                    },
-                    0,
-                )),
-                // A container no record has: a pod plegd has not seen yet.
-                None => pending.add(Trigger::All),
-            }
+            // An id no record has (a new pod, or a new container) is located in the runtime.
+            let pod = pleg.pod_of(&id).await;
+            targets.push((
+                Target {
+                    pod,
+                    container: Some(id),
+                },
+                0,
+            ));
         }
         targets.extend(pending.pods.iter().map(|pod| {
             (
                 Target {
-                    pod: pod.clone(),
+                    pod: Some(pod.clone()),
                     container: None,
                 },
                 0,
@@ -338,8 +371,8 @@ pub async fn dispatch<R: Runtime, C: Clock>(
                 debug!(error = %error, "triggered relist failed; the periodic relist will retry");
             }
         }
-        for (target, attempt) in targets {
-            let changed = check(&pleg, &target, attempt, &metrics).await;
+        for (mut target, attempt) in targets {
+            let changed = check(&pleg, &mut target, attempt, &metrics).await;
             rechecks.after_check(&target, changed, attempt, tokio::time::Instant::now());
         }
     }
@@ -573,11 +606,11 @@ mod tests {
     #[test]
     fn recheck_schedules() {
         let pod = Target {
-            pod: "u1".into(),
+            pod: Some("u1".into()),
             container: None,
         };
         let ctr = Target {
-            pod: "u1".into(),
+            pod: Some("u1".into()),
             container: Some("c1".into()),
         };
         let ms = Duration::from_millis;
@@ -599,7 +632,7 @@ mod tests {
     fn rechecks_follow_the_schedule_and_stop_at_a_change() {
         let t0 = tokio::time::Instant::now();
         let target = Target {
-            pod: "u1".into(),
+            pod: Some("u1".into()),
             container: None,
         };
         let mut r = Rechecks::default();

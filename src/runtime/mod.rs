@@ -24,7 +24,7 @@ use tonic::transport::{Channel, Endpoint, Uri};
 use tracing::{debug, warn};
 
 use crate::backoff::{ExponentialBackoff, InvalidBackoff};
-use crate::container::{ContainerState, LABEL_POD_UID, Pod, PodStatus, SandboxState};
+use crate::container::{ContainerState, LABEL_POD_UID, Pod, PodStatus, PodUid, SandboxState};
 use crate::metrics::Metrics;
 use convert::BadData;
 
@@ -77,8 +77,34 @@ pub trait Runtime: Send + Sync + 'static {
     /// The full status of a pod whose sandboxes and containers were just listed.
     fn pod_status(&self, pod: &Pod) -> impl Future<Output = Result<PodStatus, RuntimeError>> + Send;
     /// The state of one container or sandbox by id, None if the runtime has no such id: a cheap
-    /// look (no list) used to notice that a runtime event's change has reached the CRI state.
-    fn probe_state(&self, id: &str) -> impl Future<Output = Result<Option<ContainerState>, RuntimeError>> + Send;
+    /// look (no list) used to notice that a runtime event's change has reached the CRI state. The
+    /// caller says which of the two the id is (its records know), so that the runtime is asked
+    /// the one question that can succeed.
+    fn probe_state(
+        &self,
+        id: &str,
+        kind: IdKind,
+    ) -> impl Future<Output = Result<Option<ContainerState>, RuntimeError>> + Send;
+    /// The pod that owns container or sandbox `id`, None while the runtime lists no such id (a
+    /// runtime's event can come before its CRI state lists what it names).
+    fn locate(&self, id: &str) -> impl Future<Output = Result<Option<PodUid>, RuntimeError>> + Send;
+}
+
+/// Whether an id names a container or a pod sandbox (they share one id space in CRI).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdKind {
+    Container,
+    Sandbox,
+}
+
+/// What one pair of list calls asks for.
+#[derive(Debug, Clone, Copy)]
+enum Selection<'a> {
+    All,
+    /// The pod with this uid (the kubelet's pod-uid label).
+    Pod(&'a str),
+    /// The sandbox or container with this id.
+    Id(&'a str),
 }
 
 /// Settings of the CRI client.
@@ -357,22 +383,41 @@ impl CriRuntime {
     }
 
     /// Sandboxes and containers read with the allocation-light decoder and grouped into pods: all
-    /// of them, or with `uid` only that pod's (selected by the kubelet's pod-uid label). Bad data
-    /// found on the way is reported.
-    async fn list(&self, uid: Option<&str>) -> Result<Vec<Pod>, RuntimeError> {
+    /// of them, one pod's (selected by the kubelet's pod-uid label), or whatever has one id. Bad
+    /// data found on the way is reported.
+    async fn list(&self, selection: Selection<'_>) -> Result<Vec<Pod>, RuntimeError> {
         let selector = |uid: &str| -> HashMap<String, String> { [(LABEL_POD_UID.to_owned(), uid.to_owned())].into() };
-        let sandbox_filter = uid.map(|uid| cri::PodSandboxFilter {
-            label_selector: selector(uid),
-            ..Default::default()
-        });
-        let container_filter = uid.map(|uid| cri::ContainerFilter {
-            label_selector: selector(uid),
-            ..Default::default()
-        });
+        let (sandbox_filter, container_filter) = match selection {
+            Selection::All => (None, None),
+            Selection::Pod(uid) => (
+                Some(cri::PodSandboxFilter {
+                    label_selector: selector(uid),
+                    ..Default::default()
+                }),
+                Some(cri::ContainerFilter {
+                    label_selector: selector(uid),
+                    ..Default::default()
+                }),
+            ),
+            Selection::Id(id) => (
+                Some(cri::PodSandboxFilter {
+                    id: id.to_owned(),
+                    ..Default::default()
+                }),
+                Some(cri::ContainerFilter {
+                    id: id.to_owned(),
+                    ..Default::default()
+                }),
+            ),
+        };
+        let uid = match selection {
+            Selection::Pod(uid) => Some(uid),
+            _ => None,
+        };
         // Only whole lists teach the buffer size: one pod's answer says nothing of the next list.
-        let (sandbox_size, container_size) = match uid {
-            None => (Some(&self.last_answer[0]), Some(&self.last_answer[1])),
-            Some(_) => (None, None),
+        let (sandbox_size, container_size) = match selection {
+            Selection::All => (Some(&self.last_answer[0]), Some(&self.last_answer[1])),
+            _ => (None, None),
         };
         let (sandboxes, containers) = tokio::try_join!(
             self.call_raw(
@@ -441,11 +486,22 @@ impl CriRuntime {
 
 impl Runtime for CriRuntime {
     async fn list_pods(&self) -> Result<Vec<Pod>, RuntimeError> {
-        self.list(None).await
+        self.list(Selection::All).await
     }
 
     async fn list_pod(&self, uid: &str) -> Result<Option<Pod>, RuntimeError> {
-        Ok(self.list(Some(uid)).await?.into_iter().find(|p| p.id == uid))
+        Ok(self.list(Selection::Pod(uid)).await?.into_iter().find(|p| p.id == uid))
+    }
+
+    /// Two lists filtered by id: unlike a status call for an id the runtime does not know, they
+    /// answer "nothing" without an error (containerd logs every NotFound).
+    async fn locate(&self, id: &str) -> Result<Option<PodUid>, RuntimeError> {
+        Ok(self
+            .list(Selection::Id(id))
+            .await?
+            .into_iter()
+            .find(|p| p.find_any(id).is_some())
+            .map(|p| p.id))
     }
 
     /// Like `kuberuntime.GetPodStatus`: the status of every sandbox (newest first) and of every
@@ -487,19 +543,19 @@ impl Runtime for CriRuntime {
         Ok(status)
     }
 
-    async fn probe_state(&self, id: &str) -> Result<Option<ContainerState>, RuntimeError> {
+    async fn probe_state(&self, id: &str, kind: IdKind) -> Result<Option<ContainerState>, RuntimeError> {
         let mut bad = Vec::new();
-        if let Some(status) = self.container_status(id).await? {
-            let state = convert::container_status(status, &mut bad).state;
-            self.report(bad);
-            return Ok(Some(state));
-        }
-        // Not a container: perhaps a sandbox (their ids share one space).
-        let sandbox = self
-            .sandbox_status(id)
-            .await?
-            .map(|s| convert::sandbox_status(s, &mut bad).state);
+        let state = match kind {
+            IdKind::Container => self
+                .container_status(id)
+                .await?
+                .map(|status| convert::container_status(status, &mut bad).state),
+            IdKind::Sandbox => self
+                .sandbox_status(id)
+                .await?
+                .map(|s| convert::sandbox_as_container_state(convert::sandbox_status(s, &mut bad).state)),
+        };
         self.report(bad);
-        Ok(sandbox.map(convert::sandbox_as_container_state))
+        Ok(state)
     }
 }

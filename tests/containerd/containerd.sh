@@ -8,10 +8,12 @@
 #   tests/containerd/containerd.sh kill      # kill -9 containerd only (its shims and pods live on)
 #   tests/containerd/containerd.sh import-binary BINARY IMAGE   # BINARY + its libraries as IMAGE
 #
-# PLEGD_CONTAINERD_VERSION=1.7 uses containerd 1.7 (for CRI GetContainerEvents) from Debian 13's
-# package, fetched with apt-get download through a private package list and unpacked under
-# /var/lib/plegd-test/trixie; the machine's own packages are not touched. Several instances can
-# run at once with different PLEGD_CONTAINERD_DIR, PLEGD_CNI_BRIDGE and PLEGD_CNI_SUBNET.
+# PLEGD_CONTAINERD_VERSION picks the containerd: 2.1 (the default: what kind and current
+# distributions run) from Debian unstable's package, 1.7 from Debian 13's, 1.6 from this machine's
+# own (Debian 12). 2.1 and 1.7 are fetched with apt-get download through a private package list and
+# unpacked under /var/lib/plegd-test/<suite>; the machine's packages are not touched. Several
+# instances can run at once with different PLEGD_CONTAINERD_DIR, PLEGD_CNI_BRIDGE and
+# PLEGD_CNI_SUBNET; an instance directory holds one version at a time (stop it to change).
 #
 # Everything lives under $PLEGD_CONTAINERD_DIR (default /var/lib/plegd-test/containerd): its own
 # root, state, sockets and CNI config, so it never touches a containerd the machine already runs.
@@ -26,8 +28,8 @@ IMAGE=${PLEGD_TEST_IMAGE:-plegd.test/busybox:1}
 BRIDGE=${PLEGD_CNI_BRIDGE:-plegd0}
 SUBNET=${PLEGD_CNI_SUBNET:-10.234.0.0/24}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-VERSION=${PLEGD_CONTAINERD_VERSION:-1.6}
-TRIXIE=${PLEGD_TRIXIE_DIR:-/var/lib/plegd-test/trixie}
+VERSION=${PLEGD_CONTAINERD_VERSION:-2.1}
+PACKAGES_DIR=${PLEGD_PACKAGES_DIR:-/var/lib/plegd-test}
 PACKAGES=(containerd runc busybox-static containernetworking-plugins protobuf-compiler iproute2 gcc libc6-dev systemd)
 
 log() { echo "containerd.sh: $*" >&2; }
@@ -52,33 +54,37 @@ install() {
   fi
 }
 
-# containerd 1.7 from Debian 13 (trixie), unpacked privately; its usr/bin goes first on PATH so
-# that its own shim is used. Its .deb needs only libc6 >= 2.34, which Debian 12 has.
-use_containerd17() {
-  if [ ! -x "$TRIXIE/root/usr/bin/containerd" ]; then
+# use_debian_containerd SUITE: containerd from Debian SUITE, unpacked privately under
+# $PACKAGES_DIR/SUITE; its usr/bin goes first on PATH so that its own shim is used. Debian 13's 1.7
+# needs libc6 >= 2.34 and unstable's 2.1 runs on Debian 12's too; both use the system's runc.
+use_debian_containerd() {
+  local suite=$1 root="$PACKAGES_DIR/$1"
+  if [ ! -x "$root/root/usr/bin/containerd" ]; then
     local uri
     uri=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
     [ -n "$uri" ] || uri=$(awk '$1 == "deb" && $2 ~ /^http/ {print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
     [ -n "$uri" ] || uri=http://deb.debian.org/debian
-    log "fetching containerd 1.7 from Debian 13 ($uri)"
-    mkdir -p "$TRIXIE/lists/partial" "$TRIXIE/archives/partial" "$TRIXIE/etc" "$TRIXIE/deb"
-    echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $uri trixie main" >"$TRIXIE/etc/sources.list"
-    local apt_opts=(-o "Dir::Etc::SourceList=$TRIXIE/etc/sources.list" -o Dir::Etc::SourceParts=/dev/null
-      -o "Dir::State::Lists=$TRIXIE/lists" -o "Dir::Cache::Archives=$TRIXIE/archives" -o APT::Get::List-Cleanup=0
+    log "fetching containerd from Debian $suite ($uri)"
+    mkdir -p "$root/lists/partial" "$root/archives/partial" "$root/etc" "$root/deb"
+    echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $uri $suite main" >"$root/etc/sources.list"
+    local apt_opts=(-o "Dir::Etc::SourceList=$root/etc/sources.list" -o Dir::Etc::SourceParts=/dev/null
+      -o "Dir::State::Lists=$root/lists" -o "Dir::Cache::Archives=$root/archives" -o APT::Get::List-Cleanup=0
       -o APT::Sandbox::User=root)
     apt-get -qq "${apt_opts[@]}" update
-    (cd "$TRIXIE/deb" && apt-get -qq "${apt_opts[@]}" download containerd)
-    rm -rf "$TRIXIE/root.tmp"
-    dpkg-deb -x "$TRIXIE"/deb/containerd_*.deb "$TRIXIE/root.tmp"
-    mv "$TRIXIE/root.tmp" "$TRIXIE/root"
+    rm -f "$root"/deb/containerd_*.deb
+    (cd "$root/deb" && apt-get -qq "${apt_opts[@]}" download containerd)
+    rm -rf "$root/root.tmp"
+    dpkg-deb -x "$root"/deb/containerd_*.deb "$root/root.tmp"
+    mv "$root/root.tmp" "$root/root"
   fi
-  export PATH="$TRIXIE/root/usr/bin:$PATH"
+  export PATH="$root/root/usr/bin:$PATH"
 }
 
 case "$VERSION" in
-  1.6) ;;
-  1.7) need_containerd17=1 ;;
-  *) die "PLEGD_CONTAINERD_VERSION must be 1.6 or 1.7, not '$VERSION'" ;;
+  2.1) SUITE=sid ;;
+  1.7) SUITE=trixie ;;
+  1.6) SUITE= ;;
+  *) die "PLEGD_CONTAINERD_VERSION must be 2.1, 1.7 or 1.6, not '$VERSION'" ;;
 esac
 
 sha() { sha256sum "$1" | cut -d' ' -f1; }
@@ -159,8 +165,8 @@ import_binary() {
   rm -rf "$work"
 }
 
-write_config() {
-  mkdir -p "$DIR/root" "$DIR/state" "$DIR/opt" "$DIR/cni/net.d" "$DIR/cni/ipam" "$DIR/cni/cache"
+# containerd 1.x: a version-2 config.
+write_config_v2() {
   cat >"$DIR/config.toml" <<TOML
 version = 2
 root = "$DIR/root"
@@ -197,6 +203,57 @@ disabled_plugins = ["io.containerd.grpc.v1.introspection-service-unused"]
     conf_dir = "$DIR/cni/net.d"
     max_conf_num = 1
 TOML
+}
+
+# containerd 2.x: a version-3 config (the CRI plugin split into images and runtime), NRI off so
+# that it leaves no shared /var/run/nri/nri.sock behind.
+write_config_v3() {
+  cat >"$DIR/config.toml" <<TOML
+version = 3
+root = "$DIR/root"
+state = "$DIR/state"
+
+[grpc]
+  address = "$SOCK"
+[ttrpc]
+  address = "$DIR/containerd-ttrpc.sock"
+[debug]
+  address = ""
+[metrics]
+  address = ""
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "$DIR/opt"
+[plugins."io.containerd.nri.v1.nri"]
+  disable = true
+
+[plugins."io.containerd.cri.v1.images"]
+  snapshotter = "overlayfs"
+  [plugins."io.containerd.cri.v1.images".pinned_images]
+    sandbox = "$IMAGE"
+
+[plugins."io.containerd.cri.v1.runtime"]
+  restrict_oom_score_adj = true
+  disable_apparmor = true
+  netns_mounts_under_state_dir = true
+  enable_selinux = false
+  [plugins."io.containerd.cri.v1.runtime".containerd]
+    default_runtime_name = "runc"
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      sandboxer = "podsandbox"
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+  [plugins."io.containerd.cri.v1.runtime".cni]
+    bin_dirs = ["/usr/lib/cni"]
+    conf_dir = "$DIR/cni/net.d"
+    max_conf_num = 1
+TOML
+}
+
+write_config() {
+  mkdir -p "$DIR/root" "$DIR/state" "$DIR/opt" "$DIR/cni/net.d" "$DIR/cni/ipam" "$DIR/cni/cache"
+  if [ "${VERSION%%.*}" -ge 2 ]; then write_config_v3; else write_config_v2; fi
   cat >"$DIR/cni/net.d/10-plegd.conflist" <<JSON
 {
   "cniVersion": "0.4.0",
@@ -228,15 +285,18 @@ lock() {
 start() {
   need_root
   install
-  [ -z "${need_containerd17:-}" ] || use_containerd17
+  [ -z "$SUITE" ] || use_debian_containerd "$SUITE"
   lock
   mkdir -p "$DIR"
   build_image
   if running; then
+    local have; have=$(cat "$DIR/version" 2>/dev/null || echo unknown)
+    [ "$have" = "$VERSION" ] || die "containerd $have is running at $DIR, not $VERSION: stop it first (PLEGD_CONTAINERD_DIR=$DIR $0 stop)"
     log "already running at $SOCK"
     echo "$SOCK"
     return
   fi
+  echo "$VERSION" >"$DIR/version"
   write_config
   rm -f "$SOCK"
   # fd 9 holds the start/stop lock: containerd must not inherit it.
@@ -249,7 +309,7 @@ start() {
   done
   [ -S "$SOCK" ] || die "containerd did not open $SOCK within 20 s (see $DIR/containerd.log)"
   ctr -a "$SOCK" -n k8s.io images import "$DIR/image/image.tar" >/dev/null
-  log "containerd $(containerd --version | awk '{print $3}') running at $SOCK (log: $DIR/containerd.log)"
+  log "containerd $(containerd --version | awk '{print $3}') ($VERSION) running at $SOCK (log: $DIR/containerd.log)"
   echo "$SOCK"
 }
 
@@ -274,6 +334,11 @@ remove_all() {
 stop() {
   need_root
   lock
+  # The ctr of the version that runs there.
+  case "$(cat "$DIR/version" 2>/dev/null || true)" in
+    2.1) [ ! -x "$PACKAGES_DIR/sid/root/usr/bin/ctr" ] || export PATH="$PACKAGES_DIR/sid/root/usr/bin:$PATH" ;;
+    1.7) [ ! -x "$PACKAGES_DIR/trixie/root/usr/bin/ctr" ] || export PATH="$PACKAGES_DIR/trixie/root/usr/bin:$PATH" ;;
+  esac
   remove_all
   if [ -f "$DIR/containerd.pid" ]; then
     local pid; pid=$(cat "$DIR/containerd.pid")
@@ -289,7 +354,7 @@ stop() {
     umount -l "$m" 2>/dev/null || true
   done
   ip link del "$BRIDGE" 2>/dev/null || true
-  rm -rf "$DIR/state" "$DIR/root" "$DIR/opt" "$DIR/cni" "$SOCK" "$DIR/containerd-ttrpc.sock"
+  rm -rf "$DIR/state" "$DIR/root" "$DIR/opt" "$DIR/cni" "$SOCK" "$DIR/containerd-ttrpc.sock" "$DIR/version"
   # Pod cgroup parents that containerd never removes (children first).
   find /sys/fs/cgroup -depth -type d -path '*plegd-test*' -exec rmdir {} \; 2>/dev/null || true
   find /sys/fs/cgroup -maxdepth 2 -type d -name 'plegd-test' -exec rmdir {} \; 2>/dev/null || true
