@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
-# Runs every plegd test: unit tests, fake-CRI tests and the real-containerd tests.
-# Installs what it needs on a fresh Debian machine (as root): containerd, runc, CNI plugins,
-# busybox-static and protoc from the distribution's packages, then starts an isolated containerd
-# (tests/containerd/containerd.sh), runs the suite against it and cleans up afterwards.
+# Runs every plegd test: unit tests, fake-CRI tests and the real-containerd tests, the latter on
+# containerd 2.1 (the default) and again on 1.7 (PLEGD_CONTAINERD_VERSIONS="2.1 1.7" to change).
+# Installs what it needs on a fresh Debian machine (as root): runc, CNI plugins, busybox-static and
+# protoc from the distribution's packages, containerd 2.1 and 1.7 from Debian's unstable and 13
+# packages unpacked privately; starts an isolated containerd (tests/containerd/containerd.sh) for
+# each version, runs the suites against it and cleans up afterwards.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 if [ "$(id -u)" = 0 ] && [ "$(uname -s)" = Linux ]; then
+  read -r -a VERSIONS <<<"${PLEGD_CONTAINERD_VERSIONS:-2.1 1.7}"
   bash tests/containerd/containerd.sh install
   # Start fresh so that no pod of an earlier run is seen.
   bash tests/containerd/containerd.sh stop >/dev/null 2>&1 || true
+  export PLEGD_CONTAINERD_VERSION=${VERSIONS[0]}
   PLEGD_TEST_CRI_SOCKET=$(bash tests/containerd/containerd.sh start)
   export PLEGD_TEST_CRI_SOCKET
   export PLEGD_REQUIRE_CONTAINERD=1
@@ -23,6 +27,7 @@ if [ "$(id -u)" = 0 ] && [ "$(uname -s)" = Linux ]; then
     hash -r
   fi
 else
+  VERSIONS=()
   echo "!!! not root on Linux: the real-containerd tests will be SKIPPED (they say so in their output) !!!" >&2
   command -v protoc >/dev/null || { echo "tests/run.sh: protoc is needed to build (Debian: protobuf-compiler)" >&2; exit 1; }
 fi
@@ -31,11 +36,27 @@ fi
 cargo build --release --bin plegd
 export PLEGD_RELEASE_BINARY="$PWD/target/release/plegd"
 
-if cargo nextest --version >/dev/null 2>&1; then
-  cargo nextest run --workspace --no-fail-fast
-else
-  cargo test --workspace --no-fail-fast
-fi
+run_tests() {
+  if cargo nextest --version >/dev/null 2>&1; then
+    cargo nextest run --no-fail-fast "$@"
+  else
+    cargo test --no-fail-fast "$@"
+  fi
+}
+
+echo "=== every test, real containerd ${VERSIONS[0]:-(none)} ===" >&2
+run_tests --workspace
+
+# The real-containerd suites again on each other version.
+REAL_SUITES=(--test real_containerd --test triggers --test status_e2e --test plegd_in_containerd --test watch_cli)
+for version in "${VERSIONS[@]:1}"; do
+  echo "=== real-containerd suites on containerd $version ===" >&2
+  bash tests/containerd/containerd.sh stop >/dev/null
+  export PLEGD_CONTAINERD_VERSION=$version
+  PLEGD_TEST_CRI_SOCKET=$(bash tests/containerd/containerd.sh start)
+  export PLEGD_TEST_CRI_SOCKET
+  run_tests "${REAL_SUITES[@]}"
+done
 
 # Fuzz targets (CRI answer decoding and conversion, status patches), 60 s each.
 bash tests/fuzz/run.sh 60
