@@ -257,6 +257,37 @@ async fn an_unknown_id_is_located_and_its_pod_relisted() {
     assert_eq!(counter(&p.metrics, "plegd_trigger_relists_total{kind=\"all\"}"), 1);
 }
 
+/// A trigger for a sandbox asks the runtime about a sandbox (PodSandboxStatus), never
+/// ContainerStatus with a sandbox's id: containerd logs each such NotFound as an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_trigger_asks_about_a_sandbox() {
+    let server = FakeServer::start().await;
+    server.fake.add_running_pod("u9", "sb", 1);
+    let mut p = start(&server.path, TriggerMode::Cri, Duration::from_secs(3600)).await;
+    wait_for("a connected stream and its full relist", Duration::from_secs(5), || {
+        counter(&p.metrics, "plegd_trigger_stream_connects_total{source=\"cri\"}") >= 1
+    })
+    .await;
+    collect_until(&mut p.events, "u9", Duration::from_secs(5), |e| {
+        has(e, E::ContainerStarted, "ctr-u9-0")
+    })
+    .await;
+    let sandbox = server.fake.state().sandboxes.keys().next().cloned().expect("a sandbox");
+    // Several events for the sandbox, as a stop gives (task exit, delete, …).
+    server.fake.set_sandbox_ready(&sandbox, false);
+    for _ in 0..5 {
+        server.fake.emit_event(&sandbox, None);
+    }
+    let seen = collect_until(&mut p.events, "u9", Duration::from_secs(5), |e| {
+        has(e, E::ContainerDied, &sandbox)
+    })
+    .await;
+    assert!(has(&seen, E::ContainerDied, &sandbox));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(server.fake.calls("ContainerStatus NotFound"), 0);
+    assert_eq!(server.fake.calls("PodSandboxStatus NotFound"), 0);
+}
+
 /// Wall-clock time from `since` to the arrival of the event of `kind` for `id`.
 async fn latency(p: &mut Plegd, uid: &str, kind: E, id: &str) -> (PodLifecycleEvent, SystemTime) {
     let seen = collect_until(&mut p.events, uid, Duration::from_secs(20), |e| has(e, kind, id)).await;

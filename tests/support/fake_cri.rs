@@ -482,7 +482,11 @@ impl RuntimeService for FakeCri {
     ) -> Result<Response<cri::PodSandboxStatusResponse>, Status> {
         self.enter("PodSandboxStatus").await?;
         let id = request.into_inner().pod_sandbox_id;
-        let st = self.state();
+        let mut st = self.state();
+        if !st.sandboxes.contains_key(&id) {
+            // containerd logs each of these as an error: counted so that tests can see them.
+            *st.calls.entry("PodSandboxStatus NotFound".into()).or_default() += 1;
+        }
         let sandbox = st
             .sandboxes
             .get(&id)
@@ -513,7 +517,10 @@ impl RuntimeService for FakeCri {
         self.enter("ContainerStatus").await?;
         let id = request.into_inner().container_id;
         self.failure_for("ContainerStatus", &id)?;
-        let st = self.state();
+        let mut st = self.state();
+        if !st.containers.contains_key(&id) {
+            *st.calls.entry("ContainerStatus NotFound".into()).or_default() += 1;
+        }
         let c = st
             .containers
             .get(&id)
