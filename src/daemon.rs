@@ -230,7 +230,7 @@ pub async fn run(
     // Stop intake first at shutdown: these tasks take in work; the writers and endpoints go last.
     let mut intake = triggers::spawn(
         options.triggers,
-        &version.runtime_name,
+        &version,
         pleg.clone(),
         options.trigger_options.clone(),
     )?;

@@ -81,6 +81,8 @@ pub struct Metrics {
     pub events_sent: Family<KindLabel, Counter>,
     pub trigger_connects: Family<SourceLabel, Counter>,
     pub trigger_errors: Family<SourceLabel, Counter>,
+    /// Events a runtime replayed on connection (older than the subscription), not acted on.
+    pub trigger_replayed: Family<SourceLabel, Counter>,
     pub triggers: Family<SourceLabel, Counter>,
     pub trigger_relists: Family<KindLabel, Counter>,
     pub status_writes: Family<ResultLabel, Counter>,
@@ -118,6 +120,7 @@ impl Metrics {
         let events_sent = Family::<KindLabel, Counter>::default();
         let trigger_connects = Family::<SourceLabel, Counter>::default();
         let trigger_errors = Family::<SourceLabel, Counter>::default();
+        let trigger_replayed = Family::<SourceLabel, Counter>::default();
         let triggers = Family::<SourceLabel, Counter>::default();
         let trigger_relists = Family::<KindLabel, Counter>::default();
         let status_writes = Family::<ResultLabel, Counter>::default();
@@ -223,6 +226,13 @@ impl Metrics {
             "trigger_stream_errors",
             "Runtime event streams that failed or closed (the kubelet's evented_pleg_connection_error_count)",
             trigger_errors.clone(),
+        );
+        register(
+            &mut registry,
+            &mut names,
+            "trigger_replayed_events",
+            "Events a runtime replayed when a trigger stream connected (older than the subscription; the full relist of the connection covers them), by source",
+            trigger_replayed.clone(),
         );
         register(
             &mut registry,
@@ -361,6 +371,7 @@ impl Metrics {
             events_sent,
             trigger_connects,
             trigger_errors,
+            trigger_replayed,
             triggers,
             trigger_relists,
             status_writes,
@@ -407,6 +418,14 @@ impl Metrics {
 
     pub fn count_trigger_connect(&self, source: &str) {
         self.trigger_connects
+            .get_or_create(&SourceLabel {
+                source: source.to_owned(),
+            })
+            .inc();
+    }
+
+    pub fn count_trigger_replayed(&self, source: &str) {
+        self.trigger_replayed
             .get_or_create(&SourceLabel {
                 source: source.to_owned(),
             })

@@ -7,8 +7,10 @@
 //! - **containerd**: containerd's own events service (`/tasks/start|exit|delete|oom`,
 //!   `/containers/delete` in namespace `k8s.io`). It broadcasts to every subscriber, so it is safe
 //!   beside a kubelet.
-//! - **cri**: CRI `GetContainerEvents` (containerd ≥ 1.7, CRI-O). On containerd each event goes to ONE
-//!   subscriber, so plegd steals events from a kubelet that uses Evented PLEG on the same runtime.
+//! - **cri**: CRI `GetContainerEvents` (containerd ≥ 1.7, CRI-O). On containerd 1.7 each event goes
+//!   to ONE subscriber, so plegd would take events from a kubelet that uses Evented PLEG on the
+//!   same runtime (plegd warns); containerd 2.x broadcasts, and replays recent events to a new
+//!   subscriber, which plegd skips (its connection's full relist covers them).
 //!
 //! A runtime's event can be ahead of its CRI state (containerd 1.6 publishes `/tasks/exit` 20–70 ms
 //! before its CRI plugin reports the container exited). So an event that names a known container is
@@ -24,7 +26,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use containerd_client::services::v1::SubscribeRequest;
 use containerd_client::services::v1::events_client::EventsClient;
@@ -40,7 +42,7 @@ use crate::clock::Clock;
 use crate::container::PodUid;
 use crate::metrics::Metrics;
 use crate::pleg::{GenericPleg, PlegContainerState};
-use crate::runtime::{CriRuntime, MAX_MESSAGE_SIZE, Runtime};
+use crate::runtime::{CriRuntime, MAX_MESSAGE_SIZE, Runtime, RuntimeVersion};
 
 /// What a trigger asks for.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -61,7 +63,7 @@ pub enum TriggerMode {
     Auto,
     /// containerd's events service (broadcast; safe beside a kubelet).
     Containerd,
-    /// CRI GetContainerEvents (takes events from a kubelet using Evented PLEG on containerd).
+    /// CRI GetContainerEvents (on containerd 1.7, takes events from a kubelet using Evented PLEG).
     Cri,
     /// Periodic relist only.
     None,
@@ -488,6 +490,17 @@ async fn containerd_subscription(
     }
 }
 
+/// Whether a CRI event happened before the subscription that delivered it: containerd 2.x keeps
+/// recent events and replays them to a new subscriber. The connection's own full relist covers
+/// them, so they are not acted on. Only the event's time is read (nanoseconds; 0 is "unknown" and
+/// counts as new).
+pub fn replayed(event: &cri::ContainerEventResponse, subscribed_at: SystemTime) -> bool {
+    let Ok(subscribed) = subscribed_at.duration_since(UNIX_EPOCH) else {
+        return false;
+    };
+    event.created_at > 0 && i128::from(event.created_at) < subscribed.as_nanos() as i128
+}
+
 async fn cri_subscription(
     channel: Channel,
     sender: &TriggerSender,
@@ -495,6 +508,7 @@ async fn cri_subscription(
     connected: &mut bool,
 ) -> StreamEnd {
     let mut client = RuntimeServiceClient::new(channel).max_decoding_message_size(MAX_MESSAGE_SIZE);
+    let subscribed_at = SystemTime::now();
     // The call itself only returns when the first event arrives.
     let mut stream = match client.get_container_events(cri::GetEventsRequest {}).await {
         Ok(response) => response.into_inner(),
@@ -508,6 +522,10 @@ async fn cri_subscription(
         match stream.message().await {
             Ok(Some(event)) => {
                 metrics.count_trigger(Source::Cri.as_str());
+                if replayed(&event, subscribed_at) {
+                    metrics.count_trigger_replayed(Source::Cri.as_str());
+                    continue;
+                }
                 if let Some(trigger) = cri_trigger(&event) {
                     debug!(source = "cri", ?trigger, "trigger");
                     sender.send(trigger);
@@ -527,14 +545,16 @@ pub async fn run_source(
     source: Source,
     mode: TriggerMode,
     runtime: &CriRuntime,
+    version: &RuntimeVersion,
     options: TriggerOptions,
     sender: TriggerSender,
 ) -> Result<(), InvalidBackoff> {
     let mut backoff = ExponentialBackoff::try_new(options.initial_backoff, options.max_backoff)?;
     let metrics = runtime.metrics().clone();
-    if source == Source::Cri {
+    if source == Source::Cri && cri_events_go_to_one_subscriber(version) {
         warn!(
-            "using CRI GetContainerEvents: on containerd each event goes to only one subscriber, so a kubelet using Evented PLEG on this runtime will miss the events plegd receives (prefer --triggers containerd there)"
+            runtime_version = %version.runtime_version,
+            "using CRI GetContainerEvents: on containerd before 2.0 each event goes to only one subscriber, so a kubelet using Evented PLEG on this runtime will miss the events plegd receives (prefer --triggers containerd there)"
         );
     }
     loop {
@@ -573,15 +593,31 @@ pub async fn run_source(
     }
 }
 
+/// Whether a runtime's CRI GetContainerEvents hands each event to one subscriber only: containerd
+/// before 2.0 does; 2.x broadcasts (containerd PR #9661). Other runtimes are not assumed to.
+pub fn cri_events_go_to_one_subscriber(version: &RuntimeVersion) -> bool {
+    if version.runtime_name != "containerd" {
+        return false;
+    }
+    let major = version
+        .runtime_version
+        .trim_start_matches('v')
+        .split(['.', '~', '+', '-'])
+        .next()
+        .and_then(|m| m.parse::<u32>().ok());
+    // A version it cannot read is taken as an old one: the warning is the safe side.
+    major.is_none_or(|m| m < 2)
+}
+
 /// Start the trigger machinery for `mode` on `runtime`: the source task and the dispatcher.
 /// Returns their handles (empty for `TriggerMode::None`).
 pub fn spawn<C: Clock>(
     mode: TriggerMode,
-    runtime_name: &str,
+    version: &RuntimeVersion,
     pleg: Arc<GenericPleg<CriRuntime, C>>,
     options: TriggerOptions,
 ) -> Result<Vec<tokio::task::JoinHandle<()>>, InvalidBackoff> {
-    let Some(source) = mode.source(runtime_name) else {
+    let Some(source) = mode.source(&version.runtime_name) else {
         return Ok(Vec::new());
     };
     // Validate before spawning so that bad settings fail at start.
@@ -590,8 +626,9 @@ pub fn spawn<C: Clock>(
     let (sender, receiver) = trigger_queue(options.queue);
     let runtime = pleg.runtime().clone();
     info!(source = source.as_str(), "runtime triggers on");
+    let version = version.clone();
     let source_task = tokio::spawn(async move {
-        if let Err(error) = run_source(source, mode, &runtime, options, sender).await {
+        if let Err(error) = run_source(source, mode, &runtime, &version, options, sender).await {
             warn!(error = %error, "trigger source stopped");
         }
     });
@@ -602,6 +639,36 @@ pub fn spawn<C: Clock>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_containerd_before_2_hands_cri_events_to_one_subscriber() {
+        let v = |name: &str, version: &str| RuntimeVersion {
+            runtime_name: name.into(),
+            runtime_version: version.into(),
+            runtime_api_version: "v1".into(),
+        };
+        assert!(cri_events_go_to_one_subscriber(&v("containerd", "1.7.24~ds1")));
+        assert!(cri_events_go_to_one_subscriber(&v("containerd", "v1.6.20")));
+        assert!(!cri_events_go_to_one_subscriber(&v("containerd", "2.1.9+unknown")));
+        assert!(!cri_events_go_to_one_subscriber(&v("containerd", "v2.0.0")));
+        assert!(cri_events_go_to_one_subscriber(&v("containerd", "garbage")));
+        assert!(!cri_events_go_to_one_subscriber(&v("cri-o", "1.31.0")));
+    }
+
+    #[test]
+    fn replayed_events_are_those_from_before_the_subscription() {
+        let at = UNIX_EPOCH + Duration::from_secs(1_000);
+        let event = |nanos: i64| cri::ContainerEventResponse {
+            created_at: nanos,
+            ..Default::default()
+        };
+        assert!(replayed(&event(999_999_999_999), at));
+        assert!(!replayed(&event(1_000_000_000_000), at));
+        assert!(!replayed(&event(1_000_000_000_001), at));
+        // No time: treated as new.
+        assert!(!replayed(&event(0), at));
+        assert!(!replayed(&event(-5), at));
+    }
 
     #[test]
     fn recheck_schedules() {

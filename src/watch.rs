@@ -126,12 +126,7 @@ pub async fn watch(
     let cache = Arc::new(PodCache::new());
     let (pleg, events) = GenericPleg::new(runtime, SystemClock, cache, metrics, options.pleg);
     let pleg = Arc::new(pleg);
-    let mut tasks = triggers::spawn(
-        options.triggers,
-        &version.runtime_name,
-        pleg.clone(),
-        options.trigger_options,
-    )?;
+    let mut tasks = triggers::spawn(options.triggers, &version, pleg.clone(), options.trigger_options)?;
     tasks.push(tokio::spawn(pleg.run()));
     let result = tokio::select! {
         result = print_events(events, options.output, out) => result,

@@ -58,8 +58,7 @@ async fn start(socket: &std::path::Path, mode: TriggerMode, relist_period: Durat
     let pleg = Arc::new(pleg);
     // The first relist happens before triggers start, so that what exists is known.
     pleg.relist().await.expect("first relist");
-    let mut tasks =
-        triggers::spawn(mode, &version.runtime_name, pleg.clone(), quick_triggers()).expect("valid trigger options");
+    let mut tasks = triggers::spawn(mode, &version, pleg.clone(), quick_triggers()).expect("valid trigger options");
     let runner = pleg.clone();
     tasks.push(tokio::spawn(async move {
         tokio::time::sleep(relist_period).await;
@@ -376,7 +375,46 @@ async fn cri_events_arrive_by_trigger() {
     let Some(instance) = PrivateContainerd::start("cri", &version, 235).await else {
         return;
     };
-    events_arrive_by_trigger(&instance.handle, TriggerMode::Cri).await;
+    let cd = &instance.handle;
+    // Events from before plegd subscribes: containerd 2.x replays them to a new subscriber; plegd
+    // counts them and acts on none (its connection's full relist covers them).
+    let early = cd.run_pod("early", true).await;
+    for i in 0..3 {
+        cd.run_container(&early, &format!("c{i}"), "exit 0").await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let p = start(&cd.socket, TriggerMode::Cri, Duration::from_secs(3600)).await;
+    let (major, _) = cd.version().await;
+    if major >= 2 {
+        wait_for("replayed events", Duration::from_secs(10), || {
+            counter(&p.metrics, "plegd_trigger_replayed_events_total{source=\"cri\"}") >= 4
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(
+            counter(&p.metrics, "plegd_trigger_relists_total{kind=\"pod\"}"),
+            0,
+            "no pod relist for a replayed event"
+        );
+        assert_eq!(counter(&p.metrics, "plegd_trigger_relists_total{kind=\"all\"}"), 1);
+    }
+    drop(p);
+    cd.cleanup(&early).await;
+    events_arrive_by_trigger(cd, TriggerMode::Cri).await;
+    if major < 2 {
+        // 1.7 keeps nothing for a later subscriber.
+        let p = start(&cd.socket, TriggerMode::Cri, Duration::from_secs(3600)).await;
+        let pod = cd.run_pod("late", true).await;
+        wait_for("a connected stream", Duration::from_secs(20), || {
+            counter(&p.metrics, "plegd_trigger_stream_connects_total{source=\"cri\"}") >= 1
+        })
+        .await;
+        assert_eq!(
+            counter(&p.metrics, "plegd_trigger_replayed_events_total{source=\"cri\"}"),
+            0
+        );
+        cd.cleanup(&pod).await;
+    }
 }
 
 /// containerd killed (-9) while a container exits, then started again, on a private instance of the

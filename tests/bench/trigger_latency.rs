@@ -51,8 +51,7 @@ async fn observe_plegd(
     };
     let (pleg, mut events) = GenericPleg::new(runtime, SystemClock, Arc::new(PodCache::new()), metrics, config);
     let pleg = Arc::new(pleg);
-    let mut tasks =
-        triggers::spawn(mode, &version.runtime_name, pleg.clone(), TriggerOptions::default()).expect("trigger options");
+    let mut tasks = triggers::spawn(mode, &version, pleg.clone(), TriggerOptions::default()).expect("trigger options");
     tasks.push(tokio::spawn(pleg.run()));
     tasks.push(tokio::spawn(async move {
         while let Some(e) = events.recv().await {
