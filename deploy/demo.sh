@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# plegd's main job, end to end on this machine: bring up an isolated containerd (installing it from
-# the distribution's packages if missing), start `plegd watch` against it, run a short pod workload,
-# and show every pod lifecycle event as it happens. Cleans up when it ends. Needs root and Rust.
+# plegd's main job, end to end on this machine: bring up an isolated containerd — the machine's own
+# when it is 2.x, else containerd 2.1 from Debian unstable's package unpacked privately (the
+# machine's packages untouched) — start `plegd watch` against it, run a short pod workload, and
+# show every pod lifecycle event as it happens. Cleans up when it ends. Needs root and Rust.
+# PLEGD_CONTAINERD_VERSION=2.1|1.7|1.6|system picks one explicitly.
 #
 #   bash deploy/demo.sh            # text events
 #   OUTPUT=json bash deploy/demo.sh
@@ -11,6 +13,14 @@ OUTPUT=${OUTPUT:-text}
 
 command -v cargo >/dev/null || { echo "demo: cargo is needed (https://rustup.rs)" >&2; exit 1; }
 bash tests/containerd/containerd.sh install
+if [ -z "${PLEGD_CONTAINERD_VERSION:-}" ]; then
+  case "$(containerd --version 2>/dev/null | awk '{print $3}' | sed 's/^v//')" in
+    2.*) PLEGD_CONTAINERD_VERSION=system ;;
+    *) PLEGD_CONTAINERD_VERSION=2.1 ;;
+  esac
+fi
+export PLEGD_CONTAINERD_VERSION
+echo "== containerd: $PLEGD_CONTAINERD_VERSION ($( [ "$PLEGD_CONTAINERD_VERSION" = system ] && echo "this machine's" || echo "fetched from Debian's packages, unpacked privately"))" >&2
 echo "== building plegd (release)" >&2
 cargo build --release --quiet --bin plegd --example workload
 SOCK=$(bash tests/containerd/containerd.sh start)

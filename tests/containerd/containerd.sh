@@ -10,7 +10,7 @@
 #
 # PLEGD_CONTAINERD_VERSION picks the containerd: 2.1 (the default: what kind and current
 # distributions run) from Debian unstable's package, 1.7 from Debian 13's, 1.6 from this machine's
-# own (Debian 12). 2.1 and 1.7 are fetched with apt-get download through a private package list and
+# own (Debian 12), `system` for whatever containerd this machine has installed. 2.1 and 1.7 are fetched with apt-get download through a private package list and
 # unpacked under /var/lib/plegd-test/<suite>; the machine's packages are not touched. Several
 # instances can run at once with different PLEGD_CONTAINERD_DIR, PLEGD_CNI_BRIDGE and
 # PLEGD_CNI_SUBNET; an instance directory holds one version at a time (stop it to change).
@@ -83,8 +83,8 @@ use_debian_containerd() {
 case "$VERSION" in
   2.1) SUITE=sid ;;
   1.7) SUITE=trixie ;;
-  1.6) SUITE= ;;
-  *) die "PLEGD_CONTAINERD_VERSION must be 2.1, 1.7 or 1.6, not '$VERSION'" ;;
+  1.6|system) SUITE= ;;
+  *) die "PLEGD_CONTAINERD_VERSION must be 2.1, 1.7, 1.6 or system, not '$VERSION'" ;;
 esac
 
 sha() { sha256sum "$1" | cut -d' ' -f1; }
@@ -253,7 +253,9 @@ TOML
 
 write_config() {
   mkdir -p "$DIR/root" "$DIR/state" "$DIR/opt" "$DIR/cni/net.d" "$DIR/cni/ipam" "$DIR/cni/cache"
-  if [ "${VERSION%%.*}" -ge 2 ]; then write_config_v3; else write_config_v2; fi
+  # The config format follows the binary that will read it.
+  local major; major=$(containerd --version | awk '{print $3}' | sed 's/^v//; s/\..*//')
+  if [ "${major:-1}" -ge 2 ] 2>/dev/null; then write_config_v3; else write_config_v2; fi
   cat >"$DIR/cni/net.d/10-plegd.conflist" <<JSON
 {
   "cniVersion": "0.4.0",
