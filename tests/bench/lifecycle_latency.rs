@@ -109,7 +109,11 @@ fn observe_floor(
                         .is_some_and(|s| {
                             let running = s.state == cri::ContainerState::ContainerRunning as i32;
                             let exited = s.state == cri::ContainerState::ContainerExited as i32;
-                            if change == Change::Started { running || exited } else { exited }
+                            if change == Change::Started {
+                                running || exited
+                            } else {
+                                exited
+                            }
                         }),
                 };
                 if reached {
@@ -163,7 +167,10 @@ async fn run(version: &str, pods: usize) {
     for i in 0..pods {
         let asked = SystemTime::now();
         let pod = cd.run_pod(&format!("life{i}"), true).await;
-        watch.lock().unwrap().push((Change::SandboxStarted, pod.sandbox_id.clone()));
+        watch
+            .lock()
+            .unwrap()
+            .push((Change::SandboxStarted, pod.sandbox_id.clone()));
         changes.push((Change::SandboxStarted, pod.sandbox_id.clone(), asked));
         let ctr = cd
             .create_container(&pod, "app", &format!("sleep 0.{}; exit 1", 3 + (i * 37) % 7))
