@@ -18,6 +18,8 @@ mod args;
 #[allow(dead_code)]
 #[path = "../support/containerd.rs"]
 mod containerd;
+#[path = "observer.rs"]
+mod observer;
 #[path = "stats.rs"]
 mod stats;
 
@@ -27,12 +29,8 @@ use std::time::{Duration, SystemTime};
 
 use args::arg;
 use k8s_cri::v1 as cri;
-use plegd::cache::PodCache;
-use plegd::clock::SystemClock;
-use plegd::metrics::Metrics;
-use plegd::pleg::{GenericPleg, PlegConfig, PodLifecycleEventType};
-use plegd::runtime::{CriOptions, CriRuntime};
-use plegd::triggers::{self, TriggerMode, TriggerOptions};
+use plegd::pleg::PodLifecycleEventType;
+use plegd::triggers::TriggerMode;
 use stats::percentile;
 
 /// What changed: (kind, id).
@@ -46,18 +44,7 @@ enum Change {
 type Seen = Arc<Mutex<HashMap<(Change, String), SystemTime>>>;
 
 async fn observe_plegd(socket: &std::path::Path, mode: TriggerMode, seen: Seen) -> Vec<tokio::task::JoinHandle<()>> {
-    let metrics = Arc::new(Metrics::new());
-    let (runtime, version) = CriRuntime::connect(socket, &CriOptions::default(), metrics.clone())
-        .await
-        .expect("connect");
-    let config = PlegConfig {
-        relist_period: Duration::from_secs(30),
-        ..PlegConfig::default()
-    };
-    let (pleg, mut events) = GenericPleg::new(runtime, SystemClock, Arc::new(PodCache::new()), metrics, config);
-    let pleg = Arc::new(pleg);
-    let mut tasks = triggers::spawn(mode, &version, pleg.clone(), TriggerOptions::default()).expect("trigger options");
-    tasks.push(tokio::spawn(pleg.run()));
+    let (mut tasks, mut events) = observer::start_plegd(socket, mode, Duration::from_secs(30)).await;
     tasks.push(tokio::spawn(async move {
         while let Some(e) = events.recv().await {
             let now = SystemTime::now();

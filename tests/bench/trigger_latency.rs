@@ -15,6 +15,8 @@ mod args;
 #[allow(dead_code)]
 #[path = "../support/containerd.rs"]
 mod containerd;
+#[path = "observer.rs"]
+mod observer;
 #[path = "stats.rs"]
 mod stats;
 
@@ -25,12 +27,10 @@ use std::time::{Duration, SystemTime};
 use args::arg;
 use containerd_client::services::v1::SubscribeRequest;
 use containerd_client::services::v1::events_client::EventsClient;
-use plegd::cache::PodCache;
-use plegd::clock::SystemClock;
 use plegd::metrics::Metrics;
-use plegd::pleg::{GenericPleg, PlegConfig, PodLifecycleEventType};
+use plegd::pleg::PodLifecycleEventType;
 use plegd::runtime::{CriOptions, CriRuntime};
-use plegd::triggers::{self, TriggerMode, TriggerOptions};
+use plegd::triggers::{self, TriggerMode};
 use stats::percentile;
 
 type Seen = Arc<Mutex<HashMap<String, SystemTime>>>;
@@ -41,18 +41,7 @@ async fn observe_plegd(
     period: Duration,
     seen: Seen,
 ) -> Vec<tokio::task::JoinHandle<()>> {
-    let metrics = Arc::new(Metrics::new());
-    let (runtime, version) = CriRuntime::connect(socket, &CriOptions::default(), metrics.clone())
-        .await
-        .expect("connect");
-    let config = PlegConfig {
-        relist_period: period,
-        ..PlegConfig::default()
-    };
-    let (pleg, mut events) = GenericPleg::new(runtime, SystemClock, Arc::new(PodCache::new()), metrics, config);
-    let pleg = Arc::new(pleg);
-    let mut tasks = triggers::spawn(mode, &version, pleg.clone(), TriggerOptions::default()).expect("trigger options");
-    tasks.push(tokio::spawn(pleg.run()));
+    let (mut tasks, mut events) = observer::start_plegd(socket, mode, period).await;
     tasks.push(tokio::spawn(async move {
         while let Some(e) = events.recv().await {
             if e.kind == PodLifecycleEventType::ContainerDied && !e.sandbox {

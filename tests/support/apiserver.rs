@@ -510,6 +510,22 @@ async fn create_pod(State(inner): State<Arc<Inner>>, Path(ns): Path<String>, bod
         .into_response()
 }
 
+/// The apiserver's 409 for a uid precondition that `pod` does not meet; None when it does or there
+/// is none.
+fn uid_precondition_failed(uid: Option<&str>, pod: &Value) -> Option<Response> {
+    let uid = uid?;
+    (Some(uid) != pod["metadata"]["uid"].as_str()).then(|| {
+        status_error(
+            409,
+            "Conflict",
+            &format!(
+                "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                pod["metadata"]["uid"]
+            ),
+        )
+    })
+}
+
 /// DELETE of a pod as the apiserver does it: `preconditions.uid` (409 when it differs); a pod that
 /// is bound to a node and not terminal is deleted gracefully (deletionTimestamp and
 /// deletionGracePeriodSeconds set, MODIFIED, the object stays) unless the grace period is 0;
@@ -533,17 +549,8 @@ async fn delete_pod(
     let Some(pod) = data.pods.get(&key).cloned() else {
         return status_error(404, "NotFound", &format!("pods \"{name}\" not found"));
     };
-    if let Some(uid) = options["preconditions"]["uid"].as_str()
-        && Some(uid) != pod["metadata"]["uid"].as_str()
-    {
-        return status_error(
-            409,
-            "Conflict",
-            &format!(
-                "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                pod["metadata"]["uid"]
-            ),
-        );
+    if let Some(conflict) = uid_precondition_failed(options["preconditions"]["uid"].as_str(), &pod) {
+        return conflict;
     }
     let grace = options["gracePeriodSeconds"]
         .as_i64()
@@ -598,17 +605,8 @@ async fn patch_status(
     let Some(mut pod) = data.pods.get(&(ns.clone(), name.clone())).cloned() else {
         return status_error(404, "NotFound", &format!("pods \"{name}\" not found"));
     };
-    if let Some(uid) = patch["metadata"]["uid"].as_str()
-        && Some(uid) != pod["metadata"]["uid"].as_str()
-    {
-        return status_error(
-            409,
-            "Conflict",
-            &format!(
-                "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                pod["metadata"]["uid"]
-            ),
-        );
+    if let Some(conflict) = uid_precondition_failed(patch["metadata"]["uid"].as_str(), &pod) {
+        return conflict;
     }
     let status_patch = patch.get("status").cloned().unwrap_or(Value::Null);
     if status_patch.is_null() {

@@ -1,0 +1,33 @@
+//! A plegd relister with triggers, as the latency benches observe one: its tasks and its events.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use plegd::cache::PodCache;
+use plegd::clock::SystemClock;
+use plegd::metrics::Metrics;
+use plegd::pleg::{GenericPleg, PlegConfig, PodLifecycleEvent};
+use plegd::runtime::{CriOptions, CriRuntime};
+use plegd::triggers::{self, TriggerMode, TriggerOptions};
+use tokio::sync::mpsc;
+
+/// Relister and trigger tasks on `socket`, relisting every `period`, with its event channel.
+pub async fn start_plegd(
+    socket: &std::path::Path,
+    mode: TriggerMode,
+    period: Duration,
+) -> (Vec<tokio::task::JoinHandle<()>>, mpsc::Receiver<PodLifecycleEvent>) {
+    let metrics = Arc::new(Metrics::new());
+    let (runtime, version) = CriRuntime::connect(socket, &CriOptions::default(), metrics.clone())
+        .await
+        .expect("connect");
+    let config = PlegConfig {
+        relist_period: period,
+        ..PlegConfig::default()
+    };
+    let (pleg, events) = GenericPleg::new(runtime, SystemClock, Arc::new(PodCache::new()), metrics, config);
+    let pleg = Arc::new(pleg);
+    let mut tasks = triggers::spawn(mode, &version, pleg.clone(), TriggerOptions::default()).expect("trigger options");
+    tasks.push(tokio::spawn(pleg.run()));
+    (tasks, events)
+}
