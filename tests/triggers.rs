@@ -298,23 +298,6 @@ async fn latency(p: &mut Plegd, uid: &str, kind: E, id: &str) -> (PodLifecycleEv
     (event, at)
 }
 
-async fn container_times(cd: &Containerd, id: &str) -> (SystemTime, SystemTime) {
-    let status = cd
-        .client
-        .clone()
-        .container_status(k8s_cri::v1::ContainerStatusRequest {
-            container_id: id.into(),
-            verbose: false,
-        })
-        .await
-        .expect("ContainerStatus")
-        .into_inner()
-        .status
-        .expect("status");
-    let t = |n: i64| SystemTime::UNIX_EPOCH + Duration::from_nanos(n as u64);
-    (t(status.started_at), t(status.finished_at))
-}
-
 /// Start, exit and removal each reach plegd by a trigger: the relist period is an hour, so nothing
 /// else can deliver them. The lags are printed (the figures themselves come from
 /// `cargo bench --bench trigger_latency`, not from a timed assertion).
@@ -338,11 +321,11 @@ async fn events_arrive_by_trigger(cd: &Containerd, mode: TriggerMode) {
     let ctr = cd.run_container(&pod, "app", "sleep 2; exit 7").await;
 
     let (_, seen_at) = latency(&mut p, &pod.uid, E::ContainerStarted, &ctr).await;
-    let (started_at, _) = container_times(cd, &ctr).await;
+    let (started_at, _) = cd.container_times(&ctr).await;
     let started_lag = seen_at.duration_since(started_at).unwrap_or_default();
 
     let (died, seen_at) = latency(&mut p, &pod.uid, E::ContainerDied, &ctr).await;
-    let (_, finished_at) = container_times(cd, &ctr).await;
+    let (_, finished_at) = cd.container_times(&ctr).await;
     assert_eq!(died.exit_code, Some(7));
     let died_lag = seen_at.duration_since(finished_at).unwrap_or_default();
 

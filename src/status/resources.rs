@@ -7,6 +7,8 @@
 //! pods, so the allocation it starts from is the pod spec; what the runtime applied comes from the
 //! same runtime read as the rest of the status.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::api::core::v1::{
     ContainerStatus as ApiContainerStatus, ContainerUser as ApiContainerUser, LinuxContainerUser as ApiLinuxUser,
     ResourceRequirements,
@@ -58,24 +60,9 @@ pub fn status_resources(
                 && o.container_id == status.container_id
         })
         .and_then(|o| o.resources.as_ref());
-    let preserve = |list: &mut std::collections::BTreeMap<String, Quantity>,
-                    name: &str,
-                    old: Option<&std::collections::BTreeMap<String, Quantity>>| {
-        if let Some(q) = old.and_then(|o| o.get(name)) {
-            list.insert(name.to_owned(), q.clone());
-        }
-    };
     if let Some(limits) = resources.limits.as_mut() {
         let old_limits = old_resources.and_then(|r| r.limits.as_ref());
-        match applied.cpu_limit_milli {
-            Some(milli) => {
-                let allocated = limits.get("cpu").and_then(|q| milli_value(&q.0)).unwrap_or(0);
-                if milli > MIN_MILLI_CPU_LIMIT || allocated > MIN_MILLI_CPU_LIMIT {
-                    limits.insert("cpu".to_owned(), Quantity(format_milli(milli)));
-                }
-            }
-            None => preserve(limits, "cpu", old_limits),
-        }
+        set_cpu(limits, applied.cpu_limit_milli, MIN_MILLI_CPU_LIMIT, old_limits);
         match applied.memory_limit_bytes {
             Some(bytes) => {
                 limits.insert("memory".to_owned(), Quantity(format_binary(bytes)));
@@ -85,17 +72,33 @@ pub fn status_resources(
     }
     if let Some(requests) = resources.requests.as_mut() {
         let old_requests = old_resources.and_then(|r| r.requests.as_ref());
-        match applied.cpu_request_milli {
-            Some(milli) => {
-                let allocated = requests.get("cpu").and_then(|q| milli_value(&q.0)).unwrap_or(0);
-                if milli > MIN_SHARES_MILLI || allocated > MIN_SHARES_MILLI {
-                    requests.insert("cpu".to_owned(), Quantity(format_milli(milli)));
-                }
-            }
-            None => preserve(requests, "cpu", old_requests),
-        }
+        set_cpu(requests, applied.cpu_request_milli, MIN_SHARES_MILLI, old_requests);
     }
     resources
+}
+
+type ResourceList = BTreeMap<String, Quantity>;
+
+/// `preserveOldResourcesValue`: `name` as the old status had it, if it had it.
+fn preserve(list: &mut ResourceList, name: &str, old: Option<&ResourceList>) {
+    if let Some(q) = old.and_then(|o| o.get(name)) {
+        list.insert(name.to_owned(), q.clone());
+    }
+}
+
+/// The CPU value of a limit or request list: what the runtime applied, unless both it and the
+/// allocated value are at or below the kernel's `floor` (millicores), where the allocated one
+/// stays; when the runtime reports none, the old status's value.
+fn set_cpu(list: &mut ResourceList, applied: Option<i64>, floor: i64, old: Option<&ResourceList>) {
+    match applied {
+        Some(milli) => {
+            let allocated = list.get("cpu").and_then(|q| milli_value(&q.0)).unwrap_or(0);
+            if milli > floor || allocated > floor {
+                list.insert("cpu".to_owned(), Quantity(format_milli(milli)));
+            }
+        }
+        None => preserve(list, "cpu", old),
+    }
 }
 
 const DECIMAL_SUFFIXES: [(i32, &str); 8] = [
@@ -235,8 +238,6 @@ pub fn set_runtime_fields(
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use k8s_openapi::api::core::v1::{ContainerState as ApiState, ContainerStateRunning, ContainerStateWaiting};
 
     use super::*;

@@ -176,19 +176,7 @@ async fn run(version: &str, pods: usize) {
     // Exits are measured from the container's CRI finishedAt.
     for (change, id, asked) in &mut changes {
         if *change == Change::Exited {
-            let status = cd
-                .client
-                .clone()
-                .container_status(cri::ContainerStatusRequest {
-                    container_id: id.clone(),
-                    verbose: false,
-                })
-                .await
-                .expect("ContainerStatus")
-                .into_inner()
-                .status
-                .expect("status");
-            *asked = SystemTime::UNIX_EPOCH + Duration::from_nanos(status.finished_at as u64);
+            *asked = cd.container_times(id).await.1;
         }
     }
     for t in tasks {

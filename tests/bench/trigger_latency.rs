@@ -195,19 +195,7 @@ async fn main() {
     let mut rows: [Vec<f64>; 5] = Default::default();
     let (mut b_minus_c, mut b_minus_d) = (Vec::new(), Vec::new());
     for id in &ids {
-        let status = cd
-            .client
-            .clone()
-            .container_status(k8s_cri::v1::ContainerStatusRequest {
-                container_id: id.clone(),
-                verbose: false,
-            })
-            .await
-            .expect("ContainerStatus")
-            .into_inner()
-            .status
-            .expect("status");
-        let finished = SystemTime::UNIX_EPOCH + Duration::from_nanos(status.finished_at as u64);
+        let (_, finished) = cd.container_times(id).await;
         let lag = |seen: &Seen| {
             seen.lock()
                 .unwrap()

@@ -249,6 +249,23 @@ impl Containerd {
             .container_id
     }
 
+    /// When CRI says container `id` started and finished (the epoch where it has not).
+    pub async fn container_times(&self, id: &str) -> (std::time::SystemTime, std::time::SystemTime) {
+        let status = self
+            .client()
+            .container_status(cri::ContainerStatusRequest {
+                container_id: id.into(),
+                verbose: false,
+            })
+            .await
+            .unwrap_or_else(|e| panic!("ContainerStatus {id}: {e}"))
+            .into_inner()
+            .status
+            .unwrap_or_else(|| panic!("ContainerStatus {id}: no status"));
+        let t = |n: i64| std::time::UNIX_EPOCH + Duration::from_nanos(n.max(0) as u64);
+        (t(status.started_at), t(status.finished_at))
+    }
+
     pub async fn start_container(&self, id: &str) {
         self.client()
             .start_container(cri::StartContainerRequest {
