@@ -111,9 +111,14 @@ pub struct RuntimeArgs {
     /// Deadline of each CRI call.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_positive_duration)]
     pub cri_timeout: Duration,
-    /// Period between two global relists.
+    /// Period between two global relists while no runtime event stream is connected.
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_positive_duration, env = "PLEGD_RELIST_PERIOD")]
     pub relist_period: Duration,
+    /// Period between two global relists while the runtime event stream (--triggers) is connected:
+    /// the relist then only catches what the stream lost. At least --relist-period, less than
+    /// --relist-threshold.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_positive_duration, env = "PLEGD_RELIST_PERIOD_WITH_TRIGGERS")]
+    pub relist_period_with_triggers: Duration,
     /// The PLEG is unhealthy when no relist succeeded for this long.
     #[arg(long, value_name = "DURATION", default_value = "3m", value_parser = parse_positive_duration, env = "PLEGD_RELIST_THRESHOLD")]
     pub relist_threshold: Duration,
@@ -129,9 +134,36 @@ pub struct RuntimeArgs {
 }
 
 impl RuntimeArgs {
+    /// The relations between the relist flags: one line naming the flag and its allowed range.
+    pub fn check(&self) -> Result<(), String> {
+        let show = |d: Duration| humantime::format_duration(d).to_string();
+        if self.relist_period >= self.relist_threshold {
+            return Err(format!(
+                "--relist-period {}: must be less than --relist-threshold ({})",
+                show(self.relist_period),
+                show(self.relist_threshold)
+            ));
+        }
+        // Without triggers the period with triggers is never used.
+        let stretched = self.triggers != TriggerMode::None;
+        if stretched
+            && (self.relist_period_with_triggers < self.relist_period
+                || self.relist_period_with_triggers >= self.relist_threshold)
+        {
+            return Err(format!(
+                "--relist-period-with-triggers {}: must be at least --relist-period ({}) and less than --relist-threshold ({})",
+                show(self.relist_period_with_triggers),
+                show(self.relist_period),
+                show(self.relist_threshold)
+            ));
+        }
+        Ok(())
+    }
+
     pub fn pleg_config(&self) -> PlegConfig {
         PlegConfig {
             relist_period: self.relist_period,
+            relist_period_with_triggers: self.relist_period_with_triggers,
             relist_threshold: self.relist_threshold,
             channel_capacity: self.event_channel_capacity,
         }
@@ -421,11 +453,26 @@ fn parse_cli() -> Result<Cli, String> {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     // clap prints its own one-line errors (and --help) and exits.
     let first = Cli::try_parse_from(&args).unwrap_or_else(|e| e.exit());
-    let Some(path) = first.config.clone() else {
-        return Ok(first);
+    let cli = match first.config.clone() {
+        None => first,
+        Some(path) => {
+            let args = args_with_config(args, &path).map_err(|e| e.to_string())?;
+            Cli::try_parse_from(&args).unwrap_or_else(|e| e.exit())
+        }
     };
-    let args = args_with_config(args, &path).map_err(|e| e.to_string())?;
-    Ok(Cli::try_parse_from(&args).unwrap_or_else(|e| e.exit()))
+    cli.check()?;
+    Ok(cli)
+}
+
+impl Cli {
+    /// What clap cannot check alone: relations between flags.
+    pub fn check(&self) -> Result<(), String> {
+        match &self.command {
+            Command::Watch(args) => args.runtime.check(),
+            Command::Run(args) => args.runtime.check(),
+            Command::Events(_) => Ok(()),
+        }
+    }
 }
 
 /// The async runtime for `--worker-threads`: one thread (tokio's current-thread scheduler) for 1,
@@ -621,5 +668,65 @@ mod tests {
         assert!(err.contains("--event-channel-capacity"), "{err}");
         let err = parse(&["plegd", "run", "--worker-threads", "0"]).unwrap_err();
         assert!(err.contains("--worker-threads") && err.contains("at least 1"), "{err}");
+    }
+
+    fn check(args: &[&str]) -> Result<(), String> {
+        parse(args)?.check()
+    }
+
+    #[test]
+    fn relist_periods_keep_their_order() {
+        assert_eq!(check(&["plegd", "watch"]), Ok(()));
+        let cli = parse(&["plegd", "run"]).unwrap();
+        let Command::Run(r) = cli.command else { panic!("run") };
+        let config = r.runtime.pleg_config();
+        assert_eq!(
+            (config.period(false), config.period(true)),
+            (Duration::from_secs(1), Duration::from_secs(30))
+        );
+        assert_eq!(
+            check(&[
+                "plegd",
+                "run",
+                "--relist-period",
+                "2s",
+                "--relist-period-with-triggers",
+                "2s"
+            ]),
+            Ok(())
+        );
+        let err = check(&["plegd", "watch", "--relist-period-with-triggers", "500ms"]).unwrap_err();
+        assert_eq!(
+            err,
+            "--relist-period-with-triggers 500ms: must be at least --relist-period (1s) and less than --relist-threshold (3m)"
+        );
+        let err = check(&["plegd", "run", "--relist-period-with-triggers", "5m"]).unwrap_err();
+        assert!(err.starts_with("--relist-period-with-triggers 5m: "), "{err}");
+        let err = check(&["plegd", "run", "--relist-period", "3m"]).unwrap_err();
+        assert_eq!(err, "--relist-period 3m: must be less than --relist-threshold (3m)");
+        let err = check(&[
+            "plegd",
+            "run",
+            "--relist-threshold",
+            "20s",
+            "--relist-period-with-triggers",
+            "20s",
+        ])
+        .unwrap_err();
+        assert!(err.contains("less than --relist-threshold (20s)"), "{err}");
+        // Unused without triggers, so not in the way of a short threshold.
+        assert_eq!(
+            check(&[
+                "plegd",
+                "run",
+                "--triggers",
+                "none",
+                "--relist-period",
+                "200ms",
+                "--relist-threshold",
+                "1s"
+            ]),
+            Ok(())
+        );
     }
 }

@@ -9,7 +9,8 @@ use std::sync::Arc;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::events::{Recorder, Reporter};
 use tokio::sync::mpsc;
-use tracing::info;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
 
 use crate::cache::PodCache;
 use crate::clock::SystemClock;
@@ -20,8 +21,12 @@ use crate::pleg::{GenericPleg, PlegConfig};
 use crate::runtime::{CriOptions, CriRuntime, RuntimeError};
 use crate::status::StatusMode;
 use crate::status::manager::{ManagerConfig, StatusManager};
+use crate::supervise::{StageEnded, StageHealth, Stages};
 use crate::sync_loop::{SyncConfig, SyncLoop};
 use crate::triggers::{self, TriggerMode, TriggerOptions};
+
+/// How long a cancelled set of stages may take to end before it is aborted.
+const STAGE_DRAIN: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Everything `plegd run` is told.
 #[derive(Debug, Clone)]
@@ -64,6 +69,8 @@ pub enum DaemonError {
     Backoff(#[from] crate::backoff::InvalidBackoff),
     #[error(transparent)]
     Api(#[from] crate::observe::ApiError),
+    #[error("{0}")]
+    StageEnded(#[from] StageEnded),
     #[error("cannot listen on --metrics-address {address}: {source}")]
     Metrics {
         address: std::net::SocketAddr,
@@ -76,10 +83,12 @@ pub enum DaemonError {
 struct DaemonHealth {
     pleg: Arc<GenericPleg<CriRuntime, SystemClock>>,
     informer: informer::Informer,
+    stages: StageHealth,
 }
 
 impl crate::http::Health for DaemonHealth {
     fn healthy(&self) -> Result<(), String> {
+        self.stages.check()?;
         self.pleg.healthy().map_err(|e| e.to_string())
     }
 
@@ -95,24 +104,27 @@ impl crate::http::Health for DaemonHealth {
 }
 
 /// systemd notifications: READY=1 after the first successful relist, then WATCHDOG=1 at half the
-/// watchdog interval, but only while the PLEG is healthy, so that systemd restarts a stuck plegd.
-/// Without NOTIFY_SOCKET (not under systemd) every notification is a no-op.
-async fn notify_systemd(pleg: Arc<GenericPleg<CriRuntime, SystemClock>>) {
+/// watchdog interval, but only while plegd is healthy (every stage running, the PLEG within its
+/// threshold), so that systemd restarts a stuck plegd. Without NOTIFY_SOCKET (not under systemd)
+/// every notification is a no-op.
+async fn notify_systemd(pleg: Arc<GenericPleg<CriRuntime, SystemClock>>, health: Arc<DaemonHealth>) {
+    use crate::http::Health;
     while pleg.last_relist().is_none() {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
     let Some(interval) = sd_notify::watchdog_enabled().filter(|d| !d.is_zero()) else {
-        return;
+        // Nothing more to say, but a stage that ends is a failure: stay until cancelled.
+        return std::future::pending().await;
     };
     let period = interval / 2;
     loop {
         tokio::time::sleep(period).await;
-        match pleg.healthy() {
+        match health.healthy() {
             Ok(()) => {
                 let _ = sd_notify::notify(&[sd_notify::NotifyState::Watchdog]);
             }
-            Err(error) => tracing::warn!(error = %error, "not pinging the systemd watchdog: PLEG is not healthy"),
+            Err(error) => tracing::warn!(error = %error, "not pinging the systemd watchdog: plegd is not healthy"),
         }
     }
 }
@@ -200,11 +212,24 @@ pub async fn kube_client(kubeconfig: Option<&PathBuf>, metrics: Arc<Metrics>) ->
     Ok(builder.with_layer(&CountRequestsLayer(metrics)).build())
 }
 
-/// Run the daemon until `shutdown` completes.
+/// Run the daemon until `shutdown` completes, or until one of its stages ends (an error: plegd
+/// then exits non-zero so that it is restarted).
 pub async fn run(
     options: DaemonOptions,
     metrics: Arc<Metrics>,
     shutdown: impl Future<Output = ()>,
+) -> Result<(), DaemonError> {
+    let (_, no_control) = mpsc::channel(1);
+    run_controlled(options, metrics, shutdown, no_control).await
+}
+
+/// [`run`], with stage names on `abort` ended as a crash would end them: how the tests show that
+/// the loss of any stage is seen.
+pub async fn run_controlled(
+    options: DaemonOptions,
+    metrics: Arc<Metrics>,
+    shutdown: impl Future<Output = ()>,
+    mut abort: mpsc::Receiver<String>,
 ) -> Result<(), DaemonError> {
     if options.manager.node_name.is_empty() {
         return Err(DaemonError::NoNodeName);
@@ -227,91 +252,111 @@ pub async fn run(
         options.pleg.clone(),
     );
     let pleg = Arc::new(pleg);
-    // Stop intake first at shutdown: these tasks take in work; the writers and endpoints go last.
-    let mut intake = triggers::spawn(
+    let stage_health = StageHealth::default();
+    // Two sets: at shutdown intake stops first (these stages take in work), then the status
+    // writers get a bounded time to flush, then the writers and endpoints stop.
+    let mut intake = Stages::new(CancellationToken::new(), stage_health.clone());
+    let mut output = Stages::new(CancellationToken::new(), stage_health.clone());
+    for (name, stage) in triggers::stages(
         options.triggers,
         &version,
         pleg.clone(),
         options.trigger_options.clone(),
-    )?;
-    intake.push(tokio::spawn(pleg.clone().run()));
+    )? {
+        intake.spawn(name, stage);
+    }
+    intake.spawn("relister", pleg.clone().run());
 
     let hub = EventHub::new(observe::SUBSCRIBER_BUFFER);
     // The syncLoop's queue has the configured capacity too, so that the setting bounds what is buffered.
     let (to_sync, sync_events) = mpsc::channel(options.pleg.channel_capacity.max(1));
-    intake.push(tokio::spawn(observe::fan_out(
-        events,
-        hub.clone(),
-        Some(to_sync),
-        metrics.clone(),
-    )));
+    intake.spawn(
+        "event-fan-out",
+        observe::fan_out(events, hub.clone(), Some(to_sync), metrics.clone()),
+    );
 
     let (changes_tx, changes) = mpsc::channel(4096);
-    let (informer, informer_task) =
+    let (informer, informer_stage) =
         informer::start(client.clone(), &options.manager.node_name, changes_tx, metrics.clone());
-    intake.push(informer_task);
+    intake.spawn("informer", informer_stage);
     // Only where no kubelet manages the pods does plegd finish deleted ones.
     let manager_config = ManagerConfig {
         delete_finished_pods: options.sync.mode == StatusMode::Full,
         ..options.manager.clone()
     };
     let manager = StatusManager::new(client.clone(), informer.store.clone(), manager_config, metrics.clone())?;
-    let mut rest = manager.start();
-    if let Some(path) = &options.api_socket {
-        rest.push(observe::serve(path, hub, metrics.clone())?);
+    for (name, stage) in manager.stages() {
+        output.spawn(name, stage);
     }
+    if let Some(path) = &options.api_socket {
+        output.spawn("observation-api", observe::serve(path, hub, metrics.clone())?);
+    }
+    let health = Arc::new(DaemonHealth {
+        pleg: pleg.clone(),
+        informer: informer.clone(),
+        stages: stage_health.clone(),
+    });
     if let Some(address) = options.metrics_address {
-        let health = Arc::new(DaemonHealth {
-            pleg: pleg.clone(),
-            informer: informer.clone(),
-        });
-        let (_, task) = crate::http::serve(address, metrics.clone(), health)
+        let (_, stage) = crate::http::serve(address, metrics.clone(), health.clone())
             .await
             .map_err(|source| DaemonError::Metrics { address, source })?;
-        rest.push(task);
+        output.spawn("http", stage);
     }
-    rest.push(tokio::spawn(notify_systemd(pleg.clone())));
+    output.spawn("systemd-notify", notify_systemd(pleg.clone(), health.clone()));
     let recorder = options.emit_events.then(|| {
-        Recorder::new(
+        let recorder = Recorder::new(
             client.clone(),
             Reporter {
                 controller: "plegd".into(),
                 instance: Some(options.manager.node_name.clone()),
             },
-        )
+        );
+        let (sender, stage) = crate::recorder::queue(recorder, crate::recorder::QUEUE, metrics.clone());
+        output.spawn("kube-events", stage);
+        sender
     });
     let mut sync = options.sync.clone();
     if sync.runtime_name.is_empty() {
         sync.runtime_name = version.runtime_name.clone();
     }
     let sync_loop = SyncLoop::new(pleg, informer, manager.clone(), recorder, sync, metrics);
-    intake.push(tokio::spawn(sync_loop.run(sync_events, changes)));
+    intake.spawn("sync-loop", sync_loop.run(sync_events, changes));
 
-    shutdown.await;
+    tokio::pin!(shutdown);
+    let failure = loop {
+        tokio::select! {
+            () = &mut shutdown => break None,
+            ended = intake.failure() => break Some(ended),
+            ended = output.failure() => break Some(ended),
+            Some(name) = abort.recv() => {
+                if !intake.abort(&name) && !output.abort(&name) {
+                    warn!(stage = %name, "no such stage to abort");
+                }
+            }
+        }
+    };
+    if let Some(ended) = &failure {
+        error!(stage = ended.stage, cause = %ended.cause, "a stage of plegd ended; plegd is unhealthy and exits so that it is restarted");
+    }
     // Stop taking in work, then give pending status writes a bounded time to land.
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
     info!(pending_status_writes = manager.pending(), "plegd stopping");
-    for task in intake {
-        task.abort();
-    }
     let deadline = tokio::time::Instant::now() + options.shutdown_timeout;
-    while manager.pending() > 0 && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-    let left = manager.pending();
-    if left > 0 {
-        tracing::warn!(
-            pending_status_writes = left,
+    intake.shutdown(STAGE_DRAIN).await;
+    if tokio::time::timeout_at(deadline, manager.flushed()).await.is_ok() {
+        info!("all status writes flushed");
+    } else {
+        warn!(
+            pending_status_writes = manager.pending(),
             "shutdown deadline reached with status writes pending"
         );
-    } else {
-        info!("all status writes flushed");
     }
-    for task in rest {
-        task.abort();
-    }
+    output.shutdown(STAGE_DRAIN).await;
     if let Some(path) = &options.api_socket {
         let _ = std::fs::remove_file(path);
     }
-    Ok(())
+    match failure {
+        Some(ended) => Err(DaemonError::StageEnded(ended)),
+        None => Ok(()),
+    }
 }

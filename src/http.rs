@@ -15,6 +15,7 @@ use sysinfo::{Pid, ProcessRefreshKind, ProcessesToUpdate, RefreshKind, System};
 use tracing::info;
 
 use crate::metrics::Metrics;
+use crate::supervise::Stage;
 
 /// What the endpoint asks about the daemon's state.
 pub trait Health: Send + Sync + 'static {
@@ -80,7 +81,7 @@ pub async fn serve(
     address: SocketAddr,
     metrics: Arc<Metrics>,
     health: Arc<dyn Health>,
-) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+) -> std::io::Result<(SocketAddr, Stage)> {
     let system = System::new_with_specifics(RefreshKind::nothing());
     let state = Arc::new(AppState {
         metrics,
@@ -101,8 +102,10 @@ pub async fn serve(
     let listener = tokio::net::TcpListener::bind(address).await?;
     let bound = listener.local_addr()?;
     info!(address = %bound, "metrics and health endpoint listening");
-    let task = tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
+    let stage: Stage = Box::pin(async move {
+        if let Err(error) = axum::serve(listener, app).await {
+            tracing::warn!(error = %error, "metrics and health endpoint failed");
+        }
     });
-    Ok((bound, task))
+    Ok((bound, stage))
 }

@@ -17,6 +17,7 @@ use tracing::{debug, info, warn};
 
 use crate::metrics::Metrics;
 use crate::pod::ApiPod;
+use crate::supervise::Stage;
 
 /// A pod that changed, for the syncLoop.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,13 +66,14 @@ fn change_of(pod: &ApiPod) -> Option<PodChange> {
     })
 }
 
-/// Start watching the pods bound to `node_name`; changes go to `changes`.
+/// The informer over the pods bound to `node_name` and the stage that runs its watch; changes go
+/// to `changes`.
 pub fn start(
     client: kube::Client,
     node_name: &str,
     changes: mpsc::Sender<PodChange>,
     metrics: Arc<Metrics>,
-) -> (Informer, tokio::task::JoinHandle<()>) {
+) -> (Informer, Stage) {
     let api: Api<Pod> = Api::all(client);
     let config = watcher::Config::default().fields(&format!("spec.nodeName={node_name}"));
     let (store, writer) = reflector::store();
@@ -81,7 +83,7 @@ pub fn start(
         ready: ready.clone(),
     };
     let node = node_name.to_owned();
-    let task = tokio::spawn(async move {
+    let stage: Stage = Box::pin(async move {
         let stream = watcher::watcher(api, config)
             .default_backoff()
             .map_ok(to_api_pod)
@@ -99,7 +101,7 @@ pub fn start(
                     None
                 }
                 Err(error) => {
-                    metrics.count_runtime_error("informer_watch");
+                    metrics.informer_errors.inc();
                     warn!(error = %error, "pod watch failed; retrying with backoff");
                     None
                 }
@@ -112,5 +114,5 @@ pub fn start(
             }
         }
     });
-    (informer, task)
+    (informer, stage)
 }

@@ -73,6 +73,8 @@ pub struct Metrics {
     pub relist_interval: Histogram,
     pub last_seen: Gauge<f64, AtomicU64>,
     pub discard_events: Counter,
+    pub informer_errors: Counter,
+    pub kube_events_dropped: Counter,
     pub running_pods: Gauge,
     pub running_containers: Family<StateLabel, Gauge>,
     pub runtime_bad_data: Family<KindLabel, Counter>,
@@ -112,6 +114,8 @@ impl Metrics {
         let relist_interval = default_histogram();
         let last_seen = Gauge::<f64, AtomicU64>::default();
         let discard_events = Counter::default();
+        let informer_errors = Counter::default();
+        let kube_events_dropped = Counter::default();
         let running_pods = Gauge::default();
         let running_containers = Family::<StateLabel, Gauge>::default();
         let runtime_bad_data = Family::<KindLabel, Counter>::default();
@@ -190,6 +194,20 @@ impl Metrics {
             "runtime_bad_data",
             "Items the container runtime reported that plegd could not use as they were",
             runtime_bad_data.clone(),
+        );
+        register(
+            &mut registry,
+            &mut names,
+            "kube_events_dropped",
+            "Kubernetes Events dropped because the queue to the apiserver was full (--emit-events)",
+            kube_events_dropped.clone(),
+        );
+        register(
+            &mut registry,
+            &mut names,
+            "informer_errors",
+            "Failed pod list or watch calls of the informer, each retried with backoff",
+            informer_errors.clone(),
         );
         register(
             &mut registry,
@@ -363,6 +381,8 @@ impl Metrics {
             relist_interval,
             last_seen,
             discard_events,
+            informer_errors,
+            kube_events_dropped,
             running_pods,
             running_containers,
             runtime_bad_data,

@@ -13,10 +13,11 @@ use tokio::net::UnixListener;
 use tokio::sync::{broadcast, mpsc};
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::{Request, Response, Status};
-use tracing::{debug, info};
+use tracing::{info, warn};
 
 use crate::metrics::Metrics;
 use crate::pleg::{PodLifecycleEvent, PodLifecycleEventType};
+use crate::supervise::Stage;
 
 /// The generated `plegd.v1` API.
 pub mod api {
@@ -149,28 +150,26 @@ impl Events for EventsService {
                 "unknown event type {bad:?}; use ContainerStarted, ContainerDied, ContainerRemoved or PodSync"
             )));
         }
-        let mut events = self.hub.subscribe();
+        let events = self.hub.subscribe();
         let metrics = self.metrics.clone();
-        // A small queue to the client; when it is full this task waits, and the broadcast lags.
-        let (tx, rx) = mpsc::channel(64);
-        tokio::spawn(async move {
-            loop {
-                let item = match events.recv().await {
-                    Ok(event) if matches(&filter, &event) => watch_response::Item::Event(to_api(&event)),
-                    Ok(_) => continue,
-                    Err(broadcast::error::RecvError::Lagged(missed)) => {
-                        metrics.observer_lagged.inc_by(missed);
-                        watch_response::Item::Lagged(Lagged { missed })
-                    }
-                    Err(broadcast::error::RecvError::Closed) => return,
-                };
-                if tx.send(Ok(WatchResponse { item: Some(item) })).await.is_err() {
-                    debug!("event subscriber went away");
-                    return;
+        // The stream is polled by the connection as the client takes it in (no task of its own);
+        // a client slower than the events makes its subscription lag, and is told how many it missed.
+        let stream =
+            futures_util::stream::unfold((events, filter, metrics), |(mut events, filter, metrics)| async move {
+                loop {
+                    let item = match events.recv().await {
+                        Ok(event) if matches(&filter, &event) => watch_response::Item::Event(to_api(&event)),
+                        Ok(_) => continue,
+                        Err(broadcast::error::RecvError::Lagged(missed)) => {
+                            metrics.observer_lagged.inc_by(missed);
+                            watch_response::Item::Lagged(Lagged { missed })
+                        }
+                        Err(broadcast::error::RecvError::Closed) => return None,
+                    };
+                    return Some((Ok(WatchResponse { item: Some(item) }), (events, filter, metrics)));
                 }
-            }
-        });
-        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
+            });
+        Ok(Response::new(Box::pin(stream)))
     }
 }
 
@@ -193,7 +192,7 @@ pub enum ApiError {
 
 /// Serve the observation API on `path` (a stale socket file is replaced; the directory is created
 /// owner-only). Returns the server task.
-pub fn serve(path: &Path, hub: EventHub, metrics: Arc<Metrics>) -> Result<tokio::task::JoinHandle<()>, ApiError> {
+pub fn serve(path: &Path, hub: EventHub, metrics: Arc<Metrics>) -> Result<Stage, ApiError> {
     use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
         std::fs::DirBuilder::new()
@@ -214,11 +213,14 @@ pub fn serve(path: &Path, hub: EventHub, metrics: Arc<Metrics>) -> Result<tokio:
     let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660));
     info!(socket = %path.display(), "observation API listening");
     let service = EventsServer::new(EventsService { hub, metrics });
-    Ok(tokio::spawn(async move {
-        let _ = tonic::transport::Server::builder()
+    Ok(Box::pin(async move {
+        if let Err(error) = tonic::transport::Server::builder()
             .add_service(service)
             .serve_with_incoming(UnixListenerStream::new(listener))
-            .await;
+            .await
+        {
+            warn!(error = %error, "observation API server failed");
+        }
     }))
 }
 

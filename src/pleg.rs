@@ -17,6 +17,7 @@ use std::time::{Duration, SystemTime};
 
 use serde::{Serialize, Serializer};
 use tokio::sync::mpsc::{self, error::TrySendError};
+use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::cache::PodCache;
@@ -27,6 +28,10 @@ use crate::runtime::{IdKind, Runtime, RuntimeError};
 
 /// Default period between two global relists.
 pub const DEFAULT_RELIST_PERIOD: Duration = Duration::from_secs(1);
+/// Default period between two global relists while a runtime event stream is healthy: the relist is
+/// then only the safety net for an event the stream lost (BENCHMARKS.md, "Idle cost on containerd
+/// 2.1", says why 30 s).
+pub const DEFAULT_RELIST_PERIOD_WITH_TRIGGERS: Duration = Duration::from_secs(30);
 /// Default threshold after which a PLEG that has not relisted is unhealthy.
 pub const DEFAULT_RELIST_THRESHOLD: Duration = Duration::from_secs(180);
 /// Default capacity of the event channel.
@@ -256,15 +261,30 @@ fn current_state_events(
 /// Settings of the relister.
 #[derive(Debug, Clone)]
 pub struct PlegConfig {
+    /// Period of the global relist while no runtime event stream is healthy.
     pub relist_period: Duration,
+    /// Period of the global relist while the runtime event stream is healthy (connected).
+    pub relist_period_with_triggers: Duration,
     pub relist_threshold: Duration,
     pub channel_capacity: usize,
+}
+
+impl PlegConfig {
+    /// The wait before the next global relist, by whether the runtime event stream is healthy.
+    pub fn period(&self, triggers_healthy: bool) -> Duration {
+        if triggers_healthy {
+            self.relist_period_with_triggers
+        } else {
+            self.relist_period
+        }
+    }
 }
 
 impl Default for PlegConfig {
     fn default() -> Self {
         Self {
             relist_period: DEFAULT_RELIST_PERIOD,
+            relist_period_with_triggers: DEFAULT_RELIST_PERIOD_WITH_TRIGGERS,
             relist_threshold: DEFAULT_RELIST_THRESHOLD,
             channel_capacity: DEFAULT_CHANNEL_CAPACITY,
         }
@@ -355,6 +375,21 @@ pub struct GenericPleg<R, C> {
     state: tokio::sync::Mutex<RelistState>,
     /// Start of the last successful global relist.
     relist_time: Mutex<Option<SystemTime>>,
+    /// Whether the runtime event stream is connected (see [`TriggerHealth`]).
+    triggers_healthy: watch::Sender<bool>,
+}
+
+/// The trigger stream's side of the relist period: a stream sets it healthy once subscribed and
+/// unhealthy as soon as it fails, which ends a long wait at once (whatever it missed is relisted
+/// then) and brings the relist back to its short period.
+#[derive(Clone)]
+pub struct TriggerHealth(watch::Sender<bool>);
+
+impl TriggerHealth {
+    pub fn set(&self, healthy: bool) {
+        self.0
+            .send_if_modified(|now| std::mem::replace(now, healthy) != healthy);
+    }
 }
 
 impl<R: Runtime, C: Clock> GenericPleg<R, C> {
@@ -376,6 +411,7 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
             events: tx,
             state: Default::default(),
             relist_time: Mutex::new(None),
+            triggers_healthy: watch::Sender::new(false),
         };
         (pleg, rx)
     }
@@ -395,6 +431,11 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
 
     pub fn runtime(&self) -> &R {
         &self.runtime
+    }
+
+    /// The handle a trigger stream reports its health through.
+    pub fn trigger_health(&self) -> TriggerHealth {
+        TriggerHealth(self.triggers_healthy.clone())
     }
 
     /// Start of the last successful global relist.
@@ -691,12 +732,19 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
         }
     }
 
-    /// Relist every period until the task is dropped. A failed relist is logged (once per outage,
-    /// then at debug) and retried at the next period; the health check reports it.
+    /// Relist every period until the task is dropped: `relist_period`, or
+    /// `relist_period_with_triggers` once a relist has succeeded with the event stream healthy all
+    /// along (whatever happened before the stream subscribed, an outage included, is then known); a
+    /// stream that fails during the long wait ends it at once. A failed relist is logged (once per
+    /// outage, then at debug) and retried at the next period; the health check reports it.
     pub async fn run(self: Arc<Self>) {
         let mut failing = false;
+        let mut health = self.triggers_healthy.subscribe();
+        let mut was_stretched = false;
         loop {
-            match self.relist().await {
+            let healthy_before = *health.borrow_and_update();
+            let relisted = self.relist().await;
+            match &relisted {
                 Ok(()) if failing => {
                     info!("relist succeeded again");
                     failing = false;
@@ -708,7 +756,22 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
                 }
                 Err(error) => debug!(error = %error, "relist failed again"),
             }
-            tokio::time::sleep(self.config.relist_period).await;
+            // A change since the snapshot is a transition (TriggerHealth sends only changes).
+            let stretched = relisted.is_ok() && healthy_before && !health.has_changed().unwrap_or(true);
+            let period = self.config.period(stretched);
+            if stretched != was_stretched {
+                info!(period = ?period, triggers_healthy = stretched, "periodic relist period");
+                was_stretched = stretched;
+            }
+            if !stretched {
+                tokio::time::sleep(period).await;
+                continue;
+            }
+            tokio::select! {
+                () = tokio::time::sleep(period) => {}
+                // Only an error can end the wait (the sender lives in self): no busy loop.
+                _ = health.wait_for(|healthy| !healthy) => {}
+            }
         }
     }
 }

@@ -25,7 +25,7 @@ use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 
 use kube::Resource;
-use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
+use kube::runtime::events::{Event as KubeEvent, EventType};
 use kube::runtime::reflector::ObjectRef;
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
@@ -38,6 +38,7 @@ use crate::informer::{Informer, PodChange};
 use crate::metrics::Metrics;
 use crate::pleg::{GenericPleg, PodLifecycleEvent, PodLifecycleEventType};
 use crate::pod::ApiPod;
+use crate::recorder::EventSender;
 use crate::runtime::Runtime;
 use crate::status::generate::{StatusInput, check_container_state_transition, generate, pod_is_finished};
 use crate::status::manager::StatusManager;
@@ -118,7 +119,7 @@ pub struct SyncLoop<R, C> {
     pleg: Arc<GenericPleg<R, C>>,
     informer: Informer,
     manager: Arc<StatusManager>,
-    recorder: Option<Recorder>,
+    recorder: Option<EventSender>,
     config: SyncConfig,
     metrics: Arc<Metrics>,
     pods: HashMap<String, Tracked>,
@@ -133,7 +134,7 @@ impl<R: Runtime, C: Clock> SyncLoop<R, C> {
         pleg: Arc<GenericPleg<R, C>>,
         informer: Informer,
         manager: Arc<StatusManager>,
-        recorder: Option<Recorder>,
+        recorder: Option<EventSender>,
         config: SyncConfig,
         metrics: Arc<Metrics>,
     ) -> Self {
@@ -442,12 +443,7 @@ impl<R: Runtime, C: Clock> SyncLoop<R, C> {
 
     /// Publish a Kubernetes Event about `pod` when `--emit-events` is on.
     fn publish(&self, pod: &ApiPod, event: KubeEvent) {
-        let Some(recorder) = self.recorder.clone() else { return };
-        let reference = pod.object_ref(&());
-        tokio::spawn(async move {
-            if let Err(error) = recorder.publish(&event, &reference).await {
-                debug!(error = %error, "publishing a Kubernetes Event failed");
-            }
-        });
+        let Some(recorder) = &self.recorder else { return };
+        recorder.send(event, pod.object_ref(&()));
     }
 }

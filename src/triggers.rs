@@ -1,7 +1,9 @@
 //! Runtime triggers: streams that say "something changed for this container or pod", turned into
 //! targeted relists. A trigger never carries state into plegd — no state, exit code or timestamp is
 //! taken from an event's payload; it only names what to relist (the lesson of the kubelet's
-//! Evented PLEG). The periodic relist keeps running as the safety net.
+//! Evented PLEG). The periodic relist keeps running as the safety net: every
+//! `relist_period_with_triggers` (default 30 s) while the stream is connected, every `relist_period`
+//! (default 1 s) from the moment it fails until it is connected again.
 //!
 //! Sources:
 //! - **containerd**: containerd's own events service (`/tasks/start|exit|delete|oom`,
@@ -41,8 +43,9 @@ use crate::backoff::{ExponentialBackoff, InvalidBackoff};
 use crate::clock::Clock;
 use crate::container::PodUid;
 use crate::metrics::Metrics;
-use crate::pleg::{GenericPleg, PlegContainerState};
+use crate::pleg::{GenericPleg, PlegContainerState, TriggerHealth};
 use crate::runtime::{CriRuntime, MAX_MESSAGE_SIZE, Runtime, RuntimeVersion};
+use crate::supervise::Stage;
 
 /// What a trigger asks for.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -444,11 +447,53 @@ enum StreamEnd {
 
 /// A subscription is in place: counted, logged, and one full relist asked for, since whatever
 /// happened before it was in place was not seen.
-fn stream_connected(source: Source, sender: &TriggerSender, metrics: &Metrics, connected: &mut bool) {
+fn stream_connected(source: Source, sender: &TriggerSender, metrics: &Metrics, link: &mut Link) {
     metrics.count_trigger_connect(source.as_str());
-    *connected = true;
+    link.connected = true;
+    link.health.set(true);
     info!(source = source.as_str(), "trigger stream connected");
     sender.send(Trigger::All);
+}
+
+/// How long a subscription call may stay unanswered before it counts as in place. gRPC servers
+/// written in Go (containerd among them) send a stream's response headers with its first message,
+/// so on a quiet node the call returns only when something happens; a refusal (no such service, a
+/// runtime that is down) is answered at once.
+pub const SUBSCRIBED_AFTER: Duration = Duration::from_millis(250);
+
+/// Await a subscription call. The link is connected when the call is answered, or once it has been
+/// open for [`SUBSCRIBED_AFTER`] without an answer, whichever comes first.
+async fn open<T>(
+    source: Source,
+    call: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    sender: &TriggerSender,
+    metrics: &Metrics,
+    link: &mut Link,
+) -> Result<T, StreamEnd> {
+    tokio::pin!(call);
+    let answer = tokio::select! {
+        answer = &mut call => answer,
+        () = tokio::time::sleep(SUBSCRIBED_AFTER) => {
+            stream_connected(source, sender, metrics, link);
+            call.await
+        }
+    };
+    match answer {
+        Ok(response) => {
+            if !link.connected {
+                stream_connected(source, sender, metrics, link);
+            }
+            Ok(response.into_inner())
+        }
+        Err(status) if status.code() == tonic::Code::Unimplemented => Err(StreamEnd::Unimplemented),
+        Err(status) => Err(StreamEnd::Failed(status)),
+    }
+}
+
+/// One subscription's state: whether it got connected, and the relister's view of its health.
+struct Link {
+    connected: bool,
+    health: TriggerHealth,
 }
 
 async fn containerd_subscription(
@@ -456,20 +501,16 @@ async fn containerd_subscription(
     options: &TriggerOptions,
     sender: &TriggerSender,
     metrics: &Metrics,
-    connected: &mut bool,
+    link: &mut Link,
 ) -> StreamEnd {
     let mut client = EventsClient::new(channel).max_decoding_message_size(MAX_MESSAGE_SIZE);
     let request = SubscribeRequest {
         filters: containerd_filters(&options.namespace),
     };
-    let mut stream = match client.subscribe(request).await {
-        Ok(response) => response.into_inner(),
-        Err(status) if status.code() == tonic::Code::Unimplemented => {
-            return StreamEnd::Unimplemented;
-        }
-        Err(status) => return StreamEnd::Failed(status),
+    let mut stream = match open(Source::Containerd, client.subscribe(request), sender, metrics, link).await {
+        Ok(stream) => stream,
+        Err(end) => return end,
     };
-    stream_connected(Source::Containerd, sender, metrics, connected);
     loop {
         match stream.message().await {
             Ok(Some(envelope)) => {
@@ -501,23 +542,14 @@ pub fn replayed(event: &cri::ContainerEventResponse, subscribed_at: SystemTime) 
     event.created_at > 0 && i128::from(event.created_at) < subscribed.as_nanos() as i128
 }
 
-async fn cri_subscription(
-    channel: Channel,
-    sender: &TriggerSender,
-    metrics: &Metrics,
-    connected: &mut bool,
-) -> StreamEnd {
+async fn cri_subscription(channel: Channel, sender: &TriggerSender, metrics: &Metrics, link: &mut Link) -> StreamEnd {
     let mut client = RuntimeServiceClient::new(channel).max_decoding_message_size(MAX_MESSAGE_SIZE);
     let subscribed_at = SystemTime::now();
-    // The call itself only returns when the first event arrives.
-    let mut stream = match client.get_container_events(cri::GetEventsRequest {}).await {
-        Ok(response) => response.into_inner(),
-        Err(status) if status.code() == tonic::Code::Unimplemented => {
-            return StreamEnd::Unimplemented;
-        }
-        Err(status) => return StreamEnd::Failed(status),
+    let call = client.get_container_events(cri::GetEventsRequest {});
+    let mut stream = match open(Source::Cri, call, sender, metrics, link).await {
+        Ok(stream) => stream,
+        Err(end) => return end,
     };
-    stream_connected(Source::Cri, sender, metrics, connected);
     loop {
         match stream.message().await {
             Ok(Some(event)) => {
@@ -539,8 +571,9 @@ async fn cri_subscription(
 
 /// Run one trigger source forever: subscribe, forward triggers, and after any failure wait (with
 /// capped exponential backoff) and subscribe again. Each connection (the first too) asks for one
-/// full relist, since events may have been missed before the subscription was in place. It
-/// returns only when the runtime does not implement the stream and `mode` is `Auto`.
+/// full relist, since events may have been missed before the subscription was in place. When the
+/// runtime does not implement the stream and `mode` is `Auto` it logs so and idles. It returns only
+/// an error in its settings.
 pub async fn run_source(
     source: Source,
     mode: TriggerMode,
@@ -548,6 +581,7 @@ pub async fn run_source(
     version: &RuntimeVersion,
     options: TriggerOptions,
     sender: TriggerSender,
+    health: TriggerHealth,
 ) -> Result<(), InvalidBackoff> {
     let mut backoff = ExponentialBackoff::try_new(options.initial_backoff, options.max_backoff)?;
     let metrics = runtime.metrics().clone();
@@ -558,13 +592,18 @@ pub async fn run_source(
         );
     }
     loop {
-        let mut connected = false;
+        let mut link = Link {
+            connected: false,
+            health: health.clone(),
+        };
         let channel = runtime.stream_channel();
         let end = match source {
-            Source::Containerd => containerd_subscription(channel, &options, &sender, &metrics, &mut connected).await,
-            Source::Cri => cri_subscription(channel, &sender, &metrics, &mut connected).await,
+            Source::Containerd => containerd_subscription(channel, &options, &sender, &metrics, &mut link).await,
+            Source::Cri => cri_subscription(channel, &sender, &metrics, &mut link).await,
         };
-        if connected {
+        // Whatever the stream would have said from now on is the relister's to find.
+        health.set(false);
+        if link.connected {
             backoff.reset();
         }
         let wait = backoff.next_wait();
@@ -574,7 +613,8 @@ pub async fn run_source(
                     source = source.as_str(),
                     "the runtime does not implement this event stream; relying on the periodic relist"
                 );
-                return Ok(());
+                // Nothing more to do, but a stage that ends is a failure: stay until cancelled.
+                return Ok(std::future::pending().await);
             }
             StreamEnd::Unimplemented => {
                 metrics.count_trigger_error(source.as_str());
@@ -609,31 +649,48 @@ pub fn cri_events_go_to_one_subscriber(version: &RuntimeVersion) -> bool {
     major.is_none_or(|m| m < 2)
 }
 
-/// Start the trigger machinery for `mode` on `runtime`: the source task and the dispatcher.
-/// Returns their handles (empty for `TriggerMode::None`).
-pub fn spawn<C: Clock>(
+/// The trigger machinery for `mode` on `runtime` as named stages to run supervised: the source
+/// and the dispatcher (none for `TriggerMode::None`).
+pub fn stages<C: Clock>(
     mode: TriggerMode,
     version: &RuntimeVersion,
     pleg: Arc<GenericPleg<CriRuntime, C>>,
     options: TriggerOptions,
-) -> Result<Vec<tokio::task::JoinHandle<()>>, InvalidBackoff> {
+) -> Result<Vec<(&'static str, Stage)>, InvalidBackoff> {
     let Some(source) = mode.source(&version.runtime_name) else {
         return Ok(Vec::new());
     };
-    // Validate before spawning so that bad settings fail at start.
+    // Validate before starting so that bad settings fail at start.
     ExponentialBackoff::try_new(options.initial_backoff, options.max_backoff)?;
     let metrics = pleg.runtime().metrics().clone();
     let (sender, receiver) = trigger_queue(options.queue);
     let runtime = pleg.runtime().clone();
     info!(source = source.as_str(), "runtime triggers on");
     let version = version.clone();
-    let source_task = tokio::spawn(async move {
-        if let Err(error) = run_source(source, mode, &runtime, &version, options, sender).await {
+    let health = pleg.trigger_health();
+    let source_stage: Stage = Box::pin(async move {
+        if let Err(error) = run_source(source, mode, &runtime, &version, options, sender, health).await {
             warn!(error = %error, "trigger source stopped");
         }
     });
-    let dispatcher = tokio::spawn(dispatch(pleg, receiver, metrics));
-    Ok(vec![source_task, dispatcher])
+    let dispatcher: Stage = Box::pin(dispatch(pleg, receiver, metrics));
+    Ok(vec![
+        ("trigger-source", source_stage),
+        ("trigger-dispatcher", dispatcher),
+    ])
+}
+
+/// [`stages`] spawned as plain tasks, for tests and benches that drive a relister by hand.
+pub fn spawn<C: Clock>(
+    mode: TriggerMode,
+    version: &RuntimeVersion,
+    pleg: Arc<GenericPleg<CriRuntime, C>>,
+    options: TriggerOptions,
+) -> Result<Vec<tokio::task::JoinHandle<()>>, InvalidBackoff> {
+    Ok(stages(mode, version, pleg, options)?
+        .into_iter()
+        .map(|(_, stage)| tokio::spawn(stage))
+        .collect())
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use crate::cache::PodCache;
@@ -15,6 +16,7 @@ use crate::clock::SystemClock;
 use crate::metrics::Metrics;
 use crate::pleg::{GenericPleg, PlegConfig, PodLifecycleEvent};
 use crate::runtime::{CriOptions, CriRuntime, RuntimeError};
+use crate::supervise::{StageEnded, StageHealth, Stages};
 use crate::triggers::{self, TriggerMode, TriggerOptions};
 
 /// How events are printed.
@@ -47,6 +49,9 @@ pub enum WatchError {
     /// Writing an event failed for another reason than a closed reader.
     #[error("writing events failed: {0}")]
     Output(#[source] std::io::Error),
+    /// A stage (relister, triggers) ended: the watch is blind, so it ends with an error.
+    #[error("{0}")]
+    StageEnded(#[from] StageEnded),
 }
 
 /// One event as a line, without the newline.
@@ -126,14 +131,16 @@ pub async fn watch(
     let cache = Arc::new(PodCache::new());
     let (pleg, events) = GenericPleg::new(runtime, SystemClock, cache, metrics, options.pleg);
     let pleg = Arc::new(pleg);
-    let mut tasks = triggers::spawn(options.triggers, &version, pleg.clone(), options.trigger_options)?;
-    tasks.push(tokio::spawn(pleg.run()));
+    let mut stages = Stages::new(CancellationToken::new(), StageHealth::default());
+    for (name, stage) in triggers::stages(options.triggers, &version, pleg.clone(), options.trigger_options)? {
+        stages.spawn(name, stage);
+    }
+    stages.spawn("relister", pleg.run());
     let result = tokio::select! {
         result = print_events(events, options.output, out) => result,
+        ended = stages.failure() => Err(WatchError::StageEnded(ended)),
         () = shutdown => Ok(()),
     };
-    for task in tasks {
-        task.abort();
-    }
+    stages.shutdown(std::time::Duration::from_secs(1)).await;
     result
 }

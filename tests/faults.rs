@@ -171,3 +171,54 @@ async fn killed_mid_churn_and_restarted_rewrites_only_what_changed() {
     let _ = plegd.kill();
     let _ = plegd.wait();
 }
+
+fn counted(metrics: &Metrics, name: &str) -> Option<f64> {
+    support::process::metric(&metrics.encode(), name)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conflict_is_counted_once_and_informer_errors_apart_from_the_runtime() {
+    let cri = FakeServer::start().await;
+    let api = TestApiserver::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    bind_pods(&cri, &api, "counts", 1, 1);
+    // The first two status PATCHes meet a conflict.
+    api.set_status_patch_conflicts(2);
+    let metrics = Arc::new(Metrics::new());
+    let mut options = support::daemon::options(&cri.path, api.kubeconfig(dir.path()), "counts", StatusMode::Full);
+    options.pleg.relist_period = Duration::from_millis(200);
+    options.triggers = TriggerMode::None;
+    options.manager.retry_initial = Duration::from_millis(50);
+    options.manager.retry_max = Duration::from_millis(200);
+    let _daemon = support::daemon::spawn(options, metrics.clone());
+    wait_until("the pod Running", Duration::from_secs(30), || {
+        phase(&api, 0) == "Running"
+    })
+    .await;
+    let conflicts = counted(&metrics, "plegd_status_writes_total{result=\"conflict\"}");
+    assert_eq!(conflicts, Some(2.0), "{}", metrics.encode());
+    assert_eq!(
+        counted(&metrics, "plegd_status_writes_total{result=\"retry\"}"),
+        None,
+        "a conflict is not also a retry"
+    );
+    assert!(counted(&metrics, "plegd_status_writes_total{result=\"ok\"}") >= Some(1.0));
+
+    // The apiserver's watches fail for a while: the informer's failures are its own, not the runtime's.
+    assert_eq!(counted(&metrics, "plegd_informer_errors_total"), Some(0.0));
+    api.set_fail_watches(true);
+    wait_until("an informer error", Duration::from_secs(30), || {
+        counted(&metrics, "plegd_informer_errors_total") >= Some(1.0)
+    })
+    .await;
+    api.set_fail_watches(false);
+    let text = metrics.encode();
+    assert!(
+        !text.contains("plegd_runtime_errors_total{operation=\"informer"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("plegd_runtime_errors_total{"),
+        "the runtime never failed: {text}"
+    );
+}

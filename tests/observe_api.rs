@@ -42,7 +42,7 @@ async fn filters_and_a_slow_consumer() {
     let path = dir.path().join("api").join("plegd.sock");
     let hub = EventHub::new(256);
     let metrics = Arc::new(Metrics::new());
-    let _server = observe::serve(&path, hub.clone(), metrics.clone()).expect("serve");
+    let _server = tokio::spawn(observe::serve(&path, hub.clone(), metrics.clone()).expect("serve"));
 
     let mut c = client(&path).await;
     let request = WatchRequest {

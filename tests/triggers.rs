@@ -41,6 +41,16 @@ fn quick_triggers() -> TriggerOptions {
 }
 
 async fn start(socket: &std::path::Path, mode: TriggerMode, relist_period: Duration) -> Plegd {
+    let config = PlegConfig {
+        relist_period,
+        relist_period_with_triggers: relist_period,
+        ..PlegConfig::default()
+    };
+    start_with(socket, mode, config).await
+}
+
+async fn start_with(socket: &std::path::Path, mode: TriggerMode, config: PlegConfig) -> Plegd {
+    let relist_period = config.relist_period;
     let metrics = Arc::new(Metrics::new());
     let options = CriOptions {
         initial_backoff: Duration::from_millis(20),
@@ -50,10 +60,6 @@ async fn start(socket: &std::path::Path, mode: TriggerMode, relist_period: Durat
     let (runtime, version) = CriRuntime::connect(socket, &options, metrics.clone())
         .await
         .expect("connect");
-    let config = PlegConfig {
-        relist_period,
-        ..PlegConfig::default()
-    };
     let (pleg, events) = GenericPleg::new(runtime, SystemClock, Arc::new(PodCache::new()), metrics.clone(), config);
     let pleg = Arc::new(pleg);
     // The first relist happens before triggers start, so that what exists is known.
@@ -142,6 +148,47 @@ async fn failing_stream_never_disables_triggers() {
     })
     .await;
     assert_eq!(seen.last().and_then(|e| e.exit_code), Some(6), "{seen:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_healthy_stream_stretches_the_relist_and_a_failed_one_ends_the_wait() {
+    let server = FakeServer::start().await;
+    server.fake.add_running_pod("u1", "web", 1);
+    let config = PlegConfig {
+        relist_period: Duration::from_millis(50),
+        relist_period_with_triggers: Duration::from_secs(3600),
+        ..PlegConfig::default()
+    };
+    let p = start_with(&server.path, TriggerMode::Cri, config).await;
+    let connects = |n| counter(&p.metrics, "plegd_trigger_stream_connects_total{source=\"cri\"}") >= n;
+    let lists = || server.fake.calls("ListPodSandbox");
+    wait_for("a connected stream", Duration::from_secs(5), || connects(1)).await;
+    // Past the connection's own full relist and the short wait that was under way.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = lists();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        lists(),
+        before,
+        "no periodic relist while the stream is healthy (period 1 h)"
+    );
+
+    // The stream fails and stays down: the hour's wait ends at once, and the relist is back to
+    // its short period (ten relists take 0.5 s at 50 ms, never happen within an hour).
+    server
+        .fake
+        .fail("GetContainerEvents", tonic::Status::unavailable("down"));
+    server.fake.break_event_streams(tonic::Status::internal("stream reset"));
+    let broken = lists();
+    wait_for("relists every 50 ms", Duration::from_secs(5), || lists() >= broken + 10).await;
+
+    // Connected again: the long period is back.
+    server.fake.heal("GetContainerEvents");
+    wait_for("a second connection", Duration::from_secs(5), || connects(2)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = lists();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(lists(), before, "the long period again once reconnected");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

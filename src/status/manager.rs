@@ -9,7 +9,8 @@
 //! errors and timeouts are retried with backoff; other refusals (400, 403, 422) are logged and
 //! counted and that version is dropped, so a bad status never loops.
 
-use std::collections::{HashMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -24,6 +25,7 @@ use crate::backoff::{ExponentialBackoff, InvalidBackoff};
 use crate::metrics::Metrics;
 use crate::pod::ApiPod;
 use crate::status::patch::status_patch_body;
+use crate::supervise::Stage;
 
 /// Settings of the status manager.
 #[derive(Debug, Clone)]
@@ -134,6 +136,8 @@ struct Entry {
 struct Inner {
     pods: HashMap<String, Entry>,
     queue: VecDeque<String>,
+    /// Pods waiting out a retry backoff, earliest first: the one delay queue of every retry.
+    retries: BinaryHeap<Reverse<(tokio::time::Instant, String)>>,
 }
 
 /// One pod's write, taken from the queue by a writer.
@@ -154,6 +158,8 @@ enum Outcome {
     Gone,
     Refused,
     Retry,
+    /// A 409 for the pod plegd still knows: retried like [`Outcome::Retry`], counted apart.
+    Conflict,
 }
 
 impl Outcome {
@@ -164,6 +170,7 @@ impl Outcome {
             Outcome::Gone => "gone",
             Outcome::Refused => "rejected",
             Outcome::Retry => "retry",
+            Outcome::Conflict => "conflict",
         }
     }
 }
@@ -176,6 +183,10 @@ pub struct StatusManager {
     config: ManagerConfig,
     inner: Mutex<Inner>,
     work: Notify,
+    /// Woken when a retry is scheduled (the retry queue may have a new earliest entry).
+    retry_scheduled: Notify,
+    /// Woken when a write finishes (for [`StatusManager::flushed`]).
+    written: Notify,
     limiter: TokenBucket,
     /// The validated retry backoff each pod starts from.
     retry: ExponentialBackoff,
@@ -224,6 +235,8 @@ impl StatusManager {
             config,
             inner: Mutex::default(),
             work: Notify::new(),
+            retry_scheduled: Notify::new(),
+            written: Notify::new(),
             metrics,
         }))
     }
@@ -232,11 +245,65 @@ impl StatusManager {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Start the writers; they run until their tasks are aborted.
-    pub fn start(self: &Arc<Self>) -> Vec<tokio::task::JoinHandle<()>> {
-        (0..self.config.writers.max(1))
-            .map(|_| tokio::spawn(self.clone().writer()))
-            .collect()
+    /// The manager's stages, to run supervised until cancelled: the writers, and the retry queue
+    /// that hands pods back to them once their backoff is over.
+    pub fn stages(self: &Arc<Self>) -> Vec<(&'static str, Stage)> {
+        let mut stages: Vec<(&'static str, Stage)> = (0..self.config.writers.max(1))
+            .map(|_| ("status-writer", Box::pin(self.clone().writer()) as Stage))
+            .collect();
+        stages.push(("status-retries", Box::pin(self.clone().retries())));
+        stages
+    }
+
+    /// Wait until no status write is pending (never returns while one is).
+    pub async fn flushed(&self) {
+        loop {
+            let written = self.written.notified();
+            tokio::pin!(written);
+            written.as_mut().enable();
+            if self.pending() == 0 {
+                return;
+            }
+            written.await;
+        }
+    }
+
+    /// The retry queue: sleeps until the earliest retry is due and queues every pod that is.
+    async fn retries(self: Arc<Self>) {
+        loop {
+            let scheduled = self.retry_scheduled.notified();
+            tokio::pin!(scheduled);
+            scheduled.as_mut().enable();
+            let now = tokio::time::Instant::now();
+            let next = {
+                let mut inner = self.lock();
+                let mut due = false;
+                while let Some(Reverse((at, _))) = inner.retries.peek()
+                    && *at <= now
+                {
+                    let Some(Reverse((_, uid))) = inner.retries.pop() else {
+                        break;
+                    };
+                    if inner.pods.contains_key(&uid) {
+                        inner.queue.push_back(uid);
+                        due = true;
+                    }
+                }
+                if due {
+                    self.work.notify_one();
+                }
+                inner.retries.peek().map(|Reverse((at, _))| *at)
+            };
+            match next {
+                Some(at) => {
+                    tokio::select! {
+                        () = tokio::time::sleep_until(at) => {}
+                        () = &mut scheduled => {}
+                    }
+                }
+                None => scheduled.await,
+            }
+        }
     }
 
     /// The status to generate from for `pod`: plegd's own last write while the informer's copy is
@@ -318,6 +385,8 @@ impl StatusManager {
         let mut inner = self.lock();
         inner.pods.remove(uid);
         inner.queue.retain(|u| u != uid);
+        drop(inner);
+        self.written.notify_waiters();
     }
 
     /// Pods with a status not yet written.
@@ -376,6 +445,7 @@ impl StatusManager {
                 outcome = self.delete_finished(&uid, &key).await.unwrap_or(outcome);
             }
             self.finish(&uid, version, outcome);
+            self.written.notify_waiters();
         }
     }
 
@@ -405,7 +475,7 @@ impl StatusManager {
                 }
                 None
             }
-            Outcome::Retry => Some(entry.retry.next_wait()),
+            Outcome::Retry | Outcome::Conflict => Some(entry.retry.next_wait()),
             Outcome::Gone => return,
         };
         match delay {
@@ -417,18 +487,10 @@ impl StatusManager {
             }
             Some(delay) => {
                 entry.queued = true;
+                let at = tokio::time::Instant::now() + delay;
+                inner.retries.push(Reverse((at, uid.to_owned())));
                 drop(inner);
-                let manager = self.clone();
-                let uid = uid.to_owned();
-                tokio::spawn(async move {
-                    tokio::time::sleep(delay).await;
-                    let mut inner = manager.lock();
-                    if inner.pods.contains_key(&uid) {
-                        inner.queue.push_back(uid);
-                        drop(inner);
-                        manager.work.notify_one();
-                    }
-                });
+                self.retry_scheduled.notify_one();
             }
         }
     }
@@ -546,8 +608,7 @@ impl StatusManager {
                     if now.as_ref().and_then(|p| p.metadata.uid.as_deref()) != Some(uid) {
                         Outcome::Gone
                     } else {
-                        self.metrics.count_status_write("conflict");
-                        Outcome::Retry
+                        Outcome::Conflict
                     }
                 }
                 400 | 403 | 422 => {

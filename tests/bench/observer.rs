@@ -23,6 +23,7 @@ pub async fn start_plegd(
         .expect("connect");
     let config = PlegConfig {
         relist_period: period,
+        relist_period_with_triggers: period,
         ..PlegConfig::default()
     };
     let (pleg, events) = GenericPleg::new(runtime, SystemClock, Arc::new(PodCache::new()), metrics, config);

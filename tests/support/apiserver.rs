@@ -39,6 +39,10 @@ pub struct Faults {
     pub down: bool,
     pub delay: Option<Duration>,
     pub status_patch_500: bool,
+    /// Watches answered 500 (which clients do not retry on their own, unlike 503).
+    pub fail_watches: bool,
+    /// The next this many status PATCHes are answered 409 Conflict.
+    pub status_patch_conflicts: u32,
     /// DELETEs answered 403, as for an identity without the `delete` verb on pods.
     pub forbid_deletes: bool,
 }
@@ -321,6 +325,18 @@ impl TestApiserver {
         lock(&self.inner.faults).forbid_deletes = on;
     }
 
+    /// Watches fail with 500 and open ones end, or normal service again.
+    pub fn set_fail_watches(&self, on: bool) {
+        lock(&self.inner.faults).fail_watches = on;
+        if on {
+            self.inner.epoch.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    pub fn set_status_patch_conflicts(&self, count: u32) {
+        lock(&self.inner.faults).status_patch_conflicts = count;
+    }
+
     pub fn set_status_patch_500(&self, on: bool) {
         lock(&self.inner.faults).status_patch_500 = on;
     }
@@ -337,17 +353,38 @@ async fn log_and_faults(State(inner): State<Arc<Inner>>, request: Request, next:
     let method = request.method().to_string();
     let path = request.uri().path().to_owned();
     let query = request.uri().query().unwrap_or("").to_owned();
-    let (down, delay, fail_patch, forbid_delete) = {
-        let f = lock(&inner.faults);
-        (f.down, f.delay, f.status_patch_500, f.forbid_deletes)
+    let status_patch = request.method() == Method::PATCH && path.ends_with("/status");
+    let watch = query.split('&').any(|p| p == "watch=true" || p == "watch=1");
+    let (down, delay, fail_patch, conflict, forbid_delete, fail_watch) = {
+        let mut f = lock(&inner.faults);
+        let conflict = status_patch && !f.down && f.status_patch_conflicts > 0;
+        if conflict {
+            f.status_patch_conflicts -= 1;
+        }
+        (
+            f.down,
+            f.delay,
+            f.status_patch_500,
+            conflict,
+            f.forbid_deletes,
+            watch && f.fail_watches,
+        )
     };
     if let Some(delay) = delay {
         tokio::time::sleep(delay).await;
     }
     let response = if down {
         status_error(503, "ServiceUnavailable", "the test apiserver is down")
-    } else if fail_patch && request.method() == Method::PATCH && path.ends_with("/status") {
+    } else if fail_patch && status_patch {
         status_error(500, "InternalError", "injected failure")
+    } else if fail_watch {
+        status_error(500, "InternalError", "injected watch failure")
+    } else if conflict {
+        status_error(
+            409,
+            "Conflict",
+            "the object has been modified; please apply your changes to the latest version and try again",
+        )
     } else if forbid_delete && request.method() == Method::DELETE {
         status_error(403, "Forbidden", "pods is forbidden: cannot delete resource \"pods\"")
     } else {

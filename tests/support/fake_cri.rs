@@ -549,8 +549,19 @@ impl RuntimeService for FakeCri {
     async fn get_container_events(&self, _: Request<cri::GetEventsRequest>) -> Result<Response<EventStream>, Status> {
         self.enter("GetContainerEvents").await?;
         use tokio::sync::broadcast::error::RecvError;
+        let mut rx = self.events.subscribe();
+        // As containerd (grpc-go) does, the response headers go with the first event: until one
+        // comes the call is not answered. An error before it is the call's answer.
+        let first = loop {
+            match rx.recv().await {
+                Ok(Ok(event)) => break event,
+                Ok(Err(status)) => return Err(status),
+                Err(RecvError::Lagged(_)) => continue,
+                Err(RecvError::Closed) => return Err(Status::unavailable("shutting down")),
+            }
+        };
         // An Err item is sent and then ends the stream, like a broken connection.
-        let stream = futures_util::stream::unfold((self.events.subscribe(), false), |(mut rx, ended)| async move {
+        let rest = futures_util::stream::unfold((rx, false), |(mut rx, ended)| async move {
             if ended {
                 return None;
             }
@@ -563,6 +574,7 @@ impl RuntimeService for FakeCri {
                 }
             }
         });
+        let stream = futures_util::StreamExt::chain(futures_util::stream::once(async move { Ok(first) }), rest);
         Ok(Response::new(Box::pin(stream)))
     }
 

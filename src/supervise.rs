@@ -1,0 +1,234 @@
+//! The task tree. Every long-running stage of plegd (relister, triggers, informer, syncLoop, status
+//! writers, endpoints) runs in a [`Stages`] set, named, under a cancellation token. A stage is
+//! meant to run until it is cancelled: one that returns or panics before that is a failure. The
+//! first failure is kept in [`StageHealth`] (so `/healthz` fails and the systemd watchdog stops),
+//! logged once with its cause by the caller, and ends the daemon with a non-zero exit, so that
+//! systemd or the DaemonSet restarts it. Nothing runs detached: shutdown cancels each set and waits
+//! a bounded time for its stages to end.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use tokio::task::{AbortHandle, Id, JoinSet};
+use tokio_util::sync::CancellationToken;
+
+/// A stage's work, boxed so that stages of every kind go in one list.
+pub type Stage = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// A stage that ended while plegd was not shutting down.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("stage {stage} {cause}")]
+pub struct StageEnded {
+    pub stage: &'static str,
+    /// `returned`, `panicked: <message>` or `was aborted`.
+    pub cause: String,
+}
+
+/// The first stage failure, shared with whatever reports health.
+#[derive(Debug, Clone, Default)]
+pub struct StageHealth(Arc<OnceLock<StageEnded>>);
+
+impl StageHealth {
+    /// Ok while every stage runs; else which one ended and how.
+    pub fn check(&self) -> Result<(), String> {
+        match self.0.get() {
+            None => Ok(()),
+            Some(ended) => Err(format!("{ended}; plegd is exiting")),
+        }
+    }
+
+    fn fail(&self, ended: StageEnded) {
+        let _ = self.0.set(ended);
+    }
+}
+
+fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a non-string panic".to_owned()
+    }
+}
+
+/// A set of named stages under one token.
+pub struct Stages {
+    set: JoinSet<()>,
+    names: HashMap<Id, (&'static str, AbortHandle)>,
+    token: CancellationToken,
+    health: StageHealth,
+}
+
+impl Stages {
+    pub fn new(token: CancellationToken, health: StageHealth) -> Self {
+        Self {
+            set: JoinSet::new(),
+            names: HashMap::new(),
+            token,
+            health,
+        }
+    }
+
+    /// Run `stage` until it ends or the set's token is cancelled (it is then dropped at its next
+    /// await point).
+    pub fn spawn(&mut self, name: &'static str, stage: impl Future<Output = ()> + Send + 'static) {
+        let token = self.token.clone();
+        let handle = self.set.spawn(async move {
+            tokio::select! {
+                biased;
+                () = token.cancelled() => {}
+                () = stage => {}
+            }
+        });
+        self.names.insert(handle.id(), (name, handle));
+    }
+
+    /// The names of the stages still running, sorted.
+    pub fn running(&self) -> Vec<&'static str> {
+        let mut names: Vec<_> = self.names.values().map(|(name, _)| *name).collect();
+        names.sort_unstable();
+        names
+    }
+
+    /// Abort one stage as a crash would end it (for tests of the supervision itself). Returns
+    /// whether a stage of that name was running.
+    pub fn abort(&mut self, name: &str) -> bool {
+        match self.names.values().find(|(n, _)| *n == name) {
+            Some((_, handle)) => {
+                handle.abort();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Wait for the first stage to end before the token is cancelled: that is a failure, kept in
+    /// the health and returned. Never completes while every stage runs (or when there are none).
+    pub async fn failure(&mut self) -> StageEnded {
+        loop {
+            let Some(result) = self.set.join_next_with_id().await else {
+                return std::future::pending().await;
+            };
+            let (id, cause) = match result {
+                Ok((id, ())) => (id, "returned".to_owned()),
+                Err(e) if e.is_panic() => {
+                    let id = e.id();
+                    (id, format!("panicked: {}", panic_message(e.into_panic())))
+                }
+                Err(e) => (e.id(), "was aborted".to_owned()),
+            };
+            let stage = self.names.remove(&id).map_or("unnamed", |(name, _)| name);
+            if self.token.is_cancelled() {
+                continue;
+            }
+            let ended = StageEnded { stage, cause };
+            self.health.fail(ended.clone());
+            return ended;
+        }
+    }
+
+    /// Cancel every stage and wait up to `drain` for them to end; what is still running then is
+    /// aborted. Returns the names of the stages that had to be aborted.
+    pub async fn shutdown(mut self, drain: Duration) -> Vec<&'static str> {
+        self.token.cancel();
+        let deadline = tokio::time::Instant::now() + drain;
+        loop {
+            match tokio::time::timeout_at(deadline, self.set.join_next_with_id()).await {
+                Ok(None) => return Vec::new(),
+                Ok(Some(result)) => {
+                    let id = match &result {
+                        Ok((id, ())) => *id,
+                        Err(e) => e.id(),
+                    };
+                    self.names.remove(&id);
+                }
+                Err(_) => {
+                    let left = self.running();
+                    self.set.shutdown().await;
+                    return left;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stages() -> (Stages, StageHealth) {
+        let health = StageHealth::default();
+        (Stages::new(CancellationToken::new(), health.clone()), health)
+    }
+
+    #[tokio::test]
+    async fn a_stage_that_returns_is_a_failure() {
+        let (mut set, health) = stages();
+        set.spawn("forever", std::future::pending());
+        set.spawn("quitter", async {});
+        let ended = set.failure().await;
+        assert_eq!(
+            ended,
+            StageEnded {
+                stage: "quitter",
+                cause: "returned".into()
+            }
+        );
+        assert_eq!(health.check(), Err("stage quitter returned; plegd is exiting".into()));
+        assert_eq!(set.running(), ["forever"]);
+    }
+
+    #[tokio::test]
+    async fn a_panic_is_a_failure_with_its_message() {
+        let (mut set, health) = stages();
+        set.spawn("crasher", async { panic!("index out of range") });
+        let ended = set.failure().await;
+        assert_eq!(ended.stage, "crasher");
+        assert_eq!(ended.cause, "panicked: index out of range");
+        assert!(health.check().is_err());
+    }
+
+    #[tokio::test]
+    async fn an_aborted_stage_is_a_failure() {
+        let (mut set, _) = stages();
+        set.spawn("a", std::future::pending());
+        set.spawn("b", std::future::pending());
+        assert!(set.abort("b"));
+        assert!(!set.abort("nonexistent"));
+        let ended = set.failure().await;
+        assert_eq!((ended.stage, ended.cause.as_str()), ("b", "was aborted"));
+    }
+
+    #[tokio::test]
+    async fn shutdown_drops_every_stage_and_is_no_failure() {
+        struct Dropped(Arc<std::sync::atomic::AtomicUsize>);
+        impl Drop for Dropped {
+            fn drop(&mut self) {
+                self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+        let (mut set, health) = stages();
+        let dropped = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        for name in ["a", "b"] {
+            let guard = Dropped(dropped.clone());
+            set.spawn(name, async move {
+                let _guard = guard;
+                std::future::pending::<()>().await;
+            });
+        }
+        let left = set.shutdown(Duration::from_secs(1)).await;
+        assert!(left.is_empty(), "cancelled stages end at their next await: {left:?}");
+        assert_eq!(dropped.load(std::sync::atomic::Ordering::SeqCst), 2);
+        assert_eq!(health.check(), Ok(()));
+    }
+
+    #[tokio::test]
+    async fn no_stages_never_fail() {
+        let (mut set, _) = stages();
+        let waited = tokio::time::timeout(Duration::from_millis(50), set.failure()).await;
+        assert!(waited.is_err());
+    }
+}

@@ -1,0 +1,251 @@
+//! Idle cost of the whole daemon on a real containerd (2.1 unless PLEGD_CONTAINERD_VERSION says
+//! otherwise), with and without runtime triggers, and what each relist period costs the node.
+//!
+//! N pods of C running containers (busybox `sleep`, host network) are made through CRI in a private
+//! containerd instance, with a bound pod object for each in the test apiserver. Then the `plegd run`
+//! binary (release, full status mode, `--worker-threads 1`) runs against them once per
+//! configuration, each with a fresh apiserver: relist every 1 s without triggers (plegd's behaviour
+//! before triggers stretched the relist), then triggers on with each `--relist-period-with-triggers`
+//! asked for. Once every pod is Running and 12 s more have passed (the first 10 s resync of every
+//! pod is behind), plegd's CPU time and RSS, and containerd's CPU time, are read from /proc.
+//!
+//!     cargo bench --bench idle_cost_containerd                  # 250 and 1,000 pods, 60 s each
+//!     cargo bench --bench idle_cost_containerd -- --pods 250 --containers 5 --seconds 60 --periods 1s,10s,30s,300s
+//!     PLEGD_CONTAINERD_VERSION=1.7 cargo bench --bench idle_cost_containerd -- --pods 250
+//!
+//! Needs root (it starts containerd through tests/containerd/containerd.sh).
+
+#[allow(dead_code)]
+#[path = "../support/apiserver.rs"]
+mod apiserver;
+#[path = "args.rs"]
+mod args;
+#[allow(dead_code)]
+#[path = "../support/containerd.rs"]
+mod containerd;
+#[allow(dead_code)]
+#[path = "../support/process.rs"]
+mod process;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use args::arg;
+use containerd::{Containerd, PrivateContainerd, TestPod};
+use process::{clock_ticks, cpu_ticks, rss_mib};
+use serde_json::json;
+
+/// One plegd configuration: its name in the table and its flags.
+struct Setting {
+    name: String,
+    flags: Vec<String>,
+}
+
+fn settings(periods: &[String]) -> Vec<Setting> {
+    let mut out = vec![Setting {
+        name: "no triggers, relist 1 s".into(),
+        flags: ["--triggers", "none", "--relist-period", "1s"]
+            .map(String::from)
+            .to_vec(),
+    }];
+    for period in periods {
+        let mut flags = [
+            "--triggers",
+            "auto",
+            "--relist-period",
+            "1s",
+            "--relist-period-with-triggers",
+        ]
+        .map(String::from)
+        .to_vec();
+        flags.push(period.clone());
+        // The health threshold stays above the period, as plegd requires (the kubelet's Evented
+        // PLEG pairs 300 s with 10 min).
+        if humantime::parse_duration(period).expect("a duration") >= Duration::from_secs(180) {
+            flags.extend(["--relist-threshold".to_owned(), "10m".to_owned()]);
+        }
+        out.push(Setting {
+            name: format!("triggers, relist {period} while healthy"),
+            flags,
+        });
+    }
+    out
+}
+
+/// Make `pods` pods of `containers` running containers, a few at a time.
+async fn make_pods(cd: &Containerd, pods: usize, containers: usize) -> Vec<TestPod> {
+    let started = Instant::now();
+    let limit = Arc::new(tokio::sync::Semaphore::new(4));
+    let mut tasks = Vec::new();
+    for i in 0..pods {
+        let (cd, limit) = (cd.clone(), limit.clone());
+        tasks.push(tokio::spawn(async move {
+            let _permit = limit.acquire().await.expect("semaphore");
+            let pod = cd.run_pod(&format!("idle{i}"), true).await;
+            for c in 0..containers {
+                cd.run_container(&pod, &format!("c{c}"), "sleep 1000000").await;
+            }
+            pod
+        }));
+    }
+    let mut made = Vec::new();
+    for task in tasks {
+        made.push(task.await.expect("pod task"));
+        if made.len() % 100 == 0 {
+            eprintln!(
+                "idle_cost_containerd: {} pods made ({:.0} s)",
+                made.len(),
+                started.elapsed().as_secs_f64()
+            );
+        }
+    }
+    made
+}
+
+fn pod_object(pod: &TestPod, node: &str, containers: usize) -> serde_json::Value {
+    json!({
+        "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid},
+        "spec": {"nodeName": node, "restartPolicy": "Always", "hostNetwork": true,
+                 "containers": (0..containers).map(|c| json!({"name": format!("c{c}"), "image": "plegd.test/busybox:1"})).collect::<Vec<_>>()}
+    })
+}
+
+struct Figures {
+    /// Global relists in the window (pleg_relist_duration_seconds' count).
+    relists: f64,
+    /// Trigger streams connected by the end.
+    connects: f64,
+    plegd_cpu: f64,
+    rss_median: f64,
+    rss_max: f64,
+    containerd_cpu: f64,
+}
+
+async fn measure(
+    cd: &Containerd,
+    containerd_pid: u32,
+    pods: &[TestPod],
+    containers: usize,
+    setting: &Setting,
+    seconds: u64,
+) -> Figures {
+    let api = apiserver::TestApiserver::start().await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    for pod in pods {
+        api.create_pod(pod_object(pod, "idle", containers));
+    }
+    let kubeconfig = api.kubeconfig(dir.path());
+    let port = process::free_port();
+    let mut child = process::plegd_run(env!("CARGO_BIN_EXE_plegd"), "idle", &cd.socket, &kubeconfig)
+        .args(["--status-mode", "full", "--worker-threads", "1", "--metrics-address"])
+        .arg(format!("127.0.0.1:{port}"))
+        .args(&setting.flags)
+        .spawn()
+        .expect("spawn plegd");
+    let pid = child.id();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while pods.iter().any(|p| {
+        api.pod(&p.namespace, &p.name)
+            .is_none_or(|o| o["status"]["phase"] != "Running")
+    }) {
+        assert!(Instant::now() < deadline, "pods did not all become Running");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // Past the first 10 s resync of every pod.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let scrape = |name: &str| {
+        process::http_get(port, "/metrics")
+            .and_then(|(_, body)| process::metric(&body, name))
+            .unwrap_or(0.0)
+    };
+    const RELISTS: &str = "plegd_pleg_relist_duration_seconds_count";
+    let relists_before = scrape(RELISTS);
+    let ticks = clock_ticks();
+    let (plegd_start, containerd_start, start) = (cpu_ticks(pid), cpu_ticks(containerd_pid), Instant::now());
+    let mut rss = Vec::new();
+    for _ in 0..seconds {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        rss.push(rss_mib(pid));
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let percent = |ticks_used: f64| ticks_used / ticks / elapsed * 100.0;
+    let figures = Figures {
+        relists: scrape(RELISTS) - relists_before,
+        connects: ["cri", "containerd"]
+            .iter()
+            .map(|s| scrape(&format!("plegd_trigger_stream_connects_total{{source=\"{s}\"}}")))
+            .sum(),
+        plegd_cpu: percent(cpu_ticks(pid) - plegd_start),
+        containerd_cpu: percent(cpu_ticks(containerd_pid) - containerd_start),
+        rss_median: 0.0,
+        rss_max: 0.0,
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    rss.sort_by(f64::total_cmp);
+    Figures {
+        rss_median: rss[rss.len() / 2],
+        rss_max: rss[rss.len() - 1],
+        ..figures
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let seconds = arg("--seconds").unwrap_or(60);
+    let containers = arg("--containers").unwrap_or(1);
+    let sizes: Vec<usize> = arg::<String>("--pods")
+        .map(|list| list.split(',').filter_map(|n| n.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![250, 1000]);
+    let periods: Vec<String> = arg::<String>("--periods")
+        .unwrap_or_else(|| "1s,10s,30s,300s".into())
+        .split(',')
+        .map(|p| p.trim().to_owned())
+        .collect();
+    let version = std::env::var("PLEGD_CONTAINERD_VERSION").unwrap_or_else(|_| "2.1".into());
+    let Some(instance) = PrivateContainerd::start("idle", &version, 47).await else {
+        eprintln!("idle_cost_containerd: needs a real containerd (root on Linux)");
+        std::process::exit(1);
+    };
+    let cd = instance.handle.clone();
+    let containerd_pid: u32 = std::fs::read_to_string("/var/lib/plegd-test/idle/containerd.pid")
+        .expect("containerd.pid")
+        .trim()
+        .parse()
+        .expect("a pid");
+    let runtime_version = cd.version().await;
+    let mut rows = Vec::new();
+    let mut made: Vec<TestPod> = Vec::new();
+    for &size in &sizes {
+        let more = make_pods(&cd, size.saturating_sub(made.len()), containers).await;
+        made.extend(more);
+        for setting in settings(&periods) {
+            let f = measure(&cd, containerd_pid, &made[..size], containers, &setting, seconds).await;
+            eprintln!(
+                "idle_cost_containerd: {size} pods, {}: plegd {:.2} % / {:.1} MiB, containerd {:.2} %, {} relists, {} stream connections",
+                setting.name, f.plegd_cpu, f.rss_median, f.containerd_cpu, f.relists, f.connects
+            );
+            rows.push(format!(
+                "| {size} ({}) | {} | {} | {:.2} | {:.1} | {:.1} | {:.2} |",
+                size * containers,
+                setting.name,
+                f.relists,
+                f.plegd_cpu,
+                f.rss_median,
+                f.rss_max,
+                f.containerd_cpu
+            ));
+        }
+    }
+    println!(
+        "\n### Idle cost of `plegd run` on containerd {}.{} (full mode, one worker thread), {seconds} s per row\n",
+        runtime_version.0, runtime_version.1
+    );
+    println!(
+        "| pods (containers) | plegd | global relists in the window | plegd CPU, % of one core | RSS median MiB | RSS max MiB | containerd CPU, % of one core |\n|---|---|---|---|---|---|---|"
+    );
+    for row in rows {
+        println!("{row}");
+    }
+    drop(instance);
+}
