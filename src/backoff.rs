@@ -1,60 +1,102 @@
-//! Exponential backoff: the wait doubles after each failure up to a cap and resets on success.
-//! Used by the CRI dialer and by trigger streams, which retry forever: a failing stream is never
-//! given up for good, it only waits longer (up to the cap) between attempts.
+//! The one retry backoff of plegd: exponential with jitter, from the `backon` crate. Used by the CRI
+//! dialer, the trigger streams, the informer's watch, the status writers and the observation client.
+//!
+//! The base wait doubles after each failure, from `initial` up to `max`, and resets on success. Each
+//! wait is drawn at random in `[base / 2, base)` ("equal jitter"), so the longest wait is still
+//! `max` and two nodes (or two streams) that fail at the same moment do not retry in lockstep.
+//! A retry loop is never given up for good: it only waits longer, up to the cap.
 
 use std::time::Duration;
+
+use backon::{BackoffBuilder, ExponentialBuilder};
 
 /// Why a backoff cannot be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum InvalidBackoff {
-    #[error("initial backoff must be greater than zero")]
+    #[error("initial backoff must be at least 2ns")]
     ZeroInitial,
     #[error("maximum backoff {max:?} is shorter than the initial backoff {initial:?}")]
     MaxBelowInitial { initial: Duration, max: Duration },
 }
 
-#[derive(Debug, Clone)]
+/// Retry waits: jittered, doubling up to a cap, reset on success. An endless iterator.
 pub struct ExponentialBackoff {
-    initial: Duration,
+    builder: ExponentialBuilder,
     max: Duration,
-    next: Duration,
+    waits: backon::ExponentialBackoff,
+}
+
+impl std::fmt::Debug for ExponentialBackoff {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExponentialBackoff")
+            .field("builder", &self.builder)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Clone for ExponentialBackoff {
+    /// A clone starts from the initial wait, with a jitter of its own.
+    fn clone(&self) -> Self {
+        Self {
+            builder: self.builder,
+            max: self.max,
+            waits: self.builder.build(),
+        }
+    }
 }
 
 impl ExponentialBackoff {
     pub fn try_new(initial: Duration, max: Duration) -> Result<Self, InvalidBackoff> {
-        if initial.is_zero() {
+        if initial < Duration::from_nanos(2) {
             return Err(InvalidBackoff::ZeroInitial);
         }
         if max < initial {
             return Err(InvalidBackoff::MaxBelowInitial { initial, max });
         }
-        Ok(Self {
-            initial,
-            max,
-            next: initial,
-        })
+        Ok(Self::constant(initial, max))
     }
 
-    /// A backoff from constants known to be valid (initial > 0, max ≥ initial); for settings that
-    /// come from a user, use [`ExponentialBackoff::try_new`].
-    pub const fn constant(initial: Duration, max: Duration) -> Self {
+    /// A backoff from constants known to be valid (initial ≥ 2 ns, max ≥ initial); for settings
+    /// that come from a user, use [`ExponentialBackoff::try_new`].
+    pub fn constant(initial: Duration, max: Duration) -> Self {
+        // backon adds a jitter of [0, base) to a base; half of ours is that base.
+        let builder = ExponentialBuilder::new()
+            .with_min_delay(initial / 2)
+            .with_max_delay(max / 2)
+            .with_factor(2.0)
+            .without_max_times()
+            .with_jitter();
         Self {
-            initial,
+            builder,
             max,
-            next: initial,
+            waits: builder.build(),
         }
     }
 
-    /// The wait before the next attempt; each call doubles the one after, up to the cap.
+    /// The wait before the next attempt; each call doubles the base of the one after, up to the cap.
     pub fn next_wait(&mut self) -> Duration {
-        let wait = self.next;
-        self.next = (self.next * 2).min(self.max);
-        wait
+        // The iterator has no end (without_max_times); the cap is the answer if it ever had.
+        self.waits.next().unwrap_or(self.max).min(self.max)
     }
 
-    /// After a success: the next failure waits the initial time again.
+    /// After a success: the next failure waits about the initial time again.
     pub fn reset(&mut self) {
-        self.next = self.initial;
+        self.waits = self.builder.build();
+    }
+}
+
+impl Iterator for ExponentialBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        Some(self.next_wait())
+    }
+}
+
+/// The informer's watch retries with the same backoff (reset by kube-runtime on success).
+impl kube::runtime::utils::Backoff for ExponentialBackoff {
+    fn reset(&mut self) {
+        ExponentialBackoff::reset(self);
     }
 }
 
@@ -62,25 +104,49 @@ impl ExponentialBackoff {
 mod tests {
     use super::*;
 
+    const MS: fn(u64) -> Duration = Duration::from_millis;
+
     #[test]
-    fn doubles_caps_and_resets() {
-        let ms = Duration::from_millis;
-        let mut b = ExponentialBackoff::try_new(ms(100), ms(450)).unwrap();
-        let waits: Vec<_> = (0..5).map(|_| b.next_wait()).collect();
-        assert_eq!(waits, [ms(100), ms(200), ms(400), ms(450), ms(450)]);
+    fn doubles_within_its_jitter_caps_and_resets() {
+        let mut b = ExponentialBackoff::try_new(MS(100), MS(450)).unwrap();
+        let bases = [100, 200, 400, 450, 450, 450];
+        for base in bases {
+            let wait = b.next_wait();
+            assert!(
+                wait >= MS(base) / 2 && wait <= MS(base),
+                "{wait:?} outside [{}, {base}] ms",
+                base / 2
+            );
+        }
         b.reset();
-        assert_eq!(b.next_wait(), ms(100));
+        let wait = b.next_wait();
+        assert!(wait >= MS(50) && wait <= MS(100), "{wait:?} after a reset");
+    }
+
+    #[test]
+    fn two_sequences_with_the_same_settings_do_not_align() {
+        let waits = |b: &mut ExponentialBackoff| (0..10).map(|_| b.next_wait()).collect::<Vec<_>>();
+        let mut a = ExponentialBackoff::try_new(MS(100), MS(30_000)).unwrap();
+        let mut b = ExponentialBackoff::try_new(MS(100), MS(30_000)).unwrap();
+        let (a, b) = (waits(&mut a), waits(&mut b));
+        // Each wait is drawn from a range as wide as half its base: equal draws would take a
+        // random generator that returns the same numbers to both.
+        let equal = a.iter().zip(&b).filter(|(x, y)| x == y).count();
+        assert!(equal <= 1, "lockstep retries: {a:?} and {b:?}");
+        // And a clone is a new sequence, not a copy of the old one's draws.
+        let mut c = ExponentialBackoff::constant(MS(100), MS(30_000));
+        let mut d = c.clone();
+        assert_ne!(waits(&mut c), waits(&mut d));
     }
 
     #[test]
     fn invalid_settings_are_refused() {
-        let ms = Duration::from_millis;
         assert_eq!(
-            ExponentialBackoff::try_new(ms(0), ms(1)).unwrap_err(),
+            ExponentialBackoff::try_new(MS(0), MS(1)).unwrap_err(),
             InvalidBackoff::ZeroInitial
         );
         assert!(matches!(
-            ExponentialBackoff::try_new(ms(10), ms(1)),
+            ExponentialBackoff::try_new(MS(10), MS(1)),
             Err(InvalidBackoff::MaxBelowInitial { .. })
         ));
     }

@@ -219,21 +219,56 @@ pub async fn run(
     metrics: Arc<Metrics>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), DaemonError> {
-    let (_, no_control) = mpsc::channel(1);
-    run_controlled(options, metrics, shutdown, no_control).await
+    let (_, abort) = mpsc::channel(1);
+    run_controlled(options, metrics, shutdown, Control { abort, health: None }).await
 }
 
-/// [`run`], with stage names on `abort` ended as a crash would end them: how the tests show that
-/// the loss of any stage is seen.
+/// How tests reach into a running daemon.
+pub struct Control {
+    /// Names of stages to end as a crash would end them.
+    pub abort: mpsc::Receiver<String>,
+    /// Receives the daemon's health, as /healthz and the systemd watchdog ask it, once started.
+    pub health: Option<tokio::sync::oneshot::Sender<Arc<dyn crate::http::Health>>>,
+}
+
+/// The names of the daemon's stages for these options, in the order they start.
+pub fn stage_names(options: &DaemonOptions, triggers_on: bool) -> Vec<&'static str> {
+    let mut names = Vec::new();
+    if triggers_on {
+        names.extend(["trigger-source", "trigger-dispatcher"]);
+    }
+    names.extend(["relister", "event-fan-out", "informer"]);
+    names.extend(std::iter::repeat_n("status-writer", options.manager.writers.max(1)));
+    names.push("status-retries");
+    if options.api_socket.is_some() {
+        names.push("observation-api");
+    }
+    if options.metrics_address.is_some() {
+        names.push("http");
+    }
+    names.push("systemd-notify");
+    if options.emit_events {
+        names.push("kube-events");
+    }
+    names.push("sync-loop");
+    names
+}
+
+/// [`run`], reachable by [`Control`]: how the tests show that the loss of any stage is seen.
 pub async fn run_controlled(
     options: DaemonOptions,
     metrics: Arc<Metrics>,
     shutdown: impl Future<Output = ()>,
-    mut abort: mpsc::Receiver<String>,
+    control: Control,
 ) -> Result<(), DaemonError> {
+    let Control {
+        mut abort,
+        health: health_out,
+    } = control;
     if options.manager.node_name.is_empty() {
         return Err(DaemonError::NoNodeName);
     }
+    let fd_limit = crate::listen::raise_fd_limit();
     let (runtime, version) = CriRuntime::connect(&options.cri_socket, &options.cri, metrics.clone()).await?;
     let client = kube_client(options.kubeconfig.as_ref(), metrics.clone()).await?;
     info!(
@@ -289,15 +324,24 @@ pub async fn run_controlled(
         output.spawn(name, stage);
     }
     if let Some(path) = &options.api_socket {
-        output.spawn("observation-api", observe::serve(path, hub, metrics.clone())?);
+        let limit = crate::listen::connection_limit(observe::MAX_API_CONNECTIONS, fd_limit);
+        output.spawn("observation-api", observe::serve(path, hub, metrics.clone(), limit)?);
     }
     let health = Arc::new(DaemonHealth {
         pleg: pleg.clone(),
         informer: informer.clone(),
         stages: stage_health.clone(),
     });
+    if let Some(health_out) = health_out {
+        let _ = health_out.send(health.clone());
+    }
     if let Some(address) = options.metrics_address {
-        let (_, stage) = crate::http::serve(address, metrics.clone(), health.clone())
+        let defaults = crate::http::HttpLimits::default();
+        let limits = crate::http::HttpLimits {
+            max_connections: crate::listen::connection_limit(defaults.max_connections, fd_limit),
+            ..defaults
+        };
+        let (_, stage) = crate::http::serve(address, metrics.clone(), health.clone(), limits)
             .await
             .map_err(|source| DaemonError::Metrics { address, source })?;
         output.spawn("http", stage);
@@ -325,6 +369,9 @@ pub async fn run_controlled(
     tokio::pin!(shutdown);
     let failure = loop {
         tokio::select! {
+            // A stage that ends takes down those that feed on it (a syncLoop gone closes the
+            // Kubernetes Events queue): the first one named is the cause, the intake's first.
+            biased;
             () = &mut shutdown => break None,
             ended = intake.failure() => break Some(ended),
             ended = output.failure() => break Some(ended),

@@ -1,10 +1,13 @@
 //! The HTTP endpoint: `/metrics` (Prometheus text format), `/healthz` (the PLEG relisted within its
 //! threshold) and `/readyz` (the first relist is done and, for `plegd run`, the informer has
 //! synced). It binds 127.0.0.1 unless told otherwise. Process and node figures (RSS, CPU, node
-//! memory and CPU count) are read from sysinfo at each scrape.
+//! memory and CPU count) are read from sysinfo at each scrape. The listener holds at most
+//! [`HttpLimits::max_connections`] connections, and closes one that sends no request headers
+//! within [`HttpLimits::header_read_timeout`] (also the idle limit between kept-alive requests).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
@@ -12,8 +15,9 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use sysinfo::{Pid, ProcessRefreshKind, ProcessesToUpdate, RefreshKind, System};
-use tracing::info;
+use tracing::{debug, info, warn};
 
+use crate::listen::{ACCEPT_ERROR_PAUSE, ConnectionLimit};
 use crate::metrics::Metrics;
 use crate::supervise::Stage;
 
@@ -76,13 +80,39 @@ fn verdict(result: Result<(), String>) -> Response {
     }
 }
 
-/// Serve on `address` (already validated by the caller). Returns the bound address and the task.
+/// Limits of the HTTP listener.
+#[derive(Debug, Clone, Copy)]
+pub struct HttpLimits {
+    /// Connections open at once; past it a new one is closed at once.
+    pub max_connections: usize,
+    /// Time a connection has to send a request's headers, and the longest a kept-alive connection
+    /// may sit idle between requests.
+    pub header_read_timeout: Duration,
+    /// Longest a connection stays open: then it is closed once its request in flight, if any, is
+    /// answered (or after `header_read_timeout` more). Bounds a client that never reads its answer.
+    pub max_connection_age: Duration,
+}
+
+impl Default for HttpLimits {
+    fn default() -> Self {
+        Self {
+            max_connections: 4096,
+            header_read_timeout: Duration::from_secs(10),
+            max_connection_age: Duration::from_secs(300),
+        }
+    }
+}
+
+/// Serve on `address` (already validated by the caller) within `limits`. Returns the bound address
+/// and the server's stage; each connection is a task of that stage's own set, gone with it.
 pub async fn serve(
     address: SocketAddr,
     metrics: Arc<Metrics>,
     health: Arc<dyn Health>,
+    limits: HttpLimits,
 ) -> std::io::Result<(SocketAddr, Stage)> {
     let system = System::new_with_specifics(RefreshKind::nothing());
+    let admission = ConnectionLimit::new("http", limits.max_connections, metrics.clone());
     let state = Arc::new(AppState {
         metrics,
         health,
@@ -101,11 +131,51 @@ pub async fn serve(
         .with_state(state);
     let listener = tokio::net::TcpListener::bind(address).await?;
     let bound = listener.local_addr()?;
-    info!(address = %bound, "metrics and health endpoint listening");
-    let stage: Stage = Box::pin(async move {
-        if let Err(error) = axum::serve(listener, app).await {
-            tracing::warn!(error = %error, "metrics and health endpoint failed");
-        }
-    });
+    info!(address = %bound, max_connections = limits.max_connections, "metrics and health endpoint listening");
+    let stage: Stage = Box::pin(accept_loop(listener, app, admission, limits));
     Ok((bound, stage))
+}
+
+async fn accept_loop(listener: tokio::net::TcpListener, app: Router, admission: ConnectionLimit, limits: HttpLimits) {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            // Reap finished connections so the set does not grow.
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(error) => {
+                // Out of file descriptors, most likely: pause rather than spin.
+                warn!(error = %error, "accepting an HTTP connection failed");
+                tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
+                continue;
+            }
+        };
+        let Some(stream) = admission.admit(stream) else {
+            continue;
+        };
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        connections.spawn(async move {
+            let connection = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(limits.header_read_timeout)
+                .serve_connection(TokioIo::new(stream), service);
+            tokio::pin!(connection);
+            let ended = tokio::select! {
+                ended = connection.as_mut() => ended,
+                () = tokio::time::sleep(limits.max_connection_age) => {
+                    connection.as_mut().graceful_shutdown();
+                    tokio::time::timeout(limits.header_read_timeout, connection)
+                        .await
+                        .unwrap_or(Ok(()))
+                }
+            };
+            if let Err(error) = ended {
+                debug!(error = %error, "HTTP connection ended");
+            }
+        });
+    }
 }

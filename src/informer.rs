@@ -19,6 +19,10 @@ use crate::metrics::Metrics;
 use crate::pod::ApiPod;
 use crate::supervise::Stage;
 
+/// The watch's retry waits after an error (jittered; kube-runtime's own default has the same bounds).
+const WATCH_RETRY_INITIAL: std::time::Duration = std::time::Duration::from_millis(800);
+const WATCH_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// A pod that changed, for the syncLoop.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PodChange {
@@ -85,7 +89,10 @@ pub fn start(
     let node = node_name.to_owned();
     let stage: Stage = Box::pin(async move {
         let stream = watcher::watcher(api, config)
-            .default_backoff()
+            .backoff(crate::backoff::ExponentialBackoff::constant(
+                WATCH_RETRY_INITIAL,
+                WATCH_RETRY_MAX,
+            ))
             .map_ok(to_api_pod)
             .reflect(writer);
         futures_util::pin_mut!(stream);

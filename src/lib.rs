@@ -18,6 +18,7 @@ pub mod container;
 pub mod daemon;
 pub mod http;
 pub mod informer;
+pub mod listen;
 pub mod metrics;
 pub mod observe;
 pub mod pleg;

@@ -47,6 +47,11 @@ pub struct FieldLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ListenerLabel {
+    pub listener: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OperationLabel {
     pub operation: String,
 }
@@ -75,6 +80,7 @@ pub struct Metrics {
     pub discard_events: Counter,
     pub informer_errors: Counter,
     pub kube_events_dropped: Counter,
+    pub connections_refused: Family<ListenerLabel, Counter>,
     pub running_pods: Gauge,
     pub running_containers: Family<StateLabel, Gauge>,
     pub runtime_bad_data: Family<KindLabel, Counter>,
@@ -116,6 +122,7 @@ impl Metrics {
         let discard_events = Counter::default();
         let informer_errors = Counter::default();
         let kube_events_dropped = Counter::default();
+        let connections_refused = Family::<ListenerLabel, Counter>::default();
         let running_pods = Gauge::default();
         let running_containers = Family::<StateLabel, Gauge>::default();
         let runtime_bad_data = Family::<KindLabel, Counter>::default();
@@ -201,6 +208,13 @@ impl Metrics {
             "kube_events_dropped",
             "Kubernetes Events dropped because the queue to the apiserver was full (--emit-events)",
             kube_events_dropped.clone(),
+        );
+        register(
+            &mut registry,
+            &mut names,
+            "connections_refused",
+            "Connections closed at once because their listener held its limit of open connections",
+            connections_refused.clone(),
         );
         register(
             &mut registry,
@@ -383,6 +397,7 @@ impl Metrics {
             discard_events,
             informer_errors,
             kube_events_dropped,
+            connections_refused,
             running_pods,
             running_containers,
             runtime_bad_data,
@@ -448,6 +463,14 @@ impl Metrics {
         self.trigger_replayed
             .get_or_create(&SourceLabel {
                 source: source.to_owned(),
+            })
+            .inc();
+    }
+
+    pub fn count_connection_refused(&self, listener: &str) {
+        self.connections_refused
+            .get_or_create(&ListenerLabel {
+                listener: listener.to_owned(),
             })
             .inc();
     }

@@ -614,7 +614,8 @@ pub async fn run_source(
                     "the runtime does not implement this event stream; relying on the periodic relist"
                 );
                 // Nothing more to do, but a stage that ends is a failure: stay until cancelled.
-                return Ok(std::future::pending().await);
+                std::future::pending::<()>().await;
+                return Ok(());
             }
             StreamEnd::Unimplemented => {
                 metrics.count_trigger_error(source.as_str());

@@ -42,7 +42,7 @@ async fn filters_and_a_slow_consumer() {
     let path = dir.path().join("api").join("plegd.sock");
     let hub = EventHub::new(256);
     let metrics = Arc::new(Metrics::new());
-    let _server = tokio::spawn(observe::serve(&path, hub.clone(), metrics.clone()).expect("serve"));
+    let _server = tokio::spawn(observe::serve(&path, hub.clone(), metrics.clone(), 8).expect("serve"));
 
     let mut c = client(&path).await;
     let request = WatchRequest {
@@ -108,4 +108,39 @@ async fn filters_and_a_slow_consumer() {
         .await
         .unwrap_err();
     assert_eq!(bad.code(), tonic::Code::InvalidArgument);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_stale_socket_is_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let metrics = Arc::new(Metrics::new());
+    let serve = |path: &std::path::Path| observe::serve(path, EventHub::new(8), metrics.clone(), 8);
+
+    // A regular file where the socket would go: refused, and left as it was.
+    let file = dir.path().join("data.sock");
+    std::fs::write(&file, "precious").unwrap();
+    let err = serve(&file).err().expect("a regular file is refused").to_string();
+    assert!(err.contains("not a socket"), "{err}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "precious");
+    // A directory likewise.
+    let sub = dir.path().join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    assert!(serve(&sub).is_err());
+    assert!(sub.is_dir());
+
+    // A socket some process still serves: refused, not taken over.
+    let live = dir.path().join("live.sock");
+    let _listener = std::os::unix::net::UnixListener::bind(&live).unwrap();
+    let err = serve(&live).err().expect("a live socket is refused").to_string();
+    assert!(err.contains("another process"), "{err}");
+
+    // A socket left by a process that is gone: replaced.
+    let stale = dir.path().join("stale.sock");
+    drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
+    assert!(stale.exists());
+    let server = tokio::spawn(serve(&stale).expect("a stale socket is replaced"));
+    let mut c = client(&stale).await;
+    let stream = c.watch(WatchRequest::default()).await;
+    assert!(stream.is_ok(), "{stream:?}");
+    server.abort();
 }

@@ -63,6 +63,7 @@ fn unit_verifies_and_is_well_sandboxed() {
         "NoNewPrivileges=yes",
         "ProtectSystem=strict",
         "ReadWritePaths=/run/containerd/containerd.sock",
+        "LimitNOFILE=65536",
     ] {
         assert!(UNIT.contains(needle), "{needle}");
     }

@@ -88,3 +88,64 @@ impl Drop for InProcess {
         }
     }
 }
+
+/// `plegd run` in this process, reachable by [`plegd::daemon::Control`]: stages to end, its health
+/// as /healthz answers it, and the result `run` returned (which the binary turns into its exit code).
+pub struct Controlled {
+    pub abort: tokio::sync::mpsc::Sender<String>,
+    pub health: std::sync::Arc<dyn plegd::http::Health>,
+    result: tokio::sync::oneshot::Receiver<Result<(), String>>,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+/// Start `plegd run` with `options` in this process, with a [`Controlled`] handle once it runs.
+pub async fn spawn_controlled(options: DaemonOptions, metrics: std::sync::Arc<plegd::metrics::Metrics>) -> Controlled {
+    let (shutdown_tx, shutdown_rx) = tokio::sync::oneshot::channel::<()>();
+    let (abort_tx, abort_rx) = tokio::sync::mpsc::channel(4);
+    let (health_tx, health_rx) = tokio::sync::oneshot::channel();
+    let (result_tx, result) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("plegd".into())
+        .spawn(move || {
+            let runtime = plegd::cli::async_runtime(1).expect("plegd's async runtime");
+            let control = plegd::daemon::Control {
+                abort: abort_rx,
+                health: Some(health_tx),
+            };
+            let ended = runtime.block_on(plegd::daemon::run_controlled(
+                options,
+                metrics,
+                async {
+                    let _ = shutdown_rx.await;
+                },
+                control,
+            ));
+            let _ = result_tx.send(ended.map_err(|e| e.to_string()));
+        })
+        .expect("plegd thread");
+    let health = health_rx.await.expect("the daemon started");
+    Controlled {
+        abort: abort_tx,
+        health,
+        result,
+        shutdown: Some(shutdown_tx),
+    }
+}
+
+impl Controlled {
+    /// What `run` returned, waiting at most `timeout` for it.
+    pub async fn result(&mut self, timeout: Duration) -> Result<(), String> {
+        tokio::time::timeout(timeout, &mut self.result)
+            .await
+            .expect("the daemon ended in time")
+            .expect("the daemon thread reported")
+    }
+}
+
+impl Drop for Controlled {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}

@@ -1,0 +1,379 @@
+//! The flags: what each command accepts, the range each value must be in, the relations between
+//! flags, and the options they turn into. Every numeric and duration flag has a documented range;
+//! a value outside it is refused at start with one line that names the flag and the range.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::daemon::DaemonOptions;
+use crate::pleg::{DEFAULT_CHANNEL_CAPACITY, PlegConfig};
+use crate::runtime::CriOptions;
+use crate::status::StatusMode;
+use crate::status::manager::ManagerConfig;
+use crate::sync_loop::SyncConfig;
+use crate::triggers::{TriggerMode, TriggerOptions};
+use crate::watch::{OutputFormat, WatchOptions};
+
+/// The default containerd CRI socket.
+pub const DEFAULT_CRI_SOCKET: &str = "/run/containerd/containerd.sock";
+
+const fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+const fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+/// The allowed range of every ranged flag: (flag, lowest, highest), as `--help` and the README
+/// state them. The parsers below take their bounds from here.
+pub mod range {
+    use super::{Duration, ms, secs};
+
+    pub const WORKER_THREADS: (usize, usize) = (1, 64);
+    pub const CRI_TIMEOUT: (Duration, Duration) = (ms(100), secs(600));
+    pub const RELIST_PERIOD: (Duration, Duration) = (ms(100), secs(600));
+    pub const RELIST_PERIOD_WITH_TRIGGERS: (Duration, Duration) = (ms(100), secs(3600));
+    pub const RELIST_THRESHOLD: (Duration, Duration) = (secs(1), secs(86_400));
+    pub const TRIGGER_MAX_BACKOFF: (Duration, Duration) = (ms(100), secs(3600));
+    pub const EVENT_CHANNEL_CAPACITY: (usize, usize) = (1, 1 << 20);
+    pub const STATUS_WRITERS: (usize, usize) = (1, 64);
+    pub const STATUS_QPS: (f64, f64) = (0.1, 10_000.0);
+    pub const STATUS_BURST: (u32, u32) = (1, 10_000);
+    pub const SHUTDOWN_TIMEOUT: (Duration, Duration) = (secs(0), secs(600));
+}
+
+fn show(d: Duration) -> String {
+    humantime::format_duration(d).to_string()
+}
+
+/// A value parser for a duration flag: humantime syntax (`500ms`, `1s`, `3m`) within `bounds`.
+fn duration_in(bounds: (Duration, Duration)) -> impl Fn(&str) -> Result<Duration, String> + Clone + Send + Sync {
+    move |s: &str| {
+        let (min, max) = bounds;
+        let allowed = format!("allowed: {} to {}", show(min), show(max));
+        let d = humantime::parse_duration(s).map_err(|e| format!("{e} (e.g. 500ms, 1s, 3m); {allowed}"))?;
+        if d < min || d > max {
+            return Err(format!("out of range; {allowed}"));
+        }
+        Ok(d)
+    }
+}
+
+/// A value parser for a number flag within `bounds` (NaN and infinities are out of every range).
+fn number_in<T>(bounds: (T, T)) -> impl Fn(&str) -> Result<T, String> + Clone + Send + Sync
+where
+    T: std::str::FromStr + PartialOrd + Copy + std::fmt::Display + Send + Sync,
+    T::Err: std::fmt::Display,
+{
+    move |s: &str| {
+        let (min, max) = bounds;
+        let allowed = format!("allowed: {min} to {max}");
+        let n: T = s.trim().parse().map_err(|e| format!("{e}; {allowed}"))?;
+        // Written so that a NaN, which compares false with everything, is refused.
+        if !(n >= min && n <= max) {
+            return Err(format!("out of range; {allowed}"));
+        }
+        Ok(n)
+    }
+}
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "plegd",
+    version,
+    about = "Pod lifecycle events from the container runtime, the way the kubelet's PLEG sees them"
+)]
+#[command(args_override_self = true)]
+pub struct Cli {
+    /// A TOML file of settings, keyed by flag name (`relist-period = "2s"`, `status-mode = "full"`).
+    /// Flags and environment variables win over it. A regular file of at most 1 MiB.
+    #[arg(long, global = true, value_name = "PATH", env = "PLEGD_CONFIG")]
+    pub config: Option<PathBuf>,
+    #[command(flatten)]
+    pub log: LogArgs,
+    /// Threads that run plegd's work (1 to 64). With 1 (the default) everything runs on one
+    /// thread, which keeps memory lowest; more give a multi-threaded runtime with that many workers.
+    #[arg(long, global = true, value_name = "N", default_value_t = 1, value_parser = number_in(range::WORKER_THREADS), env = "PLEGD_WORKER_THREADS")]
+    pub worker_threads: usize,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Relist the runtime and print pod lifecycle events; needs no apiserver.
+    Watch(WatchArgs),
+    /// The daemon: lifecycle events from the runtime, pod status and conditions to the apiserver.
+    Run(RunArgs),
+    /// Follow the lifecycle events of a running `plegd run`.
+    Events(EventsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct EventsArgs {
+    /// The daemon's API socket.
+    #[arg(long, value_name = "PATH", default_value = crate::observe::DEFAULT_API_SOCKET, env = "PLEGD_API_SOCKET")]
+    pub socket: PathBuf,
+    /// Only pods in this namespace.
+    #[arg(long, short = 'n')]
+    pub namespace: Option<String>,
+    /// Only pods with this name.
+    #[arg(long)]
+    pub pod: Option<String>,
+    /// Only these event types (repeatable): ContainerStarted, ContainerDied, ContainerRemoved, PodSync.
+    #[arg(long = "type", value_name = "TYPE", value_parser = ["ContainerStarted", "ContainerDied", "ContainerRemoved", "PodSync"])]
+    pub types: Vec<String>,
+    /// Event line format on stdout.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct LogArgs {
+    /// Log filter (tracing's EnvFilter syntax, e.g. `info` or `plegd=debug`). RUST_LOG wins when set.
+    #[arg(long, global = true, default_value = "info", env = "PLEGD_LOG_LEVEL")]
+    pub log_level: String,
+    /// Log line format on stderr.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "PLEGD_LOG_FORMAT")]
+    pub log_format: LogFormat,
+}
+
+/// Flags shared by every command that talks to the runtime.
+#[derive(Debug, Args, Clone)]
+pub struct RuntimeArgs {
+    /// The container runtime's CRI socket.
+    #[arg(long, value_name = "PATH", default_value = DEFAULT_CRI_SOCKET, env = "PLEGD_CRI_SOCKET")]
+    pub cri_socket: PathBuf,
+    /// Deadline of each CRI call (100ms to 10m).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration_in(range::CRI_TIMEOUT))]
+    pub cri_timeout: Duration,
+    /// Period between two global relists while no runtime event stream is connected (100ms to 10m,
+    /// less than --relist-threshold).
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = duration_in(range::RELIST_PERIOD), env = "PLEGD_RELIST_PERIOD")]
+    pub relist_period: Duration,
+    /// Period between two global relists while the runtime event stream (--triggers) is connected:
+    /// the relist then only catches what the stream lost (100ms to 1h, at least --relist-period,
+    /// less than --relist-threshold).
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration_in(range::RELIST_PERIOD_WITH_TRIGGERS), env = "PLEGD_RELIST_PERIOD_WITH_TRIGGERS")]
+    pub relist_period_with_triggers: Duration,
+    /// The PLEG is unhealthy when no relist succeeded for this long (1s to 24h).
+    #[arg(long, value_name = "DURATION", default_value = "3m", value_parser = duration_in(range::RELIST_THRESHOLD), env = "PLEGD_RELIST_THRESHOLD")]
+    pub relist_threshold: Duration,
+    /// Runtime events that trigger a relist of the pod they name, between periodic relists.
+    #[arg(long, value_enum, default_value_t = TriggerMode::Auto, env = "PLEGD_TRIGGERS")]
+    pub triggers: TriggerMode,
+    /// Longest wait between reconnections of a failed trigger stream (100ms to 1h).
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration_in(range::TRIGGER_MAX_BACKOFF))]
+    pub trigger_max_backoff: Duration,
+    /// Capacity of the lifecycle event channel (1 to 1048576).
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_CHANNEL_CAPACITY, value_parser = number_in(range::EVENT_CHANNEL_CAPACITY))]
+    pub event_channel_capacity: usize,
+}
+
+impl RuntimeArgs {
+    /// The relations between the relist flags: one line naming the flag and its allowed range.
+    pub fn check(&self) -> Result<(), String> {
+        if self.relist_period >= self.relist_threshold {
+            return Err(format!(
+                "--relist-period {}: must be less than --relist-threshold ({})",
+                show(self.relist_period),
+                show(self.relist_threshold)
+            ));
+        }
+        // Without triggers the period with triggers is never used.
+        let stretched = self.triggers != TriggerMode::None;
+        if stretched
+            && (self.relist_period_with_triggers < self.relist_period
+                || self.relist_period_with_triggers >= self.relist_threshold)
+        {
+            return Err(format!(
+                "--relist-period-with-triggers {}: must be at least --relist-period ({}) and less than --relist-threshold ({})",
+                show(self.relist_period_with_triggers),
+                show(self.relist_period),
+                show(self.relist_threshold)
+            ));
+        }
+        let initial = TriggerOptions::default().initial_backoff;
+        if self.trigger_max_backoff < initial {
+            return Err(format!(
+                "--trigger-max-backoff {}: must be at least the first wait ({})",
+                show(self.trigger_max_backoff),
+                show(initial)
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn pleg_config(&self) -> PlegConfig {
+        PlegConfig {
+            relist_period: self.relist_period,
+            relist_period_with_triggers: self.relist_period_with_triggers,
+            relist_threshold: self.relist_threshold,
+            channel_capacity: self.event_channel_capacity,
+        }
+    }
+
+    pub fn trigger_options(&self) -> TriggerOptions {
+        TriggerOptions {
+            max_backoff: self.trigger_max_backoff,
+            ..TriggerOptions::default()
+        }
+    }
+
+    pub fn cri_options(&self) -> CriOptions {
+        CriOptions {
+            call_timeout: self.cri_timeout,
+            ..CriOptions::default()
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    #[command(flatten)]
+    pub runtime: RuntimeArgs,
+    /// Event line format on stdout.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
+}
+
+impl WatchArgs {
+    pub fn watch_options(&self) -> WatchOptions {
+        WatchOptions {
+            cri_socket: self.runtime.cri_socket.clone(),
+            pleg: self.runtime.pleg_config(),
+            cri: self.runtime.cri_options(),
+            output: self.output,
+            triggers: self.runtime.triggers,
+            trigger_options: self.runtime.trigger_options(),
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub runtime: RuntimeArgs,
+    /// This node's name (required): only pods bound to it are watched and written.
+    #[arg(long, env = "NODE_NAME", default_value = "")]
+    pub node_name: String,
+    /// The node's IPs (comma-separated, primary first): hostIP(s), and podIPs of host-network pods.
+    #[arg(long, env = "NODE_IP", value_delimiter = ',', value_parser = parse_ip)]
+    pub node_ip: Vec<String>,
+    /// Kubeconfig file; without it, KUBECONFIG, ~/.kube/config or the in-cluster service account.
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+    /// What plegd writes: only its own conditions (beside a kubelet), the full status (no kubelet),
+    /// or nothing but a comparison with what the kubelet wrote.
+    #[arg(long, value_enum, default_value_t = StatusMode::Conditions, env = "PLEGD_STATUS_MODE")]
+    pub status_mode: StatusMode,
+    /// Publish Kubernetes Events when a container dies or is OOM-killed.
+    #[arg(long)]
+    pub emit_events: bool,
+    /// Status writers working in parallel (1 to 64).
+    #[arg(long, value_name = "N", default_value_t = 4, value_parser = number_in(range::STATUS_WRITERS))]
+    pub status_writers: usize,
+    /// Sustained status PATCHes per second (0.1 to 10000).
+    #[arg(long, value_name = "QPS", default_value_t = 50.0, value_parser = number_in(range::STATUS_QPS))]
+    pub status_qps: f64,
+    /// Status PATCHes allowed at once after a quiet spell (1 to 10000).
+    #[arg(long, value_name = "N", default_value_t = 100, value_parser = number_in(range::STATUS_BURST))]
+    pub status_burst: u32,
+    /// Unix socket of the observation API (`plegd events`); `off` to not serve it. A socket file
+    /// left there by an earlier plegd is replaced; any other file is refused, never removed.
+    #[arg(long, value_name = "PATH", default_value = crate::observe::DEFAULT_API_SOCKET, env = "PLEGD_API_SOCKET")]
+    pub api_socket: String,
+    /// Address of /metrics, /healthz and /readyz; `off` to not serve them.
+    #[arg(long, value_name = "IP:PORT", default_value = "127.0.0.1:9808", value_parser = parse_listen, env = "PLEGD_METRICS_ADDRESS")]
+    pub metrics_address: Listen,
+    /// How long pending status writes may take to land at shutdown (0s to 10m).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration_in(range::SHUTDOWN_TIMEOUT))]
+    pub shutdown_timeout: Duration,
+}
+
+/// A listening address, or `off`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Listen(pub Option<std::net::SocketAddr>);
+
+fn parse_listen(s: &str) -> Result<Listen, String> {
+    if s == "off" {
+        return Ok(Listen(None));
+    }
+    s.parse()
+        .map(|a| Listen(Some(a)))
+        .map_err(|_| format!("{s:?} is not IP:PORT (e.g. 127.0.0.1:9808) or off"))
+}
+
+/// An IP address (an empty item of the list is skipped later: `NODE_IP=` is unset in effect).
+fn parse_ip(s: &str) -> Result<String, String> {
+    if s.is_empty() || s.parse::<std::net::IpAddr>().is_ok() {
+        return Ok(s.to_owned());
+    }
+    Err(format!("{s:?} is not an IP address"))
+}
+
+impl RunArgs {
+    /// What one flag alone cannot say.
+    pub fn check(&self) -> Result<(), String> {
+        self.runtime.check()?;
+        if self.node_name.trim().is_empty() {
+            return Err("--node-name (or NODE_NAME) is required".into());
+        }
+        if let Some(path) = self.api_socket_path() {
+            crate::observe::check_socket_path(&path).map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    fn api_socket_path(&self) -> Option<PathBuf> {
+        (self.api_socket != "off" && !self.api_socket.is_empty()).then(|| PathBuf::from(&self.api_socket))
+    }
+
+    pub fn daemon_options(&self) -> DaemonOptions {
+        DaemonOptions {
+            cri_socket: self.runtime.cri_socket.clone(),
+            cri: self.runtime.cri_options(),
+            pleg: self.runtime.pleg_config(),
+            triggers: self.runtime.triggers,
+            trigger_options: self.runtime.trigger_options(),
+            kubeconfig: self.kubeconfig.clone(),
+            manager: ManagerConfig {
+                node_name: self.node_name.clone(),
+                writers: self.status_writers,
+                qps: self.status_qps,
+                burst: self.status_burst,
+                ..ManagerConfig::default()
+            },
+            sync: SyncConfig {
+                mode: self.status_mode,
+                runtime_name: String::new(),
+                node_ips: self.node_ip.iter().filter(|ip| !ip.is_empty()).cloned().collect(),
+                ..SyncConfig::default()
+            },
+            emit_events: self.emit_events,
+            api_socket: self.api_socket_path(),
+            metrics_address: self.metrics_address.0,
+            shutdown_timeout: self.shutdown_timeout,
+        }
+    }
+}
+
+impl Cli {
+    /// What clap cannot check alone: relations between flags, and files named by them.
+    pub fn check(&self) -> Result<(), String> {
+        match &self.command {
+            Command::Watch(args) => args.runtime.check(),
+            Command::Run(args) => args.check(),
+            Command::Events(_) => Ok(()),
+        }
+    }
+}

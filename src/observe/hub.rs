@@ -1,0 +1,59 @@
+//! The hand-off of lifecycle events: from the PLEG's channel to the syncLoop, and to a bounded
+//! broadcast for observers. A slow observer never slows the PLEG: it falls behind the broadcast's
+//! ring buffer and misses events (the gRPC service tells it how many).
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use tokio::sync::{broadcast, mpsc};
+
+use crate::metrics::Metrics;
+use crate::pleg::PodLifecycleEvent;
+
+/// The broadcast of lifecycle events to observers.
+#[derive(Clone)]
+pub struct EventHub {
+    tx: broadcast::Sender<Arc<PodLifecycleEvent>>,
+}
+
+impl EventHub {
+    pub fn new(buffer: usize) -> Self {
+        Self {
+            tx: broadcast::channel(buffer.max(1)).0,
+        }
+    }
+
+    /// Publish to whoever listens; never waits.
+    pub fn publish(&self, event: PodLifecycleEvent) {
+        let _ = self.tx.send(Arc::new(event));
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<PodLifecycleEvent>> {
+        self.tx.subscribe()
+    }
+
+    pub fn subscribers(&self) -> usize {
+        self.tx.receiver_count()
+    }
+}
+
+/// Move events from the PLEG to the hub and (if given) the syncLoop, until the PLEG's channel closes.
+/// Waiting on a busy syncLoop makes the PLEG's own channel fill, which the PLEG handles without
+/// losing anything; observers are never waited on.
+pub async fn fan_out(
+    mut events: mpsc::Receiver<PodLifecycleEvent>,
+    hub: EventHub,
+    sync_loop: Option<mpsc::Sender<PodLifecycleEvent>>,
+    metrics: Arc<Metrics>,
+) {
+    while let Some(event) = events.recv().await {
+        let latency = SystemTime::now().duration_since(event.timestamp).unwrap_or_default();
+        metrics.event_latency.observe(latency.as_secs_f64());
+        hub.publish(event.clone());
+        if let Some(sync_loop) = &sync_loop
+            && sync_loop.send(event).await.is_err()
+        {
+            return;
+        }
+    }
+}

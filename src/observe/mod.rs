@@ -1,0 +1,126 @@
+//! Observers: who else sees the lifecycle events. [`hub`]: the fan-out takes each event from the
+//! PLEG's channel, hands it to the syncLoop, and publishes it on a bounded broadcast; [`server`]:
+//! the `plegd.v1.Events` gRPC service (on a unix socket) streams it to subscribers; [`client`]:
+//! `plegd events`, one such subscriber. A slow subscriber never slows the PLEG: it falls behind the
+//! broadcast's ring buffer, misses events, and is told how many (a `lagged` item), also counted.
+//! This file holds what they share: the API's form of an event and the subscription filter.
+
+mod client;
+mod hub;
+mod server;
+
+use std::time::{Duration, UNIX_EPOCH};
+
+use crate::pleg::{PodLifecycleEvent, PodLifecycleEventType};
+
+pub use client::{FollowError, follow};
+pub use hub::{EventHub, fan_out};
+pub use server::{ApiError, EventsService, MAX_API_CONNECTIONS, check_socket_path, serve};
+
+/// The generated `plegd.v1` API.
+pub mod api {
+    tonic::include_proto!("plegd.v1");
+}
+
+use api::{LifecycleEvent, WatchRequest};
+
+/// Default place of the API socket.
+pub const DEFAULT_API_SOCKET: &str = "/run/plegd/plegd.sock";
+/// Events each subscriber may fall behind before it misses some.
+pub const SUBSCRIBER_BUFFER: usize = 4096;
+
+/// An event in the API's form.
+pub fn to_api(event: &PodLifecycleEvent) -> LifecycleEvent {
+    LifecycleEvent {
+        r#type: event.kind.as_str().to_owned(),
+        pod_uid: event.pod_uid.clone(),
+        container_id: event.container_id.clone().unwrap_or_default(),
+        namespace: event.namespace.clone().unwrap_or_default(),
+        pod: event.pod.clone().unwrap_or_default(),
+        container: event.container.clone().unwrap_or_default(),
+        sandbox: event.sandbox,
+        exit_code: event.exit_code,
+        reason: event.reason.clone().unwrap_or_default(),
+        timestamp_unix_nanos: event
+            .timestamp
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos() as i64,
+    }
+}
+
+pub(crate) fn kind_from(name: &str) -> Option<PodLifecycleEventType> {
+    use PodLifecycleEventType::*;
+    [ContainerStarted, ContainerDied, ContainerRemoved, PodSync]
+        .into_iter()
+        .find(|k| k.as_str() == name)
+}
+
+/// An API event back in plegd's form (what `plegd events` prints). None for an unknown type.
+pub fn from_api(event: &LifecycleEvent) -> Option<PodLifecycleEvent> {
+    let some = |s: &str| (!s.is_empty()).then(|| s.to_owned());
+    Some(PodLifecycleEvent {
+        kind: kind_from(&event.r#type)?,
+        pod_uid: event.pod_uid.clone(),
+        container_id: some(&event.container_id),
+        namespace: some(&event.namespace),
+        pod: some(&event.pod),
+        container: some(&event.container),
+        sandbox: event.sandbox,
+        exit_code: event.exit_code,
+        reason: some(&event.reason),
+        timestamp: UNIX_EPOCH + Duration::from_nanos(event.timestamp_unix_nanos.max(0) as u64),
+    })
+}
+
+/// Whether `event` passes a subscriber's filters.
+pub fn matches(filter: &WatchRequest, event: &PodLifecycleEvent) -> bool {
+    (filter.namespace.is_empty() || event.namespace.as_deref() == Some(filter.namespace.as_str()))
+        && (filter.pod.is_empty() || event.pod.as_deref() == Some(filter.pod.as_str()))
+        && (filter.types.is_empty() || filter.types.iter().any(|t| t == event.kind.as_str()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(kind: PodLifecycleEventType, ns: &str, pod: &str) -> PodLifecycleEvent {
+        PodLifecycleEvent {
+            kind,
+            pod_uid: "u1".into(),
+            container_id: Some("c1".into()),
+            namespace: Some(ns.into()),
+            pod: Some(pod.into()),
+            container: Some("app".into()),
+            sandbox: false,
+            exit_code: Some(3),
+            reason: Some("Error".into()),
+            timestamp: UNIX_EPOCH + Duration::from_millis(1_700_000_000_123),
+        }
+    }
+
+    #[test]
+    fn api_form_round_trips() {
+        let e = event(PodLifecycleEventType::ContainerDied, "ns", "web");
+        assert_eq!(from_api(&to_api(&e)), Some(e));
+        let mut sync = event(PodLifecycleEventType::PodSync, "ns", "web");
+        sync.container_id = None;
+        sync.exit_code = None;
+        assert_eq!(from_api(&to_api(&sync)), Some(sync));
+    }
+
+    #[test]
+    fn filters_are_anded() {
+        let e = event(PodLifecycleEventType::ContainerDied, "ns", "web");
+        let f = |ns: &str, pod: &str, types: &[&str]| WatchRequest {
+            namespace: ns.into(),
+            pod: pod.into(),
+            types: types.iter().map(|t| t.to_string()).collect(),
+        };
+        assert!(matches(&f("", "", &[]), &e));
+        assert!(matches(&f("ns", "web", &["ContainerDied"]), &e));
+        assert!(!matches(&f("other", "", &[]), &e));
+        assert!(!matches(&f("ns", "db", &[]), &e));
+        assert!(!matches(&f("", "", &["ContainerStarted", "PodSync"]), &e));
+    }
+}
