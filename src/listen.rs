@@ -114,23 +114,12 @@ impl ConnectionLimit {
             }
         }
     }
-
-    /// Connections open now.
-    pub fn open(&self, limit: usize) -> usize {
-        limit.saturating_sub(self.permits.available_permits())
-    }
 }
 
 /// A connection that holds a place under its listener's limit while it is open.
 pub struct Limited<S> {
     inner: S,
     _permit: OwnedSemaphorePermit,
-}
-
-impl<S> Limited<S> {
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for Limited<S> {
@@ -195,7 +184,6 @@ mod tests {
         let a = limit.admit(1).expect("first");
         let _b = limit.admit(2).expect("second");
         assert!(limit.admit(3).is_none());
-        assert_eq!(limit.open(2), 2);
         drop(a);
         assert!(limit.admit(4).is_some());
         assert!(
