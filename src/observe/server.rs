@@ -15,7 +15,7 @@ use tracing::{info, warn};
 use super::api::events_server::{Events, EventsServer};
 use super::api::{Lagged, WatchRequest, WatchResponse, watch_response};
 use super::{EventHub, kind_from, matches, to_api};
-use crate::listen::ConnectionLimit;
+use crate::listen::{ACCEPT_ERROR_PAUSE, ConnectionLimit};
 use crate::metrics::Metrics;
 use crate::supervise::Stage;
 
@@ -129,8 +129,8 @@ const MAX_STREAMS_PER_CONNECTION: u32 = 16;
 /// file refused; the directory is created owner-only; at most `max_connections` at once, and a
 /// peer that stops answering HTTP/2 pings is dropped. Returns the server's stage.
 pub fn serve(path: &Path, hub: EventHub, metrics: Arc<Metrics>, max_connections: usize) -> Result<Stage, ApiError> {
+    use futures_util::StreamExt;
     use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-    use tokio_stream::StreamExt;
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         // Creating what exists is not an error; only a new directory gets the mode.
         std::fs::DirBuilder::new()
@@ -151,11 +151,21 @@ pub fn serve(path: &Path, hub: EventHub, metrics: Arc<Metrics>, max_connections:
     let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660));
     info!(socket = %path.display(), max_connections, "observation API listening");
     let admission = ConnectionLimit::new("api", max_connections, metrics.clone());
-    let incoming = UnixListenerStream::new(listener).filter_map(move |accepted| match accepted {
-        Ok(stream) => admission.admit(stream).map(Ok::<_, std::io::Error>),
-        Err(error) => {
-            warn!(error = %error, "accepting an API connection failed");
-            None
+    let incoming = UnixListenerStream::new(listener).filter_map(move |accepted| {
+        let admitted = match accepted {
+            Ok(stream) => Ok(admission.admit(stream).map(Ok::<_, std::io::Error>)),
+            Err(error) => Err(error),
+        };
+        async move {
+            match admitted {
+                Ok(admitted) => admitted,
+                Err(error) => {
+                    // Out of file descriptors, most likely: pause rather than spin on the error.
+                    warn!(error = %error, "accepting an API connection failed");
+                    tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
+                    None
+                }
+            }
         }
     });
     let service = EventsServer::new(EventsService { hub, metrics });
