@@ -88,14 +88,7 @@ async fn channel_overflow_at_ten_times_capacity_loses_no_final_state() {
 
 fn spawn_plegd(cri: &FakeServer, kubeconfig: &std::path::Path) -> Child {
     support::process::plegd_run(env!("CARGO_BIN_EXE_plegd"), "churn", &cri.path, kubeconfig)
-        .args([
-            "--status-mode",
-            "full",
-            "--triggers",
-            "none",
-            "--relist-period",
-            "200ms",
-        ])
+        .args(support::process::FULL_MODE_FAST_RELIST)
         .args(["--metrics-address", "off"])
         .spawn()
         .expect("spawn plegd")

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use support::apiserver::TestApiserver;
 use support::fake_cri::FakeServer;
-use support::process::{free_port, http_get, metric, plegd_run};
+use support::process::{FULL_MODE_FAST_RELIST, free_port, http_get, metric, plegd_run};
 use support::wait_until;
 
 const PLEGD: &str = env!("CARGO_BIN_EXE_plegd");
@@ -46,14 +46,7 @@ async fn two_thousand_idle_connections_starve_nothing() {
     api.create_bound_pod("pod-0", "u1", "n1", 1, "Never");
     let port = free_port();
     let mut child = plegd_run(PLEGD, "n1", &cri.path, &api.kubeconfig(dir.path()))
-        .args([
-            "--status-mode",
-            "full",
-            "--triggers",
-            "none",
-            "--relist-period",
-            "200ms",
-        ])
+        .args(FULL_MODE_FAST_RELIST)
         .args(["--metrics-address", &format!("127.0.0.1:{port}")])
         .spawn()
         .expect("spawn plegd run");

@@ -21,6 +21,16 @@ pub fn plegd_run(binary: &str, node: &str, cri_socket: &Path, kubeconfig: &Path)
     command
 }
 
+/// Flags of a fast-relisting full-mode plegd against the fake CRI server (which sends no events).
+pub const FULL_MODE_FAST_RELIST: [&str; 6] = [
+    "--status-mode",
+    "full",
+    "--triggers",
+    "none",
+    "--relist-period",
+    "200ms",
+];
+
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
