@@ -103,32 +103,6 @@ impl crate::http::Health for DaemonHealth {
     }
 }
 
-/// systemd notifications: READY=1 after the first successful relist, then WATCHDOG=1 at half the
-/// watchdog interval, but only while plegd is healthy (every stage running, the PLEG within its
-/// threshold), so that systemd restarts a stuck plegd. Without NOTIFY_SOCKET (not under systemd)
-/// every notification is a no-op.
-async fn notify_systemd(pleg: Arc<GenericPleg<CriRuntime, SystemClock>>, health: Arc<DaemonHealth>) {
-    use crate::http::Health;
-    while pleg.last_relist().is_none() {
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
-    let Some(interval) = sd_notify::watchdog_enabled().filter(|d| !d.is_zero()) else {
-        // Nothing more to say, but a stage that ends is a failure: stay until cancelled.
-        return std::future::pending().await;
-    };
-    let period = interval / 2;
-    loop {
-        tokio::time::sleep(period).await;
-        match health.healthy() {
-            Ok(()) => {
-                let _ = sd_notify::notify(&[sd_notify::NotifyState::Watchdog]);
-            }
-            Err(error) => tracing::warn!(error = %error, "not pinging the systemd watchdog: plegd is not healthy"),
-        }
-    }
-}
-
 /// A tower layer on the apiserver client that counts requests by verb and response code
 /// (`plegd_apiserver_requests_total`; code `error` when no response came).
 #[derive(Clone)]
@@ -346,7 +320,11 @@ pub async fn run_controlled(
             .map_err(|source| DaemonError::Metrics { address, source })?;
         output.spawn("http", stage);
     }
-    output.spawn("systemd-notify", notify_systemd(pleg.clone(), health.clone()));
+    let relister = pleg.clone();
+    output.spawn(
+        "systemd-notify",
+        crate::watchdog::notify_systemd(move || relister.last_relist().is_some(), health.clone()),
+    );
     let recorder = options.emit_events.then(|| {
         let recorder = Recorder::new(
             client.clone(),

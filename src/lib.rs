@@ -30,3 +30,4 @@ pub mod supervise;
 pub mod sync_loop;
 pub mod triggers;
 pub mod watch;
+pub mod watchdog;

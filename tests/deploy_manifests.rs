@@ -4,18 +4,21 @@
 
 use std::process::Command;
 
-use serde_json::Value;
+use manifests::{documents, granted, path};
 
-const MANIFESTS: [&str; 4] = [
+#[allow(dead_code)]
+#[path = "support/manifests.rs"]
+mod manifests;
+
+const MANIFESTS: [&str; 7] = [
     "deploy/rbac.yaml",
+    "deploy/rbac-status.yaml",
     "deploy/rbac-full-mode.yaml",
+    "deploy/rbac-events.yaml",
     "deploy/admission-policy.yaml",
+    "deploy/admission-policy-conditions.yaml",
     "deploy/daemonset.yaml",
 ];
-
-fn path(p: &str) -> String {
-    format!("{}/{p}", env!("CARGO_MANIFEST_DIR"))
-}
 
 #[test]
 fn manifests_validate_against_kubernetes_schemas() {
@@ -45,69 +48,16 @@ fn manifests_validate_against_kubernetes_schemas() {
     }
 }
 
-/// Each YAML document of a manifest, as JSON.
-fn documents(manifest: &str) -> Vec<Value> {
-    let text = std::fs::read_to_string(path(manifest)).unwrap();
-    serde_yaml::Deserializer::from_str(&text)
-        .map(|doc| {
-            let yaml: serde_yaml::Value =
-                serde::Deserialize::deserialize(doc).unwrap_or_else(|e| panic!("{manifest}: {e}"));
-            serde_json::to_value(yaml).unwrap()
-        })
-        .collect()
-}
-
-/// The (resource, verb) pairs a manifest's ClusterRole grants, sorted as `resource:verb`.
-fn granted(manifest: &str) -> Vec<String> {
-    let docs = documents(manifest);
-    let role = docs.iter().find(|d| d["kind"] == "ClusterRole").expect("a ClusterRole");
-    let rules: Vec<(String, String)> = role["rules"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|r| {
-            let resources: Vec<String> = r["resources"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|x| x.as_str().unwrap().to_owned())
-                .collect();
-            let verbs: Vec<String> = r["verbs"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|x| x.as_str().unwrap().to_owned())
-                .collect();
-            resources
-                .into_iter()
-                .flat_map(move |res| verbs.clone().into_iter().map(move |v| (res.clone(), v)))
-        })
-        .collect();
-    let mut rules: Vec<String> = rules.into_iter().map(|(r, v)| format!("{r}:{v}")).collect();
-    rules.sort();
-    rules
-}
-
 #[test]
 fn manifests_keep_plegd_least_privileged() {
     let ds = documents("deploy/daemonset.yaml");
-    // Deleting finished pods (full mode only) is granted apart.
-    assert_eq!(granted("deploy/rbac-full-mode.yaml"), ["pods:delete"]);
-    let binding = documents("deploy/rbac-full-mode.yaml")
-        .into_iter()
-        .find(|d| d["kind"] == "ClusterRoleBinding")
-        .expect("a binding");
-    assert_eq!(binding["subjects"][0]["name"], "plegd");
+    // One file per need; tests/rbac.rs shows each mode uses exactly its files' rules.
+    assert_eq!(granted(&["deploy/rbac.yaml"]), ["/pods:list", "/pods:watch"]);
+    assert_eq!(granted(&["deploy/rbac-status.yaml"]), ["/pods/status:patch"]);
+    assert_eq!(granted(&["deploy/rbac-full-mode.yaml"]), ["/pods:delete"]);
     assert_eq!(
-        granted("deploy/rbac.yaml"),
-        [
-            "events:create",
-            "events:patch",
-            "pods/status:patch",
-            "pods:get",
-            "pods:list",
-            "pods:watch"
-        ]
+        granted(&["deploy/rbac-events.yaml"]),
+        ["events.k8s.io/events:create", "events.k8s.io/events:patch"]
     );
 
     let ds = &ds[0];
@@ -123,13 +73,35 @@ fn manifests_keep_plegd_least_privileged() {
     assert_eq!(c["securityContext"]["capabilities"]["drop"], serde_json::json!(["ALL"]));
     assert!(c["securityContext"]["capabilities"]["add"].is_null());
     assert!(c["resources"]["limits"]["memory"].is_string() && c["resources"]["requests"]["cpu"].is_string());
-    let socket = spec["volumes"]
+    // The runtime's socket directory, read-only: a restarted runtime's new socket shows up in it.
+    let socket_dir = spec["volumes"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|v| v["name"] == "cri-socket")
+        .find(|v| v["name"] == "cri-socket-dir")
         .unwrap();
-    assert_eq!(socket["hostPath"]["type"], "Socket");
+    assert_eq!(socket_dir["hostPath"]["type"], "Directory");
+    let mount = c["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "cri-socket-dir")
+        .unwrap();
+    assert_eq!(mount["readOnly"], true);
+    let socket_arg = c["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a.as_str()?.strip_prefix("--cri-socket="))
+        .next()
+        .unwrap();
+    assert_eq!(
+        std::path::Path::new(socket_arg).parent().unwrap().to_str(),
+        mount["mountPath"].as_str(),
+        "--cri-socket is inside the mounted directory"
+    );
+    // Without --emit-events the DaemonSet needs no events RBAC.
+    assert!(!c["args"].as_array().unwrap().iter().any(|a| a == "--emit-events"));
     assert!(c["livenessProbe"]["httpGet"]["path"] == "/healthz" && c["readinessProbe"]["httpGet"]["path"] == "/readyz");
 }
 
@@ -141,4 +113,78 @@ fn kind_recipe_parses() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// The kind recipe's node image: pinned by version and digest, and new enough for what the
+/// admission policy needs (ValidatingAdmissionPolicy GA in 1.30; the node-name claim of service
+/// account tokens GA in 1.32).
+#[test]
+fn kind_nodes_are_pinned_to_a_version_that_runs_the_policy() {
+    let cluster = &documents("deploy/kind/cluster.yaml")[0];
+    let nodes = cluster["nodes"].as_array().unwrap();
+    assert!(nodes.len() >= 2, "a control plane and a worker");
+    for node in nodes {
+        let image = node["image"].as_str().expect("every node names its image");
+        let (reference, digest) = image.split_once("@sha256:").expect("pinned by digest");
+        assert!(
+            digest.len() == 64 && digest.chars().all(|c| c.is_ascii_hexdigit()),
+            "{image}"
+        );
+        let version = reference
+            .strip_prefix("kindest/node:v")
+            .expect("a kindest/node version tag");
+        let minor: u32 = version
+            .split('.')
+            .nth(1)
+            .and_then(|m| m.parse().ok())
+            .expect("v1.MINOR.PATCH");
+        assert!(minor >= 32, "{image}: the node-name claim needs Kubernetes >= 1.32");
+    }
+}
+
+/// The image build: base images by digest, and a .dockerignore that keeps the build context to
+/// the sources (no target/, no .git, no fuzz corpora).
+#[test]
+fn image_build_is_pinned_and_small() {
+    let containerfile = std::fs::read_to_string(path("deploy/Containerfile")).unwrap();
+    let froms: Vec<&str> = containerfile.lines().filter(|l| l.starts_with("FROM ")).collect();
+    assert_eq!(froms.len(), 2, "a build stage and a runtime stage");
+    for from in froms {
+        let image = from.split_whitespace().nth(1).unwrap();
+        let digest = image
+            .split_once("@sha256:")
+            .map(|(_, d)| d)
+            .unwrap_or_else(|| panic!("{from}: by digest"));
+        assert!(
+            digest.len() == 64 && digest.chars().all(|c| c.is_ascii_hexdigit()),
+            "{from}"
+        );
+    }
+    let ignore = std::fs::read_to_string(path(".dockerignore")).expect(".dockerignore");
+    let ignored: Vec<&str> = ignore
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect();
+    for needed in [
+        "target",
+        ".git",
+        "tests/fuzz/target",
+        "tests/fuzz/corpus",
+        "tests/fuzz/artifacts",
+    ] {
+        assert!(
+            ignored
+                .iter()
+                .any(|i| i.trim_start_matches('/').trim_end_matches('/') == needed),
+            ".dockerignore leaves out {needed}"
+        );
+    }
+    // What the build needs stays in.
+    for kept in ["Cargo.toml", "Cargo.lock", "src", "proto", "build.rs"] {
+        assert!(
+            !ignored.iter().any(|i| i.trim_matches('/') == kept),
+            ".dockerignore keeps {kept}"
+        );
+    }
 }

@@ -114,7 +114,7 @@ struct Entry {
     /// Bumped each time a different status is wanted.
     version: u64,
     /// The wanted status while it is not yet written; dropped once it is, to keep memory flat.
-    desired: Option<PodStatus>,
+    desired: Option<Box<PodStatus>>,
     /// A hash of the newest wanted status and its `finished` flag, to tell a repeat from a change
     /// without keeping it.
     desired_hash: u64,
@@ -123,8 +123,9 @@ struct Entry {
     /// The newest version known to be on the apiserver (or dropped as refused).
     written_version: u64,
     /// What plegd last wrote and the resourceVersion the apiserver gave it: the base for the next
-    /// patch while the informer has not caught up with it.
-    last_written: Option<(PodStatus, String)>,
+    /// patch while the informer has not caught up with it. Boxed, as `desired` is: both are empty for
+    /// most pods most of the time, and an entry per pod stays small.
+    last_written: Option<Box<(PodStatus, String)>>,
     queued: bool,
     in_flight: bool,
     /// When the oldest unwritten version was wanted (for the sync duration metric).
@@ -312,7 +313,7 @@ impl StatusManager {
         let uid = pod.metadata.uid.as_deref()?;
         let mut inner = self.lock();
         let entry = inner.pods.get_mut(uid)?;
-        let (status, rv) = entry.last_written.as_ref()?;
+        let (status, rv) = entry.last_written.as_deref()?;
         if older(pod.metadata.resource_version.as_deref(), rv) {
             return Some(status.clone());
         }
@@ -364,7 +365,7 @@ impl StatusManager {
             return Ok(false);
         }
         entry.version += 1;
-        entry.desired = Some(status);
+        entry.desired = Some(Box::new(status));
         entry.desired_hash = hash;
         entry.finished = finished;
         entry.pending_since.get_or_insert_with(Instant::now);
@@ -408,7 +409,9 @@ impl StatusManager {
             if entry.written_version >= entry.version {
                 continue;
             }
-            let Some(desired) = entry.desired.clone() else { continue };
+            let Some(desired) = entry.desired.as_deref().cloned() else {
+                continue;
+            };
             entry.in_flight = true;
             return Some(Work {
                 uid,
@@ -416,7 +419,7 @@ impl StatusManager {
                 desired,
                 finished: entry.finished,
                 key: entry.key.clone(),
-                last_written: entry.last_written.clone(),
+                last_written: entry.last_written.as_deref().cloned(),
             });
         }
         None
@@ -506,7 +509,7 @@ impl StatusManager {
             let written = inner
                 .pods
                 .get(uid)
-                .and_then(|e| e.last_written.as_ref())
+                .and_then(|e| e.last_written.as_deref())
                 .map(|(s, _)| s.clone());
             let pod = self.store.get(key).filter(|p| p.metadata.uid.as_deref() == Some(uid))?;
             let status = written.as_ref().or(pod.status.as_ref());
@@ -596,7 +599,7 @@ impl StatusManager {
                 let rv = written.metadata.resource_version.clone().unwrap_or_default();
                 let mut inner = self.lock();
                 if let Some(entry) = inner.pods.get_mut(uid) {
-                    entry.last_written = Some((written.status.unwrap_or_default(), rv));
+                    entry.last_written = Some(Box::new((written.status.unwrap_or_default(), rv)));
                 }
                 Outcome::Written
             }

@@ -12,6 +12,10 @@
 //!     cargo bench --bench idle_cost_containerd                  # 250 and 1,000 pods of one container, 60 s each
 //!     cargo bench --bench idle_cost_containerd -- --pods 250 --containers 5 --seconds 60 --periods 1s,10s,30s,300s
 //!     PLEGD_CONTAINERD_VERSION=1.7 cargo bench --bench idle_cost_containerd -- --pods 250
+//!     cargo bench --bench idle_cost_containerd -- --periods 30s --binaries target/release/plegd,/tmp/plegd-before
+//!
+//! `--binaries` measures each setting with each binary in turn, on the same pods (side by side);
+//! the table then names the binary of each row.
 //!
 //! Needs root (it starts containerd through tests/containerd/containerd.sh). containerd holds about
 //! 6.5 open files per task: 1,000 pods of five containers need ~40,000, more than a 20,000 hard limit.
@@ -128,6 +132,7 @@ async fn measure(
     pods: &[TestPod],
     containers: usize,
     setting: &Setting,
+    binary: &str,
     seconds: u64,
 ) -> Figures {
     let api = apiserver::TestApiserver::start().await;
@@ -137,7 +142,7 @@ async fn measure(
     }
     let kubeconfig = api.kubeconfig(dir.path());
     let port = process::free_port();
-    let mut child = process::plegd_run(env!("CARGO_BIN_EXE_plegd"), "idle", &cd.socket, &kubeconfig)
+    let mut child = process::plegd_run(binary, "idle", &cd.socket, &kubeconfig)
         .args(["--status-mode", "full", "--worker-threads", "1", "--metrics-address"])
         .arg(format!("127.0.0.1:{port}"))
         .args(&setting.flags)
@@ -203,6 +208,9 @@ async fn main() {
         .split(',')
         .map(|p| p.trim().to_owned())
         .collect();
+    let binaries: Vec<String> = arg::<String>("--binaries")
+        .map(|list| list.split(',').map(|b| b.trim().to_owned()).collect())
+        .unwrap_or_else(|| vec![env!("CARGO_BIN_EXE_plegd").to_owned()]);
     let version = std::env::var("PLEGD_CONTAINERD_VERSION").unwrap_or_else(|_| "2.1".into());
     let Some(instance) = PrivateContainerd::start("idle", &version, 47).await else {
         eprintln!("idle_cost_containerd: needs a real containerd (root on Linux)");
@@ -221,21 +229,36 @@ async fn main() {
         let more = make_pods(&cd, size.saturating_sub(made.len()), containers).await;
         made.extend(more);
         for setting in settings(&periods) {
-            let f = measure(&cd, containerd_pid, &made[..size], containers, &setting, seconds).await;
-            eprintln!(
-                "idle_cost_containerd: {size} pods, {}: plegd {:.2} % / {:.1} MiB, containerd {:.2} %, {} relists, {} stream connections",
-                setting.name, f.plegd_cpu, f.rss_median, f.containerd_cpu, f.relists, f.connects
-            );
-            rows.push(format!(
-                "| {size} ({}) | {} | {} | {:.2} | {:.1} | {:.1} | {:.2} |",
-                size * containers,
-                setting.name,
-                f.relists,
-                f.plegd_cpu,
-                f.rss_median,
-                f.rss_max,
-                f.containerd_cpu
-            ));
+            for binary in &binaries {
+                let f = measure(
+                    &cd,
+                    containerd_pid,
+                    &made[..size],
+                    containers,
+                    &setting,
+                    binary,
+                    seconds,
+                )
+                .await;
+                let name = if binaries.len() > 1 {
+                    format!("{} ({binary})", setting.name)
+                } else {
+                    setting.name.clone()
+                };
+                eprintln!(
+                    "idle_cost_containerd: {size} pods, {name}: plegd {:.2} % / {:.1} MiB, containerd {:.2} %, {} relists, {} stream connections",
+                    f.plegd_cpu, f.rss_median, f.containerd_cpu, f.relists, f.connects
+                );
+                rows.push(format!(
+                    "| {size} ({}) | {name} | {} | {:.2} | {:.1} | {:.1} | {:.2} |",
+                    size * containers,
+                    f.relists,
+                    f.plegd_cpu,
+                    f.rss_median,
+                    f.rss_max,
+                    f.containerd_cpu
+                ));
+            }
         }
     }
     println!(

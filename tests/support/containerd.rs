@@ -403,9 +403,15 @@ impl PrivateContainerd {
 
     /// Run a containerd.sh subcommand on this instance.
     pub async fn script(&self, command: &str) {
+        self.script_with(command, &[]).await;
+    }
+
+    /// Run a containerd.sh subcommand with arguments on this instance.
+    pub async fn script_with(&self, command: &str, args: &[&str]) {
         let out = tokio::process::Command::new("bash")
             .arg(script())
             .arg(command)
+            .args(args)
             .envs(self.env.clone())
             .output()
             .await

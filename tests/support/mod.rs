@@ -6,6 +6,7 @@ pub mod containerd;
 pub mod daemon;
 pub mod fake_cri;
 pub mod history;
+pub mod manifests;
 pub mod process;
 
 /// Poll `cond` every 100 ms until it holds; panics naming `what` after `timeout`.
