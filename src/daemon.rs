@@ -243,7 +243,15 @@ pub async fn run_controlled(
         return Err(DaemonError::NoNodeName);
     }
     let fd_limit = crate::listen::raise_fd_limit();
-    let (runtime, version) = CriRuntime::connect(&options.cri_socket, &options.cri, metrics.clone()).await?;
+    tokio::pin!(shutdown);
+    // A runtime that is not up yet (plegd started first at boot, or the runtime restarting) is
+    // waited for; systemd sees plegd as starting (no READY) meanwhile.
+    let connected = tokio::select! {
+        biased;
+        () = &mut shutdown => return Ok(()),
+        connected = CriRuntime::connect_waiting(&options.cri_socket, &options.cri, metrics.clone()) => connected,
+    };
+    let (runtime, version) = connected?;
     let client = kube_client(options.kubeconfig.as_ref(), metrics.clone()).await?;
     info!(
         node = %options.manager.node_name,
@@ -344,7 +352,6 @@ pub async fn run_controlled(
     let sync_loop = SyncLoop::new(pleg, informer, manager.clone(), recorder, sync, metrics);
     intake.spawn("sync-loop", sync_loop.run(sync_events, changes));
 
-    tokio::pin!(shutdown);
     let failure = loop {
         tokio::select! {
             // A stage that ends takes down those that feed on it (a syncLoop gone closes the

@@ -21,7 +21,7 @@ use k8s_cri::v1 as cri;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use tokio::net::UnixStream;
 use tonic::transport::{Channel, Endpoint, Uri};
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use crate::backoff::{ExponentialBackoff, InvalidBackoff};
 use crate::container::{ContainerState, LABEL_POD_UID, Pod, PodStatus, PodUid, SandboxState};
@@ -58,6 +58,12 @@ pub enum RuntimeError {
 }
 
 impl RuntimeError {
+    /// Whether waiting may cure it: the runtime is not up (yet) or not answering. A wrong path, a
+    /// socket that is not CRI v1 or bad settings stay wrong.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, RuntimeError::SocketMissing { .. } | RuntimeError::Call { .. })
+    }
+
     /// The gRPC code of a failed call, if this is one.
     pub fn code(&self) -> Option<tonic::Code> {
         match self {
@@ -283,6 +289,39 @@ impl CriRuntime {
         let runtime = Self::new(path, options, metrics)?;
         let version = runtime.version().await?;
         Ok((runtime, version))
+    }
+
+    /// [`CriRuntime::connect`], waiting while the runtime is not there yet or not answering (a node
+    /// booting, a runtime restarting): said once at warn level with the reason, then retried with
+    /// `options`' jittered backoff until it answers. Errors that waiting cannot cure are returned
+    /// at once.
+    pub async fn connect_waiting(
+        path: &Path,
+        options: &CriOptions,
+        metrics: Arc<Metrics>,
+    ) -> Result<(Self, RuntimeVersion), RuntimeError> {
+        let mut backoff = ExponentialBackoff::try_new(options.initial_backoff, options.max_backoff)?;
+        let mut said = false;
+        loop {
+            match Self::connect(path, options, metrics.clone()).await {
+                Ok(connected) => {
+                    if said {
+                        info!(socket = %path.display(), "the container runtime answers");
+                    }
+                    return Ok(connected);
+                }
+                Err(error) if error.is_retryable() => {
+                    if !said {
+                        warn!(socket = %path.display(), error = %error, "waiting for the container runtime");
+                        said = true;
+                    } else {
+                        debug!(socket = %path.display(), error = %error, "still waiting for the container runtime");
+                    }
+                    tokio::time::sleep(backoff.next_wait()).await;
+                }
+                Err(error) => return Err(error),
+            }
+        }
     }
 
     /// The raw CRI client, for callers that need an RPC plegd does not wrap (tests, benchmarks).
