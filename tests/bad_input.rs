@@ -278,4 +278,56 @@ fn help_and_version_still_print_and_exit_0() {
     ] {
         assert!(help.contains(range), "run --help states {range}");
     }
+    assert!(
+        !help.contains("[default: ]") && !help.contains("[default: \"\"]"),
+        "no empty defaults in run --help:\n{help}"
+    );
+}
+
+/// A `plegd run` that waits for a runtime that is not there logs a warning; its stderr as bytes,
+/// with `wrap` (e.g. a terminal from `script`) around it.
+fn waiting_log(no_color: Option<&str>, at_terminal: bool) -> String {
+    let command = format!(
+        "timeout -s INT 2 {PLEGD} run --node-name n1 --cri-socket /nonexistent/cri.sock --api-socket off --metrics-address off"
+    );
+    let mut process = if at_terminal {
+        // script(1) gives the command a terminal and copies what it writes there.
+        let mut c = Command::new("script");
+        c.args(["-qefc", &command, "/dev/null"]);
+        c
+    } else {
+        let mut c = Command::new("sh");
+        c.args(["-c", &format!("{command} 2>&1")]);
+        c
+    };
+    process.env_remove("RUST_LOG").stdin(Stdio::null());
+    match no_color {
+        Some(v) => process.env("NO_COLOR", v),
+        None => process.env_remove("NO_COLOR"),
+    };
+    let out = process.output().expect("run plegd");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(text.contains("waiting for the container runtime"), "{text}");
+    text
+}
+
+#[test]
+fn log_colour_only_at_a_terminal_and_never_with_no_color() {
+    assert!(
+        !waiting_log(None, false).contains('\x1b'),
+        "no colour into a pipe or file"
+    );
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("!!!!!!!! script(1) not found: the terminal half of the colour check is SKIPPED !!!!!!!!");
+        return;
+    }
+    assert!(waiting_log(None, true).contains("\x1b["), "colour at a terminal");
+    assert!(
+        !waiting_log(Some("1"), true).contains('\x1b'),
+        "NO_COLOR=1 at a terminal"
+    );
+    assert!(
+        waiting_log(Some(""), true).contains("\x1b["),
+        "an empty NO_COLOR does not count"
+    );
 }

@@ -264,7 +264,7 @@ pub struct RunArgs {
     #[command(flatten)]
     pub runtime: RuntimeArgs,
     /// This node's name (required): only pods bound to it are watched and written.
-    #[arg(long, env = "NODE_NAME", default_value = "")]
+    #[arg(long, env = "NODE_NAME", default_value = "", hide_default_value = true)]
     pub node_name: String,
     /// The node's IPs (comma-separated, primary first): hostIP(s), and podIPs of host-network pods.
     #[arg(long, env = "NODE_IP", value_delimiter = ',', value_parser = parse_ip)]

@@ -19,14 +19,25 @@ fn init_logging(args: &LogArgs) -> Result<(), String> {
         Ok(v) if !v.is_empty() => EnvFilter::try_new(&v).map_err(|e| format!("RUST_LOG: {e}"))?,
         _ => EnvFilter::try_new(&args.log_level).map_err(|e| format!("--log-level: {e}"))?,
     };
+    let colour = log_colour(
+        std::env::var_os("NO_COLOR"),
+        std::io::IsTerminal::is_terminal(&std::io::stderr()),
+    );
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour)
         .with_writer(std::io::stderr);
     match args.log_format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().try_init(),
     }
     .map_err(|e| format!("logging: {e}"))
+}
+
+/// Colour in log lines only for a person at a terminal — never in a file, journald or `kubectl
+/// logs` — and not when NO_COLOR is set to anything but the empty string (https://no-color.org).
+fn log_colour(no_color: Option<std::ffi::OsString>, stderr_is_terminal: bool) -> bool {
+    stderr_is_terminal && no_color.is_none_or(|v| v.is_empty())
 }
 
 async fn shutdown_signal() {
@@ -199,6 +210,15 @@ mod tests {
         assert_eq!(w.output, OutputFormat::Text);
         assert_eq!(w.runtime.triggers, TriggerMode::Auto);
         assert_eq!(cli.worker_threads, 1);
+    }
+
+    #[test]
+    fn colour_only_at_a_terminal_without_no_color() {
+        assert!(log_colour(None, true));
+        assert!(log_colour(Some("".into()), true), "an empty NO_COLOR does not count");
+        assert!(!log_colour(Some("1".into()), true));
+        assert!(!log_colour(None, false), "not into files, pipes or journald");
+        assert!(!log_colour(Some("1".into()), false));
     }
 
     #[test]
