@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # plegd's main job, end to end on this machine: bring up an isolated containerd — the machine's own
 # when it is 2.x, else containerd 2.1 from Debian unstable's package unpacked privately (the
-# machine's packages untouched) — start `plegd watch` against it, run a short pod workload, and
-# show every pod lifecycle event as it happens. Cleans up when it ends. Needs root and Rust.
+# machine's packages untouched) — and run a short pod workload through it. Both halves of plegd are
+# shown as they happen: the pod lifecycle events of `plegd watch` (stdout), and the pod status that
+# `plegd run --status-mode full` writes to a test apiserver for the same pods (`status:` lines on
+# stderr, beside the workload's own `workload:` lines). Cleans up when it ends. Needs root and Rust.
 # PLEGD_CONTAINERD_VERSION=2.1|1.7|1.6|system picks one explicitly.
 #
 #   bash deploy/demo.sh            # text events
@@ -21,8 +23,8 @@ if [ -z "${PLEGD_CONTAINERD_VERSION:-}" ]; then
 fi
 export PLEGD_CONTAINERD_VERSION
 echo "== containerd: $PLEGD_CONTAINERD_VERSION ($( [ "$PLEGD_CONTAINERD_VERSION" = system ] && echo "this machine's" || echo "fetched from Debian's packages, unpacked privately"))" >&2
-echo "== building plegd (release)" >&2
-cargo build --release --quiet --bin plegd --example workload
+echo "== building plegd (release; the first build takes a few minutes)" >&2
+cargo build --release --bin plegd --example workload
 SOCK=$(bash tests/containerd/containerd.sh start)
 
 cleanup() {
@@ -36,5 +38,5 @@ echo "== plegd watch --cri-socket $SOCK --relist-period 1s --output $OUTPUT" >&2
 target/release/plegd watch --cri-socket "$SOCK" --relist-period 1s --output "$OUTPUT" &
 PLEGD_PID=$!
 sleep 1
-target/release/examples/workload "$SOCK"
+target/release/examples/workload "$SOCK" target/release/plegd
 sleep 2

@@ -1,0 +1,158 @@
+//! deploy/demo.sh, run as a user runs it (non-interactively, JSON events), on a containerd instance
+//! of its own of the version the suite runs: what its narration says happened must be what plegd
+//! reported — the lifecycle events of `plegd watch` on stdout and the pod status `plegd run`
+//! wrote (`status:` lines) on stderr.
+
+mod support;
+
+use std::process::Command;
+
+use serde_json::Value;
+use support::containerd::containerd;
+
+fn events(stdout: &str) -> Vec<Value> {
+    stdout.lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+}
+
+fn died<'a>(events: &'a [Value], pod: &str, container: &str) -> Vec<&'a Value> {
+    events
+        .iter()
+        .filter(|e| e["type"] == "ContainerDied" && e["pod"] == pod && e["container"] == container)
+        .collect()
+}
+
+/// The `status:` lines of one pod, in order.
+fn statuses<'a>(stderr: &'a str, pod: &str) -> Vec<&'a str> {
+    let key = format!("plegd-test/{pod} ");
+    stderr
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("status:"))
+        .map(str::trim_start)
+        .filter(|l| l.starts_with(&key))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_shows_what_happened() {
+    let Some(shared) = containerd().await else { return };
+    let (major, minor) = shared.version().await;
+    // As from a user's shell: none of the variables cargo and the test runner set for tests (which
+    // would make the demo's own `cargo build` rebuild what tests/run.sh built).
+    let mut command = Command::new("bash");
+    command.env_clear();
+    for keep in ["PATH", "HOME", "USER", "LANG", "CARGO_HOME", "RUSTUP_HOME"] {
+        if let Some(value) = std::env::var_os(keep) {
+            command.env(keep, value);
+        }
+    }
+    let out = command
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/demo.sh"))
+        .env("OUTPUT", "json")
+        .env("PLEGD_CONTAINERD_VERSION", format!("{major}.{minor}"))
+        .env("PLEGD_CONTAINERD_DIR", "/var/lib/plegd-test/demo")
+        .env("PLEGD_CNI_BRIDGE", "plgdemo")
+        .env("PLEGD_CNI_SUBNET", "10.238.0.0/24")
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run deploy/demo.sh");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "demo.sh failed:\n{stderr}");
+    let events = events(&stdout);
+    let context = format!("events:\n{stdout}\nnarration and status:\n{stderr}");
+
+    // "pod web: a container that keeps running"
+    assert!(
+        events
+            .iter()
+            .any(|e| e["type"] == "ContainerStarted" && e["pod"] == "web" && e["container"] == "server"),
+        "{context}"
+    );
+    assert!(
+        statuses(&stderr, "web")
+            .iter()
+            .any(|l| l.contains("Running  server: running")),
+        "{context}"
+    );
+
+    // "pod job: a container that completes"
+    let job = died(&events, "job", "batch");
+    assert!(
+        job.len() == 1 && job[0]["exit_code"] == 0 && job[0]["reason"] == "Completed",
+        "{context}"
+    );
+    assert!(
+        statuses(&stderr, "job")
+            .iter()
+            .any(|l| l.contains("Succeeded  batch: exited 0 (Completed)")),
+        "{context}"
+    );
+
+    // "pod crashy: a container that fails (exit 1) and is restarted twice"
+    let crashy = died(&events, "crashy", "worker");
+    assert!(
+        crashy.len() == 3 && crashy.iter().all(|e| e["exit_code"] == 1),
+        "{context}"
+    );
+    let crashy_status = statuses(&stderr, "crashy");
+    for restarts in [1, 2] {
+        assert!(
+            crashy_status
+                .iter()
+                .any(|l| l.contains(&format!("worker: exited 1 (Error), restarts {restarts}"))),
+            "{context}"
+        );
+    }
+
+    // "pod hog: ... OOM-killed"
+    let hog = died(&events, "hog", "hog");
+    assert!(
+        hog.len() == 1 && hog[0]["reason"] == "OOMKilled" && hog[0]["exit_code"] == 137,
+        "{context}"
+    );
+    assert!(
+        statuses(&stderr, "hog")
+            .iter()
+            .any(|l| l.contains("Failed  hog: exited 137 (OOMKilled)")),
+        "{context}"
+    );
+
+    // "its sidecar starts, then is stopped (SIGTERM; it exits 143)"
+    let sidecar = died(&events, "web", "sidecar");
+    assert!(sidecar.len() == 1 && sidecar[0]["exit_code"] == 143, "{context}");
+    assert!(
+        statuses(&stderr, "web")
+            .iter()
+            .any(|l| l.contains("sidecar: exited 143")),
+        "{context}"
+    );
+
+    // "deleting every pod": the running ones are finished and removed by plegd (full mode), the
+    // finished ones by the apiserver; every container and sandbox is reported removed.
+    for pod in ["web", "crashy"] {
+        assert!(
+            statuses(&stderr, pod)
+                .last()
+                .is_some_and(|l| l.contains("gone: plegd removed it")),
+            "{pod}: {context}"
+        );
+    }
+    for pod in ["job", "hog"] {
+        assert!(
+            statuses(&stderr, pod)
+                .last()
+                .is_some_and(|l| l.contains("gone: it had already finished")),
+            "{pod}: {context}"
+        );
+    }
+    for pod in ["web", "job", "crashy", "hog"] {
+        assert!(
+            events
+                .iter()
+                .any(|e| e["type"] == "ContainerRemoved" && e["pod"] == pod && e["sandbox"] == true),
+            "{pod}'s sandbox removed: {context}"
+        );
+    }
+    // Nothing is coloured when NO_COLOR is set.
+    assert!(!stderr.contains('\x1b'), "{context}");
+}
