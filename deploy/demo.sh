@@ -24,7 +24,7 @@ fi
 export PLEGD_CONTAINERD_VERSION
 echo "== containerd: $PLEGD_CONTAINERD_VERSION ($( [ "$PLEGD_CONTAINERD_VERSION" = system ] && echo "this machine's" || echo "fetched from Debian's packages, unpacked privately"))" >&2
 echo "== building plegd (release; the first build takes a few minutes)" >&2
-cargo build --release --bin plegd --example workload
+cargo build --release --workspace --bins
 SOCK=$(bash tests/containerd/containerd.sh start)
 
 cleanup() {
@@ -38,5 +38,5 @@ echo "== plegd watch --cri-socket $SOCK --relist-period 1s --output $OUTPUT" >&2
 target/release/plegd watch --cri-socket "$SOCK" --relist-period 1s --output "$OUTPUT" &
 PLEGD_PID=$!
 sleep 1
-target/release/examples/workload "$SOCK" target/release/plegd
+target/release/workload "$SOCK" target/release/plegd
 sleep 2

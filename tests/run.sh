@@ -34,8 +34,8 @@ else
 fi
 
 # The image that runs plegd inside containerd is built from the release binary; the demo test runs
-# deploy/demo.sh, which uses the release binary and the workload example.
-cargo build --release --bin plegd --example workload
+# deploy/demo.sh, which uses the release binary and the demo's workload (tests/demo).
+cargo build --release --workspace --bins
 export PLEGD_RELEASE_BINARY="$PWD/target/release/plegd"
 
 run_tests() {

@@ -7,7 +7,7 @@
 //! finished. What it does and what it sees go to stderr (`workload:` and `status:` lines), so that
 //! the lifecycle events of `plegd watch` on stdout can be read next to them.
 //!
-//!     cargo run --example workload -- CRI_SOCKET PLEGD_BINARY
+//!     cargo run --release -p plegd-demo --bin workload -- CRI_SOCKET PLEGD_BINARY
 
 #[allow(dead_code)]
 #[path = "../support/apiserver.rs"]
@@ -141,10 +141,10 @@ async fn main() {
     };
     let cd = Containerd::at(socket.into());
     let api = TestApiserver::start().await;
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    let kubeconfig = api.kubeconfig(dir.path());
-    let log =
-        std::env::var("PLEGD_DEMO_RUN_LOG").unwrap_or_else(|_| dir.path().join("plegd-run.log").display().to_string());
+    let dir = std::env::temp_dir().join(format!("plegd-demo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let kubeconfig = api.kubeconfig(&dir);
+    let log = dir.join("plegd-run.log").display().to_string();
     say(&format!(
         "plegd run --status-mode full --node-name {NODE}, against a test apiserver at {} (its log: {log})",
         api.url()
@@ -230,5 +230,6 @@ async fn main() {
     printer.abort();
     let _ = run.kill();
     let _ = run.wait();
+    let _ = std::fs::remove_dir_all(&dir);
     say("done");
 }

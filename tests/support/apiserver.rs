@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, Query, Request, State};
+use axum::extract::{Path, Request, State};
+use axum::http::Uri;
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -115,6 +116,13 @@ pub struct TestApiserver {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A request's query parameters, decoded (the last of a repeated name wins).
+fn query(uri: &Uri) -> BTreeMap<String, String> {
+    form_urlencoded::parse(uri.query().unwrap_or_default().as_bytes())
+        .into_owned()
+        .collect()
 }
 
 fn status_error(code: u16, reason: &str, message: &str) -> Response {
@@ -541,7 +549,8 @@ fn watch_response(inner: Arc<Inner>, namespace: Option<String>, q: BTreeMap<Stri
         .unwrap_or_default()
 }
 
-async fn list_or_watch(State(inner): State<Arc<Inner>>, Query(q): Query<BTreeMap<String, String>>) -> Response {
+async fn list_or_watch(State(inner): State<Arc<Inner>>, uri: Uri) -> Response {
+    let q = query(&uri);
     if q.get("watch").is_some_and(|w| w == "true" || w == "1") {
         watch_response(inner, None, q)
     } else {
@@ -549,11 +558,8 @@ async fn list_or_watch(State(inner): State<Arc<Inner>>, Query(q): Query<BTreeMap
     }
 }
 
-async fn list_or_watch_ns(
-    State(inner): State<Arc<Inner>>,
-    Path(ns): Path<String>,
-    Query(q): Query<BTreeMap<String, String>>,
-) -> Response {
+async fn list_or_watch_ns(State(inner): State<Arc<Inner>>, Path(ns): Path<String>, uri: Uri) -> Response {
+    let q = query(&uri);
     if q.get("watch").is_some_and(|w| w == "true" || w == "1") {
         watch_response(inner, Some(ns), q)
     } else {
@@ -610,9 +616,10 @@ fn uid_precondition_failed(uid: Option<&str>, pod: &Value) -> Option<Response> {
 async fn delete_pod(
     State(inner): State<Arc<Inner>>,
     Path((ns, name)): Path<(String, String)>,
-    Query(q): Query<BTreeMap<String, String>>,
+    uri: Uri,
     body: Bytes,
 ) -> Response {
+    let q = query(&uri);
     let options: Value = if body.is_empty() {
         Value::Null
     } else {

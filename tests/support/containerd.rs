@@ -43,12 +43,7 @@ async fn start() -> Option<PathBuf> {
     if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
         return skip("not root");
     }
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/containerd/containerd.sh");
-    let out = tokio::process::Command::new("bash")
-        .arg(script)
-        .arg("start")
-        .output()
-        .await;
+    let out = containerd_sh(&["start"], Vec::new()).await;
     match out {
         Ok(out) if out.status.success() => {
             let socket = String::from_utf8_lossy(&out.stdout)
@@ -365,6 +360,20 @@ fn script() -> &'static str {
     concat!(env!("CARGO_MANIFEST_DIR"), "/tests/containerd/containerd.sh")
 }
 
+/// `containerd.sh ARGS` with `env`, on a blocking thread (the script may take seconds).
+async fn containerd_sh(args: &[&str], env: Vec<(String, String)>) -> std::io::Result<std::process::Output> {
+    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    tokio::task::spawn_blocking(move || {
+        std::process::Command::new("bash")
+            .arg(script())
+            .args(args)
+            .envs(env)
+            .output()
+    })
+    .await
+    .map_err(std::io::Error::other)?
+}
+
 impl PrivateContainerd {
     /// Start instance `name` (≤ 8 characters) of containerd `version` ("1.6" or "1.7") with pod IPs
     /// from 10.`octet`.0.0/24. None (after a loud message) where a real containerd cannot run.
@@ -377,13 +386,7 @@ impl PrivateContainerd {
             ("PLEGD_CNI_BRIDGE".to_owned(), format!("plg{name}")),
             ("PLEGD_CNI_SUBNET".to_owned(), format!("10.{octet}.0.0/24")),
         ];
-        let out = tokio::process::Command::new("bash")
-            .arg(script())
-            .arg("start")
-            .envs(env.clone())
-            .output()
-            .await
-            .expect("run containerd.sh");
+        let out = containerd_sh(&["start"], env.clone()).await.expect("run containerd.sh");
         assert!(
             out.status.success(),
             "containerd.sh start ({name}, {version}) failed: {}",
@@ -408,14 +411,9 @@ impl PrivateContainerd {
 
     /// Run a containerd.sh subcommand with arguments on this instance.
     pub async fn script_with(&self, command: &str, args: &[&str]) {
-        let out = tokio::process::Command::new("bash")
-            .arg(script())
-            .arg(command)
-            .args(args)
-            .envs(self.env.clone())
-            .output()
-            .await
-            .expect("run containerd.sh");
+        let mut all = vec![command];
+        all.extend_from_slice(args);
+        let out = containerd_sh(&all, self.env.clone()).await.expect("run containerd.sh");
         assert!(
             out.status.success(),
             "containerd.sh {command} failed: {}",
