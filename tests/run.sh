@@ -33,9 +33,8 @@ else
   command -v protoc >/dev/null || { echo "tests/run.sh: protoc is needed to build (Debian: protobuf-compiler)" >&2; exit 1; }
 fi
 
-# The image that runs plegd inside containerd is built from the release binary; the demo test runs
-# deploy/demo.sh, which uses the release binary and the demo's workload (tests/demo).
-cargo build --release --workspace --bins
+# The image that runs plegd inside containerd is built from the release binary.
+cargo build --release --bin plegd
 export PLEGD_RELEASE_BINARY="$PWD/target/release/plegd"
 
 run_tests() {
