@@ -282,6 +282,8 @@ fn help_and_version_still_print_and_exit_0() {
         !help.contains("[default: ]") && !help.contains("[default: \"\"]"),
         "no empty defaults in run --help:\n{help}"
     );
+    // Environment variables are named, their values (empty or set) never shown.
+    assert!(help.contains("[env: NODE_NAME]") && !help.contains("=]"), "{help}");
 }
 
 /// A `plegd run` that waits for a runtime that is not there logs a warning; its stderr as bytes,

@@ -233,10 +233,13 @@ async fn unit_under_systemd_waits_for_the_runtime_and_resumes_its_watchdog() {
     let port = free_port();
     let socket = dir.join("cri/cri.sock");
 
-    let binary = std::env::var("PLEGD_RELEASE_BINARY").unwrap_or_else(|_| env!("CARGO_BIN_EXE_plegd").to_owned());
+    // The binary is copied beside the units: the unit's private /tmp would hide a build under /tmp.
+    let built = std::env::var("PLEGD_RELEASE_BINARY").unwrap_or_else(|_| env!("CARGO_BIN_EXE_plegd").to_owned());
+    let binary = dir.join("plegd");
+    std::fs::copy(&built, &binary).expect("copy plegd beside the units");
     std::fs::write(
         dir.join("units/plegd.service"),
-        UNIT.replace("/usr/local/bin/plegd", &binary),
+        UNIT.replace("/usr/local/bin/plegd", &binary.display().to_string()),
     )
     .unwrap();
     // Only what the sandbox needs: no boot targets to depend on, output to a file, a short watchdog.

@@ -90,13 +90,19 @@ where
 pub struct Cli {
     /// A TOML file of settings, keyed by flag name (`relist-period = "2s"`, `status-mode = "full"`).
     /// Flags and environment variables win over it. A regular file of at most 1 MiB.
-    #[arg(long, global = true, value_name = "PATH", env = "PLEGD_CONFIG")]
+    #[arg(
+        long,
+        global = true,
+        value_name = "PATH",
+        env = "PLEGD_CONFIG",
+        hide_env_values = true
+    )]
     pub config: Option<PathBuf>,
     #[command(flatten)]
     pub log: LogArgs,
     /// Threads that run plegd's work (1 to 64). With 1 (the default) everything runs on one
     /// thread, which keeps memory lowest; more give a multi-threaded runtime with that many workers.
-    #[arg(long, global = true, value_name = "N", default_value_t = 1, value_parser = number_in(range::WORKER_THREADS), env = "PLEGD_WORKER_THREADS")]
+    #[arg(long, global = true, value_name = "N", default_value_t = 1, value_parser = number_in(range::WORKER_THREADS), env = "PLEGD_WORKER_THREADS", hide_env_values = true)]
     pub worker_threads: usize,
     #[command(subcommand)]
     pub command: Command,
@@ -115,7 +121,7 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct EventsArgs {
     /// The daemon's API socket.
-    #[arg(long, value_name = "PATH", default_value = crate::observe::DEFAULT_API_SOCKET, env = "PLEGD_API_SOCKET")]
+    #[arg(long, value_name = "PATH", default_value = crate::observe::DEFAULT_API_SOCKET, env = "PLEGD_API_SOCKET", hide_env_values = true)]
     pub socket: PathBuf,
     /// Only pods in this namespace.
     #[arg(long, short = 'n')]
@@ -140,10 +146,16 @@ pub enum LogFormat {
 #[derive(Debug, Args)]
 pub struct LogArgs {
     /// Log filter (tracing's EnvFilter syntax, e.g. `info` or `plegd=debug`). RUST_LOG wins when set.
-    #[arg(long, global = true, default_value = "info", env = "PLEGD_LOG_LEVEL")]
+    #[arg(
+        long,
+        global = true,
+        default_value = "info",
+        env = "PLEGD_LOG_LEVEL",
+        hide_env_values = true
+    )]
     pub log_level: String,
     /// Log line format on stderr.
-    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "PLEGD_LOG_FORMAT")]
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "PLEGD_LOG_FORMAT", hide_env_values = true)]
     pub log_format: LogFormat,
 }
 
@@ -151,25 +163,25 @@ pub struct LogArgs {
 #[derive(Debug, Args, Clone)]
 pub struct RuntimeArgs {
     /// The container runtime's CRI socket.
-    #[arg(long, value_name = "PATH", default_value = DEFAULT_CRI_SOCKET, env = "PLEGD_CRI_SOCKET")]
+    #[arg(long, value_name = "PATH", default_value = DEFAULT_CRI_SOCKET, env = "PLEGD_CRI_SOCKET", hide_env_values = true)]
     pub cri_socket: PathBuf,
     /// Deadline of each CRI call (100ms to 10m).
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration_in(range::CRI_TIMEOUT))]
     pub cri_timeout: Duration,
     /// Period between two global relists while no runtime event stream is connected (100ms to 10m,
     /// less than --relist-threshold).
-    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = duration_in(range::RELIST_PERIOD), env = "PLEGD_RELIST_PERIOD")]
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = duration_in(range::RELIST_PERIOD), env = "PLEGD_RELIST_PERIOD", hide_env_values = true)]
     pub relist_period: Duration,
     /// Period between two global relists while the runtime event stream (--triggers) is connected:
     /// the relist then only catches what the stream lost (100ms to 1h, at least --relist-period,
     /// less than --relist-threshold).
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration_in(range::RELIST_PERIOD_WITH_TRIGGERS), env = "PLEGD_RELIST_PERIOD_WITH_TRIGGERS")]
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration_in(range::RELIST_PERIOD_WITH_TRIGGERS), env = "PLEGD_RELIST_PERIOD_WITH_TRIGGERS", hide_env_values = true)]
     pub relist_period_with_triggers: Duration,
     /// The PLEG is unhealthy when no relist succeeded for this long (1s to 24h).
-    #[arg(long, value_name = "DURATION", default_value = "3m", value_parser = duration_in(range::RELIST_THRESHOLD), env = "PLEGD_RELIST_THRESHOLD")]
+    #[arg(long, value_name = "DURATION", default_value = "3m", value_parser = duration_in(range::RELIST_THRESHOLD), env = "PLEGD_RELIST_THRESHOLD", hide_env_values = true)]
     pub relist_threshold: Duration,
     /// Runtime events that trigger a relist of the pod they name, between periodic relists.
-    #[arg(long, value_enum, default_value_t = TriggerMode::Auto, env = "PLEGD_TRIGGERS")]
+    #[arg(long, value_enum, default_value_t = TriggerMode::Auto, env = "PLEGD_TRIGGERS", hide_env_values = true)]
     pub triggers: TriggerMode,
     /// Longest wait between reconnections of a failed trigger stream (100ms to 1h).
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration_in(range::TRIGGER_MAX_BACKOFF))]
@@ -264,17 +276,23 @@ pub struct RunArgs {
     #[command(flatten)]
     pub runtime: RuntimeArgs,
     /// This node's name (required): only pods bound to it are watched and written.
-    #[arg(long, env = "NODE_NAME", default_value = "", hide_default_value = true)]
+    #[arg(
+        long,
+        env = "NODE_NAME",
+        hide_env_values = true,
+        default_value = "",
+        hide_default_value = true
+    )]
     pub node_name: String,
     /// The node's IPs (comma-separated, primary first): hostIP(s), and podIPs of host-network pods.
-    #[arg(long, env = "NODE_IP", value_delimiter = ',', value_parser = parse_ip)]
+    #[arg(long, env = "NODE_IP", hide_env_values = true, value_delimiter = ',', value_parser = parse_ip)]
     pub node_ip: Vec<String>,
     /// Kubeconfig file; without it, KUBECONFIG, ~/.kube/config or the in-cluster service account.
     #[arg(long, value_name = "PATH")]
     pub kubeconfig: Option<PathBuf>,
     /// What plegd writes: only its own conditions (beside a kubelet), the full status (no kubelet),
     /// or nothing but a comparison with what the kubelet wrote.
-    #[arg(long, value_enum, default_value_t = StatusMode::Conditions, env = "PLEGD_STATUS_MODE")]
+    #[arg(long, value_enum, default_value_t = StatusMode::Conditions, env = "PLEGD_STATUS_MODE", hide_env_values = true)]
     pub status_mode: StatusMode,
     /// Publish Kubernetes Events when a container dies or is OOM-killed.
     #[arg(long)]
@@ -290,10 +308,10 @@ pub struct RunArgs {
     pub status_burst: u32,
     /// Unix socket of the observation API (`plegd events`); `off` to not serve it. A socket file
     /// left there by an earlier plegd is replaced; any other file is refused, never removed.
-    #[arg(long, value_name = "PATH", default_value = crate::observe::DEFAULT_API_SOCKET, env = "PLEGD_API_SOCKET")]
+    #[arg(long, value_name = "PATH", default_value = crate::observe::DEFAULT_API_SOCKET, env = "PLEGD_API_SOCKET", hide_env_values = true)]
     pub api_socket: String,
     /// Address of /metrics, /healthz and /readyz; `off` to not serve them.
-    #[arg(long, value_name = "IP:PORT", default_value = "127.0.0.1:9808", value_parser = parse_listen, env = "PLEGD_METRICS_ADDRESS")]
+    #[arg(long, value_name = "IP:PORT", default_value = "127.0.0.1:9808", value_parser = parse_listen, env = "PLEGD_METRICS_ADDRESS", hide_env_values = true)]
     pub metrics_address: Listen,
     /// How long pending status writes may take to land at shutdown (0s to 10m).
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration_in(range::SHUTDOWN_TIMEOUT))]
