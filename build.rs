@@ -1,5 +1,15 @@
+//! Generates the gRPC code of `proto/`: plegd's own observation API (client and server), and the
+//! slim CRI list messages the relist decodes (client only; see proto/runtime/v1/relist.proto).
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    println!("cargo:rerun-if-changed=proto/plegd/v1/events.proto");
-    tonic_prost_build::configure().compile_protos(&["proto/plegd/v1/events.proto"], &["proto"])?;
+    const EVENTS: &str = "proto/plegd/v1/events.proto";
+    const RELIST: &str = "proto/runtime/v1/relist.proto";
+    println!("cargo:rerun-if-changed={EVENTS}");
+    println!("cargo:rerun-if-changed={RELIST}");
+    tonic_prost_build::configure().compile_protos(&[EVENTS], &["proto"])?;
+    tonic_prost_build::configure()
+        .build_server(false)
+        // `bytes` fields become slices of the received buffer instead of copies.
+        .bytes(".runtime.v1")
+        .compile_protos(&[RELIST], &["proto"])?;
     Ok(())
 }

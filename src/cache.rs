@@ -5,6 +5,9 @@
 //! at a status read after the event. Errors of a status read are cached too, so readers see them:
 //! an entry with an error is not a fact about the pod (the kubelet's pod workers skip the sync and
 //! record FailedSync), and its `status` is only the last good one, kept for the relister's IP rule.
+//!
+//! It never talks to the runtime itself and never makes a status up: an entry is a read the
+//! relister made, or that read's error.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -12,14 +15,14 @@ use std::time::SystemTime;
 
 use tokio::sync::oneshot;
 
-use crate::container::{PodStatus, PodUid};
+use crate::kubecontainer::{PodUid, RuntimePodStatus};
 
 /// One cached entry: the status (or the error that reading it gave) and when it was observed.
 #[derive(Debug, Clone)]
 pub struct CachedStatus {
     /// The status read at `modified`; when `error` is set, the last status read successfully
     /// before it (empty if none was), which must not be taken for the pod's state now.
-    pub status: Arc<PodStatus>,
+    pub status: Arc<RuntimePodStatus>,
     /// The error of the last status read, if it failed.
     pub error: Option<String>,
     pub modified: SystemTime,
@@ -41,9 +44,9 @@ pub struct PodCache {
 
 fn default_entry(id: &str, modified: SystemTime) -> CachedStatus {
     CachedStatus {
-        status: Arc::new(PodStatus {
+        status: Arc::new(RuntimePodStatus {
             id: id.to_owned(),
-            ..PodStatus::default()
+            ..RuntimePodStatus::default()
         }),
         error: None,
         modified,
@@ -137,7 +140,7 @@ impl PodCache {
     }
 
     /// Store a status (or the error reading it gave) observed at `timestamp`.
-    pub fn set(&self, id: &str, status: Result<PodStatus, String>, timestamp: SystemTime) {
+    pub fn set(&self, id: &str, status: Result<RuntimePodStatus, String>, timestamp: SystemTime) {
         let mut inner = self.lock();
         let entry = match status {
             Ok(status) => CachedStatus {
@@ -184,11 +187,11 @@ mod tests {
         SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
     }
 
-    fn status(id: &str, ip: &str) -> PodStatus {
-        PodStatus {
+    fn status(id: &str, ip: &str) -> RuntimePodStatus {
+        RuntimePodStatus {
             id: id.into(),
             ips: vec![ip.into()],
-            ..PodStatus::default()
+            ..RuntimePodStatus::default()
         }
     }
 

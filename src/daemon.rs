@@ -2,6 +2,9 @@
 //! (with the informer) → status manager → apiserver. It starts every stage, fails at start with one
 //! clear error when the runtime or the apiserver configuration is unusable, and runs until the
 //! shutdown future completes.
+//!
+//! It holds no logic of its own: every decision is in a stage. It never leaves a stage detached:
+//! each runs under supervision (`supervise`), and the first one to end ends the daemon.
 
 use std::path::PathBuf;
 use std::sync::Arc;

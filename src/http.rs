@@ -4,6 +4,7 @@
 //! memory and CPU count) are read from sysinfo at each scrape. The listener holds at most
 //! [`HttpLimits::max_connections`] connections, and closes one that sends no request headers
 //! within [`HttpLimits::header_read_timeout`] (also the idle limit between kept-alive requests).
+//! It serves only reads: nothing on it changes plegd's state.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};

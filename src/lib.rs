@@ -3,21 +3,25 @@
 //!
 //! The modules follow the data from the runtime outwards:
 //! [`runtime`] (CRI client and conversion) → [`triggers`] (runtime events that ask for targeted
-//! relists) → [`container`] (snapshot types) → [`pleg`] (records,
-//! diff, relist, event channel) → [`cache`] (per-pod status) → [`watch`] (printing events).
+//! relists) → [`kubecontainer`] (the runtime's view of pods: `Runtime…` types) → [`pleg`] (records,
+//! diff, relist, event channel) → [`cache`] (per-pod runtime status) → [`watch`] (printing events).
 //! Towards the apiserver: [`informer`] (the node's pods, each kept as a [`pod::ApiPod`]) →
 //! [`sync_loop`] (events, pod changes, resyncs) → [`status`] (generation, patches, the status
 //! manager). [`daemon`] starts it all for `plegd run`; [`cli`] parses flags and builds the runtime.
+//!
+//! Names say which side a type is on: `Runtime…` is what the container runtime reports
+//! ([`kubecontainer`]), `Api…` is plegd's trimmed copy of an API object ([`pod`]), and the bare
+//! Kubernetes names (`Pod`, `PodStatus`, `ContainerStatus`) are k8s-openapi's API types.
 #![forbid(unsafe_code)]
 
 pub mod backoff;
 pub mod cache;
 pub mod cli;
 pub mod clock;
-pub mod container;
 pub mod daemon;
 pub mod http;
 pub mod informer;
+pub mod kubecontainer;
 pub mod listen;
 pub mod metrics;
 pub mod observe;

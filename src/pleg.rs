@@ -22,7 +22,7 @@ use tracing::{debug, info, warn};
 
 use crate::cache::PodCache;
 use crate::clock::{self, Clock};
-use crate::container::{ContainerState, Pod, PodStatus, PodUid};
+use crate::kubecontainer::{PodUid, RuntimeContainerState, RuntimePod, RuntimePodStatus};
 use crate::metrics::{KindLabel, Metrics, StateLabel};
 use crate::runtime::{IdKind, Runtime, RuntimeError};
 
@@ -113,7 +113,7 @@ impl PodLifecycleEvent {
         }
     }
 
-    fn pod_sync(pod_uid: &str, pod: Option<&Pod>, at: SystemTime) -> Self {
+    fn pod_sync(pod_uid: &str, pod: Option<&RuntimePod>, at: SystemTime) -> Self {
         let mut event = Self::new(PodLifecycleEventType::PodSync, pod_uid, at);
         set_pod_names(&mut event, pod);
         event
@@ -129,18 +129,18 @@ pub enum PlegContainerState {
     NonExistent,
 }
 
-impl From<ContainerState> for PlegContainerState {
+impl From<RuntimeContainerState> for PlegContainerState {
     /// The kubelet does not use the created state: it maps to unknown.
-    fn from(state: ContainerState) -> Self {
+    fn from(state: RuntimeContainerState) -> Self {
         match state {
-            ContainerState::Created | ContainerState::Unknown => Self::Unknown,
-            ContainerState::Running => Self::Running,
-            ContainerState::Exited => Self::Exited,
+            RuntimeContainerState::Created | RuntimeContainerState::Unknown => Self::Unknown,
+            RuntimeContainerState::Running => Self::Running,
+            RuntimeContainerState::Exited => Self::Exited,
         }
     }
 }
 
-fn pleg_state(pod: Option<&Pod>, id: &str) -> PlegContainerState {
+fn pleg_state(pod: Option<&RuntimePod>, id: &str) -> PlegContainerState {
     pod.and_then(|p| p.find_any(id))
         .map_or(PlegContainerState::NonExistent, |c| c.state.into())
 }
@@ -165,7 +165,7 @@ fn non_empty(s: &str) -> Option<String> {
     (!s.is_empty()).then(|| s.to_owned())
 }
 
-fn set_pod_names(event: &mut PodLifecycleEvent, pod: Option<&Pod>) {
+fn set_pod_names(event: &mut PodLifecycleEvent, pod: Option<&RuntimePod>) {
     if let Some(pod) = pod {
         event.namespace = non_empty(&pod.namespace);
         event.pod = non_empty(&pod.name);
@@ -174,7 +174,7 @@ fn set_pod_names(event: &mut PodLifecycleEvent, pod: Option<&Pod>) {
 
 /// The ids of a record in the kubelet's order (containers, then sandboxes), each with whether it
 /// is a sandbox.
-fn ids(pod: Option<&Pod>) -> impl Iterator<Item = (&crate::container::Container, bool)> {
+fn ids(pod: Option<&RuntimePod>) -> impl Iterator<Item = (&crate::kubecontainer::RuntimeContainer, bool)> {
     pod.into_iter().flat_map(|p| {
         let containers = p.containers.iter().map(|c| (c, false));
         containers.chain(p.sandboxes.iter().map(|s| (s, true)))
@@ -185,7 +185,7 @@ fn ids(pod: Option<&Pod>) -> impl Iterator<Item = (&crate::container::Container,
 /// `getContainersFromPods(old, new)`): containers and sandboxes of the old record, then of the new
 /// one, each id once. Includes ContainerChanged, which the relister filters out before sending.
 /// Allocates nothing when nothing changed: it runs for every pod on every relist.
-pub fn compute_events(old: Option<&Pod>, new: Option<&Pod>, at: SystemTime) -> Vec<PodLifecycleEvent> {
+pub fn compute_events(old: Option<&RuntimePod>, new: Option<&RuntimePod>, at: SystemTime) -> Vec<PodLifecycleEvent> {
     let Some(any) = old.or(new) else {
         return Vec::new();
     };
@@ -195,7 +195,7 @@ pub fn compute_events(old: Option<&Pod>, new: Option<&Pod>, at: SystemTime) -> V
         old
     };
     // An id repeated within a record counts once: a linear look-back, as pods hold few containers.
-    let first_in = |pod: Option<&Pod>, i: usize, id: &str| !ids(pod).take(i).any(|(p, _)| p.id == id);
+    let first_in = |pod: Option<&RuntimePod>, i: usize, id: &str| !ids(pod).take(i).any(|(p, _)| p.id == id);
     let old_ids = ids(old).enumerate().filter(|(i, (c, _))| first_in(old, *i, &c.id));
     let new_ids = ids(new)
         .enumerate()
@@ -216,14 +216,14 @@ pub fn compute_events(old: Option<&Pod>, new: Option<&Pod>, at: SystemTime) -> V
 }
 
 /// Add what a fresh status says of a dead container: its exit code and reason.
-fn add_exit_details(events: &mut [PodLifecycleEvent], status: Option<&PodStatus>) {
+fn add_exit_details(events: &mut [PodLifecycleEvent], status: Option<&RuntimePodStatus>) {
     let Some(status) = status else { return };
     for event in events
         .iter_mut()
         .filter(|e| e.kind == PodLifecycleEventType::ContainerDied)
     {
         let found = event.container_id.as_deref().and_then(|id| status.find_container(id));
-        if let Some(c) = found.filter(|c| c.state == ContainerState::Exited) {
+        if let Some(c) = found.filter(|c| c.state == RuntimeContainerState::Exited) {
             event.exit_code = Some(c.exit_code);
             event.reason = non_empty(&c.reason);
         }
@@ -234,8 +234,8 @@ fn add_exit_details(events: &mut [PodLifecycleEvent], status: Option<&PodStatus>
 /// consumer is told when too many of the pod's events could not be delivered.
 fn current_state_events(
     uid: &str,
-    pod: Option<&Pod>,
-    status: Option<&PodStatus>,
+    pod: Option<&RuntimePod>,
+    status: Option<&RuntimePodStatus>,
     lost: &[PodLifecycleEvent],
     at: SystemTime,
 ) -> Vec<PodLifecycleEvent> {
@@ -303,8 +303,8 @@ pub enum PlegHealthError {
 /// Old and current view of one pod (`podRecord`).
 #[derive(Debug, Default, Clone)]
 pub struct PodRecord {
-    pub old: Option<Pod>,
-    pub current: Option<Pod>,
+    pub old: Option<RuntimePod>,
+    pub current: Option<RuntimePod>,
 }
 
 #[derive(Debug, Default)]
@@ -318,7 +318,7 @@ struct RelistState {
 
 impl RelistState {
     /// `podRecords.setCurrent`.
-    fn set_current(&mut self, pods: Vec<Pod>) {
+    fn set_current(&mut self, pods: Vec<RuntimePod>) {
         for record in self.records.values_mut() {
             record.current = None;
         }
@@ -464,7 +464,7 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
     /// The pod whose records (old or current) hold this container or sandbox id.
     pub async fn pod_of(&self, id: &str) -> Option<PodUid> {
         let state = self.state.lock().await;
-        let has = |pod: &Option<Pod>| pod.as_ref().is_some_and(|p| p.find_any(id).is_some());
+        let has = |pod: &Option<RuntimePod>| pod.as_ref().is_some_and(|p| p.find_any(id).is_some());
         state
             .records
             .iter()
@@ -686,7 +686,11 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
     }
 
     /// `updateCache`: read the pod's status into the cache; a pod that is gone loses its entry.
-    async fn update_cache(&self, uid: &str, pod: Option<&Pod>) -> Result<Option<PodStatus>, RuntimeError> {
+    async fn update_cache(
+        &self,
+        uid: &str,
+        pod: Option<&RuntimePod>,
+    ) -> Result<Option<RuntimePodStatus>, RuntimeError> {
         let Some(pod) = pod else {
             self.cache.delete(uid);
             return Ok(None);
@@ -706,21 +710,21 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
         }
     }
 
-    fn update_running_gauges(&self, pods: &[Pod]) {
+    fn update_running_gauges(&self, pods: &[RuntimePod]) {
         let running_pods = pods
             .iter()
-            .filter(|p| p.sandboxes.iter().any(|s| s.state == ContainerState::Running))
+            .filter(|p| p.sandboxes.iter().any(|s| s.state == RuntimeContainerState::Running))
             .count();
         self.metrics.running_pods.set(running_pods as i64);
-        let mut by_state: HashMap<ContainerState, i64> = HashMap::new();
+        let mut by_state: HashMap<RuntimeContainerState, i64> = HashMap::new();
         for c in pods.iter().flat_map(|p| &p.containers) {
             *by_state.entry(c.state).or_default() += 1;
         }
         for state in [
-            ContainerState::Created,
-            ContainerState::Running,
-            ContainerState::Exited,
-            ContainerState::Unknown,
+            RuntimeContainerState::Created,
+            RuntimeContainerState::Running,
+            RuntimeContainerState::Exited,
+            RuntimeContainerState::Unknown,
         ] {
             let label = StateLabel {
                 container_state: state.as_str().to_owned(),
@@ -778,8 +782,8 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
 
 /// `getPodIPs`: keep the previous IPs when the new status has none and no sandbox is ready, so
 /// that a dead pod keeps its IP.
-pub fn preserve_ips(old: &PodStatus, new: &PodStatus) -> Vec<String> {
-    use crate::container::SandboxState;
+pub fn preserve_ips(old: &RuntimePodStatus, new: &RuntimePodStatus) -> Vec<String> {
+    use crate::kubecontainer::SandboxState;
     if !new.ips.is_empty() || old.ips.is_empty() {
         return new.ips.clone();
     }
@@ -792,7 +796,7 @@ pub fn preserve_ips(old: &PodStatus, new: &PodStatus) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::container::Container;
+    use crate::kubecontainer::RuntimeContainer;
     use PlegContainerState as S;
     use PodLifecycleEventType as E;
 
@@ -837,14 +841,14 @@ mod tests {
 
     #[test]
     fn created_maps_to_unknown() {
-        assert_eq!(S::from(ContainerState::Created), S::Unknown);
-        assert_eq!(S::from(ContainerState::Unknown), S::Unknown);
-        assert_eq!(S::from(ContainerState::Running), S::Running);
-        assert_eq!(S::from(ContainerState::Exited), S::Exited);
+        assert_eq!(S::from(RuntimeContainerState::Created), S::Unknown);
+        assert_eq!(S::from(RuntimeContainerState::Unknown), S::Unknown);
+        assert_eq!(S::from(RuntimeContainerState::Running), S::Running);
+        assert_eq!(S::from(RuntimeContainerState::Exited), S::Exited);
     }
 
-    fn c(id: &str, name: &str, state: ContainerState) -> Container {
-        Container {
+    fn c(id: &str, name: &str, state: RuntimeContainerState) -> RuntimeContainer {
+        RuntimeContainer {
             id: id.into(),
             sandbox_id: String::new(),
             name: name.into(),
@@ -856,8 +860,8 @@ mod tests {
         }
     }
 
-    fn pod(containers: Vec<Container>, sandboxes: Vec<Container>) -> Pod {
-        Pod {
+    fn pod(containers: Vec<RuntimeContainer>, sandboxes: Vec<RuntimeContainer>) -> RuntimePod {
+        RuntimePod {
             id: "u1".into(),
             name: "web".into(),
             namespace: "default".into(),
@@ -875,7 +879,7 @@ mod tests {
 
     #[test]
     fn first_relist_of_a_running_pod() {
-        use ContainerState::*;
+        use RuntimeContainerState::*;
         let new = pod(
             vec![c("c1", "app", Running), c("c2", "init", Exited)],
             vec![c("s1", "", Running)],
@@ -898,14 +902,14 @@ mod tests {
 
     #[test]
     fn no_change_no_events() {
-        use ContainerState::*;
+        use RuntimeContainerState::*;
         let p = pod(vec![c("c1", "app", Running)], vec![c("s1", "", Running)]);
         assert!(compute_events(Some(&p), Some(&p), T0).is_empty());
     }
 
     #[test]
     fn pod_disappearing_reports_every_container() {
-        use ContainerState::*;
+        use RuntimeContainerState::*;
         let old = pod(
             vec![c("c1", "app", Running), c("c2", "done", Exited)],
             vec![c("s1", "", Exited)],
@@ -926,7 +930,7 @@ mod tests {
 
     #[test]
     fn created_container_is_changed_only() {
-        use ContainerState::*;
+        use RuntimeContainerState::*;
         let old = pod(vec![], vec![c("s1", "", Running)]);
         let new = pod(vec![c("c1", "app", Created)], vec![c("s1", "", Running)]);
         assert_eq!(
@@ -937,7 +941,7 @@ mod tests {
 
     #[test]
     fn preserve_ips_rules() {
-        use crate::container::{SandboxState, SandboxStatus};
+        use crate::kubecontainer::{SandboxState, SandboxStatus};
         let sandbox = |state| SandboxStatus {
             id: "s".into(),
             state,
@@ -946,21 +950,21 @@ mod tests {
             ips: vec![],
             host_network: false,
         };
-        let old = PodStatus {
+        let old = RuntimePodStatus {
             ips: vec!["10.0.0.5".into()],
             ..Default::default()
         };
-        let dead = PodStatus {
+        let dead = RuntimePodStatus {
             sandbox_statuses: vec![sandbox(SandboxState::NotReady)],
             ..Default::default()
         };
         assert_eq!(preserve_ips(&old, &dead), ["10.0.0.5"]);
-        let ready_without_ip = PodStatus {
+        let ready_without_ip = RuntimePodStatus {
             sandbox_statuses: vec![sandbox(SandboxState::Ready)],
             ..Default::default()
         };
         assert!(preserve_ips(&old, &ready_without_ip).is_empty());
-        let fresh = PodStatus {
+        let fresh = RuntimePodStatus {
             ips: vec!["10.0.0.6".into()],
             ..Default::default()
         };
@@ -969,7 +973,7 @@ mod tests {
 
     #[test]
     fn current_state_events_for_a_lost_queue() {
-        use ContainerState::*;
+        use RuntimeContainerState::*;
         let now = pod(vec![c("c2", "app", Exited)], vec![c("s1", "", Running)]);
         let lost = vec![
             PodLifecycleEvent {

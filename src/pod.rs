@@ -16,7 +16,7 @@ const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// A container of the spec, as far as plegd reads it.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct SpecContainer {
+pub struct ApiContainer {
     pub name: String,
     pub image: String,
     /// `Always` on an init container makes it a sidecar (restartable init container).
@@ -30,14 +30,14 @@ pub struct SpecContainer {
     pub resources: Option<ResourceRequirements>,
 }
 
-impl SpecContainer {
+impl ApiContainer {
     /// A sidecar: an init container that keeps running (`restartPolicy: Always`).
     pub fn is_restartable_init(&self) -> bool {
         self.restart_policy.as_deref() == Some("Always")
     }
 }
 
-impl From<Container> for SpecContainer {
+impl From<Container> for ApiContainer {
     fn from(c: Container) -> Self {
         Self {
             name: c.name,
@@ -50,7 +50,7 @@ impl From<Container> for SpecContainer {
     }
 }
 
-impl From<EphemeralContainer> for SpecContainer {
+impl From<EphemeralContainer> for ApiContainer {
     /// Ephemeral containers have no probes and no restart policy of their own.
     fn from(c: EphemeralContainer) -> Self {
         Self {
@@ -71,9 +71,9 @@ pub struct ApiPodSpec {
     pub restart_policy: Option<String>,
     /// The condition types of the pod's readiness gates.
     pub readiness_gates: Vec<String>,
-    pub containers: Vec<SpecContainer>,
-    pub init_containers: Vec<SpecContainer>,
-    pub ephemeral_containers: Vec<SpecContainer>,
+    pub containers: Vec<ApiContainer>,
+    pub init_containers: Vec<ApiContainer>,
+    pub ephemeral_containers: Vec<ApiContainer>,
 }
 
 /// A pod as the informer keeps it; see the module documentation.
@@ -102,18 +102,18 @@ impl From<Pod> for ApiPod {
                 .into_iter()
                 .map(|g| g.condition_type)
                 .collect(),
-            containers: s.containers.into_iter().map(SpecContainer::from).collect(),
+            containers: s.containers.into_iter().map(ApiContainer::from).collect(),
             init_containers: s
                 .init_containers
                 .unwrap_or_default()
                 .into_iter()
-                .map(SpecContainer::from)
+                .map(ApiContainer::from)
                 .collect(),
             ephemeral_containers: s
                 .ephemeral_containers
                 .unwrap_or_default()
                 .into_iter()
-                .map(SpecContainer::from)
+                .map(ApiContainer::from)
                 .collect(),
         });
         Self {
@@ -234,29 +234,29 @@ mod tests {
                 restart_policy: Some("Never".into()),
                 readiness_gates: vec!["example.com/gate".into()],
                 containers: vec![
-                    SpecContainer {
+                    ApiContainer {
                         name: "app".into(),
                         image: "busybox".into(),
-                        ..SpecContainer::default()
+                        ..ApiContainer::default()
                     },
-                    SpecContainer {
+                    ApiContainer {
                         name: "probed".into(),
                         image: "busybox".into(),
                         readiness_probe: true,
                         startup_probe: true,
-                        ..SpecContainer::default()
+                        ..ApiContainer::default()
                     },
                 ],
-                init_containers: vec![SpecContainer {
+                init_containers: vec![ApiContainer {
                     name: "sidecar".into(),
                     image: "busybox".into(),
                     restart_policy: Some("Always".into()),
-                    ..SpecContainer::default()
+                    ..ApiContainer::default()
                 }],
-                ephemeral_containers: vec![SpecContainer {
+                ephemeral_containers: vec![ApiContainer {
                     name: "debug".into(),
                     image: "busybox".into(),
-                    ..SpecContainer::default()
+                    ..ApiContainer::default()
                 }],
             }
         );
@@ -296,6 +296,6 @@ mod tests {
     #[test]
     fn is_much_smaller_than_the_api_object() {
         // The point of the type: five containers cost a few hundred bytes, not over 10 KiB.
-        assert!(5 * size_of::<SpecContainer>() < size_of::<Container>() / 2);
+        assert!(5 * size_of::<ApiContainer>() < size_of::<Container>() / 2);
     }
 }

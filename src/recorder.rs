@@ -1,7 +1,8 @@
 //! Kubernetes Events (`--emit-events`): the syncLoop queues them without waiting and one stage
 //! publishes them in order. They are best effort, as the kubelet's recorder makes them: when the
 //! queue is full (the apiserver slow or away) an event is dropped and counted
-//! (`plegd_kube_events_dropped_total`), and a failed publish is logged at debug.
+//! (`plegd_kube_events_dropped_total`), and a failed publish is logged at debug. It never makes the
+//! syncLoop wait.
 
 use std::sync::Arc;
 

@@ -24,6 +24,7 @@ use std::time::{Duration, Instant, SystemTime};
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 
+use k8s_openapi::api::core::v1::PodStatus;
 use kube::Resource;
 use kube::runtime::events::{Event as KubeEvent, EventType};
 use kube::runtime::reflector::ObjectRef;
@@ -33,8 +34,8 @@ use tracing::{debug, info, warn};
 use crate::backoff::ExponentialBackoff;
 use crate::cache::CachedStatus;
 use crate::clock::Clock;
-use crate::container::PodStatus;
 use crate::informer::{Informer, PodChange};
+use crate::kubecontainer::RuntimePodStatus;
 use crate::metrics::Metrics;
 use crate::pleg::{GenericPleg, PodLifecycleEvent, PodLifecycleEventType};
 use crate::pod::ApiPod;
@@ -83,7 +84,7 @@ struct Tracked {
     /// What the last sync that handed a status to the status manager worked from: the pod's
     /// resourceVersion and the runtime status it read. The same inputs give the same status, so a
     /// resync that finds them unchanged has nothing to do.
-    synced_from: Option<(String, Arc<PodStatus>)>,
+    synced_from: Option<(String, Arc<RuntimePodStatus>)>,
     /// A sync is wanted once the cache holds a runtime status strictly newer than this.
     wanted: Option<SystemTime>,
     /// A wait on the cache is outstanding for this pod.
@@ -317,24 +318,7 @@ impl<R: Runtime, C: Clock> SyncLoop<R, C> {
             return;
         }
         if let Some(error) = &entry.error {
-            // FailedSync: nothing is generated from a failed read. Try again on the next read.
-            tracked.wanted = Some(entry.modified);
-            tracked.failed_syncs += 1;
-            self.metrics.failed_syncs.inc();
-            if tracked.failed_syncs == 1 {
-                warn!(pod = %tracked.key, error = %error, "FailedSync: error determining status; the pod is not synced until its runtime status can be read");
-                let event = KubeEvent {
-                    type_: EventType::Warning,
-                    reason: "FailedSync".into(),
-                    note: Some(format!("error determining status: {error}")),
-                    action: "Sync".into(),
-                    secondary: None,
-                };
-                self.publish(&pod, event);
-            } else {
-                debug!(pod = %tracked.key, error = %error, failed_syncs = tracked.failed_syncs, "FailedSync again");
-            }
-            self.try_sync(uid);
+            self.failed_sync(uid, &pod, entry.modified, error);
             return;
         }
         if tracked.failed_syncs > 0 {
@@ -355,6 +339,7 @@ impl<R: Runtime, C: Clock> SyncLoop<R, C> {
         }
         // Generate from plegd's own last write while the informer has not caught up with it (only
         // then is the pod copied).
+        self.manager.forget_seen_write(&pod);
         let base: Cow<'_, ApiPod> = match self.manager.base_status(&pod) {
             Some(status) => Cow::Owned(ApiPod {
                 status: Some(status),
@@ -380,14 +365,7 @@ impl<R: Runtime, C: Clock> SyncLoop<R, C> {
             return;
         }
         if self.config.mode == StatusMode::Shadow {
-            let actual = pod.status.clone().unwrap_or_default();
-            let differences = shadow_differences(&actual, &generated);
-            for field in &differences {
-                self.metrics.count_shadow_difference(field);
-            }
-            if !differences.is_empty() {
-                info!(pod = %tracked.key, fields = ?differences, "shadow: plegd's status differs from the apiserver's");
-            }
+            compare_shadow(&self.metrics, &tracked.key, &pod, &generated);
             return;
         }
         let handed_over = match desired_status(self.config.mode, &base, &generated, now) {
@@ -407,6 +385,29 @@ impl<R: Runtime, C: Clock> SyncLoop<R, C> {
         // Only a status generated from the informer's own copy counts: while plegd's last write is
         // ahead of the informer, the next resync generates again.
         tracked.synced_from = (handed_over && matches!(base, Cow::Borrowed(_))).then(|| (version.to_owned(), runtime));
+    }
+
+    /// FailedSync (`error` is why the pod's runtime status, cached at `modified`, could not be
+    /// read): nothing is generated from a failed read; the pod is synced again at its next read.
+    fn failed_sync(&mut self, uid: &str, pod: &ApiPod, modified: SystemTime, error: &str) {
+        let Some(tracked) = self.pods.get_mut(uid) else { return };
+        tracked.wanted = Some(modified);
+        tracked.failed_syncs += 1;
+        self.metrics.failed_syncs.inc();
+        if tracked.failed_syncs == 1 {
+            warn!(pod = %tracked.key, error = %error, "FailedSync: error determining status; the pod is not synced until its runtime status can be read");
+            let event = KubeEvent {
+                type_: EventType::Warning,
+                reason: "FailedSync".into(),
+                note: Some(format!("error determining status: {error}")),
+                action: "Sync".into(),
+                secondary: None,
+            };
+            self.publish(pod, event);
+        } else {
+            debug!(pod = %tracked.key, error = %error, failed_syncs = tracked.failed_syncs, "FailedSync again");
+        }
+        self.try_sync(uid);
     }
 
     /// A Kubernetes Event for a container that died (with its exit code and reason) or was OOM-killed.
@@ -445,5 +446,17 @@ impl<R: Runtime, C: Clock> SyncLoop<R, C> {
     fn publish(&self, pod: &ApiPod, event: KubeEvent) {
         let Some(recorder) = &self.recorder else { return };
         recorder.send(event, pod.object_ref(&()));
+    }
+}
+
+/// Shadow mode: count and log the fields where the generated status differs from the apiserver's.
+fn compare_shadow(metrics: &Metrics, key: &ObjectRef<ApiPod>, pod: &ApiPod, generated: &PodStatus) {
+    let actual = pod.status.clone().unwrap_or_default();
+    let differences = shadow_differences(&actual, generated);
+    for field in &differences {
+        metrics.count_shadow_difference(field);
+    }
+    if !differences.is_empty() {
+        info!(pod = %key, fields = ?differences, "shadow: plegd's status differs from the apiserver's");
     }
 }

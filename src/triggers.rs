@@ -41,7 +41,7 @@ use tracing::{debug, info, warn};
 
 use crate::backoff::{ExponentialBackoff, InvalidBackoff};
 use crate::clock::Clock;
-use crate::container::PodUid;
+use crate::kubecontainer::PodUid;
 use crate::metrics::Metrics;
 use crate::pleg::{GenericPleg, PlegContainerState, TriggerHealth};
 use crate::runtime::{CriRuntime, MAX_MESSAGE_SIZE, Runtime, RuntimeVersion};

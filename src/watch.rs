@@ -1,7 +1,8 @@
 //! `plegd watch`: the PLEG alone, against a CRI socket, with no apiserver. It prints one line per
 //! lifecycle event on stdout (text or JSON lines) while logs go to stderr. It keeps running when the
 //! runtime goes away and picks up again when the runtime returns: the relister keeps relisting and
-//! the first successful relist after the outage reports everything that changed meanwhile.
+//! the first successful relist after the outage reports everything that changed meanwhile. It never
+//! talks to an apiserver.
 
 use std::io::Write;
 use std::path::PathBuf;

@@ -6,7 +6,6 @@
 //! Each policy knows plegd by its service account's user name; here that name is derived from
 //! rbac.yaml and the DaemonSet, so renaming the account or its namespace in one place only fails.
 
-#[allow(dead_code)]
 #[path = "support/manifests.rs"]
 mod manifests;
 
@@ -46,6 +45,9 @@ impl Request {
         })
     }
 }
+
+/// A change made to a pod status in a test request.
+type Change = fn(&mut Value);
 
 fn eval(expression: &str, vars: &BTreeMap<&str, Value>) -> Result<Value, String> {
     let program = cel::Program::compile(expression).map_err(|e| format!("compile {expression}: {e}"))?;
@@ -289,7 +291,7 @@ fn conditions_mode_changes_only_its_own_condition() {
     assert_eq!(admit(CONDITIONS_POLICY, &added), Ok(()));
     // Anything the kubelet owns is refused: another condition, the phase, container statuses, a
     // field the pod did not have.
-    let denied: [(&str, fn(&mut Value)); 5] = [
+    let denied: [(&str, Change); 5] = [
         ("Ready condition", |s| s["conditions"][0]["status"] = json!("False")),
         ("phase", |s| s["phase"] = json!("Failed")),
         ("container status", |s| {

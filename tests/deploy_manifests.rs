@@ -6,7 +6,6 @@ use std::process::Command;
 
 use manifests::{documents, granted, path};
 
-#[allow(dead_code)]
 #[path = "support/manifests.rs"]
 mod manifests;
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use plegd::metrics::Metrics;
-use plegd::observe::api::events_client::EventsClient;
+use plegd::observe::api::events_service_client::EventsServiceClient;
 use plegd::observe::api::{WatchRequest, watch_response};
 use plegd::observe::{self, EventHub};
 use plegd::pleg::{PodLifecycleEvent, PodLifecycleEventType as E};
@@ -25,10 +25,10 @@ fn event(kind: E, ns: &str, pod: &str, n: usize) -> PodLifecycleEvent {
     }
 }
 
-async fn client(path: &std::path::Path) -> EventsClient<tonic::transport::Channel> {
+async fn client(path: &std::path::Path) -> EventsServiceClient<tonic::transport::Channel> {
     let options = plegd::runtime::CriOptions::default();
     let backoff = plegd::backoff::ExponentialBackoff::constant(options.initial_backoff, options.max_backoff);
-    EventsClient::new(plegd::runtime::unix_channel(
+    EventsServiceClient::new(plegd::runtime::unix_channel(
         path,
         options.connect_timeout,
         backoff,

@@ -397,7 +397,7 @@ async fn bad_runtime_data_is_counted_and_skipped() {
         st.extra_containers.push(cri::Container {
             id: "weird".into(),
             state: 77,
-            labels: [(plegd::container::LABEL_POD_UID.to_owned(), "u1".to_owned())].into(),
+            labels: [(plegd::kubecontainer::LABEL_POD_UID.to_owned(), "u1".to_owned())].into(),
             ..Default::default()
         });
         let dup = st.sandboxes["sb-u1"].item.clone();

@@ -6,8 +6,7 @@
 //! the next death within seconds.
 //!
 //! The instance is this test's own (it is killed), of the version the suite runs. The binary is
-//! $PLEGD_RELEASE_BINARY when set (tests/run.sh builds the release binary), else the one this test
-//! build made.
+//! $PLEGD_BINARY when set (e.g. a release build), else the one this test build made.
 
 mod support;
 
@@ -78,7 +77,7 @@ async fn plegd_runs_as_a_pod_and_sees_containerd_restart() {
         return;
     };
     let cd = &instance.handle;
-    let binary = std::env::var("PLEGD_RELEASE_BINARY").unwrap_or_else(|_| env!("CARGO_BIN_EXE_plegd").to_owned());
+    let binary = std::env::var("PLEGD_BINARY").unwrap_or_else(|_| env!("CARGO_BIN_EXE_plegd").to_owned());
     instance.script_with("import-binary", &[&binary, IMAGE]).await;
 
     let socket_dir = cd.socket.parent().expect("the socket's directory");

@@ -7,30 +7,32 @@ use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use plegd::container::{Container, ContainerState, ContainerStatus, Pod, PodStatus};
+use plegd::kubecontainer::{
+    RuntimeContainer, RuntimeContainerState, RuntimeContainerStatus, RuntimePod, RuntimePodStatus,
+};
 use plegd::pleg::{PodLifecycleEventType as E, compute_events};
-use plegd::pod::{ApiPod, ApiPodSpec, SpecContainer};
+use plegd::pod::{ApiContainer, ApiPod, ApiPodSpec};
 use plegd::status::generate::{StatusInput, generate};
 use proptest::prelude::*;
 
 const T0: SystemTime = SystemTime::UNIX_EPOCH;
 
-fn state_of(n: u8) -> Option<ContainerState> {
+fn state_of(n: u8) -> Option<RuntimeContainerState> {
     match n % 5 {
         0 => None,
-        1 => Some(ContainerState::Created),
-        2 => Some(ContainerState::Running),
-        3 => Some(ContainerState::Exited),
-        _ => Some(ContainerState::Unknown),
+        1 => Some(RuntimeContainerState::Created),
+        2 => Some(RuntimeContainerState::Running),
+        3 => Some(RuntimeContainerState::Exited),
+        _ => Some(RuntimeContainerState::Unknown),
     }
 }
 
-fn snapshot(states: &[Option<ContainerState>]) -> Option<Pod> {
-    let containers: Vec<Container> = states
+fn snapshot(states: &[Option<RuntimeContainerState>]) -> Option<RuntimePod> {
+    let containers: Vec<RuntimeContainer> = states
         .iter()
         .enumerate()
         .filter_map(|(i, s)| {
-            s.map(|state| Container {
+            s.map(|state| RuntimeContainer {
                 id: format!("c{i}"),
                 sandbox_id: String::new(),
                 name: format!("n{}", i % 3),
@@ -42,7 +44,7 @@ fn snapshot(states: &[Option<ContainerState>]) -> Option<Pod> {
             })
         })
         .collect();
-    (!containers.is_empty()).then(|| Pod {
+    (!containers.is_empty()).then(|| RuntimePod {
         id: "u1".into(),
         name: "p".into(),
         namespace: "ns".into(),
@@ -53,8 +55,13 @@ fn snapshot(states: &[Option<ContainerState>]) -> Option<Pod> {
 
 /// A container's real life: created → running → exited → gone, possibly skipping steps (a relist
 /// can miss a short phase), never going back.
-fn lifecycle_step(current: Option<ContainerState>, roll: u8, born: bool, removed: bool) -> Option<ContainerState> {
-    use ContainerState::*;
+fn lifecycle_step(
+    current: Option<RuntimeContainerState>,
+    roll: u8,
+    born: bool,
+    removed: bool,
+) -> Option<RuntimeContainerState> {
+    use RuntimeContainerState::*;
     match (current, roll % 4) {
         // Ids are never reused: once gone, always gone.
         (None, _) if !born || removed => None,
@@ -75,7 +82,7 @@ proptest! {
     /// Arbitrary histories (states jump anywhere): no panic, and events only name reported ids.
     #[test]
     fn arbitrary_histories_only_name_reported_containers(history in prop::collection::vec(prop::collection::vec(any::<u8>(), 6), 1..20)) {
-        let mut old: Option<Pod> = None;
+        let mut old: Option<RuntimePod> = None;
         let mut reported = std::collections::HashSet::new();
         for step in history {
             let states: Vec<_> = step.into_iter().map(state_of).collect();
@@ -95,9 +102,9 @@ proptest! {
     /// Real lifecycles: per container, Started/Died alternate and Removed is last and once.
     #[test]
     fn lifecycle_events_alternate(rolls in prop::collection::vec(prop::collection::vec(any::<u8>(), 4), 1..30), births in prop::collection::vec(any::<bool>(), 4)) {
-        let mut states: Vec<Option<ContainerState>> = vec![None; 4];
+        let mut states: Vec<Option<RuntimeContainerState>> = vec![None; 4];
         let mut removed = [false; 4];
-        let mut old: Option<Pod> = None;
+        let mut old: Option<RuntimePod> = None;
         let mut per_container: HashMap<String, Vec<E>> = HashMap::new();
         for step in rolls {
             for (i, roll) in step.into_iter().enumerate() {
@@ -139,14 +146,14 @@ proptest! {
         let mut pod = ApiPod {
             metadata: ObjectMeta { name: Some("p".into()), uid: Some("u1".into()), ..ObjectMeta::default() },
             spec: ApiPodSpec {
-                containers: names.iter().map(|n| SpecContainer { name: (*n).into(), ..SpecContainer::default() }).collect(),
+                containers: names.iter().map(|n| ApiContainer { name: (*n).into(), ..ApiContainer::default() }).collect(),
                 restart_policy: Some(policy.into()),
                 ..ApiPodSpec::default()
             },
             status: None,
         };
         // Per container: its attempts so far (the runtime keeps the last two).
-        let mut attempts: Vec<Vec<ContainerStatus>> = vec![Vec::new(), Vec::new()];
+        let mut attempts: Vec<Vec<RuntimeContainerStatus>> = vec![Vec::new(), Vec::new()];
         // How many times each container was started: the restart count its creator writes.
         let mut started = [0u32; 2];
         let mut clock = 1u64;
@@ -158,11 +165,11 @@ proptest! {
                 let list = &mut attempts[i];
                 match action % 4 {
                     // A new attempt starts running.
-                    0 if list.last().is_none_or(|c| c.state == ContainerState::Exited) => list.push(ContainerStatus {
+                    0 if list.last().is_none_or(|c| c.state == RuntimeContainerState::Exited) => list.push(RuntimeContainerStatus {
                         id: format!("{}-{}", names[i], started[i]),
                         sandbox_id: "s1".into(),
                         name: names[i].into(),
-                        state: ContainerState::Running,
+                        state: RuntimeContainerState::Running,
                         created_at: Some(T0 + Duration::from_secs(clock)),
                         started_at: Some(T0 + Duration::from_secs(clock)),
                         finished_at: None,
@@ -176,13 +183,13 @@ proptest! {
                         user: None,
                     }),
                     // The running one exits.
-                    1 => if let Some(c) = list.last_mut().filter(|c| c.state == ContainerState::Running) {
-                        c.state = ContainerState::Exited;
+                    1 => if let Some(c) = list.last_mut().filter(|c| c.state == RuntimeContainerState::Running) {
+                        c.state = RuntimeContainerState::Exited;
                         c.exit_code = code;
                         c.finished_at = Some(T0 + Duration::from_secs(clock));
                     },
                     // The runtime loses track of it.
-                    2 if vanish % 5 == 0 => if let Some(c) = list.last_mut() { c.state = ContainerState::Unknown },
+                    2 if vanish % 5 == 0 => if let Some(c) = list.last_mut() { c.state = RuntimeContainerState::Unknown },
                     _ => {}
                 }
                 if vanish % 7 == 0 {
@@ -190,7 +197,7 @@ proptest! {
                 }
                 while list.len() > 2 { list.remove(0); }
             }
-            let runtime = PodStatus { id: "u1".into(), container_statuses: attempts.concat(), ..PodStatus::default() };
+            let runtime = RuntimePodStatus { id: "u1".into(), container_statuses: attempts.concat(), ..RuntimePodStatus::default() };
             if deleting && n > 3 {
                 pod.metadata.deletion_timestamp = Some(plegd::status::generate::api_time(T0));
             }

@@ -33,10 +33,6 @@ else
   command -v protoc >/dev/null || { echo "tests/run.sh: protoc is needed to build (Debian: protobuf-compiler)" >&2; exit 1; }
 fi
 
-# The image that runs plegd inside containerd is built from the release binary.
-cargo build --release --bin plegd
-export PLEGD_RELEASE_BINARY="$PWD/target/release/plegd"
-
 run_tests() {
   if cargo nextest --version >/dev/null 2>&1; then
     cargo nextest run --no-fail-fast "$@"

@@ -234,7 +234,7 @@ async fn unit_under_systemd_waits_for_the_runtime_and_resumes_its_watchdog() {
     let socket = dir.join("cri/cri.sock");
 
     // The binary is copied beside the units: the unit's private /tmp would hide a build under /tmp.
-    let built = std::env::var("PLEGD_RELEASE_BINARY").unwrap_or_else(|_| env!("CARGO_BIN_EXE_plegd").to_owned());
+    let built = std::env::var("PLEGD_BINARY").unwrap_or_else(|_| env!("CARGO_BIN_EXE_plegd").to_owned());
     let binary = dir.join("plegd");
     std::fs::copy(&built, &binary).expect("copy plegd beside the units");
     std::fs::write(

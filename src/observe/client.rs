@@ -1,4 +1,5 @@
-//! `plegd events`: the client side of the observation API, printing a running daemon's events.
+//! `plegd events`: the client side of the observation API, printing a running daemon's events. It
+//! only reads; it never changes the daemon's state.
 
 use std::path::{Path, PathBuf};
 
@@ -36,7 +37,7 @@ pub async fn follow(
     let options = crate::runtime::CriOptions::default();
     let backoff = crate::backoff::ExponentialBackoff::constant(options.initial_backoff, options.max_backoff);
     let channel = crate::runtime::unix_channel(socket, options.connect_timeout, backoff, None);
-    let mut client = api::events_client::EventsClient::new(channel);
+    let mut client = api::events_service_client::EventsServiceClient::new(channel);
     let mut stream = client.watch(request).await.map_err(FollowError::Refused)?.into_inner();
     loop {
         let item = match stream.message().await {

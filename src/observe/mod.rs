@@ -1,6 +1,6 @@
-//! Observers: who else sees the lifecycle events. [`hub`]: the fan-out takes each event from the
-//! PLEG's channel, hands it to the syncLoop, and publishes it on a bounded broadcast; [`server`]:
-//! the `plegd.v1.Events` gRPC service (on a unix socket) streams it to subscribers; [`client`]:
+//! Observers: who else sees the lifecycle events. `hub`: the fan-out takes each event from the
+//! PLEG's channel, hands it to the syncLoop, and publishes it on a bounded broadcast; `server`:
+//! the `plegd.v1.EventsService` gRPC service (on a unix socket) streams it to subscribers; `client`:
 //! `plegd events`, one such subscriber. A slow subscriber never slows the PLEG: it falls behind the
 //! broadcast's ring buffer, misses events, and is told how many (a `lagged` item), also counted.
 //! This file holds what they share: the API's form of an event and the subscription filter.
@@ -15,7 +15,7 @@ use crate::pleg::{PodLifecycleEvent, PodLifecycleEventType};
 
 pub use client::{FollowError, follow};
 pub use hub::{EventHub, fan_out};
-pub use server::{ApiError, EventsService, MAX_API_CONNECTIONS, check_socket_path, serve};
+pub use server::{ApiError, EventsApi, MAX_API_CONNECTIONS, check_socket_path, serve};
 
 /// The generated `plegd.v1` API.
 pub mod api {

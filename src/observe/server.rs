@@ -1,5 +1,6 @@
-//! The `plegd.v1.Events` gRPC service on a unix socket: each subscriber gets the hub's events that
-//! pass its filters, and is told how many it missed when it reads too slowly.
+//! The `plegd.v1.EventsService` gRPC service on a unix socket: each subscriber gets the hub's events that
+//! pass its filters, and is told how many it missed when it reads too slowly. A subscriber never
+//! slows the PLEG down: a slow one misses events, the PLEG does not wait for it.
 
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
@@ -12,15 +13,15 @@ use tokio_stream::wrappers::UnixListenerStream;
 use tonic::{Request, Response, Status};
 use tracing::{info, warn};
 
-use super::api::events_server::{Events, EventsServer};
+use super::api::events_service_server::{EventsService, EventsServiceServer};
 use super::api::{Lagged, WatchRequest, WatchResponse, watch_response};
 use super::{EventHub, kind_from, matches, to_api};
 use crate::listen::{ACCEPT_ERROR_PAUSE, ConnectionLimit};
 use crate::metrics::Metrics;
 use crate::supervise::Stage;
 
-/// The `plegd.v1.Events` service.
-pub struct EventsService {
+/// The `plegd.v1.EventsService` service.
+pub struct EventsApi {
     hub: EventHub,
     metrics: Arc<Metrics>,
 }
@@ -28,7 +29,7 @@ pub struct EventsService {
 type WatchStream = Pin<Box<dyn tokio_stream::Stream<Item = Result<WatchResponse, Status>> + Send>>;
 
 #[tonic::async_trait]
-impl Events for EventsService {
+impl EventsService for EventsApi {
     type WatchStream = WatchStream;
 
     async fn watch(&self, request: Request<WatchRequest>) -> Result<Response<WatchStream>, Status> {
@@ -168,7 +169,7 @@ pub fn serve(path: &Path, hub: EventHub, metrics: Arc<Metrics>, max_connections:
             }
         }
     });
-    let service = EventsServer::new(EventsService { hub, metrics });
+    let service = EventsServiceServer::new(EventsApi { hub, metrics });
     Ok(Box::pin(async move {
         if let Err(error) = tonic::transport::Server::builder()
             .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION)

@@ -2,17 +2,53 @@
 //! runtime should not have sent is returned as [`BadData`] for the caller to log and count, and the
 //! offending item is skipped. Nothing here panics on any input.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use k8s_cri::v1 as cri;
 
-use super::wire::{ListedContainer, ListedSandbox};
-use crate::container::{
-    ANNOTATION_RESTART_COUNT, Container, ContainerResources, ContainerState, ContainerStatus, ContainerUser,
-    LABEL_CONTAINER_NAME, LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID, LinuxContainerUser, Pod, PodUid,
-    SandboxState, SandboxStatus,
+use crate::kubecontainer::{
+    ANNOTATION_RESTART_COUNT, LABEL_CONTAINER_NAME, LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID, PodUid,
+    RuntimeContainer, RuntimeContainerResources, RuntimeContainerState, RuntimeContainerStatus, RuntimeContainerUser,
+    RuntimeLinuxContainerUser, RuntimePod, SandboxState, SandboxStatus,
 };
+
+/// A sandbox as a relist lists it, before grouping. Strings borrow from the runtime's answer where
+/// they can (see `lists`); grouping copies what a pod record keeps.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListedSandbox<'a> {
+    pub id: Cow<'a, str>,
+    /// From the sandbox metadata; empty when the runtime sent none.
+    pub uid: Cow<'a, str>,
+    pub name: Cow<'a, str>,
+    pub namespace: Cow<'a, str>,
+    pub attempt: u32,
+    /// A CRI `PodSandboxState` value, not yet checked.
+    pub state: i32,
+    pub created_at: i64,
+}
+
+/// A container as a relist lists it, before grouping.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListedContainer<'a> {
+    pub id: Cow<'a, str>,
+    /// The sandbox the container runs in.
+    pub sandbox_id: Cow<'a, str>,
+    /// From the container metadata.
+    pub name: Cow<'a, str>,
+    pub attempt: u32,
+    pub image: Cow<'a, str>,
+    pub image_ref: Cow<'a, str>,
+    /// A CRI `ContainerState` value, not yet checked.
+    pub state: i32,
+    pub created_at: i64,
+    /// The kubelet's labels (empty when absent).
+    pub pod_uid: Cow<'a, str>,
+    pub pod_name: Cow<'a, str>,
+    pub pod_namespace: Cow<'a, str>,
+    pub container_name: Cow<'a, str>,
+}
 
 /// Something the runtime reported that plegd cannot use as it is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,18 +122,18 @@ impl std::fmt::Display for BadData {
     }
 }
 
-fn container_state(id: &str, value: i32, bad: &mut Vec<BadData>) -> ContainerState {
+fn container_state(id: &str, value: i32, bad: &mut Vec<BadData>) -> RuntimeContainerState {
     match cri::ContainerState::try_from(value) {
-        Ok(cri::ContainerState::ContainerCreated) => ContainerState::Created,
-        Ok(cri::ContainerState::ContainerRunning) => ContainerState::Running,
-        Ok(cri::ContainerState::ContainerExited) => ContainerState::Exited,
-        Ok(cri::ContainerState::ContainerUnknown) => ContainerState::Unknown,
+        Ok(cri::ContainerState::ContainerCreated) => RuntimeContainerState::Created,
+        Ok(cri::ContainerState::ContainerRunning) => RuntimeContainerState::Running,
+        Ok(cri::ContainerState::ContainerExited) => RuntimeContainerState::Exited,
+        Ok(cri::ContainerState::ContainerUnknown) => RuntimeContainerState::Unknown,
         Err(_) => {
             bad.push(BadData::UnknownState {
                 id: id.to_owned(),
                 value,
             });
-            ContainerState::Unknown
+            RuntimeContainerState::Unknown
         }
     }
 }
@@ -117,11 +153,11 @@ fn sandbox_state(id: &str, value: i32, bad: &mut Vec<BadData>) -> SandboxState {
 }
 
 /// A sandbox in the kubelet's container vocabulary: READY runs, NOTREADY has exited.
-pub fn sandbox_as_container_state(state: SandboxState) -> ContainerState {
+pub fn sandbox_as_container_state(state: SandboxState) -> RuntimeContainerState {
     match state {
-        SandboxState::Ready => ContainerState::Running,
-        SandboxState::NotReady => ContainerState::Exited,
-        SandboxState::Unknown => ContainerState::Unknown,
+        SandboxState::Ready => RuntimeContainerState::Running,
+        SandboxState::NotReady => RuntimeContainerState::Exited,
+        SandboxState::Unknown => RuntimeContainerState::Unknown,
     }
 }
 
@@ -186,10 +222,10 @@ pub fn group_pods<'a, S: Into<ListedSandbox<'a>>, C: Into<ListedContainer<'a>>>(
     sandboxes: impl IntoIterator<Item = S>,
     containers: impl IntoIterator<Item = C>,
     bad: &mut Vec<BadData>,
-) -> Vec<Pod> {
+) -> Vec<RuntimePod> {
     let sandboxes: Vec<ListedSandbox<'a>> = sandboxes.into_iter().map(Into::into).collect();
     let containers: Vec<ListedContainer<'a>> = containers.into_iter().map(Into::into).collect();
-    let mut pods: HashMap<PodUid, Pod> = HashMap::with_capacity(sandboxes.len());
+    let mut pods: HashMap<PodUid, RuntimePod> = HashMap::with_capacity(sandboxes.len());
     // Ids seen again later in the answer (the first occurrence wins), found without copying ids.
     let (dup_sandboxes, dup_containers) = {
         let mut seen: HashSet<&str> = HashSet::with_capacity(sandboxes.len() + containers.len());
@@ -222,17 +258,19 @@ pub fn group_pods<'a, S: Into<ListedSandbox<'a>>, C: Into<ListedContainer<'a>>>(
         let state = sandbox_as_container_state(sandbox_state(&sandbox.id, sandbox.state, bad));
         let pod = match pods.get_mut(sandbox.uid.as_ref()) {
             Some(pod) => pod,
-            None => pods.entry(sandbox.uid.clone().into_owned()).or_insert_with(|| Pod {
-                id: sandbox.uid.clone().into_owned(),
-                ..Pod::default()
-            }),
+            None => pods
+                .entry(sandbox.uid.clone().into_owned())
+                .or_insert_with(|| RuntimePod {
+                    id: sandbox.uid.clone().into_owned(),
+                    ..RuntimePod::default()
+                }),
         };
         // The newest sandbox names the pod, as in the kubelet.
         if pod.name.is_empty() || pod.sandboxes.iter().all(|s| s.created_at <= sandbox.created_at) {
             pod.name = sandbox.name.into_owned();
             pod.namespace = sandbox.namespace.into_owned();
         }
-        pod.sandboxes.push(Container {
+        pod.sandboxes.push(RuntimeContainer {
             id: sandbox.id.into_owned(),
             sandbox_id: String::new(),
             name: String::new(),
@@ -271,16 +309,16 @@ pub fn group_pods<'a, S: Into<ListedSandbox<'a>>, C: Into<ListedContainer<'a>>>(
             Some(pod) => pod,
             None => pods
                 .entry(container.pod_uid.clone().into_owned())
-                .or_insert_with(|| Pod {
+                .or_insert_with(|| RuntimePod {
                     id: container.pod_uid.into_owned(),
-                    ..Pod::default()
+                    ..RuntimePod::default()
                 }),
         };
         if pod.name.is_empty() {
             pod.name = container.pod_name.into_owned();
             pod.namespace = container.pod_namespace.into_owned();
         }
-        pod.containers.push(Container {
+        pod.containers.push(RuntimeContainer {
             id: container.id.into_owned(),
             sandbox_id: container.sandbox_id.into_owned(),
             name: name.into_owned(),
@@ -292,7 +330,7 @@ pub fn group_pods<'a, S: Into<ListedSandbox<'a>>, C: Into<ListedContainer<'a>>>(
         });
     }
 
-    let mut pods: Vec<Pod> = pods.into_values().collect();
+    let mut pods: Vec<RuntimePod> = pods.into_values().collect();
     pods.sort_unstable_by(|a, b| a.id.cmp(&b.id));
     pods
 }
@@ -328,9 +366,9 @@ pub fn sandbox_status(status: cri::PodSandboxStatus, bad: &mut Vec<BadData>) -> 
     }
 }
 
-/// Convert one `ContainerStatus`. The restart count comes from the kubelet's annotation when it is
+/// Convert one CRI `ContainerStatus`. The restart count comes from the kubelet's annotation when it is
 /// there and parses, else from the CRI metadata attempt.
-pub fn container_status(mut status: cri::ContainerStatus, bad: &mut Vec<BadData>) -> ContainerStatus {
+pub fn container_status(mut status: cri::ContainerStatus, bad: &mut Vec<BadData>) -> RuntimeContainerStatus {
     let state = container_state(&status.id, status.state, bad);
     let meta = status.metadata.take().unwrap_or_default();
     let mut name = take_label(&mut status.labels, LABEL_CONTAINER_NAME);
@@ -342,7 +380,7 @@ pub fn container_status(mut status: cri::ContainerStatus, bad: &mut Vec<BadData>
         .get(ANNOTATION_RESTART_COUNT)
         .and_then(|v| v.parse::<u32>().ok())
         .unwrap_or(meta.attempt);
-    ContainerStatus {
+    RuntimeContainerStatus {
         created_at: nanos_to_time(&status.id, status.created_at, bad),
         started_at: nanos_to_time(&status.id, status.started_at, bad),
         finished_at: nanos_to_time(&status.id, status.finished_at, bad),
@@ -357,8 +395,8 @@ pub fn container_status(mut status: cri::ContainerStatus, bad: &mut Vec<BadData>
         message: status.message,
         restart_count,
         resources: status.resources.as_ref().and_then(container_resources),
-        user: status.user.map(|u| ContainerUser {
-            linux: u.linux.map(|l| LinuxContainerUser {
+        user: status.user.map(|u| RuntimeContainerUser {
+            linux: u.linux.map(|l| RuntimeLinuxContainerUser {
                 uid: l.uid,
                 gid: l.gid,
                 supplemental_groups: l.supplemental_groups,
@@ -392,10 +430,10 @@ pub fn quota_to_milli_cpu(quota: i64, period: i64) -> i64 {
 
 /// `toKubeContainerResources` (Linux): the CPU request from the shares, the CPU limit from quota
 /// and period, the memory limit; None when the runtime reports none of them.
-fn container_resources(resources: &cri::ContainerResources) -> Option<ContainerResources> {
+fn container_resources(resources: &cri::ContainerResources) -> Option<RuntimeContainerResources> {
     let linux = resources.linux.as_ref()?;
     let positive = |v: i64| (v > 0).then_some(v);
-    let out = ContainerResources {
+    let out = RuntimeContainerResources {
         cpu_limit_milli: if linux.cpu_period > 0 {
             positive(quota_to_milli_cpu(linux.cpu_quota, linux.cpu_period))
         } else {
@@ -408,7 +446,7 @@ fn container_resources(resources: &cri::ContainerResources) -> Option<ContainerR
         },
         memory_limit_bytes: positive(linux.memory_limit_in_bytes),
     };
-    (out != ContainerResources::default()).then_some(out)
+    (out != RuntimeContainerResources::default()).then_some(out)
 }
 
 #[cfg(test)]
@@ -465,10 +503,10 @@ mod tests {
         assert!(bad.is_empty(), "{bad:?}");
         assert_eq!(pods.len(), 3);
         assert_eq!(pods[0].id, "u1");
-        assert_eq!(pods[0].sandboxes[0].state, ContainerState::Running);
+        assert_eq!(pods[0].sandboxes[0].state, RuntimeContainerState::Running);
         assert_eq!(pods[0].containers[0].name, "app");
         assert_eq!(pods[0].containers[0].attempt, 2);
-        assert_eq!(pods[1].sandboxes[0].state, ContainerState::Exited);
+        assert_eq!(pods[1].sandboxes[0].state, RuntimeContainerState::Exited);
         // A container whose pod has no sandbox still makes a pod, named from its labels.
         assert_eq!(pods[2].id, "u3");
         assert_eq!(pods[2].name, "pod-u3");
@@ -511,7 +549,7 @@ mod tests {
         assert_eq!(pods.len(), 1);
         assert_eq!(pods[0].sandboxes.len(), 1);
         assert_eq!(pods[0].containers.len(), 1);
-        assert_eq!(pods[0].containers[0].state, ContainerState::Unknown);
+        assert_eq!(pods[0].containers[0].state, RuntimeContainerState::Unknown);
         for b in &bad {
             assert!(!b.to_string().is_empty());
         }
@@ -584,7 +622,7 @@ mod tests {
         let got = container_status(status(Some(linux(102, 20000, 100000, 64 << 20)), None), &mut bad);
         assert_eq!(
             got.resources,
-            Some(ContainerResources {
+            Some(RuntimeContainerResources {
                 cpu_request_milli: Some(100),
                 cpu_limit_milli: Some(200),
                 memory_limit_bytes: Some(64 << 20),
@@ -612,8 +650,8 @@ mod tests {
         let got = container_status(status(None, Some(user)), &mut bad);
         assert_eq!(
             got.user,
-            Some(ContainerUser {
-                linux: Some(LinuxContainerUser {
+            Some(RuntimeContainerUser {
+                linux: Some(RuntimeLinuxContainerUser {
                     uid: 1000,
                     gid: 3000,
                     supplemental_groups: vec![3000, 4000],
@@ -621,7 +659,7 @@ mod tests {
             })
         );
         let got = container_status(status(None, Some(cri::ContainerUser { linux: None })), &mut bad);
-        assert_eq!(got.user, Some(ContainerUser { linux: None }));
+        assert_eq!(got.user, Some(RuntimeContainerUser { linux: None }));
         assert!(bad.is_empty());
     }
 
@@ -650,7 +688,7 @@ mod tests {
         assert_eq!(s.name, "app");
         assert_eq!(s.restart_count, 7);
         assert_eq!(s.exit_code, 3);
-        assert_eq!(s.state, ContainerState::Exited);
+        assert_eq!(s.state, RuntimeContainerState::Exited);
         assert_eq!(s.started_at, Some(UNIX_EPOCH + Duration::from_secs(2)));
         assert_eq!(s.finished_at, None);
         assert_eq!(

@@ -4,14 +4,13 @@
 //! panic. This stage never holds state about pods: that is the relister's job.
 
 pub mod convert;
-pub mod wire;
+pub mod lists;
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::io;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -24,7 +23,7 @@ use tonic::transport::{Channel, Endpoint, Uri};
 use tracing::{debug, info, warn};
 
 use crate::backoff::{ExponentialBackoff, InvalidBackoff};
-use crate::container::{ContainerState, LABEL_POD_UID, Pod, PodStatus, PodUid, SandboxState};
+use crate::kubecontainer::{LABEL_POD_UID, PodUid, RuntimeContainerState, RuntimePod, RuntimePodStatus, SandboxState};
 use crate::metrics::Metrics;
 use convert::BadData;
 
@@ -77,11 +76,11 @@ impl RuntimeError {
 /// benchmarks may put something else behind it.
 pub trait Runtime: Send + Sync + 'static {
     /// Every pod the runtime knows of (`GetPods(all=true)`), sorted by uid.
-    fn list_pods(&self) -> impl Future<Output = Result<Vec<Pod>, RuntimeError>> + Send;
+    fn list_pods(&self) -> impl Future<Output = Result<Vec<RuntimePod>, RuntimeError>> + Send;
     /// The one pod with this uid, if the runtime knows it.
-    fn list_pod(&self, uid: &str) -> impl Future<Output = Result<Option<Pod>, RuntimeError>> + Send;
+    fn list_pod(&self, uid: &str) -> impl Future<Output = Result<Option<RuntimePod>, RuntimeError>> + Send;
     /// The full status of a pod whose sandboxes and containers were just listed.
-    fn pod_status(&self, pod: &Pod) -> impl Future<Output = Result<PodStatus, RuntimeError>> + Send;
+    fn pod_status(&self, pod: &RuntimePod) -> impl Future<Output = Result<RuntimePodStatus, RuntimeError>> + Send;
     /// The state of one container or sandbox by id, None if the runtime has no such id: a cheap
     /// look (no list) used to notice that a runtime event's change has reached the CRI state. The
     /// caller says which of the two the id is (its records know), so that the runtime is asked
@@ -90,7 +89,7 @@ pub trait Runtime: Send + Sync + 'static {
         &self,
         id: &str,
         kind: IdKind,
-    ) -> impl Future<Output = Result<Option<ContainerState>, RuntimeError>> + Send;
+    ) -> impl Future<Output = Result<Option<RuntimeContainerState>, RuntimeError>> + Send;
     /// The pod that owns container or sandbox `id`, None while the runtime lists no such id (a
     /// runtime's event can come before its CRI state lists what it names).
     fn locate(&self, id: &str) -> impl Future<Output = Result<Option<PodUid>, RuntimeError>> + Send;
@@ -229,16 +228,13 @@ pub struct RuntimeVersion {
 #[derive(Clone)]
 pub struct CriRuntime {
     client: RuntimeServiceClient<Channel>,
-    /// The same channel, for the raw list calls.
-    channel: Channel,
+    /// The same channel, for the two list calls, decoded into slim messages (see `lists`).
+    lists: lists::runtime_service_client::RuntimeServiceClient<Channel>,
     socket: PathBuf,
     connect_timeout: Duration,
     backoff: ExponentialBackoff,
     metrics: Arc<Metrics>,
     bad_data_seen: Arc<Mutex<HashSet<(&'static str, String)>>>,
-    /// Sizes of the last unfiltered ListPodSandbox and ListContainers answers: the next ones are
-    /// received into buffers of about that size.
-    last_answer: Arc<[AtomicUsize; 2]>,
 }
 
 /// How many distinct bad items are remembered for log de-duplication before the memory is reset.
@@ -257,15 +253,17 @@ impl CriRuntime {
         let client = RuntimeServiceClient::new(channel.clone())
             .max_decoding_message_size(MAX_MESSAGE_SIZE)
             .max_encoding_message_size(MAX_MESSAGE_SIZE);
+        let lists = lists::runtime_service_client::RuntimeServiceClient::new(channel)
+            .max_decoding_message_size(MAX_MESSAGE_SIZE)
+            .max_encoding_message_size(MAX_MESSAGE_SIZE);
         Ok(Self {
             client,
-            channel,
+            lists,
             socket: path.to_owned(),
             connect_timeout: options.connect_timeout,
             backoff,
             metrics,
             bad_data_seen: Default::default(),
-            last_answer: Default::default(),
         })
     }
 
@@ -390,112 +388,62 @@ impl CriRuntime {
         }
     }
 
-    /// A unary CRI call whose answer comes back as raw bytes (see `wire`).
-    async fn call_raw<Req: prost::Message + Send + 'static>(
-        &self,
-        operation: &'static str,
-        path: &'static str,
-        request: Req,
-        last_answer: Option<&AtomicUsize>,
-    ) -> Result<bytes::Bytes, RuntimeError> {
-        let codec = match last_answer {
-            Some(size) => wire::RawCodec::with_buffer(wire::buffer_for(size.load(Ordering::Relaxed), MAX_MESSAGE_SIZE)),
-            None => wire::RawCodec::default(),
-        };
-        let mut grpc = tonic::client::Grpc::new(self.channel.clone()).max_decoding_message_size(MAX_MESSAGE_SIZE);
-        grpc.ready()
-            .await
-            .map_err(|e| self.call_failed(operation, tonic::Status::unavailable(e.to_string())))?;
-        grpc.unary(
-            tonic::Request::new(request),
-            http::uri::PathAndQuery::from_static(path),
-            codec,
-        )
-        .await
-        .map(tonic::Response::into_inner)
-        .inspect(|answer| {
-            if let Some(size) = last_answer {
-                size.store(answer.len(), Ordering::Relaxed);
-            }
-        })
-        .map_err(|s| self.call_failed(operation, s))
-    }
-
-    /// Sandboxes and containers read with the allocation-light decoder and grouped into pods: all
-    /// of them, one pod's (selected by the kubelet's pod-uid label), or whatever has one id. Bad
-    /// data found on the way is reported.
-    async fn list(&self, selection: Selection<'_>) -> Result<Vec<Pod>, RuntimeError> {
+    /// Sandboxes and containers listed and grouped into pods: all of them, one pod's (selected by
+    /// the kubelet's pod-uid label), or whatever has one id. Bad data found on the way is reported.
+    async fn list(&self, selection: Selection<'_>) -> Result<Vec<RuntimePod>, RuntimeError> {
         let selector = |uid: &str| -> HashMap<String, String> { [(LABEL_POD_UID.to_owned(), uid.to_owned())].into() };
         let (sandbox_filter, container_filter) = match selection {
             Selection::All => (None, None),
             Selection::Pod(uid) => (
-                Some(cri::PodSandboxFilter {
+                Some(lists::PodSandboxFilter {
                     label_selector: selector(uid),
                     ..Default::default()
                 }),
-                Some(cri::ContainerFilter {
+                Some(lists::ContainerFilter {
                     label_selector: selector(uid),
                     ..Default::default()
                 }),
             ),
             Selection::Id(id) => (
-                Some(cri::PodSandboxFilter {
+                Some(lists::PodSandboxFilter {
                     id: id.to_owned(),
                     ..Default::default()
                 }),
-                Some(cri::ContainerFilter {
+                Some(lists::ContainerFilter {
                     id: id.to_owned(),
                     ..Default::default()
                 }),
             ),
         };
-        let uid = match selection {
-            Selection::Pod(uid) => Some(uid),
-            _ => None,
-        };
-        // Only whole lists teach the buffer size: one pod's answer says nothing of the next list.
-        let (sandbox_size, container_size) = match selection {
-            Selection::All => (Some(&self.last_answer[0]), Some(&self.last_answer[1])),
-            _ => (None, None),
-        };
+        let (mut sandboxes_client, mut containers_client) = (self.lists.clone(), self.lists.clone());
         let (sandboxes, containers) = tokio::try_join!(
-            self.call_raw(
-                "ListPodSandbox",
-                "/runtime.v1.RuntimeService/ListPodSandbox",
-                cri::ListPodSandboxRequest { filter: sandbox_filter },
-                sandbox_size,
-            ),
-            self.call_raw(
-                "ListContainers",
-                "/runtime.v1.RuntimeService/ListContainers",
-                cri::ListContainersRequest {
-                    filter: container_filter
-                },
-                container_size,
-            )
+            async {
+                let request = lists::ListPodSandboxRequest { filter: sandbox_filter };
+                match sandboxes_client.list_pod_sandbox(request).await {
+                    Ok(answer) => Ok(answer.into_inner()),
+                    Err(status) => Err(self.call_failed("ListPodSandbox", status)),
+                }
+            },
+            async {
+                let request = lists::ListContainersRequest {
+                    filter: container_filter,
+                };
+                match containers_client.list_containers(request).await {
+                    Ok(answer) => Ok(answer.into_inner()),
+                    Err(status) => Err(self.call_failed("ListContainers", status)),
+                }
+            }
         )?;
         let mut bad = Vec::new();
-        let pods = self.group(&sandboxes, &containers, uid, &mut bad);
-        self.report(bad);
-        pods
-    }
-
-    /// Decode two list answers and group them into pods (see [`CriRuntime::list`]).
-    fn group(
-        &self,
-        sandboxes: &[u8],
-        containers: &[u8],
-        uid: Option<&str>,
-        bad: &mut Vec<BadData>,
-    ) -> Result<Vec<Pod>, RuntimeError> {
-        let malformed = |op, e: wire::Malformed| self.call_failed(op, tonic::Status::internal(e.to_string()));
-        let mut sandboxes = wire::sandboxes(sandboxes, bad).map_err(|e| malformed("ListPodSandbox", e))?;
-        let containers = wire::containers(containers, bad).map_err(|e| malformed("ListContainers", e))?;
-        if let Some(uid) = uid {
+        let mut sandboxes = lists::sandboxes(&sandboxes, &mut bad);
+        let containers = lists::containers(&containers, &mut bad);
+        if let Selection::Pod(uid) = selection {
             // The label selects; the metadata uid groups. Keep them consistent.
             sandboxes.retain(|s| s.uid.is_empty() || s.uid == uid);
         }
-        Ok(convert::group_pods(sandboxes, containers, bad))
+        let pods = convert::group_pods(sandboxes, containers, &mut bad);
+        self.report(bad);
+        Ok(pods)
     }
 
     async fn sandbox_status(&self, id: &str) -> Result<Option<cri::PodSandboxStatus>, RuntimeError> {
@@ -524,11 +472,11 @@ impl CriRuntime {
 }
 
 impl Runtime for CriRuntime {
-    async fn list_pods(&self) -> Result<Vec<Pod>, RuntimeError> {
+    async fn list_pods(&self) -> Result<Vec<RuntimePod>, RuntimeError> {
         self.list(Selection::All).await
     }
 
-    async fn list_pod(&self, uid: &str) -> Result<Option<Pod>, RuntimeError> {
+    async fn list_pod(&self, uid: &str) -> Result<Option<RuntimePod>, RuntimeError> {
         Ok(self.list(Selection::Pod(uid)).await?.into_iter().find(|p| p.id == uid))
     }
 
@@ -546,7 +494,7 @@ impl Runtime for CriRuntime {
     /// Like `kuberuntime.GetPodStatus`: the status of every sandbox (newest first) and of every
     /// container of the pod. A sandbox or container removed since the list is left out; any other
     /// failure fails the whole read, so that the relister re-inspects the pod.
-    async fn pod_status(&self, pod: &Pod) -> Result<PodStatus, RuntimeError> {
+    async fn pod_status(&self, pod: &RuntimePod) -> Result<RuntimePodStatus, RuntimeError> {
         let mut sandbox_ids: Vec<(&str, i64)> = pod.sandboxes.iter().map(|s| (s.id.as_str(), s.created_at)).collect();
         sandbox_ids.sort_by_key(|s| std::cmp::Reverse(s.1));
         let sandboxes = join_all(sandbox_ids.iter().map(|(id, _)| self.sandbox_status(id)));
@@ -554,11 +502,11 @@ impl Runtime for CriRuntime {
         let (sandboxes, containers) = tokio::join!(sandboxes, containers);
 
         let mut bad = Vec::new();
-        let mut status = PodStatus {
+        let mut status = RuntimePodStatus {
             id: pod.id.clone(),
             name: pod.name.clone(),
             namespace: pod.namespace.clone(),
-            ..PodStatus::default()
+            ..RuntimePodStatus::default()
         };
         for s in sandboxes {
             if let Some(s) = s? {
@@ -582,7 +530,7 @@ impl Runtime for CriRuntime {
         Ok(status)
     }
 
-    async fn probe_state(&self, id: &str, kind: IdKind) -> Result<Option<ContainerState>, RuntimeError> {
+    async fn probe_state(&self, id: &str, kind: IdKind) -> Result<Option<RuntimeContainerState>, RuntimeError> {
         let mut bad = Vec::new();
         let state = match kind {
             IdKind::Container => self

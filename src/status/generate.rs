@@ -1,5 +1,5 @@
 //! Status generation: from the pod ([`ApiPod`]: spec, and the status the apiserver holds) and the
-//! runtime status in the cache, compute the kubelet-equivalent `PodStatus` (`generateAPIPodStatus`,
+//! runtime status in the cache, compute the kubelet-equivalent API `PodStatus` (`generateAPIPodStatus`,
 //! `getPhase`, `convertToAPIContainerStatuses`, `status/generate.go`). Pure: no I/O, time is a parameter.
 //!
 //! Where plegd differs, on purpose: it has no prober. A running container is ready (and started)
@@ -20,8 +20,8 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::resources;
-use crate::container::{ContainerState as RuntimeState, ContainerStatus, PodStatus, SandboxState};
-use crate::pod::{ApiPod, SpecContainer};
+use crate::kubecontainer::{RuntimeContainerState, RuntimeContainerStatus, RuntimePodStatus, SandboxState};
+use crate::pod::{ApiContainer, ApiPod};
 
 pub const PENDING: &str = "Pending";
 pub const RUNNING: &str = "Running";
@@ -56,7 +56,7 @@ pub struct StatusInput<'a> {
     /// The pod as the apiserver has it: spec, and the status last written.
     pub pod: &'a ApiPod,
     /// The runtime status from the cache.
-    pub runtime: &'a PodStatus,
+    pub runtime: &'a RuntimePodStatus,
     /// The runtime's name, the scheme of container ids (`containerd://…`).
     pub runtime_name: &'a str,
     /// The node's IPs, primary first.
@@ -294,7 +294,7 @@ fn any_regular_container_started(pod: &ApiPod, statuses: &[ApiContainerStatus]) 
 
 /// `HasAnyActiveRegularContainerStarted`: the active sandbox (the newest, while ready) has a
 /// regular container, in any state. A pod whose sandbox was recreated initializes again.
-pub fn any_active_regular_container_started(pod: &ApiPod, runtime: &PodStatus) -> bool {
+pub fn any_active_regular_container_started(pod: &ApiPod, runtime: &RuntimePodStatus) -> bool {
     runtime
         .active_container_statuses()
         .any(|s| pod.spec.containers.iter().any(|c| c.name == s.name))
@@ -354,7 +354,7 @@ pub fn initialized_condition(pod: &ApiPod, statuses: Option<&[ApiContainerStatus
 
 /// `GeneratePodReadyToStartContainersCondition`: True when the newest sandbox is ready (with an IP
 /// unless the pod uses the host's network) and no other sandbox is ready.
-pub fn ready_to_start_containers_condition(pod: &ApiPod, runtime: &PodStatus) -> PodCondition {
+pub fn ready_to_start_containers_condition(pod: &ApiPod, runtime: &RuntimePodStatus) -> PodCondition {
     let host_network = pod.spec.host_network;
     let ready_count = runtime
         .sandbox_statuses
@@ -432,7 +432,7 @@ pub fn containers_running_condition(pod: &ApiPod, statuses: &[ApiContainerStatus
 }
 
 /// One runtime status in API form (`convertContainerStatus`).
-fn convert(cs: &ContainerStatus, old: Option<&ApiContainerStatus>, runtime_name: &str) -> ApiContainerStatus {
+fn convert(cs: &RuntimeContainerStatus, old: Option<&ApiContainerStatus>, runtime_name: &str) -> ApiContainerStatus {
     let container_id = format!("{runtime_name}://{}", cs.id);
     let mut status = ApiContainerStatus {
         name: cs.name.clone(),
@@ -443,17 +443,17 @@ fn convert(cs: &ContainerStatus, old: Option<&ApiContainerStatus>, runtime_name:
         ..ApiContainerStatus::default()
     };
     let state = match cs.state {
-        RuntimeState::Running => ContainerState {
+        RuntimeContainerState::Running => ContainerState {
             running: Some(ContainerStateRunning {
                 started_at: cs.started_at.map(api_time),
             }),
             ..ContainerState::default()
         },
-        RuntimeState::Created => ContainerState {
+        RuntimeContainerState::Created => ContainerState {
             waiting: Some(ContainerStateWaiting::default()),
             ..ContainerState::default()
         },
-        RuntimeState::Exited => ContainerState {
+        RuntimeContainerState::Exited => ContainerState {
             terminated: Some(ContainerStateTerminated {
                 exit_code: cs.exit_code,
                 reason: (!cs.reason.is_empty()).then(|| cs.reason.clone()),
@@ -465,7 +465,7 @@ fn convert(cs: &ContainerStatus, old: Option<&ApiContainerStatus>, runtime_name:
             }),
             ..ContainerState::default()
         },
-        RuntimeState::Unknown if old.is_some_and(running) => {
+        RuntimeContainerState::Unknown if old.is_some_and(running) => {
             status.restart_count = old.map_or(0, |o| o.restart_count) + 1;
             ContainerState {
                 terminated: Some(ContainerStateTerminated {
@@ -477,7 +477,7 @@ fn convert(cs: &ContainerStatus, old: Option<&ApiContainerStatus>, runtime_name:
                 ..ContainerState::default()
             }
         }
-        RuntimeState::Unknown => ContainerState {
+        RuntimeContainerState::Unknown => ContainerState {
             waiting: Some(ContainerStateWaiting::default()),
             ..ContainerState::default()
         },
@@ -505,14 +505,14 @@ pub const LOST_INIT_CONTAINER_MESSAGE: &str = "Unable to get init container stat
 
 /// `HasAnyRegularContainerCreated`: the newest runtime status of some regular container is
 /// created, running or exited.
-fn any_regular_container_created(pod: &ApiPod, runtime: &PodStatus) -> bool {
+fn any_regular_container_created(pod: &ApiPod, runtime: &RuntimePodStatus) -> bool {
     pod.spec.containers.iter().any(|c| {
         runtime
             .container_statuses
             .iter()
             .filter(|s| s.name == c.name)
             .max_by_key(|s| s.created_at)
-            .is_some_and(|s| s.state != RuntimeState::Unknown)
+            .is_some_and(|s| s.state != RuntimeContainerState::Unknown)
     })
 }
 
@@ -521,10 +521,10 @@ fn any_regular_container_created(pod: &ApiPod, runtime: &PodStatus) -> bool {
 /// name, init container statuses in spec order (the status manager's `normalizeStatus`).
 fn container_statuses(
     pod: &ApiPod,
-    specs: &[SpecContainer],
+    specs: &[ApiContainer],
     kind: ListKind,
     previous: &[ApiContainerStatus],
-    runtime: &PodStatus,
+    runtime: &RuntimePodStatus,
     runtime_name: &str,
 ) -> Vec<ApiContainerStatus> {
     let deleting = pod.metadata.deletion_timestamp.is_some();
@@ -597,7 +597,7 @@ fn container_statuses(
     }
 
     // Newest first: the newest runtime status of a name is its state, the one before its lastState.
-    let mut by_age: Vec<&ContainerStatus> = runtime.container_statuses.iter().collect();
+    let mut by_age: Vec<&RuntimeContainerStatus> = runtime.container_statuses.iter().collect();
     by_age.sort_by_key(|s| std::cmp::Reverse(s.created_at));
     let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
     for cs in by_age {
@@ -664,7 +664,7 @@ fn container_statuses(
 /// (with a readiness probe: likewise). Other init containers: started while running, ready once
 /// they exited with success. Ephemeral containers: neither is set.
 fn set_started_and_ready(
-    spec: &SpecContainer,
+    spec: &ApiContainer,
     kind: ListKind,
     status: &mut ApiContainerStatus,
     old: Option<&ApiContainerStatus>,
@@ -766,7 +766,7 @@ pub fn sort_pod_ips(ips: &[String], node_ips: &[String]) -> Vec<String> {
 fn conditions(
     pod: &ApiPod,
     old: &ApiPodStatus,
-    runtime: &PodStatus,
+    runtime: &RuntimePodStatus,
     all: &[ApiContainerStatus],
     phase: &str,
     now: SystemTime,
@@ -859,11 +859,11 @@ fn is_terminal(phase: Option<&str>) -> bool {
 /// exited. The kubelet asks its pod workers (`PodCouldHaveRunningContainers`: true until it has
 /// stopped the pod's containers); plegd stops nothing, so it asks the runtime. The sandbox is not
 /// counted: no kubelet may be there to stop it, and a finished Job must still complete.
-pub fn could_have_running_containers(runtime: &PodStatus) -> bool {
+pub fn could_have_running_containers(runtime: &RuntimePodStatus) -> bool {
     runtime
         .container_statuses
         .iter()
-        .any(|c| c.state != RuntimeState::Exited)
+        .any(|c| c.state != RuntimeContainerState::Exited)
 }
 
 const UNKNOWN_AT_TERMINATION: &str = "The container could not be located when the pod was terminated";
@@ -942,7 +942,7 @@ pub fn terminate_pod(pod: &ApiPod, status: &mut ApiPodStatus) {
 /// Whether the pod is finished, as the kubelet's pod worker decides it before `SyncTerminatedPod`:
 /// it is deleted or its phase is terminal, and a successful runtime read shows nothing of it that
 /// could still run.
-pub fn pod_is_finished(pod: &ApiPod, runtime: &PodStatus, phase: Option<&str>) -> bool {
+pub fn pod_is_finished(pod: &ApiPod, runtime: &RuntimePodStatus, phase: Option<&str>) -> bool {
     (pod.metadata.deletion_timestamp.is_some() || is_terminal(phase)) && !could_have_running_containers(runtime)
 }
 
@@ -1006,7 +1006,7 @@ pub fn generate_api_pod_status(input: &StatusInput<'_>) -> ApiPodStatus {
         .runtime
         .container_statuses
         .iter()
-        .any(|s| s.state == RuntimeState::Running);
+        .any(|s| s.state == RuntimeContainerState::Running);
     let pod_is_terminal = pod.metadata.deletion_timestamp.is_some() && nothing_running;
     let mut phase = get_phase(pod, &all, pod_is_terminal, has_initialized);
     // A terminal phase never changes again, not even to the other terminal phase.
@@ -1148,9 +1148,11 @@ pub fn merge_pod_status(
 /// patches against the informer's copy with a uid precondition, tested in manager.rs and
 /// tests/status_e2e.rs), static and mirror pods, prober results, and in-place resize.
 #[cfg(test)]
+// The kubelet's table-driven cases, kept as tables of tuples.
+#[allow(clippy::type_complexity)]
 mod tests {
     use super::*;
-    use crate::container::SandboxStatus;
+    use crate::kubecontainer::SandboxStatus;
     use crate::pod::ApiPodSpec;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use std::time::Duration;
@@ -1161,22 +1163,22 @@ mod tests {
         T + Duration::from_secs(secs)
     }
 
-    fn spec_container(name: &str) -> SpecContainer {
-        SpecContainer {
+    fn spec_container(name: &str) -> ApiContainer {
+        ApiContainer {
             name: name.into(),
             image: "busybox".into(),
-            ..SpecContainer::default()
+            ..ApiContainer::default()
         }
     }
 
-    fn sidecar(name: &str) -> SpecContainer {
-        SpecContainer {
+    fn sidecar(name: &str) -> ApiContainer {
+        ApiContainer {
             restart_policy: Some("Always".into()),
             ..spec_container(name)
         }
     }
 
-    fn pod_with(containers: &[&str], init: Vec<SpecContainer>, policy: &str) -> ApiPod {
+    fn pod_with(containers: &[&str], init: Vec<ApiContainer>, policy: &str) -> ApiPod {
         ApiPod {
             metadata: ObjectMeta {
                 name: Some("p".into()),
@@ -1481,19 +1483,19 @@ mod tests {
         assert_eq!(c.reason.as_deref(), Some("ContainersNotInitialized"));
     }
 
-    fn runtime_status(name: &str, id: &str, state: RuntimeState, created: u64) -> ContainerStatus {
-        ContainerStatus {
+    fn runtime_status(name: &str, id: &str, state: RuntimeContainerState, created: u64) -> RuntimeContainerStatus {
+        RuntimeContainerStatus {
             id: id.into(),
             sandbox_id: "s1".into(),
             name: name.into(),
             state,
             created_at: Some(at(created)),
             started_at: Some(at(created + 1)),
-            finished_at: (state == RuntimeState::Exited).then(|| at(created + 5)),
-            exit_code: if state == RuntimeState::Exited { 3 } else { 0 },
+            finished_at: (state == RuntimeContainerState::Exited).then(|| at(created + 5)),
+            exit_code: if state == RuntimeContainerState::Exited { 3 } else { 0 },
             image: "docker.io/library/busybox:1".into(),
             image_ref: "sha256:abc".into(),
-            reason: if state == RuntimeState::Exited {
+            reason: if state == RuntimeContainerState::Exited {
                 "Error".into()
             } else {
                 String::new()
@@ -1512,7 +1514,7 @@ mod tests {
         }
     }
 
-    fn status_of(pod: &ApiPod, runtime: &PodStatus, now: SystemTime) -> ApiPodStatus {
+    fn status_of(pod: &ApiPod, runtime: &RuntimePodStatus, now: SystemTime) -> ApiPodStatus {
         generate(&StatusInput {
             pod,
             runtime,
@@ -1525,12 +1527,12 @@ mod tests {
     #[test]
     fn a_running_pod_in_full() {
         let pod = pod_with(&["app"], vec![], "Always");
-        let runtime = PodStatus {
+        let runtime = RuntimePodStatus {
             id: "u1".into(),
             ips: vec!["10.1.0.5".into()],
-            container_statuses: vec![runtime_status("app", "c1", RuntimeState::Running, 10)],
+            container_statuses: vec![runtime_status("app", "c1", RuntimeContainerState::Running, 10)],
             sandbox_statuses: vec![ready_sandbox("10.1.0.5")],
-            ..PodStatus::default()
+            ..RuntimePodStatus::default()
         };
         let s = status_of(&pod, &runtime, at(100));
         assert_eq!(s.phase.as_deref(), Some(RUNNING));
@@ -1576,11 +1578,11 @@ mod tests {
     #[test]
     fn restart_gives_state_and_last_state_and_never_failed_is_sticky() {
         let mut pod = pod_with(&["app"], vec![], "Never");
-        let mut new = runtime_status("app", "c2", RuntimeState::Running, 20);
+        let mut new = runtime_status("app", "c2", RuntimeContainerState::Running, 20);
         new.restart_count = 1;
-        let runtime = PodStatus {
-            container_statuses: vec![runtime_status("app", "c1", RuntimeState::Exited, 10), new],
-            ..PodStatus::default()
+        let runtime = RuntimePodStatus {
+            container_statuses: vec![runtime_status("app", "c1", RuntimeContainerState::Exited, 10), new],
+            ..RuntimePodStatus::default()
         };
         let s = status_of(&pod, &runtime, at(100));
         let cs = &s.container_statuses.as_ref().unwrap()[0];
@@ -1614,9 +1616,9 @@ mod tests {
             ..ApiPodStatus::default()
         });
         // The runtime now shows a failed attempt (say, the old one was removed and a new one failed).
-        let runtime = PodStatus {
-            container_statuses: vec![runtime_status("app", "c9", RuntimeState::Exited, 50)],
-            ..PodStatus::default()
+        let runtime = RuntimePodStatus {
+            container_statuses: vec![runtime_status("app", "c9", RuntimeContainerState::Exited, 50)],
+            ..RuntimePodStatus::default()
         };
         assert_eq!(status_of(&pod, &runtime, at(60)).phase.as_deref(), Some(SUCCEEDED));
     }
@@ -1633,7 +1635,7 @@ mod tests {
         });
 
         // The running container is gone from the runtime.
-        let s = status_of(&pod, &PodStatus::default(), at(50));
+        let s = status_of(&pod, &RuntimePodStatus::default(), at(50));
         let cs = &s.container_statuses.as_ref().unwrap()[0];
         let last = cs.last_state.as_ref().unwrap().terminated.as_ref().unwrap();
         assert_eq!(
@@ -1654,13 +1656,13 @@ mod tests {
         // ... unless the pod is being deleted: no restart is counted.
         let mut deleting = pod.clone();
         deleting.metadata.deletion_timestamp = Some(api_time(at(40)));
-        let s = status_of(&deleting, &PodStatus::default(), at(50));
+        let s = status_of(&deleting, &RuntimePodStatus::default(), at(50));
         assert_eq!(s.container_statuses.as_ref().unwrap()[0].restart_count, 2);
 
         // The runtime reports it in the unknown state while it was running.
-        let runtime = PodStatus {
-            container_statuses: vec![runtime_status("app", "c1", RuntimeState::Unknown, 10)],
-            ..PodStatus::default()
+        let runtime = RuntimePodStatus {
+            container_statuses: vec![runtime_status("app", "c1", RuntimeContainerState::Unknown, 10)],
+            ..RuntimePodStatus::default()
         };
         let s = status_of(&pod, &runtime, at(50));
         let cs = &s.container_statuses.as_ref().unwrap()[0];
@@ -1675,12 +1677,12 @@ mod tests {
     #[test]
     fn waiting_reasons_before_any_runtime_status() {
         let pod = pod_with(&["app"], vec![], "Always");
-        let s = status_of(&pod, &PodStatus::default(), at(1));
+        let s = status_of(&pod, &RuntimePodStatus::default(), at(1));
         let w = s.container_statuses.unwrap()[0].state.clone().unwrap().waiting.unwrap();
         assert_eq!(w.reason.as_deref(), Some("ContainerCreating"));
         assert_eq!(s.phase.as_deref(), Some(PENDING));
         let pod = pod_with(&["app"], vec![spec_container("init")], "Always");
-        let s = status_of(&pod, &PodStatus::default(), at(1));
+        let s = status_of(&pod, &RuntimePodStatus::default(), at(1));
         let w = s.container_statuses.unwrap()[0].state.clone().unwrap().waiting.unwrap();
         assert_eq!(w.reason.as_deref(), Some("PodInitializing"));
         let init = s
@@ -1699,9 +1701,9 @@ mod tests {
     fn readiness_probe_leaves_readiness_to_its_owner() {
         let mut pod = pod_with(&["app"], vec![], "Always");
         pod.spec.containers[0].readiness_probe = true;
-        let runtime = PodStatus {
-            container_statuses: vec![runtime_status("app", "c1", RuntimeState::Running, 10)],
-            ..PodStatus::default()
+        let runtime = RuntimePodStatus {
+            container_statuses: vec![runtime_status("app", "c1", RuntimeContainerState::Running, 10)],
+            ..RuntimePodStatus::default()
         };
         let s = status_of(&pod, &runtime, at(20));
         assert!(
@@ -1742,9 +1744,9 @@ mod tests {
             conditions: Some(vec![other.clone(), old_ready, old_sched]),
             ..ApiPodStatus::default()
         });
-        let runtime = PodStatus {
-            container_statuses: vec![runtime_status("app", "c1", RuntimeState::Running, 10)],
-            ..PodStatus::default()
+        let runtime = RuntimePodStatus {
+            container_statuses: vec![runtime_status("app", "c1", RuntimeContainerState::Running, 10)],
+            ..RuntimePodStatus::default()
         };
         let s = status_of(&pod, &runtime, at(100));
         let conditions = s.conditions.unwrap();
@@ -1768,15 +1770,15 @@ mod tests {
         let names: Vec<String> = (0..3).map(|i| format!("c{i}")).collect();
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
         let pod = pod_with(&refs, vec![], "Never");
-        let runtime = PodStatus {
+        let runtime = RuntimePodStatus {
             container_statuses: names
                 .iter()
-                .map(|n| ContainerStatus {
+                .map(|n| RuntimeContainerStatus {
                     message: "x".repeat(10_000),
-                    ..runtime_status(n, n, RuntimeState::Exited, 1)
+                    ..runtime_status(n, n, RuntimeContainerState::Exited, 1)
                 })
                 .collect(),
-            ..PodStatus::default()
+            ..RuntimePodStatus::default()
         };
         let s = status_of(&pod, &runtime, at(10));
         let total: usize = s
@@ -1827,7 +1829,7 @@ mod tests {
     fn host_network_pods_take_node_ips_and_dead_pods_keep_theirs() {
         let mut pod = pod_with(&["app"], vec![], "Always");
         pod.spec.host_network = true;
-        let s = status_of(&pod, &PodStatus::default(), at(1));
+        let s = status_of(&pod, &RuntimePodStatus::default(), at(1));
         assert_eq!(s.pod_ip.as_deref(), Some("192.0.2.10"));
         let mut pod = pod_with(&["app"], vec![], "Always");
         pod.status = Some(ApiPodStatus {
@@ -1836,7 +1838,7 @@ mod tests {
             ..ApiPodStatus::default()
         });
         assert_eq!(
-            status_of(&pod, &PodStatus::default(), at(1)).pod_ip.as_deref(),
+            status_of(&pod, &RuntimePodStatus::default(), at(1)).pod_ip.as_deref(),
             Some("10.1.0.9")
         );
     }
@@ -1848,9 +1850,9 @@ mod tests {
     /// The status generated for `pod` when the runtime reports `cri` as its IPs on a node with
     /// `node` IPs, and its pod IPs.
     fn with_ips(pod: &ApiPod, cri: &[&str], node: &[String]) -> (ApiPodStatus, Vec<String>) {
-        let runtime = PodStatus {
+        let runtime = RuntimePodStatus {
             ips: ips(cri),
-            ..PodStatus::default()
+            ..RuntimePodStatus::default()
         };
         let s = generate(&StatusInput {
             pod,
@@ -2070,33 +2072,33 @@ mod tests {
         let mut side = sidecar("side");
         side.startup_probe = true;
         let pod = pod_with(&["a"], vec![side], "Always");
-        let mut old_app = runtime_status("a", "c-old", RuntimeState::Exited, 5);
+        let mut old_app = runtime_status("a", "c-old", RuntimeContainerState::Exited, 5);
         old_app.sandbox_id = "s-old".into();
-        let mut new_side = runtime_status("side", "side-2", RuntimeState::Running, 20);
+        let mut new_side = runtime_status("side", "side-2", RuntimeContainerState::Running, 20);
         new_side.sandbox_id = "s-new".into();
         // The regular container ran in the old sandbox only: the new one is initializing.
-        let recreated = PodStatus {
+        let recreated = RuntimePodStatus {
             container_statuses: vec![old_app.clone(), new_side.clone()],
             sandbox_statuses: vec![
                 sandbox("s-new", SandboxState::Ready, 2),
                 sandbox("s-old", SandboxState::NotReady, 1),
             ],
-            ..PodStatus::default()
+            ..RuntimePodStatus::default()
         };
         assert!(!any_active_regular_container_started(&pod, &recreated));
         assert_eq!(status_of(&pod, &recreated, at(30)).phase.as_deref(), Some(PENDING));
         // The regular container exited in the current sandbox: initialized, and Running under Always.
         let mut app = old_app;
         app.sandbox_id = "s-new".into();
-        let same = PodStatus {
+        let same = RuntimePodStatus {
             container_statuses: vec![app, new_side],
             sandbox_statuses: vec![sandbox("s-new", SandboxState::Ready, 2)],
-            ..PodStatus::default()
+            ..RuntimePodStatus::default()
         };
         assert!(any_active_regular_container_started(&pod, &same));
         assert_eq!(status_of(&pod, &same, at(30)).phase.as_deref(), Some(RUNNING));
         // No ready sandbox: nothing is active.
-        let stopped = PodStatus {
+        let stopped = RuntimePodStatus {
             sandbox_statuses: vec![sandbox("s-new", SandboxState::NotReady, 2)],
             ..same
         };
@@ -2108,10 +2110,10 @@ mod tests {
     #[test]
     fn a_lost_init_container_of_an_initialized_pod_completed() {
         let pod = pod_with(&["a"], vec![spec_container("init"), sidecar("side")], "Always");
-        let runtime = PodStatus {
-            container_statuses: vec![runtime_status("a", "c1", RuntimeState::Running, 10)],
+        let runtime = RuntimePodStatus {
+            container_statuses: vec![runtime_status("a", "c1", RuntimeContainerState::Running, 10)],
             sandbox_statuses: vec![ready_sandbox("10.1.0.5")],
-            ..PodStatus::default()
+            ..RuntimePodStatus::default()
         };
         let s = status_of(&pod, &runtime, at(20));
         let init = &s.init_container_statuses.as_ref().unwrap()[0];
@@ -2128,7 +2130,7 @@ mod tests {
             "a lost sidecar waits: {side:?}"
         );
         // Before any regular container was created, a missing init container is just waiting.
-        let none = PodStatus::default();
+        let none = RuntimePodStatus::default();
         let s = status_of(&pod, &none, at(20));
         assert!(
             s.init_container_statuses.unwrap()[0]
@@ -2145,11 +2147,11 @@ mod tests {
     #[test]
     fn init_container_readiness_and_order() {
         let pod = pod_with(&["a"], vec![spec_container("zeta"), sidecar("alpha")], "Always");
-        let mut zeta = runtime_status("zeta", "z1", RuntimeState::Running, 1);
-        let runtime = PodStatus {
+        let mut zeta = runtime_status("zeta", "z1", RuntimeContainerState::Running, 1);
+        let runtime = RuntimePodStatus {
             container_statuses: vec![zeta.clone()],
             sandbox_statuses: vec![ready_sandbox("10.1.0.5")],
-            ..PodStatus::default()
+            ..RuntimePodStatus::default()
         };
         let s = status_of(&pod, &runtime, at(5));
         let init = s.init_container_statuses.unwrap();
@@ -2160,14 +2162,14 @@ mod tests {
             "running init container: started, not ready"
         );
 
-        zeta.state = RuntimeState::Exited;
+        zeta.state = RuntimeContainerState::Exited;
         zeta.exit_code = 0;
-        let mut side = runtime_status("alpha", "a1", RuntimeState::Running, 3);
+        let mut side = runtime_status("alpha", "a1", RuntimeContainerState::Running, 3);
         side.sandbox_id = "s1".into();
-        let runtime = PodStatus {
+        let runtime = RuntimePodStatus {
             container_statuses: vec![zeta.clone(), side],
             sandbox_statuses: vec![ready_sandbox("10.1.0.5")],
-            ..PodStatus::default()
+            ..RuntimePodStatus::default()
         };
         let init = status_of(&pod, &runtime, at(6)).init_container_statuses.unwrap();
         assert!(init[0].ready && init[0].started == Some(false), "exited with 0: ready");
@@ -2177,9 +2179,9 @@ mod tests {
         );
 
         zeta.exit_code = 1;
-        let runtime = PodStatus {
+        let runtime = RuntimePodStatus {
             container_statuses: vec![zeta],
-            ..PodStatus::default()
+            ..RuntimePodStatus::default()
         };
         let init = status_of(&pod, &runtime, at(7)).init_container_statuses.unwrap();
         assert!(!init[0].ready, "exited with 1: not ready");
@@ -2254,13 +2256,13 @@ mod tests {
             phase: Some(PENDING.into()),
             ..ApiPodStatus::default()
         });
-        let mut init = runtime_status("init", "i1", RuntimeState::Exited, 5);
+        let mut init = runtime_status("init", "i1", RuntimeContainerState::Exited, 5);
         init.exit_code = 1;
-        let side = runtime_status("side", "s1c", RuntimeState::Running, 1);
-        let runtime = PodStatus {
+        let side = runtime_status("side", "s1c", RuntimeContainerState::Running, 1);
+        let runtime = RuntimePodStatus {
             container_statuses: vec![side.clone(), init.clone()],
             sandbox_statuses: vec![ready_sandbox("10.1.0.5")],
-            ..PodStatus::default()
+            ..RuntimePodStatus::default()
         };
         let s = status_of(&pod, &runtime, at(10));
         assert_eq!(s.phase.as_deref(), Some(PENDING), "held back while the sidecar runs");
@@ -2277,12 +2279,12 @@ mod tests {
         );
 
         let mut stopped = side;
-        stopped.state = RuntimeState::Exited;
+        stopped.state = RuntimeContainerState::Exited;
         stopped.exit_code = 143;
-        let runtime = PodStatus {
+        let runtime = RuntimePodStatus {
             container_statuses: vec![stopped, init],
             sandbox_statuses: vec![ready_sandbox("10.1.0.5")],
-            ..PodStatus::default()
+            ..RuntimePodStatus::default()
         };
         assert_eq!(
             status_of(&pod, &runtime, at(20)).phase.as_deref(),
@@ -2296,7 +2298,7 @@ mod tests {
     /// for those only), the runtime's values while running.
     #[test]
     fn resources_and_user_where_the_kubelet_writes_them() {
-        use crate::container::{ContainerResources, ContainerUser, LinuxContainerUser};
+        use crate::kubecontainer::{RuntimeContainerResources, RuntimeContainerUser, RuntimeLinuxContainerUser};
         use k8s_openapi::api::core::v1::ResourceRequirements;
         use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
@@ -2305,7 +2307,7 @@ mod tests {
             requests: Some([("memory".to_owned(), Quantity("64Mi".into()))].into()),
             claims: None,
         };
-        let with_limits = |c: SpecContainer| SpecContainer {
+        let with_limits = |c: ApiContainer| ApiContainer {
             resources: Some(limits.clone()),
             ..c
         };
@@ -2315,37 +2317,37 @@ mod tests {
             "Always",
         );
         pod.spec.containers[0] = with_limits(spec_container("app"));
-        let user = ContainerUser {
-            linux: Some(LinuxContainerUser {
+        let user = RuntimeContainerUser {
+            linux: Some(RuntimeLinuxContainerUser {
                 uid: 1000,
                 gid: 1000,
                 supplemental_groups: vec![1000],
             }),
         };
-        let applied = ContainerResources {
+        let applied = RuntimeContainerResources {
             cpu_request_milli: Some(2),
             cpu_limit_milli: None,
             memory_limit_bytes: Some(64 << 20),
         };
-        let from_runtime = |name: &str, id: &str, state, created| ContainerStatus {
+        let from_runtime = |name: &str, id: &str, state, created| RuntimeContainerStatus {
             user: Some(user.clone()),
             resources: Some(applied),
             exit_code: 0,
             ..runtime_status(name, id, state, created)
         };
-        let runtime = PodStatus {
+        let runtime = RuntimePodStatus {
             id: "u1".into(),
             container_statuses: vec![
-                from_runtime("init", "i1", RuntimeState::Exited, 1),
-                from_runtime("side", "s1c", RuntimeState::Running, 2),
-                from_runtime("app", "a1", RuntimeState::Running, 3),
-                ContainerStatus {
+                from_runtime("init", "i1", RuntimeContainerState::Exited, 1),
+                from_runtime("side", "s1c", RuntimeContainerState::Running, 2),
+                from_runtime("app", "a1", RuntimeContainerState::Running, 3),
+                RuntimeContainerStatus {
                     user: None,
-                    ..runtime_status("bare", "b1", RuntimeState::Running, 3)
+                    ..runtime_status("bare", "b1", RuntimeContainerState::Running, 3)
                 },
             ],
             sandbox_statuses: vec![ready_sandbox("10.1.0.5")],
-            ..PodStatus::default()
+            ..RuntimePodStatus::default()
         };
         let s = status_of(&pod, &runtime, at(100));
         let regular = s.container_statuses.as_ref().unwrap();
@@ -2511,14 +2513,14 @@ mod tests {
             container_statuses: Some(vec![running_status("a"), running_status("b")]),
             ..ApiPodStatus::default()
         });
-        let mut runtime = PodStatus {
+        let mut runtime = RuntimePodStatus {
             id: "u1".into(),
             container_statuses: vec![
-                runtime_status("a", "c1", RuntimeState::Exited, 10),
-                runtime_status("b", "c2", RuntimeState::Running, 10),
+                runtime_status("a", "c1", RuntimeContainerState::Exited, 10),
+                runtime_status("b", "c2", RuntimeContainerState::Running, 10),
             ],
             sandbox_statuses: vec![ready_sandbox("10.1.0.5")],
-            ..PodStatus::default()
+            ..RuntimePodStatus::default()
         };
         let s = status_of(&pod, &runtime, at(60));
         assert_eq!(s.phase.as_deref(), Some(RUNNING), "b still runs");
@@ -2578,7 +2580,7 @@ mod tests {
     fn upstream_pod_phase_tables() {
         type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], bool, &'a str);
         #[rustfmt::skip]
-        let tables: [(&str, &str, Vec<SpecContainer>, &[&str], &[Case]); 8] = [
+        let tables: [(&str, &str, Vec<ApiContainer>, &[&str], &[Case]); 8] = [
             ("RestartAlways", "Always", vec![], &["A", "B"], &[
                 ("waiting", &[], false, PENDING),
                 ("all running", &[("A", "R"), ("B", "R")], false, RUNNING),
@@ -2699,7 +2701,7 @@ mod tests {
             deleted: bool,
             policy: &'a str,
             old: ApiPodStatus,
-            runtime: Vec<ContainerStatus>,
+            runtime: Vec<RuntimeContainerStatus>,
             sandbox_ready: bool,
             phase: &'a str,
             reason: Option<&'a str>,
@@ -2719,9 +2721,9 @@ mod tests {
             s.message = Some("test".into());
             s
         };
-        let running_from = |name: &str, id: &str, created: u64| ContainerStatus {
+        let running_from = |name: &str, id: &str, created: u64| RuntimeContainerStatus {
             started_at: Some(at(created + 1)),
-            ..runtime_status(name, id, RuntimeState::Running, created)
+            ..runtime_status(name, id, RuntimeContainerState::Running, created)
         };
         let completed = |reason: &'static str| -> Option<Vec<(&str, &str, Option<&str>)>> {
             Some(vec![
@@ -2890,7 +2892,7 @@ mod tests {
                 pod.metadata.deletion_timestamp = Some(api_time(at(5)));
             }
             pod.status = Some(case.old);
-            let runtime = PodStatus {
+            let runtime = RuntimePodStatus {
                 id: "u1".into(),
                 container_statuses: case.runtime,
                 sandbox_statuses: if case.sandbox_ready {
@@ -2898,7 +2900,7 @@ mod tests {
                 } else {
                     vec![]
                 },
-                ..PodStatus::default()
+                ..RuntimePodStatus::default()
             };
             let s = generate_api_pod_status(&StatusInput {
                 pod: &pod,
@@ -3076,9 +3078,9 @@ mod tests {
                 true,
             ),
         ] {
-            let runtime = PodStatus {
+            let runtime = RuntimePodStatus {
                 sandbox_statuses: sandboxes,
-                ..PodStatus::default()
+                ..RuntimePodStatus::default()
             };
             let c = ready_to_start_containers_condition(&pod(&[], &[], &[]), &runtime);
             assert_eq!(c.type_, POD_READY_TO_START_CONTAINERS);

@@ -177,7 +177,7 @@ impl Outcome {
 }
 
 /// The status manager. Create it with [`StatusManager::new`], start its writers with
-/// [`StatusManager::start`].
+/// [`StatusManager::stages`] (run them under supervision).
 pub struct StatusManager {
     client: kube::Client,
     store: Store<ApiPod>,
@@ -307,19 +307,26 @@ impl StatusManager {
         }
     }
 
-    /// The status to generate from for `pod`: plegd's own last write while the informer's copy is
-    /// older than it, else the informer's.
+    /// plegd's own last write for `pod` while the informer's copy is older than it: then the status
+    /// to generate from. None when the informer's copy is as new (generate from it).
     pub fn base_status(&self, pod: &ApiPod) -> Option<PodStatus> {
         let uid = pod.metadata.uid.as_deref()?;
+        let inner = self.lock();
+        let (status, rv) = inner.pods.get(uid)?.last_written.as_deref()?;
+        older(pod.metadata.resource_version.as_deref(), rv).then(|| status.clone())
+    }
+
+    /// Drop plegd's copy of its last write for `pod` once the informer's copy has caught up with it:
+    /// the copy is no longer needed.
+    pub fn forget_seen_write(&self, pod: &ApiPod) {
+        let Some(uid) = pod.metadata.uid.as_deref() else { return };
         let mut inner = self.lock();
-        let entry = inner.pods.get_mut(uid)?;
-        let (status, rv) = entry.last_written.as_deref()?;
-        if older(pod.metadata.resource_version.as_deref(), rv) {
-            return Some(status.clone());
+        if let Some(entry) = inner.pods.get_mut(uid)
+            && let Some((_, rv)) = entry.last_written.as_deref()
+            && !older(pod.metadata.resource_version.as_deref(), rv)
+        {
+            entry.last_written = None;
         }
-        // The informer has caught up with plegd's write: the copy is no longer needed.
-        entry.last_written = None;
-        None
     }
 
     /// Want `status` for `pod` (the informer's copy); `finished` when it is the final status of a

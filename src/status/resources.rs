@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use crate::container::{ContainerState, ContainerStatus, ContainerUser};
+use crate::kubecontainer::{RuntimeContainerState, RuntimeContainerStatus, RuntimeContainerUser};
 
 /// `cm.MinShares`: a CPU request at or below this many millicores is the kernel's floor.
 const MIN_SHARES_MILLI: i64 = 2;
@@ -23,7 +23,7 @@ const MIN_SHARES_MILLI: i64 = 2;
 const MIN_MILLI_CPU_LIMIT: i64 = 10;
 
 /// `convertContainerStatusUser`.
-pub fn api_user(user: &ContainerUser) -> ApiContainerUser {
+pub fn api_user(user: &RuntimeContainerUser) -> ApiContainerUser {
     ApiContainerUser {
         linux: user.linux.as_ref().map(|l| ApiLinuxUser {
             uid: l.uid,
@@ -44,12 +44,12 @@ pub fn api_user(user: &ContainerUser) -> ApiContainerUser {
 ///   running (`preserveOldResourcesValue`), else the allocated one.
 pub fn status_resources(
     allocated: Option<&ResourceRequirements>,
-    runtime: &ContainerStatus,
+    runtime: &RuntimeContainerStatus,
     status: &ApiContainerStatus,
     old: Option<&ApiContainerStatus>,
 ) -> ResourceRequirements {
     let mut resources = allocated.cloned().unwrap_or_default();
-    if runtime.state != ContainerState::Running {
+    if runtime.state != RuntimeContainerState::Running {
         return resources;
     }
     let applied = runtime.resources.unwrap_or_default();
@@ -226,7 +226,7 @@ pub fn milli_value(q: &str) -> Option<i64> {
 /// runtime, as `convertToAPIContainerStatuses` sets them.
 pub fn set_runtime_fields(
     status: &mut ApiContainerStatus,
-    runtime: &ContainerStatus,
+    runtime: &RuntimeContainerStatus,
     allocated: Option<Option<&ResourceRequirements>>,
     old: Option<&ApiContainerStatus>,
 ) {
@@ -241,7 +241,7 @@ mod tests {
     use k8s_openapi::api::core::v1::{ContainerState as ApiState, ContainerStateRunning, ContainerStateWaiting};
 
     use super::*;
-    use crate::container::{ContainerResources, LinuxContainerUser};
+    use crate::kubecontainer::{RuntimeContainerResources, RuntimeLinuxContainerUser};
 
     #[test]
     fn quantities_in_canonical_form() {
@@ -320,8 +320,8 @@ mod tests {
         }
     }
 
-    fn runtime(state: ContainerState, applied: Option<ContainerResources>) -> ContainerStatus {
-        ContainerStatus {
+    fn runtime(state: RuntimeContainerState, applied: Option<RuntimeContainerResources>) -> RuntimeContainerStatus {
+        RuntimeContainerStatus {
             id: "c1".into(),
             sandbox_id: String::new(),
             name: "app".into(),
@@ -372,14 +372,14 @@ mod tests {
 
         // What the runtime applied wins for CPU and memory; ephemeral storage and the memory
         // request stay as allocated.
-        let applied = ContainerResources {
+        let applied = RuntimeContainerResources {
             cpu_request_milli: Some(250),
             cpu_limit_milli: Some(750),
             memory_limit_bytes: Some(768 << 20),
         };
         let got = status_resources(
             Some(&spec),
-            &runtime(ContainerState::Running, Some(applied)),
+            &runtime(RuntimeContainerState::Running, Some(applied)),
             &new,
             None,
         );
@@ -392,19 +392,28 @@ mod tests {
         );
 
         // Not running: the allocation as it is.
-        for state in [ContainerState::Created, ContainerState::Exited, ContainerState::Unknown] {
+        for state in [
+            RuntimeContainerState::Created,
+            RuntimeContainerState::Exited,
+            RuntimeContainerState::Unknown,
+        ] {
             let got = status_resources(Some(&spec), &runtime(state, Some(applied)), &new, None);
             assert_eq!(got, spec, "{state:?}");
         }
 
         // Nothing reported, no old status: the allocation.
-        let got = status_resources(Some(&spec), &runtime(ContainerState::Running, None), &new, None);
+        let got = status_resources(Some(&spec), &runtime(RuntimeContainerState::Running, None), &new, None);
         assert_eq!(got, spec);
 
         // Nothing reported, the same container was running: its old values are kept.
         let old_values = requirements(&[("cpu", "900m"), ("memory", "900Mi")], &[("cpu", "400m")]);
         let old = api_status("containerd://c1", true, Some(old_values));
-        let got = status_resources(Some(&spec), &runtime(ContainerState::Running, None), &new, Some(&old));
+        let got = status_resources(
+            Some(&spec),
+            &runtime(RuntimeContainerState::Running, None),
+            &new,
+            Some(&old),
+        );
         assert_eq!(
             got,
             requirements(
@@ -414,12 +423,17 @@ mod tests {
         );
         // … but not those of another container, nor of one that was not running.
         let other = api_status("containerd://c0", true, old.resources.clone());
-        let got = status_resources(Some(&spec), &runtime(ContainerState::Running, None), &new, Some(&other));
+        let got = status_resources(
+            Some(&spec),
+            &runtime(RuntimeContainerState::Running, None),
+            &new,
+            Some(&other),
+        );
         assert_eq!(got, spec);
         let waiting = api_status("containerd://c1", false, old.resources.clone());
         let got = status_resources(
             Some(&spec),
-            &runtime(ContainerState::Running, None),
+            &runtime(RuntimeContainerState::Running, None),
             &new,
             Some(&waiting),
         );
@@ -429,14 +443,19 @@ mod tests {
         let requests_only = requirements(&[], &[("cpu", "100m")]);
         let got = status_resources(
             Some(&requests_only),
-            &runtime(ContainerState::Running, Some(applied)),
+            &runtime(RuntimeContainerState::Running, Some(applied)),
             &new,
             None,
         );
         assert_eq!(got, requirements(&[], &[("cpu", "250m")]));
 
         // No resources at all (BestEffort): `{}`.
-        let got = status_resources(None, &runtime(ContainerState::Running, Some(applied)), &new, None);
+        let got = status_resources(
+            None,
+            &runtime(RuntimeContainerState::Running, Some(applied)),
+            &new,
+            None,
+        );
         assert_eq!(got, ResourceRequirements::default());
     }
 
@@ -445,33 +464,48 @@ mod tests {
     #[test]
     fn cpu_at_the_kernel_floor_keeps_the_allocated_value() {
         let new = api_status("containerd://c1", true, None);
-        let floor = ContainerResources {
+        let floor = RuntimeContainerResources {
             cpu_request_milli: Some(2),
             cpu_limit_milli: Some(10),
             memory_limit_bytes: None,
         };
         let spec = requirements(&[("cpu", "5m")], &[("cpu", "1m")]);
-        let got = status_resources(Some(&spec), &runtime(ContainerState::Running, Some(floor)), &new, None);
+        let got = status_resources(
+            Some(&spec),
+            &runtime(RuntimeContainerState::Running, Some(floor)),
+            &new,
+            None,
+        );
         assert_eq!(got, spec);
         // The allocation above the floor: the runtime's value is written.
         let spec = requirements(&[("cpu", "20m")], &[("cpu", "5m")]);
-        let got = status_resources(Some(&spec), &runtime(ContainerState::Running, Some(floor)), &new, None);
+        let got = status_resources(
+            Some(&spec),
+            &runtime(RuntimeContainerState::Running, Some(floor)),
+            &new,
+            None,
+        );
         assert_eq!(got, requirements(&[("cpu", "10m")], &[("cpu", "2m")]));
         // The runtime above the floor: its value is written.
         let spec = requirements(&[("cpu", "5m")], &[("cpu", "1m")]);
-        let above = ContainerResources {
+        let above = RuntimeContainerResources {
             cpu_request_milli: Some(3),
             cpu_limit_milli: Some(11),
             memory_limit_bytes: None,
         };
-        let got = status_resources(Some(&spec), &runtime(ContainerState::Running, Some(above)), &new, None);
+        let got = status_resources(
+            Some(&spec),
+            &runtime(RuntimeContainerState::Running, Some(above)),
+            &new,
+            None,
+        );
         assert_eq!(got, requirements(&[("cpu", "11m")], &[("cpu", "3m")]));
     }
 
     #[test]
     fn user_as_convert_container_status_user() {
-        let user = ContainerUser {
-            linux: Some(LinuxContainerUser {
+        let user = RuntimeContainerUser {
+            linux: Some(RuntimeLinuxContainerUser {
                 uid: 0,
                 gid: 0,
                 supplemental_groups: vec![0, 1, 2, 3, 4, 6, 10, 11, 20, 26, 27],
@@ -485,7 +519,7 @@ mod tests {
             Some(&[0, 1, 2, 3, 4, 6, 10, 11, 20, 26, 27][..])
         );
         assert_eq!(
-            api_user(&ContainerUser { linux: None }),
+            api_user(&RuntimeContainerUser { linux: None }),
             ApiContainerUser { linux: None }
         );
     }

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant, SystemTime};
 use k8s_cri::v1 as cri;
 use plegd::cache::PodCache;
 use plegd::clock::SystemClock;
-use plegd::container::{Container, ContainerState, Pod};
+use plegd::kubecontainer::{RuntimeContainer, RuntimeContainerState, RuntimePod};
 use plegd::metrics::Metrics;
 use plegd::pleg::{GenericPleg, PlegConfig, compute_events};
 use plegd::runtime::{CriOptions, CriRuntime};
@@ -169,14 +169,14 @@ async fn relist_overhead(a: &Args) {
     );
 }
 
-fn synthetic_pods(n: usize, containers: usize, state: ContainerState) -> Vec<Pod> {
+fn synthetic_pods(n: usize, containers: usize, state: RuntimeContainerState) -> Vec<RuntimePod> {
     (0..n)
-        .map(|p| Pod {
+        .map(|p| RuntimePod {
             id: format!("pod-{p:05}"),
             name: format!("name-{p}"),
             namespace: "default".into(),
             containers: (0..containers)
-                .map(|c| Container {
+                .map(|c| RuntimeContainer {
                     id: format!("ctr-{p:05}-{c}"),
                     sandbox_id: String::new(),
                     name: format!("c{c}"),
@@ -187,13 +187,13 @@ fn synthetic_pods(n: usize, containers: usize, state: ContainerState) -> Vec<Pod
                     attempt: 0,
                 })
                 .collect(),
-            sandboxes: vec![Container {
+            sandboxes: vec![RuntimeContainer {
                 id: format!("sb-{p:05}"),
                 sandbox_id: String::new(),
                 name: String::new(),
                 image: String::new(),
                 image_ref: String::new(),
-                state: ContainerState::Running,
+                state: RuntimeContainerState::Running,
                 created_at: 1,
                 attempt: 0,
             }],
@@ -202,8 +202,8 @@ fn synthetic_pods(n: usize, containers: usize, state: ContainerState) -> Vec<Pod
 }
 
 fn compute_events_throughput(a: &Args) {
-    let old = synthetic_pods(a.pods, a.containers, ContainerState::Running);
-    let changed = synthetic_pods(a.pods, a.containers, ContainerState::Exited);
+    let old = synthetic_pods(a.pods, a.containers, RuntimeContainerState::Running);
+    let changed = synthetic_pods(a.pods, a.containers, RuntimeContainerState::Exited);
     let now = SystemTime::now();
     println!(
         "\n### compute_events over {} pods x ({} containers + 1 sandbox)\n",

@@ -20,9 +20,14 @@ use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use plegd::status::patch::{apply_merge_patch, apply_strategic_merge};
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
+
+#[path = "patch_apply.rs"]
+mod patch_apply;
+use patch_apply::{apply_merge_patch, apply_strategic_merge};
+// What patch_apply needs from its parent.
+use plegd::status::patch::{SET_ORDER, key_of, merge_key};
 
 /// One request as the server saw it.
 #[derive(Debug, Clone)]

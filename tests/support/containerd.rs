@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use k8s_cri::v1 as cri;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
-use plegd::container::{LABEL_CONTAINER_NAME, LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID};
+use plegd::kubecontainer::{LABEL_CONTAINER_NAME, LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID};
 use plegd::metrics::Metrics;
 use plegd::runtime::{CriOptions, CriRuntime};
 use tokio::sync::OnceCell;
@@ -446,7 +446,7 @@ pub fn attempt(attempt: u32, script: &str) -> cri::ContainerConfig {
         }),
         command: vec!["/bin/sh".into(), "-c".into(), script.into()],
         annotations: [(
-            plegd::container::ANNOTATION_RESTART_COUNT.to_owned(),
+            plegd::kubecontainer::ANNOTATION_RESTART_COUNT.to_owned(),
             attempt.to_string(),
         )]
         .into(),

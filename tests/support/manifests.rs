@@ -12,13 +12,7 @@ pub fn path(relative: &str) -> String {
 /// Each YAML document of a manifest, as JSON.
 pub fn documents(manifest: &str) -> Vec<Value> {
     let text = std::fs::read_to_string(path(manifest)).unwrap_or_else(|e| panic!("{manifest}: {e}"));
-    serde_yaml::Deserializer::from_str(&text)
-        .map(|doc| {
-            let yaml: serde_yaml::Value =
-                serde::Deserialize::deserialize(doc).unwrap_or_else(|e| panic!("{manifest}: {e}"));
-            serde_json::to_value(yaml).unwrap()
-        })
-        .collect()
+    serde_saphyr::from_multiple(&text).unwrap_or_else(|e| panic!("{manifest}: {e}"))
 }
 
 /// The one document of `kind` (and, when given, `name`) in a manifest.

@@ -1,14 +1,15 @@
-//! CRI answers → pods: the allocation-light wire decoder against prost, then the grouping.
+//! CRI answers → pods: the slim list messages plegd decodes against CRI's full ones, then the
+//! grouping.
 //!
 //! The first byte picks how the rest is read:
 //! - even: raw bytes. Two little-endian bytes give the length of a `ListPodSandboxResponse`, that
 //!   many bytes follow, the rest is a `ListContainersResponse`. Whatever the bytes, nothing panics;
-//!   on an answer prost itself would write (decoding and re-encoding gives the same bytes) the wire
-//!   decoder agrees with prost. (On other bytes the two may differ by design: prost reads a map
-//!   field sent with the wrong wire type as an entry, the wire decoder skips it as Go does.)
+//!   on an answer the full messages would write themselves (decoding and re-encoding gives the same
+//!   bytes) the slim messages decode it too and plegd reads from them exactly what it takes from
+//!   the full ones, with no bad data.
 //! - odd: structured. Sandboxes and containers with arbitrary strings, numbers, labels and
-//!   annotations are encoded with prost, and the wire decoder must read back exactly what plegd
-//!   takes from prost's types, with no bad data.
+//!   annotations are encoded with the full messages, and plegd must read back exactly what it takes
+//!   from them, with no bad data.
 //!
 //! Either way, the pods that come out are sorted by uid with no uid twice, no container or sandbox
 //! id is in two places, and no id is empty.
@@ -17,11 +18,12 @@
 use std::collections::{HashMap, HashSet};
 
 use arbitrary::{Result, Unstructured};
+use bytes::Bytes;
 use k8s_cri::v1 as cri;
 use libfuzzer_sys::fuzz_target;
-use plegd::container::{LABEL_CONTAINER_NAME, LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID};
-use plegd::runtime::convert::{BadData, group_pods};
-use plegd::runtime::wire::{self, ListedContainer, ListedSandbox, Malformed};
+use plegd::kubecontainer::{LABEL_CONTAINER_NAME, LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID};
+use plegd::runtime::convert::{BadData, ListedContainer, ListedSandbox, group_pods};
+use plegd::runtime::lists;
 use prost::Message;
 
 fuzz_target!(|data: &[u8]| {
@@ -35,34 +37,17 @@ fuzz_target!(|data: &[u8]| {
     }
 });
 
-/// Decode with both decoders; they must agree on answers prost would write itself.
-fn both<'a, M: Message + Default + Clone, T: PartialEq + std::fmt::Debug>(
-    answer: &'a [u8],
-    ours: fn(&'a [u8], &mut Vec<BadData>) -> std::result::Result<Vec<T>, Malformed>,
-    theirs: fn(M) -> Vec<T>,
-    bad: &mut Vec<BadData>,
-) -> Option<Vec<T>> {
-    let mut item_bad = Vec::new();
-    let decoded = ours(answer, &mut item_bad);
-    if let Ok(message) = M::decode(answer)
-        && message.encode_to_vec() == answer
-    {
-        let ours = decoded
-            .as_ref()
-            .expect("the wire decoder rejects an answer prost writes");
-        assert_eq!(ours, &theirs(message), "the wire decoder differs from prost");
-        assert!(item_bad.is_empty(), "bad data in an answer prost writes: {item_bad:?}");
-    }
-    bad.extend(item_bad);
-    decoded.ok()
-}
-
-fn sandbox_items(m: cri::ListPodSandboxResponse) -> Vec<ListedSandbox<'static>> {
+fn full_sandboxes(m: cri::ListPodSandboxResponse) -> Vec<ListedSandbox<'static>> {
     m.items.into_iter().map(Into::into).collect()
 }
 
-fn container_items(m: cri::ListContainersResponse) -> Vec<ListedContainer<'static>> {
+fn full_containers(m: cri::ListContainersResponse) -> Vec<ListedContainer<'static>> {
     m.containers.into_iter().map(Into::into).collect()
+}
+
+/// Whether the full message decodes `answer` and writes it back byte for byte.
+fn written_by_full<M: Message + Default>(answer: &[u8]) -> Option<M> {
+    M::decode(answer).ok().filter(|m| m.encode_to_vec() == answer)
 }
 
 fn raw(data: &[u8]) {
@@ -71,9 +56,25 @@ fn raw(data: &[u8]) {
     };
     let split = usize::from(u16::from_le_bytes(*head)).min(rest.len());
     let (sandbox_answer, container_answer) = rest.split_at(split);
+    let sandbox_message = lists::ListPodSandboxResponse::decode(Bytes::copy_from_slice(sandbox_answer));
+    let container_message = lists::ListContainersResponse::decode(Bytes::copy_from_slice(container_answer));
     let mut bad = Vec::new();
-    let sandboxes = both(sandbox_answer, wire::sandboxes, sandbox_items, &mut bad);
-    let containers = both(container_answer, wire::containers, container_items, &mut bad);
+    let sandboxes = sandbox_message.as_ref().ok().map(|m| lists::sandboxes(m, &mut bad));
+    let containers = container_message.as_ref().ok().map(|m| lists::containers(m, &mut bad));
+    let full_sandbox = written_by_full::<cri::ListPodSandboxResponse>(sandbox_answer);
+    let full_container = written_by_full::<cri::ListContainersResponse>(container_answer);
+    let both_full = full_sandbox.is_some() && full_container.is_some();
+    if let Some(full) = full_sandbox {
+        let ours = sandboxes.as_ref().expect("the slim messages reject sandboxes the full ones write");
+        assert_eq!(ours, &full_sandboxes(full), "the slim sandboxes differ from the full ones");
+    }
+    if let Some(full) = full_container {
+        let ours = containers.as_ref().expect("the slim messages reject containers the full ones write");
+        assert_eq!(ours, &full_containers(full), "the slim containers differ from the full ones");
+    }
+    if both_full {
+        assert!(bad.is_empty(), "bad data in answers the full messages write: {bad:?}");
+    }
     if let (Some(sandboxes), Some(containers)) = (sandboxes, containers) {
         check_pods(sandboxes, containers, bad);
     }
@@ -157,11 +158,15 @@ fn structured(u: &mut Unstructured) -> Result<()> {
         containers: containers.clone(),
     }
     .encode_to_vec();
-    let sandboxes = wire::sandboxes(&sandbox_answer, bad).expect("the wire decoder rejects prost's sandboxes");
-    let listed = wire::containers(&container_answer, bad).expect("the wire decoder rejects prost's containers");
+    let sandbox_message = lists::ListPodSandboxResponse::decode(Bytes::from(sandbox_answer))
+        .expect("the slim messages reject sandboxes the full ones write");
+    let container_message = lists::ListContainersResponse::decode(Bytes::from(container_answer))
+        .expect("the slim messages reject containers the full ones write");
+    let sandboxes = lists::sandboxes(&sandbox_message, bad);
+    let listed = lists::containers(&container_message, bad);
     assert!(bad.is_empty(), "bad data in valid answers: {bad:?}");
-    assert_eq!(sandboxes, sandbox_items(cri::ListPodSandboxResponse { items }));
-    assert_eq!(listed, container_items(cri::ListContainersResponse { containers }));
+    assert_eq!(sandboxes, full_sandboxes(cri::ListPodSandboxResponse { items }));
+    assert_eq!(listed, full_containers(cri::ListContainersResponse { containers }));
     check_pods(sandboxes, listed, std::mem::take(bad));
     Ok(())
 }

@@ -1,7 +1,12 @@
-//! plegd's own snapshot of what the container runtime reports, in the kubelet's vocabulary
-//! (`pkg/kubelet/container`): a [`Pod`] groups the sandboxes and containers of one pod uid as the
-//! relist sees them, and a [`PodStatus`] is the full per-pod status read on demand. Nothing here
-//! does I/O; the `runtime` stage fills these types from CRI messages.
+//! The runtime's view of pods, in the kubelet's vocabulary (its package `pkg/kubelet/container`,
+//! "kubecontainer"): a [`RuntimePod`] groups the sandboxes and containers ([`RuntimeContainer`]) of
+//! one pod uid as a relist lists them, and a [`RuntimePodStatus`] is the full status of one pod as
+//! read from the runtime on demand. Every type here is named `Runtime…` (or `Sandbox…`) so that it
+//! is never mistaken for the API object of the same idea (k8s-openapi's `Pod`, `PodStatus`,
+//! `ContainerStatus`, … and plegd's [`crate::pod::ApiPod`]).
+//!
+//! Plain data: nothing here does I/O or knows CRI or the apiserver. The `runtime` stage fills these
+//! types from CRI answers; the PLEG diffs them; status generation turns them into API statuses.
 
 use std::time::SystemTime;
 
@@ -21,31 +26,31 @@ pub const ANNOTATION_RESTART_COUNT: &str = "io.kubernetes.container.restartCount
 /// A pod's uid as the runtime reports it.
 pub type PodUid = String;
 
-/// Container state as the kubelet models it (`kubecontainer.State`). Sandboxes use it too:
+/// A container's state as the kubelet models it (`kubecontainer.State`). Sandboxes use it too:
 /// a READY sandbox is `Running`, a NOTREADY one `Exited`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum ContainerState {
+pub enum RuntimeContainerState {
     Created,
     Running,
     Exited,
     Unknown,
 }
 
-impl ContainerState {
+impl RuntimeContainerState {
     pub fn as_str(self) -> &'static str {
         match self {
-            ContainerState::Created => "created",
-            ContainerState::Running => "running",
-            ContainerState::Exited => "exited",
-            ContainerState::Unknown => "unknown",
+            RuntimeContainerState::Created => "created",
+            RuntimeContainerState::Running => "running",
+            RuntimeContainerState::Exited => "exited",
+            RuntimeContainerState::Unknown => "unknown",
         }
     }
 }
 
 /// One container or sandbox as listed by a relist (cheap: no status call).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Container {
+pub struct RuntimeContainer {
     pub id: String,
     /// The sandbox a container runs in; empty for sandboxes.
     pub sandbox_id: String,
@@ -53,7 +58,7 @@ pub struct Container {
     pub name: String,
     pub image: String,
     pub image_ref: String,
-    pub state: ContainerState,
+    pub state: RuntimeContainerState,
     /// Creation time in nanoseconds since the epoch, as CRI reports it.
     pub created_at: i64,
     /// CRI metadata attempt.
@@ -62,25 +67,25 @@ pub struct Container {
 
 /// The containers and sandboxes of one pod uid, as one relist saw them (`kubecontainer.Pod`).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Pod {
+pub struct RuntimePod {
     pub id: PodUid,
     pub name: String,
     pub namespace: String,
-    pub containers: Vec<Container>,
-    pub sandboxes: Vec<Container>,
+    pub containers: Vec<RuntimeContainer>,
+    pub sandboxes: Vec<RuntimeContainer>,
 }
 
-impl Pod {
-    pub fn find_container(&self, id: &str) -> Option<&Container> {
+impl RuntimePod {
+    pub fn find_container(&self, id: &str) -> Option<&RuntimeContainer> {
         self.containers.iter().find(|c| c.id == id)
     }
 
-    pub fn find_sandbox(&self, id: &str) -> Option<&Container> {
+    pub fn find_sandbox(&self, id: &str) -> Option<&RuntimeContainer> {
         self.sandboxes.iter().find(|c| c.id == id)
     }
 
     /// A container or a sandbox with this id.
-    pub fn find_any(&self, id: &str) -> Option<&Container> {
+    pub fn find_any(&self, id: &str) -> Option<&RuntimeContainer> {
         self.find_container(id).or_else(|| self.find_sandbox(id))
     }
 }
@@ -110,12 +115,12 @@ pub struct SandboxStatus {
 
 /// Full status of one container (`kubecontainer.Status`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ContainerStatus {
+pub struct RuntimeContainerStatus {
     pub id: String,
     /// The sandbox it runs in, from the relist (CRI's container status does not say).
     pub sandbox_id: String,
     pub name: String,
-    pub state: ContainerState,
+    pub state: RuntimeContainerState,
     pub created_at: Option<SystemTime>,
     pub started_at: Option<SystemTime>,
     pub finished_at: Option<SystemTime>,
@@ -127,16 +132,16 @@ pub struct ContainerStatus {
     pub restart_count: u32,
     /// The resources the runtime applied, as far as CRI reports them (`toKubeContainerResources`);
     /// None when it reports none.
-    pub resources: Option<ContainerResources>,
+    pub resources: Option<RuntimeContainerResources>,
     /// The identity the container's first process started with, when the runtime reports it
     /// (containerd 2.x does; `toKubeContainerUser`).
-    pub user: Option<ContainerUser>,
+    pub user: Option<RuntimeContainerUser>,
 }
 
 /// The resources a runtime reports it applied to a container, in the kubelet's units
 /// (`kubecontainer.ContainerResources`): CPU in millicores, memory in bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
-pub struct ContainerResources {
+pub struct RuntimeContainerResources {
     /// From the CFS shares (`sharesToMilliCPU`).
     pub cpu_request_milli: Option<i64>,
     /// From the CFS quota and period (`quotaToMilliCPU`).
@@ -146,13 +151,13 @@ pub struct ContainerResources {
 
 /// The user identity of a container's first process (`kubecontainer.ContainerUser`).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
-pub struct ContainerUser {
+pub struct RuntimeContainerUser {
     /// None when the runtime reports a user without its Linux part.
-    pub linux: Option<LinuxContainerUser>,
+    pub linux: Option<RuntimeLinuxContainerUser>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
-pub struct LinuxContainerUser {
+pub struct RuntimeLinuxContainerUser {
     pub uid: i64,
     pub gid: i64,
     pub supplemental_groups: Vec<i64>,
@@ -160,20 +165,20 @@ pub struct LinuxContainerUser {
 
 /// Full status of one pod as read from the runtime (`kubecontainer.PodStatus`).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
-pub struct PodStatus {
+pub struct RuntimePodStatus {
     pub id: PodUid,
     pub name: String,
     pub namespace: String,
     /// Pod IPs; kept from the previous status when the pod's sandbox is gone (see `pleg`).
     pub ips: Vec<String>,
-    pub container_statuses: Vec<ContainerStatus>,
+    pub container_statuses: Vec<RuntimeContainerStatus>,
     /// Newest sandbox first.
     pub sandbox_statuses: Vec<SandboxStatus>,
 }
 
-impl PodStatus {
+impl RuntimePodStatus {
     /// The status of the container with this id, if the status read found it.
-    pub fn find_container(&self, id: &str) -> Option<&ContainerStatus> {
+    pub fn find_container(&self, id: &str) -> Option<&RuntimeContainerStatus> {
         self.container_statuses.iter().find(|c| c.id == id)
     }
 
@@ -184,7 +189,7 @@ impl PodStatus {
     }
 
     /// The statuses of the containers of the active sandbox (`ActiveContainerStatuses`).
-    pub fn active_container_statuses(&self) -> impl Iterator<Item = &ContainerStatus> {
+    pub fn active_container_statuses(&self) -> impl Iterator<Item = &RuntimeContainerStatus> {
         let active = self.active_sandbox().map(|s| s.id.as_str());
         self.container_statuses
             .iter()
