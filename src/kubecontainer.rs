@@ -48,7 +48,8 @@ impl RuntimeContainerState {
     }
 }
 
-/// One container or sandbox as listed by a relist (cheap: no status call).
+/// One container or sandbox as listed by a relist (cheap: no status call). Its image is not kept:
+/// nothing reads it from a listing; a status read reports it (`RuntimeContainerStatus`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RuntimeContainer {
     pub id: String,
@@ -56,8 +57,6 @@ pub struct RuntimeContainer {
     pub sandbox_id: String,
     /// The container's name in the pod spec; empty for sandboxes.
     pub name: String,
-    pub image: String,
-    pub image_ref: String,
     pub state: RuntimeContainerState,
     /// Creation time in nanoseconds since the epoch, as CRI reports it.
     pub created_at: i64,

@@ -852,8 +852,6 @@ mod tests {
             id: id.into(),
             sandbox_id: String::new(),
             name: name.into(),
-            image: String::new(),
-            image_ref: String::new(),
             state,
             created_at: 0,
             attempt: 0,

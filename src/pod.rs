@@ -6,7 +6,7 @@
 
 use std::borrow::Cow;
 
-use k8s_openapi::api::core::v1::{Container, EphemeralContainer, Pod, PodStatus as ApiPodStatus, ResourceRequirements};
+use k8s_openapi::api::core::v1::{Container, EphemeralContainer, Pod, PodStatus, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use kube::core::NamespaceResourceScope;
@@ -82,7 +82,7 @@ pub struct ApiPod {
     /// The metadata, without managedFields and without the last-applied-configuration annotation.
     pub metadata: ObjectMeta,
     pub spec: ApiPodSpec,
-    pub status: Option<ApiPodStatus>,
+    pub status: Option<PodStatus>,
 }
 
 impl From<Pod> for ApiPod {
@@ -216,9 +216,9 @@ mod tests {
                 }]),
                 ..PodSpec::default()
             }),
-            status: Some(ApiPodStatus {
+            status: Some(PodStatus {
                 phase: Some("Running".into()),
-                ..ApiPodStatus::default()
+                ..PodStatus::default()
             }),
         };
         let kept = ApiPod::from(pod);

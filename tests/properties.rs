@@ -36,8 +36,6 @@ fn snapshot(states: &[Option<RuntimeContainerState>]) -> Option<RuntimePod> {
                 id: format!("c{i}"),
                 sandbox_id: String::new(),
                 name: format!("n{}", i % 3),
-                image: String::new(),
-                image_ref: String::new(),
                 state,
                 created_at: i as i64,
                 attempt: 0,

@@ -38,8 +38,6 @@ pub struct ListedContainer<'a> {
     /// From the container metadata.
     pub name: Cow<'a, str>,
     pub attempt: u32,
-    pub image: Cow<'a, str>,
-    pub image_ref: Cow<'a, str>,
     /// A CRI `ContainerState` value, not yet checked.
     pub state: i32,
     pub created_at: i64,
@@ -207,8 +205,6 @@ impl From<cri::Container> for ListedContainer<'static> {
             sandbox_id: c.pod_sandbox_id.into(),
             name: meta.name.into(),
             attempt: meta.attempt,
-            image: c.image.map(|i| i.image).unwrap_or_default().into(),
-            image_ref: c.image_ref.into(),
             state: c.state,
             created_at: c.created_at,
         }
@@ -274,8 +270,6 @@ pub fn group_pods<'a, S: Into<ListedSandbox<'a>>, C: Into<ListedContainer<'a>>>(
             id: sandbox.id.into_owned(),
             sandbox_id: String::new(),
             name: String::new(),
-            image: String::new(),
-            image_ref: String::new(),
             state,
             created_at: sandbox.created_at,
             attempt: sandbox.attempt,
@@ -322,8 +316,6 @@ pub fn group_pods<'a, S: Into<ListedSandbox<'a>>, C: Into<ListedContainer<'a>>>(
             id: container.id.into_owned(),
             sandbox_id: container.sandbox_id.into_owned(),
             name: name.into_owned(),
-            image: container.image.into_owned(),
-            image_ref: container.image_ref.into_owned(),
             state,
             created_at: container.created_at,
             attempt: container.attempt,

@@ -14,8 +14,8 @@ use std::net::IpAddr;
 use std::time::SystemTime;
 
 use k8s_openapi::api::core::v1::{
-    ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
-    ContainerStatus as ApiContainerStatus, HostIP, PodCondition, PodIP, PodStatus as ApiPodStatus,
+    ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus, HostIP,
+    PodCondition, PodIP, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -70,30 +70,30 @@ pub fn api_time(t: SystemTime) -> Time {
     Time(k8s_openapi::jiff::Timestamp::from_second(ts.as_second()).unwrap_or(ts))
 }
 
-fn find<'a>(statuses: &'a [ApiContainerStatus], name: &str) -> Option<&'a ApiContainerStatus> {
+fn find<'a>(statuses: &'a [ContainerStatus], name: &str) -> Option<&'a ContainerStatus> {
     statuses.iter().find(|s| s.name == name)
 }
 
-fn running(s: &ApiContainerStatus) -> bool {
+fn running(s: &ContainerStatus) -> bool {
     s.state.as_ref().is_some_and(|st| st.running.is_some())
 }
 
-fn terminated(s: &ApiContainerStatus) -> Option<&ContainerStateTerminated> {
+fn terminated(s: &ContainerStatus) -> Option<&ContainerStateTerminated> {
     s.state.as_ref().and_then(|st| st.terminated.as_ref())
 }
 
-fn waiting(s: &ApiContainerStatus) -> bool {
+fn waiting(s: &ContainerStatus) -> bool {
     s.state.as_ref().is_some_and(|st| st.waiting.is_some())
 }
 
-fn last_terminated(s: &ApiContainerStatus) -> Option<&ContainerStateTerminated> {
+fn last_terminated(s: &ContainerStatus) -> Option<&ContainerStateTerminated> {
     s.last_state.as_ref().and_then(|st| st.terminated.as_ref())
 }
 
 /// `getPhase`. `statuses` holds regular and init container statuses.
 pub fn get_phase(
     pod: &ApiPod,
-    statuses: &[ApiContainerStatus],
+    statuses: &[ContainerStatus],
     pod_is_terminal: bool,
     pod_has_initialized: bool,
 ) -> &'static str {
@@ -207,7 +207,7 @@ fn go_list(names: &[String]) -> String {
 }
 
 /// `GenerateContainersReadyCondition`.
-pub fn containers_ready_condition(pod: &ApiPod, statuses: Option<&[ApiContainerStatus]>, phase: &str) -> PodCondition {
+pub fn containers_ready_condition(pod: &ApiPod, statuses: Option<&[ContainerStatus]>, phase: &str) -> PodCondition {
     let Some(statuses) = statuses else {
         return condition(CONTAINERS_READY, false, Some("UnknownContainerStatuses"), None);
     };
@@ -253,7 +253,7 @@ pub fn containers_ready_condition(pod: &ApiPod, statuses: Option<&[ApiContainerS
 pub fn ready_condition(
     pod: &ApiPod,
     conditions: &[PodCondition],
-    statuses: Option<&[ApiContainerStatus]>,
+    statuses: Option<&[ContainerStatus]>,
     phase: &str,
 ) -> PodCondition {
     let containers_ready = containers_ready_condition(pod, statuses, phase);
@@ -285,7 +285,7 @@ pub fn ready_condition(
 }
 
 /// `HasAnyRegularContainerStarted`: a regular container's state is running or terminated.
-fn any_regular_container_started(pod: &ApiPod, statuses: &[ApiContainerStatus]) -> bool {
+fn any_regular_container_started(pod: &ApiPod, statuses: &[ContainerStatus]) -> bool {
     pod.spec
         .containers
         .iter()
@@ -301,7 +301,7 @@ pub fn any_active_regular_container_started(pod: &ApiPod, runtime: &RuntimePodSt
 }
 
 /// `GeneratePodInitializedCondition`.
-pub fn initialized_condition(pod: &ApiPod, statuses: Option<&[ApiContainerStatus]>, phase: &str) -> PodCondition {
+pub fn initialized_condition(pod: &ApiPod, statuses: Option<&[ContainerStatus]>, phase: &str) -> PodCondition {
     let init = &pod.spec.init_containers;
     // No statuses at all (nil upstream, not an empty list) with init containers to wait for.
     let statuses = match statuses {
@@ -376,7 +376,7 @@ pub fn ready_to_start_containers_condition(pod: &ApiPod, runtime: &RuntimePodSta
 /// plegd's `plegd.io/ContainersRunning`: True when every regular container runs. Otherwise the first
 /// container that does not run gives the reason (OOMKilled, ContainerDied, ContainerRemoved,
 /// ContainerNotStarted) and the message names each one.
-pub fn containers_running_condition(pod: &ApiPod, statuses: &[ApiContainerStatus]) -> PodCondition {
+pub fn containers_running_condition(pod: &ApiPod, statuses: &[ContainerStatus]) -> PodCondition {
     let mut reason = None;
     let mut messages = Vec::new();
     for c in &pod.spec.containers {
@@ -432,15 +432,15 @@ pub fn containers_running_condition(pod: &ApiPod, statuses: &[ApiContainerStatus
 }
 
 /// One runtime status in API form (`convertContainerStatus`).
-fn convert(cs: &RuntimeContainerStatus, old: Option<&ApiContainerStatus>, runtime_name: &str) -> ApiContainerStatus {
+fn convert(cs: &RuntimeContainerStatus, old: Option<&ContainerStatus>, runtime_name: &str) -> ContainerStatus {
     let container_id = format!("{runtime_name}://{}", cs.id);
-    let mut status = ApiContainerStatus {
+    let mut status = ContainerStatus {
         name: cs.name.clone(),
         restart_count: cs.restart_count as i32,
         image: cs.image.clone(),
         image_id: cs.image_ref.clone(),
         container_id: Some(container_id.clone()),
-        ..ApiContainerStatus::default()
+        ..ContainerStatus::default()
     };
     let state = match cs.state {
         RuntimeContainerState::Running => ContainerState {
@@ -523,19 +523,19 @@ fn container_statuses(
     pod: &ApiPod,
     specs: &[ApiContainer],
     kind: ListKind,
-    previous: &[ApiContainerStatus],
+    previous: &[ContainerStatus],
     runtime: &RuntimePodStatus,
     runtime_name: &str,
-) -> Vec<ApiContainerStatus> {
+) -> Vec<ContainerStatus> {
     let deleting = pod.metadata.deletion_timestamp.is_some();
     let default_reason = if pod.spec.init_containers.is_empty() {
         "ContainerCreating"
     } else {
         "PodInitializing"
     };
-    let mut statuses: BTreeMap<&str, ApiContainerStatus> = BTreeMap::new();
+    let mut statuses: BTreeMap<&str, ContainerStatus> = BTreeMap::new();
     for c in specs {
-        let mut status = ApiContainerStatus {
+        let mut status = ContainerStatus {
             name: c.name.clone(),
             image: c.image.clone(),
             state: Some(ContainerState {
@@ -545,7 +545,7 @@ fn container_statuses(
                 }),
                 ..ContainerState::default()
             }),
-            ..ApiContainerStatus::default()
+            ..ContainerStatus::default()
         };
         if let Some(old) = find(previous, &c.name) {
             if terminated(old).is_some() {
@@ -666,8 +666,8 @@ fn container_statuses(
 fn set_started_and_ready(
     spec: &ApiContainer,
     kind: ListKind,
-    status: &mut ApiContainerStatus,
-    old: Option<&ApiContainerStatus>,
+    status: &mut ContainerStatus,
+    old: Option<&ContainerStatus>,
 ) {
     if kind == ListKind::Ephemeral {
         status.started = None;
@@ -689,7 +689,7 @@ fn set_started_and_ready(
 
 /// Keep the termination messages of all containers within [`MAX_TERMINATION_MESSAGES`] bytes
 /// (`normalizeStatus`): each gets an equal share.
-fn truncate_messages(lists: &mut [&mut Vec<ApiContainerStatus>]) {
+fn truncate_messages(lists: &mut [&mut Vec<ContainerStatus>]) {
     let total: usize = lists.iter().map(|l| l.len()).sum();
     if total == 0 {
         return;
@@ -765,9 +765,9 @@ pub fn sort_pod_ips(ips: &[String], node_ips: &[String]) -> Vec<String> {
 /// moves only when a condition's status changes.
 fn conditions(
     pod: &ApiPod,
-    old: &ApiPodStatus,
+    old: &PodStatus,
     runtime: &RuntimePodStatus,
-    all: &[ApiContainerStatus],
+    all: &[ContainerStatus],
     phase: &str,
     now: SystemTime,
 ) -> Vec<PodCondition> {
@@ -809,8 +809,8 @@ pub struct IllegalTransition {
 /// leave the terminated state; under `OnFailure`, none that exited with 0. Sidecars (restartable
 /// init containers) always may; under `Always`, every container may.
 pub fn check_container_state_transition(
-    old: &ApiPodStatus,
-    new: &ApiPodStatus,
+    old: &PodStatus,
+    new: &PodStatus,
     pod: &ApiPod,
 ) -> Result<(), IllegalTransition> {
     let policy = pod.spec.restart_policy.as_deref().unwrap_or("Always");
@@ -884,7 +884,7 @@ fn terminated_unknown() -> ContainerState {
 /// container that ever left waiting, or whose last init container completed (a sidecar: runs
 /// and has started) has initialized. Upstream reads the pod's status as the apiserver has it;
 /// plegd reads the status it just generated, which holds that evidence and anything newer.
-pub fn has_pod_initialized(pod: &ApiPod, status: &ApiPodStatus) -> bool {
+pub fn has_pod_initialized(pod: &ApiPod, status: &PodStatus) -> bool {
     if pod.spec.init_containers.is_empty() {
         return true;
     }
@@ -911,7 +911,7 @@ pub fn has_pod_initialized(pod: &ApiPod, status: &ApiPodStatus) -> bool {
 
 /// The status manager's `initializedContainers`: the init container statuses up to the last one
 /// that ever started (not waiting, or waiting after a termination); at least the first.
-fn initialized_containers(init: &[ApiContainerStatus]) -> usize {
+fn initialized_containers(init: &[ContainerStatus]) -> usize {
     init.iter()
         .rposition(|c| !waiting(c) || last_terminated(c).is_some())
         .map_or(init.len().min(1), |i| i + 1)
@@ -921,7 +921,7 @@ fn initialized_containers(init: &[ApiContainerStatus]) -> usize {
 /// nothing of it can run): a container with no terminated state is terminated with
 /// ContainerStatusUnknown (137) — regular containers only once the pod has initialized, init
 /// containers up to the last one that started — and a phase that is not terminal becomes Failed.
-pub fn terminate_pod(pod: &ApiPod, status: &mut ApiPodStatus) {
+pub fn terminate_pod(pod: &ApiPod, status: &mut PodStatus) {
     let initialized = has_pod_initialized(pod, status);
     if initialized && let Some(list) = status.container_statuses.as_mut() {
         for c in list.iter_mut().filter(|c| terminated(c).is_none()) {
@@ -948,7 +948,7 @@ pub fn pod_is_finished(pod: &ApiPod, runtime: &RuntimePodStatus, phase: Option<&
 
 /// The kubelet-equivalent status of a pod: [`generate_api_pod_status`], then, once the pod is
 /// finished ([`pod_is_finished`]), what `TerminatePod` makes of it.
-pub fn generate(input: &StatusInput<'_>) -> ApiPodStatus {
+pub fn generate(input: &StatusInput<'_>) -> PodStatus {
     let mut status = generate_api_pod_status(input);
     if pod_is_finished(input.pod, input.runtime, status.phase.as_deref()) {
         terminate_pod(input.pod, &mut status);
@@ -959,13 +959,13 @@ pub fn generate(input: &StatusInput<'_>) -> ApiPodStatus {
 /// `generateAPIPodStatus` followed by the status manager's `mergePodStatus` and normalisation.
 /// Terminal phases never change back, and a transition to one waits while containers could still
 /// run. The pod is terminal (getPhase's `podIsTerminal`) when it is deleted and nothing of it runs.
-pub fn generate_api_pod_status(input: &StatusInput<'_>) -> ApiPodStatus {
+pub fn generate_api_pod_status(input: &StatusInput<'_>) -> PodStatus {
     let pod = input.pod;
     let no_status;
     let old = match &pod.status {
         Some(status) => status,
         None => {
-            no_status = ApiPodStatus::default();
+            no_status = PodStatus::default();
             &no_status
         }
     };
@@ -1000,7 +1000,7 @@ pub fn generate_api_pod_status(input: &StatusInput<'_>) -> ApiPodStatus {
     );
     truncate_messages(&mut [&mut container_list, &mut init_list, &mut ephemeral_list]);
 
-    let all: Vec<ApiContainerStatus> = container_list.iter().chain(init_list.iter()).cloned().collect();
+    let all: Vec<ContainerStatus> = container_list.iter().chain(init_list.iter()).cloned().collect();
     let has_initialized = any_active_regular_container_started(pod, input.runtime);
     let nothing_running = !input
         .runtime
@@ -1016,12 +1016,12 @@ pub fn generate_api_pod_status(input: &StatusInput<'_>) -> ApiPodStatus {
         _ => {}
     }
 
-    let mut status = ApiPodStatus {
+    let mut status = PodStatus {
         phase: Some(phase.to_owned()),
         qos_class: old.qos_class.clone(),
         nominated_node_name: old.nominated_node_name.clone(),
         resource_claim_statuses: old.resource_claim_statuses.clone(),
-        ..ApiPodStatus::default()
+        ..PodStatus::default()
     };
     if old.phase.as_deref() == Some(phase) {
         status.reason = old.reason.clone();
@@ -1070,12 +1070,7 @@ pub fn generate_api_pod_status(input: &StatusInput<'_>) -> ApiPodStatus {
 /// after an init container failed under Never, say): phase, reason and message stay the old
 /// ones (an old status without a phase gives Pending: plegd never writes an empty phase). A
 /// terminal phase has Ready and ContainersReady False.
-pub fn merge_pod_status(
-    old: &ApiPodStatus,
-    mut new: ApiPodStatus,
-    could_have_running: bool,
-    now: SystemTime,
-) -> ApiPodStatus {
+pub fn merge_pod_status(old: &PodStatus, mut new: PodStatus, could_have_running: bool, now: SystemTime) -> PodStatus {
     let to_terminal = !is_terminal(old.phase.as_deref()) && is_terminal(new.phase.as_deref());
     let mut merged: Vec<PodCondition> = old
         .conditions
@@ -1195,8 +1190,8 @@ mod tests {
         }
     }
 
-    fn running_status(name: &str) -> ApiContainerStatus {
-        ApiContainerStatus {
+    fn running_status(name: &str) -> ContainerStatus {
+        ContainerStatus {
             name: name.into(),
             state: Some(ContainerState {
                 running: Some(ContainerStateRunning::default()),
@@ -1204,12 +1199,12 @@ mod tests {
             }),
             started: Some(true),
             ready: true,
-            ..ApiContainerStatus::default()
+            ..ContainerStatus::default()
         }
     }
 
-    fn terminated_status(name: &str, code: i32) -> ApiContainerStatus {
-        ApiContainerStatus {
+    fn terminated_status(name: &str, code: i32) -> ContainerStatus {
+        ContainerStatus {
             name: name.into(),
             state: Some(ContainerState {
                 terminated: Some(ContainerStateTerminated {
@@ -1218,20 +1213,20 @@ mod tests {
                 }),
                 ..ContainerState::default()
             }),
-            ..ApiContainerStatus::default()
+            ..ContainerStatus::default()
         }
     }
 
     /// An init container that exited with success, ready as the prober manager marks it.
-    fn completed_init(name: &str) -> ApiContainerStatus {
-        ApiContainerStatus {
+    fn completed_init(name: &str) -> ContainerStatus {
+        ContainerStatus {
             ready: true,
             ..terminated_status(name, 0)
         }
     }
 
-    fn waiting_status(name: &str, last_exit: Option<i32>) -> ApiContainerStatus {
-        ApiContainerStatus {
+    fn waiting_status(name: &str, last_exit: Option<i32>) -> ContainerStatus {
+        ContainerStatus {
             name: name.into(),
             state: Some(ContainerState {
                 waiting: Some(ContainerStateWaiting::default()),
@@ -1244,13 +1239,13 @@ mod tests {
                 }),
                 ..ContainerState::default()
             }),
-            ..ApiContainerStatus::default()
+            ..ContainerStatus::default()
         }
     }
 
     #[test]
     fn phase_by_restart_policy_and_state() {
-        type Case = (&'static str, fn() -> Vec<ApiContainerStatus>, &'static str);
+        type Case = (&'static str, fn() -> Vec<ContainerStatus>, &'static str);
         let cases: Vec<Case> = vec![
             ("Always", || vec![running_status("a")], RUNNING),
             ("Always", || vec![terminated_status("a", 0)], RUNNING),
@@ -1452,7 +1447,7 @@ mod tests {
             Some(&[
                 completed_init("i1"),
                 // A running init container is not ready (it is done once it exited with 0).
-                ApiContainerStatus {
+                ContainerStatus {
                     ready: false,
                     ..running_status("i2")
                 },
@@ -1514,7 +1509,7 @@ mod tests {
         }
     }
 
-    fn status_of(pod: &ApiPod, runtime: &RuntimePodStatus, now: SystemTime) -> ApiPodStatus {
+    fn status_of(pod: &ApiPod, runtime: &RuntimePodStatus, now: SystemTime) -> PodStatus {
         generate(&StatusInput {
             pod,
             runtime,
@@ -1595,9 +1590,9 @@ mod tests {
         );
 
         // Once Failed, a container found running again does not bring the phase back.
-        pod.status = Some(ApiPodStatus {
+        pod.status = Some(PodStatus {
             phase: Some(FAILED.into()),
-            ..ApiPodStatus::default()
+            ..PodStatus::default()
         });
         let s = status_of(&pod, &runtime, at(100));
         assert_eq!(s.phase.as_deref(), Some(FAILED));
@@ -1611,9 +1606,9 @@ mod tests {
     #[test]
     fn succeeded_never_becomes_failed() {
         let mut pod = pod_with(&["app"], vec![], "OnFailure");
-        pod.status = Some(ApiPodStatus {
+        pod.status = Some(PodStatus {
             phase: Some(SUCCEEDED.into()),
-            ..ApiPodStatus::default()
+            ..PodStatus::default()
         });
         // The runtime now shows a failed attempt (say, the old one was removed and a new one failed).
         let runtime = RuntimePodStatus {
@@ -1629,9 +1624,9 @@ mod tests {
         let mut old = running_status("app");
         old.container_id = Some("containerd://c1".into());
         old.restart_count = 2;
-        pod.status = Some(ApiPodStatus {
+        pod.status = Some(PodStatus {
             container_statuses: Some(vec![old.clone()]),
-            ..ApiPodStatus::default()
+            ..PodStatus::default()
         });
 
         // The running container is gone from the runtime.
@@ -1713,9 +1708,9 @@ mod tests {
         // The prober said ready for this container: kept.
         let mut prev = s.container_statuses.clone().unwrap();
         prev[0].ready = true;
-        pod.status = Some(ApiPodStatus {
+        pod.status = Some(PodStatus {
             container_statuses: Some(prev),
-            ..ApiPodStatus::default()
+            ..PodStatus::default()
         });
         assert!(status_of(&pod, &runtime, at(30)).container_statuses.unwrap()[0].ready);
     }
@@ -1740,9 +1735,9 @@ mod tests {
             last_transition_time: Some(api_time(at(1))),
             ..PodCondition::default()
         };
-        pod.status = Some(ApiPodStatus {
+        pod.status = Some(PodStatus {
             conditions: Some(vec![other.clone(), old_ready, old_sched]),
-            ..ApiPodStatus::default()
+            ..PodStatus::default()
         });
         let runtime = RuntimePodStatus {
             container_statuses: vec![runtime_status("app", "c1", RuntimeContainerState::Running, 10)],
@@ -1832,10 +1827,10 @@ mod tests {
         let s = status_of(&pod, &RuntimePodStatus::default(), at(1));
         assert_eq!(s.pod_ip.as_deref(), Some("192.0.2.10"));
         let mut pod = pod_with(&["app"], vec![], "Always");
-        pod.status = Some(ApiPodStatus {
+        pod.status = Some(PodStatus {
             pod_ip: Some("10.1.0.9".into()),
             pod_ips: Some(vec![PodIP { ip: "10.1.0.9".into() }]),
-            ..ApiPodStatus::default()
+            ..PodStatus::default()
         });
         assert_eq!(
             status_of(&pod, &RuntimePodStatus::default(), at(1)).pod_ip.as_deref(),
@@ -1849,7 +1844,7 @@ mod tests {
 
     /// The status generated for `pod` when the runtime reports `cri` as its IPs on a node with
     /// `node` IPs, and its pod IPs.
-    fn with_ips(pod: &ApiPod, cri: &[&str], node: &[String]) -> (ApiPodStatus, Vec<String>) {
+    fn with_ips(pod: &ApiPod, cri: &[&str], node: &[String]) -> (PodStatus, Vec<String>) {
         let runtime = RuntimePodStatus {
             ips: ips(cri),
             ..RuntimePodStatus::default()
@@ -2190,12 +2185,12 @@ mod tests {
     /// status_manager.go `checkContainerStateTransition`, per restart policy.
     #[test]
     fn illegal_transitions_are_refused() {
-        let with = |list: Vec<ApiContainerStatus>, init: Vec<ApiContainerStatus>| ApiPodStatus {
+        let with = |list: Vec<ContainerStatus>, init: Vec<ContainerStatus>| PodStatus {
             container_statuses: Some(list),
             init_container_statuses: Some(init),
-            ..ApiPodStatus::default()
+            ..PodStatus::default()
         };
-        type Case = (&'static str, i32, fn(&str) -> ApiContainerStatus, bool);
+        type Case = (&'static str, i32, fn(&str) -> ContainerStatus, bool);
         let cases: [Case; 8] = [
             ("Never", 0, running_status, false),
             ("Never", 1, |n| waiting_status(n, None), false),
@@ -2252,9 +2247,9 @@ mod tests {
     #[test]
     fn a_terminal_phase_waits_until_no_container_runs() {
         let mut pod = pod_with(&["a"], vec![sidecar("side"), spec_container("init")], "Never");
-        pod.status = Some(ApiPodStatus {
+        pod.status = Some(PodStatus {
             phase: Some(PENDING.into()),
-            ..ApiPodStatus::default()
+            ..PodStatus::default()
         });
         let mut init = runtime_status("init", "i1", RuntimeContainerState::Exited, 5);
         init.exit_code = 1;
@@ -2397,9 +2392,9 @@ mod tests {
                 S::Waiting | S::WaitingAfter(_) => waiting_status(name, None),
                 S::Running => running_status(name),
                 S::Terminated(code) => terminated_status(name, code),
-                S::LastOnly(_) => ApiContainerStatus {
+                S::LastOnly(_) => ContainerStatus {
                     name: name.into(),
-                    ..ApiContainerStatus::default()
+                    ..ContainerStatus::default()
                 },
                 S::Unknown => unreachable!(),
             };
@@ -2408,7 +2403,7 @@ mod tests {
             }
             status
         };
-        let from_api = |c: &ApiContainerStatus| match (c.state.as_ref(), terminated(c)) {
+        let from_api = |c: &ContainerStatus| match (c.state.as_ref(), terminated(c)) {
             (_, Some(t)) if t.reason.as_deref() == Some(CONTAINER_STATUS_UNKNOWN) => {
                 assert_eq!((t.exit_code, t.message.as_deref()), (137, Some(UNKNOWN_AT_TERMINATION)));
                 S::Unknown
@@ -2445,11 +2440,11 @@ mod tests {
             let regular_names: Vec<String> = (0..regular.len().max(1)).map(|i| i.to_string()).collect();
             let refs: Vec<&str> = regular_names.iter().map(String::as_str).collect();
             let pod = pod_with(&refs, init_names.iter().map(|n| spec_container(n)).collect(), policy);
-            let mut status = ApiPodStatus {
+            let mut status = PodStatus {
                 phase: Some(phase.into()),
                 init_container_statuses: Some(init.iter().zip(&init_names).map(|(s, n)| to_api(n, *s)).collect()),
                 container_statuses: Some(regular.iter().zip(&regular_names).map(|(s, n)| to_api(n, *s)).collect()),
-                ..ApiPodStatus::default()
+                ..PodStatus::default()
             };
             terminate_pod(&pod, &mut status);
             let got_init: Vec<S> = status
@@ -2493,9 +2488,9 @@ mod tests {
             (Some("Unknown"), FAILED),
             (None, FAILED),
         ] {
-            let mut status = ApiPodStatus {
+            let mut status = PodStatus {
                 phase: phase.map(str::to_owned),
-                ..ApiPodStatus::default()
+                ..PodStatus::default()
             };
             terminate_pod(&pod, &mut status);
             assert_eq!(status.phase.as_deref(), Some(want), "{phase:?}");
@@ -2508,10 +2503,10 @@ mod tests {
     fn finished_pods_end_with_terminate_pod() {
         let mut pod = pod_with(&["a", "b"], vec![], "Always");
         pod.metadata.deletion_timestamp = Some(api_time(at(50)));
-        pod.status = Some(ApiPodStatus {
+        pod.status = Some(PodStatus {
             phase: Some(RUNNING.into()),
             container_statuses: Some(vec![running_status("a"), running_status("b")]),
-            ..ApiPodStatus::default()
+            ..PodStatus::default()
         });
         let mut runtime = RuntimePodStatus {
             id: "u1".into(),
@@ -2550,16 +2545,16 @@ mod tests {
     /// waitingState, `WL0`/`WL1` waiting after exit 0 / non-zero, `R` runningState, `S`
     /// startedState, `T0` succeeded (and stoppedState, which is Terminated{} with code 0), `T1`
     /// failedState (-1).
-    fn shorthand(name: &str, state: &str) -> ApiContainerStatus {
+    fn shorthand(name: &str, state: &str) -> ContainerStatus {
         match state {
             "W" => waiting_status(name, None),
             "WL0" => waiting_status(name, Some(0)),
             "WL1" => waiting_status(name, Some(-1)),
-            "R" => ApiContainerStatus {
+            "R" => ContainerStatus {
                 started: None,
                 ..running_status(name)
             },
-            "S" => ApiContainerStatus {
+            "S" => ContainerStatus {
                 started: Some(true),
                 ..running_status(name)
             },
@@ -2669,7 +2664,7 @@ mod tests {
         for (table, policy, init, regular, cases) in tables {
             let pod = pod_with(regular, init, policy);
             for (name, states, terminal, want) in cases {
-                let statuses: Vec<ApiContainerStatus> = states.iter().map(|(n, s)| shorthand(n, s)).collect();
+                let statuses: Vec<ContainerStatus> = states.iter().map(|(n, s)| shorthand(n, s)).collect();
                 let initialized = any_regular_container_started(&pod, &statuses);
                 assert_eq!(
                     get_phase(&pod, &statuses, *terminal, initialized),
@@ -2700,7 +2695,7 @@ mod tests {
             name: &'a str,
             deleted: bool,
             policy: &'a str,
-            old: ApiPodStatus,
+            old: PodStatus,
             runtime: Vec<RuntimeContainerStatus>,
             sandbox_ready: bool,
             phase: &'a str,
@@ -2710,13 +2705,13 @@ mod tests {
             // (type, status, reason); None where it follows from the fake prober
             conditions: Option<Vec<(&'a str, &'a str, Option<&'a str>)>>,
         }
-        let old = |phase: Option<&str>, containers: Vec<ApiContainerStatus>| ApiPodStatus {
+        let old = |phase: Option<&str>, containers: Vec<ContainerStatus>| PodStatus {
             phase: phase.map(str::to_owned),
             container_statuses: Some(containers),
-            ..ApiPodStatus::default()
+            ..PodStatus::default()
         };
         let both_running = || vec![running_status("containerA"), running_status("containerB")];
-        let with_reason = |mut s: ApiPodStatus| {
+        let with_reason = |mut s: PodStatus| {
             s.reason = Some("Test".into());
             s.message = Some("test".into());
             s
@@ -2973,11 +2968,11 @@ mod tests {
     /// not upstream's (a fork's condition that plegd does not write).
     #[test]
     fn upstream_condition_tables() {
-        fn ready_only(name: &str, ready: bool) -> ApiContainerStatus {
-            ApiContainerStatus {
+        fn ready_only(name: &str, ready: bool) -> ContainerStatus {
+            ContainerStatus {
                 name: name.into(),
                 ready,
-                ..ApiContainerStatus::default()
+                ..ContainerStatus::default()
             }
         }
         let (r, n) = (true, false);
@@ -3092,17 +3087,17 @@ mod tests {
     #[test]
     fn upstream_merge_pod_status() {
         let cond = |type_: &str, status: bool, reason: Option<&str>| condition(type_, status, reason, None);
-        let base = || ApiPodStatus {
+        let base = || PodStatus {
             phase: Some(RUNNING.into()),
             conditions: Some(vec![cond(READY, true, None), cond(POD_SCHEDULED, true, None)]),
             message: Some("Message".into()),
-            ..ApiPodStatus::default()
+            ..PodStatus::default()
         };
-        let with = |mut s: ApiPodStatus, c: PodCondition| {
+        let with = |mut s: PodStatus, c: PodCondition| {
             s.conditions.get_or_insert_with(Vec::new).push(c);
             s
         };
-        let failed = |mut s: ApiPodStatus| {
+        let failed = |mut s: PodStatus| {
             s.phase = Some(FAILED.into());
             s
         };
@@ -3116,24 +3111,24 @@ mod tests {
                 cond(POD_SCHEDULED, true, None),
             ]
         };
-        let expect = |phase: &str, conditions: Vec<PodCondition>, reason: Option<&str>, message: &str| ApiPodStatus {
+        let expect = |phase: &str, conditions: Vec<PodCondition>, reason: Option<&str>, message: &str| PodStatus {
             phase: Some(phase.into()),
             conditions: Some(conditions),
             reason: reason.map(str::to_owned),
             message: Some(message.into()),
-            ..ApiPodStatus::default()
+            ..PodStatus::default()
         };
-        let ready_false = |mut s: ApiPodStatus| {
+        let ready_false = |mut s: PodStatus| {
             s.conditions.as_mut().unwrap()[0].status = "False".into();
             s
         };
-        let evicting = |mut s: ApiPodStatus, phase: &str, reason: &str, message: &str| {
+        let evicting = |mut s: PodStatus, phase: &str, reason: &str, message: &str| {
             s.phase = Some(phase.into());
             s.reason = Some(reason.into());
             s.message = Some(message.into());
             s
         };
-        let cases: Vec<(&str, bool, ApiPodStatus, ApiPodStatus, ApiPodStatus)> = vec![
+        let cases: Vec<(&str, bool, PodStatus, PodStatus, PodStatus)> = vec![
             ("no change", false, base(), base(), base()),
             (
                 "add DisruptionTarget condition when transitioning into failed phase",
@@ -3235,7 +3230,7 @@ mod tests {
                 expect(RUNNING, base().conditions.unwrap(), Some("Unknown"), "Message"),
             ),
         ];
-        let key = |s: &ApiPodStatus| {
+        let key = |s: &PodStatus| {
             let mut conditions: Vec<_> = s
                 .conditions
                 .iter()
@@ -3265,11 +3260,11 @@ mod tests {
             ],
             "Always",
         );
-        let bare = |name: &str| ApiContainerStatus {
+        let bare = |name: &str| ContainerStatus {
             name: name.into(),
-            ..ApiContainerStatus::default()
+            ..ContainerStatus::default()
         };
-        let waiting_for = |name: &str, reason: &str| ApiContainerStatus {
+        let waiting_for = |name: &str, reason: &str| ContainerStatus {
             state: Some(ContainerState {
                 waiting: Some(ContainerStateWaiting {
                     reason: Some(reason.into()),
@@ -3312,12 +3307,12 @@ mod tests {
                 [true, false, true],
             ),
         ] {
-            let first = ApiPodStatus {
+            let first = PodStatus {
                 phase: Some(FAILED.into()),
                 message: Some("first".into()),
                 init_container_statuses: Some(init.clone()),
                 container_statuses: Some(regular.clone()),
-                ..ApiPodStatus::default()
+                ..PodStatus::default()
             };
             let mut status = first.clone();
             terminate_pod(&pod, &mut status);

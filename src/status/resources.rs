@@ -9,10 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{
-    ContainerStatus as ApiContainerStatus, ContainerUser as ApiContainerUser, LinuxContainerUser as ApiLinuxUser,
-    ResourceRequirements,
-};
+use k8s_openapi::api::core::v1::{ContainerStatus, ContainerUser, LinuxContainerUser, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::kubecontainer::{RuntimeContainerState, RuntimeContainerStatus, RuntimeContainerUser};
@@ -23,9 +20,9 @@ const MIN_SHARES_MILLI: i64 = 2;
 const MIN_MILLI_CPU_LIMIT: i64 = 10;
 
 /// `convertContainerStatusUser`.
-pub fn api_user(user: &RuntimeContainerUser) -> ApiContainerUser {
-    ApiContainerUser {
-        linux: user.linux.as_ref().map(|l| ApiLinuxUser {
+pub fn api_user(user: &RuntimeContainerUser) -> ContainerUser {
+    ContainerUser {
+        linux: user.linux.as_ref().map(|l| LinuxContainerUser {
             uid: l.uid,
             gid: l.gid,
             supplemental_groups: (!l.supplemental_groups.is_empty()).then(|| l.supplemental_groups.clone()),
@@ -45,8 +42,8 @@ pub fn api_user(user: &RuntimeContainerUser) -> ApiContainerUser {
 pub fn status_resources(
     allocated: Option<&ResourceRequirements>,
     runtime: &RuntimeContainerStatus,
-    status: &ApiContainerStatus,
-    old: Option<&ApiContainerStatus>,
+    status: &ContainerStatus,
+    old: Option<&ContainerStatus>,
 ) -> ResourceRequirements {
     let mut resources = allocated.cloned().unwrap_or_default();
     if runtime.state != RuntimeContainerState::Running {
@@ -225,10 +222,10 @@ pub fn milli_value(q: &str) -> Option<i64> {
 /// The `user` and, for containers with an allocation, `resources` of a status converted from the
 /// runtime, as `convertToAPIContainerStatuses` sets them.
 pub fn set_runtime_fields(
-    status: &mut ApiContainerStatus,
+    status: &mut ContainerStatus,
     runtime: &RuntimeContainerStatus,
     allocated: Option<Option<&ResourceRequirements>>,
-    old: Option<&ApiContainerStatus>,
+    old: Option<&ContainerStatus>,
 ) {
     status.user = runtime.user.as_ref().map(api_user);
     if let Some(allocated) = allocated {
@@ -238,7 +235,7 @@ pub fn set_runtime_fields(
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::api::core::v1::{ContainerState as ApiState, ContainerStateRunning, ContainerStateWaiting};
+    use k8s_openapi::api::core::v1::{ContainerState, ContainerStateRunning, ContainerStateWaiting};
 
     use super::*;
     use crate::kubecontainer::{RuntimeContainerResources, RuntimeLinuxContainerUser};
@@ -340,23 +337,23 @@ mod tests {
         }
     }
 
-    fn api_status(id: &str, running: bool, resources: Option<ResourceRequirements>) -> ApiContainerStatus {
-        ApiContainerStatus {
+    fn api_status(id: &str, running: bool, resources: Option<ResourceRequirements>) -> ContainerStatus {
+        ContainerStatus {
             name: "app".into(),
             container_id: Some(id.into()),
             state: Some(if running {
-                ApiState {
+                ContainerState {
                     running: Some(ContainerStateRunning::default()),
-                    ..ApiState::default()
+                    ..ContainerState::default()
                 }
             } else {
-                ApiState {
+                ContainerState {
                     waiting: Some(ContainerStateWaiting::default()),
-                    ..ApiState::default()
+                    ..ContainerState::default()
                 }
             }),
             resources,
-            ..ApiContainerStatus::default()
+            ..ContainerStatus::default()
         }
     }
 
@@ -520,7 +517,7 @@ mod tests {
         );
         assert_eq!(
             api_user(&RuntimeContainerUser { linux: None }),
-            ApiContainerUser { linux: None }
+            ContainerUser { linux: None }
         );
     }
 }
