@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every plegd test: unit tests, fake-CRI tests and the real-containerd tests, the latter on
+# Runs every plegd test: clippy and the docs (warnings as errors), unit tests, fake-CRI tests and the real-containerd tests, the latter on
 # containerd 2.1 (the default) and again on 1.7 (PLEGD_CONTAINERD_VERSIONS="2.1 1.7" to change).
 # Installs what it needs on a fresh Debian machine (as root): runc, CNI plugins, busybox-static and
 # protoc from the distribution's packages, containerd 2.1 and 1.7 from Debian's unstable and 13
@@ -32,6 +32,11 @@ else
   echo "!!! not root on Linux: the real-containerd tests will be SKIPPED (they say so in their output) !!!" >&2
   command -v protoc >/dev/null || { echo "tests/run.sh: protoc is needed to build (Debian: protobuf-compiler)" >&2; exit 1; }
 fi
+
+# Lints: clippy with warnings as errors over every target, and the API docs with broken links refused.
+echo "=== clippy and docs ===" >&2
+cargo clippy --workspace --all-targets -- -D warnings
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p plegd
 
 run_tests() {
   if cargo nextest --version >/dev/null 2>&1; then
