@@ -231,6 +231,53 @@ pub fn stage_names(options: &DaemonOptions, triggers_on: bool) -> Vec<&'static s
     names
 }
 
+/// Wait for shutdown or the first stage to end (said, with its cause, at error level), ending the
+/// stages that tests ask to abort meanwhile.
+async fn supervise(
+    intake: &mut Stages,
+    output: &mut Stages,
+    abort: &mut mpsc::Receiver<String>,
+    mut shutdown: std::pin::Pin<&mut impl Future<Output = ()>>,
+) -> Option<StageEnded> {
+    let failure = loop {
+        tokio::select! {
+            // A stage that ends takes down those that feed on it (a syncLoop gone closes the
+            // Kubernetes Events queue): the first one named is the cause, the intake's first.
+            biased;
+            () = &mut shutdown => break None,
+            ended = intake.failure() => break Some(ended),
+            ended = output.failure() => break Some(ended),
+            Some(name) = abort.recv() => {
+                if !intake.abort(&name) && !output.abort(&name) {
+                    warn!(stage = %name, "no such stage to abort");
+                }
+            }
+        }
+    };
+    if let Some(ended) = &failure {
+        error!(stage = ended.stage, cause = %ended.cause, "a stage of plegd ended; plegd is unhealthy and exits so that it is restarted");
+    }
+    failure
+}
+
+/// Stop taking in work, give pending status writes until `timeout` to land, then stop the writers
+/// and endpoints.
+async fn stop(intake: Stages, output: Stages, manager: &StatusManager, timeout: std::time::Duration) {
+    let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
+    info!(pending_status_writes = manager.pending(), "plegd stopping");
+    let deadline = tokio::time::Instant::now() + timeout;
+    intake.shutdown(STAGE_DRAIN).await;
+    if tokio::time::timeout_at(deadline, manager.flushed()).await.is_ok() {
+        info!("all status writes flushed");
+    } else {
+        warn!(
+            pending_status_writes = manager.pending(),
+            "shutdown deadline reached with status writes pending"
+        );
+    }
+    output.shutdown(STAGE_DRAIN).await;
+}
+
 /// [`run`], reachable by [`Control`]: how the tests show that the loss of any stage is seen.
 pub async fn run_controlled(
     options: DaemonOptions,
@@ -355,38 +402,8 @@ pub async fn run_controlled(
     let sync_loop = SyncLoop::new(pleg, informer, manager.clone(), recorder, sync, metrics);
     intake.spawn("sync-loop", sync_loop.run(sync_events, changes));
 
-    let failure = loop {
-        tokio::select! {
-            // A stage that ends takes down those that feed on it (a syncLoop gone closes the
-            // Kubernetes Events queue): the first one named is the cause, the intake's first.
-            biased;
-            () = &mut shutdown => break None,
-            ended = intake.failure() => break Some(ended),
-            ended = output.failure() => break Some(ended),
-            Some(name) = abort.recv() => {
-                if !intake.abort(&name) && !output.abort(&name) {
-                    warn!(stage = %name, "no such stage to abort");
-                }
-            }
-        }
-    };
-    if let Some(ended) = &failure {
-        error!(stage = ended.stage, cause = %ended.cause, "a stage of plegd ended; plegd is unhealthy and exits so that it is restarted");
-    }
-    // Stop taking in work, then give pending status writes a bounded time to land.
-    let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
-    info!(pending_status_writes = manager.pending(), "plegd stopping");
-    let deadline = tokio::time::Instant::now() + options.shutdown_timeout;
-    intake.shutdown(STAGE_DRAIN).await;
-    if tokio::time::timeout_at(deadline, manager.flushed()).await.is_ok() {
-        info!("all status writes flushed");
-    } else {
-        warn!(
-            pending_status_writes = manager.pending(),
-            "shutdown deadline reached with status writes pending"
-        );
-    }
-    output.shutdown(STAGE_DRAIN).await;
+    let failure = supervise(&mut intake, &mut output, &mut abort, shutdown.as_mut()).await;
+    stop(intake, output, &manager, options.shutdown_timeout).await;
     if let Some(path) = &options.api_socket {
         let _ = std::fs::remove_file(path);
     }
