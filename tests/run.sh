@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs every plegd test: clippy and the docs (warnings as errors), unit tests, fake-CRI tests and the real-containerd tests, the latter on
-# containerd 2.1 (the default) and again on 1.7 (PLEGD_CONTAINERD_VERSIONS="2.1 1.7" to change).
+# Runs every plegd check and test: clippy and the docs (warnings as errors), unit tests, fake-CRI
+# tests and the real-containerd tests, the latter on containerd 2.1 (the default) and again on 1.7
+# (PLEGD_CONTAINERD_VERSIONS="2.1 1.7" to change).
 # Installs what it needs on a fresh Debian machine (as root): runc, CNI plugins, busybox-static and
 # protoc from the distribution's packages, containerd 2.1 and 1.7 from Debian's unstable and 13
 # packages unpacked privately; starts an isolated containerd (tests/containerd/containerd.sh) for

@@ -167,13 +167,12 @@ import_binary() {
   rm -rf "$work"
 }
 
-# containerd 1.x: a version-2 config.
-write_config_v2() {
-  cat >"$DIR/config.toml" <<TOML
-version = 2
+# What both config versions say alike: this instance's own sockets, no debug or metrics listener,
+# its own plugin directory.
+config_common() {
+  cat <<TOML
 root = "$DIR/root"
 state = "$DIR/state"
-disabled_plugins = ["io.containerd.grpc.v1.introspection-service-unused"]
 
 [grpc]
   address = "$SOCK"
@@ -186,6 +185,17 @@ disabled_plugins = ["io.containerd.grpc.v1.introspection-service-unused"]
 
 [plugins."io.containerd.internal.v1.opt"]
   path = "$DIR/opt"
+TOML
+}
+
+# containerd 1.x: a version-2 config.
+write_config_v2() {
+  {
+    echo "version = 2"
+    # A top-level key: before the tables of config_common.
+    echo 'disabled_plugins = ["io.containerd.grpc.v1.introspection-service-unused"]'
+    config_common
+    cat <<TOML
 
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "$IMAGE"
@@ -205,27 +215,16 @@ disabled_plugins = ["io.containerd.grpc.v1.introspection-service-unused"]
     conf_dir = "$DIR/cni/net.d"
     max_conf_num = 1
 TOML
+  } >"$DIR/config.toml"
 }
 
 # containerd 2.x: a version-3 config (the CRI plugin split into images and runtime), NRI off so
 # that it leaves no shared /var/run/nri/nri.sock behind.
 write_config_v3() {
-  cat >"$DIR/config.toml" <<TOML
-version = 3
-root = "$DIR/root"
-state = "$DIR/state"
-
-[grpc]
-  address = "$SOCK"
-[ttrpc]
-  address = "$DIR/containerd-ttrpc.sock"
-[debug]
-  address = ""
-[metrics]
-  address = ""
-
-[plugins."io.containerd.internal.v1.opt"]
-  path = "$DIR/opt"
+  {
+    echo "version = 3"
+    config_common
+    cat <<TOML
 [plugins."io.containerd.nri.v1.nri"]
   disable = true
 
@@ -251,6 +250,7 @@ state = "$DIR/state"
     conf_dir = "$DIR/cni/net.d"
     max_conf_num = 1
 TOML
+  } >"$DIR/config.toml"
 }
 
 write_config() {
