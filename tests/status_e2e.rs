@@ -948,8 +948,12 @@ async fn a_deleted_pod_is_finished_then_removed_in_full_mode_only() {
     assert_eq!(t["exitCode"], 137, "{last:#}");
     assert_eq!(condition(last, "Ready").unwrap()["reason"], "PodFailed");
     history::assert_kubelet_could_have_written(&versions);
-    let text = full.metrics.encode();
-    assert!(text.contains("plegd_pod_deletions_total{result=\"ok\"} 1"), "{text}");
+    // The DELETE is counted once its answer is back, which can be just after the pod is gone.
+    let counted = "plegd_pod_deletions_total{result=\"ok\"} 1";
+    support::wait_until("the deletion is counted", Duration::from_secs(5), || {
+        full.metrics.encode().contains(counted)
+    })
+    .await;
 
     // conditions mode: the container's death is in plegd's condition, the pod is left to the kubelet.
     wait_status(&api, &other, "plegd's condition", Duration::from_secs(20), |s| {
