@@ -97,6 +97,30 @@ proptest! {
         }
     }
 
+    /// Which events a change makes does not depend on the order the records list containers in
+    /// (runtimes list in map order; relists sort, and an unchanged pod is checked in one pass).
+    #[test]
+    fn events_do_not_depend_on_listing_order(before in prop::collection::vec(any::<u8>(), 6), after in prop::collection::vec(any::<u8>(), 6), rotate in 0usize..6) {
+        let old = snapshot(&before.into_iter().map(state_of).collect::<Vec<_>>());
+        let new = snapshot(&after.into_iter().map(state_of).collect::<Vec<_>>());
+        let reordered = new.clone().map(|mut p| {
+            let n = p.containers.len();
+            p.containers.rotate_left(rotate % n);
+            p.containers.reverse();
+            p
+        });
+        let set = |events: Vec<plegd::pleg::PodLifecycleEvent>| {
+            let mut v: Vec<(String, E)> = events.into_iter().map(|e| (e.container_id.unwrap_or_default(), e.kind)).collect();
+            v.sort_by(|a, b| (&a.0, a.1.as_str()).cmp(&(&b.0, b.1.as_str())));
+            v
+        };
+        prop_assert_eq!(
+            set(compute_events(old.as_ref(), new.as_ref(), T0)),
+            set(compute_events(old.as_ref(), reordered.as_ref(), T0))
+        );
+        prop_assert!(compute_events(new.as_ref(), reordered.as_ref(), T0).is_empty());
+    }
+
     /// Real lifecycles: per container, Started/Died alternate and Removed is last and once.
     #[test]
     fn lifecycle_events_alternate(rolls in prop::collection::vec(prop::collection::vec(any::<u8>(), 4), 1..30), births in prop::collection::vec(any::<bool>(), 4)) {

@@ -8,7 +8,7 @@ use std::time::SystemTime;
 
 use serde::{Serialize, Serializer};
 
-use crate::kubecontainer::{PodUid, RuntimeContainerState, RuntimePod, RuntimePodStatus};
+use crate::kubecontainer::{PodUid, RuntimeContainer, RuntimeContainerState, RuntimePod, RuntimePodStatus};
 
 /// The kinds of pod lifecycle event (`pleg.PodLifeCycleEventType`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -143,11 +143,22 @@ fn set_pod_names(event: &mut PodLifecycleEvent, pod: Option<&RuntimePod>) {
 
 /// The ids of a record in the kubelet's order (containers, then sandboxes), each with whether it
 /// is a sandbox.
-fn ids(pod: Option<&RuntimePod>) -> impl Iterator<Item = (&crate::kubecontainer::RuntimeContainer, bool)> {
+fn ids(pod: Option<&RuntimePod>) -> impl Iterator<Item = (&RuntimeContainer, bool)> {
     pod.into_iter().flat_map(|p| {
         let containers = p.containers.iter().map(|c| (c, false));
         containers.chain(p.sandboxes.iter().map(|s| (s, true)))
     })
+}
+
+/// Whether two records list the same ids in the same order, each in the same state: then no id
+/// changed state and there is no event (the common case on a quiet node, checked in one pass).
+/// Records of a relist list each pod's ids sorted (`group_pods`); anything else takes the full
+/// comparison.
+fn same_states(old: &RuntimePod, new: &RuntimePod) -> bool {
+    let same = |a: &[RuntimeContainer], b: &[RuntimeContainer]| {
+        a.len() == b.len() && a.iter().zip(b).all(|(a, b)| a.state == b.state && a.id == b.id)
+    };
+    same(&old.containers, &new.containers) && same(&old.sandboxes, &new.sandboxes)
 }
 
 /// Every event between two records of one pod, pure (`computeEvents` over
@@ -158,6 +169,21 @@ pub fn compute_events(old: Option<&RuntimePod>, new: Option<&RuntimePod>, at: Sy
     let Some(any) = old.or(new) else {
         return Vec::new();
     };
+    if let (Some(old), Some(new)) = (old, new)
+        && same_states(old, new)
+    {
+        return Vec::new();
+    }
+    every_event(any, old, new, at)
+}
+
+/// `compute_events` without the one-pass check for a pod that did not change.
+fn every_event(
+    any: &RuntimePod,
+    old: Option<&RuntimePod>,
+    new: Option<&RuntimePod>,
+    at: SystemTime,
+) -> Vec<PodLifecycleEvent> {
     let named = if new.is_some_and(|p| !p.name.is_empty()) {
         new
     } else {
@@ -230,7 +256,6 @@ pub(super) fn current_state_events(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kubecontainer::RuntimeContainer;
     use PlegContainerState as S;
     use PodLifecycleEventType as E;
 
@@ -339,6 +364,42 @@ mod tests {
         use RuntimeContainerState::*;
         let p = pod(vec![c("c1", "app", Running)], vec![c("s1", "", Running)]);
         assert!(compute_events(Some(&p), Some(&p), T0).is_empty());
+    }
+
+    /// The one-pass check answers "no event" exactly when the full comparison does, whatever the
+    /// order, duplicates or states of the two records.
+    #[test]
+    fn the_one_pass_check_agrees_with_the_full_comparison() {
+        use RuntimeContainerState::*;
+        let states = [Created, Running, Exited, Unknown];
+        let mut records = Vec::new();
+        for a in states {
+            for b in states {
+                records.push(pod(
+                    vec![c("c1", "app", a), c("c2", "side", b)],
+                    vec![c("s1", "", Running)],
+                ));
+                records.push(pod(
+                    vec![c("c2", "side", b), c("c1", "app", a)],
+                    vec![c("s1", "", Running)],
+                ));
+                records.push(pod(vec![c("c1", "app", a), c("c1", "app", b)], vec![c("s1", "", a)]));
+                records.push(pod(vec![c("c1", "app", a)], vec![c("s1", "", b), c("s2", "", a)]));
+            }
+        }
+        records.push(pod(vec![], vec![]));
+        let mut fast = 0;
+        for old in &records {
+            for new in &records {
+                let full = every_event(old, Some(old), Some(new), T0);
+                let quick = same_states(old, new);
+                assert!(!quick || full.is_empty(), "{old:?} -> {new:?}: {:?}", kinds(&full));
+                assert_eq!(kinds(&compute_events(Some(old), Some(new), T0)), kinds(&full));
+                fast += usize::from(quick);
+            }
+        }
+        // Each record against itself at least, and only there or in equal records.
+        assert!(fast >= records.len());
     }
 
     #[test]

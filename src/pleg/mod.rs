@@ -503,23 +503,23 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
             .filter(|p| p.sandboxes.iter().any(|s| s.state == RuntimeContainerState::Running))
             .count();
         self.metrics.running_pods.set(running_pods as i64);
-        let mut by_state: HashMap<RuntimeContainerState, i64> = HashMap::new();
-        for c in pods.iter().flat_map(|p| &p.containers) {
-            *by_state.entry(c.state).or_default() += 1;
-        }
-        for state in [
+        const STATES: [RuntimeContainerState; 4] = [
             RuntimeContainerState::Created,
             RuntimeContainerState::Running,
             RuntimeContainerState::Exited,
             RuntimeContainerState::Unknown,
-        ] {
+        ];
+        let mut by_state = [0i64; STATES.len()];
+        for c in pods.iter().flat_map(|p| &p.containers) {
+            if let Some(i) = STATES.iter().position(|s| *s == c.state) {
+                by_state[i] += 1;
+            }
+        }
+        for (state, count) in STATES.into_iter().zip(by_state) {
             let label = StateLabel {
                 container_state: state.as_str().to_owned(),
             };
-            self.metrics
-                .running_containers
-                .get_or_create(&label)
-                .set(by_state.get(&state).copied().unwrap_or(0));
+            self.metrics.running_containers.get_or_create(&label).set(count);
         }
     }
 

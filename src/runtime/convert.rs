@@ -213,7 +213,10 @@ impl From<cri::Container> for ListedContainer<'static> {
 
 /// Group a relist's sandboxes and containers into pods, as `kuberuntime.GetPods(all=true)` does:
 /// sandboxes by their metadata uid, containers by their `io.kubernetes.pod.uid` label. A container
-/// whose pod has no sandbox still makes a pod entry. Pods come out sorted by uid.
+/// whose pod has no sandbox still makes a pod entry. Pods come out sorted by uid, and each pod's
+/// containers and sandboxes by id: runtimes list in the order of their own maps, which can change
+/// from one list to the next (containerd's does), and sorted records of a pod that did not change
+/// compare item by item (`compute_events` relies on that to do nothing for quiet pods).
 pub fn group_pods<'a, S: Into<ListedSandbox<'a>>, C: Into<ListedContainer<'a>>>(
     sandboxes: impl IntoIterator<Item = S>,
     containers: impl IntoIterator<Item = C>,
@@ -324,6 +327,11 @@ pub fn group_pods<'a, S: Into<ListedSandbox<'a>>, C: Into<ListedContainer<'a>>>(
 
     let mut pods: Vec<RuntimePod> = pods.into_values().collect();
     pods.sort_unstable_by(|a, b| a.id.cmp(&b.id));
+    for pod in &mut pods {
+        // Ids are unique by now (duplicates were skipped above).
+        pod.containers.sort_unstable_by(|a, b| a.id.cmp(&b.id));
+        pod.sandboxes.sort_unstable_by(|a, b| a.id.cmp(&b.id));
+    }
     pods
 }
 
@@ -503,6 +511,35 @@ mod tests {
         assert_eq!(pods[2].id, "u3");
         assert_eq!(pods[2].name, "pod-u3");
         assert!(pods[2].sandboxes.is_empty());
+    }
+
+    #[test]
+    fn a_pods_containers_and_sandboxes_come_out_sorted_by_id() {
+        let mut bad = Vec::new();
+        // In the order a runtime's map may list them, different from one list to the next.
+        let listed = |order: [usize; 3]| {
+            let all = [
+                container("c2", Some("u1"), "b", 1),
+                container("c10", Some("u1"), "c", 1),
+                container("c1", Some("u1"), "a", 1),
+            ];
+            order.map(|i| all[i].clone())
+        };
+        let first = group_pods(
+            vec![sandbox("s2", "u1", 0, 2), sandbox("s1", "u1", 1, 1)],
+            listed([0, 1, 2]),
+            &mut bad,
+        );
+        let second = group_pods(
+            vec![sandbox("s1", "u1", 1, 1), sandbox("s2", "u1", 0, 2)],
+            listed([2, 0, 1]),
+            &mut bad,
+        );
+        assert!(bad.is_empty(), "{bad:?}");
+        assert_eq!(first, second);
+        let ids = |c: &[RuntimeContainer]| c.iter().map(|c| c.id.clone()).collect::<Vec<_>>();
+        assert_eq!(ids(&first[0].containers), ["c1", "c10", "c2"]);
+        assert_eq!(ids(&first[0].sandboxes), ["s1", "s2"]);
     }
 
     #[test]

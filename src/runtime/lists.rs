@@ -5,13 +5,18 @@
 //! container with a bad string is reported and skipped instead of failing the whole answer. No
 //! label or annotation map is built.
 //!
-//! [`sandboxes`] and [`containers`] read an answer into the runtime's view of what was listed
-//! ([`ListedSandbox`], [`ListedContainer`]), borrowing from it; `convert` groups those into pods.
-//! Nothing here does I/O or panics on any input.
+//! An answer arrives with its items still encoded (`repeated bytes`); [`decode_sandboxes`] and
+//! [`decode_containers`] decode each item from its own bytes, so that every string is a cheap
+//! slice of that item (decoded in one go from tonic's receive buffer, each string would split
+//! that buffer instead: a relist of 110 pods took about 4 % longer that way). A malformed item
+//! fails the whole answer, as it would decoded in one go. [`sandboxes`] and [`containers`] then read the items
+//! into the runtime's view of what was listed ([`ListedSandbox`], [`ListedContainer`]), borrowing
+//! from them; `convert` groups those into pods. Nothing here does I/O or panics on any input.
 
 use std::borrow::Cow;
 
 use bytes::Bytes;
+use prost::{DecodeError, Message};
 
 use super::convert::{BadData, ListedContainer, ListedSandbox};
 use crate::kubecontainer::{LABEL_CONTAINER_NAME, LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID};
@@ -84,14 +89,28 @@ fn read<'a, M, T>(
     out
 }
 
-/// The sandboxes of a `ListPodSandbox` answer.
-pub fn sandboxes<'a>(answer: &'a ListPodSandboxResponse, bad: &mut Vec<BadData>) -> Vec<ListedSandbox<'a>> {
-    read(&answer.items, |s| &s.id, sandbox, bad)
+fn decode_each<M: Message + Default>(items: Vec<Bytes>) -> Result<Vec<M>, DecodeError> {
+    items.into_iter().map(M::decode).collect()
 }
 
-/// The containers of a `ListContainers` answer.
-pub fn containers<'a>(answer: &'a ListContainersResponse, bad: &mut Vec<BadData>) -> Vec<ListedContainer<'a>> {
-    read(&answer.containers, |c| &c.id, container, bad)
+/// The sandboxes of a `ListPodSandbox` answer, decoded.
+pub fn decode_sandboxes(answer: ListPodSandboxResponse) -> Result<Vec<PodSandbox>, DecodeError> {
+    decode_each(answer.items)
+}
+
+/// The containers of a `ListContainers` answer, decoded.
+pub fn decode_containers(answer: ListContainersResponse) -> Result<Vec<Container>, DecodeError> {
+    decode_each(answer.containers)
+}
+
+/// The sandboxes of a `ListPodSandbox` answer as listed.
+pub fn sandboxes<'a>(items: &'a [PodSandbox], bad: &mut Vec<BadData>) -> Vec<ListedSandbox<'a>> {
+    read(items, |s| &s.id, sandbox, bad)
+}
+
+/// The containers of a `ListContainers` answer as listed.
+pub fn containers<'a>(items: &'a [Container], bad: &mut Vec<BadData>) -> Vec<ListedContainer<'a>> {
+    read(items, |c| &c.id, container, bad)
 }
 
 #[cfg(test)]
@@ -130,9 +149,14 @@ mod tests {
         }
     }
 
-    /// What the runtime sent, decoded as plegd decodes it: from one buffer, as tonic hands it over.
-    fn decode<M: Message + Default>(answer: &impl Message) -> M {
-        M::decode(Bytes::from(answer.encode_to_vec())).unwrap()
+    /// What the runtime sent, decoded as plegd decodes it: the answer from one buffer, as tonic
+    /// hands it over, then each item from its bytes.
+    fn decode_container_answer(wire: impl Into<Bytes>) -> Result<Vec<Container>, DecodeError> {
+        decode_containers(ListContainersResponse::decode(wire.into())?)
+    }
+
+    fn decode_sandbox_answer(wire: impl Into<Bytes>) -> Result<Vec<PodSandbox>, DecodeError> {
+        decode_sandboxes(ListPodSandboxResponse::decode(wire.into())?)
     }
 
     #[test]
@@ -140,7 +164,7 @@ mod tests {
         let full = cri::ListContainersResponse {
             containers: vec![kubelet_container("c1"), kubelet_container("c2")],
         };
-        let answer: ListContainersResponse = decode(&full);
+        let answer = decode_container_answer(full.encode_to_vec()).unwrap();
         let mut bad = Vec::new();
         let listed = containers(&answer, &mut bad);
         assert!(bad.is_empty());
@@ -180,7 +204,8 @@ mod tests {
             runtime_handler: "runc".into(),
             ..Default::default()
         };
-        let answer: ListPodSandboxResponse = decode(&cri::ListPodSandboxResponse { items: vec![sandbox] });
+        let answer =
+            decode_sandbox_answer(cri::ListPodSandboxResponse { items: vec![sandbox] }.encode_to_vec()).unwrap();
         assert_eq!(
             sandboxes(&answer, &mut bad),
             [ListedSandbox {
@@ -204,8 +229,8 @@ mod tests {
             }
             .encode_to_vec(),
         );
-        let answer = ListContainersResponse::decode(wire.clone()).unwrap();
-        let id = &answer.containers[0].id;
+        let answer = decode_container_answer(wire.clone()).unwrap();
+        let id = &answer[0].id;
         let within = wire.as_ptr_range();
         assert!(within.contains(&id.as_ptr()), "the id points into the received buffer");
     }
@@ -227,7 +252,7 @@ mod tests {
         bytes[at] = 0xff;
         let mut wire = good;
         wire.extend_from_slice(&bytes);
-        let answer = ListContainersResponse::decode(Bytes::from(wire)).unwrap();
+        let answer = decode_container_answer(wire).unwrap();
         let mut bad = Vec::new();
         let listed = containers(&answer, &mut bad);
         assert_eq!(listed.len(), 1);
@@ -243,7 +268,7 @@ mod tests {
         .encode_to_vec();
         let at = wire.windows(3).position(|w| w == b"BAD").unwrap();
         wire[at] = 0xff;
-        let answer = ListContainersResponse::decode(Bytes::from(wire)).unwrap();
+        let answer = decode_container_answer(wire).unwrap();
         bad.clear();
         assert_eq!(containers(&answer, &mut bad).len(), 1);
         assert!(bad.is_empty());
@@ -259,11 +284,16 @@ mod tests {
             &[0xff; 11][..],
             &[0x0b][..],
             &[0x0a, 0x05, 0x01][..],
+            // An answer whose one item is malformed (its id runs past the item's end): the whole
+            // answer fails, as it would decoded in one go.
+            &[0x0a, 0x02, 0x0a, 0x05][..],
+            &[0x0a, 0x01, 0x0b][..],
         ] {
-            assert!(ListContainersResponse::decode(junk).is_err());
-            assert!(ListPodSandboxResponse::decode(junk).is_err());
+            assert!(decode_container_answer(junk).is_err());
+            assert!(decode_sandbox_answer(junk).is_err());
+            assert!(cri::ListContainersResponse::decode(junk).is_err());
         }
-        assert!(ListContainersResponse::decode(&[][..]).unwrap().containers.is_empty());
+        assert!(decode_container_answer(&[][..]).unwrap().is_empty());
     }
 
     #[test]
@@ -275,16 +305,18 @@ mod tests {
         // Field 6 as an empty group (start 0x33, end 0x34): prost accepts it.
         wire.extend_from_slice(&[0x33, 0x34]);
         assert!(cri::ListContainersResponse::decode(wire.as_slice()).is_ok());
-        assert_eq!(
-            ListContainersResponse::decode(wire.as_slice())
-                .unwrap()
-                .containers
-                .len(),
-            1
-        );
+        assert_eq!(decode_container_answer(wire.clone()).unwrap().len(), 1);
+        // A group as field 15 (unknown to CRI's Container) inside the item.
+        let item = kubelet_container("c1").encode_to_vec();
+        let mut within = vec![0x0a];
+        prost::encoding::encode_varint(item.len() as u64 + 2, &mut within);
+        within.extend_from_slice(&item);
+        within.extend_from_slice(&[0x7b, 0x7c]);
+        assert!(cri::ListContainersResponse::decode(within.as_slice()).is_ok());
+        assert_eq!(decode_container_answer(within).unwrap().len(), 1);
         for junk in [&[0x34][..], &[0x33][..]] {
             assert!(cri::ListContainersResponse::decode(junk).is_err());
-            assert!(ListContainersResponse::decode(junk).is_err());
+            assert!(decode_container_answer(junk).is_err());
         }
     }
 

@@ -102,6 +102,13 @@ pub enum IdKind {
     Sandbox,
 }
 
+/// A list item that is not protobuf of the expected shape: the status tonic gives an answer it
+/// cannot decode (INTERNAL), so that the call fails as it would had the answer been decoded in one
+/// go.
+fn malformed(error: prost::DecodeError) -> tonic::Status {
+    tonic::Status::internal(error.to_string())
+}
+
 /// What one pair of list calls asks for.
 #[derive(Debug, Clone, Copy)]
 enum Selection<'a> {
@@ -420,7 +427,8 @@ impl CriRuntime {
             async {
                 let request = lists::ListPodSandboxRequest { filter: sandbox_filter };
                 match sandboxes_client.list_pod_sandbox(request).await {
-                    Ok(answer) => Ok(answer.into_inner()),
+                    Ok(answer) => lists::decode_sandboxes(answer.into_inner())
+                        .map_err(|e| self.call_failed("ListPodSandbox", malformed(e))),
                     Err(status) => Err(self.call_failed("ListPodSandbox", status)),
                 }
             },
@@ -429,7 +437,8 @@ impl CriRuntime {
                     filter: container_filter,
                 };
                 match containers_client.list_containers(request).await {
-                    Ok(answer) => Ok(answer.into_inner()),
+                    Ok(answer) => lists::decode_containers(answer.into_inner())
+                        .map_err(|e| self.call_failed("ListContainers", malformed(e))),
                     Err(status) => Err(self.call_failed("ListContainers", status)),
                 }
             }

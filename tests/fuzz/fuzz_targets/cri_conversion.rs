@@ -45,6 +45,15 @@ fn full_containers(m: cri::ListContainersResponse) -> Vec<ListedContainer<'stati
     m.containers.into_iter().map(Into::into).collect()
 }
 
+/// An answer decoded as plegd decodes it: the answer from one buffer, then each item from its bytes.
+fn slim_sandboxes(answer: &[u8]) -> std::result::Result<Vec<lists::PodSandbox>, prost::DecodeError> {
+    lists::decode_sandboxes(lists::ListPodSandboxResponse::decode(Bytes::copy_from_slice(answer))?)
+}
+
+fn slim_containers(answer: &[u8]) -> std::result::Result<Vec<lists::Container>, prost::DecodeError> {
+    lists::decode_containers(lists::ListContainersResponse::decode(Bytes::copy_from_slice(answer))?)
+}
+
 /// Whether the full message decodes `answer` and writes it back byte for byte.
 fn written_by_full<M: Message + Default>(answer: &[u8]) -> Option<M> {
     M::decode(answer).ok().filter(|m| m.encode_to_vec() == answer)
@@ -56,8 +65,8 @@ fn raw(data: &[u8]) {
     };
     let split = usize::from(u16::from_le_bytes(*head)).min(rest.len());
     let (sandbox_answer, container_answer) = rest.split_at(split);
-    let sandbox_message = lists::ListPodSandboxResponse::decode(Bytes::copy_from_slice(sandbox_answer));
-    let container_message = lists::ListContainersResponse::decode(Bytes::copy_from_slice(container_answer));
+    let sandbox_message = slim_sandboxes(sandbox_answer);
+    let container_message = slim_containers(container_answer);
     let mut bad = Vec::new();
     let sandboxes = sandbox_message.as_ref().ok().map(|m| lists::sandboxes(m, &mut bad));
     let containers = container_message.as_ref().ok().map(|m| lists::containers(m, &mut bad));
@@ -158,10 +167,10 @@ fn structured(u: &mut Unstructured) -> Result<()> {
         containers: containers.clone(),
     }
     .encode_to_vec();
-    let sandbox_message = lists::ListPodSandboxResponse::decode(Bytes::from(sandbox_answer))
-        .expect("the slim messages reject sandboxes the full ones write");
-    let container_message = lists::ListContainersResponse::decode(Bytes::from(container_answer))
-        .expect("the slim messages reject containers the full ones write");
+    let sandbox_message =
+        slim_sandboxes(&sandbox_answer).expect("the slim messages reject sandboxes the full ones write");
+    let container_message =
+        slim_containers(&container_answer).expect("the slim messages reject containers the full ones write");
     let sandboxes = lists::sandboxes(&sandbox_message, bad);
     let listed = lists::containers(&container_message, bad);
     assert!(bad.is_empty(), "bad data in valid answers: {bad:?}");

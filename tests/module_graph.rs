@@ -1,0 +1,266 @@
+//! The modules of `src/` depend on each other without circles: following the data from the runtime
+//! to the apiserver, a module only uses what comes before it or beside it, never something that
+//! uses it back. Dependencies are read from the `crate::`, `super::` and `self::` paths of each
+//! file's code (unit tests and comments left out). Checked at two levels: between the files (a
+//! module and its own submodules excepted: a parent re-exporting its child is no circle) and
+//! between the rooms of the flow, the top-level modules with everything inside them.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+/// Module name (`pleg::events`; `crate` for lib.rs) → the file's code.
+type Sources = BTreeMap<String, String>;
+
+fn module_name(relative: &Path) -> String {
+    let mut parts: Vec<String> = relative
+        .with_extension("")
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    if matches!(parts.last().map(String::as_str), Some("mod" | "lib" | "main")) {
+        parts.pop();
+    }
+    if parts.is_empty() {
+        "crate".to_owned()
+    } else {
+        parts.join("::")
+    }
+}
+
+/// The code of a file: without its unit tests and without comment lines.
+fn code(source: &str) -> String {
+    let without_tests = source.split("#[cfg(test)]\nmod tests").next().unwrap_or_default();
+    without_tests
+        .lines()
+        .filter(|line| !line.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn read_sources(dir: &Path, root: &Path, out: &mut Sources) {
+    for entry in std::fs::read_dir(dir).expect("read src") {
+        let path = entry.expect("dir entry").path();
+        if path.is_dir() {
+            read_sources(&path, root, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            let name = module_name(path.strip_prefix(root).expect("under src"));
+            let source = std::fs::read_to_string(&path).expect("read source");
+            out.insert(name, code(&source));
+        }
+    }
+}
+
+fn is_ident(c: char) -> bool {
+    c.is_alphanumeric() || c == '_'
+}
+
+/// Every path that starts at `crate`, `super` or `self`, brace groups expanded one level
+/// (`crate::{a, b::c}` gives `crate::a` and `crate::b::c`).
+fn paths(code: &str) -> Vec<Vec<String>> {
+    let mut found = Vec::new();
+    let chars: Vec<char> = code.chars().collect();
+    let mut i = 0;
+    while i < chars.len() {
+        let starts_word = i == 0 || !is_ident(chars[i - 1]);
+        let head = ["crate::", "super::", "self::"]
+            .into_iter()
+            .find(|h| starts_word && code_at(&chars, i, h));
+        let Some(head) = head else {
+            i += 1;
+            continue;
+        };
+        let mut path = vec![head.trim_end_matches("::").to_owned()];
+        let mut j = i + head.len();
+        loop {
+            if chars.get(j) == Some(&'{') {
+                let end = chars[j..].iter().position(|&c| c == '}').map_or(chars.len(), |p| j + p);
+                let group: String = chars[j + 1..end].iter().collect();
+                for member in group.split(',') {
+                    let mut p = path.clone();
+                    p.extend(
+                        member
+                            .trim()
+                            .split("::")
+                            .map(|s| s.split_whitespace().next().unwrap_or_default().to_owned())
+                            .filter(|s| !s.is_empty() && s.chars().all(is_ident)),
+                    );
+                    found.push(p);
+                }
+                j = end;
+                break;
+            }
+            let start = j;
+            while j < chars.len() && is_ident(chars[j]) {
+                j += 1;
+            }
+            if j == start {
+                break;
+            }
+            path.push(chars[start..j].iter().collect());
+            if chars.get(j) == Some(&':') && chars.get(j + 1) == Some(&':') {
+                j += 2;
+            } else {
+                found.push(path.clone());
+                break;
+            }
+        }
+        i = j.max(i + 1);
+    }
+    found
+}
+
+fn code_at(chars: &[char], at: usize, text: &str) -> bool {
+    text.chars().enumerate().all(|(k, c)| chars.get(at + k) == Some(&c))
+}
+
+/// The module a path from module `from` names: the longest prefix of it that is a module.
+fn resolve(from: &str, path: &[String], modules: &Sources) -> Option<String> {
+    let mut base: Vec<String> = if from == "crate" {
+        Vec::new()
+    } else {
+        from.split("::").map(str::to_owned).collect()
+    };
+    let mut segments = path.iter().peekable();
+    match segments.next().map(String::as_str) {
+        Some("crate") => base.clear(),
+        Some("super") => {
+            base.pop();
+            while segments.peek().is_some_and(|s| *s == "super") {
+                segments.next();
+                base.pop();
+            }
+        }
+        Some("self") => {}
+        _ => return None,
+    }
+    base.extend(segments.cloned());
+    (1..=base.len())
+        .rev()
+        .map(|k| base[..k].join("::"))
+        .find(|name| modules.contains_key(name))
+}
+
+fn nested(a: &str, b: &str) -> bool {
+    a.starts_with(&format!("{b}::")) || b.starts_with(&format!("{a}::"))
+}
+
+/// Module → the modules it uses, a module and those inside it counting as one.
+fn graph(modules: &Sources) -> BTreeMap<String, BTreeSet<String>> {
+    modules
+        .iter()
+        .map(|(name, code)| {
+            let uses = paths(code)
+                .iter()
+                .filter_map(|p| resolve(name, p, modules))
+                .filter(|target| target != name && target != "crate" && !nested(name, target))
+                .collect();
+            (name.clone(), uses)
+        })
+        .collect()
+}
+
+/// The same dependencies between top-level modules (`runtime::convert` counts as `runtime`).
+fn rooms(graph: &BTreeMap<String, BTreeSet<String>>) -> BTreeMap<String, BTreeSet<String>> {
+    let room = |name: &str| name.split("::").next().unwrap_or(name).to_owned();
+    let mut rooms: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (name, uses) in graph {
+        let from = room(name);
+        let to: BTreeSet<String> = uses.iter().map(|u| room(u)).filter(|r| *r != from).collect();
+        rooms.entry(from).or_default().extend(to);
+    }
+    rooms
+}
+
+/// One circle, if there is any, as the modules along it.
+fn circle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        node: &str,
+        graph: &BTreeMap<String, BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = path.iter().position(|n| n == node) {
+            let mut found = path[at..].to_vec();
+            found.push(node.to_owned());
+            return Some(found);
+        }
+        if done.contains(node) {
+            return None;
+        }
+        path.push(node.to_owned());
+        for next in graph.get(node).into_iter().flatten() {
+            if let Some(found) = visit(next, graph, path, done) {
+                return Some(found);
+            }
+        }
+        path.pop();
+        done.insert(node.to_owned());
+        None
+    }
+    let mut done = BTreeSet::new();
+    graph
+        .keys()
+        .find_map(|node| visit(node, graph, &mut Vec::new(), &mut done))
+}
+
+#[test]
+fn modules_depend_on_each_other_without_circles() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut modules = Sources::new();
+    read_sources(&src, &src, &mut modules);
+    let uses = graph(&modules);
+    // The reading works: the relister uses the runtime, status generation the runtime's view.
+    assert!(uses["pleg"].contains("runtime"), "{:?}", uses["pleg"]);
+    assert!(uses["status::generate"].contains("kubecontainer"));
+    assert!(uses["runtime::lists"].contains("runtime::convert"));
+    if let Some(found) = circle(&uses) {
+        panic!("modules depend on each other in a circle: {}", found.join(" → "));
+    }
+    if let Some(found) = circle(&rooms(&uses)) {
+        panic!(
+            "top-level modules depend on each other in a circle: {}",
+            found.join(" → ")
+        );
+    }
+}
+
+#[test]
+fn a_circle_is_found_through_any_path_form() {
+    let modules: Sources = [
+        ("crate", "pub mod a;\npub mod b;\npub mod c;"),
+        ("a", "use crate::{b::Thing, c};"),
+        ("b", "fn f() -> super::c::Other { todo!() }"),
+        ("c", "// use crate::a;\nuse crate::a::Start;"),
+        ("c::inner", "use super::super::c::Other;"),
+    ]
+    .into_iter()
+    .map(|(name, source)| (name.to_owned(), code(source)))
+    .collect();
+    let uses = graph(&modules);
+    assert_eq!(uses["a"], ["b", "c"].map(str::to_owned).into());
+    assert_eq!(
+        uses["c::inner"],
+        BTreeSet::new(),
+        "a module and its parent are one room"
+    );
+    let found = circle(&uses).expect("a → c → a");
+    assert_eq!(found.first(), found.last());
+    assert!(
+        found.contains(&"a".to_owned()) && found.contains(&"c".to_owned()),
+        "{found:?}"
+    );
+    // Without the edge back, no circle.
+    let mut modules = modules;
+    modules.insert("c".into(), code("pub struct Other;"));
+    assert_eq!(circle(&graph(&modules)), None);
+    assert_eq!(circle(&rooms(&graph(&modules))), None);
+    // A submodule using a module that uses its parent: no circle between files, one between rooms.
+    modules.insert("c::inner".into(), code("use crate::b::Thing;"));
+    modules.insert("b".into(), code("use crate::c::Other;"));
+    assert_eq!(circle(&graph(&modules)), None);
+    let found = circle(&rooms(&graph(&modules))).expect("b → c → b");
+    assert!(
+        found.contains(&"b".to_owned()) && found.contains(&"c".to_owned()),
+        "{found:?}"
+    );
+}
