@@ -9,9 +9,10 @@
 //! [`decode_containers`] decode each item from its own bytes, so that every string is a cheap
 //! slice of that item (decoded in one go from tonic's receive buffer, each string would split
 //! that buffer instead: a relist of 110 pods took about 4 % longer that way). A malformed item
-//! fails the whole answer, as it would decoded in one go. [`sandboxes`] and [`containers`] then read the items
-//! into the runtime's view of what was listed ([`ListedSandbox`], [`ListedContainer`]), borrowing
-//! from them; `convert` groups those into pods. Nothing here does I/O or panics on any input.
+//! fails the whole answer, as it would decoded in one go. [`sandboxes`] and [`containers`] then
+//! read the items into the runtime's view of what was listed ([`ListedSandbox`],
+//! [`ListedContainer`]), borrowing from them; `convert` groups those into pods. Nothing here does
+//! I/O or panics on any input.
 
 use std::borrow::Cow;
 
@@ -284,8 +285,8 @@ mod tests {
             &[0xff; 11][..],
             &[0x0b][..],
             &[0x0a, 0x05, 0x01][..],
-            // An answer whose one item is malformed (its id runs past the item's end): the whole
-            // answer fails, as it would decoded in one go.
+            // Answers whose one item is malformed (its id runs past the item's end; a group start
+            // without an end): the whole answer fails, as it would decoded in one go.
             &[0x0a, 0x02, 0x0a, 0x05][..],
             &[0x0a, 0x01, 0x0b][..],
         ] {
