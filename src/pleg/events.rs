@@ -398,7 +398,7 @@ mod tests {
                 fast += usize::from(quick);
             }
         }
-        // Each record against itself at least, and only there or in equal records.
+        // The one-pass check is taken at least for each record against itself.
         assert!(fast >= records.len());
     }
 
