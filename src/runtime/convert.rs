@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use k8s_cri::v1 as cri;
 
 use crate::kubecontainer::{
-    ANNOTATION_RESTART_COUNT, LABEL_CONTAINER_NAME, LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID, PodUid,
+    ANNOTATION_RESTART_COUNT, LABEL_CONTAINER_NAME, LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID,
     RuntimeContainer, RuntimeContainerResources, RuntimeContainerState, RuntimeContainerStatus, RuntimeContainerUser,
     RuntimeLinuxContainerUser, RuntimePod, SandboxState, SandboxStatus,
 };
@@ -217,53 +217,72 @@ impl From<cri::Container> for ListedContainer<'static> {
 /// containers and sandboxes by id: runtimes list in the order of their own maps, which can change
 /// from one list to the next (containerd's does), and sorted records of a pod that did not change
 /// compare item by item (`compute_events` relies on that to do nothing for quiet pods).
-pub fn group_pods<'a, S: Into<ListedSandbox<'a>>, C: Into<ListedContainer<'a>>>(
-    sandboxes: impl IntoIterator<Item = S>,
-    containers: impl IntoIterator<Item = C>,
-    bad: &mut Vec<BadData>,
-) -> Vec<RuntimePod> {
-    let sandboxes: Vec<ListedSandbox<'a>> = sandboxes.into_iter().map(Into::into).collect();
-    let containers: Vec<ListedContainer<'a>> = containers.into_iter().map(Into::into).collect();
-    let mut pods: HashMap<PodUid, RuntimePod> = HashMap::with_capacity(sandboxes.len());
-    // Ids seen again later in the answer (the first occurrence wins), found without copying ids.
-    let (dup_sandboxes, dup_containers) = {
-        let mut seen: HashSet<&str> = HashSet::with_capacity(sandboxes.len() + containers.len());
-        let ids = sandboxes
-            .iter()
-            .map(|s| s.id.as_ref())
-            .chain(containers.iter().map(|c| c.id.as_ref()));
-        let mut dup: Vec<bool> = ids.map(|id| !id.is_empty() && !seen.insert(id)).collect();
-        let containers_dup = dup.split_off(sandboxes.len());
-        (dup, containers_dup)
-    };
+///
+/// Items are added one at a time, every sandbox before any container, as the runtime listed them;
+/// [`PodGrouping::into_pods`] gives the pods. [`group_pods`] does it all for lists at hand.
+#[derive(Debug, Default)]
+pub struct PodGrouping<'a> {
+    pods: Vec<RuntimePod>,
+    /// Where each pod uid's entry is in `pods`.
+    index: HashMap<Cow<'a, str>, usize>,
+    /// Every non-empty id added so far, skipped or not: an id seen again is a duplicate (the
+    /// first occurrence wins). Ids and uids listed from an answer are borrowed from it, not copied.
+    seen: HashSet<Cow<'a, str>>,
+}
 
-    for (sandbox, duplicate) in sandboxes.into_iter().zip(dup_sandboxes) {
+impl<'a> PodGrouping<'a> {
+    /// Room for `pods` pods and `items` sandboxes and containers.
+    pub fn with_capacity(pods: usize, items: usize) -> Self {
+        PodGrouping {
+            pods: Vec::with_capacity(pods),
+            index: HashMap::with_capacity(pods),
+            seen: HashSet::with_capacity(items),
+        }
+    }
+
+    /// Whether `id` was added before; records it if not. An empty id is never a duplicate.
+    #[expect(clippy::ptr_arg, reason = "cloned as a Cow: a borrowed id stays borrowed")]
+    fn seen_before(&mut self, id: &Cow<'a, str>) -> bool {
+        !id.is_empty() && !self.seen.insert(id.clone())
+    }
+
+    /// The pod entry of `uid`, made if this is its first item.
+    #[expect(clippy::ptr_arg, reason = "cloned as a Cow: a borrowed uid stays borrowed")]
+    fn pod(&mut self, uid: &Cow<'a, str>) -> &mut RuntimePod {
+        let at = match self.index.get(uid.as_ref()) {
+            Some(&at) => at,
+            None => {
+                self.pods.push(RuntimePod {
+                    id: uid.clone().into_owned(),
+                    ..RuntimePod::default()
+                });
+                self.index.insert(uid.clone(), self.pods.len() - 1);
+                self.pods.len() - 1
+            }
+        };
+        &mut self.pods[at]
+    }
+
+    pub fn add_sandbox(&mut self, sandbox: ListedSandbox<'a>, bad: &mut Vec<BadData>) {
+        let duplicate = self.seen_before(&sandbox.id);
         if sandbox.id.is_empty() {
             bad.push(BadData::EmptyId);
-            continue;
+            return;
         }
         if sandbox.uid.is_empty() {
             bad.push(BadData::MissingSandboxMetadata {
                 sandbox_id: sandbox.id.into_owned(),
             });
-            continue;
+            return;
         }
         if duplicate {
             bad.push(BadData::DuplicateId {
                 id: sandbox.id.into_owned(),
             });
-            continue;
+            return;
         }
         let state = sandbox_as_container_state(sandbox_state(&sandbox.id, sandbox.state, bad));
-        let pod = match pods.get_mut(sandbox.uid.as_ref()) {
-            Some(pod) => pod,
-            None => pods
-                .entry(sandbox.uid.clone().into_owned())
-                .or_insert_with(|| RuntimePod {
-                    id: sandbox.uid.clone().into_owned(),
-                    ..RuntimePod::default()
-                }),
-        };
+        let pod = self.pod(&sandbox.uid);
         // The newest sandbox names the pod, as in the kubelet.
         if pod.name.is_empty() || pod.sandboxes.iter().all(|s| s.created_at <= sandbox.created_at) {
             pod.name = sandbox.name.into_owned();
@@ -279,22 +298,23 @@ pub fn group_pods<'a, S: Into<ListedSandbox<'a>>, C: Into<ListedContainer<'a>>>(
         });
     }
 
-    for (container, duplicate) in containers.into_iter().zip(dup_containers) {
+    pub fn add_container(&mut self, container: ListedContainer<'a>, bad: &mut Vec<BadData>) {
+        let duplicate = self.seen_before(&container.id);
         if container.id.is_empty() {
             bad.push(BadData::EmptyId);
-            continue;
+            return;
         }
         if container.pod_uid.is_empty() {
             bad.push(BadData::MissingPodUid {
                 container_id: container.id.into_owned(),
             });
-            continue;
+            return;
         }
         if duplicate {
             bad.push(BadData::DuplicateId {
                 id: container.id.into_owned(),
             });
-            continue;
+            return;
         }
         let state = container_state(&container.id, container.state, bad);
         let name = if container.container_name.is_empty() {
@@ -302,15 +322,7 @@ pub fn group_pods<'a, S: Into<ListedSandbox<'a>>, C: Into<ListedContainer<'a>>>(
         } else {
             container.container_name
         };
-        let pod = match pods.get_mut(container.pod_uid.as_ref()) {
-            Some(pod) => pod,
-            None => pods
-                .entry(container.pod_uid.clone().into_owned())
-                .or_insert_with(|| RuntimePod {
-                    id: container.pod_uid.into_owned(),
-                    ..RuntimePod::default()
-                }),
-        };
+        let pod = self.pod(&container.pod_uid);
         if pod.name.is_empty() {
             pod.name = container.pod_name.into_owned();
             pod.namespace = container.pod_namespace.into_owned();
@@ -325,14 +337,37 @@ pub fn group_pods<'a, S: Into<ListedSandbox<'a>>, C: Into<ListedContainer<'a>>>(
         });
     }
 
-    let mut pods: Vec<RuntimePod> = pods.into_values().collect();
-    pods.sort_unstable_by(|a, b| a.id.cmp(&b.id));
-    for pod in &mut pods {
-        // Ids are unique by now (duplicates were skipped above).
-        pod.containers.sort_unstable_by(|a, b| a.id.cmp(&b.id));
-        pod.sandboxes.sort_unstable_by(|a, b| a.id.cmp(&b.id));
+    /// The pods, sorted by uid, each pod's containers and sandboxes sorted by id.
+    pub fn into_pods(self) -> Vec<RuntimePod> {
+        let mut pods = self.pods;
+        pods.sort_unstable_by(|a, b| a.id.cmp(&b.id));
+        for pod in &mut pods {
+            // Ids are unique by now (duplicates were skipped).
+            pod.containers.sort_unstable_by(|a, b| a.id.cmp(&b.id));
+            pod.sandboxes.sort_unstable_by(|a, b| a.id.cmp(&b.id));
+        }
+        pods
     }
-    pods
+}
+
+/// Group listed sandboxes and containers into pods (see [`PodGrouping`]).
+pub fn group_pods<'a, S: Into<ListedSandbox<'a>>, C: Into<ListedContainer<'a>>>(
+    sandboxes: impl IntoIterator<Item = S>,
+    containers: impl IntoIterator<Item = C>,
+    bad: &mut Vec<BadData>,
+) -> Vec<RuntimePod> {
+    let (sandboxes, containers) = (sandboxes.into_iter(), containers.into_iter());
+    let mut grouping = PodGrouping::with_capacity(
+        sandboxes.size_hint().0,
+        sandboxes.size_hint().0 + containers.size_hint().0,
+    );
+    for sandbox in sandboxes {
+        grouping.add_sandbox(sandbox.into(), bad);
+    }
+    for container in containers {
+        grouping.add_container(container.into(), bad);
+    }
+    grouping.into_pods()
 }
 
 /// Convert one `PodSandboxStatus`.

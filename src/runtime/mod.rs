@@ -427,8 +427,7 @@ impl CriRuntime {
             async {
                 let request = lists::ListPodSandboxRequest { filter: sandbox_filter };
                 match sandboxes_client.list_pod_sandbox(request).await {
-                    Ok(answer) => lists::decode_sandboxes(answer.into_inner())
-                        .map_err(|e| self.call_failed("ListPodSandbox", malformed(e))),
+                    Ok(answer) => Ok(answer.into_inner().items),
                     Err(status) => Err(self.call_failed("ListPodSandbox", status)),
                 }
             },
@@ -437,20 +436,28 @@ impl CriRuntime {
                     filter: container_filter,
                 };
                 match containers_client.list_containers(request).await {
-                    Ok(answer) => lists::decode_containers(answer.into_inner())
-                        .map_err(|e| self.call_failed("ListContainers", malformed(e))),
+                    Ok(answer) => Ok(answer.into_inner().containers),
                     Err(status) => Err(self.call_failed("ListContainers", status)),
                 }
             }
         )?;
         let mut bad = Vec::new();
-        let mut sandboxes = lists::sandboxes(&sandboxes, &mut bad);
-        let containers = lists::containers(&containers, &mut bad);
-        if let Selection::Pod(uid) = selection {
+        // Grouped as they are decoded; ids and uids stay borrowed from the answers until a pod
+        // record keeps them.
+        let mut grouping = convert::PodGrouping::with_capacity(sandboxes.len(), sandboxes.len() + containers.len());
+        lists::read_sandboxes(&sandboxes, |sandbox| match sandbox {
             // The label selects; the metadata uid groups. Keep them consistent.
-            sandboxes.retain(|s| s.uid.is_empty() || s.uid == uid);
-        }
-        let pods = convert::group_pods(sandboxes, containers, &mut bad);
+            Ok(sandbox) if matches!(selection, Selection::Pod(uid) if !sandbox.uid.is_empty() && sandbox.uid != uid) => {}
+            Ok(sandbox) => grouping.add_sandbox(sandbox, &mut bad),
+            Err(b) => bad.push(b),
+        })
+        .map_err(|e| self.call_failed("ListPodSandbox", malformed(e)))?;
+        lists::read_containers(&containers, |container| match container {
+            Ok(container) => grouping.add_container(container, &mut bad),
+            Err(b) => bad.push(b),
+        })
+        .map_err(|e| self.call_failed("ListContainers", malformed(e)))?;
+        let pods = grouping.into_pods();
         self.report(bad);
         Ok(pods)
     }

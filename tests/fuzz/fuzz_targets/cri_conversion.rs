@@ -1,5 +1,5 @@
-//! CRI answers → pods: the slim list messages plegd decodes against CRI's full ones, then the
-//! grouping.
+//! CRI answers → pods: the slim list messages plegd decodes, read item by item as a relist reads
+//! them, against CRI's full ones, then the grouping.
 //!
 //! The first byte picks how the rest is read:
 //! - even: raw bytes. Two little-endian bytes give the length of a `ListPodSandboxResponse`, that
@@ -45,13 +45,34 @@ fn full_containers(m: cri::ListContainersResponse) -> Vec<ListedContainer<'stati
     m.containers.into_iter().map(Into::into).collect()
 }
 
-/// An answer decoded as plegd decodes it: the answer from one buffer, then each item from its bytes.
-fn slim_sandboxes(answer: &[u8]) -> std::result::Result<Vec<lists::PodSandbox>, prost::DecodeError> {
-    lists::decode_sandboxes(lists::ListPodSandboxResponse::decode(Bytes::copy_from_slice(answer))?)
+type Decoded<T> = std::result::Result<T, prost::DecodeError>;
+
+/// The items of an answer, decoded from one buffer as tonic hands it over.
+fn sandbox_items(answer: &[u8]) -> Decoded<Vec<Bytes>> {
+    Ok(lists::ListPodSandboxResponse::decode(Bytes::copy_from_slice(answer))?.items)
 }
 
-fn slim_containers(answer: &[u8]) -> std::result::Result<Vec<lists::Container>, prost::DecodeError> {
-    lists::decode_containers(lists::ListContainersResponse::decode(Bytes::copy_from_slice(answer))?)
+fn container_items(answer: &[u8]) -> Decoded<Vec<Bytes>> {
+    Ok(lists::ListContainersResponse::decode(Bytes::copy_from_slice(answer))?.containers)
+}
+
+/// Every item read as a relist reads them, bad data aside.
+fn slim_sandboxes<'a>(items: &'a [Bytes], bad: &mut Vec<BadData>) -> Decoded<Vec<ListedSandbox<'a>>> {
+    let mut listed = Vec::new();
+    lists::read_sandboxes(items, |s| match s {
+        Ok(s) => listed.push(s),
+        Err(b) => bad.push(b),
+    })?;
+    Ok(listed)
+}
+
+fn slim_containers<'a>(items: &'a [Bytes], bad: &mut Vec<BadData>) -> Decoded<Vec<ListedContainer<'a>>> {
+    let mut listed = Vec::new();
+    lists::read_containers(items, |c| match c {
+        Ok(c) => listed.push(c),
+        Err(b) => bad.push(b),
+    })?;
+    Ok(listed)
 }
 
 /// Whether the full message decodes `answer` and writes it back byte for byte.
@@ -65,11 +86,11 @@ fn raw(data: &[u8]) {
     };
     let split = usize::from(u16::from_le_bytes(*head)).min(rest.len());
     let (sandbox_answer, container_answer) = rest.split_at(split);
-    let sandbox_message = slim_sandboxes(sandbox_answer);
-    let container_message = slim_containers(container_answer);
+    let sandbox_items = sandbox_items(sandbox_answer);
+    let container_items = container_items(container_answer);
     let mut bad = Vec::new();
-    let sandboxes = sandbox_message.as_ref().ok().map(|m| lists::sandboxes(m, &mut bad));
-    let containers = container_message.as_ref().ok().map(|m| lists::containers(m, &mut bad));
+    let sandboxes = sandbox_items.as_ref().ok().and_then(|items| slim_sandboxes(items, &mut bad).ok());
+    let containers = container_items.as_ref().ok().and_then(|items| slim_containers(items, &mut bad).ok());
     let full_sandbox = written_by_full::<cri::ListPodSandboxResponse>(sandbox_answer);
     let full_container = written_by_full::<cri::ListContainersResponse>(container_answer);
     let both_full = full_sandbox.is_some() && full_container.is_some();
@@ -167,12 +188,12 @@ fn structured(u: &mut Unstructured) -> Result<()> {
         containers: containers.clone(),
     }
     .encode_to_vec();
-    let sandbox_message =
-        slim_sandboxes(&sandbox_answer).expect("the slim messages reject sandboxes the full ones write");
-    let container_message =
-        slim_containers(&container_answer).expect("the slim messages reject containers the full ones write");
-    let sandboxes = lists::sandboxes(&sandbox_message, bad);
-    let listed = lists::containers(&container_message, bad);
+    let sandbox_items = sandbox_items(&sandbox_answer).expect("the slim messages reject a sandbox answer");
+    let container_items = container_items(&container_answer).expect("the slim messages reject a container answer");
+    let sandboxes =
+        slim_sandboxes(&sandbox_items, bad).expect("the slim messages reject sandboxes the full ones write");
+    let listed =
+        slim_containers(&container_items, bad).expect("the slim messages reject containers the full ones write");
     assert!(bad.is_empty(), "bad data in valid answers: {bad:?}");
     assert_eq!(sandboxes, full_sandboxes(cri::ListPodSandboxResponse { items }));
     assert_eq!(listed, full_containers(cri::ListContainersResponse { containers }));
