@@ -263,6 +263,8 @@ impl<'a> PodGrouping<'a> {
         &mut self.pods[at]
     }
 
+    /// Add a listed sandbox to its pod. One without an id or a metadata uid, or with an id seen
+    /// before, is reported in `bad` and skipped.
     pub fn add_sandbox(&mut self, sandbox: ListedSandbox<'a>, bad: &mut Vec<BadData>) {
         let duplicate = self.seen_before(&sandbox.id);
         if sandbox.id.is_empty() {
@@ -298,6 +300,8 @@ impl<'a> PodGrouping<'a> {
         });
     }
 
+    /// Add a listed container to its pod. One without an id or a pod-uid label, or with an id
+    /// seen before, is reported in `bad` and skipped.
     pub fn add_container(&mut self, container: ListedContainer<'a>, bad: &mut Vec<BadData>) {
         let duplicate = self.seen_before(&container.id);
         if container.id.is_empty() {

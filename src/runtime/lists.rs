@@ -2,11 +2,13 @@
 //! generated from `proto/runtime/v1/relist.proto`: CRI v1 on the wire, with only the fields plegd
 //! reads. Unknown fields are skipped by prost. No label or annotation map is built.
 //!
-//! An answer arrives with its items still encoded (`repeated bytes`). [`read_sandboxes`] and
-//! [`read_containers`] decode them one at a time into one message they reuse (no list of decoded
-//! messages, no label list per container) and hand each on as the runtime's view of what was
-//! listed ([`ListedSandbox`], [`ListedContainer`]), its strings borrowed from the item's bytes: no
-//! string is copied before grouping (`convert`) keeps it. Strings are checked for UTF-8 one item
+//! An answer arrives with its items still encoded (`repeated bytes`: decoded in one go from
+//! tonic's receive buffer, each string would split that buffer instead, which costs more; see
+//! BENCHMARKS.md). [`read_sandboxes`] and [`read_containers`] decode the items one at a time into
+//! one message they reuse (no list of decoded messages, no label list per container) and hand each
+//! on as the runtime's view of what was listed ([`ListedSandbox`], [`ListedContainer`]), its
+//! strings borrowed from the item's bytes: no string is copied before grouping (`convert`) keeps
+//! it. Strings are checked for UTF-8 one item
 //! at a time, so that a sandbox or container with a bad string is reported and skipped instead of
 //! failing the whole answer; a malformed item fails the whole answer, as it would decoded in one
 //! go. Nothing here does I/O or panics on any input.
@@ -154,6 +156,21 @@ mod tests {
         }
     }
 
+    fn kubelet_sandbox(id: &str) -> cri::PodSandbox {
+        cri::PodSandbox {
+            id: id.into(),
+            metadata: Some(cri::PodSandboxMetadata {
+                name: "web".into(),
+                uid: "u1".into(),
+                namespace: "ns".into(),
+                attempt: 2,
+            }),
+            state: 1,
+            created_at: 42,
+            ..Default::default()
+        }
+    }
+
     /// The items of an answer as tonic hands it over: decoded from one buffer.
     fn container_items(wire: impl Into<Bytes>) -> Result<Vec<Bytes>, DecodeError> {
         Ok(ListContainersResponse::decode(wire.into())?.containers)
@@ -232,18 +249,9 @@ mod tests {
         );
 
         let sandbox = cri::PodSandbox {
-            id: "s1".into(),
-            metadata: Some(cri::PodSandboxMetadata {
-                name: "web".into(),
-                uid: "u1".into(),
-                namespace: "ns".into(),
-                attempt: 2,
-            }),
-            state: 1,
-            created_at: 42,
             labels: [("a".to_owned(), "b".to_owned())].into(),
             runtime_handler: "runc".into(),
-            ..Default::default()
+            ..kubelet_sandbox("s1")
         };
         let items = sandbox_items(cri::ListPodSandboxResponse { items: vec![sandbox] }.encode_to_vec()).unwrap();
         assert_eq!(
@@ -382,18 +390,7 @@ mod tests {
             ("", "", 0)
         );
 
-        let full = cri::PodSandbox {
-            id: "s1".into(),
-            metadata: Some(cri::PodSandboxMetadata {
-                name: "web".into(),
-                uid: "u1".into(),
-                namespace: "ns".into(),
-                attempt: 2,
-            }),
-            state: 1,
-            created_at: 42,
-            ..Default::default()
-        };
+        let full = kubelet_sandbox("s1");
         let bare = cri::PodSandbox {
             id: "s2".into(),
             ..Default::default()
