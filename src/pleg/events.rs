@@ -152,7 +152,7 @@ fn ids(pod: Option<&RuntimePod>) -> impl Iterator<Item = (&RuntimeContainer, boo
 
 /// Whether two records list the same ids in the same order, each in the same state: then no id
 /// changed state and there is no event (the common case on a quiet node, checked in one pass).
-/// Records of a relist list each pod's ids sorted (`group_pods`); anything else takes the full
+/// Records of a relist list each pod's ids sorted (`PodGrouping`); anything else takes the full
 /// comparison.
 fn same_states(old: &RuntimePod, new: &RuntimePod) -> bool {
     let same = |a: &[RuntimeContainer], b: &[RuntimeContainer]| {

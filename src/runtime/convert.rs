@@ -219,7 +219,7 @@ impl From<cri::Container> for ListedContainer<'static> {
 /// compare item by item (`compute_events` relies on that to do nothing for quiet pods).
 ///
 /// Items are added one at a time, every sandbox before any container, as the runtime listed them;
-/// [`PodGrouping::into_pods`] gives the pods. [`group_pods`] does it all for lists at hand.
+/// [`PodGrouping::into_pods`] gives the pods.
 #[derive(Debug, Default)]
 pub struct PodGrouping<'a> {
     pods: Vec<RuntimePod>,
@@ -354,26 +354,6 @@ impl<'a> PodGrouping<'a> {
     }
 }
 
-/// Group listed sandboxes and containers into pods (see [`PodGrouping`]).
-pub fn group_pods<'a, S: Into<ListedSandbox<'a>>, C: Into<ListedContainer<'a>>>(
-    sandboxes: impl IntoIterator<Item = S>,
-    containers: impl IntoIterator<Item = C>,
-    bad: &mut Vec<BadData>,
-) -> Vec<RuntimePod> {
-    let (sandboxes, containers) = (sandboxes.into_iter(), containers.into_iter());
-    let mut grouping = PodGrouping::with_capacity(
-        sandboxes.size_hint().0,
-        sandboxes.size_hint().0 + containers.size_hint().0,
-    );
-    for sandbox in sandboxes {
-        grouping.add_sandbox(sandbox.into(), bad);
-    }
-    for container in containers {
-        grouping.add_container(container.into(), bad);
-    }
-    grouping.into_pods()
-}
-
 /// Convert one `PodSandboxStatus`.
 pub fn sandbox_status(status: cri::PodSandboxStatus, bad: &mut Vec<BadData>) -> SandboxStatus {
     let state = sandbox_state(&status.id, status.state, bad);
@@ -491,6 +471,26 @@ fn container_resources(resources: &cri::ContainerResources) -> Option<RuntimeCon
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Whole lists grouped, as a relist groups them one item at a time.
+    fn group_pods<'a, S: Into<ListedSandbox<'a>>, C: Into<ListedContainer<'a>>>(
+        sandboxes: impl IntoIterator<Item = S>,
+        containers: impl IntoIterator<Item = C>,
+        bad: &mut Vec<BadData>,
+    ) -> Vec<RuntimePod> {
+        let (sandboxes, containers) = (sandboxes.into_iter(), containers.into_iter());
+        let mut grouping = PodGrouping::with_capacity(
+            sandboxes.size_hint().0,
+            sandboxes.size_hint().0 + containers.size_hint().0,
+        );
+        for sandbox in sandboxes {
+            grouping.add_sandbox(sandbox.into(), bad);
+        }
+        for container in containers {
+            grouping.add_container(container.into(), bad);
+        }
+        grouping.into_pods()
+    }
 
     fn sandbox(id: &str, uid: &str, state: i32, created_at: i64) -> cri::PodSandbox {
         cri::PodSandbox {

@@ -286,6 +286,26 @@ mod tests {
     }
 
     #[test]
+    fn non_ascii_strings_are_read_whole() {
+        let mut c = kubelet_container("c-ü");
+        c.labels.insert(LABEL_POD_UID.to_owned(), "uid-日本".to_owned());
+        c.labels.insert(LABEL_CONTAINER_NAME.to_owned(), "äpp-🦀".to_owned());
+        let wire = cri::ListContainersResponse {
+            containers: vec![c.clone()],
+        }
+        .encode_to_vec();
+        let items = container_items(wire).unwrap();
+        let mut bad = Vec::new();
+        let listed = containers(&items, &mut bad).unwrap();
+        assert!(bad.is_empty());
+        assert_eq!(listed, [ListedContainer::from(c)]);
+        assert_eq!(
+            (listed[0].pod_uid.as_ref(), listed[0].container_name.as_ref()),
+            ("uid-日本", "äpp-🦀")
+        );
+    }
+
+    #[test]
     fn a_field_is_borrowed_from_its_item_only_if_it_lies_inside() {
         let item = Bytes::from_static(b"0123456789");
         assert_eq!(part_of(&item, &item.slice(2..5)), Some(&b"234"[..]));

@@ -22,7 +22,7 @@ use bytes::Bytes;
 use k8s_cri::v1 as cri;
 use libfuzzer_sys::fuzz_target;
 use plegd::kubecontainer::{LABEL_CONTAINER_NAME, LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID};
-use plegd::runtime::convert::{BadData, ListedContainer, ListedSandbox, group_pods};
+use plegd::runtime::convert::{BadData, ListedContainer, ListedSandbox, PodGrouping};
 use plegd::runtime::lists;
 use prost::Message;
 
@@ -202,7 +202,14 @@ fn structured(u: &mut Unstructured) -> Result<()> {
 }
 
 fn check_pods(sandboxes: Vec<ListedSandbox<'_>>, containers: Vec<ListedContainer<'_>>, mut bad: Vec<BadData>) {
-    let pods = group_pods(sandboxes, containers, &mut bad);
+    let mut grouping = PodGrouping::default();
+    for sandbox in sandboxes {
+        grouping.add_sandbox(sandbox, &mut bad);
+    }
+    for container in containers {
+        grouping.add_container(container, &mut bad);
+    }
+    let pods = grouping.into_pods();
     for pair in pods.windows(2) {
         assert!(pair[0].id < pair[1].id, "pods not sorted by uid, or a uid twice");
     }
