@@ -230,6 +230,20 @@ async fn main() {
     printer.abort();
     let _ = run.kill();
     let _ = run.wait();
-    let _ = std::fs::remove_dir_all(&dir);
+    let left: Vec<String> = shown
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .keys()
+        .map(|(namespace, name)| format!("{namespace}/{name}"))
+        .collect();
+    if left.is_empty() {
+        let _ = std::fs::remove_dir_all(&dir);
+    } else {
+        // Kept so that what plegd did with them can be read.
+        say(&format!(
+            "still in the apiserver after 10 s: {}; plegd run's log is kept at {log}",
+            left.join(", ")
+        ));
+    }
     say("done");
 }
