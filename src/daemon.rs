@@ -107,14 +107,20 @@ impl crate::http::Health for DaemonHealth {
 }
 
 /// A tower layer on the apiserver client that counts requests by verb and response code
-/// (`plegd_apiserver_requests_total`; code `error` when no response came).
+/// (`plegd_apiserver_requests_total`; code `error` when no response came), and logs each distinct
+/// `Warning` header the apiserver answers with once (an unknown field in a status plegd writes, a
+/// deprecated API): one line per warning, not one per write.
 #[derive(Clone)]
-struct CountRequestsLayer(Arc<Metrics>);
+struct CountRequestsLayer {
+    metrics: Arc<Metrics>,
+    warnings: Arc<ApiserverWarnings>,
+}
 
 #[derive(Clone)]
 struct CountRequests<S> {
     inner: S,
     metrics: Arc<Metrics>,
+    warnings: Arc<ApiserverWarnings>,
 }
 
 impl<S> tower::Layer<S> for CountRequestsLayer {
@@ -123,7 +129,39 @@ impl<S> tower::Layer<S> for CountRequestsLayer {
     fn layer(&self, inner: S) -> Self::Service {
         CountRequests {
             inner,
-            metrics: self.0.clone(),
+            metrics: self.metrics.clone(),
+            warnings: self.warnings.clone(),
+        }
+    }
+}
+
+/// The apiserver's warnings already logged. Bounded: past [`ApiserverWarnings::MAX`] distinct
+/// warnings, new ones are counted but no longer logged, so a server that puts a changing value in
+/// its warnings cannot grow plegd's memory or flood its log.
+#[derive(Default)]
+struct ApiserverWarnings {
+    seen: std::sync::Mutex<std::collections::HashSet<String>>,
+}
+
+impl ApiserverWarnings {
+    const MAX: usize = 64;
+    /// Longest warning text kept and logged, in bytes.
+    const MAX_LEN: usize = 512;
+
+    /// Log `headers`' warnings that were not logged before.
+    fn observe(&self, headers: &http::HeaderMap, verb: &str, metrics: &Metrics) {
+        for value in headers.get_all(http::header::WARNING) {
+            let text = String::from_utf8_lossy(value.as_bytes());
+            let mut end = text.len().min(Self::MAX_LEN);
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            let text = &text[..end];
+            metrics.count_apiserver_warning();
+            let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+            if seen.len() < Self::MAX && seen.insert(text.to_owned()) {
+                warn!(verb, warning = ?text, "apiserver warning (logged once)");
+            }
         }
     }
 }
@@ -154,11 +192,15 @@ where
             request.method().as_str().to_owned()
         };
         let metrics = self.metrics.clone();
+        let warnings = self.warnings.clone();
         let response = self.inner.call(request);
         Box::pin(async move {
             let result = response.await;
             let code = match &result {
-                Ok(r) => r.status().as_u16().to_string(),
+                Ok(r) => {
+                    warnings.observe(r.headers(), &verb, &metrics);
+                    r.status().as_u16().to_string()
+                }
                 Err(_) => "error".to_owned(),
             };
             metrics.count_apiserver_request(&verb, &code);
@@ -186,7 +228,11 @@ pub async fn kube_client(kubeconfig: Option<&PathBuf>, metrics: Arc<Metrics>) ->
         None => kube::Config::infer().await.map_err(DaemonError::InferConfig)?,
     };
     let builder = kube::client::ClientBuilder::try_from(config).map_err(DaemonError::Client)?;
-    Ok(builder.with_layer(&CountRequestsLayer(metrics)).build())
+    let layer = CountRequestsLayer {
+        metrics,
+        warnings: Arc::default(),
+    };
+    Ok(builder.with_layer(&layer).build())
 }
 
 /// Run the daemon until `shutdown` completes, or until one of its stages ends (an error: plegd

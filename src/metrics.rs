@@ -129,7 +129,7 @@ metrics_table! {
     trigger_relists: Family<KindLabel, Counter> = Default::default(),
         "trigger_relists", "Relists run on behalf of triggers, by kind (pod: one pod; all: full relist)";
     status_writes: Family<ResultLabel, Counter> = Default::default(),
-        "status_writes", "Pod status writes by result (ok, noop, retry, conflict, gone, rejected, refused_other_node)";
+        "status_writes", "Pod status writes by result (ok, noop, retry, conflict, gone, replaced, rejected, refused_other_node)";
     /// DELETEs of finished pods (full mode), by result.
     pod_deletions: Family<ResultLabel, Counter> = Default::default(),
         "pod_deletions", "DELETEs of finished pods in full mode, by result (ok, gone, forbidden, retry, rejected)";
@@ -161,6 +161,8 @@ metrics_table! {
         "node_cpus", "The node's CPU count";
     apiserver_requests: Family<RequestLabel, Counter> = Default::default(),
         "apiserver_requests", "Requests to the apiserver by verb and response code";
+    apiserver_warnings: Counter = Default::default(),
+        "apiserver_warnings", "Warning headers in the apiserver's answers (each distinct one is logged once)";
 }
 
 impl Metrics {
@@ -263,6 +265,10 @@ impl Metrics {
                 code: code.to_owned(),
             })
             .inc();
+    }
+
+    pub fn count_apiserver_warning(&self) {
+        self.apiserver_warnings.inc();
     }
 
     pub fn count_bad_data(&self, kind: &str) {

@@ -11,7 +11,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::apiserver::TestApiserver;
+use support::fake_apiserver::TestApiserver;
 use support::fake_cri::FakeServer;
 use support::process::{free_port, http_get, metric};
 

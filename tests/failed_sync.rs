@@ -11,7 +11,7 @@ use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
-use support::apiserver::TestApiserver;
+use support::fake_apiserver::TestApiserver;
 use support::fake_cri::FakeServer;
 use support::process::{free_port, http_get, metric};
 use support::wait_until;

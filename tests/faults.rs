@@ -11,7 +11,7 @@ use plegd::metrics::Metrics;
 use plegd::pleg::PlegConfig;
 use plegd::status::StatusMode;
 use plegd::triggers::TriggerMode;
-use support::apiserver::TestApiserver;
+use support::fake_apiserver::TestApiserver;
 use support::fake_cri::FakeServer;
 use support::wait_until;
 

@@ -8,7 +8,7 @@ use std::io::Read;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use support::apiserver::TestApiserver;
+use support::fake_apiserver::TestApiserver;
 use support::fake_cri::FakeServer;
 use support::process::{FULL_MODE_FAST_RELIST, free_port, http_get, metric, plegd_run};
 use support::wait_until;

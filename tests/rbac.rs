@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 use std::process::Child;
 use std::time::Duration;
 
-use support::apiserver::TestApiserver;
+use support::fake_apiserver::TestApiserver;
 use support::fake_cri::FakeServer;
 use support::manifests::granted;
 use support::wait_until;

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use plegd::metrics::Metrics;
 use plegd::status::StatusMode;
 use serde_json::{Value, json};
-use support::apiserver::TestApiserver;
+use support::fake_apiserver::TestApiserver;
 use support::containerd::{Containerd, TestPod, containerd};
 use support::history;
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use plegd::metrics::Metrics;
 use plegd::status::StatusMode;
-use support::apiserver::TestApiserver;
+use support::fake_apiserver::TestApiserver;
 use support::fake_cri::FakeServer;
 use support::process::{free_port, http_get};
 use support::wait_until;

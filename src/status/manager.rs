@@ -5,8 +5,9 @@
 //! writers at once, and only its newest wanted status is sent.
 //!
 //! It never writes to a pod whose `spec.nodeName` is not this node. A pod that is gone (404) or was
-//! recreated under another uid (409 with a different uid in the informer) loses its state; server
-//! errors and timeouts are retried with backoff; other refusals (400, 403, 422) are logged and
+//! replaced by another of the same name (the apiserver refuses the write's uid with 422 `metadata.uid
+//! ... field is immutable`, or the informer shows another uid) loses its state; server errors,
+//! timeouts and 429s are retried with backoff; other refusals (400, 403, other 422s) are logged and
 //! counted and that version is dropped, so a bad status never loops.
 
 use std::cmp::Reverse;
@@ -25,6 +26,7 @@ use crate::backoff::{ExponentialBackoff, InvalidBackoff};
 use crate::metrics::Metrics;
 use crate::pod::ApiPod;
 use crate::status::patch::status_patch_body;
+use crate::status::semantic::canonical;
 use crate::supervise::Stage;
 
 /// Settings of the status manager.
@@ -161,6 +163,9 @@ enum Outcome {
     Retry,
     /// A 409 for the pod plegd still knows: retried like [`Outcome::Retry`], counted apart.
     Conflict,
+    /// The pod under this name has another uid now (deleted and created again): dropped like
+    /// [`Outcome::Gone`], counted apart.
+    Replaced,
 }
 
 impl Outcome {
@@ -172,6 +177,7 @@ impl Outcome {
             Outcome::Refused => "rejected",
             Outcome::Retry => "retry",
             Outcome::Conflict => "conflict",
+            Outcome::Replaced => "replaced",
         }
     }
 }
@@ -210,6 +216,16 @@ fn status_hash(status: &PodStatus, finished: bool) -> u64 {
     serde_json::to_vec(status).unwrap_or_default().hash(&mut hasher);
     finished.hash(&mut hasher);
     hasher.finish()
+}
+
+/// Whether a 422 refused a write because the pod's uid is not the one the write named: the
+/// apiserver puts no precondition on a PATCH, and a `metadata.uid` that differs from the stored
+/// object's fails metadata validation instead (`metadata.uid: Invalid value: "...": field is
+/// immutable`). The pod under that name was deleted and created again.
+fn uid_changed(status: &kube::core::Status) -> bool {
+    let causes = status.details.as_ref().map(|d| d.causes.as_slice()).unwrap_or_default();
+    causes.iter().any(|c| c.field == "metadata.uid" && c.reason == "FieldValueInvalid")
+        || (causes.is_empty() && status.message.contains("metadata.uid: Invalid value"))
 }
 
 fn is_terminal(status: Option<&PodStatus>) -> bool {
@@ -462,7 +478,7 @@ impl StatusManager {
     /// Bookkeeping after a write; queues the pod again when there is more to send.
     fn finish(self: &Arc<Self>, uid: &str, version: u64, outcome: Outcome) {
         let mut inner = self.lock();
-        if outcome == Outcome::Gone {
+        if matches!(outcome, Outcome::Gone | Outcome::Replaced) {
             inner.pods.remove(uid);
             return;
         }
@@ -486,7 +502,7 @@ impl StatusManager {
                 None
             }
             Outcome::Retry | Outcome::Conflict => Some(entry.retry.next_wait()),
-            Outcome::Gone => return,
+            Outcome::Gone | Outcome::Replaced => return,
         };
         match delay {
             None => {
@@ -586,12 +602,13 @@ impl StatusManager {
             warn!(pod = %key, "pod is no longer bound to this node; not writing its status");
             return Outcome::Gone;
         }
-        // Diff against what the apiserver has: the informer's copy, or plegd's own newer write.
+        // Diff against what the apiserver has: the informer's copy, or plegd's own newer write. Both
+        // sides as the apiserver stores them, so that only real changes are sent.
         let base = match &last_written {
-            Some((status, rv)) if older(pod.metadata.resource_version.as_deref(), rv) => to_json(status),
-            _ => pod.status.as_ref().map(to_json).unwrap_or(Value::Null),
+            Some((status, rv)) if older(pod.metadata.resource_version.as_deref(), rv) => canonical(status),
+            _ => pod.status.as_ref().map(canonical).unwrap_or_default(),
         };
-        let Some(body) = status_patch_body(uid, &base, &to_json(desired)) else {
+        let Some(body) = status_patch_body(uid, &to_json(&base), &to_json(&canonical(desired))) else {
             return Outcome::NothingToSend;
         };
         self.limiter.acquire().await;
@@ -613,13 +630,18 @@ impl StatusManager {
             Err(kube::Error::Api(status)) => match status.code {
                 404 => Outcome::Gone,
                 409 => {
-                    // The uid precondition failed, or a conflict: look at the informer again.
+                    // A conflict: look at the informer again.
                     let now = self.store.get(key);
                     if now.as_ref().and_then(|p| p.metadata.uid.as_deref()) != Some(uid) {
-                        Outcome::Gone
+                        info!(pod = %key, "pod was replaced (deleted and created again under the same name); dropping the old one's status");
+                        Outcome::Replaced
                     } else {
                         Outcome::Conflict
                     }
+                }
+                422 if uid_changed(&status) => {
+                    info!(pod = %key, "pod was replaced (deleted and created again under the same name); dropping the old one's status");
+                    Outcome::Replaced
                 }
                 400 | 403 | 422 => {
                     warn!(pod = %key, code = status.code, reason = %status.reason, message = %status.message, "apiserver refused the status; not retrying this version");
@@ -649,6 +671,26 @@ mod tests {
         assert!(!older(Some("11"), "10"));
         assert!(older(None, "3"));
         assert!(!older(Some("abc"), "xyz"));
+    }
+
+    /// The answer k8s.io/apiserver 1.36 gives a PATCH whose `metadata.uid` is not the stored pod's.
+    #[test]
+    fn a_refused_uid_is_a_replaced_pod() {
+        let status: kube::core::Status = serde_json::from_value(serde_json::json!({
+            "status": "Failure", "code": 422, "reason": "Invalid",
+            "message": "Pod \"web\" is invalid: metadata.uid: Invalid value: \"u-old\": field is immutable",
+            "details": {"name": "web", "kind": "Pod", "causes": [{"reason": "FieldValueInvalid",
+                "message": "Invalid value: \"u-old\": field is immutable", "field": "metadata.uid"}]}
+        }))
+        .unwrap();
+        assert!(uid_changed(&status));
+        let other: kube::core::Status = serde_json::from_value(serde_json::json!({
+            "status": "Failure", "code": 422, "reason": "Invalid",
+            "message": "Pod \"web\" is invalid: status.podIPs: Invalid value: ...",
+            "details": {"causes": [{"reason": "FieldValueInvalid", "field": "status.podIPs"}]}
+        }))
+        .unwrap();
+        assert!(!uid_changed(&other), "another invalid field is a refused status, not a replaced pod");
     }
 
     #[tokio::test]

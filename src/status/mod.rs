@@ -3,6 +3,7 @@
 //! - [`generate`] (pure): the kubelet-equivalent status of a pod.
 //! - [`resources`] (pure): the resources and user of a container status.
 //! - [`patch`] (pure): the strategic merge patch from the apiserver's status to the desired one.
+//! - [`semantic`] (pure): a status as the apiserver stores it, so that statuses compare as typed values.
 //! - [`manager`] (I/O): versioned desired status per pod, deduplicated, written by a bounded pool of
 //!   writers under a QPS/burst limit, with retries; never to a pod of another node.
 //!
@@ -12,6 +13,7 @@ pub mod generate;
 pub mod manager;
 pub mod patch;
 pub mod resources;
+pub mod semantic;
 
 use std::time::SystemTime;
 

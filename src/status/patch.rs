@@ -3,7 +3,7 @@
 //! pod's uid as a precondition. Pure JSON in, JSON out; nothing is sent when nothing differs.
 //!
 //! PodStatus' patch strategies (k8s.io/api core/v1): `conditions` merge by `type`, `podIPs` and
-//! `hostIPs` merge by `ip`; every other list (container statuses included) is atomic and replaced
+//! `hostIPs` merge by `ip`, `resourceClaimStatuses` by `name`; every other list (container statuses included) is atomic and replaced
 //! whole. A merge list is patched element by element (changed fields only, `null` for a field that
 //! went away, `{"$patch": "delete"}` for an element that went away) with a `$setElementOrder`
 //! directive, so conditions written by others are never touched. A JSON merge patch would replace
@@ -19,6 +19,7 @@ pub fn merge_key(field: &str) -> Option<&'static str> {
     match field {
         "conditions" => Some("type"),
         "podIPs" | "hostIPs" => Some("ip"),
+        "resourceClaimStatuses" => Some("name"),
         _ => None,
     }
 }
@@ -116,7 +117,8 @@ pub fn diff_status(old: &Value, new: &Value) -> Option<Map<String, Value>> {
 }
 
 /// The body to PATCH to `pods/{name}/status`: the status patch with `metadata.uid` as a
-/// precondition (the apiserver answers 409 if the pod was deleted and recreated meanwhile).
+/// precondition: the apiserver refuses it (422, `metadata.uid` is immutable) if the pod was deleted
+/// and created again meanwhile.
 pub fn status_patch_body(uid: &str, old: &Value, new: &Value) -> Option<Value> {
     diff_status(old, new).map(|status| json!({ "metadata": { "uid": uid }, "status": status }))
 }
@@ -199,6 +201,22 @@ mod tests {
                 .as_array()
                 .unwrap()
                 .contains(&json!({"ip": "10.0.0.1", "$patch": "delete"}))
+        );
+    }
+
+    #[test]
+    fn resource_claim_statuses_merge_by_name() {
+        let old = json!({"resourceClaimStatuses": [
+            {"name": "gpu", "resourceClaimName": "gpu-1"}, {"name": "theirs", "resourceClaimName": "t-1"}
+        ]});
+        let new = json!({"resourceClaimStatuses": [
+            {"name": "gpu", "resourceClaimName": "gpu-2"}, {"name": "theirs", "resourceClaimName": "t-1"}
+        ]});
+        let p = roundtrip(old, new).unwrap();
+        assert_eq!(
+            p["resourceClaimStatuses"],
+            json!([{"name": "gpu", "resourceClaimName": "gpu-2"}]),
+            "only the changed claim, by name"
         );
     }
 

@@ -9,7 +9,7 @@
 //!     PLEGD_BENCH_WRAP=heaptrack cargo bench --bench idle_cost -- --pods 1000   # a heap profile
 
 #[allow(dead_code)]
-#[path = "../support/apiserver.rs"]
+#[path = "../support/fake_apiserver.rs"]
 mod apiserver;
 #[path = "args.rs"]
 mod args;

@@ -21,7 +21,7 @@
 //! 6.5 open files per task: 1,000 pods of five containers need ~40,000, more than a 20,000 hard limit.
 
 #[allow(dead_code)]
-#[path = "../support/apiserver.rs"]
+#[path = "../support/fake_apiserver.rs"]
 mod apiserver;
 #[path = "args.rs"]
 mod args;

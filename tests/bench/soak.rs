@@ -10,7 +10,7 @@
 //!     cargo bench --bench soak -- --minutes 60
 
 #[allow(dead_code)]
-#[path = "../support/apiserver.rs"]
+#[path = "../support/fake_apiserver.rs"]
 mod apiserver;
 #[path = "args.rs"]
 mod args;

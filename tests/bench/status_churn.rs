@@ -8,7 +8,7 @@
 //!     cargo bench --bench status_churn -- --pods 500 --rate 50
 
 #[allow(dead_code)]
-#[path = "../support/apiserver.rs"]
+#[path = "../support/fake_apiserver.rs"]
 mod apiserver;
 #[path = "args.rs"]
 mod args;

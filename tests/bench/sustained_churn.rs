@@ -8,7 +8,7 @@
 //!     cargo bench --bench sustained_churn -- --rate 50 --seconds 30
 
 #[allow(dead_code)]
-#[path = "../support/apiserver.rs"]
+#[path = "../support/fake_apiserver.rs"]
 mod apiserver;
 #[path = "args.rs"]
 mod args;

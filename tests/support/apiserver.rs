@@ -1,59 +1,69 @@
-//! A loopback HTTP test apiserver with the semantics plegd (and kubectl) rely on: pods list with
-//! fieldSelector and limit/continue; watch from a resourceVersion with ADDED/MODIFIED/DELETED,
-//! BOOKMARK, `410 Gone` (as an ERROR event) for compacted versions and timeoutSeconds; get, create,
-//! delete (graceful for a bound pod that is not terminal; uid preconditions); the status subresource with strategic-merge and JSON merge patches and uid
-//! preconditions (409); a resourceVersion bump on every write; events.k8s.io create and patch;
-//! enough discovery for kubectl. Every request is logged, and faults can be switched on: down (503
-//! for everything, watches cut), slow (a delay), 500s for status patches, 403s for deletes.
+//! A test apiserver built from Kubernetes' own code (tests/apiserver/: k8s.io/apiserver 1.36 on
+//! etcd), one per test: its own etcd (data on tmpfs) and server on free loopback ports, started and
+//! stopped with the test. Everything a test checks of the apiserver — list, watch, resourceVersions,
+//! 410 Gone after compaction, field selectors, strategic merge patches, uid preconditions, graceful
+//! deletion, admission, RBAC, the typed round trip of what is stored — is the real machinery's.
+//!
+//! Identities (bearer tokens): `admin` (system:masters), plegd's service account with the
+//! node-name claim of each node in [`Options::plegd_nodes`], and a kubelet (`system:node:<node>`).
+//! RBAC comes from [`Options::rbac`] (deploy/rbac*.yaml by default). The server records every
+//! request ([`Apiserver::requests`]) and can inject the few faults it cannot produce by itself
+//! ([`Apiserver::set_delay`] and friends, tests/apiserver/testhooks.go); a restart
+//! ([`Apiserver::set_down`]) and compaction ([`Apiserver::compact`]) are real.
+//!
+//! The server binary is built by `tests/apiserver/apiserver.sh build` (tests/run.sh does it first;
+//! a test builds it itself when it is missing).
 
-use std::collections::{BTreeMap, VecDeque};
-use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+#![allow(dead_code)]
 
-use axum::Router;
-use axum::body::{Body, Bytes};
-use axum::extract::{Path, Request, State};
-use axum::http::Uri;
-use axum::http::{HeaderMap, Method, StatusCode, header};
-use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use futures_util::StreamExt;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::discovery::ApiResource;
+use kube::runtime::watcher;
 use serde_json::{Value, json};
-use tokio::sync::broadcast;
 
-#[path = "patch_apply.rs"]
-mod patch_apply;
-use patch_apply::{apply_merge_patch, apply_strategic_merge};
-// What patch_apply needs from its parent.
-use plegd::status::patch::{SET_ORDER, key_of, merge_key};
+pub const NODE_CLAIM: &str = "authentication.kubernetes.io/node-name";
+pub const PLEGD_USER: &str = "system:serviceaccount:plegd-system:plegd";
 
 /// One request as the server saw it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Logged {
     pub method: String,
     pub path: String,
     pub query: String,
+    /// Who made it: the user its bearer token stands for.
+    pub user: String,
     pub status: u16,
-    /// When the response was ready.
-    pub at: std::time::Instant,
+    /// When its status line was ready.
+    #[serde(rename = "atNanos", deserialize_with = "nanos")]
+    pub at: SystemTime,
+}
+
+fn nanos<'de, D: serde::Deserializer<'de>>(d: D) -> Result<SystemTime, D::Error> {
+    let n: u64 = serde::Deserialize::deserialize(d)?;
+    Ok(SystemTime::UNIX_EPOCH + Duration::from_nanos(n))
 }
 
 impl Logged {
-    /// What RBAC would authorize this request as, `group/resource[/subresource]:verb` ("" is the
-    /// core group), as the apiserver's request-info rules derive it: GET of a collection is list,
-    /// or watch with `watch=true`; GET of one object get; POST create; PUT update; PATCH patch;
-    /// DELETE delete. None for non-resource paths (discovery, /version), which every
-    /// authenticated user may read.
+    /// What RBAC authorizes this request as, `group/resource[/subresource]:verb` ("" is the core
+    /// group), by the apiserver's request-info rules: GET of a collection is list, or watch with
+    /// `watch=true`; GET of one object get; POST create; PUT update; PATCH patch; DELETE delete.
+    /// None for non-resource paths (discovery, /version), which every authenticated user may read.
     pub fn authorization(&self) -> Option<String> {
         let parts: Vec<&str> = self.path.trim_matches('/').split('/').collect();
-        let rest = match parts.as_slice() {
+        let (group, rest) = match parts.as_slice() {
             ["api", "v1", rest @ ..] => ("", rest),
             ["apis", group, _version, rest @ ..] => (*group, rest),
             _ => return None,
         };
-        let (group, rest) = rest;
         let rest = match rest {
             ["namespaces", _ns, rest @ ..] if !rest.is_empty() => rest,
             rest => rest,
@@ -80,690 +90,608 @@ impl Logged {
     }
 }
 
-#[derive(Default)]
-pub struct Faults {
-    pub down: bool,
-    pub delay: Option<Duration>,
-    pub status_patch_500: bool,
-    /// Watches answered 500 (which clients do not retry on their own, unlike 503).
-    pub fail_watches: bool,
-    /// The next this many status PATCHes are answered 409 Conflict.
-    pub status_patch_conflicts: u32,
-    /// DELETEs answered 403, as for an identity without the `delete` verb on pods.
-    pub forbid_deletes: bool,
+/// The faults the server injects (tests/apiserver/testhooks.go).
+#[derive(Debug, Clone, Default, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Faults {
+    delay_millis: u64,
+    status_patch500: bool,
+    fail_watches: bool,
+    status_patch_conflicts: u32,
 }
 
-#[derive(Default)]
-struct Data {
-    rv: u64,
-    /// Watch history older than this is compacted: a watch from before it gets 410 Gone.
-    compacted: u64,
-    pods: BTreeMap<(String, String), Value>,
-    events: BTreeMap<(String, String), Value>,
-    history: VecDeque<(u64, &'static str, Value)>,
+/// How to start the server.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Nodes whose plegd (the service account, its token bound to that node) gets a token.
+    pub plegd_nodes: Vec<String>,
+    /// RBAC manifests, relative to the repository.
+    pub rbac: Vec<String>,
+    /// More flags for the server (e.g. `--max-mutating-requests-inflight=1`).
+    pub args: Vec<String>,
 }
 
-pub struct Inner {
-    data: Mutex<Data>,
-    pub faults: Mutex<Faults>,
-    log: Mutex<Vec<Logged>>,
-    changes: broadcast::Sender<(u64, &'static str, Value)>,
-    /// Cuts every open watch when bumped (apiserver going down).
-    epoch: AtomicU64,
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            plegd_nodes: Vec::new(),
+            rbac: ["rbac.yaml", "rbac-status.yaml", "rbac-full-mode.yaml", "rbac-events.yaml"]
+                .iter()
+                .map(|f| format!("deploy/{f}"))
+                .chain(["tests/apiserver/rbac-kubelet.yaml".to_owned()])
+                .collect(),
+            args: Vec::new(),
+        }
+    }
 }
 
-/// A running test apiserver.
-#[derive(Clone)]
-pub struct TestApiserver {
-    pub inner: Arc<Inner>,
-    pub addr: SocketAddr,
+/// Who a kubeconfig speaks as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Identity {
+    Admin,
+    /// plegd's service account, with the node-name claim of this node.
+    Plegd(String),
+    Kubelet,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub struct Apiserver {
+    dir: tempfile::TempDir,
+    port: u16,
+    etcd_port: u16,
+    etcd: Mutex<Option<Child>>,
+    server: Mutex<Option<Child>>,
+    server_args: Vec<String>,
+    tokens: BTreeMap<String, Identity>,
+    client: kube::Client,
+    /// Every version of every pod, as a watch from the start saw them (resourceVersion order).
+    history: Arc<Mutex<Vec<Value>>>,
+    watch: tokio::task::JoinHandle<()>,
+    faults: Mutex<Faults>,
+}
+
+impl Drop for Apiserver {
+    fn drop(&mut self) {
+        self.watch.abort();
+        for child in [&self.server, &self.etcd] {
+            if let Some(mut c) = lock(child).take() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// A request's query parameters, decoded (the last of a repeated name wins).
-fn query(uri: &Uri) -> BTreeMap<String, String> {
-    form_urlencoded::parse(uri.query().unwrap_or_default().as_bytes())
-        .into_owned()
-        .collect()
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn status_error(code: u16, reason: &str, message: &str) -> Response {
-    let body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message, "reason": reason, "code": code});
-    (
-        StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-        [(header::CONTENT_TYPE, "application/json")],
-        body.to_string(),
-    )
-        .into_response()
+fn packages_dir() -> PathBuf {
+    std::env::var_os("PLEGD_PACKAGES_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/var/lib/plegd-test"))
 }
 
-fn json_response(v: &Value) -> Response {
-    ([(header::CONTENT_TYPE, "application/json")], v.to_string()).into_response()
+/// The server binary, built first when it is missing or older than its sources.
+fn server_binary() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let status = Command::new("bash")
+                .arg(repo().join("tests/apiserver/apiserver.sh"))
+                .arg("build")
+                .stdout(Stdio::null())
+                .status()
+                .expect("run tests/apiserver/apiserver.sh build");
+            assert!(
+                status.success(),
+                "building the test apiserver failed: run `bash tests/apiserver/apiserver.sh build` to see why"
+            );
+            packages_dir().join("apiserver/build/bin/plegd-test-apiserver")
+        })
+        .clone()
 }
 
-fn field_selector_matches(pod: &Value, selector: Option<&String>) -> bool {
-    let Some(selector) = selector.filter(|s| !s.is_empty()) else {
-        return true;
-    };
-    selector.split(',').all(|term| {
-        let (field, want, negate) = match term.split_once("!=") {
-            Some((f, v)) => (f, v, true),
-            None => match term.split_once("==").or_else(|| term.split_once('=')) {
-                Some((f, v)) => (f, v, false),
-                None => return false,
-            },
-        };
-        let have = match field {
-            "spec.nodeName" => pod["spec"]["nodeName"].as_str(),
-            "metadata.name" => pod["metadata"]["name"].as_str(),
-            "metadata.namespace" => pod["metadata"]["namespace"].as_str(),
-            "status.phase" => pod["status"]["phase"].as_str(),
-            _ => None,
-        }
-        .unwrap_or("");
-        (have == want) != negate
-    })
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port")
+        .port()
 }
 
-impl Inner {
-    fn bump(&self, data: &mut Data, kind: &'static str, object: &mut Value) {
-        data.rv += 1;
-        object["metadata"]["resourceVersion"] = json!(data.rv.to_string());
-        data.history.push_back((data.rv, kind, object.clone()));
-        while data.history.len() > 10_000 {
-            if let Some((rv, _, _)) = data.history.pop_front() {
-                data.compacted = rv;
-            }
-        }
-        let _ = self.changes.send((data.rv, kind, object.clone()));
+fn token() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut out = String::new();
+    for _ in 0..2 {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(
+            SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_nanos(),
+        );
+        out.push_str(&format!("{:016x}", h.finish()));
     }
+    out
 }
 
-impl TestApiserver {
-    /// Serve on a free loopback port.
+fn log_file(dir: &Path, name: &str) -> std::fs::File {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(name))
+        .expect("log file")
+}
+
+impl Apiserver {
+    /// A server with the default options.
     pub async fn start() -> Self {
-        let (changes, _) = broadcast::channel(65_536);
-        let inner = Arc::new(Inner {
-            data: Mutex::new(Data {
-                rv: 100,
-                ..Data::default()
-            }),
+        Self::start_with(Options::default()).await
+    }
+
+    pub async fn start_with(options: Options) -> Self {
+        let binary = server_binary();
+        let etcd = packages_dir().join("apiserver/root/usr/bin/etcd");
+        let dir = tempfile::Builder::new()
+            .prefix("plegd-apiserver-")
+            .tempdir_in(if Path::new("/dev/shm").is_dir() { "/dev/shm" } else { "/tmp" })
+            .expect("state dir");
+        let (port, etcd_port, peer_port) = (free_port(), free_port(), free_port());
+        let etcd_child = Command::new(&etcd)
+            .args(["--name", "plegd-test", "--log-level", "warn"])
+            .arg("--data-dir")
+            .arg(dir.path().join("etcd"))
+            .args(["--listen-client-urls", &format!("http://127.0.0.1:{etcd_port}")])
+            .args(["--advertise-client-urls", &format!("http://127.0.0.1:{etcd_port}")])
+            .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer_port}")])
+            .args(["--initial-advertise-peer-urls", &format!("http://127.0.0.1:{peer_port}")])
+            .args(["--initial-cluster", &format!("plegd-test=http://127.0.0.1:{peer_port}")])
+            .stdout(Stdio::null())
+            .stderr(log_file(dir.path(), "etcd.log"))
+            .spawn()
+            .unwrap_or_else(|e| panic!("start etcd {}: {e}", etcd.display()));
+
+        let mut tokens = BTreeMap::new();
+        let mut entries = Vec::new();
+        let admin = token();
+        tokens.insert(admin.clone(), Identity::Admin);
+        entries.push(json!({"token": admin, "user": "plegd-test-admin", "groups": ["system:masters"]}));
+        for node in &options.plegd_nodes {
+            let t = token();
+            tokens.insert(t.clone(), Identity::Plegd(node.clone()));
+            entries.push(json!({"token": t, "user": PLEGD_USER,
+                "groups": ["system:serviceaccounts", "system:serviceaccounts:plegd-system"],
+                "extra": {NODE_CLAIM: [node]}}));
+        }
+        let kubelet = token();
+        tokens.insert(kubelet.clone(), Identity::Kubelet);
+        entries.push(json!({"token": kubelet, "user": "system:node:kubelet-node", "groups": ["system:nodes"]}));
+        std::fs::write(dir.path().join("tokens.json"), json!({"tokens": entries}).to_string()).expect("tokens");
+
+        let rbac: Vec<String> = options.rbac.iter().map(|f| repo().join(f).display().to_string()).collect();
+        let mut server_args = vec![
+            format!("--etcd-servers=http://127.0.0.1:{etcd_port}"),
+            format!("--secure-port={port}"),
+            format!("--cert-dir={}", dir.path().display()),
+            format!("--token-file={}", dir.path().join("tokens.json").display()),
+            format!("--rbac={}", rbac.join(",")),
+        ];
+        server_args.extend(options.args.iter().cloned());
+        let server = Self::spawn_server(&binary, &server_args, dir.path());
+        let admin_kc = write_kubeconfig(dir.path(), "admin", port, &admin);
+        let client = client_for(&admin_kc).await;
+        let history = Arc::new(Mutex::new(Vec::new()));
+        let me = Self {
+            port,
+            etcd_port,
+            etcd: Mutex::new(Some(etcd_child)),
+            server: Mutex::new(Some(server)),
+            server_args,
+            tokens,
+            client: client.clone(),
+            watch: tokio::spawn(record_pods(client, history.clone())),
+            history,
             faults: Mutex::default(),
-            log: Mutex::default(),
-            changes,
-            epoch: AtomicU64::new(0),
-        });
-        let app = Router::new()
-            .route("/api", get(|| async { json_response(&json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}]})) }))
-            .route("/apis", get(|| async { json_response(&json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [{"name": "events.k8s.io", "versions": [{"groupVersion": "events.k8s.io/v1", "version": "v1"}], "preferredVersion": {"groupVersion": "events.k8s.io/v1", "version": "v1"}}]})) }))
-            .route("/api/v1", get(|| async { json_response(&discovery_v1()) }))
-            .route("/apis/events.k8s.io/v1", get(|| async { json_response(&json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "events.k8s.io/v1", "resources": [{"name": "events", "singularName": "event", "namespaced": true, "kind": "Event", "verbs": ["create", "get", "list", "patch"]}]})) }))
-            .route("/version", get(|| async { json_response(&json!({"major": "1", "minor": "33", "gitVersion": "v1.33.0-plegd-test"})) }))
-            .route("/api/v1/pods", get(list_or_watch))
-            .route("/api/v1/namespaces/{ns}/pods", get(list_or_watch_ns).post(create_pod))
-            .route("/api/v1/namespaces/{ns}/pods/{name}", get(get_pod).delete(delete_pod))
-            .route("/api/v1/namespaces/{ns}/pods/{name}/status", get(get_pod).patch(patch_status))
-            .route("/apis/events.k8s.io/v1/namespaces/{ns}/events", axum::routing::post(create_event).get(list_events))
-            .route("/apis/events.k8s.io/v1/namespaces/{ns}/events/{name}", axum::routing::patch(patch_event))
-            .layer(middleware::from_fn_with_state(inner.clone(), log_and_faults))
-            .with_state(inner.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind the test apiserver");
-        let addr = listener.local_addr().expect("address");
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
-        Self { inner, addr }
+            dir,
+        };
+        me.wait_ready(Duration::from_secs(60)).await;
+        me
+    }
+
+    fn spawn_server(binary: &Path, args: &[String], dir: &Path) -> Child {
+        Command::new(binary)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(log_file(dir, "apiserver.log"))
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {}: {e}", binary.display()))
+    }
+
+    async fn wait_ready(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let ready = self
+                .client
+                .request_text(http::Request::get("/readyz").body(Vec::new()).unwrap())
+                .await;
+            // The namespaces a fresh apiserver creates come with readiness (a post-start hook).
+            if ready.is_ok() {
+                return;
+            }
+            if Instant::now() >= deadline {
+                panic!(
+                    "the test apiserver did not become ready in {timeout:?}: {ready:?}\n{}",
+                    self.log_tail()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The end of the server's and etcd's logs, for failure messages.
+    pub fn log_tail(&self) -> String {
+        let mut out = String::new();
+        for name in ["apiserver.log", "etcd.log"] {
+            let text = std::fs::read_to_string(self.dir.path().join(name)).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            out.push_str(&format!("--- {name} ---\n{}\n", lines[lines.len().saturating_sub(20)..].join("\n")));
+        }
+        out
     }
 
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("https://127.0.0.1:{}", self.port)
     }
 
-    /// A kubeconfig for this server (plain HTTP, no credentials).
-    pub fn kubeconfig(&self, dir: &std::path::Path) -> std::path::PathBuf {
-        let path = dir.join("kubeconfig");
-        let text = format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {}\ncontexts:\n- name: test\n  context:\n    cluster: test\n    user: test\ncurrent-context: test\nusers:\n- name: test\n  user: {{}}\n",
-            self.url()
-        );
-        std::fs::write(&path, text).expect("write kubeconfig");
-        path
+    /// A kubeconfig as `admin` (system:masters).
+    pub fn kubeconfig(&self, dir: &Path) -> PathBuf {
+        self.kubeconfig_as(dir, &Identity::Admin)
     }
 
-    /// A kube client for this server.
+    /// A kubeconfig as `identity`, which the server must know (plegd's: a node of
+    /// [`Options::plegd_nodes`]).
+    pub fn kubeconfig_as(&self, dir: &Path, identity: &Identity) -> PathBuf {
+        let (token, _) = self
+            .tokens
+            .iter()
+            .find(|(_, i)| *i == identity)
+            .unwrap_or_else(|| panic!("the test apiserver has no token for {identity:?}"));
+        let name = match identity {
+            Identity::Admin => "admin".to_owned(),
+            Identity::Plegd(node) => format!("plegd-{node}"),
+            Identity::Kubelet => "kubelet".to_owned(),
+        };
+        let path = write_kubeconfig(self.dir.path(), &name, self.port, token);
+        let copy = dir.join(format!("{name}.kubeconfig"));
+        std::fs::copy(&path, &copy).expect("copy kubeconfig");
+        copy
+    }
+
+    /// A client as `admin`.
     pub fn client(&self) -> kube::Client {
-        let config = kube::Config::new(self.url().parse().expect("url"));
-        kube::Client::try_from(config).expect("client")
+        self.client.clone()
     }
 
-    /// Create a pod (as the scheduler would, already bound when `spec.nodeName` is set).
-    pub fn create_pod(&self, mut pod: Value) -> Value {
-        let mut data = lock(&self.inner.data);
+    /// A client as `identity`.
+    pub async fn client_as(&self, identity: &Identity) -> kube::Client {
+        client_for(&self.kubeconfig_as(self.dir.path(), identity)).await
+    }
+
+    fn pods(&self, namespace: &str) -> Api<DynamicObject> {
+        Api::namespaced_with(self.client.clone(), namespace, &pod_resource())
+    }
+
+    /// Create a pod (as the scheduler would: already bound when `spec.nodeName` is set); its
+    /// namespace is created first if needed. Returns the stored object: the server gives the uid.
+    pub async fn create_pod(&self, mut pod: Value) -> Value {
         let ns = pod["metadata"]["namespace"].as_str().unwrap_or("default").to_owned();
-        let name = pod["metadata"]["name"].as_str().expect("pod name").to_owned();
+        self.ensure_namespace(&ns).await;
         pod["apiVersion"] = json!("v1");
         pod["kind"] = json!("Pod");
-        pod["metadata"]["namespace"] = json!(ns);
-        if pod["metadata"]["uid"].is_null() {
-            pod["metadata"]["uid"] = json!(format!("uid-{}-{}", name, data.rv + 1));
+        if let Some(meta) = pod["metadata"].as_object_mut() {
+            meta.remove("uid");
         }
-        pod["metadata"]["creationTimestamp"] = json!("2026-01-01T00:00:00Z");
-        if pod["status"].is_null() {
-            pod["status"] = json!({"phase": "Pending", "qosClass": "BestEffort"});
-        }
-        self.inner.bump(&mut data, "ADDED", &mut pod);
-        data.pods.insert((ns, name), pod.clone());
-        pod
+        let object: DynamicObject = serde_json::from_value(pod).expect("a pod object");
+        let created = self
+            .pods(&ns)
+            .create(&PostParams::default(), &object)
+            .await
+            .unwrap_or_else(|e| panic!("create pod: {e}"));
+        serde_json::to_value(created).expect("json")
     }
 
-    /// A pod `name` in namespace `default` with containers c0…c(n-1), bound to `node`.
-    pub fn create_bound_pod(
-        &self,
-        name: &str,
-        uid: &str,
-        node: &str,
-        containers: usize,
-        restart_policy: &str,
-    ) -> Value {
+    pub async fn ensure_namespace(&self, name: &str) {
+        let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(self.client.clone());
+        let ns = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+        match api.create(&PostParams::default(), &ns).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => panic!("create namespace {name}: {e}"),
+        }
+    }
+
+    /// A pod `name` in namespace `default` with containers c0…c(n-1), bound to `node`. Returns its
+    /// uid (the server's).
+    pub async fn create_bound_pod(&self, name: &str, node: &str, containers: usize, restart_policy: &str) -> String {
         let specs: Vec<Value> = (0..containers)
             .map(|c| json!({"name": format!("c{c}"), "image": "fake.test/busybox:1"}))
             .collect();
-        self.create_pod(json!({"metadata": {"name": name, "namespace": "default", "uid": uid},
-            "spec": {"nodeName": node, "restartPolicy": restart_policy, "containers": specs}}))
+        let pod = self
+            .create_pod(json!({"metadata": {"name": name, "namespace": "default"},
+                "spec": {"nodeName": node, "restartPolicy": restart_policy, "containers": specs}}))
+            .await;
+        uid(&pod)
     }
 
-    /// Wait until the pods `pod-0` … `pod-{count - 1}` of `default` (the names the benches give) are
-    /// all Running; panics after `timeout`.
+    /// Wait until the pods `pod-0` … `pod-{count - 1}` of `default` are all Running.
     pub async fn wait_all_running(&self, count: usize, timeout: Duration) {
-        let deadline = std::time::Instant::now() + timeout;
-        while (0..count).any(|i| {
-            self.pod("default", &format!("pod-{i}"))
-                .is_none_or(|p| p["status"]["phase"] != "Running")
-        }) {
-            assert!(std::time::Instant::now() < deadline, "pods did not all become Running");
+        let deadline = Instant::now() + timeout;
+        loop {
+            let pods = self
+                .pods("default")
+                .list(&ListParams::default())
+                .await
+                .expect("list pods");
+            let running = pods
+                .items
+                .iter()
+                .filter(|p| p.data["status"]["phase"] == "Running")
+                .count();
+            if running >= count {
+                return;
+            }
+            assert!(Instant::now() < deadline, "pods did not all become Running ({running}/{count})");
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
 
-    pub fn pod(&self, namespace: &str, name: &str) -> Option<Value> {
-        lock(&self.inner.data)
-            .pods
-            .get(&(namespace.to_owned(), name.to_owned()))
-            .cloned()
+    pub async fn pod(&self, namespace: &str, name: &str) -> Option<Value> {
+        match self.pods(namespace).get_opt(name).await {
+            Ok(p) => p.map(|p| serde_json::to_value(p).expect("json")),
+            Err(e) => panic!("get pod {namespace}/{name}: {e}"),
+        }
     }
 
-    /// Change a stored pod as a client's update would (a MODIFIED event, a new resourceVersion).
-    pub fn update_pod(&self, namespace: &str, name: &str, change: impl FnOnce(&mut Value)) {
-        let mut data = lock(&self.inner.data);
-        let key = (namespace.to_owned(), name.to_owned());
-        let Some(mut pod) = data.pods.get(&key).cloned() else {
-            return;
-        };
+    /// Change a pod as a client's update would (PUT of the whole object; the status stays).
+    pub async fn update_pod(&self, namespace: &str, name: &str, change: impl FnOnce(&mut Value)) {
+        let api = self.pods(namespace);
+        let mut pod = serde_json::to_value(api.get(name).await.expect("get pod")).unwrap();
         change(&mut pod);
-        self.inner.bump(&mut data, "MODIFIED", &mut pod);
-        data.pods.insert(key, pod);
+        let object: DynamicObject = serde_json::from_value(pod).unwrap();
+        api.replace(name, &PostParams::default(), &object).await.expect("update pod");
     }
 
-    /// Every version of a pod the server stored, oldest first (as long as the watch history
-    /// keeps it: the last 10,000 writes of all objects).
-    pub fn pod_versions(&self, namespace: &str, name: &str) -> Vec<Value> {
-        lock(&self.inner.data)
-            .history
-            .iter()
-            .filter(|(_, _, o)| {
-                o["kind"] == "Pod" && o["metadata"]["namespace"] == namespace && o["metadata"]["name"] == name
-            })
-            .map(|(_, _, o)| o.clone())
-            .collect()
+    /// Every stored version of a pod, oldest first, as a watch from the server's start saw them.
+    pub async fn pod_versions(&self, namespace: &str, name: &str) -> Vec<Value> {
+        // Wait until the recorder has seen the newest version.
+        let newest = self
+            .pod(namespace, name)
+            .await
+            .and_then(|p| p["metadata"]["resourceVersion"].as_str().map(str::to_owned));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let versions: Vec<Value> = lock(&self.history)
+                .iter()
+                .filter(|o| o["metadata"]["namespace"] == namespace && o["metadata"]["name"] == name)
+                .cloned()
+                .collect();
+            let seen = newest.as_ref().is_none_or(|rv| {
+                versions
+                    .iter()
+                    .any(|v| v["metadata"]["resourceVersion"].as_str() == Some(rv))
+            });
+            if seen || Instant::now() >= deadline {
+                return versions;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
-    /// What `kubectl delete pod` does (the DELETE handler's rules without an HTTP round trip): a
-    /// bound pod that is not terminal gets its deletionTimestamp and stays until someone deletes
-    /// it with grace period 0; any other pod is removed.
-    pub fn request_deletion(&self, namespace: &str, name: &str, grace_seconds: u64) {
-        let mut data = lock(&self.inner.data);
-        delete_from(
-            &self.inner,
-            &mut data,
-            (namespace.to_owned(), name.to_owned()),
-            grace_seconds as i64,
-        );
+    /// What `kubectl delete pod --grace-period=N` does.
+    pub async fn request_deletion(&self, namespace: &str, name: &str, grace_seconds: u32) {
+        let params = DeleteParams {
+            grace_period_seconds: Some(grace_seconds),
+            ..DeleteParams::default()
+        };
+        match self.pods(namespace).delete(name, &params).await {
+            Ok(_) | Err(kube::Error::Api(_)) => {}
+            Err(e) => panic!("delete pod {namespace}/{name}: {e}"),
+        }
     }
 
     /// The pod removed at once (a DELETE with grace period 0).
-    pub fn delete(&self, namespace: &str, name: &str) {
-        let mut data = lock(&self.inner.data);
-        if let Some(mut pod) = data.pods.remove(&(namespace.to_owned(), name.to_owned())) {
-            self.inner.bump(&mut data, "DELETED", &mut pod);
-        }
+    pub async fn delete(&self, namespace: &str, name: &str) {
+        self.request_deletion(namespace, name, 0).await;
     }
 
-    pub fn events(&self) -> Vec<Value> {
-        lock(&self.inner.data).events.values().cloned().collect()
+    /// Every events.k8s.io Event.
+    pub async fn events(&self) -> Vec<Value> {
+        let resource = ApiResource {
+            group: "events.k8s.io".into(),
+            version: "v1".into(),
+            api_version: "events.k8s.io/v1".into(),
+            kind: "Event".into(),
+            plural: "events".into(),
+        };
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
+        let list = api.list(&ListParams::default()).await.expect("list events");
+        list.items
+            .into_iter()
+            .map(|e| serde_json::to_value(e).expect("json"))
+            .collect()
     }
 
-    pub fn requests(&self) -> Vec<Logged> {
-        lock(&self.inner.log).clone()
+    async fn hook(&self, method: &str, path: &str, body: Vec<u8>) -> String {
+        let request = http::Request::builder()
+            .method(method)
+            .uri(path)
+            .header("content-type", "application/json")
+            .body(body)
+            .unwrap();
+        self.client
+            .request_text(request)
+            .await
+            .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
     }
 
-    pub fn clear_log(&self) {
-        lock(&self.inner.log).clear();
+    /// Every request the server answered (the hooks' own excepted), oldest first.
+    pub async fn requests(&self) -> Vec<Logged> {
+        let text = self.hook("GET", "/plegd-test/requests", Vec::new()).await;
+        serde_json::from_str::<Option<Vec<Logged>>>(&text)
+            .expect("request log")
+            .unwrap_or_default()
     }
 
-    /// Forget watch history up to now: a watch from an older resourceVersion gets 410 Gone.
-    pub fn compact(&self) {
-        let mut data = lock(&self.inner.data);
-        data.compacted = data.rv;
-        data.history.clear();
+    /// The requests made by `user`.
+    pub async fn requests_by(&self, user: &str) -> Vec<Logged> {
+        self.requests().await.into_iter().filter(|r| r.user == user).collect()
     }
 
-    /// Everything answers 503 and open watches end, or normal service again.
-    pub fn set_down(&self, down: bool) {
-        lock(&self.inner.faults).down = down;
+    pub async fn clear_log(&self) {
+        self.hook("DELETE", "/plegd-test/requests", Vec::new()).await;
+    }
+
+    async fn put_faults(&self, change: impl FnOnce(&mut Faults)) {
+        let faults = {
+            let mut f = lock(&self.faults);
+            change(&mut f);
+            f.clone()
+        };
+        self.hook("PUT", "/plegd-test/faults", serde_json::to_vec(&faults).unwrap())
+            .await;
+    }
+
+    pub async fn set_delay(&self, delay: Option<Duration>) {
+        self.put_faults(|f| f.delay_millis = delay.map_or(0, |d| d.as_millis() as u64))
+            .await;
+    }
+
+    pub async fn set_status_patch_500(&self, on: bool) {
+        self.put_faults(|f| f.status_patch500 = on).await;
+    }
+
+    /// Watches answered 500 (clients do not retry those on their own, unlike a 503). Watches
+    /// already open stay open: restart the server ([`Apiserver::set_down`]) to cut them.
+    pub async fn set_fail_watches(&self, on: bool) {
+        self.put_faults(|f| f.fail_watches = on).await;
+    }
+
+    /// The next `count` status PATCHes answered 409 Conflict.
+    pub async fn set_status_patch_conflicts(&self, count: u32) {
+        self.put_faults(|f| f.status_patch_conflicts = count).await;
+    }
+
+    /// Stop the server (etcd keeps running: nothing stored is lost; open watches end, requests
+    /// fail), or start it again on the same port.
+    pub async fn set_down(&self, down: bool) {
+        let mut server = lock(&self.server);
         if down {
-            self.inner.epoch.fetch_add(1, Ordering::AcqRel);
-        }
-    }
-
-    pub fn set_delay(&self, delay: Option<Duration>) {
-        lock(&self.inner.faults).delay = delay;
-    }
-
-    pub fn set_forbid_deletes(&self, on: bool) {
-        lock(&self.inner.faults).forbid_deletes = on;
-    }
-
-    /// Watches fail with 500 and open ones end, or normal service again.
-    pub fn set_fail_watches(&self, on: bool) {
-        lock(&self.inner.faults).fail_watches = on;
-        if on {
-            self.inner.epoch.fetch_add(1, Ordering::AcqRel);
-        }
-    }
-
-    pub fn set_status_patch_conflicts(&self, count: u32) {
-        lock(&self.inner.faults).status_patch_conflicts = count;
-    }
-
-    pub fn set_status_patch_500(&self, on: bool) {
-        lock(&self.inner.faults).status_patch_500 = on;
-    }
-}
-
-fn discovery_v1() -> Value {
-    json!({"kind": "APIResourceList", "groupVersion": "v1", "resources": [
-        {"name": "pods", "singularName": "pod", "namespaced": true, "kind": "Pod", "verbs": ["create", "delete", "get", "list", "patch", "watch"], "shortNames": ["po"]},
-        {"name": "pods/status", "singularName": "", "namespaced": true, "kind": "Pod", "verbs": ["get", "patch"]}
-    ]})
-}
-
-async fn log_and_faults(State(inner): State<Arc<Inner>>, request: Request, next: Next) -> Response {
-    let method = request.method().to_string();
-    let path = request.uri().path().to_owned();
-    let query = request.uri().query().unwrap_or("").to_owned();
-    let status_patch = request.method() == Method::PATCH && path.ends_with("/status");
-    let watch = query.split('&').any(|p| p == "watch=true" || p == "watch=1");
-    let (down, delay, fail_patch, conflict, forbid_delete, fail_watch) = {
-        let mut f = lock(&inner.faults);
-        let conflict = status_patch && !f.down && f.status_patch_conflicts > 0;
-        if conflict {
-            f.status_patch_conflicts -= 1;
-        }
-        (
-            f.down,
-            f.delay,
-            f.status_patch_500,
-            conflict,
-            f.forbid_deletes,
-            watch && f.fail_watches,
-        )
-    };
-    if let Some(delay) = delay {
-        tokio::time::sleep(delay).await;
-    }
-    let response = if down {
-        status_error(503, "ServiceUnavailable", "the test apiserver is down")
-    } else if fail_patch && status_patch {
-        status_error(500, "InternalError", "injected failure")
-    } else if fail_watch {
-        status_error(500, "InternalError", "injected watch failure")
-    } else if conflict {
-        status_error(
-            409,
-            "Conflict",
-            "the object has been modified; please apply your changes to the latest version and try again",
-        )
-    } else if forbid_delete && request.method() == Method::DELETE {
-        status_error(403, "Forbidden", "pods is forbidden: cannot delete resource \"pods\"")
-    } else {
-        next.run(request).await
-    };
-    lock(&inner.log).push(Logged {
-        method,
-        path,
-        query,
-        status: response.status().as_u16(),
-        at: std::time::Instant::now(),
-    });
-    response
-}
-
-fn list_response(inner: &Inner, namespace: Option<&str>, q: &BTreeMap<String, String>) -> Response {
-    let data = lock(&inner.data);
-    let items: Vec<&Value> = data
-        .pods
-        .iter()
-        .filter(|((ns, _), _)| namespace.is_none_or(|n| n == ns))
-        .filter(|(_, p)| field_selector_matches(p, q.get("fieldSelector")))
-        .map(|(_, p)| p)
-        .collect();
-    let start: usize = q.get("continue").and_then(|c| c.parse().ok()).unwrap_or(0);
-    let limit: usize = q
-        .get("limit")
-        .and_then(|l| l.parse().ok())
-        .filter(|l| *l > 0)
-        .unwrap_or(usize::MAX);
-    let page: Vec<Value> = items.iter().skip(start).take(limit).map(|p| (*p).clone()).collect();
-    let mut metadata = json!({"resourceVersion": data.rv.to_string()});
-    if start.saturating_add(limit) < items.len() {
-        metadata["continue"] = json!((start + limit).to_string());
-    }
-    json_response(&json!({"kind": "PodList", "apiVersion": "v1", "metadata": metadata, "items": page}))
-}
-
-fn watch_response(inner: Arc<Inner>, namespace: Option<String>, q: BTreeMap<String, String>) -> Response {
-    let from: u64 = q.get("resourceVersion").and_then(|v| v.parse().ok()).unwrap_or(0);
-    let timeout = q
-        .get("timeoutSeconds")
-        .and_then(|t| t.parse().ok())
-        .map(Duration::from_secs)
-        .unwrap_or(Duration::from_secs(300));
-    let bookmarks = q.get("allowWatchBookmarks").is_some_and(|v| v == "true");
-    let selector = q.get("fieldSelector").cloned();
-    let matches = move |obj: &Value| {
-        namespace
-            .as_deref()
-            .is_none_or(|n| obj["metadata"]["namespace"].as_str() == Some(n))
-            && field_selector_matches(obj, selector.as_ref())
-    };
-    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(1024);
-    let line = |kind: &str, object: &Value| Ok(Bytes::from(format!("{}\n", json!({"type": kind, "object": object}))));
-    {
-        let data = lock(&inner.data);
-        if from != 0 && from < data.compacted {
-            let gone = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "too old resource version", "reason": "Expired", "code": 410});
-            let _ = tx.try_send(line("ERROR", &gone));
-            drop(tx);
-            return Response::builder()
-                .header(header::CONTENT_TYPE, "application/json")
-                .body(Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx)))
-                .unwrap_or_default();
-        }
-    }
-    let mut changes = inner.changes.subscribe();
-    let epoch = inner.epoch.load(Ordering::Acquire);
-    let backlog: Vec<(u64, &'static str, Value)> = {
-        let data = lock(&inner.data);
-        if from == 0 {
-            data.pods.values().map(|p| (data.rv, "ADDED", p.clone())).collect()
-        } else {
-            data.history.iter().filter(|(rv, _, _)| *rv > from).cloned().collect()
-        }
-    };
-    tokio::spawn(async move {
-        let mut last = from;
-        for (rv, kind, object) in backlog {
-            last = last.max(rv);
-            if matches(&object) && tx.send(line(kind, &object)).await.is_err() {
-                return;
+            if let Some(mut c) = server.take() {
+                let _ = c.kill();
+                let _ = c.wait();
             }
+            return;
         }
-        let deadline = tokio::time::Instant::now() + timeout;
-        let mut bookmark = tokio::time::interval(Duration::from_secs(1));
-        loop {
-            if inner.epoch.load(Ordering::Acquire) != epoch {
-                return;
+        if server.is_none() {
+            *server = Some(Self::spawn_server(&server_binary(), &self.server_args, self.dir.path()));
+        }
+        drop(server);
+        // The faults live in the server: set them again.
+        let faults = lock(&self.faults).clone();
+        self.wait_ready(Duration::from_secs(60)).await;
+        self.hook("PUT", "/plegd-test/faults", serde_json::to_vec(&faults).unwrap())
+            .await;
+    }
+
+    /// Compact etcd up to its current revision: a watch or list from an older resourceVersion
+    /// gets 410 Gone (once the watch cache no longer holds it, as after a restart).
+    pub async fn compact(&self) {
+        let base = format!("http://127.0.0.1:{}", self.etcd_port);
+        let out = Command::new("curl")
+            .args(["-sf", "-X", "POST", &format!("{base}/v3/kv/range"), "-d", r#"{"key":"AA=="}"#])
+            .output()
+            .expect("curl etcd");
+        let reply: Value = serde_json::from_slice(&out.stdout).expect("etcd range reply");
+        let revision = reply["header"]["revision"].as_str().expect("etcd revision").to_owned();
+        let status = Command::new("curl")
+            .args(["-sf", "-o", "/dev/null", "-X", "POST", &format!("{base}/v3/kv/compaction")])
+            .args(["-d", &json!({"revision": revision, "physical": true}).to_string()])
+            .status()
+            .expect("curl etcd");
+        assert!(status.success(), "etcd compaction");
+    }
+}
+
+/// The uid the server gave a stored object.
+pub fn uid(object: &Value) -> String {
+    object["metadata"]["uid"].as_str().expect("a uid").to_owned()
+}
+
+fn pod_resource() -> ApiResource {
+    ApiResource {
+        group: String::new(),
+        version: "v1".into(),
+        api_version: "v1".into(),
+        kind: "Pod".into(),
+        plural: "pods".into(),
+    }
+}
+
+fn write_kubeconfig(dir: &Path, name: &str, port: u16, token: &str) -> PathBuf {
+    let path = dir.join(format!("{name}.kubeconfig"));
+    let ca = dir.join("apiserver.crt");
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: plegd-test\n  cluster:\n    server: https://127.0.0.1:{port}\n    certificate-authority: {}\nusers:\n- name: {name}\n  user:\n    token: {token}\ncontexts:\n- name: {name}\n  context:\n    cluster: plegd-test\n    user: {name}\ncurrent-context: {name}\n",
+        ca.display()
+    );
+    std::fs::write(&path, text).expect("write kubeconfig");
+    path
+}
+
+async fn client_for(kubeconfig: &Path) -> kube::Client {
+    // The server writes its certificate as it starts.
+    let ca = kubeconfig.parent().unwrap().join("apiserver.crt");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !ca.exists() {
+        assert!(Instant::now() < deadline, "the test apiserver wrote no certificate");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let kc = Kubeconfig::read_from(kubeconfig).expect("kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .expect("kubeconfig");
+    kube::Client::try_from(config).expect("client")
+}
+
+/// Record every version of every pod, in order, for [`Apiserver::pod_versions`].
+async fn record_pods(client: kube::Client, history: Arc<Mutex<Vec<Value>>>) {
+    let api: Api<DynamicObject> = Api::all_with(client, &pod_resource());
+    let mut events = watcher::watcher(api, watcher::Config::default()).boxed();
+    while let Some(event) = events.next().await {
+        let object = match event {
+            Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => o,
+            Ok(watcher::Event::Delete(mut o)) => {
+                o.data["plegd-test/deleted"] = json!(true);
+                o
             }
-            tokio::select! {
-                _ = tokio::time::sleep_until(deadline) => return,
-                _ = bookmark.tick(), if bookmarks => {
-                    let rv = lock(&inner.data).rv;
-                    let object = json!({"kind": "Pod", "apiVersion": "v1", "metadata": {"resourceVersion": rv.to_string()}});
-                    if tx.send(line("BOOKMARK", &object)).await.is_err() { return; }
-                }
-                change = changes.recv() => match change {
-                    Ok((rv, kind, object)) if rv > last => {
-                        last = rv;
-                        if matches(&object) && tx.send(line(kind, &object)).await.is_err() { return; }
-                    }
-                    Ok(_) => {}
-                    Err(_) => return,
-                },
-                () = tokio::time::sleep(Duration::from_millis(200)) => {}
+            Ok(_) => continue,
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
             }
+        };
+        let value = serde_json::to_value(object).expect("json");
+        let mut h = lock(&history);
+        let rv = value["metadata"]["resourceVersion"].clone();
+        let uid = value["metadata"]["uid"].clone();
+        if !h
+            .iter()
+            .any(|v| v["metadata"]["resourceVersion"] == rv && v["metadata"]["uid"] == uid)
+        {
+            h.push(value);
         }
-    });
-    Response::builder()
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx)))
-        .unwrap_or_default()
-}
-
-async fn list_or_watch(State(inner): State<Arc<Inner>>, uri: Uri) -> Response {
-    let q = query(&uri);
-    if q.get("watch").is_some_and(|w| w == "true" || w == "1") {
-        watch_response(inner, None, q)
-    } else {
-        list_response(&inner, None, &q)
     }
-}
-
-async fn list_or_watch_ns(State(inner): State<Arc<Inner>>, Path(ns): Path<String>, uri: Uri) -> Response {
-    let q = query(&uri);
-    if q.get("watch").is_some_and(|w| w == "true" || w == "1") {
-        watch_response(inner, Some(ns), q)
-    } else {
-        list_response(&inner, Some(&ns), &q)
-    }
-}
-
-async fn get_pod(State(inner): State<Arc<Inner>>, Path(params): Path<Vec<String>>) -> Response {
-    let (ns, name) = (params[0].clone(), params[1].clone());
-    match lock(&inner.data).pods.get(&(ns, name.clone())) {
-        Some(p) => json_response(p),
-        None => status_error(404, "NotFound", &format!("pods \"{name}\" not found")),
-    }
-}
-
-async fn create_pod(State(inner): State<Arc<Inner>>, Path(ns): Path<String>, body: Bytes) -> Response {
-    let Ok(mut pod) = serde_json::from_slice::<Value>(&body) else {
-        return status_error(400, "BadRequest", "invalid JSON");
-    };
-    pod["metadata"]["namespace"] = json!(ns);
-    let server = TestApiserver {
-        inner,
-        addr: ([127, 0, 0, 1], 0).into(),
-    };
-    let created = server.create_pod(pod);
-    (
-        StatusCode::CREATED,
-        [(header::CONTENT_TYPE, "application/json")],
-        created.to_string(),
-    )
-        .into_response()
-}
-
-/// The apiserver's 409 for a uid precondition that `pod` does not meet; None when it does or there
-/// is none.
-fn uid_precondition_failed(uid: Option<&str>, pod: &Value) -> Option<Response> {
-    let uid = uid?;
-    (Some(uid) != pod["metadata"]["uid"].as_str()).then(|| {
-        status_error(
-            409,
-            "Conflict",
-            &format!(
-                "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                pod["metadata"]["uid"]
-            ),
-        )
-    })
-}
-
-/// DELETE of a pod as the apiserver does it: `preconditions.uid` (409 when it differs); a pod that
-/// is bound to a node and not terminal is deleted gracefully (deletionTimestamp and
-/// deletionGracePeriodSeconds set, MODIFIED, the object stays) unless the grace period is 0;
-/// otherwise it is removed (DELETED).
-async fn delete_pod(
-    State(inner): State<Arc<Inner>>,
-    Path((ns, name)): Path<(String, String)>,
-    uri: Uri,
-    body: Bytes,
-) -> Response {
-    let q = query(&uri);
-    let options: Value = if body.is_empty() {
-        Value::Null
-    } else {
-        match serde_json::from_slice(&body) {
-            Ok(v) => v,
-            Err(_) => return status_error(400, "BadRequest", "invalid DeleteOptions"),
-        }
-    };
-    let mut data = lock(&inner.data);
-    let key = (ns, name.clone());
-    let Some(pod) = data.pods.get(&key).cloned() else {
-        return status_error(404, "NotFound", &format!("pods \"{name}\" not found"));
-    };
-    if let Some(conflict) = uid_precondition_failed(options["preconditions"]["uid"].as_str(), &pod) {
-        return conflict;
-    }
-    let grace = options["gracePeriodSeconds"]
-        .as_i64()
-        .or_else(|| q.get("gracePeriodSeconds").and_then(|g| g.parse().ok()))
-        .or_else(|| pod["spec"]["terminationGracePeriodSeconds"].as_i64())
-        .unwrap_or(30);
-    json_response(&delete_from(&inner, &mut data, key, grace))
-}
-
-/// Delete the pod at `key` with `grace` seconds (it exists): gracefully (deletionTimestamp,
-/// MODIFIED) when it is bound, not terminal and `grace` > 0, else at once (DELETED).
-fn delete_from(inner: &Inner, data: &mut Data, key: (String, String), grace: i64) -> Value {
-    let Some(mut pod) = data.pods.get(&key).cloned() else {
-        return Value::Null;
-    };
-    let bound = pod["spec"]["nodeName"].as_str().is_some_and(|n| !n.is_empty());
-    let terminal = matches!(pod["status"]["phase"].as_str(), Some("Succeeded" | "Failed"));
-    if grace > 0 && bound && !terminal {
-        if pod["metadata"]["deletionTimestamp"].is_null() {
-            pod["metadata"]["deletionTimestamp"] = json!(
-                humantime::format_rfc3339_seconds(
-                    std::time::SystemTime::now() + Duration::from_secs(grace.unsigned_abs())
-                )
-                .to_string()
-            );
-            pod["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
-            inner.bump(data, "MODIFIED", &mut pod);
-            data.pods.insert(key, pod.clone());
-        }
-        return pod;
-    }
-    data.pods.remove(&key);
-    inner.bump(data, "DELETED", &mut pod);
-    pod
-}
-
-async fn patch_status(
-    State(inner): State<Arc<Inner>>,
-    Path((ns, name)): Path<(String, String)>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let content_type = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_owned();
-    let Ok(patch) = serde_json::from_slice::<Value>(&body) else {
-        return status_error(400, "BadRequest", "invalid JSON patch");
-    };
-    let mut data = lock(&inner.data);
-    let Some(mut pod) = data.pods.get(&(ns.clone(), name.clone())).cloned() else {
-        return status_error(404, "NotFound", &format!("pods \"{name}\" not found"));
-    };
-    if let Some(conflict) = uid_precondition_failed(patch["metadata"]["uid"].as_str(), &pod) {
-        return conflict;
-    }
-    let status_patch = patch.get("status").cloned().unwrap_or(Value::Null);
-    if status_patch.is_null() {
-        return json_response(&pod);
-    }
-    if content_type.starts_with("application/strategic-merge-patch+json") {
-        apply_strategic_merge(&mut pod["status"], &status_patch);
-    } else if content_type.starts_with("application/merge-patch+json") {
-        apply_merge_patch(&mut pod["status"], &status_patch);
-    } else {
-        return status_error(
-            415,
-            "UnsupportedMediaType",
-            &format!("the body of the request was in an unknown format: {content_type}"),
-        );
-    }
-    inner.bump(&mut data, "MODIFIED", &mut pod);
-    data.pods.insert((ns, name), pod.clone());
-    json_response(&pod)
-}
-
-async fn create_event(State(inner): State<Arc<Inner>>, Path(ns): Path<String>, body: Bytes) -> Response {
-    let Ok(mut event) = serde_json::from_slice::<Value>(&body) else {
-        return status_error(400, "BadRequest", "invalid JSON");
-    };
-    let mut data = lock(&inner.data);
-    let name = event["metadata"]["name"]
-        .as_str()
-        .map(str::to_owned)
-        .unwrap_or_else(|| format!("event-{}", data.rv + 1));
-    event["metadata"]["name"] = json!(name);
-    event["metadata"]["namespace"] = json!(ns);
-    data.rv += 1;
-    event["metadata"]["resourceVersion"] = json!(data.rv.to_string());
-    data.events.insert((ns, name), event.clone());
-    (
-        StatusCode::CREATED,
-        [(header::CONTENT_TYPE, "application/json")],
-        event.to_string(),
-    )
-        .into_response()
-}
-
-async fn patch_event(
-    State(inner): State<Arc<Inner>>,
-    Path((ns, name)): Path<(String, String)>,
-    body: Bytes,
-) -> Response {
-    let Ok(patch) = serde_json::from_slice::<Value>(&body) else {
-        return status_error(400, "BadRequest", "invalid JSON");
-    };
-    let mut data = lock(&inner.data);
-    let Some(event) = data.events.get_mut(&(ns, name.clone())) else {
-        return status_error(404, "NotFound", &format!("events \"{name}\" not found"));
-    };
-    apply_merge_patch(event, &patch);
-    json_response(event)
-}
-
-async fn list_events(State(inner): State<Arc<Inner>>, Path(ns): Path<String>) -> Response {
-    let data = lock(&inner.data);
-    let items: Vec<&Value> = data
-        .events
-        .iter()
-        .filter(|((n, _), _)| *n == ns)
-        .map(|(_, e)| e)
-        .collect();
-    json_response(
-        &json!({"kind": "EventList", "apiVersion": "events.k8s.io/v1", "metadata": {"resourceVersion": data.rv.to_string()}, "items": items}),
-    )
 }

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod apiserver;
+pub mod fake_apiserver;
 pub mod containerd;
 pub mod daemon;
 pub mod fake_cri;
