@@ -1,6 +1,8 @@
-//! The apiserver side end to end: the test apiserver checked with kubectl as an independent client,
-//! then `plegd run` (in process) against a REAL containerd and the test apiserver in each status
-//! mode, a pod of another node, an apiserver outage, and the request log.
+//! The apiserver side end to end, against the test apiserver built from Kubernetes' own
+//! k8s.io/apiserver (support/apiserver.rs): kubectl 1.36 as an independent client, then `plegd run`
+//! (in process, as its service account with its node's token, under deploy/'s RBAC) against a REAL
+//! containerd in each status mode, a pod of another node, an apiserver restart, injected server
+//! errors, and the request log.
 
 mod support;
 
@@ -10,8 +12,8 @@ use std::time::{Duration, Instant};
 use plegd::metrics::Metrics;
 use plegd::status::StatusMode;
 use serde_json::{Value, json};
-use support::fake_apiserver::TestApiserver;
-use support::containerd::{Containerd, TestPod, containerd};
+use support::apiserver::{Apiserver, Identity, PLEGD_USER};
+use support::containerd::{Containerd, TEST_NAMESPACE, TestPod, containerd};
 use support::history;
 
 /// Run kubectl against `kubeconfig` off the async runtime.
@@ -19,7 +21,7 @@ async fn kubectl(kubeconfig: &std::path::Path, args: &[&str]) -> std::process::O
     let kubeconfig = kubeconfig.to_owned();
     let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
     tokio::task::spawn_blocking(move || {
-        std::process::Command::new("kubectl")
+        std::process::Command::new(support::apiserver::kubectl())
             .arg("--kubeconfig")
             .arg(&kubeconfig)
             .args(&args)
@@ -52,21 +54,12 @@ async fn kubectl_patch_status(kubeconfig: &std::path::Path, kind: &str, body: &s
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_agrees_the_test_apiserver_behaves_like_one() {
-    if std::process::Command::new("kubectl")
-        .arg("version")
-        .arg("--client")
-        .output()
-        .is_err()
-    {
-        eprintln!("!!!!!!!! kubectl is not on this machine: the independent-client check is SKIPPED !!!!!!!!");
-        return;
-    }
-    let api = TestApiserver::start().await;
+    let api = Apiserver::start().await;
     let dir = tempfile::tempdir().unwrap();
     let kc = api.kubeconfig(dir.path());
     api.create_pod(json!({"metadata": {"name": "web", "namespace": "default"}, "spec": {"nodeName": "n1", "containers": [{"name": "app", "image": "x"}]},
-        "status": {"phase": "Running", "conditions": [{"type": "example.com/Gate", "status": "True"}, {"type": "Ready", "status": "False"}]}}));
-    api.create_pod(json!({"metadata": {"name": "db", "namespace": "default"}, "spec": {"nodeName": "n2", "containers": [{"name": "app", "image": "x"}]}}));
+        "status": {"phase": "Running", "conditions": [{"type": "example.com/Gate", "status": "True"}, {"type": "Ready", "status": "False"}]}})).await;
+    api.create_pod(json!({"metadata": {"name": "db", "namespace": "default"}, "spec": {"nodeName": "n2", "containers": [{"name": "app", "image": "x"}]}})).await;
 
     let out = kubectl(
         &kc,
@@ -107,11 +100,12 @@ async fn kubectl_agrees_the_test_apiserver_behaves_like_one() {
         "kubectl patch: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let pod = api.pod("default", "web").unwrap();
+    let pod = api.pod("default", "web").await.unwrap();
     let conditions = pod["status"]["conditions"].as_array().unwrap();
     assert_eq!(conditions.len(), 2, "{conditions:?}");
-    assert!(conditions.contains(&json!({"type": "example.com/Gate", "status": "True"})));
-    assert!(conditions.contains(&json!({"type": "Ready", "status": "True"})));
+    let has = |t: &str, s: &str| conditions.iter().any(|c| c["type"] == t && c["status"] == s);
+    assert!(has("example.com/Gate", "True"), "{conditions:?}");
+    assert!(has("Ready", "True"), "{conditions:?}");
     let rv_after_patch: u64 = pod["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
 
     // A merge patch replaces the list.
@@ -122,10 +116,12 @@ async fn kubectl_agrees_the_test_apiserver_behaves_like_one() {
     )
     .await;
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let pod = api.pod("default", "web").unwrap();
+    let pod = api.pod("default", "web").await.unwrap();
+    let conditions = pod["status"]["conditions"].as_array().unwrap();
+    assert_eq!(conditions.len(), 1, "{conditions:?}");
     assert_eq!(
-        pod["status"]["conditions"],
-        json!([{"type": "Ready", "status": "False"}])
+        (&conditions[0]["type"], &conditions[0]["status"]),
+        (&json!("Ready"), &json!("False"))
     );
     assert!(
         pod["metadata"]["resourceVersion"]
@@ -157,7 +153,7 @@ async fn kubectl_agrees_the_test_apiserver_behaves_like_one() {
         .await
     });
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    api.delete("default", "db");
+    api.delete("default", "db").await;
     let out = watcher.await.unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -166,7 +162,8 @@ async fn kubectl_agrees_the_test_apiserver_behaves_like_one() {
         String::from_utf8_lossy(&out.stderr)
     );
 
-    // A uid precondition that does not match is a 409.
+    // A PATCH carries no storage precondition: a `metadata.uid` that is not the stored pod's fails
+    // metadata validation, 422 (the answer plegd reads as "the pod was replaced").
     let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(api.client(), "default");
     let err = pods
         .patch_status(
@@ -176,17 +173,20 @@ async fn kubectl_agrees_the_test_apiserver_behaves_like_one() {
         )
         .await
         .unwrap_err();
-    assert!(matches!(err, kube::Error::Api(ref s) if s.code == 409), "{err}");
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 422 && s.message.contains("metadata.uid")),
+        "{err}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kube_watcher_relists_after_410_gone() {
     use futures_util::StreamExt;
     use kube::runtime::watcher;
-    let api = TestApiserver::start().await;
+    let api = Apiserver::start().await;
     api.create_pod(
-        json!({"metadata": {"name": "a", "namespace": "default"}, "spec": {"nodeName": "n1", "containers": []}}),
-    );
+        json!({"metadata": {"name": "a", "namespace": "default"}, "spec": {"nodeName": "n1", "containers": [{"name": "app", "image": "x"}]}}),
+    ).await;
     let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::all(api.client());
     let stream = watcher::watcher(pods, watcher::Config::default().fields("spec.nodeName=n1"));
     futures_util::pin_mut!(stream);
@@ -199,21 +199,22 @@ async fn kube_watcher_relists_after_410_gone() {
             inits += 1;
             if inits == 1 {
                 // Compact history and cut the watch: its restart from the old version gets 410.
-                api.create_pod(json!({"metadata": {"name": "b", "namespace": "default"}, "spec": {"nodeName": "n1", "containers": []}}));
-                api.compact();
-                api.set_down(true);
+                api.create_pod(json!({"metadata": {"name": "b", "namespace": "default"}, "spec": {"nodeName": "n1", "containers": [{"name": "app", "image": "x"}]}})).await;
+                api.compact().await;
+                api.set_down(true).await;
                 tokio::time::sleep(Duration::from_millis(300)).await;
-                api.set_down(false);
+                api.set_down(false).await;
             }
         }
     }
     assert_eq!(inits, 2, "the watcher listed again after 410 Gone");
     let lists = api
         .requests()
+        .await
         .iter()
         .filter(|r| r.path == "/api/v1/pods" && !r.query.contains("watch=true"))
         .count();
-    assert!(lists >= 2, "two LISTs: {:?}", api.requests());
+    assert!(lists >= 2, "two LISTs: {:?}", api.requests().await);
 }
 
 struct Daemon {
@@ -221,8 +222,10 @@ struct Daemon {
     metrics: Arc<Metrics>,
 }
 
-fn start_daemon(cd: &Containerd, api: &TestApiserver, dir: &std::path::Path, node: &str, mode: StatusMode) -> Daemon {
-    let mut options = support::daemon::options(&cd.socket, api.kubeconfig(dir), node, mode);
+fn start_daemon(cd: &Containerd, api: &Apiserver, dir: &std::path::Path, node: &str, mode: StatusMode) -> Daemon {
+    // As plegd runs in a cluster: its service account, its token bound to its node, under deploy/'s RBAC.
+    let kubeconfig = api.kubeconfig_as(dir, &Identity::Plegd(node.to_owned()));
+    let mut options = support::daemon::options(&cd.socket, kubeconfig, node, mode);
     options.pleg.relist_period = Duration::from_millis(500);
     options.manager.retry_initial = Duration::from_millis(200);
     options.manager.retry_max = Duration::from_secs(2);
@@ -234,17 +237,31 @@ fn start_daemon(cd: &Containerd, api: &TestApiserver, dir: &std::path::Path, nod
     }
 }
 
-/// The apiserver object for a CRI test pod, bound to `node`.
-fn pod_object(pod: &TestPod, node: &str, containers: &[&str], restart_policy: &str) -> Value {
+/// Create `object` on the apiserver, then run its sandbox with the uid the apiserver gave it.
+async fn start_pod(cd: &Containerd, api: &Apiserver, object: Value, host_network: bool) -> TestPod {
+    let created = api.create_pod(object).await;
+    let name = created["metadata"]["name"].as_str().expect("name");
+    cd.run_pod_as(
+        name,
+        TEST_NAMESPACE,
+        &support::apiserver::uid(&created),
+        host_network,
+        None,
+    )
+    .await
+}
+
+/// The apiserver object for a CRI test pod `name`, bound to `node`.
+fn pod_object(name: &str, node: &str, containers: &[&str], restart_policy: &str) -> Value {
     json!({
-        "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid},
+        "metadata": {"name": name, "namespace": TEST_NAMESPACE},
         "spec": {"nodeName": node, "restartPolicy": restart_policy, "hostNetwork": true,
                  "containers": containers.iter().map(|c| json!({"name": c, "image": "plegd.test/busybox:1"})).collect::<Vec<_>>()}
     })
 }
 
 async fn wait_status(
-    api: &TestApiserver,
+    api: &Apiserver,
     pod: &TestPod,
     what: &str,
     timeout: Duration,
@@ -252,7 +269,7 @@ async fn wait_status(
 ) -> Value {
     let deadline = Instant::now() + timeout;
     loop {
-        let p = api.pod(&pod.namespace, &pod.name).expect("pod exists");
+        let p = api.pod(&pod.namespace, &pod.name).await.expect("pod exists");
         if cond(&p["status"]) {
             return p;
         }
@@ -265,12 +282,23 @@ async fn wait_status(
     }
 }
 
+/// Requests plegd sent to the apiserver, answered or not (`plegd_apiserver_requests_total`).
+fn requests_sent(metrics: &Metrics) -> u64 {
+    metrics
+        .encode()
+        .lines()
+        .filter(|l| l.starts_with("plegd_apiserver_requests_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
 fn condition<'a>(status: &'a Value, type_: &str) -> Option<&'a Value> {
     status["conditions"].as_array()?.iter().find(|c| c["type"] == type_)
 }
 
-fn status_patches(api: &TestApiserver, name: &str) -> usize {
-    api.requests()
+async fn status_patches(api: &Apiserver, name: &str) -> usize {
+    api.requests_by(PLEGD_USER)
+        .await
         .iter()
         .filter(|r| r.method == "PATCH" && r.path.ends_with(&format!("/pods/{name}/status")))
         .count()
@@ -279,10 +307,9 @@ fn status_patches(api: &TestApiserver, name: &str) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn full_mode_running_then_failed() {
     let Some(cd) = containerd().await else { return };
-    let api = TestApiserver::start().await;
+    let api = Apiserver::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let pod = cd.run_pod("full", true).await;
-    api.create_pod(pod_object(&pod, "node-full", &["app"], "Never"));
+    let pod = start_pod(&cd, &api, pod_object("full", "node-full", &["app"], "Never"), true).await;
     let daemon = start_daemon(&cd, &api, dir.path(), "node-full", StatusMode::Full);
 
     let ctr = cd.run_container(&pod, "app", "sleep 2; exit 1").await;
@@ -320,22 +347,27 @@ async fn full_mode_running_then_failed() {
 
     // The Kubernetes Event for the death.
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !api.events().iter().any(|e| e["reason"] == "ContainerDied") {
-        assert!(Instant::now() < deadline, "no ContainerDied event: {:?}", api.events());
+    while !api.events().await.iter().any(|e| e["reason"] == "ContainerDied") {
+        assert!(
+            Instant::now() < deadline,
+            "no ContainerDied event: {:?}",
+            api.events().await
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     // Status is written with PATCH only: never a GET of a single pod.
     let gets = api
-        .requests()
+        .requests_by(PLEGD_USER)
+        .await
         .iter()
         .filter(|r| r.method == "GET" && r.path.starts_with("/api/v1/namespaces/"))
         .count();
-    assert_eq!(gets, 0, "{:?}", api.requests());
+    assert_eq!(gets, 0, "{:?}", api.requests().await);
     // Settled: resyncs (every 10 s) send nothing new.
-    let patches = status_patches(&api, &pod.name);
+    let patches = status_patches(&api, &pod.name).await;
     tokio::time::sleep(Duration::from_secs(12)).await;
     assert_eq!(
-        status_patches(&api, &pod.name),
+        status_patches(&api, &pod.name).await,
         patches,
         "an unchanged status is not written again"
     );
@@ -351,17 +383,18 @@ async fn full_mode_running_then_failed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conditions_mode_touches_only_its_condition() {
     let Some(cd) = containerd().await else { return };
-    let api = TestApiserver::start().await;
+    let api = Apiserver::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let pod = cd.run_pod("cond", true).await;
-    let mut object = pod_object(&pod, "node-cond", &["app"], "Always");
+    let mut object = pod_object("cond", "node-cond", &["app"], "Always");
     // What a kubelet wrote before plegd came.
     let kubelet_status = json!({"phase": "Running", "hostIP": "198.51.100.7", "podIP": "198.51.100.7", "qosClass": "BestEffort",
         "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"},
                        {"type": "example.com/Gate", "status": "True"}],
         "containerStatuses": [{"name": "app", "ready": true, "restartCount": 0, "image": "x", "imageID": "kubelet-wrote-this", "state": {"running": {}}}]});
-    object["status"] = kubelet_status.clone();
-    api.create_pod(object);
+    object["status"] = kubelet_status;
+    let pod = start_pod(&cd, &api, object, true).await;
+    // ... as the apiserver stored it.
+    let kubelet_status = api.pod(&pod.namespace, &pod.name).await.unwrap()["status"].clone();
     let _daemon = start_daemon(&cd, &api, dir.path(), "node-cond", StatusMode::Conditions);
 
     let ctr = cd.run_container(&pod, "app", "sleep 3; exit 2").await;
@@ -400,13 +433,17 @@ async fn conditions_mode_touches_only_its_condition() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shadow_writes_nothing_and_other_nodes_are_never_written() {
     let Some(cd) = containerd().await else { return };
-    let api = TestApiserver::start().await;
+    let api = Apiserver::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let mine = cd.run_pod("shadow", true).await;
-    let theirs = cd.run_pod("foreign", true).await;
-    api.create_pod(pod_object(&mine, "node-shadow", &["app"], "Always"));
+    let mine = start_pod(&cd, &api, pod_object("shadow", "node-shadow", &["app"], "Always"), true).await;
     // Its containers run here, but the apiserver binds it elsewhere: plegd must not touch it.
-    api.create_pod(pod_object(&theirs, "another-node", &["app"], "Always"));
+    let theirs = start_pod(
+        &cd,
+        &api,
+        pod_object("foreign", "another-node", &["app"], "Always"),
+        true,
+    )
+    .await;
     let daemon = start_daemon(&cd, &api, dir.path(), "node-shadow", StatusMode::Shadow);
     cd.run_container(&mine, "app", "sleep 1000").await;
     cd.run_container(&theirs, "app", "sleep 1000").await;
@@ -424,8 +461,13 @@ async fn shadow_writes_nothing_and_other_nodes_are_never_written() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let writes = api.requests().iter().filter(|r| r.method != "GET").count();
-    assert_eq!(writes, 0, "shadow mode writes nothing: {:?}", api.requests());
+    let writes = api
+        .requests_by(PLEGD_USER)
+        .await
+        .iter()
+        .filter(|r| r.method != "GET")
+        .count();
+    assert_eq!(writes, 0, "shadow mode writes nothing: {:?}", api.requests().await);
 
     // The same node and pods in full mode: only this node's pod is written.
     drop(daemon);
@@ -436,12 +478,12 @@ async fn shadow_writes_nothing_and_other_nodes_are_never_written() {
     .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(
-        status_patches(&api, &theirs.name),
+        status_patches(&api, &theirs.name).await,
         0,
         "a pod of another node is never written"
     );
     assert_eq!(
-        api.pod(&theirs.namespace, &theirs.name).unwrap()["status"]["phase"],
+        api.pod(&theirs.namespace, &theirs.name).await.unwrap()["status"]["phase"],
         "Pending"
     );
     cd.cleanup(&mine).await;
@@ -452,7 +494,7 @@ async fn shadow_writes_nothing_and_other_nodes_are_never_written() {
 /// mode on `node`, once the apiserver shows it Running.
 struct RunningPod {
     cd: Containerd,
-    api: TestApiserver,
+    api: Apiserver,
     pod: TestPod,
     ctr: String,
     daemon: Daemon,
@@ -461,10 +503,9 @@ struct RunningPod {
 
 async fn running_full_pod(name: &str, node: &str) -> Option<RunningPod> {
     let cd = containerd().await?;
-    let api = TestApiserver::start().await;
+    let api = Apiserver::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let pod = cd.run_pod(name, true).await;
-    api.create_pod(pod_object(&pod, node, &["app"], "Never"));
+    let pod = start_pod(&cd, &api, pod_object(name, node, &["app"], "Never"), true).await;
     let daemon = start_daemon(&cd, &api, dir.path(), node, StatusMode::Full);
     let ctr = cd.run_container(&pod, "app", "sleep 1000").await;
     wait_status(&api, &pod, "Running", Duration::from_secs(20), |s| {
@@ -495,12 +536,14 @@ async fn apiserver_down_then_back_gets_the_final_status() {
         return;
     };
 
-    api.set_down(true);
-    let before = api.requests().len();
+    // The apiserver stops (etcd keeps what it stored); plegd's own count of its requests says
+    // what it tried meanwhile.
+    api.set_down(true).await;
+    let before = requests_sent(&_daemon.metrics);
     cd.stop_container(&ctr, 1).await;
     tokio::time::sleep(Duration::from_secs(10)).await;
-    let during = api.requests().len() - before;
-    api.set_down(false);
+    let during = requests_sent(&_daemon.metrics) - before;
+    api.set_down(false).await;
     let p = wait_status(&api, &pod, "Failed after the outage", Duration::from_secs(30), |s| {
         s["phase"] == "Failed"
     })
@@ -528,14 +571,14 @@ async fn server_errors_are_retried_until_the_status_lands() {
         return;
     };
 
-    api.set_status_patch_500(true);
-    api.set_delay(Some(Duration::from_millis(300)));
+    api.set_status_patch_500(true).await;
+    api.set_delay(Some(Duration::from_millis(300))).await;
     cd.stop_container(&ctr, 1).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let failures = api.requests().iter().filter(|r| r.status == 500).count();
+    let failures = api.requests().await.iter().filter(|r| r.status == 500).count();
     assert!(failures >= 1, "the injected 500s were hit");
-    api.set_status_patch_500(false);
-    api.set_delay(None);
+    api.set_status_patch_500(false).await;
+    api.set_delay(None).await;
     wait_status(&api, &pod, "Failed after the 500s", Duration::from_secs(30), |s| {
         s["phase"] == "Failed"
     })
@@ -548,13 +591,12 @@ async fn server_errors_are_retried_until_the_status_lands() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oom_kill_gives_its_reason_and_event() {
     let Some(cd) = containerd().await else { return };
-    let api = TestApiserver::start().await;
+    let api = Apiserver::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let pod = cd.run_pod("oom", true).await;
-    let mut object = pod_object(&pod, "node-oom", &["hog"], "Never");
+    let mut object = pod_object("oom", "node-oom", &["hog"], "Never");
     object["spec"]["containers"][0]["resources"] =
         json!({"limits": {"memory": "32Mi"}, "requests": {"memory": "32Mi"}});
-    api.create_pod(object);
+    let pod = start_pod(&cd, &api, object, true).await;
     let _daemon = start_daemon(&cd, &api, dir.path(), "node-oom", StatusMode::Full);
     let config = support::containerd::memory_hog();
     let ctr = cd.create_container_from(&pod, "hog", config).await;
@@ -574,18 +616,22 @@ async fn oom_kill_gives_its_reason_and_event() {
     assert_eq!(condition(&p["status"], "Ready").unwrap()["reason"], "PodFailed");
     let c = condition(&p["status"], "plegd.io/ContainersRunning").unwrap();
     assert_eq!(c["reason"], "OOMKilled");
-    history::assert_kubelet_could_have_written(&api.pod_versions(&pod.namespace, &pod.name));
+    history::assert_kubelet_could_have_written(&api.pod_versions(&pod.namespace, &pod.name).await);
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !api.events().iter().any(|e| e["reason"] == "OOMKilled") {
-        assert!(Instant::now() < deadline, "no OOMKilled event: {:?}", api.events());
+    while !api.events().await.iter().any(|e| e["reason"] == "OOMKilled") {
+        assert!(
+            Instant::now() < deadline,
+            "no OOMKilled event: {:?}",
+            api.events().await
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     cd.cleanup(&pod).await;
 }
 
 /// The apiserver object for a CRI test pod with init containers, bound to `node`.
-fn pod_with_init(pod: &TestPod, node: &str, init: &[&str], containers: &[&str], restart_policy: &str) -> Value {
-    let mut object = pod_object(pod, node, containers, restart_policy);
+fn pod_with_init(name: &str, node: &str, init: &[&str], containers: &[&str], restart_policy: &str) -> Value {
+    let mut object = pod_object(name, node, containers, restart_policy);
     object["spec"]["initContainers"] = init
         .iter()
         .map(|c| json!({"name": c, "image": "plegd.test/busybox:1"}))
@@ -598,8 +644,9 @@ fn init_status(status: &Value) -> &Value {
 }
 
 /// Every stored version of the pod's status, oldest first.
-fn stored_statuses(api: &TestApiserver, pod: &TestPod) -> Vec<Value> {
+async fn stored_statuses(api: &Apiserver, pod: &TestPod) -> Vec<Value> {
     api.pod_versions(&pod.namespace, &pod.name)
+        .await
         .into_iter()
         .map(|p| p["status"].clone())
         .collect()
@@ -608,13 +655,18 @@ fn stored_statuses(api: &TestApiserver, pod: &TestPod) -> Vec<Value> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn init_containers_end_as_the_kubelet_reports_them() {
     let Some(cd) = containerd().await else { return };
-    let api = TestApiserver::start().await;
+    let api = Apiserver::start().await;
     let dir = tempfile::tempdir().unwrap();
     let _daemon = start_daemon(&cd, &api, dir.path(), "node-init", StatusMode::Full);
 
     // One that completes, then the app runs (Always).
-    let ok = cd.run_pod("init-ok", true).await;
-    api.create_pod(pod_with_init(&ok, "node-init", &["init"], &["app"], "Always"));
+    let ok = start_pod(
+        &cd,
+        &api,
+        pod_with_init("init-ok", "node-init", &["init"], &["app"], "Always"),
+        true,
+    )
+    .await;
     cd.run_container(&ok, "init", "exit 0").await;
     wait_status(
         &api,
@@ -635,8 +687,13 @@ async fn init_containers_end_as_the_kubelet_reports_them() {
     assert_eq!(condition(&p["status"], "Initialized").unwrap()["status"], "True");
 
     // One that fails under Never: the pod fails, the app never starts.
-    let bad = cd.run_pod("init-bad", true).await;
-    api.create_pod(pod_with_init(&bad, "node-init", &["init"], &["app"], "Never"));
+    let bad = start_pod(
+        &cd,
+        &api,
+        pod_with_init("init-bad", "node-init", &["init"], &["app"], "Never"),
+        true,
+    )
+    .await;
     cd.run_container(&bad, "init", "sleep 1; exit 3").await;
     let p = wait_status(&api, &bad, "Failed", Duration::from_secs(20), |s| {
         s["phase"] == "Failed"
@@ -655,7 +712,7 @@ async fn init_containers_end_as_the_kubelet_reports_them() {
     // Every version on the way is one the kubelet could have written.
     for (pod, terminal) in [(&ok, None), (&bad, Some("Failed"))] {
         let mut became_terminal = false;
-        for s in stored_statuses(&api, pod) {
+        for s in stored_statuses(&api, pod).await {
             let init = init_status(&s);
             if init.is_null() {
                 continue;
@@ -749,11 +806,16 @@ fn history_rules_catch_what_they_name() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_under_always() {
     let Some(cd) = containerd().await else { return };
-    let api = TestApiserver::start().await;
+    let api = Apiserver::start().await;
     let dir = tempfile::tempdir().unwrap();
     let _daemon = start_daemon(&cd, &api, dir.path(), "node-restart", StatusMode::Full);
-    let pod = cd.run_pod("restart", true).await;
-    api.create_pod(pod_object(&pod, "node-restart", &["app"], "Always"));
+    let pod = start_pod(
+        &cd,
+        &api,
+        pod_object("restart", "node-restart", &["app"], "Always"),
+        true,
+    )
+    .await;
 
     let first = cd.run_container(&pod, "app", "sleep 1; exit 2").await;
     let p = wait_status(&api, &pod, "the first attempt exited", Duration::from_secs(20), |s| {
@@ -786,7 +848,7 @@ async fn a_restart_under_always() {
         "{cs:#}"
     );
     assert_eq!(p["status"]["phase"], "Running");
-    history::assert_kubelet_could_have_written(&api.pod_versions(&pod.namespace, &pod.name));
+    history::assert_kubelet_could_have_written(&api.pod_versions(&pod.namespace, &pod.name).await);
     cd.cleanup(&pod).await;
 }
 
@@ -795,11 +857,16 @@ async fn a_restart_under_always() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_sandbox() {
     let Some(cd) = containerd().await else { return };
-    let api = TestApiserver::start().await;
+    let api = Apiserver::start().await;
     let dir = tempfile::tempdir().unwrap();
     let _daemon = start_daemon(&cd, &api, dir.path(), "node-stopped", StatusMode::Full);
-    let pod = cd.run_pod("stopped", false).await;
-    api.create_pod(pod_object(&pod, "node-stopped", &["app"], "Always"));
+    let pod = start_pod(
+        &cd,
+        &api,
+        pod_object("stopped", "node-stopped", &["app"], "Always"),
+        false,
+    )
+    .await;
     cd.run_container(&pod, "app", "sleep 600").await;
     let p = wait_status(&api, &pod, "Ready", Duration::from_secs(20), |s| {
         condition(s, "Ready").is_some_and(|c| c["status"] == "True")
@@ -821,7 +888,7 @@ async fn a_stopped_sandbox() {
     assert_eq!(s["phase"], "Running", "stopped containers under Always: Running");
     assert_eq!(condition(s, "Ready").unwrap()["reason"], "ContainersNotReady");
     assert_eq!(s["podIP"], ip, "the pod keeps its IP while the sandbox is down");
-    history::assert_kubelet_could_have_written(&api.pod_versions(&pod.namespace, &pod.name));
+    history::assert_kubelet_could_have_written(&api.pod_versions(&pod.namespace, &pod.name).await);
     cd.cleanup(&pod).await;
 }
 
@@ -833,16 +900,15 @@ async fn a_stopped_sandbox() {
 async fn resources_and_user_are_what_the_runtime_reports() {
     let Some(cd) = containerd().await else { return };
     let version = cd.version().await;
-    let api = TestApiserver::start().await;
+    let api = Apiserver::start().await;
     let dir = tempfile::tempdir().unwrap();
     let _daemon = start_daemon(&cd, &api, dir.path(), "node-res", StatusMode::Full);
-    let pod = cd.run_pod("res", true).await;
-    let mut object = pod_object(&pod, "node-res", &["app"], "Never");
+    let mut object = pod_object("res", "node-res", &["app"], "Never");
     object["spec"]["containers"][0]["resources"] = json!({
         "limits": {"cpu": "500m", "memory": "64Mi"},
         "requests": {"cpu": "500m", "memory": "64Mi"}
     });
-    api.create_pod(object);
+    let pod = start_pod(&cd, &api, object, true).await;
     let mut config = support::containerd::attempt(0, "sleep 3");
     config.linux = Some(k8s_cri::v1::LinuxContainerConfig {
         resources: Some(k8s_cri::v1::LinuxContainerResources {
@@ -888,13 +954,14 @@ async fn resources_and_user_are_what_the_runtime_reports() {
         json!({"limits": {"cpu": "500m", "memory": "64Mi"}, "requests": {"cpu": "500m", "memory": "64Mi"}}),
         "a stopped container shows its allocation: {done:#}"
     );
-    history::assert_kubelet_could_have_written(&api.pod_versions(&pod.namespace, &pod.name));
+    history::assert_kubelet_could_have_written(&api.pod_versions(&pod.namespace, &pod.name).await);
     cd.cleanup(&pod).await;
 }
 
-fn pod_deletes(api: &TestApiserver, pod: &TestPod) -> usize {
+async fn pod_deletes(api: &Apiserver, pod: &TestPod) -> usize {
     let path = format!("/api/v1/namespaces/{}/pods/{}", pod.namespace, pod.name);
-    api.requests()
+    api.requests_by(PLEGD_USER)
+        .await
         .iter()
         .filter(|r| r.method == "DELETE" && r.path == path)
         .count()
@@ -908,14 +975,12 @@ fn pod_deletes(api: &TestApiserver, pod: &TestPod) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_pod_is_finished_then_removed_in_full_mode_only() {
     let Some(cd) = containerd().await else { return };
-    let api = TestApiserver::start().await;
+    let api = Apiserver::start().await;
     let dir = tempfile::tempdir().unwrap();
     let full = start_daemon(&cd, &api, dir.path(), "node-del", StatusMode::Full);
     let _conditions = start_daemon(&cd, &api, dir.path(), "node-del-c", StatusMode::Conditions);
-    let pod = cd.run_pod("del", true).await;
-    api.create_pod(pod_object(&pod, "node-del", &["app"], "Always"));
-    let other = cd.run_pod("del-c", true).await;
-    api.create_pod(pod_object(&other, "node-del-c", &["app"], "Always"));
+    let pod = start_pod(&cd, &api, pod_object("del", "node-del", &["app"], "Always"), true).await;
+    let other = start_pod(&cd, &api, pod_object("del-c", "node-del-c", &["app"], "Always"), true).await;
     let ctr = cd.run_container(&pod, "app", "sleep 600").await;
     let other_ctr = cd.run_container(&other, "app", "sleep 600").await;
     wait_status(&api, &pod, "Ready", Duration::from_secs(20), |s| {
@@ -927,21 +992,21 @@ async fn a_deleted_pod_is_finished_then_removed_in_full_mode_only() {
     })
     .await;
 
-    api.request_deletion(&pod.namespace, &pod.name, 30);
-    api.request_deletion(&other.namespace, &other.name, 30);
+    api.request_deletion(&pod.namespace, &pod.name, 30).await;
+    api.request_deletion(&other.namespace, &other.name, 30).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(pod_deletes(&api, &pod), 0, "the container still runs");
-    let p = api.pod(&pod.namespace, &pod.name).expect("still there");
+    assert_eq!(pod_deletes(&api, &pod).await, 0, "the container still runs");
+    let p = api.pod(&pod.namespace, &pod.name).await.expect("still there");
     assert_eq!(p["status"]["phase"], "Running");
 
     cd.stop_container(&ctr, 0).await;
     cd.stop_container(&other_ctr, 0).await;
-    support::wait_until("the finished pod is removed", Duration::from_secs(20), || {
-        api.pod(&pod.namespace, &pod.name).is_none()
+    support::wait_for("the finished pod is removed", Duration::from_secs(20), || async {
+        api.pod(&pod.namespace, &pod.name).await.is_none()
     })
     .await;
-    assert_eq!(pod_deletes(&api, &pod), 1);
-    let versions = api.pod_versions(&pod.namespace, &pod.name);
+    assert_eq!(pod_deletes(&api, &pod).await, 1);
+    let versions = api.pod_versions(&pod.namespace, &pod.name).await;
     let last = &versions.last().unwrap()["status"];
     assert_eq!(last["phase"], "Failed", "{last:#}");
     let t = &last["containerStatuses"][0]["state"]["terminated"];
@@ -961,8 +1026,8 @@ async fn a_deleted_pod_is_finished_then_removed_in_full_mode_only() {
     })
     .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    assert!(api.pod(&other.namespace, &other.name).is_some());
-    assert_eq!(pod_deletes(&api, &other), 0);
+    assert!(api.pod(&other.namespace, &other.name).await.is_some());
+    assert_eq!(pod_deletes(&api, &other).await, 0);
     cd.cleanup(&pod).await;
     cd.cleanup(&other).await;
 }
@@ -973,18 +1038,25 @@ async fn a_deleted_pod_is_finished_then_removed_in_full_mode_only() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_finished_pod_plegd_may_not_delete_keeps_its_final_status() {
     let Some(cd) = containerd().await else { return };
-    let api = TestApiserver::start().await;
-    api.set_forbid_deletes(true);
+    // plegd's service account without deploy/rbac-full-mode.yaml: the apiserver's RBAC refuses the DELETE.
+    let options = support::apiserver::Options {
+        rbac: support::apiserver::Options::default()
+            .rbac
+            .into_iter()
+            .filter(|f| !f.ends_with("rbac-full-mode.yaml"))
+            .collect(),
+        ..Default::default()
+    };
+    let api = Apiserver::start_with(options).await;
     let dir = tempfile::tempdir().unwrap();
     let daemon = start_daemon(&cd, &api, dir.path(), "node-del-f", StatusMode::Full);
-    let pod = cd.run_pod("del-f", true).await;
-    api.create_pod(pod_object(&pod, "node-del-f", &["app"], "Never"));
+    let pod = start_pod(&cd, &api, pod_object("del-f", "node-del-f", &["app"], "Never"), true).await;
     cd.run_container(&pod, "app", "sleep 2").await;
     wait_status(&api, &pod, "Running", Duration::from_secs(20), |s| {
         s["phase"] == "Running"
     })
     .await;
-    api.request_deletion(&pod.namespace, &pod.name, 30);
+    api.request_deletion(&pod.namespace, &pod.name, 30).await;
     wait_status(&api, &pod, "Succeeded", Duration::from_secs(20), |s| {
         s["phase"] == "Succeeded"
     })
@@ -995,12 +1067,11 @@ async fn a_finished_pod_plegd_may_not_delete_keeps_its_final_status() {
     })
     .await;
     tokio::time::sleep(Duration::from_secs(12)).await;
-    assert_eq!(pod_deletes(&api, &pod), 1, "refused once, not retried in a loop");
-    let p = api.pod(&pod.namespace, &pod.name).expect("the pod stays");
+    assert_eq!(pod_deletes(&api, &pod).await, 1, "refused once, not retried in a loop");
+    let p = api.pod(&pod.namespace, &pod.name).await.expect("the pod stays");
     assert_eq!(p["status"]["phase"], "Succeeded");
 
-    // The test apiserver's own uid precondition, as plegd's DELETE sends it.
-    api.set_forbid_deletes(false);
+    // The apiserver's uid precondition, as plegd's DELETE sends it.
     let client = api.client();
     let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(client, &pod.namespace);
     let params = kube::api::DeleteParams {
@@ -1015,6 +1086,6 @@ async fn a_finished_pod_plegd_may_not_delete_keeps_its_final_status() {
         Err(kube::Error::Api(status)) => assert_eq!(status.code, 409),
         other => panic!("a DELETE with another uid must fail with 409: {other:?}"),
     }
-    assert!(api.pod(&pod.namespace, &pod.name).is_some());
+    assert!(api.pod(&pod.namespace, &pod.name).await.is_some());
     cd.cleanup(&pod).await;
 }

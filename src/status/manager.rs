@@ -224,7 +224,9 @@ fn status_hash(status: &PodStatus, finished: bool) -> u64 {
 /// immutable`). The pod under that name was deleted and created again.
 fn uid_changed(status: &kube::core::Status) -> bool {
     let causes = status.details.as_ref().map(|d| d.causes.as_slice()).unwrap_or_default();
-    causes.iter().any(|c| c.field == "metadata.uid" && c.reason == "FieldValueInvalid")
+    causes
+        .iter()
+        .any(|c| c.field == "metadata.uid" && c.reason == "FieldValueInvalid")
         || (causes.is_empty() && status.message.contains("metadata.uid: Invalid value"))
 }
 
@@ -690,7 +692,10 @@ mod tests {
             "details": {"causes": [{"reason": "FieldValueInvalid", "field": "status.podIPs"}]}
         }))
         .unwrap();
-        assert!(!uid_changed(&other), "another invalid field is a refused status, not a replaced pod");
+        assert!(
+            !uid_changed(&other),
+            "another invalid field is a refused status, not a replaced pod"
+        );
     }
 
     #[tokio::test]

@@ -93,7 +93,9 @@ fn container_status(c: &mut ContainerStatus) {
     state(&mut c.last_state);
     string(&mut c.container_id);
     map(&mut c.allocated_resources);
-    list(&mut c.allocated_resources_status, |s| list(&mut s.resources, |h| string(&mut h.health)));
+    list(&mut c.allocated_resources_status, |s| {
+        list(&mut s.resources, |h| string(&mut h.health))
+    });
     if let Some(r) = &mut c.resources {
         resources(r);
     }

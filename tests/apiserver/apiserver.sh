@@ -20,7 +20,7 @@ BIN="$BUILD/bin/plegd-test-apiserver"
 K8S_VERSION=1.36.4
 GO_PACKAGES=(golang-go golang-k8s-apiserver-dev golang-k8s-api-dev golang-k8s-apimachinery-dev
   golang-k8s-client-go-dev golang-k8s-component-base-dev golang-k8s-component-helpers-dev
-  golang-k8s-kube-openapi-dev etcd-server kubernetes-client)
+  golang-k8s-kube-openapi-dev etcd-server kubectl)
 
 log() { echo "apiserver.sh: $*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -47,7 +47,7 @@ install() {
   # shellcheck disable=SC2046
   deps=$(apt-cache $(apt_opts) depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks \
     --no-replaces --no-enhances --no-pre-depends "${GO_PACKAGES[@]}" | grep -E '^[a-z0-9]' | sort -u \
-    | grep -E '^(golang-|etcd-server$|kubernetes-client$)')
+    | grep -E '^(golang-|etcd-server$|kubectl$)')
   # shellcheck disable=SC2046,SC2086
   (cd "$ROOT/deb" && apt-get -qq $(apt_opts) download $deps)
   rm -rf "$ROOT/root"

@@ -10,7 +10,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -27,7 +26,6 @@ import (
 	"k8s.io/apiserver/pkg/registry/generic"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
-	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/apiserver/pkg/storage/names"
 )
 
@@ -283,5 +281,5 @@ func isSidecar(pod *corev1.Pod, name string) bool {
 	return false
 }
 
-var _ = strings.TrimSpace
-var _ storage.SelectionPredicate
+
+

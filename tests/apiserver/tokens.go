@@ -1,4 +1,5 @@
-// Authentication: one bearer token per identity, read from a JSON file at start. Each identity can
+// Authentication: one bearer token per identity, read from a JSON file (again whenever the file
+// changes, so that a test can add an identity to a running server). Each identity can
 // carry what a real authenticator adds, such as the node-name claim of a bound service account token
 // (`authentication.kubernetes.io/node-name` in the user's extra), which deploy/admission-policy.yaml
 // checks. Every authenticated user is also in system:authenticated, as in kube-apiserver.
@@ -14,9 +15,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"sync"
+	"time"
 
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/klog/v2"
 )
 
 type tokenIdentity struct {
@@ -27,12 +31,31 @@ type tokenIdentity struct {
 	Extra  map[string][]string `json:"extra"`
 }
 
-type tokenAuthenticator struct{ identities []tokenIdentity }
+type tokenAuthenticator struct {
+	path       string
+	mu         sync.Mutex
+	modified   time.Time
+	identities []tokenIdentity
+}
 
 func loadTokens(path string) (*tokenAuthenticator, error) {
+	a := &tokenAuthenticator{path: path}
 	if path == "" {
-		return &tokenAuthenticator{}, nil
+		return a, nil
 	}
+	info, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("token file: %w", err)
+	}
+	identities, err := readTokens(path)
+	if err != nil {
+		return nil, err
+	}
+	a.identities, a.modified = identities, info.ModTime()
+	return a, nil
+}
+
+func readTokens(path string) ([]tokenIdentity, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("token file: %w", err)
@@ -48,10 +71,21 @@ func loadTokens(path string) (*tokenAuthenticator, error) {
 			return nil, fmt.Errorf("token file %s: entry %d needs a token and a user", path, i)
 		}
 	}
-	return &tokenAuthenticator{identities: file.Tokens}, nil
+	return file.Tokens, nil
 }
 
 func (a *tokenAuthenticator) lookup(token string) *tokenIdentity {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.path != "" {
+		if info, err := os.Stat(a.path); err == nil && !info.ModTime().Equal(a.modified) {
+			if identities, err := readTokens(a.path); err == nil {
+				a.identities, a.modified = identities, info.ModTime()
+			} else {
+				klog.Errorf("%v; keeping the tokens read before", err)
+			}
+		}
+	}
 	for i := range a.identities {
 		if subtle.ConstantTimeCompare([]byte(a.identities[i].Token), []byte(token)) == 1 {
 			return &a.identities[i]

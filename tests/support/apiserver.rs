@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use futures_util::StreamExt;
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::discovery::ApiResource;
 use kube::runtime::watcher;
@@ -115,11 +115,16 @@ impl Default for Options {
     fn default() -> Self {
         Self {
             plegd_nodes: Vec::new(),
-            rbac: ["rbac.yaml", "rbac-status.yaml", "rbac-full-mode.yaml", "rbac-events.yaml"]
-                .iter()
-                .map(|f| format!("deploy/{f}"))
-                .chain(["tests/apiserver/rbac-kubelet.yaml".to_owned()])
-                .collect(),
+            rbac: [
+                "rbac.yaml",
+                "rbac-status.yaml",
+                "rbac-full-mode.yaml",
+                "rbac-events.yaml",
+            ]
+            .iter()
+            .map(|f| format!("deploy/{f}"))
+            .chain(["tests/apiserver/rbac-kubelet.yaml".to_owned()])
+            .collect(),
             args: Vec::new(),
         }
     }
@@ -141,12 +146,16 @@ pub struct Apiserver {
     etcd: Mutex<Option<Child>>,
     server: Mutex<Option<Child>>,
     server_args: Vec<String>,
-    tokens: BTreeMap<String, Identity>,
+    /// Token → identity; new plegd identities are added as tests ask for them (the server reads
+    /// its token file again when it changes).
+    tokens: Mutex<BTreeMap<String, Identity>>,
     client: kube::Client,
     /// Every version of every pod, as a watch from the start saw them (resourceVersion order).
     history: Arc<Mutex<Vec<Value>>>,
     watch: tokio::task::JoinHandle<()>,
     faults: Mutex<Faults>,
+    /// The request log of the server's earlier runs (before a restart).
+    earlier_requests: Mutex<Vec<Logged>>,
 }
 
 impl Drop for Apiserver {
@@ -195,6 +204,12 @@ fn server_binary() -> PathBuf {
         .clone()
 }
 
+/// kubectl 1.36, from the packages tests/apiserver/apiserver.sh unpacks.
+pub fn kubectl() -> PathBuf {
+    server_binary();
+    packages_dir().join("apiserver/root/usr/bin/kubectl")
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -237,7 +252,11 @@ impl Apiserver {
         let etcd = packages_dir().join("apiserver/root/usr/bin/etcd");
         let dir = tempfile::Builder::new()
             .prefix("plegd-apiserver-")
-            .tempdir_in(if Path::new("/dev/shm").is_dir() { "/dev/shm" } else { "/tmp" })
+            .tempdir_in(if Path::new("/dev/shm").is_dir() {
+                "/dev/shm"
+            } else {
+                "/tmp"
+            })
             .expect("state dir");
         let (port, etcd_port, peer_port) = (free_port(), free_port(), free_port());
         let etcd_child = Command::new(&etcd)
@@ -247,7 +266,10 @@ impl Apiserver {
             .args(["--listen-client-urls", &format!("http://127.0.0.1:{etcd_port}")])
             .args(["--advertise-client-urls", &format!("http://127.0.0.1:{etcd_port}")])
             .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer_port}")])
-            .args(["--initial-advertise-peer-urls", &format!("http://127.0.0.1:{peer_port}")])
+            .args([
+                "--initial-advertise-peer-urls",
+                &format!("http://127.0.0.1:{peer_port}"),
+            ])
             .args(["--initial-cluster", &format!("plegd-test=http://127.0.0.1:{peer_port}")])
             .stdout(Stdio::null())
             .stderr(log_file(dir.path(), "etcd.log"))
@@ -255,23 +277,19 @@ impl Apiserver {
             .unwrap_or_else(|e| panic!("start etcd {}: {e}", etcd.display()));
 
         let mut tokens = BTreeMap::new();
-        let mut entries = Vec::new();
         let admin = token();
         tokens.insert(admin.clone(), Identity::Admin);
-        entries.push(json!({"token": admin, "user": "plegd-test-admin", "groups": ["system:masters"]}));
+        tokens.insert(token(), Identity::Kubelet);
         for node in &options.plegd_nodes {
-            let t = token();
-            tokens.insert(t.clone(), Identity::Plegd(node.clone()));
-            entries.push(json!({"token": t, "user": PLEGD_USER,
-                "groups": ["system:serviceaccounts", "system:serviceaccounts:plegd-system"],
-                "extra": {NODE_CLAIM: [node]}}));
+            tokens.insert(token(), Identity::Plegd(node.clone()));
         }
-        let kubelet = token();
-        tokens.insert(kubelet.clone(), Identity::Kubelet);
-        entries.push(json!({"token": kubelet, "user": "system:node:kubelet-node", "groups": ["system:nodes"]}));
-        std::fs::write(dir.path().join("tokens.json"), json!({"tokens": entries}).to_string()).expect("tokens");
+        write_tokens(dir.path(), &tokens);
 
-        let rbac: Vec<String> = options.rbac.iter().map(|f| repo().join(f).display().to_string()).collect();
+        let rbac: Vec<String> = options
+            .rbac
+            .iter()
+            .map(|f| repo().join(f).display().to_string())
+            .collect();
         let mut server_args = vec![
             format!("--etcd-servers=http://127.0.0.1:{etcd_port}"),
             format!("--secure-port={port}"),
@@ -281,8 +299,9 @@ impl Apiserver {
         ];
         server_args.extend(options.args.iter().cloned());
         let server = Self::spawn_server(&binary, &server_args, dir.path());
-        let admin_kc = write_kubeconfig(dir.path(), "admin", port, &admin);
-        let client = client_for(&admin_kc).await;
+        let ca = dir.path().join("apiserver.crt");
+        let admin_kc = write_kubeconfig(dir.path(), "admin", port, &admin, &ca);
+        let client = client_for(&admin_kc, &ca).await;
         let history = Arc::new(Mutex::new(Vec::new()));
         let me = Self {
             port,
@@ -290,11 +309,12 @@ impl Apiserver {
             etcd: Mutex::new(Some(etcd_child)),
             server: Mutex::new(Some(server)),
             server_args,
-            tokens,
+            tokens: Mutex::new(tokens),
             client: client.clone(),
             watch: tokio::spawn(record_pods(client, history.clone())),
             history,
             faults: Mutex::default(),
+            earlier_requests: Mutex::default(),
             dir,
         };
         me.wait_ready(Duration::from_secs(60)).await;
@@ -337,7 +357,10 @@ impl Apiserver {
         for name in ["apiserver.log", "etcd.log"] {
             let text = std::fs::read_to_string(self.dir.path().join(name)).unwrap_or_default();
             let lines: Vec<&str> = text.lines().collect();
-            out.push_str(&format!("--- {name} ---\n{}\n", lines[lines.len().saturating_sub(20)..].join("\n")));
+            out.push_str(&format!(
+                "--- {name} ---\n{}\n",
+                lines[lines.len().saturating_sub(20)..].join("\n")
+            ));
         }
         out
     }
@@ -354,20 +377,24 @@ impl Apiserver {
     /// A kubeconfig as `identity`, which the server must know (plegd's: a node of
     /// [`Options::plegd_nodes`]).
     pub fn kubeconfig_as(&self, dir: &Path, identity: &Identity) -> PathBuf {
-        let (token, _) = self
-            .tokens
-            .iter()
-            .find(|(_, i)| *i == identity)
-            .unwrap_or_else(|| panic!("the test apiserver has no token for {identity:?}"));
+        let token = {
+            let mut tokens = lock(&self.tokens);
+            match tokens.iter().find(|(_, i)| *i == identity) {
+                Some((t, _)) => t.clone(),
+                None => {
+                    let t = token();
+                    tokens.insert(t.clone(), identity.clone());
+                    write_tokens(self.dir.path(), &tokens);
+                    t
+                }
+            }
+        };
         let name = match identity {
             Identity::Admin => "admin".to_owned(),
             Identity::Plegd(node) => format!("plegd-{node}"),
             Identity::Kubelet => "kubelet".to_owned(),
         };
-        let path = write_kubeconfig(self.dir.path(), &name, self.port, token);
-        let copy = dir.join(format!("{name}.kubeconfig"));
-        std::fs::copy(&path, &copy).expect("copy kubeconfig");
-        copy
+        write_kubeconfig(dir, &name, self.port, &token, &self.dir.path().join("apiserver.crt"))
     }
 
     /// A client as `admin`.
@@ -377,7 +404,8 @@ impl Apiserver {
 
     /// A client as `identity`.
     pub async fn client_as(&self, identity: &Identity) -> kube::Client {
-        client_for(&self.kubeconfig_as(self.dir.path(), identity)).await
+        let ca = self.dir.path().join("apiserver.crt");
+        client_for(&self.kubeconfig_as(self.dir.path(), identity), &ca).await
     }
 
     fn pods(&self, namespace: &str) -> Api<DynamicObject> {
@@ -385,7 +413,9 @@ impl Apiserver {
     }
 
     /// Create a pod (as the scheduler would: already bound when `spec.nodeName` is set); its
-    /// namespace is created first if needed. Returns the stored object: the server gives the uid.
+    /// namespace is created first if needed. The apiserver gives the uid and drops a status sent
+    /// with a create: a `status` in `pod` is then written through the status subresource, as the
+    /// kubelet would. Returns the stored object.
     pub async fn create_pod(&self, mut pod: Value) -> Value {
         let ns = pod["metadata"]["namespace"].as_str().unwrap_or("default").to_owned();
         self.ensure_namespace(&ns).await;
@@ -394,13 +424,33 @@ impl Apiserver {
         if let Some(meta) = pod["metadata"].as_object_mut() {
             meta.remove("uid");
         }
+        let status = pod.as_object_mut().and_then(|p| p.remove("status"));
         let object: DynamicObject = serde_json::from_value(pod).expect("a pod object");
         let created = self
             .pods(&ns)
             .create(&PostParams::default(), &object)
             .await
             .unwrap_or_else(|e| panic!("create pod: {e}"));
-        serde_json::to_value(created).expect("json")
+        let name = created.metadata.name.clone().unwrap_or_default();
+        match status {
+            Some(status) => self.patch_status_as_kubelet(&ns, &name, status).await,
+            None => serde_json::to_value(created).expect("json"),
+        }
+    }
+
+    /// A strategic merge patch of a pod's status, as the kubelet sends one. Returns the stored pod.
+    pub async fn patch_status_as_kubelet(&self, namespace: &str, name: &str, status: Value) -> Value {
+        let client = self.client_as(&Identity::Kubelet).await;
+        let api: Api<DynamicObject> = Api::namespaced_with(client, namespace, &pod_resource());
+        let patched = api
+            .patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Strategic(json!({"status": status})),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("write the status of {namespace}/{name}: {e}"));
+        serde_json::to_value(patched).expect("json")
     }
 
     pub async fn ensure_namespace(&self, name: &str) {
@@ -443,7 +493,10 @@ impl Apiserver {
             if running >= count {
                 return;
             }
-            assert!(Instant::now() < deadline, "pods did not all become Running ({running}/{count})");
+            assert!(
+                Instant::now() < deadline,
+                "pods did not all become Running ({running}/{count})"
+            );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
@@ -461,7 +514,9 @@ impl Apiserver {
         let mut pod = serde_json::to_value(api.get(name).await.expect("get pod")).unwrap();
         change(&mut pod);
         let object: DynamicObject = serde_json::from_value(pod).unwrap();
-        api.replace(name, &PostParams::default(), &object).await.expect("update pod");
+        api.replace(name, &PostParams::default(), &object)
+            .await
+            .expect("update pod");
     }
 
     /// Every stored version of a pod, oldest first, as a watch from the server's start saw them.
@@ -537,8 +592,17 @@ impl Apiserver {
             .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
     }
 
-    /// Every request the server answered (the hooks' own excepted), oldest first.
+    /// Every request the server answered (the hooks' own excepted), oldest first, over all its
+    /// runs.
     pub async fn requests(&self) -> Vec<Logged> {
+        let mut all = lock(&self.earlier_requests).clone();
+        if lock(&self.server).is_some() {
+            all.extend(self.current_requests().await);
+        }
+        all
+    }
+
+    async fn current_requests(&self) -> Vec<Logged> {
         let text = self.hook("GET", "/plegd-test/requests", Vec::new()).await;
         serde_json::from_str::<Option<Vec<Logged>>>(&text)
             .expect("request log")
@@ -551,6 +615,7 @@ impl Apiserver {
     }
 
     pub async fn clear_log(&self) {
+        lock(&self.earlier_requests).clear();
         self.hook("DELETE", "/plegd-test/requests", Vec::new()).await;
     }
 
@@ -587,6 +652,10 @@ impl Apiserver {
     /// Stop the server (etcd keeps running: nothing stored is lost; open watches end, requests
     /// fail), or start it again on the same port.
     pub async fn set_down(&self, down: bool) {
+        if down && lock(&self.server).is_some() {
+            let log = self.current_requests().await;
+            lock(&self.earlier_requests).extend(log);
+        }
         let mut server = lock(&self.server);
         if down {
             if let Some(mut c) = server.take() {
@@ -611,13 +680,27 @@ impl Apiserver {
     pub async fn compact(&self) {
         let base = format!("http://127.0.0.1:{}", self.etcd_port);
         let out = Command::new("curl")
-            .args(["-sf", "-X", "POST", &format!("{base}/v3/kv/range"), "-d", r#"{"key":"AA=="}"#])
+            .args([
+                "-sf",
+                "-X",
+                "POST",
+                &format!("{base}/v3/kv/range"),
+                "-d",
+                r#"{"key":"AA=="}"#,
+            ])
             .output()
             .expect("curl etcd");
         let reply: Value = serde_json::from_slice(&out.stdout).expect("etcd range reply");
         let revision = reply["header"]["revision"].as_str().expect("etcd revision").to_owned();
         let status = Command::new("curl")
-            .args(["-sf", "-o", "/dev/null", "-X", "POST", &format!("{base}/v3/kv/compaction")])
+            .args([
+                "-sf",
+                "-o",
+                "/dev/null",
+                "-X",
+                "POST",
+                &format!("{base}/v3/kv/compaction"),
+            ])
             .args(["-d", &json!({"revision": revision, "physical": true}).to_string()])
             .status()
             .expect("curl etcd");
@@ -640,9 +723,26 @@ fn pod_resource() -> ApiResource {
     }
 }
 
-fn write_kubeconfig(dir: &Path, name: &str, port: u16, token: &str) -> PathBuf {
+/// The server's token file: one entry per identity (tests/apiserver/tokens.go).
+fn write_tokens(dir: &Path, tokens: &BTreeMap<String, Identity>) {
+    let entries: Vec<Value> = tokens
+        .iter()
+        .map(|(t, identity)| match identity {
+            Identity::Admin => json!({"token": t, "user": "plegd-test-admin", "groups": ["system:masters"]}),
+            Identity::Kubelet => json!({"token": t, "user": "system:node:kubelet-node", "groups": ["system:nodes"]}),
+            Identity::Plegd(node) => json!({"token": t, "user": PLEGD_USER,
+                "groups": ["system:serviceaccounts", "system:serviceaccounts:plegd-system"],
+                "extra": {NODE_CLAIM: [node]}}),
+        })
+        .collect();
+    let path = dir.join("tokens.json");
+    let tmp = dir.join("tokens.json.tmp");
+    std::fs::write(&tmp, json!({"tokens": entries}).to_string()).expect("tokens");
+    std::fs::rename(&tmp, &path).expect("tokens");
+}
+
+fn write_kubeconfig(dir: &Path, name: &str, port: u16, token: &str, ca: &Path) -> PathBuf {
     let path = dir.join(format!("{name}.kubeconfig"));
-    let ca = dir.join("apiserver.crt");
     let text = format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: plegd-test\n  cluster:\n    server: https://127.0.0.1:{port}\n    certificate-authority: {}\nusers:\n- name: {name}\n  user:\n    token: {token}\ncontexts:\n- name: {name}\n  context:\n    cluster: plegd-test\n    user: {name}\ncurrent-context: {name}\n",
         ca.display()
@@ -651,9 +751,8 @@ fn write_kubeconfig(dir: &Path, name: &str, port: u16, token: &str) -> PathBuf {
     path
 }
 
-async fn client_for(kubeconfig: &Path) -> kube::Client {
+async fn client_for(kubeconfig: &Path, ca: &Path) -> kube::Client {
     // The server writes its certificate as it starts.
-    let ca = kubeconfig.parent().unwrap().join("apiserver.crt");
     let deadline = Instant::now() + Duration::from_secs(60);
     while !ca.exists() {
         assert!(Instant::now() < deadline, "the test apiserver wrote no certificate");

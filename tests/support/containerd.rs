@@ -84,6 +84,9 @@ pub struct TestPod {
     pub config: cri::PodSandboxConfig,
 }
 
+/// The namespace of the test pods.
+pub const TEST_NAMESPACE: &str = "plegd-test";
+
 /// A unique uid for a test pod.
 pub fn unique_uid(prefix: &str) -> String {
     use std::sync::atomic::{AtomicU32, Ordering};
@@ -147,8 +150,21 @@ impl Containerd {
         host_network: bool,
         log_directory: Option<&std::path::Path>,
     ) -> TestPod {
-        let uid = unique_uid(name);
-        let namespace = "plegd-test".to_owned();
+        self.run_pod_as(name, TEST_NAMESPACE, &unique_uid(name), host_network, log_directory)
+            .await
+    }
+
+    /// Run the sandbox of the apiserver pod `namespace/name` whose uid (the apiserver's) is `uid`.
+    pub async fn run_pod_as(
+        &self,
+        name: &str,
+        namespace: &str,
+        uid: &str,
+        host_network: bool,
+        log_directory: Option<&std::path::Path>,
+    ) -> TestPod {
+        let uid = uid.to_owned();
+        let namespace = namespace.to_owned();
         let labels: HashMap<String, String> = [
             (LABEL_POD_UID.to_owned(), uid.clone()),
             (LABEL_POD_NAME.to_owned(), name.to_owned()),
