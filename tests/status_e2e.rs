@@ -1089,3 +1089,67 @@ async fn a_finished_pod_plegd_may_not_delete_keeps_its_final_status() {
     assert!(api.pod(&pod.namespace, &pod.name).await.is_some());
     cd.cleanup(&pod).await;
 }
+
+/// A status that is already right is never written again: a restarted plegd (as on a DaemonSet
+/// rollout) and another component's condition cost no PATCH. The apiserver writes back what it
+/// stores with Go's encoding (`"lastState": {}` on every container status, `"lastProbeTime": null`
+/// on every condition); plegd compares statuses as the typed values the apiserver keeps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_that_is_right_is_not_written_again() {
+    let Some(cd) = containerd().await else { return };
+    let api = Apiserver::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let node = "node-rewrite";
+    let pod = start_pod(
+        &cd,
+        &api,
+        pod_with_init("rewrite", node, &["init"], &["app", "side"], "Always"),
+        true,
+    )
+    .await;
+    let daemon = start_daemon(&cd, &api, dir.path(), node, StatusMode::Full);
+    let init = cd.run_container(&pod, "init", "exit 0").await;
+    let _ = init;
+    cd.run_container(&pod, "app", "sleep 1000").await;
+    cd.run_container(&pod, "side", "sleep 1000").await;
+    wait_status(&api, &pod, "Running and Ready", Duration::from_secs(30), |s| {
+        s["phase"] == "Running" && condition(s, "Ready").is_some_and(|c| c["status"] == "True")
+    })
+    .await;
+    let stored = api.pod(&pod.namespace, &pod.name).await.unwrap();
+    assert_eq!(
+        stored["status"]["containerStatuses"][0]["lastState"],
+        json!({}),
+        "the apiserver writes back an empty lastState: {:#}",
+        stored["status"]
+    );
+    // Let the first plegd finish its writes, then replace it.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    drop(daemon);
+    api.clear_log().await;
+    let daemon = start_daemon(&cd, &api, dir.path(), node, StatusMode::Full);
+    // Long enough for every pod to be synced again (the resync is 10 s).
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    assert_eq!(
+        status_patches(&api, &pod.name).await,
+        0,
+        "a restarted plegd rewrote a right status"
+    );
+
+    // Another component adds a condition of its own: nothing of plegd's changed.
+    api.patch_status_as_kubelet(
+        &pod.namespace,
+        &pod.name,
+        json!({"conditions": [{"type": "example.com/Gate", "status": "True"}]}),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    assert_eq!(
+        status_patches(&api, &pod.name).await,
+        0,
+        "another writer's condition cost a PATCH"
+    );
+    let text = daemon.metrics.encode();
+    assert!(!text.contains("plegd_status_writes_total{result=\"ok\"}"), "{text}");
+    cd.cleanup(&pod).await;
+}
