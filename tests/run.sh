@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs every plegd check and test: clippy and the docs (warnings as errors), unit tests, fake-CRI
-# tests and the real-containerd tests, the latter on containerd 2.1 (the default) and again on 1.7
+# Runs every plegd check and test: the test apiserver's build and Go unit tests, clippy and the docs
+# (warnings as errors), unit tests, fake-CRI tests and the real-containerd tests, the latter on containerd 2.1 (the default) and again on 1.7
 # (PLEGD_CONTAINERD_VERSIONS="2.1 1.7" to change).
 # Installs what it needs on a fresh Debian machine (as root): runc, CNI plugins, busybox-static and
 # protoc from the distribution's packages, containerd 2.1 and 1.7 from Debian's unstable and 13
@@ -33,6 +33,11 @@ else
   echo "!!! not root on Linux: the real-containerd tests will be SKIPPED (they say so in their output) !!!" >&2
   command -v protoc >/dev/null || { echo "tests/run.sh: protoc is needed to build (Debian: protobuf-compiler)" >&2; exit 1; }
 fi
+
+# The test apiserver built from Kubernetes' own k8s.io/apiserver (Go, etcd and kubectl from Debian's
+# packages, unpacked privately), and the Go unit tests of what it ports from k8s.io/kubernetes.
+echo "=== test apiserver (k8s.io/apiserver) ===" >&2
+bash tests/apiserver/apiserver.sh unit
 
 # Lints: clippy with warnings as errors over every target, and the API docs with broken links refused.
 echo "=== clippy and docs ===" >&2

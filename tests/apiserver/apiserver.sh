@@ -70,6 +70,9 @@ OPENAPI_PACKAGES=(k8s.io/api/core/v1 k8s.io/api/events/v1 k8s.io/api/admissionre
 # build: the server binary at $BIN, rebuilt when a source file here is newer.
 build() {
   install
+  # One build at a time (test processes may ask for it together).
+  exec 9>"$ROOT/build.lock"
+  flock 9
   local stale=0
   [ -x "$BIN" ] || stale=1
   for f in "$HERE"/*.go "$HERE/apiserver.sh"; do [ "$f" -nt "$BIN" ] && stale=1; done
@@ -183,7 +186,7 @@ stop() {
 # unit: the Go unit tests of the ported pieces.
 unit() {
   build
-  (cd "$BUILD/src/plegd.io/testapiserver" && goenv go test ./ 2>&1)
+  (cd "$BUILD/src/plegd.io/testapiserver" && PLEGD_DEPLOY_DIR="$DEPLOY" goenv go test ./ 2>&1)
 }
 
 case "${1:-}" in
