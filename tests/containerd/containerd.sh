@@ -30,7 +30,7 @@ SUBNET=${PLEGD_CNI_SUBNET:-10.234.0.0/24}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 VERSION=${PLEGD_CONTAINERD_VERSION:-2.1}
 PACKAGES_DIR=${PLEGD_PACKAGES_DIR:-/var/lib/plegd-test}
-PACKAGES=(containerd runc busybox-static containernetworking-plugins protobuf-compiler iproute2 gcc libc6-dev systemd)
+PACKAGES=(containerd runc busybox-static containernetworking-plugins protobuf-compiler iproute2 gcc libc6-dev systemd curl)
 
 log() { echo "containerd.sh: $*" >&2; }
 die() { log "error: $*"; exit 1; }

@@ -10,7 +10,7 @@
 //!     cargo run --release -p plegd-demo --bin workload -- CRI_SOCKET PLEGD_BINARY
 
 #[allow(dead_code)]
-#[path = "../support/apiserver.rs"]
+#[path = "../support/fake_apiserver.rs"]
 mod apiserver;
 #[allow(dead_code)]
 #[path = "../support/containerd.rs"]

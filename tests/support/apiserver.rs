@@ -656,18 +656,19 @@ impl Apiserver {
             let log = self.current_requests().await;
             lock(&self.earlier_requests).extend(log);
         }
-        let mut server = lock(&self.server);
-        if down {
-            if let Some(mut c) = server.take() {
-                let _ = c.kill();
-                let _ = c.wait();
+        {
+            let mut server = lock(&self.server);
+            if down {
+                if let Some(mut c) = server.take() {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                }
+                return;
             }
-            return;
+            if server.is_none() {
+                *server = Some(Self::spawn_server(&server_binary(), &self.server_args, self.dir.path()));
+            }
         }
-        if server.is_none() {
-            *server = Some(Self::spawn_server(&server_binary(), &self.server_args, self.dir.path()));
-        }
-        drop(server);
         // The faults live in the server: set them again.
         let faults = lock(&self.faults).clone();
         self.wait_ready(Duration::from_secs(60)).await;
