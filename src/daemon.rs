@@ -458,3 +458,45 @@ pub async fn run_controlled(
         None => Ok(()),
     }
 }
+
+#[cfg(test)]
+mod warning_tests {
+    use super::*;
+
+    fn headers(values: &[&[u8]]) -> http::HeaderMap {
+        let mut h = http::HeaderMap::new();
+        for v in values {
+            h.append(http::header::WARNING, http::HeaderValue::from_bytes(v).unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn each_warning_is_kept_once_bounded_and_whole_characters() {
+        let warnings = ApiserverWarnings::default();
+        let metrics = Metrics::new();
+        let unknown = br#"299 - "unknown field \"status.bogus\"""#;
+        for _ in 0..3 {
+            warnings.observe(&headers(&[unknown]), "PATCH", &metrics);
+        }
+        assert_eq!(warnings.seen.lock().unwrap().len(), 1, "a repeat is not kept again");
+        assert!(
+            metrics.encode().contains("plegd_apiserver_warnings_total 3"),
+            "every one counted"
+        );
+
+        // Bytes that are not UTF-8, and a long non-ASCII text cut at a character boundary.
+        let long = "é".repeat(1000);
+        warnings.observe(&headers(&[b"299 - \xff\xfe", long.as_bytes()]), "PATCH", &metrics);
+        let seen = warnings.seen.lock().unwrap();
+        let kept = seen.iter().find(|w| w.starts_with('é')).unwrap();
+        assert!(kept.len() <= ApiserverWarnings::MAX_LEN && kept.chars().all(|c| c == 'é'));
+        drop(seen);
+
+        // At most MAX distinct warnings are kept; more are counted only.
+        for i in 0..2 * ApiserverWarnings::MAX {
+            warnings.observe(&headers(&[format!("299 - \"w{i}\"").as_bytes()]), "GET", &metrics);
+        }
+        assert_eq!(warnings.seen.lock().unwrap().len(), ApiserverWarnings::MAX);
+    }
+}

@@ -29,6 +29,8 @@ use kube::discovery::ApiResource;
 use kube::runtime::watcher;
 use serde_json::{Value, json};
 
+use super::fake_apiserver::request_info;
+
 pub const NODE_CLAIM: &str = "authentication.kubernetes.io/node-name";
 pub const PLEGD_USER: &str = "system:serviceaccount:plegd-system:plegd";
 
@@ -53,40 +55,9 @@ fn nanos<'de, D: serde::Deserializer<'de>>(d: D) -> Result<SystemTime, D::Error>
 }
 
 impl Logged {
-    /// What RBAC authorizes this request as, `group/resource[/subresource]:verb` ("" is the core
-    /// group), by the apiserver's request-info rules: GET of a collection is list, or watch with
-    /// `watch=true`; GET of one object get; POST create; PUT update; PATCH patch; DELETE delete.
-    /// None for non-resource paths (discovery, /version), which every authenticated user may read.
+    /// What RBAC authorizes this request as ([`request_info::authorization`]).
     pub fn authorization(&self) -> Option<String> {
-        let parts: Vec<&str> = self.path.trim_matches('/').split('/').collect();
-        let (group, rest) = match parts.as_slice() {
-            ["api", "v1", rest @ ..] => ("", rest),
-            ["apis", group, _version, rest @ ..] => (*group, rest),
-            _ => return None,
-        };
-        let rest = match rest {
-            ["namespaces", _ns, rest @ ..] if !rest.is_empty() => rest,
-            rest => rest,
-        };
-        let (resource, named) = match rest {
-            [resource] => (resource.to_string(), false),
-            [resource, _name] => (resource.to_string(), true),
-            [resource, _name, sub] => (format!("{resource}/{sub}"), true),
-            _ => return None,
-        };
-        let watch = self.query.split('&').any(|p| p == "watch=true" || p == "watch=1");
-        let verb = match (self.method.as_str(), named) {
-            ("GET", false) if watch => "watch",
-            ("GET", false) => "list",
-            ("GET", true) => "get",
-            ("POST", _) => "create",
-            ("PUT", _) => "update",
-            ("PATCH", _) => "patch",
-            ("DELETE", true) => "delete",
-            ("DELETE", false) => "deletecollection",
-            _ => return None,
-        };
-        Some(format!("{group}/{resource}:{verb}"))
+        request_info::authorization(&self.method, &self.path, &self.query)
     }
 }
 

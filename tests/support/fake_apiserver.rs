@@ -31,6 +31,8 @@ use tokio::sync::broadcast;
 
 #[path = "patch_apply.rs"]
 mod patch_apply;
+#[path = "request_info.rs"]
+pub mod request_info;
 use patch_apply::{apply_merge_patch, apply_strategic_merge};
 // What patch_apply needs from its parent.
 use plegd::status::patch::{SET_ORDER, key_of, merge_key};
@@ -47,42 +49,9 @@ pub struct Logged {
 }
 
 impl Logged {
-    /// What RBAC would authorize this request as, `group/resource[/subresource]:verb` ("" is the
-    /// core group), as the apiserver's request-info rules derive it: GET of a collection is list,
-    /// or watch with `watch=true`; GET of one object get; POST create; PUT update; PATCH patch;
-    /// DELETE delete. None for non-resource paths (discovery, /version), which every
-    /// authenticated user may read.
+    /// What RBAC authorizes this request as ([`request_info::authorization`]).
     pub fn authorization(&self) -> Option<String> {
-        let parts: Vec<&str> = self.path.trim_matches('/').split('/').collect();
-        let rest = match parts.as_slice() {
-            ["api", "v1", rest @ ..] => ("", rest),
-            ["apis", group, _version, rest @ ..] => (*group, rest),
-            _ => return None,
-        };
-        let (group, rest) = rest;
-        let rest = match rest {
-            ["namespaces", _ns, rest @ ..] if !rest.is_empty() => rest,
-            rest => rest,
-        };
-        let (resource, named) = match rest {
-            [resource] => (resource.to_string(), false),
-            [resource, _name] => (resource.to_string(), true),
-            [resource, _name, sub] => (format!("{resource}/{sub}"), true),
-            _ => return None,
-        };
-        let watch = self.query.split('&').any(|p| p == "watch=true" || p == "watch=1");
-        let verb = match (self.method.as_str(), named) {
-            ("GET", false) if watch => "watch",
-            ("GET", false) => "list",
-            ("GET", true) => "get",
-            ("POST", _) => "create",
-            ("PUT", _) => "update",
-            ("PATCH", _) => "patch",
-            ("DELETE", true) => "delete",
-            ("DELETE", false) => "deletecollection",
-            _ => return None,
-        };
-        Some(format!("{group}/{resource}:{verb}"))
+        request_info::authorization(&self.method, &self.path, &self.query)
     }
 }
 
