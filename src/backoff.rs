@@ -5,6 +5,8 @@
 //! wait is drawn at random in `[base / 2, base)` ("equal jitter"), so the longest wait is still
 //! `max` and two nodes (or two streams) that fail at the same moment do not retry in lockstep.
 //! A retry loop is never given up for good: it only waits longer, up to the cap.
+//!
+//! Beside it, [`RetryAfter`]: the wait the apiserver itself asks for (`Retry-After`).
 
 use std::time::Duration;
 
@@ -100,9 +102,100 @@ impl kube::runtime::utils::Backoff for ExponentialBackoff {
     }
 }
 
+/// The apiserver's own request to wait: a 429 (max-in-flight or priority and fairness) or a 5xx
+/// with a `Retry-After` header, honoured as client-go honours it (integer seconds; no HTTP date),
+/// but for every status write of this plegd rather than per request — it is the server that is
+/// overloaded, not one pod. Each wait is capped at [`RetryAfter::MAX`], so that a server that
+/// sends a huge value cannot stall the writers for long; a later answer can only lengthen the wait.
+#[derive(Debug, Default)]
+pub struct RetryAfter {
+    until: std::sync::Mutex<Option<tokio::time::Instant>>,
+}
+
+impl RetryAfter {
+    /// The longest wait one answer can impose.
+    pub const MAX: Duration = Duration::from_secs(30);
+
+    /// The wait an answer with status `code` and `Retry-After` header `value` asks for (pure).
+    pub fn requested(code: u16, value: Option<&[u8]>) -> Option<Duration> {
+        if code != 429 && !(500..600).contains(&code) {
+            return None;
+        }
+        let value = std::str::from_utf8(value?).ok()?.trim();
+        // Seconds as digits only: no sign, no fraction, nothing a parser might read generously.
+        if value.is_empty() || value.len() > 10 || !value.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let seconds: u64 = value.parse().ok()?;
+        Some(Duration::from_secs(seconds).min(Self::MAX))
+    }
+
+    /// Hold writes back for `wait` from now (or longer, if an earlier answer asked for longer).
+    pub fn push(&self, wait: Duration) {
+        let until = tokio::time::Instant::now() + wait.min(Self::MAX);
+        let mut held = self.until.lock().unwrap_or_else(|e| e.into_inner());
+        *held = Some(held.map_or(until, |u| u.max(until)));
+    }
+
+    /// How long writes are still held back.
+    pub fn remaining(&self) -> Duration {
+        let held = *self.until.lock().unwrap_or_else(|e| e.into_inner());
+        held.map_or(Duration::ZERO, |u| u.saturating_duration_since(tokio::time::Instant::now()))
+    }
+
+    /// Wait until the apiserver's last `Retry-After` has passed.
+    pub async fn wait(&self) {
+        loop {
+            let remaining = self.remaining();
+            if remaining.is_zero() {
+                return;
+            }
+            tokio::time::sleep(remaining).await;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn retry_after_is_read_as_client_go_reads_it_and_capped() {
+        let secs = Duration::from_secs;
+        assert_eq!(RetryAfter::requested(429, Some(b"1")), Some(secs(1)));
+        assert_eq!(RetryAfter::requested(503, Some(b" 7 ")), Some(secs(7)));
+        assert_eq!(RetryAfter::requested(429, Some(b"0")), Some(secs(0)));
+        assert_eq!(RetryAfter::requested(429, Some(b"86400")), Some(RetryAfter::MAX), "capped");
+        assert_eq!(RetryAfter::requested(429, Some(b"99999999999999999999")), None);
+        for refused in [&b"-1"[..], b"1.5", b"+3", b"", b"Wed, 21 Oct 2026 07:28:00 GMT", b"\xff"] {
+            assert_eq!(RetryAfter::requested(429, Some(refused)), None, "{refused:?}");
+        }
+        assert_eq!(RetryAfter::requested(429, None), None);
+        // Only an overloaded or failing server's answer counts.
+        for code in [200, 404, 409, 422] {
+            assert_eq!(RetryAfter::requested(code, Some(b"5")), None, "{code}");
+        }
+    }
+
+    #[tokio::test]
+    async fn writes_wait_for_the_longest_retry_after() {
+        let held = RetryAfter::default();
+        assert_eq!(held.remaining(), Duration::ZERO, "nothing asked: no wait");
+        held.push(Duration::from_millis(800));
+        held.push(Duration::from_millis(100));
+        assert!(
+            held.remaining() > Duration::from_millis(300),
+            "a shorter answer does not shorten the wait: {:?}",
+            held.remaining()
+        );
+        let start = std::time::Instant::now();
+        held.wait().await;
+        assert!(start.elapsed() >= Duration::from_millis(300), "{:?}", start.elapsed());
+        assert_eq!(held.remaining(), Duration::ZERO);
+        held.push(Duration::from_secs(3600));
+        let remaining = held.remaining();
+        assert!(remaining <= RetryAfter::MAX && remaining > RetryAfter::MAX - Duration::from_secs(5));
+    }
 
     const MS: fn(u64) -> Duration = Duration::from_millis;
 

@@ -13,8 +13,9 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::events::{Recorder, Reporter};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 
+use crate::backoff::RetryAfter;
 use crate::cache::PodCache;
 use crate::clock::SystemClock;
 use crate::informer;
@@ -109,11 +110,13 @@ impl crate::http::Health for DaemonHealth {
 /// A tower layer on the apiserver client that counts requests by verb and response code
 /// (`plegd_apiserver_requests_total`; code `error` when no response came), and logs each distinct
 /// `Warning` header the apiserver answers with once (an unknown field in a status plegd writes, a
-/// deprecated API): one line per warning, not one per write.
+/// deprecated API): one line per warning, not one per write; and takes note of each `Retry-After`
+/// the apiserver sends with a 429 or a 5xx, for the status writers to honour ([`RetryAfter`]).
 #[derive(Clone)]
 struct CountRequestsLayer {
     metrics: Arc<Metrics>,
     warnings: Arc<ApiserverWarnings>,
+    retry_after: Arc<RetryAfter>,
 }
 
 #[derive(Clone)]
@@ -121,6 +124,7 @@ struct CountRequests<S> {
     inner: S,
     metrics: Arc<Metrics>,
     warnings: Arc<ApiserverWarnings>,
+    retry_after: Arc<RetryAfter>,
 }
 
 impl<S> tower::Layer<S> for CountRequestsLayer {
@@ -131,6 +135,7 @@ impl<S> tower::Layer<S> for CountRequestsLayer {
             inner,
             metrics: self.metrics.clone(),
             warnings: self.warnings.clone(),
+            retry_after: self.retry_after.clone(),
         }
     }
 }
@@ -193,13 +198,21 @@ where
         };
         let metrics = self.metrics.clone();
         let warnings = self.warnings.clone();
+        let retry_after = self.retry_after.clone();
         let response = self.inner.call(request);
         Box::pin(async move {
             let result = response.await;
             let code = match &result {
                 Ok(r) => {
                     warnings.observe(r.headers(), &verb, &metrics);
-                    r.status().as_u16().to_string()
+                    let status = r.status().as_u16();
+                    let asked = r.headers().get(http::header::RETRY_AFTER).map(|v| v.as_bytes());
+                    if let Some(wait) = RetryAfter::requested(status, asked) {
+                        debug!(verb, code = status, wait = ?wait, "apiserver asked plegd to wait (Retry-After)");
+                        metrics.count_apiserver_retry_after();
+                        retry_after.push(wait);
+                    }
+                    status.to_string()
                 }
                 Err(_) => "error".to_owned(),
             };
@@ -210,8 +223,13 @@ where
 }
 
 /// The apiserver client: from `--kubeconfig`, else as kube-rs infers it (KUBECONFIG, the default
-/// kubeconfig, or the in-cluster service account). Every request is counted in `metrics`.
-pub async fn kube_client(kubeconfig: Option<&PathBuf>, metrics: Arc<Metrics>) -> Result<kube::Client, DaemonError> {
+/// kubeconfig, or the in-cluster service account). Every request is counted in `metrics`, and
+/// every `Retry-After` the apiserver asks for is noted in `retry_after`.
+pub async fn kube_client(
+    kubeconfig: Option<&PathBuf>,
+    metrics: Arc<Metrics>,
+    retry_after: Arc<RetryAfter>,
+) -> Result<kube::Client, DaemonError> {
     let config = match kubeconfig {
         Some(path) => {
             let kc = Kubeconfig::read_from(path).map_err(|source| DaemonError::Kubeconfig {
@@ -227,10 +245,17 @@ pub async fn kube_client(kubeconfig: Option<&PathBuf>, metrics: Arc<Metrics>) ->
         }
         None => kube::Config::infer().await.map_err(DaemonError::InferConfig)?,
     };
+    // kube's own retry of 429s, 503s and 504s (inside the client, below the layer that counts)
+    // is off: every answer the apiserver gives is counted and seen here, a `Retry-After` holds back
+    // every status write rather than one request, and each caller retries with its own backoff
+    // (the status writers, the informer's watch).
+    let mut config = config;
+    config.default_retry = false;
     let builder = kube::client::ClientBuilder::try_from(config).map_err(DaemonError::Client)?;
     let layer = CountRequestsLayer {
         metrics,
         warnings: Arc::default(),
+        retry_after,
     };
     Ok(builder.with_layer(&layer).build())
 }
@@ -348,7 +373,8 @@ pub async fn run_controlled(
         connected = CriRuntime::connect_waiting(&options.cri_socket, &options.cri, metrics.clone()) => connected,
     };
     let (runtime, version) = connected?;
-    let client = kube_client(options.kubeconfig.as_ref(), metrics.clone()).await?;
+    let retry_after = Arc::new(RetryAfter::default());
+    let client = kube_client(options.kubeconfig.as_ref(), metrics.clone(), retry_after.clone()).await?;
     info!(
         node = %options.manager.node_name,
         runtime = %version.runtime_name,
@@ -397,7 +423,13 @@ pub async fn run_controlled(
         delete_finished_pods: options.sync.mode == StatusMode::Full,
         ..options.manager.clone()
     };
-    let manager = StatusManager::new(client.clone(), informer.store.clone(), manager_config, metrics.clone())?;
+    let manager = StatusManager::new(
+        client.clone(),
+        informer.store.clone(),
+        manager_config,
+        retry_after,
+        metrics.clone(),
+    )?;
     for (name, stage) in manager.stages() {
         output.spawn(name, stage);
     }

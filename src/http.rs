@@ -130,7 +130,8 @@ pub async fn serve(
             get(|State(s): State<Arc<AppState>>| async move { verdict(s.health.ready()) }),
         )
         .with_state(state);
-    let listener = tokio::net::TcpListener::bind(address).await?;
+    let backlog = u32::try_from(limits.max_connections).unwrap_or(u32::MAX);
+    let listener = crate::listen::bind_tcp(address, backlog)?;
     let bound = listener.local_addr()?;
     info!(address = %bound, max_connections = limits.max_connections, "metrics and health endpoint listening");
     let stage: Stage = Box::pin(accept_loop(listener, app, admission, limits));

@@ -164,6 +164,22 @@ impl<S: tonic::transport::server::Connected> tonic::transport::server::Connected
 
 /// How long to pause accepting after an error such as running out of file descriptors (the
 /// error would otherwise repeat at once, in a busy loop).
+/// A TCP listener on `address` whose accept queue holds `backlog` connections (the kernel caps it at
+/// `net.core.somaxconn`): a burst of connections up to the listener's own limit waits there for
+/// plegd to accept it, rather than in SYN-ACK retransmissions of seconds once a shorter queue
+/// (tokio's default is 1024) is full.
+pub fn bind_tcp(address: std::net::SocketAddr, backlog: u32) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if address.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    // As tokio's own bind does: a restarted plegd can bind again at once.
+    socket.set_reuseaddr(true)?;
+    socket.bind(address)?;
+    socket.listen(backlog)
+}
+
 pub const ACCEPT_ERROR_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
 
 #[cfg(test)]

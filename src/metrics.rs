@@ -163,6 +163,8 @@ metrics_table! {
         "apiserver_requests", "Requests to the apiserver by verb and response code";
     apiserver_warnings: Counter = Default::default(),
         "apiserver_warnings", "Warning headers in the apiserver's answers (each distinct one is logged once)";
+    apiserver_retry_after: Counter = Default::default(),
+        "apiserver_retry_after", "Answers (429 or 5xx) with a Retry-After the status writers then waited for";
 }
 
 impl Metrics {
@@ -269,6 +271,10 @@ impl Metrics {
 
     pub fn count_apiserver_warning(&self) {
         self.apiserver_warnings.inc();
+    }
+
+    pub fn count_apiserver_retry_after(&self) {
+        self.apiserver_retry_after.inc();
     }
 
     pub fn count_bad_data(&self, kind: &str) {

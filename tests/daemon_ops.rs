@@ -1,5 +1,5 @@
 //! `plegd run` as an operator runs it: the real binary against the fake CRI server and the test
-//! apiserver, under a NOTIFY_SOCKET like systemd's, with its HTTP endpoint and API socket, followed
+//! apiserver built from Kubernetes' own code, under a NOTIFY_SOCKET like systemd's, with its HTTP endpoint and API socket, followed
 //! by `plegd events`, and stopped with SIGTERM.
 
 mod support;
@@ -11,7 +11,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::fake_apiserver::TestApiserver;
+use support::apiserver::{Apiserver, Identity};
 use support::fake_cri::FakeServer;
 use support::process::{free_port, http_get, metric};
 
@@ -72,15 +72,13 @@ fn follow(socket: &std::path::Path, extra: &[&str]) -> (Child, mpsc::Receiver<Va
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operate_plegd_run() {
     let cri = FakeServer::start().await;
-    cri.fake.add_running_pod("u1", "web", 1);
-    cri.fake.add_running_pod("u2", "db", 1);
-    let api = TestApiserver::start().await;
-    for (uid, name) in [("u1", "web"), ("u2", "db")] {
-        api.create_pod(json!({"metadata": {"name": name, "namespace": "default", "uid": uid},
-            "spec": {"nodeName": "n1", "restartPolicy": "Never", "containers": [{"name": "c0", "image": "fake.test/busybox:1"}]}}));
-    }
+    let api = Apiserver::start().await;
+    let web = api.create_bound_pod("web", "n1", 1, "Never").await;
+    let db = api.create_bound_pod("db", "n1", 1, "Never").await;
+    cri.fake.add_running_pod(&web, "web", 1);
+    cri.fake.add_running_pod(&db, "db", 1);
     let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = api.kubeconfig(dir.path());
+    let kubeconfig = api.kubeconfig_as(dir.path(), &Identity::Plegd("n1".into()));
     let notify_path = dir.path().join("notify.sock");
     let socket = UnixDatagram::bind(&notify_path).unwrap();
     socket.set_nonblocking(true).unwrap();
@@ -142,7 +140,7 @@ async fn operate_plegd_run() {
     let (mut died_only, died_rx) = follow(&api_socket, &["--type", "ContainerDied", "--pod", "web"]);
     tokio::time::sleep(Duration::from_millis(800)).await;
 
-    cri.fake.exit_container("ctr-u1-0", 7);
+    cri.fake.exit_container(&format!("ctr-{web}-0"), 7);
     let died = died_rx
         .recv_timeout(Duration::from_secs(10))
         .expect("a ContainerDied line");
@@ -151,9 +149,10 @@ async fn operate_plegd_run() {
         (json!("ContainerDied"), json!("web"), json!(7))
     );
     let first = all_rx.recv_timeout(Duration::from_secs(10)).expect("an event line");
-    assert_eq!(first["pod_uid"], "u1");
-    wait_until("web Failed in the apiserver", Duration::from_secs(10), || {
+    assert_eq!(first["pod_uid"], web.as_str());
+    support::wait_for("web Failed in the apiserver", Duration::from_secs(10), || async {
         api.pod("default", "web")
+            .await
             .is_some_and(|p| p["status"]["phase"] == "Failed")
     })
     .await;
@@ -207,11 +206,11 @@ async fn operate_plegd_run() {
     .await;
 
     // SIGTERM with a status write in flight (the apiserver is slow): it lands before plegd exits 0.
-    api.set_delay(Some(Duration::from_millis(1500)));
-    cri.fake.exit_container("ctr-u2-0", 3);
+    api.set_delay(Some(Duration::from_millis(1500))).await;
+    cri.fake.exit_container(&format!("ctr-{db}-0"), 3);
     tokio::time::sleep(Duration::from_millis(700)).await;
     assert!(
-        api.pod("default", "db").unwrap()["status"]["phase"] != "Failed",
+        api.pod("default", "db").await.unwrap()["status"]["phase"] != "Failed",
         "the write is still in flight"
     );
     let killed = Command::new("kill")
@@ -229,7 +228,7 @@ async fn operate_plegd_run() {
     };
     assert_eq!(status.code(), Some(0), "a clean exit");
     assert_eq!(
-        api.pod("default", "db").unwrap()["status"]["phase"],
+        api.pod("default", "db").await.unwrap()["status"]["phase"],
         "Failed",
         "the pending write was flushed"
     );

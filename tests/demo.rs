@@ -1,7 +1,7 @@
 //! deploy/demo.sh, run as a user runs it (non-interactively, JSON events), on a containerd instance
 //! of its own of the version the suite runs: what its narration says happened must be what plegd
-//! reported — the lifecycle events of `plegd watch` on stdout and the pod status `plegd run`
-//! wrote (`status:` lines) on stderr.
+//! reported — the lifecycle events of `plegd watch` on stdout, and the pod status `plegd run`
+//! wrote to the test apiserver as `kubectl get pods --watch` showed it (`kubectl:` lines on stderr).
 
 mod support;
 
@@ -21,15 +21,20 @@ fn died<'a>(events: &'a [Value], pod: &str, container: &str) -> Vec<&'a Value> {
         .collect()
 }
 
-/// The `status:` lines of one pod, in order.
-fn statuses<'a>(stderr: &'a str, pod: &str) -> Vec<&'a str> {
-    let key = format!("plegd-test/{pod} ");
+/// What `kubectl get pods --watch --output-watch-events` printed of one pod, in order: each row's
+/// EVENT, READY, STATUS and RESTARTS columns.
+fn kubectl<'a>(stderr: &'a str, pod: &str) -> Vec<[&'a str; 4]> {
     stderr
         .lines()
-        .filter_map(|l| l.trim_start().strip_prefix("status:"))
-        .map(str::trim_start)
-        .filter(|l| l.starts_with(&key))
+        .filter_map(|l| l.trim_start().strip_prefix("kubectl:"))
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|columns| columns.len() >= 5 && columns[1] == pod)
+        .map(|c| [c[0], c[2], c[3], c[4]])
         .collect()
+}
+
+fn shown(stderr: &str, pod: &str, row: impl Fn(&[&str; 4]) -> bool) -> bool {
+    kubectl(stderr, pod).iter().any(row)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -68,12 +73,7 @@ async fn the_demo_shows_what_happened() {
             .any(|e| e["type"] == "ContainerStarted" && e["pod"] == "web" && e["container"] == "server"),
         "{context}"
     );
-    assert!(
-        statuses(&stderr, "web")
-            .iter()
-            .any(|l| l.contains("Running  server: running")),
-        "{context}"
-    );
+    assert!(shown(&stderr, "web", |[_, _, status, _]| *status == "Running"), "{context}");
 
     // "pod job: a container that completes"
     let job = died(&events, "job", "batch");
@@ -81,12 +81,7 @@ async fn the_demo_shows_what_happened() {
         job.len() == 1 && job[0]["exit_code"] == 0 && job[0]["reason"] == "Completed",
         "{context}"
     );
-    assert!(
-        statuses(&stderr, "job")
-            .iter()
-            .any(|l| l.contains("Succeeded  batch: exited 0 (Completed)")),
-        "{context}"
-    );
+    assert!(shown(&stderr, "job", |[_, _, status, _]| *status == "Completed"), "{context}");
 
     // "pod crashy: a container that fails (exit 1) and is restarted twice"
     let crashy = died(&events, "crashy", "worker");
@@ -94,12 +89,9 @@ async fn the_demo_shows_what_happened() {
         crashy.len() == 3 && crashy.iter().all(|e| e["exit_code"] == 1),
         "{context}"
     );
-    let crashy_status = statuses(&stderr, "crashy");
-    for restarts in [1, 2] {
+    for restarts in ["1", "2"] {
         assert!(
-            crashy_status
-                .iter()
-                .any(|l| l.contains(&format!("worker: exited 1 (Error), restarts {restarts}"))),
+            shown(&stderr, "crashy", |[_, _, status, count]| *status == "Error" && *count == restarts),
             "{context}"
         );
     }
@@ -110,38 +102,36 @@ async fn the_demo_shows_what_happened() {
         hog.len() == 1 && hog[0]["reason"] == "OOMKilled" && hog[0]["exit_code"] == 137,
         "{context}"
     );
-    assert!(
-        statuses(&stderr, "hog")
-            .iter()
-            .any(|l| l.contains("Failed  hog: exited 137 (OOMKilled)")),
-        "{context}"
-    );
+    assert!(shown(&stderr, "hog", |[_, _, status, _]| *status == "OOMKilled"), "{context}");
 
     // "its sidecar starts, then is stopped (SIGTERM; it exits 143)"
     let sidecar = died(&events, "web", "sidecar");
     assert!(sidecar.len() == 1 && sidecar[0]["exit_code"] == 143, "{context}");
+    // One container of two running, the other exited with an error.
     assert!(
-        statuses(&stderr, "web")
-            .iter()
-            .any(|l| l.contains("sidecar: exited 143")),
+        shown(&stderr, "web", |[_, ready, status, _]| *ready == "1/2" && *status == "Error"),
         "{context}"
     );
 
     // "deleting every pod": the running ones are finished and removed by plegd (full mode), the
-    // finished ones by the apiserver; every container and sandbox is reported removed.
+    // finished ones by the apiserver; kubectl sees each go; every container and sandbox is
+    // reported removed.
     for pod in ["web", "crashy"] {
         assert!(
-            statuses(&stderr, pod)
-                .last()
-                .is_some_and(|l| l.contains("gone: plegd removed it")),
+            stderr.contains(&format!("workload:   {pod}: marked deleted; plegd removes it")),
             "{pod}: {context}"
         );
     }
     for pod in ["job", "hog"] {
         assert!(
-            statuses(&stderr, pod)
-                .last()
-                .is_some_and(|l| l.contains("gone: it had already finished")),
+            stderr.contains(&format!("workload:   {pod}: removed by the apiserver at once")),
+            "{pod}: {context}"
+        );
+    }
+    assert!(stderr.contains("every pod is gone from the apiserver"), "{context}");
+    for pod in ["web", "job", "crashy", "hog"] {
+        assert!(
+            kubectl(&stderr, pod).last().is_some_and(|[event, ..]| *event == "DELETED"),
             "{pod}: {context}"
         );
     }

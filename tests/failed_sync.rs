@@ -1,5 +1,5 @@
 //! A failed runtime read is not a fact (the kubelet's FailedSync rule). `plegd run` as a user runs
-//! it, against the fake CRI server and the test apiserver: while `ContainerStatus` of one container
+//! it, against the fake CRI server and the test apiserver built from Kubernetes' own code: while `ContainerStatus` of one container
 //! fails, the other container of the pod exits, the pod's labels change and a resync passes. Every
 //! status version the apiserver stored is checked: nothing is written from the failed reads, and
 //! the exit lands once the runtime answers again. FailedSync shows as a counter, one log line per
@@ -11,15 +11,21 @@ use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
-use support::fake_apiserver::TestApiserver;
+use support::apiserver::{Apiserver, Identity};
 use support::fake_cri::FakeServer;
 use support::process::{free_port, http_get, metric};
-use support::wait_until;
+use support::wait_for;
 
 const NODE: &str = "node-fs";
-/// The container whose status cannot be read, and the one that exits meanwhile.
-const STUCK: &str = "ctr-fs-1-0";
-const EXITS: &str = "ctr-fs-1-1";
+/// The container whose status cannot be read (c0), and the one that exits meanwhile (c1), of the
+/// pod with this uid.
+fn stuck(uid: &str) -> String {
+    format!("ctr-{uid}-0")
+}
+
+fn exits(uid: &str) -> String {
+    format!("ctr-{uid}-1")
+}
 
 struct Plegd {
     child: Child,
@@ -50,10 +56,11 @@ impl Plegd {
     }
 }
 
-fn start(cri: &FakeServer, api: &TestApiserver, dir: &std::path::Path, mode: &str) -> Plegd {
+fn start(cri: &FakeServer, api: &Apiserver, dir: &std::path::Path, mode: &str) -> Plegd {
     let port = free_port();
     let log = dir.join("plegd.log");
-    let child = support::process::plegd_run(env!("CARGO_BIN_EXE_plegd"), NODE, &cri.path, &api.kubeconfig(dir))
+    let kubeconfig = api.kubeconfig_as(dir, &Identity::Plegd(NODE.into()));
+    let child = support::process::plegd_run(env!("CARGO_BIN_EXE_plegd"), NODE, &cri.path, &kubeconfig)
         .args(["--status-mode", mode, "--triggers", "none", "--emit-events"])
         .args(["--metrics-address", &format!("127.0.0.1:{port}")])
         .args(["--node-ip", "192.0.2.10"])
@@ -63,8 +70,9 @@ fn start(cri: &FakeServer, api: &TestApiserver, dir: &std::path::Path, mode: &st
     Plegd { child, port, log }
 }
 
-fn status(api: &TestApiserver) -> Value {
+async fn status(api: &Apiserver) -> Value {
     api.pod("default", "web")
+        .await
         .map(|p| p["status"].clone())
         .unwrap_or_default()
 }
@@ -83,8 +91,9 @@ fn condition<'a>(status: &'a Value, type_: &str) -> &'a Value {
         .unwrap_or(&Value::Null)
 }
 
-fn status_patches(api: &TestApiserver) -> usize {
-    api.requests()
+async fn status_patches(api: &Apiserver) -> usize {
+    api.requests_by(support::apiserver::PLEGD_USER)
+        .await
         .iter()
         .filter(|r| r.method == "PATCH" && r.path == "/api/v1/namespaces/default/pods/web/status")
         .count()
@@ -92,20 +101,21 @@ fn status_patches(api: &TestApiserver) -> usize {
 
 /// The outage: `ContainerStatus` of STUCK fails, EXITS exits with 3, the pod's labels change, and
 /// 12 s pass (a 10 s resync among them). Returns the status the apiserver held before it.
-async fn outage(cri: &FakeServer, api: &TestApiserver, plegd: &Plegd) -> Value {
-    let before = status(api);
-    let patches = status_patches(api);
+async fn outage(cri: &FakeServer, api: &Apiserver, uid: &str, plegd: &Plegd) -> Value {
+    let before = status(api).await;
+    let patches = status_patches(api).await;
     cri.fake
-        .fail_id("ContainerStatus", STUCK, tonic::Status::unavailable("runtime is busy"));
-    cri.fake.exit_container(EXITS, 3);
+        .fail_id("ContainerStatus", &stuck(uid), tonic::Status::unavailable("runtime is busy"));
+    cri.fake.exit_container(&exits(uid), 3);
     tokio::time::sleep(Duration::from_secs(2)).await;
     api.update_pod("default", "web", |pod| {
         pod["metadata"]["labels"] = serde_json::json!({"tier": "front"})
-    });
+    })
+    .await;
     tokio::time::sleep(Duration::from_secs(10)).await;
 
-    assert_eq!(status_patches(api), patches, "no status is written from a failed read");
-    assert_eq!(status(api), before, "the apiserver keeps the last good status");
+    assert_eq!(status_patches(api).await, patches, "no status is written from a failed read");
+    assert_eq!(status(api).await, before, "the apiserver keeps the last good status");
     let failed = plegd.metric("plegd_pod_failed_syncs_total");
     assert!(failed >= 2.0, "FailedSync counted at each attempt: {failed}");
     assert_eq!(
@@ -115,6 +125,7 @@ async fn outage(cri: &FakeServer, api: &TestApiserver, plegd: &Plegd) -> Value {
     );
     let events: Vec<Value> = api
         .events()
+        .await
         .into_iter()
         .filter(|e| e["reason"] == "FailedSync")
         .collect();
@@ -127,41 +138,42 @@ async fn outage(cri: &FakeServer, api: &TestApiserver, plegd: &Plegd) -> Value {
     assert_eq!(events[0]["type"], "Warning");
     assert_eq!(events[0]["regarding"]["name"], "web");
 
-    cri.fake.heal_id("ContainerStatus", STUCK);
+    cri.fake.heal_id("ContainerStatus", &stuck(uid));
     before
 }
 
-fn setup(cri: &FakeServer, api: &TestApiserver) {
-    // Containers c0 (STUCK) and c1 (EXITS), both running.
-    cri.fake.add_running_pod("fs-1", "web", 2);
-    api.create_bound_pod("web", "fs-1", NODE, 2, "Always");
+/// The pod `web` with containers c0 (stuck) and c1 (exits), both running. Returns its uid.
+async fn setup(cri: &FakeServer, api: &Apiserver) -> String {
+    let uid = api.create_bound_pod("web", NODE, 2, "Always").await;
+    cri.fake.add_running_pod(&uid, "web", 2);
+    uid
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn full_mode_writes_nothing_from_a_failed_read() {
     let cri = FakeServer::start().await;
-    let api = TestApiserver::start().await;
+    let api = Apiserver::start().await;
     let dir = tempfile::tempdir().unwrap();
-    setup(&cri, &api);
+    let uid = setup(&cri, &api).await;
     let plegd = start(&cri, &api, dir.path(), "full");
-    wait_until("both containers running and ready", Duration::from_secs(30), || {
-        let s = status(&api);
+    wait_for("both containers running and ready", Duration::from_secs(30), || async {
+        let s = status(&api).await;
         condition(&s, "Ready")["status"] == "True"
     })
     .await;
 
-    outage(&cri, &api, &plegd).await;
+    outage(&cri, &api, &uid, &plegd).await;
 
-    wait_until("the exit of c1 written", Duration::from_secs(15), || {
-        !container(&status(&api), "c1")["state"]["terminated"].is_null()
+    wait_for("the exit of c1 written", Duration::from_secs(15), || async {
+        !container(&status(&api).await, "c1")["state"]["terminated"].is_null()
     })
     .await;
-    let last = status(&api);
+    let last = status(&api).await;
     assert_eq!(container(&last, "c1")["state"]["terminated"]["exitCode"], 3);
     assert!(!container(&last, "c0")["state"]["running"].is_null(), "{last}");
 
     // Every version the apiserver stored is one the kubelet could have written.
-    let versions = api.pod_versions("default", "web");
+    let versions = api.pod_versions("default", "web").await;
     assert!(versions.len() >= 3, "created, Running, c1 exited: {}", versions.len());
     for pod in &versions {
         let s = &pod["status"];
@@ -190,30 +202,30 @@ async fn full_mode_writes_nothing_from_a_failed_read() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conditions_mode_never_flips_on_a_read_error() {
     let cri = FakeServer::start().await;
-    let api = TestApiserver::start().await;
+    let api = Apiserver::start().await;
     let dir = tempfile::tempdir().unwrap();
-    setup(&cri, &api);
+    let uid = setup(&cri, &api).await;
     let plegd = start(&cri, &api, dir.path(), "conditions");
     let running = "plegd.io/ContainersRunning";
-    wait_until("plegd's condition True", Duration::from_secs(30), || {
-        condition(&status(&api), running)["status"] == "True"
+    wait_for("plegd's condition True", Duration::from_secs(30), || async {
+        condition(&status(&api).await, running)["status"] == "True"
     })
     .await;
 
-    outage(&cri, &api, &plegd).await;
+    outage(&cri, &api, &uid, &plegd).await;
 
-    wait_until("plegd's condition False", Duration::from_secs(15), || {
-        condition(&status(&api), running)["status"] == "False"
+    wait_for("plegd's condition False", Duration::from_secs(15), || async {
+        condition(&status(&api).await, running)["status"] == "False"
     })
     .await;
-    let last = status(&api);
+    let last = status(&api).await;
     let c = condition(&last, running);
     assert_eq!(c["reason"], "ContainerDied", "{c}");
     assert_eq!(c["message"], "container c1 exited with code 3 (Error)", "{c}");
 
     // plegd's condition went True → False once, for the real exit, and nothing else moved.
     let mut seen = Vec::new();
-    for pod in api.pod_versions("default", "web") {
+    for pod in api.pod_versions("default", "web").await {
         let c = condition(&pod["status"], running);
         if c.is_null() {
             continue;

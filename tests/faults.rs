@@ -1,5 +1,6 @@
 //! Faults that must lose nothing: the event channel overflowing far past its capacity, and plegd
-//! itself killed (SIGKILL) and restarted in the middle of churn. Fake CRI server + test apiserver.
+//! itself killed (SIGKILL) and restarted in the middle of churn. Fake CRI server + the test apiserver built from Kubernetes'
+//! own code.
 
 mod support;
 
@@ -11,41 +12,57 @@ use plegd::metrics::Metrics;
 use plegd::pleg::PlegConfig;
 use plegd::status::StatusMode;
 use plegd::triggers::TriggerMode;
-use support::fake_apiserver::TestApiserver;
+use support::apiserver::{Apiserver, Identity, PLEGD_USER};
 use support::fake_cri::FakeServer;
-use support::wait_until;
+use support::wait_for;
 
-fn bind_pods(cri: &FakeServer, api: &TestApiserver, node: &str, pods: usize, containers: usize) {
+/// Pods pod-0… bound to `node`, running in the fake runtime; their uids, in order.
+async fn bind_pods(cri: &FakeServer, api: &Apiserver, node: &str, pods: usize, containers: usize) -> Vec<String> {
+    let mut uids = Vec::new();
     for i in 0..pods {
-        let uid = format!("{node}-{i:03}");
+        let uid = api
+            .create_bound_pod(&format!("pod-{i}"), node, containers, "Never")
+            .await;
         cri.fake.add_running_pod(&uid, &format!("pod-{i}"), containers);
-        api.create_bound_pod(&format!("pod-{i}"), &uid, node, containers, "Never");
+        uids.push(uid);
     }
+    uids
 }
 
-fn phase(api: &TestApiserver, i: usize) -> String {
+async fn phase(api: &Apiserver, i: usize) -> String {
     api.pod("default", &format!("pod-{i}"))
+        .await
         .map(|p| p["status"]["phase"].as_str().unwrap_or("").to_owned())
         .unwrap_or_default()
 }
 
-fn exit_code(api: &TestApiserver, i: usize) -> Option<i64> {
+async fn all_in_phase(api: &Apiserver, pods: impl IntoIterator<Item = usize>, want: &str) -> bool {
+    for i in pods {
+        if phase(api, i).await != want {
+            return false;
+        }
+    }
+    true
+}
+
+async fn exit_code(api: &Apiserver, i: usize) -> Option<i64> {
     // The first container's.
-    api.pod("default", &format!("pod-{i}"))?["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"]
+    api.pod("default", &format!("pod-{i}")).await?["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"]
         .as_i64()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn channel_overflow_at_ten_times_capacity_loses_no_final_state() {
     let cri = FakeServer::start().await;
-    let api = TestApiserver::start().await;
+    let api = Apiserver::start().await;
     let dir = tempfile::tempdir().unwrap();
     // A pod's changes go out in one burst after its status read: 100 containers a pod.
     let (pods, containers) = (10, 100);
-    bind_pods(&cri, &api, "overflow", pods, containers);
+    let uids = bind_pods(&cri, &api, "overflow", pods, containers).await;
     let metrics = Arc::new(Metrics::new());
     // Room for 10 events; each pod's burst is 10× that.
-    let mut options = support::daemon::options(&cri.path, api.kubeconfig(dir.path()), "overflow", StatusMode::Full);
+    let kubeconfig = api.kubeconfig_as(dir.path(), &Identity::Plegd("overflow".into()));
+    let mut options = support::daemon::options(&cri.path, kubeconfig, "overflow", StatusMode::Full);
     options.pleg = PlegConfig {
         relist_period: Duration::from_millis(200),
         channel_capacity: 10,
@@ -53,23 +70,23 @@ async fn channel_overflow_at_ten_times_capacity_loses_no_final_state() {
     };
     options.triggers = TriggerMode::None;
     let daemon = support::daemon::spawn(options, metrics.clone());
-    wait_until("every pod Running", Duration::from_secs(60), || {
-        (0..pods).all(|i| phase(&api, i) == "Running")
+    wait_for("every pod Running", Duration::from_secs(60), || {
+        all_in_phase(&api, 0..pods, "Running")
     })
     .await;
     // Every container exits at once, each with its own code: 100 ContainerDied per pod at once.
-    for i in 0..pods {
+    for uid in &uids {
         for c in 0..containers {
             cri.fake
-                .exit_container(&format!("ctr-overflow-{i:03}-{c}"), (c % 50) as i32 + 1);
+                .exit_container(&format!("ctr-{uid}-{c}"), (c % 50) as i32 + 1);
         }
     }
-    wait_until("every pod Failed", Duration::from_secs(60), || {
-        (0..pods).all(|i| phase(&api, i) == "Failed")
+    wait_for("every pod Failed", Duration::from_secs(60), || {
+        all_in_phase(&api, 0..pods, "Failed")
     })
     .await;
     for i in 0..pods {
-        let pod = api.pod("default", &format!("pod-{i}")).unwrap();
+        let pod = api.pod("default", &format!("pod-{i}")).await.unwrap();
         let statuses = pod["status"]["containerStatuses"].as_array().unwrap();
         assert_eq!(statuses.len(), containers);
         for s in statuses {
@@ -94,30 +111,36 @@ fn spawn_plegd(cri: &FakeServer, kubeconfig: &std::path::Path) -> Child {
         .expect("spawn plegd")
 }
 
-fn patches_for(api: &TestApiserver, i: usize) -> usize {
-    let path = format!("/api/v1/namespaces/default/pods/pod-{i}/status");
-    api.requests()
-        .iter()
-        .filter(|r| r.method == "PATCH" && r.path == path)
-        .count()
+/// Status PATCHes plegd sent for each pod so far.
+async fn patches(api: &Apiserver, pods: usize) -> Vec<usize> {
+    let requests = api.requests_by(PLEGD_USER).await;
+    (0..pods)
+        .map(|i| {
+            let path = format!("/api/v1/namespaces/default/pods/pod-{i}/status");
+            requests
+                .iter()
+                .filter(|r| r.method == "PATCH" && r.path == path)
+                .count()
+        })
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_mid_churn_and_restarted_rewrites_only_what_changed() {
     let cri = FakeServer::start().await;
-    let api = TestApiserver::start().await;
+    let api = Apiserver::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = api.kubeconfig(dir.path());
+    let kubeconfig = api.kubeconfig_as(dir.path(), &Identity::Plegd("churn".into()));
     let pods = 40;
-    bind_pods(&cri, &api, "churn", pods, 1);
+    let uids = bind_pods(&cri, &api, "churn", pods, 1).await;
     let mut plegd = spawn_plegd(&cri, &kubeconfig);
-    wait_until("every pod Running", Duration::from_secs(60), || {
-        (0..pods).all(|i| phase(&api, i) == "Running")
+    wait_for("every pod Running", Duration::from_secs(60), || {
+        all_in_phase(&api, 0..pods, "Running")
     })
     .await;
     // Churn: a third of the pods end while plegd runs.
     for i in (0..pods).filter(|i| i % 3 == 0) {
-        cri.fake.exit_container(&format!("ctr-churn-{i:03}-0"), 2);
+        cri.fake.exit_container(&format!("ctr-{}-0", uids[i]), 2);
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -126,26 +149,30 @@ async fn killed_mid_churn_and_restarted_rewrites_only_what_changed() {
     let _ = plegd.wait();
     // More pods end while it is down.
     for i in (0..pods).filter(|i| i % 3 == 1) {
-        cri.fake.exit_container(&format!("ctr-churn-{i:03}-0"), 5);
+        cri.fake.exit_container(&format!("ctr-{}-0", uids[i]), 5);
     }
     // Let whatever was in flight settle, then count writes from here on.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let before: Vec<usize> = (0..pods).map(|i| patches_for(&api, i)).collect();
-    let landed_before: Vec<bool> = (0..pods).map(|i| phase(&api, i) == "Failed").collect();
+    let before = patches(&api, pods).await;
+    let mut landed_before = Vec::new();
+    for i in 0..pods {
+        landed_before.push(phase(&api, i).await == "Failed");
+    }
 
     let mut plegd = spawn_plegd(&cri, &kubeconfig);
-    wait_until("every ended pod Failed", Duration::from_secs(60), || {
-        (0..pods).filter(|i| i % 3 != 2).all(|i| phase(&api, i) == "Failed")
+    wait_for("every ended pod Failed", Duration::from_secs(60), || {
+        all_in_phase(&api, (0..pods).filter(|i| i % 3 != 2), "Failed")
     })
     .await;
     // Past the first relist and a full 10 s resync of every pod.
     tokio::time::sleep(Duration::from_secs(12)).await;
+    let after = patches(&api, pods).await;
     for i in 0..pods {
-        let new_patches = patches_for(&api, i) - before[i];
+        let new_patches = after[i] - before[i];
         let expected = match i % 3 {
-            0 => exit_code(&api, i) == Some(2),
-            1 => exit_code(&api, i) == Some(5),
-            _ => phase(&api, i) == "Running",
+            0 => exit_code(&api, i).await == Some(2),
+            1 => exit_code(&api, i).await == Some(5),
+            _ => phase(&api, i).await == "Running",
         };
         assert!(expected, "pod-{i}: final state after the restart");
         if landed_before[i] || i % 3 == 2 {
@@ -172,20 +199,21 @@ fn counted(metrics: &Metrics, name: &str) -> Option<f64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_conflict_is_counted_once_and_informer_errors_apart_from_the_runtime() {
     let cri = FakeServer::start().await;
-    let api = TestApiserver::start().await;
+    let api = Apiserver::start().await;
     let dir = tempfile::tempdir().unwrap();
-    bind_pods(&cri, &api, "counts", 1, 1);
+    bind_pods(&cri, &api, "counts", 1, 1).await;
     // The first two status PATCHes meet a conflict.
-    api.set_status_patch_conflicts(2);
+    api.set_status_patch_conflicts(2).await;
     let metrics = Arc::new(Metrics::new());
-    let mut options = support::daemon::options(&cri.path, api.kubeconfig(dir.path()), "counts", StatusMode::Full);
+    let kubeconfig = api.kubeconfig_as(dir.path(), &Identity::Plegd("counts".into()));
+    let mut options = support::daemon::options(&cri.path, kubeconfig, "counts", StatusMode::Full);
     options.pleg.relist_period = Duration::from_millis(200);
     options.triggers = TriggerMode::None;
     options.manager.retry_initial = Duration::from_millis(50);
     options.manager.retry_max = Duration::from_millis(200);
     let _daemon = support::daemon::spawn(options, metrics.clone());
-    wait_until("the pod Running", Duration::from_secs(30), || {
-        phase(&api, 0) == "Running"
+    wait_for("the pod Running", Duration::from_secs(30), || async {
+        phase(&api, 0).await == "Running"
     })
     .await;
     let conflicts = counted(&metrics, "plegd_status_writes_total{result=\"conflict\"}");
@@ -198,13 +226,16 @@ async fn a_conflict_is_counted_once_and_informer_errors_apart_from_the_runtime()
     assert!(counted(&metrics, "plegd_status_writes_total{result=\"ok\"}") >= Some(1.0));
 
     // The apiserver's watches fail for a while: the informer's failures are its own, not the runtime's.
+    // (The server is restarted to end the watch already open; new ones fail.)
     assert_eq!(counted(&metrics, "plegd_informer_errors_total"), Some(0.0));
-    api.set_fail_watches(true);
-    wait_until("an informer error", Duration::from_secs(30), || {
+    api.set_fail_watches(true).await;
+    api.set_down(true).await;
+    api.set_down(false).await;
+    wait_for("an informer error", Duration::from_secs(30), || async {
         counted(&metrics, "plegd_informer_errors_total") >= Some(1.0)
     })
     .await;
-    api.set_fail_watches(false);
+    api.set_fail_watches(false).await;
     let text = metrics.encode();
     assert!(
         !text.contains("plegd_runtime_errors_total{operation=\"informer"),

@@ -1,5 +1,7 @@
 //! plegd's RBAC is exactly what it uses, mode by mode. `plegd run` (the binary, as a user runs it)
-//! goes through a pod's life against the fake CRI server and the test apiserver — running, deleted,
+//! goes through a pod's life against the fake CRI server and the test apiserver built from
+//! Kubernetes' own code, which authorizes it with the ClusterRoles of only the files the README
+//! names for the mode (a request they do not grant is a 403, and none may happen) — running, deleted,
 //! both containers exiting (two Kubernetes Events for one pod: a create, then a series patch) — and
 //! every request it made is turned into what RBAC would authorize it as. That set must equal
 //! what the ClusterRoles of the files the README names for the mode grant: nothing used that is
@@ -11,10 +13,10 @@ use std::collections::BTreeSet;
 use std::process::Child;
 use std::time::Duration;
 
-use support::fake_apiserver::TestApiserver;
+use support::apiserver::{Apiserver, Identity, Options, PLEGD_USER};
 use support::fake_cri::FakeServer;
 use support::manifests::granted;
-use support::wait_until;
+use support::wait_for;
 
 const NODE: &str = "node-rbac";
 
@@ -30,15 +32,19 @@ impl Drop for Plegd {
 /// The requests `plegd run --status-mode mode` makes through a pod's life, as RBAC sees them.
 async fn used(mode: &str, emit_events: bool) -> Vec<String> {
     let cri = FakeServer::start().await;
-    let api = TestApiserver::start().await;
+    let api = Apiserver::start_with(Options {
+        rbac: files(mode, emit_events).iter().map(|f| f.to_string()).collect(),
+        ..Options::default()
+    })
+    .await;
     let dir = tempfile::tempdir().unwrap();
-    cri.fake.add_running_pod("rbac-1", "web", 2);
-    api.create_bound_pod("web", "rbac-1", NODE, 2, "Never");
+    let uid = api.create_bound_pod("web", NODE, 2, "Never").await;
+    cri.fake.add_running_pod(&uid, "web", 2);
     let mut command = support::process::plegd_run(
         env!("CARGO_BIN_EXE_plegd"),
         NODE,
         &cri.path,
-        &api.kubeconfig(dir.path()),
+        &api.kubeconfig_as(dir.path(), &Identity::Plegd(NODE.into())),
     );
     command
         .args(["--status-mode", mode, "--triggers", "none", "--relist-period", "200ms"])
@@ -47,33 +53,23 @@ async fn used(mode: &str, emit_events: bool) -> Vec<String> {
         command.arg("--emit-events");
     }
     let _plegd = Plegd(command.spawn().expect("spawn plegd"));
-    let status = |api: &TestApiserver| {
-        api.pod("default", "web")
-            .map(|p| p["status"].clone())
-            .unwrap_or_default()
-    };
-    let own_condition = |api: &TestApiserver| {
-        status(api)["conditions"]
-            .as_array()
-            .and_then(|c| c.iter().find(|c| c["type"] == "plegd.io/ContainersRunning").cloned())
-            .map(|c| c["status"].clone())
-    };
     match mode {
         "full" => {
-            wait_until("Running", Duration::from_secs(20), || {
-                status(&api)["phase"] == "Running"
+            wait_for("Running", Duration::from_secs(20), || async {
+                status(&api).await["phase"] == "Running"
             })
             .await
         }
         "conditions" => {
-            wait_until("condition True", Duration::from_secs(20), || {
-                own_condition(&api) == Some("True".into())
+            wait_for("condition True", Duration::from_secs(20), || async {
+                own_condition(&api).await == Some("True".into())
             })
             .await
         }
         _ => {
-            wait_until("the pod watch", Duration::from_secs(20), || {
-                api.requests()
+            wait_for("the pod watch", Duration::from_secs(20), || async {
+                api.requests_by(PLEGD_USER)
+                    .await
                     .iter()
                     .any(|r| r.authorization().as_deref() == Some("/pods:watch"))
             })
@@ -83,20 +79,20 @@ async fn used(mode: &str, emit_events: bool) -> Vec<String> {
 
     // Deleted while it runs: in full mode plegd removes it once its containers have stopped and its
     // final status is written (a pod already terminal would be removed by the apiserver itself).
-    api.request_deletion("default", "web", 30);
-    cri.fake.exit_container("ctr-rbac-1-0", 1);
-    cri.fake.exit_container("ctr-rbac-1-1", 2);
+    api.request_deletion("default", "web", 30).await;
+    cri.fake.exit_container(&format!("ctr-{uid}-0"), 1);
+    cri.fake.exit_container(&format!("ctr-{uid}-1"), 2);
     if emit_events {
-        wait_until("two events in one series", Duration::from_secs(20), || {
-            api.events().iter().any(|e| e["series"]["count"] == 2)
+        wait_for("two events in one series", Duration::from_secs(20), || async {
+            api.events().await.iter().any(|e| e["series"]["count"] == 2)
         })
         .await;
     }
     match mode {
         "full" => {}
         "conditions" => {
-            wait_until("condition False", Duration::from_secs(20), || {
-                own_condition(&api) == Some("False".into())
+            wait_for("condition False", Duration::from_secs(20), || async {
+                own_condition(&api).await == Some("False".into())
             })
             .await
         }
@@ -104,15 +100,39 @@ async fn used(mode: &str, emit_events: bool) -> Vec<String> {
     }
 
     if mode == "full" {
-        wait_until("the finished pod deleted", Duration::from_secs(20), || {
-            api.pod("default", "web").is_none()
+        wait_for("the finished pod deleted", Duration::from_secs(20), || async {
+            api.pod("default", "web").await.is_none()
         })
         .await;
     } else {
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
-    let used: BTreeSet<String> = api.requests().iter().filter_map(|r| r.authorization()).collect();
+    let requests = api.requests_by(PLEGD_USER).await;
+    let forbidden: Vec<String> = requests
+        .iter()
+        .filter(|r| r.status == 403)
+        .map(|r| format!("{} {}?{}", r.method, r.path, r.query))
+        .collect();
+    assert!(
+        forbidden.is_empty(),
+        "--status-mode {mode}: the mode's RBAC files refused plegd: {forbidden:?}"
+    );
+    let used: BTreeSet<String> = requests.iter().filter_map(|r| r.authorization()).collect();
     used.into_iter().collect()
+}
+
+async fn status(api: &Apiserver) -> serde_json::Value {
+    api.pod("default", "web")
+        .await
+        .map(|p| p["status"].clone())
+        .unwrap_or_default()
+}
+
+async fn own_condition(api: &Apiserver) -> Option<serde_json::Value> {
+    status(api).await["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == "plegd.io/ContainersRunning").cloned())
+        .map(|c| c["status"].clone())
 }
 
 fn files(mode: &str, emit_events: bool) -> Vec<&'static str> {

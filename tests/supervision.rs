@@ -1,6 +1,6 @@
 //! Nothing dies silently: every stage of `plegd run`, ended as a crash would end it, makes plegd
 //! unhealthy (the answer /healthz and the systemd watchdog go by) and ends `run` with an error
-//! naming the stage, which the binary turns into exit code 1. Fake CRI server + test apiserver.
+//! naming the stage, which the binary turns into exit code 1. Fake CRI server + the test apiserver built from Kubernetes' own code.
 
 mod support;
 
@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use plegd::metrics::Metrics;
 use plegd::status::StatusMode;
-use support::fake_apiserver::TestApiserver;
+use support::apiserver::{Apiserver, Identity};
 use support::fake_cri::FakeServer;
 use support::process::{free_port, http_get};
 use support::wait_until;
@@ -17,11 +17,12 @@ use support::wait_until;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn losing_any_stage_fails_health_and_ends_the_daemon() {
     let cri = FakeServer::start().await;
-    let api = TestApiserver::start().await;
+    let api = Apiserver::start().await;
     let dir = tempfile::tempdir().unwrap();
-    cri.fake.add_running_pod("u1", "web", 1);
-    api.create_bound_pod("web", "u1", "sup", 1, "Never");
-    let mut options = support::daemon::options(&cri.path, api.kubeconfig(dir.path()), "sup", StatusMode::Full);
+    let uid = api.create_bound_pod("web", "sup", 1, "Never").await;
+    cri.fake.add_running_pod(&uid, "web", 1);
+    let kubeconfig = api.kubeconfig_as(dir.path(), &Identity::Plegd("sup".into()));
+    let mut options = support::daemon::options(&cri.path, kubeconfig, "sup", StatusMode::Full);
     options.emit_events = true;
     options.api_socket = Some(dir.path().join("plegd.sock"));
     options.manager.writers = 2;

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::fake_apiserver::TestApiserver;
+use support::apiserver::{Apiserver, Identity};
 use support::fake_cri::{FakeCri, FakeServer};
 use support::process::{free_port, http_get, metric};
 
@@ -228,8 +228,8 @@ async fn unit_under_systemd_waits_for_the_runtime_and_resumes_its_watchdog() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(dir.join("units/plegd.service.d")).unwrap();
     std::fs::create_dir_all(dir.join("cri")).unwrap();
-    let api = TestApiserver::start().await;
-    let kubeconfig = api.kubeconfig(&dir);
+    let api = Apiserver::start().await;
+    let kubeconfig = api.kubeconfig_as(&dir, &Identity::Plegd("node-sd".into()));
     let port = free_port();
     let socket = dir.join("cri/cri.sock");
 

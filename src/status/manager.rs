@@ -7,8 +7,9 @@
 //! It never writes to a pod whose `spec.nodeName` is not this node. A pod that is gone (404) or was
 //! replaced by another of the same name (the apiserver refuses the write's uid with 422 `metadata.uid
 //! ... field is immutable`, or the informer shows another uid) loses its state; server errors,
-//! timeouts and 429s are retried with backoff; other refusals (400, 403, other 422s) are logged and
-//! counted and that version is dropped, so a bad status never loops.
+//! timeouts and 429s are retried with backoff — and no write goes out before a `Retry-After` the
+//! apiserver sent has passed; other refusals (400, 403, other 422s) are logged and counted and that
+//! version is dropped, so a bad status never loops.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
@@ -22,7 +23,7 @@ use serde_json::Value;
 use tokio::sync::Notify;
 use tracing::{debug, info, warn};
 
-use crate::backoff::{ExponentialBackoff, InvalidBackoff};
+use crate::backoff::{ExponentialBackoff, InvalidBackoff, RetryAfter};
 use crate::metrics::Metrics;
 use crate::pod::ApiPod;
 use crate::status::patch::status_patch_body;
@@ -195,6 +196,8 @@ pub struct StatusManager {
     /// Woken when a write finishes (for [`StatusManager::flushed`]).
     written: Notify,
     limiter: TokenBucket,
+    /// The wait the apiserver last asked for.
+    retry_after: Arc<RetryAfter>,
     /// The validated retry backoff each pod starts from.
     retry: ExponentialBackoff,
     metrics: Arc<Metrics>,
@@ -239,10 +242,13 @@ fn to_json(status: &PodStatus) -> Value {
 }
 
 impl StatusManager {
+    /// `retry_after` is where the apiserver client notes the waits the apiserver asks for
+    /// (`Retry-After`): every PATCH and DELETE waits for it first.
     pub fn new(
         client: kube::Client,
         store: Store<ApiPod>,
         config: ManagerConfig,
+        retry_after: Arc<RetryAfter>,
         metrics: Arc<Metrics>,
     ) -> Result<Arc<Self>, InvalidBackoff> {
         let retry = ExponentialBackoff::try_new(config.retry_initial, config.retry_max)?;
@@ -251,6 +257,7 @@ impl StatusManager {
             client,
             store,
             limiter: TokenBucket::new(config.qps, config.burst),
+            retry_after,
             config,
             inner: Mutex::default(),
             work: Notify::new(),
@@ -543,6 +550,7 @@ impl StatusManager {
         if !deleting || !phase_terminal {
             return None;
         }
+        self.retry_after.wait().await;
         self.limiter.acquire().await;
         let namespace = key.namespace.as_deref().unwrap_or_default();
         let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
@@ -613,6 +621,7 @@ impl StatusManager {
         let Some(body) = status_patch_body(uid, &to_json(&base), &to_json(&canonical(desired))) else {
             return Outcome::NothingToSend;
         };
+        self.retry_after.wait().await;
         self.limiter.acquire().await;
         let namespace = key.namespace.as_deref().unwrap_or_default();
         let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);

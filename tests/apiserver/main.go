@@ -183,7 +183,7 @@ func run(o options) error {
 
 	hooks := newTestHooks(o.requestLogLimit, tokens)
 	cfg.BuildHandlerChainFunc = func(h http.Handler, c *genericapiserver.Config) http.Handler {
-		return hooks.wrap(genericapiserver.DefaultBuildHandlerChain(h, c))
+		return hooks.wrap(genericapiserver.DefaultBuildHandlerChain(hooks.slow(h), c))
 	}
 
 	server, err := cfg.Complete().New("plegd-test-apiserver", genericapiserver.NewEmptyDelegate())

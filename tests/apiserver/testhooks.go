@@ -1,6 +1,8 @@
 // What the tests need beyond the API: a log of every request (who made it, what it was, the code
-// it got), and the faults a real apiserver cannot be made to produce on demand — a delay before
-// every request, 500s or 409s for status writes, 500s for watches. Everything else (restarts, 429s
+// it got), and the faults a real apiserver cannot be made to produce on demand — a delay of every
+// request (but the test's own, made as plegd-test-admin, so that it can look while plegd waits),
+// taken inside the server's filters as a slow storage would take it, so that a slow request holds
+// its max-in-flight seat; 500s or 409s for status writes, 500s for watches. Everything else (restarts, 429s
 // from max-in-flight, 410s after compaction, precondition failures) comes from the real code.
 //
 //	GET    /plegd-test/requests   the log, oldest first, as JSON
@@ -18,8 +20,12 @@ import (
 	"sync"
 	"time"
 
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/endpoints/responsewriter"
 )
+
+// The identity the tests observe with: never delayed.
+const observer = "plegd-test-admin"
 
 type loggedRequest struct {
 	Method string `json:"method"`
@@ -142,9 +148,6 @@ func (h *testHooks) wrap(next http.Handler) http.Handler {
 			h.faults.StatusPatchConflicts--
 		}
 		h.mu.Unlock()
-		if f.DelayMillis > 0 {
-			time.Sleep(time.Duration(f.DelayMillis) * time.Millisecond)
-		}
 		switch {
 		case statusPatch && f.StatusPatch500:
 			writeStatus(w, http.StatusInternalServerError, "InternalError", "injected by the test: status writes fail")
@@ -155,5 +158,22 @@ func (h *testHooks) wrap(next http.Handler) http.Handler {
 		default:
 			next.ServeHTTP(w, r)
 		}
+	})
+}
+
+// slow delays each request once it has passed the server's filters (authentication, max-in-flight,
+// authorization), before the handler serves it: a slow storage, as seen from the client.
+func (h *testHooks) slow(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.mu.Lock()
+		delay := time.Duration(h.faults.DelayMillis) * time.Millisecond
+		h.mu.Unlock()
+		// Inside the filters the bearer token is gone (authentication removes it): who it is, is in
+		// the request's context.
+		u, _ := genericapirequest.UserFrom(r.Context())
+		if delay > 0 && (u == nil || u.GetName() != observer) {
+			time.Sleep(delay)
+		}
+		next.ServeHTTP(w, r)
 	})
 }

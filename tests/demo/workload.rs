@@ -1,30 +1,26 @@
-//! The demo's workload (deploy/demo.sh), and plegd's second half. Pods are driven through CRI as a
-//! kubelet would drive them: one that keeps running (and a sidecar that is stopped), one that
-//! completes, one whose container fails and is restarted twice, one that is OOM-killed; then every
-//! pod is deleted. Each pod also exists in the project's test apiserver (started here, on loopback),
-//! bound to node `demo-node`, and `plegd run --status-mode full` writes their status there: this
-//! program prints each pod's status whenever it changes, and each pod plegd removes once it has
-//! finished. What it does and what it sees go to stderr (`workload:` and `status:` lines), so that
-//! the lifecycle events of `plegd watch` on stdout can be read next to them.
+//! The demo's workload (deploy/demo.sh). Pods are driven through CRI as a kubelet would drive them:
+//! one that keeps running (and a sidecar that is stopped), one that completes, one whose container
+//! fails and is restarted twice, one that is OOM-killed; then every pod is deleted. Each pod is first
+//! created in the apiserver (the test apiserver built from Kubernetes' own code, which demo.sh
+//! starts), bound to node `demo-node`, and its sandbox is run with the uid the apiserver gave it —
+//! so that the `plegd run --status-mode full` demo.sh starts writes their status, which
+//! `kubectl get pods --watch` (also started by demo.sh) follows. What it does goes to stderr
+//! (`workload:` lines), beside kubectl's; the lifecycle events of `plegd watch` are on stdout.
 //!
-//!     cargo run --release -p plegd-demo --bin workload -- CRI_SOCKET PLEGD_BINARY
+//!     cargo run -p plegd-demo --bin workload -- CRI_SOCKET ADMIN_KUBECONFIG
 
-#[allow(dead_code)]
-#[path = "../support/fake_apiserver.rs"]
-mod apiserver;
 #[allow(dead_code)]
 #[path = "../support/containerd.rs"]
 mod containerd;
 
-use std::collections::BTreeMap;
 use std::io::IsTerminal;
-use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use apiserver::TestApiserver;
-use containerd::{Containerd, TestPod, attempt};
-use serde_json::{Value, json};
+use containerd::{Containerd, TEST_NAMESPACE, TestPod, attempt};
+use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::core::ApiResource;
+use serde_json::json;
 
 const NODE: &str = "demo-node";
 
@@ -46,145 +42,118 @@ async fn pause(ms: u64) {
     tokio::time::sleep(Duration::from_millis(ms)).await;
 }
 
-/// One line for a pod's status: phase, each container's state and restarts, readiness.
-fn summary(status: &Value) -> String {
-    let mut parts = vec![status["phase"].as_str().unwrap_or("-").to_owned()];
-    for c in status["containerStatuses"].as_array().into_iter().flatten() {
-        let state = &c["state"];
-        let what = if state["running"].is_object() {
-            "running".to_owned()
-        } else if let Some(t) = state["terminated"].as_object() {
-            format!(
-                "exited {} ({})",
-                t.get("exitCode").and_then(Value::as_i64).unwrap_or(-1),
-                t.get("reason").and_then(Value::as_str).unwrap_or("?")
-            )
-        } else if let Some(w) = state["waiting"].as_object() {
-            format!("waiting ({})", w.get("reason").and_then(Value::as_str).unwrap_or("?"))
-        } else {
-            "-".to_owned()
-        };
-        let restarts = c["restartCount"].as_i64().unwrap_or(0);
-        let restarts = if restarts > 0 {
-            format!(", restarts {restarts}")
-        } else {
-            String::new()
-        };
-        parts.push(format!("{}: {what}{restarts}", c["name"].as_str().unwrap_or("?")));
+fn resource(kind: &str, plural: &str) -> ApiResource {
+    ApiResource {
+        group: String::new(),
+        version: "v1".into(),
+        api_version: "v1".into(),
+        kind: kind.into(),
+        plural: plural.into(),
     }
-    let ready = status["conditions"]
-        .as_array()
-        .and_then(|l| l.iter().find(|c| c["type"] == "Ready"))
-        .and_then(|c| c["status"].as_str());
-    if let Some(ready) = ready {
-        parts.push(format!("Ready={ready}"));
-    }
-    parts.join("  ")
 }
 
-/// The pods whose status is shown: (namespace, name) → last line printed.
-type Shown = Arc<Mutex<BTreeMap<(String, String), Option<String>>>>;
+/// A client of the apiserver, from a kubeconfig; exits with a clear line when it cannot be read.
+async fn client(path: &str) -> kube::Client {
+    let config = match Kubeconfig::read_from(path) {
+        Ok(kc) => kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await,
+        Err(e) => Err(e),
+    };
+    match config.map_err(kube::Error::from).and_then(kube::Client::try_from) {
+        Ok(client) => client,
+        Err(e) => {
+            eprintln!("workload: kubeconfig {path}: {e}");
+            std::process::exit(1);
+        }
+    }
+}
 
-/// Print a `status:` line whenever a shown pod's status changes, and once when it is gone.
-async fn show_status(api: TestApiserver, shown: Shown) {
-    loop {
-        pause(100).await;
-        let mut shown = shown.lock().unwrap_or_else(|e| e.into_inner());
-        let mut gone = Vec::new();
-        for ((namespace, name), last) in shown.iter_mut() {
-            match api.pod(namespace, name) {
-                Some(pod) => {
-                    let line = summary(&pod["status"]);
-                    if pod["status"].get("phase").is_some() && last.as_deref() != Some(line.as_str()) {
-                        eprintln!("  status:   {namespace}/{name:<7} {line}");
-                        *last = Some(line);
-                    }
-                }
-                None => {
-                    let path = format!("/api/v1/namespaces/{namespace}/pods/{name}");
-                    let by_plegd = api.requests().iter().any(|r| r.method == "DELETE" && r.path == path);
-                    let how = if by_plegd {
-                        "gone: plegd removed it once its containers had stopped and its final status was written"
-                    } else {
-                        "gone: it had already finished, so the apiserver removed it at once"
-                    };
-                    eprintln!("  status:   {namespace}/{name:<7} {how}");
-                    gone.push((namespace.clone(), name.clone()));
-                }
+/// The pods' side in the apiserver.
+struct Apiserver {
+    pods: Api<DynamicObject>,
+}
+
+impl Apiserver {
+    async fn new(client: kube::Client) -> Self {
+        let namespaces: Api<DynamicObject> = Api::all_with(client.clone(), &resource("Namespace", "namespaces"));
+        let namespace: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": TEST_NAMESPACE}}))
+        .expect("a namespace");
+        match namespaces.create(&PostParams::default(), &namespace).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => panic!("create namespace {TEST_NAMESPACE}: {e}"),
+        }
+        Self {
+            pods: Api::namespaced_with(client, TEST_NAMESPACE, &resource("Pod", "pods")),
+        }
+    }
+
+    /// The pod's object, bound to the demo node; then its sandbox, with the apiserver's uid.
+    async fn bind(&self, cd: &Containerd, name: &str, containers: &[&str], restart_policy: &str, host_network: bool) -> TestPod {
+        let pod: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": TEST_NAMESPACE},
+            "spec": {"nodeName": NODE, "restartPolicy": restart_policy, "hostNetwork": host_network,
+                     "containers": containers.iter().map(|c| json!({"name": c, "image": containerd::IMAGE})).collect::<Vec<_>>()}
+        }))
+        .expect("a pod");
+        let created = self
+            .pods
+            .create(&PostParams::default(), &pod)
+            .await
+            .unwrap_or_else(|e| panic!("create pod {TEST_NAMESPACE}/{name}: {e}"));
+        let uid = created.metadata.uid.expect("the apiserver gives every pod a uid");
+        cd.run_pod_as(name, TEST_NAMESPACE, &uid, host_network, None).await
+    }
+
+    /// Delete as a user does (30 s of grace), and say what the apiserver did with it.
+    async fn delete(&self, name: &str) {
+        match self.pods.delete(name, &DeleteParams::default().grace_period(30)).await {
+            Ok(either::Either::Left(_)) => say(&format!(
+                "  {name}: marked deleted; plegd removes it once its containers have stopped and its final status is written"
+            )),
+            Ok(either::Either::Right(_)) => say(&format!(
+                "  {name}: removed by the apiserver at once (it had already finished)"
+            )),
+            Err(e) => say(&format!("  {name}: delete failed: {e}")),
+        }
+    }
+
+    /// The pods of `names` still in the apiserver.
+    async fn left(&self, names: &[&str]) -> Vec<String> {
+        let mut left = Vec::new();
+        for name in names {
+            if !matches!(self.pods.get_opt(name).await, Ok(None)) {
+                left.push(format!("{TEST_NAMESPACE}/{name}"));
             }
         }
-        for key in gone {
-            shown.remove(&key);
-        }
+        left
     }
-}
-
-/// The pod's object in the apiserver, bound to the demo node, and its status shown from now on.
-fn bind(api: &TestApiserver, shown: &Shown, pod: &TestPod, containers: &[&str], restart_policy: &str) {
-    api.create_pod(json!({
-        "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid},
-        "spec": {"nodeName": NODE, "restartPolicy": restart_policy, "hostNetwork": true,
-                 "containers": containers.iter().map(|c| json!({"name": c, "image": containerd::IMAGE})).collect::<Vec<_>>()}
-    }));
-    shown
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert((pod.namespace.clone(), pod.name.clone()), None);
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let (Some(socket), Some(plegd)) = (args.get(1), args.get(2)) else {
-        eprintln!("usage: workload CRI_SOCKET PLEGD_BINARY");
+    let (Some(socket), Some(kubeconfig)) = (args.get(1), args.get(2)) else {
+        eprintln!("usage: workload CRI_SOCKET ADMIN_KUBECONFIG");
         std::process::exit(2);
     };
     let cd = Containerd::at(socket.into());
-    let api = TestApiserver::start().await;
-    let dir = std::env::temp_dir().join(format!("plegd-demo-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("a temporary directory");
-    let kubeconfig = api.kubeconfig(&dir);
-    let log = dir.join("plegd-run.log").display().to_string();
-    say(&format!(
-        "plegd run --status-mode full --node-name {NODE}, against a test apiserver at {} (its log: {log})",
-        api.url()
-    ));
-    let mut run = Command::new(plegd)
-        .args([
-            "run",
-            "--status-mode",
-            "full",
-            "--node-name",
-            NODE,
-            "--api-socket",
-            "off",
-        ])
-        .args(["--metrics-address", "off", "--cri-socket", socket])
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .stdout(Stdio::null())
-        .stderr(Stdio::from(std::fs::File::create(&log).expect("plegd run's log")))
-        .spawn()
-        .expect("start plegd run");
-    let shown: Shown = Arc::default();
-    let printer = tokio::spawn(show_status(api.clone(), shown.clone()));
+    let api = Apiserver::new(client(kubeconfig).await).await;
 
     say("pod plegd-test/web: a container that keeps running");
-    let web = cd.run_pod("web", false).await;
-    bind(&api, &shown, &web, &["server", "sidecar"], "Always");
+    let web = api.bind(&cd, "web", &["server", "sidecar"], "Always", false).await;
     cd.run_container(&web, "server", "trap 'exit 0' TERM; sleep 3600 & wait")
         .await;
     pause(1500).await;
 
     say("pod plegd-test/job: a container that completes after 2 s");
-    let job = cd.run_pod("job", true).await;
-    bind(&api, &shown, &job, &["batch"], "Never");
+    let job = api.bind(&cd, "job", &["batch"], "Never", true).await;
     cd.run_container(&job, "batch", "sleep 2; echo done").await;
     pause(1500).await;
 
     say("pod plegd-test/crashy: a container that fails (exit 1) and is restarted twice");
-    let crashy = cd.run_pod("crashy", true).await;
-    bind(&api, &shown, &crashy, &["worker"], "Always");
+    let crashy = api.bind(&cd, "crashy", &["worker"], "Always", true).await;
     let mut previous = None;
     for n in 0..3 {
         if n > 0 {
@@ -202,8 +171,7 @@ async fn main() {
     }
 
     say("pod plegd-test/hog: a container over its 32 MiB memory limit (OOM-killed)");
-    let hog = cd.run_pod("hog", true).await;
-    bind(&api, &shown, &hog, &["hog"], "Never");
+    let hog = api.bind(&cd, "hog", &["hog"], "Never", true).await;
     let id = cd.create_container_from(&hog, "hog", containerd::memory_hog()).await;
     cd.start_container(&id).await;
     pause(2500).await;
@@ -216,34 +184,23 @@ async fn main() {
     cd.stop_container(&sidecar, 5).await;
     pause(2000).await;
 
-    say("deleting every pod: each is marked deleted in the apiserver and its containers are stopped and removed");
+    say("deleting every pod, then stopping and removing its containers and sandbox");
     for pod in [&web, &job, &crashy, &hog] {
-        api.request_deletion(&pod.namespace, &pod.name, 30);
+        api.delete(&pod.name).await;
         cd.cleanup(pod).await;
     }
-    for _ in 0..100 {
-        if shown.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
-            break;
-        }
-        pause(100).await;
+    let names = ["web", "job", "crashy", "hog"];
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut left = api.left(&names).await;
+    while !left.is_empty() && Instant::now() < deadline {
+        pause(200).await;
+        left = api.left(&names).await;
     }
-    printer.abort();
-    let _ = run.kill();
-    let _ = run.wait();
-    let left: Vec<String> = shown
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .keys()
-        .map(|(namespace, name)| format!("{namespace}/{name}"))
-        .collect();
     if left.is_empty() {
-        let _ = std::fs::remove_dir_all(&dir);
+        say("every pod is gone from the apiserver");
     } else {
-        // Kept so that what plegd did with them can be read.
-        say(&format!(
-            "still in the apiserver after 10 s: {}; plegd run's log is kept at {log}",
-            left.join(", ")
-        ));
+        say(&format!("still in the apiserver after 15 s: {}", left.join(", ")));
+        std::process::exit(1);
     }
     say("done");
 }

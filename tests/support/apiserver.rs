@@ -600,6 +600,7 @@ impl Apiserver {
             .await;
     }
 
+    /// Delay every request before it is served, but the test's own (as admin), which observe.
     pub async fn set_delay(&self, delay: Option<Duration>) {
         self.put_faults(|f| f.delay_millis = delay.map_or(0, |d| d.as_millis() as u64))
             .await;

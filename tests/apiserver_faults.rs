@@ -1,0 +1,286 @@
+//! Faults of the apiserver itself, on the test apiserver built from Kubernetes' own code (fake CRI
+//! server, `plegd run` the binary, full mode): the server answering 429 with `Retry-After` (started
+//! with a max-in-flight of 1 for mutating requests), the server restarted in the middle of churn
+//! (etcd kept), and a pod deleted and created again under the same name while a write for the old
+//! one is queued. Each checks every version of every pod the apiserver stored: nothing is lost,
+//! nothing goes back. (etcd compaction, the informer's 410 and its relist: status_e2e.rs.)
+
+mod support;
+
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+use support::apiserver::{Apiserver, Identity, Logged, Options, PLEGD_USER};
+use support::fake_cri::FakeServer;
+use support::process::{FULL_MODE_FAST_RELIST, free_port, http_get, metric};
+use support::wait_for;
+
+const PLEGD: &str = env!("CARGO_BIN_EXE_plegd");
+
+struct Plegd {
+    child: Child,
+    port: u16,
+    log: std::path::PathBuf,
+}
+
+impl Drop for Plegd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Plegd {
+    fn start(api: &Apiserver, cri: &FakeServer, node: &str, dir: &std::path::Path) -> Self {
+        let port = free_port();
+        let log = dir.join("plegd.log");
+        let kubeconfig = api.kubeconfig_as(dir, &Identity::Plegd(node.into()));
+        let child = support::process::plegd_run(PLEGD, node, &cri.path, &kubeconfig)
+            .args(FULL_MODE_FAST_RELIST)
+            .args(["--metrics-address", &format!("127.0.0.1:{port}"), "--log-level", "debug"])
+            .stderr(Stdio::from(std::fs::File::create(&log).expect("log file")))
+            .spawn()
+            .expect("spawn plegd");
+        Self { child, port, log }
+    }
+
+    fn metric(&self, name: &str) -> f64 {
+        http_get(self.port, "/metrics")
+            .and_then(|(_, body)| metric(&body, name))
+            .unwrap_or(0.0)
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+/// Pods `pod-0`… of `default`, bound to `node`, each with one container running in the fake
+/// runtime. Their uids, in order.
+async fn bind_pods(cri: &FakeServer, api: &Apiserver, node: &str, pods: usize) -> Vec<String> {
+    let mut uids = Vec::new();
+    for i in 0..pods {
+        let uid = api.create_bound_pod(&format!("pod-{i}"), node, 1, "Never").await;
+        cri.fake.add_running_pod(&uid, &format!("pod-{i}"), 1);
+        uids.push(uid);
+    }
+    uids
+}
+
+fn exit_code(pod: &Value) -> Option<i64> {
+    pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"].as_i64()
+}
+
+/// Every pod has reached `want(i)`: `Some(code)` exited with it, `None` running.
+async fn settled(api: &Apiserver, pods: usize, want: impl Fn(usize) -> Option<i64>) -> bool {
+    for i in 0..pods {
+        let Some(pod) = api.pod("default", &format!("pod-{i}")).await else {
+            return false;
+        };
+        let done = match want(i) {
+            Some(code) => pod["status"]["phase"] == "Failed" && exit_code(&pod) == Some(code),
+            None => pod["status"]["phase"] == "Running",
+        };
+        if !done {
+            return false;
+        }
+    }
+    true
+}
+
+/// Every stored version of each pod, in order, is a step forward: phase Pending → Running →
+/// Failed, never back; once exited, always with the same code; the final one is `want(i)`.
+async fn no_version_goes_back(api: &Apiserver, pods: usize, want: impl Fn(usize) -> Option<i64>) {
+    let rank = |phase: &Value| match phase.as_str() {
+        Some("Pending") => 0,
+        Some("Running") => 1,
+        Some("Failed") => 2,
+        other => panic!("unexpected phase {other:?}"),
+    };
+    for i in 0..pods {
+        let versions = api.pod_versions("default", &format!("pod-{i}")).await;
+        assert!(!versions.is_empty(), "pod-{i} was recorded");
+        let mut phase = 0;
+        let mut code = None;
+        for pod in &versions {
+            let now = rank(&pod["status"]["phase"]);
+            assert!(now >= phase, "pod-{i} went back to {}: {pod}", pod["status"]["phase"]);
+            phase = now;
+            if let Some(exit) = exit_code(pod) {
+                assert!(code.is_none_or(|c| c == exit), "pod-{i}'s exit code changed: {pod}");
+                code = Some(exit);
+            } else {
+                assert!(code.is_none(), "pod-{i}'s exit was taken back: {pod}");
+            }
+        }
+        assert_eq!(code, want(i), "pod-{i}'s final state");
+    }
+}
+
+/// When a request was sent: its answer's time, less the delay the server held it for (only
+/// requests that got through the max-in-flight filter were held).
+fn sent_at(r: &Logged, held: Duration) -> std::time::SystemTime {
+    if r.status == 429 { r.at } else { r.at - held }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn too_many_requests_are_waited_out_and_nothing_is_lost() {
+    let cri = FakeServer::start().await;
+    let api = Apiserver::start_with(Options {
+        args: vec!["--max-mutating-requests-inflight=1".into()],
+        ..Options::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let pods = 12;
+    let uids = bind_pods(&cri, &api, "busy", pods).await;
+    // Each of plegd's requests holds its seat for 200 ms, as on a slow storage: with one seat for
+    // writes, plegd's four writers meet 429s.
+    let held = Duration::from_millis(200);
+    api.set_delay(Some(held)).await;
+    let plegd = Plegd::start(&api, &cri, "busy", dir.path());
+    wait_for("every pod Running", Duration::from_secs(90), || settled(&api, pods, |_| None)).await;
+    for (i, uid) in uids.iter().enumerate() {
+        cri.fake.exit_container(&format!("ctr-{uid}-0"), 10 + i as i32);
+    }
+    let want = |i: usize| Some(10 + i as i64);
+    wait_for("every exit written", Duration::from_secs(120), || settled(&api, pods, want)).await;
+
+    let requests = api.requests_by(PLEGD_USER).await;
+    let patches: Vec<&Logged> = requests
+        .iter()
+        .filter(|r| r.method == "PATCH" && r.path.ends_with("/status"))
+        .collect();
+    let refused: Vec<&&Logged> = patches.iter().filter(|r| r.status == 429).collect();
+    assert!(!refused.is_empty(), "the server's one seat made some writes wait: {patches:?}");
+    assert!(
+        patches.iter().all(|r| r.status == 200 || r.status == 429),
+        "{patches:?}"
+    );
+    let waited = plegd.metric("plegd_apiserver_retry_after_total");
+    assert!(
+        waited >= refused.len() as f64,
+        "every 429 came with a Retry-After plegd honoured: {waited} of {}\n{}",
+        refused.len(),
+        plegd.log()
+    );
+    assert!(
+        plegd.metric("plegd_apiserver_requests_total{verb=\"PATCH\",code=\"429\"}") >= refused.len() as f64
+    );
+    // The server asks for 1 s (Retry-After: 1): no write is sent within it after a 429. (Answers
+    // to requests already on their way when the 429 was answered arrive within a few ms of it.)
+    for no in &refused {
+        let early: Vec<_> = patches
+            .iter()
+            .map(|r| sent_at(r, held))
+            .filter(|&t| t > no.at + Duration::from_millis(100) && t < no.at + Duration::from_millis(900))
+            .collect();
+        assert!(early.is_empty(), "{} writes sent within the Retry-After of a 429", early.len());
+    }
+    no_version_goes_back(&api, pods, want).await;
+    assert!(!plegd.log().contains("panicked"), "{}", plegd.log());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apiserver_restarted_mid_churn_loses_and_reverts_nothing() {
+    let cri = FakeServer::start().await;
+    let api = Apiserver::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let pods = 30;
+    let uids = bind_pods(&cri, &api, "churn", pods).await;
+    let plegd = Plegd::start(&api, &cri, "churn", dir.path());
+    wait_for("every pod Running", Duration::from_secs(60), || settled(&api, pods, |_| None)).await;
+    // Pods 0‥9 end before the restart, 10‥19 while the server is down, 20‥24 after; 25‥29 run on.
+    let want = |i: usize| (i < 25).then_some(i as i64 % 7 + 1);
+    let exit = |i: usize| cri.fake.exit_container(&format!("ctr-{}-0", uids[i]), i as i32 % 7 + 1);
+    for i in 0..10 {
+        exit(i);
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    api.set_down(true).await;
+    for i in 10..20 {
+        exit(i);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    api.set_down(false).await;
+    for i in 20..25 {
+        exit(i);
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    wait_for("every exit written", Duration::from_secs(90), || settled(&api, pods, want)).await;
+    no_version_goes_back(&api, pods, want).await;
+    // The writes failed while the server was down and went out again once it was back.
+    let retried = plegd.metric("plegd_status_writes_total{result=\"retry\"}");
+    assert!(retried >= 1.0, "writes were retried across the restart: {retried}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_queued_for_a_replaced_pod_is_dropped() {
+    let cri = FakeServer::start().await;
+    let api = Apiserver::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let old = api.create_bound_pod("web", "swap", 1, "Never").await;
+    cri.fake.add_running_pod(&old, "web", 1);
+    let plegd = Plegd::start(&api, &cri, "swap", dir.path());
+    wait_for("web Running", Duration::from_secs(60), || async {
+        api.pod("default", "web").await.is_some_and(|p| p["status"]["phase"] == "Running")
+    })
+    .await;
+
+    // plegd's view of the pod stops moving: its watch is cut (the server restarted) and cannot be
+    // opened again; and its status writes fail, so that the next one waits in its queue.
+    api.set_fail_watches(true).await;
+    api.set_status_patch_500(true).await;
+    api.set_down(true).await;
+    api.set_down(false).await;
+    cri.fake.exit_container(&format!("ctr-{old}-0"), 4);
+    wait_for("the old pod's write failing", Duration::from_secs(30), || async {
+        plegd.metric("plegd_status_writes_total{result=\"retry\"}") >= 1.0
+    })
+    .await;
+    // Meanwhile the pod is deleted and created again under the same name, on the same node.
+    api.delete("default", "web").await;
+    let new = api.create_bound_pod("web", "swap", 1, "Never").await;
+    assert_ne!(new, old);
+    api.set_status_patch_500(false).await;
+
+    // The queued write goes out with the old uid; the server refuses it (422, `metadata.uid ...
+    // field is immutable`), and plegd drops it as a replaced pod.
+    wait_for("the write dropped as a replaced pod", Duration::from_secs(30), || async {
+        plegd.metric("plegd_status_writes_total{result=\"replaced\"}") >= 1.0
+    })
+    .await;
+    let refused: Vec<Logged> = api
+        .requests_by(PLEGD_USER)
+        .await
+        .into_iter()
+        .filter(|r| r.method == "PATCH" && r.status == 422)
+        .collect();
+    assert_eq!(refused.len(), 1, "one write refused for its uid, not retried: {refused:?}");
+    assert!(
+        plegd.log().contains("pod was replaced (deleted and created again under the same name)"),
+        "{}",
+        plegd.log()
+    );
+    let rejected = plegd.metric("plegd_status_writes_total{result=\"rejected\"}");
+    assert_eq!(rejected, 0.0, "a replaced pod is not a rejected status");
+
+    // Once plegd sees the new pod, it writes the new pod's own status, and nothing of the old one.
+    api.set_fail_watches(false).await;
+    cri.fake.add_running_pod(&new, "web", 1);
+    wait_for("the new web Running", Duration::from_secs(60), || async {
+        api.pod("default", "web")
+            .await
+            .is_some_and(|p| p["status"]["phase"] == "Running" && p["metadata"]["uid"] == new.as_str())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for pod in api.pod_versions("default", "web").await {
+        if pod["metadata"]["uid"] == new.as_str() {
+            assert!(exit_code(&pod).is_none(), "the old pod's exit landed on the new pod: {pod}");
+            assert_ne!(pod["status"]["phase"], "Failed", "{pod}");
+        }
+    }
+}
