@@ -87,6 +87,16 @@ async fn kubectl_agrees_the_test_apiserver_behaves_like_one() {
         .map(|p| p["metadata"]["name"].clone())
         .collect();
     assert_eq!(names, [json!("web")], "field selector honoured");
+    // Short names, as kubectl users type them.
+    for (short, wanted) in [("po", "web"), ("ns", "kube-system")] {
+        let out = kubectl(&kc, &["get", short, "-A", "-o", "name"]).await;
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && text.contains(wanted),
+            "kubectl get {short}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 
     // A strategic merge patch of the status merges conditions by type.
     let out = kubectl_patch_status(

@@ -37,6 +37,7 @@ import (
 	"k8s.io/apiserver/pkg/authorization/union"
 	openapinamer "k8s.io/apiserver/pkg/endpoints/openapi"
 	"k8s.io/apiserver/pkg/registry/generic"
+	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
@@ -199,6 +200,16 @@ func run(o options) error {
 	return server.PrepareRun().RunWithContext(genericapiserver.SetupSignalContext())
 }
 
+// shortNamed gives a storage the short names kubectl resolves through discovery (`kubectl get po`,
+// `get ns`, `get ev`), as pkg/registry/core/pod/storage, core/namespace/storage and
+// events/event/storage (k8s.io/kubernetes) give theirs.
+type shortNamed struct {
+	*genericregistry.Store
+	names []string
+}
+
+func (s shortNamed) ShortNames() []string { return s.names }
+
 func installAPIs(server *genericapiserver.GenericAPIServer, getter generic.RESTOptionsGetter) error {
 	core := genericapiserver.NewDefaultAPIGroupInfo("", scheme, metav1.ParameterCodec, codecs)
 	pods, podStatus, err := newPodStorage(getter)
@@ -210,7 +221,8 @@ func installAPIs(server *genericapiserver.GenericAPIServer, getter generic.RESTO
 		return fmt.Errorf("namespaces: %w", err)
 	}
 	core.VersionedResourcesStorageMap["v1"] = map[string]rest.Storage{
-		"pods": pods, "pods/status": podStatus, "namespaces": namespaces,
+		"pods": shortNamed{pods, []string{"po"}}, "pods/status": podStatus,
+		"namespaces": shortNamed{namespaces, []string{"ns"}},
 	}
 	if err := server.InstallLegacyAPIGroup(genericapiserver.DefaultLegacyAPIPrefix, &core); err != nil {
 		return err
@@ -221,7 +233,7 @@ func installAPIs(server *genericapiserver.GenericAPIServer, getter generic.RESTO
 	if err != nil {
 		return fmt.Errorf("events: %w", err)
 	}
-	events.VersionedResourcesStorageMap["v1"] = map[string]rest.Storage{"events": eventStorage}
+	events.VersionedResourcesStorageMap["v1"] = map[string]rest.Storage{"events": shortNamed{eventStorage, []string{"ev"}}}
 
 	admission := genericapiserver.NewDefaultAPIGroupInfo(admissionregistrationv1.GroupName, scheme, metav1.ParameterCodec, codecs)
 	policies, err := newSimpleStorage(getter, policyResource)
