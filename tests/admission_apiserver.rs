@@ -12,8 +12,8 @@ use std::time::Duration;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::discovery::ApiResource;
 use serde_json::{Value, json};
-use support::apiserver::{Apiserver, Identity};
-use support::manifests::{document, documents};
+use support::apiserver::{Apiserver, Identity, PLEGD_USER};
+use support::manifests::{document, documents, service_account_user};
 
 const NODE_POLICY: &str = "deploy/admission-policy.yaml";
 const CONDITIONS_POLICY: &str = "deploy/admission-policy-conditions.yaml";
@@ -156,4 +156,81 @@ async fn the_conditions_policy_guards_every_status_field_the_apiserver_serves() 
         unguarded.is_empty(),
         "{CONDITIONS_POLICY} does not guard status fields of Kubernetes 1.36: {unguarded:?}"
     );
+}
+
+/// A request as `identity` (DELETE of a pod or a PATCH of a pod itself): Ok, or Err((code, message)).
+async fn pod_request(api: &Apiserver, identity: &Identity, name: &str, delete: bool) -> Result<(), (u16, String)> {
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(api.client_as(identity).await, "default");
+    let answer = if delete {
+        pods.delete(name, &kube::api::DeleteParams::default()).await.map(|_| ())
+    } else {
+        let labels = json!({"metadata": {"labels": {"plegd": "was-here"}}});
+        pods.patch(name, &PatchParams::default(), &Patch::Strategic(labels)).await.map(|_| ())
+    };
+    match answer {
+        Ok(()) => Ok(()),
+        Err(kube::Error::Api(s)) => Err((s.code, s.message.clone())),
+        Err(e) => panic!("{name}: {e}"),
+    }
+}
+
+fn refused_by(answer: &Result<(), (u16, String)>, policy: &str) -> bool {
+    matches!(answer, Err((403, m)) if m.contains(policy))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_policies_hold_at_their_edges() {
+    let api = Apiserver::start().await;
+    apply(&api, NODE_POLICY).await;
+    apply(&api, CONDITIONS_POLICY).await;
+    let status = json!({"phase": "Running", "hostIP": "198.51.100.7", "hostIPs": [{"ip": "198.51.100.7"}],
+        "conditions": [{"type": "Ready", "status": "True"}, {"type": "plegd.io/ContainersRunning", "status": "True"}]});
+    for (name, node) in [("web", Some("n1")), ("pending", None), ("elsewhere", Some("n2")), ("mine", Some("n1"))] {
+        let mut pod = json!({"metadata": {"name": name, "namespace": "default"},
+            "spec": {"containers": [{"name": "app", "image": "x"}]}, "status": status.clone()});
+        if let Some(node) = node {
+            pod["spec"]["nodeName"] = json!(node);
+        }
+        api.create_pod(pod).await;
+    }
+    wait_enforced(&api, "web").await;
+    let plegd = Identity::Plegd("n1".into());
+    let own = |s: &str| json!({"conditions": [{"type": "plegd.io/ContainersRunning", "status": s}]});
+
+    // A token bound to no node is refused, even for a pod of a node.
+    let unbound = patch_status(&api, &Identity::PlegdWithoutNodeClaim, "web", own("False")).await;
+    assert!(refused_by(&unbound, "plegd-own-node-only"), "{unbound:?}");
+    // A pod not bound to any node yet is no node's.
+    let pending = patch_status(&api, &plegd, "pending", own("False")).await;
+    assert!(refused_by(&pending, "plegd-own-node-only"), "{pending:?}");
+
+    // Its own condition: removed, and added again.
+    let removed = json!({"conditions": [{"type": "plegd.io/ContainersRunning", "$patch": "delete"}]});
+    assert_eq!(patch_status(&api, &plegd, "web", removed).await, Ok(()));
+    assert_eq!(patch_status(&api, &plegd, "web", own("True")).await, Ok(()));
+    // A field the kubelet wrote, removed by plegd: refused in conditions mode.
+    let gone = patch_status(&api, &plegd, "web", json!({"hostIP": null, "hostIPs": null})).await;
+    assert!(refused_by(&gone, "plegd-conditions-only"), "{gone:?}");
+
+    // Deletes (full mode's RBAC is loaded): a pod of its own node, never another node's.
+    let elsewhere = pod_request(&api, &plegd, "elsewhere", true).await;
+    assert!(refused_by(&elsewhere, "plegd-own-node-only"), "{elsewhere:?}");
+    assert_eq!(pod_request(&api, &plegd, "mine", true).await, Ok(()));
+    // The pod itself (its spec, its labels) is not plegd's to change at all: RBAC refuses.
+    let spec = pod_request(&api, &plegd, "web", false).await;
+    assert!(matches!(&spec, Err((403, m)) if m.contains("cannot patch resource \"pods\"")), "{spec:?}");
+    assert!(api.pod("default", "elsewhere").await.is_some());
+}
+
+/// The tests above speak as the user the manifests give plegd (deploy/rbac.yaml's ServiceAccount,
+/// which the DaemonSet runs as): a rename in one place only fails here, and the policies, whose
+/// matchConditions name that user, are then shown to apply to it (or not) by the server itself.
+#[test]
+fn the_tests_speak_as_plegds_service_account() {
+    assert_eq!(PLEGD_USER, service_account_user());
+    for manifest in [NODE_POLICY, CONDITIONS_POLICY] {
+        let policy = document(manifest, "ValidatingAdmissionPolicy", None);
+        let conditions = policy["spec"]["matchConditions"].to_string();
+        assert!(conditions.contains(PLEGD_USER), "{manifest} must match {PLEGD_USER}: {conditions}");
+    }
 }

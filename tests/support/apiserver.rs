@@ -107,6 +107,8 @@ pub enum Identity {
     Admin,
     /// plegd's service account, with the node-name claim of this node.
     Plegd(String),
+    /// plegd's service account with a token bound to no node (no node-name claim).
+    PlegdWithoutNodeClaim,
     Kubelet,
 }
 
@@ -363,6 +365,7 @@ impl Apiserver {
         let name = match identity {
             Identity::Admin => "admin".to_owned(),
             Identity::Plegd(node) => format!("plegd-{node}"),
+            Identity::PlegdWithoutNodeClaim => "plegd-unbound".to_owned(),
             Identity::Kubelet => "kubelet".to_owned(),
         };
         write_kubeconfig(dir, &name, self.port, &token, &self.dir.path().join("apiserver.crt"))
@@ -706,6 +709,8 @@ fn write_tokens(dir: &Path, tokens: &BTreeMap<String, Identity>) {
             Identity::Plegd(node) => json!({"token": t, "user": PLEGD_USER,
                 "groups": ["system:serviceaccounts", "system:serviceaccounts:plegd-system"],
                 "extra": {NODE_CLAIM: [node]}}),
+            Identity::PlegdWithoutNodeClaim => json!({"token": t, "user": PLEGD_USER,
+                "groups": ["system:serviceaccounts", "system:serviceaccounts:plegd-system"]}),
         })
         .collect();
     let path = dir.join("tokens.json");
