@@ -7,53 +7,21 @@
 
 mod support;
 
-use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
 use support::apiserver::{Apiserver, Identity, Logged, Options, PLEGD_USER};
 use support::fake_cri::FakeServer;
-use support::process::{FULL_MODE_FAST_RELIST, free_port, http_get, metric};
+use support::process::{FULL_MODE_FAST_RELIST, RunningPlegd as Plegd};
 use support::wait_for;
 
 const PLEGD: &str = env!("CARGO_BIN_EXE_plegd");
 
-struct Plegd {
-    child: Child,
-    port: u16,
-    log: std::path::PathBuf,
-}
-
-impl Drop for Plegd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Plegd {
-    fn start(api: &Apiserver, cri: &FakeServer, node: &str, dir: &std::path::Path) -> Self {
-        let port = free_port();
-        let log = dir.join("plegd.log");
-        let kubeconfig = api.kubeconfig_as(dir, &Identity::Plegd(node.into()));
-        let child = support::process::plegd_run(PLEGD, node, &cri.path, &kubeconfig)
-            .args(FULL_MODE_FAST_RELIST)
-            .args(["--metrics-address", &format!("127.0.0.1:{port}"), "--log-level", "debug"])
-            .stderr(Stdio::from(std::fs::File::create(&log).expect("log file")))
-            .spawn()
-            .expect("spawn plegd");
-        Self { child, port, log }
-    }
-
-    fn metric(&self, name: &str) -> f64 {
-        http_get(self.port, "/metrics")
-            .and_then(|(_, body)| metric(&body, name))
-            .unwrap_or(0.0)
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
+fn start_plegd(api: &Apiserver, cri: &FakeServer, node: &str, dir: &std::path::Path) -> Plegd {
+    let kubeconfig = api.kubeconfig_as(dir, &Identity::Plegd(node.into()));
+    let mut command = support::process::plegd_run(PLEGD, node, &cri.path, &kubeconfig);
+    command.args(FULL_MODE_FAST_RELIST).args(["--log-level", "debug"]);
+    Plegd::spawn(command, dir)
 }
 
 /// Pods `pod-0`… of `default`, bound to `node`, each with one container running in the fake
@@ -139,7 +107,7 @@ async fn too_many_requests_are_waited_out_and_nothing_is_lost() {
     // writes, plegd's four writers meet 429s.
     let held = Duration::from_millis(200);
     api.set_delay(Some(held)).await;
-    let plegd = Plegd::start(&api, &cri, "busy", dir.path());
+    let plegd = start_plegd(&api, &cri, "busy", dir.path());
     wait_for("every pod Running", Duration::from_secs(90), || settled(&api, pods, |_| None)).await;
     for (i, uid) in uids.iter().enumerate() {
         cri.fake.exit_container(&format!("ctr-{uid}-0"), 10 + i as i32);
@@ -189,7 +157,7 @@ async fn apiserver_restarted_mid_churn_loses_and_reverts_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let pods = 30;
     let uids = bind_pods(&cri, &api, "churn", pods).await;
-    let plegd = Plegd::start(&api, &cri, "churn", dir.path());
+    let plegd = start_plegd(&api, &cri, "churn", dir.path());
     wait_for("every pod Running", Duration::from_secs(60), || settled(&api, pods, |_| None)).await;
     // Pods 0‥9 end before the restart, 10‥19 while the server is down, 20‥24 after; 25‥29 run on.
     let want = |i: usize| (i < 25).then_some(i as i64 % 7 + 1);
@@ -223,7 +191,7 @@ async fn a_write_queued_for_a_replaced_pod_is_dropped() {
     let dir = tempfile::tempdir().unwrap();
     let old = api.create_bound_pod("web", "swap", 1, "Never").await;
     cri.fake.add_running_pod(&old, "web", 1);
-    let plegd = Plegd::start(&api, &cri, "swap", dir.path());
+    let plegd = start_plegd(&api, &cri, "swap", dir.path());
     wait_for("web Running", Duration::from_secs(60), || async {
         api.pod("default", "web").await.is_some_and(|p| p["status"]["phase"] == "Running")
     })

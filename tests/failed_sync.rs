@@ -7,13 +7,12 @@
 
 mod support;
 
-use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
 use support::apiserver::{Apiserver, Identity};
 use support::fake_cri::FakeServer;
-use support::process::{free_port, http_get, metric};
+use support::process::RunningPlegd as Plegd;
 use support::wait_for;
 
 const NODE: &str = "node-fs";
@@ -27,47 +26,13 @@ fn exits(uid: &str) -> String {
     format!("ctr-{uid}-1")
 }
 
-struct Plegd {
-    child: Child,
-    port: u16,
-    log: std::path::PathBuf,
-}
-
-impl Drop for Plegd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Plegd {
-    fn metric(&self, name: &str) -> f64 {
-        http_get(self.port, "/metrics")
-            .and_then(|(_, body)| metric(&body, name))
-            .unwrap_or(0.0)
-    }
-
-    fn log_lines(&self, needle: &str) -> usize {
-        std::fs::read_to_string(&self.log)
-            .unwrap_or_default()
-            .lines()
-            .filter(|l| l.contains(needle))
-            .count()
-    }
-}
-
 fn start(cri: &FakeServer, api: &Apiserver, dir: &std::path::Path, mode: &str) -> Plegd {
-    let port = free_port();
-    let log = dir.join("plegd.log");
     let kubeconfig = api.kubeconfig_as(dir, &Identity::Plegd(NODE.into()));
-    let child = support::process::plegd_run(env!("CARGO_BIN_EXE_plegd"), NODE, &cri.path, &kubeconfig)
+    let mut command = support::process::plegd_run(env!("CARGO_BIN_EXE_plegd"), NODE, &cri.path, &kubeconfig);
+    command
         .args(["--status-mode", mode, "--triggers", "none", "--emit-events"])
-        .args(["--metrics-address", &format!("127.0.0.1:{port}")])
-        .args(["--node-ip", "192.0.2.10"])
-        .stderr(Stdio::from(std::fs::File::create(&log).expect("log file")))
-        .spawn()
-        .expect("spawn plegd");
-    Plegd { child, port, log }
+        .args(["--node-ip", "192.0.2.10"]);
+    Plegd::spawn(command, dir)
 }
 
 async fn status(api: &Apiserver) -> Value {

@@ -21,6 +21,52 @@ pub fn plegd_run(binary: &str, node: &str, cri_socket: &Path, kubeconfig: &Path)
     command
 }
 
+/// A `plegd run` child with its metrics endpoint on a port of its own and its log in a file;
+/// killed when dropped.
+pub struct RunningPlegd {
+    child: std::process::Child,
+    port: u16,
+    log: std::path::PathBuf,
+}
+
+impl RunningPlegd {
+    /// Start `command` (from [`plegd_run`], with its flags) with `--metrics-address` on a free
+    /// port and stderr in `dir/plegd.log`.
+    pub fn spawn(mut command: Command, dir: &Path) -> Self {
+        let port = free_port();
+        let log = dir.join("plegd.log");
+        let child = command
+            .args(["--metrics-address", &format!("127.0.0.1:{port}")])
+            .stderr(Stdio::from(std::fs::File::create(&log).expect("log file")))
+            .spawn()
+            .expect("spawn plegd");
+        Self { child, port, log }
+    }
+
+    /// A metric's value, 0 when it is not (yet) there.
+    pub fn metric(&self, name: &str) -> f64 {
+        http_get(self.port, "/metrics")
+            .and_then(|(_, body)| metric(&body, name))
+            .unwrap_or(0.0)
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// How many log lines contain `needle`.
+    pub fn log_lines(&self, needle: &str) -> usize {
+        self.log().lines().filter(|l| l.contains(needle)).count()
+    }
+}
+
+impl Drop for RunningPlegd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// Flags of a fast-relisting full-mode plegd against the fake CRI server (which sends no events).
 pub const FULL_MODE_FAST_RELIST: [&str; 6] = [
     "--status-mode",
