@@ -13,6 +13,8 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=tests/support/private-apt.sh
+. "$HERE/../support/private-apt.sh"
 PACKAGES_DIR=${PLEGD_PACKAGES_DIR:-/var/lib/plegd-test}
 ROOT="$PACKAGES_DIR/apiserver"
 BUILD="$ROOT/build"
@@ -25,31 +27,16 @@ GO_PACKAGES=(golang-go golang-k8s-apiserver-dev golang-k8s-api-dev golang-k8s-ap
 log() { echo "apiserver.sh: $*" >&2; }
 die() { log "error: $*"; exit 1; }
 
-apt_opts() {
-  echo -o "Dir::Etc::SourceList=$ROOT/etc/sources.list" -o Dir::Etc::SourceParts=/dev/null \
-    -o "Dir::State::Lists=$ROOT/lists" -o "Dir::Cache::Archives=$ROOT/archives" -o APT::Get::List-Cleanup=0 \
-    -o APT::Sandbox::User=root -o "Dir::State::status=$ROOT/etc/status"
-}
-
 install() {
   if [ -x "$ROOT/root/usr/bin/kubectl" ] && [ -f "$ROOT/root/.complete" ]; then return; fi
-  local uri
-  uri=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
-  [ -n "$uri" ] || uri=$(awk '$1 == "deb" && $2 ~ /^http/ {print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
-  [ -n "$uri" ] || uri=http://deb.debian.org/debian
-  log "fetching Go, Kubernetes' Go libraries and etcd from Debian unstable ($uri)"
-  mkdir -p "$ROOT/lists/partial" "$ROOT/archives/partial" "$ROOT/etc" "$ROOT/deb"
-  echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $uri sid main" >"$ROOT/etc/sources.list"
-  : >"$ROOT/etc/status"
-  # shellcheck disable=SC2046
-  apt-get -qq $(apt_opts) update
+  log "fetching Go, Kubernetes' Go libraries and etcd from Debian unstable ($(debian_mirror))"
+  private_apt_update "$ROOT" sid
   local deps
-  # shellcheck disable=SC2046
-  deps=$(apt-cache $(apt_opts) depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks \
+  deps=$(private_apt "$ROOT" apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks \
     --no-replaces --no-enhances --no-pre-depends "${GO_PACKAGES[@]}" | grep -E '^[a-z0-9]' | sort -u \
     | grep -E '^(golang-|etcd-server$|kubectl$)')
-  # shellcheck disable=SC2046,SC2086
-  (cd "$ROOT/deb" && apt-get -qq $(apt_opts) download $deps)
+  # shellcheck disable=SC2086
+  (cd "$ROOT/deb" && private_apt "$ROOT" apt-get -qq download $deps)
   rm -rf "$ROOT/root"
   mkdir -p "$ROOT/root"
   for deb in "$ROOT"/deb/*.deb; do dpkg-deb -x "$deb" "$ROOT/root"; done

@@ -28,6 +28,8 @@ IMAGE=${PLEGD_TEST_IMAGE:-plegd.test/busybox:1}
 BRIDGE=${PLEGD_CNI_BRIDGE:-plegd0}
 SUBNET=${PLEGD_CNI_SUBNET:-10.234.0.0/24}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=tests/support/private-apt.sh
+. "$HERE/../support/private-apt.sh"
 VERSION=${PLEGD_CONTAINERD_VERSION:-2.1}
 PACKAGES_DIR=${PLEGD_PACKAGES_DIR:-/var/lib/plegd-test}
 PACKAGES=(containerd runc busybox-static containernetworking-plugins protobuf-compiler iproute2 gcc libc6-dev systemd curl)
@@ -62,19 +64,10 @@ install() {
 use_debian_containerd() {
   local suite=$1 root="$PACKAGES_DIR/$1"
   if [ ! -x "$root/root/usr/bin/containerd" ]; then
-    local uri
-    uri=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
-    [ -n "$uri" ] || uri=$(awk '$1 == "deb" && $2 ~ /^http/ {print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
-    [ -n "$uri" ] || uri=http://deb.debian.org/debian
-    log "fetching containerd from Debian $suite ($uri)"
-    mkdir -p "$root/lists/partial" "$root/archives/partial" "$root/etc" "$root/deb"
-    echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $uri $suite main" >"$root/etc/sources.list"
-    local apt_opts=(-o "Dir::Etc::SourceList=$root/etc/sources.list" -o Dir::Etc::SourceParts=/dev/null
-      -o "Dir::State::Lists=$root/lists" -o "Dir::Cache::Archives=$root/archives" -o APT::Get::List-Cleanup=0
-      -o APT::Sandbox::User=root)
-    apt-get -qq "${apt_opts[@]}" update
+    log "fetching containerd from Debian $suite ($(debian_mirror))"
+    private_apt_update "$root" "$suite"
     rm -f "$root"/deb/containerd_*.deb
-    (cd "$root/deb" && apt-get -qq "${apt_opts[@]}" download containerd)
+    (cd "$root/deb" && private_apt "$root" apt-get -qq download containerd)
     rm -rf "$root/root.tmp"
     dpkg-deb -x "$root"/deb/containerd_*.deb "$root/root.tmp"
     mv "$root/root.tmp" "$root/root"
