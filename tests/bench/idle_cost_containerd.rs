@@ -2,12 +2,17 @@
 //! otherwise), with and without runtime triggers, and what each relist period costs the node.
 //!
 //! N pods of C running containers (busybox `sleep`, host network) are made through CRI in a private
-//! containerd instance, with a bound pod object for each in the test apiserver. Then the `plegd run`
-//! binary (release, full status mode, `--worker-threads 1`) runs against them once per
-//! configuration, each with a fresh apiserver: relist every 1 s without triggers (plegd's behaviour
-//! before triggers stretched the relist), then triggers on with each `--relist-period-with-triggers`
-//! asked for. Once every pod is Running and 12 s more have passed (the first 10 s resync of every
-//! pod is behind), plegd's CPU time and RSS, and containerd's CPU time, are read from /proc.
+//! containerd instance, each after its bound pod object in the test apiserver built from Kubernetes'
+//! own code (k8s.io/apiserver 1.36 on etcd), whose uid the sandbox carries. Then the `plegd run`
+//! binary (release, full status mode, `--worker-threads 1`, as its own service account bound to its
+//! node) runs against them once per configuration: relist every 1 s without triggers (plegd's
+//! behaviour before triggers stretched the relist), then triggers on with each
+//! `--relist-period-with-triggers` asked for. One apiserver serves the whole run (the sandboxes
+//! carry its uids); before each configuration every pod's status is put back to what the apiserver
+//! gave it at creation (Pending), so each plegd starts from scratch as against a fresh apiserver.
+//! Once every pod is Running and 12 s more have passed (the first 10 s resync of every pod is
+//! behind), plegd's CPU time and RSS, and containerd's CPU time, are read from /proc: plegd's and
+//! containerd's processes alone, not the apiserver's or etcd's.
 //!
 //!     cargo bench --bench idle_cost_containerd                  # 250 and 1,000 pods of one container, 60 s each
 //!     cargo bench --bench idle_cost_containerd -- --pods 250 --containers 5 --seconds 60 --periods 1s,10s,30s,300s
@@ -20,8 +25,7 @@
 //! Needs root (it starts containerd through tests/containerd/containerd.sh). containerd holds about
 //! 6.5 open files per task: 1,000 pods of five containers need ~40,000, more than a 20,000 hard limit.
 
-#[allow(dead_code)]
-#[path = "../support/fake_apiserver.rs"]
+#[path = "../support/apiserver.rs"]
 mod apiserver;
 #[path = "args.rs"]
 mod args;
@@ -31,14 +35,26 @@ mod containerd;
 #[allow(dead_code)]
 #[path = "../support/process.rs"]
 mod process;
+#[path = "../support/request_info.rs"]
+mod request_info;
 
+/// Where apiserver.rs finds the request-to-RBAC mapping (`super::fake_apiserver::request_info`).
+mod fake_apiserver {
+    pub(crate) use super::request_info;
+}
+
+use std::collections::HashSet;
+use std::ops::Range;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use apiserver::{Apiserver, Identity};
 use args::arg;
-use containerd::{Containerd, PrivateContainerd, TestPod};
+use containerd::{Containerd, PrivateContainerd, TEST_NAMESPACE, TestPod};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use process::{clock_ticks, cpu_ticks, rss_mib};
-use serde_json::json;
+use serde_json::{Value, json};
 
 /// One plegd configuration: its name in the table and its flags.
 struct Setting {
@@ -77,16 +93,19 @@ fn settings(periods: &[String]) -> Vec<Setting> {
     out
 }
 
-/// Make `pods` pods of `containers` running containers, a few at a time.
-async fn make_pods(cd: &Containerd, pods: usize, containers: usize) -> Vec<TestPod> {
+/// Make pods `idle{i}` for each `i` in `range`, of `containers` running containers: each first in
+/// the apiserver (which gives the uid), then its sandbox and containers, a few at a time.
+async fn make_pods(cd: &Containerd, api: &Apiserver, range: Range<usize>, containers: usize) -> Vec<TestPod> {
     let started = Instant::now();
     let limit = Arc::new(tokio::sync::Semaphore::new(4));
     let mut tasks = Vec::new();
-    for i in 0..pods {
+    for i in range {
+        let name = format!("idle{i}");
+        let uid = apiserver::uid(&api.create_pod(pod_object(&name, "idle", containers)).await);
         let (cd, limit) = (cd.clone(), limit.clone());
         tasks.push(tokio::spawn(async move {
             let _permit = limit.acquire().await.expect("semaphore");
-            let pod = cd.run_pod(&format!("idle{i}"), true).await;
+            let pod = cd.run_pod_as(&name, TEST_NAMESPACE, &uid, true, None).await;
             for c in 0..containers {
                 cd.run_container(&pod, &format!("c{c}"), "sleep 1000000").await;
             }
@@ -107,12 +126,53 @@ async fn make_pods(cd: &Containerd, pods: usize, containers: usize) -> Vec<TestP
     made
 }
 
-fn pod_object(pod: &TestPod, node: &str, containers: usize) -> serde_json::Value {
+fn pod_object(name: &str, node: &str, containers: usize) -> Value {
     json!({
-        "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid},
+        "metadata": {"name": name, "namespace": TEST_NAMESPACE},
         "spec": {"nodeName": node, "restartPolicy": "Always", "hostNetwork": true,
                  "containers": (0..containers).map(|c| json!({"name": format!("c{c}"), "image": "plegd.test/busybox:1"})).collect::<Vec<_>>()}
     })
+}
+
+/// Put the status of each of `pods` back to what the apiserver gave it at creation (Pending, its
+/// QoS class kept: the apiserver forbids changing it), as the admin, so that the next plegd writes
+/// every pod from scratch. A JSON merge patch: every other field of the status set to null.
+async fn reset_statuses(api: &Apiserver, pods: &[TestPod]) {
+    let names: HashSet<&str> = pods.iter().map(|p| p.name.as_str()).collect();
+    let objects: Api<Pod> = Api::namespaced(api.client(), TEST_NAMESPACE);
+    let listed = objects.list(&ListParams::default()).await.expect("list pods");
+    for pod in &listed.items {
+        let name = pod.metadata.name.as_deref().unwrap_or_default();
+        if !names.contains(name) {
+            continue;
+        }
+        let mut status = match serde_json::to_value(&pod.status) {
+            Ok(Value::Object(fields)) => fields,
+            _ => serde_json::Map::new(),
+        };
+        status.retain(|key, _| key != "qosClass");
+        status.values_mut().for_each(|v| *v = Value::Null);
+        status.insert("phase".into(), json!("Pending"));
+        objects
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(json!({"status": status})))
+            .await
+            .unwrap_or_else(|e| panic!("reset the status of {name}: {e}"));
+    }
+}
+
+/// How many of `pods` are Running in the apiserver (one list, not a GET per pod).
+async fn running(api: &Apiserver, pods: &[TestPod]) -> usize {
+    let names: HashSet<&str> = pods.iter().map(|p| p.name.as_str()).collect();
+    let objects: Api<Pod> = Api::namespaced(api.client(), TEST_NAMESPACE);
+    objects
+        .list(&ListParams::default())
+        .await
+        .expect("list pods")
+        .items
+        .iter()
+        .filter(|p| names.contains(p.metadata.name.as_deref().unwrap_or_default()))
+        .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+        .count()
 }
 
 struct Figures {
@@ -128,19 +188,16 @@ struct Figures {
 
 async fn measure(
     cd: &Containerd,
+    api: &Apiserver,
     containerd_pid: u32,
     pods: &[TestPod],
-    containers: usize,
     setting: &Setting,
     binary: &str,
     seconds: u64,
 ) -> Figures {
-    let api = apiserver::TestApiserver::start().await;
     let dir = tempfile::tempdir().expect("temp dir");
-    for pod in pods {
-        api.create_pod(pod_object(pod, "idle", containers));
-    }
-    let kubeconfig = api.kubeconfig(dir.path());
+    reset_statuses(api, pods).await;
+    let kubeconfig = api.kubeconfig_as(dir.path(), &Identity::Plegd("idle".into()));
     let port = process::free_port();
     let mut child = process::plegd_run(binary, "idle", &cd.socket, &kubeconfig)
         .args(["--status-mode", "full", "--worker-threads", "1", "--metrics-address"])
@@ -150,10 +207,7 @@ async fn measure(
         .expect("spawn plegd");
     let pid = child.id();
     let deadline = Instant::now() + Duration::from_secs(300);
-    while pods.iter().any(|p| {
-        api.pod(&p.namespace, &p.name)
-            .is_none_or(|o| o["status"]["phase"] != "Running")
-    }) {
+    while running(api, pods).await < pods.len() {
         assert!(Instant::now() < deadline, "pods did not all become Running");
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
@@ -223,23 +277,15 @@ async fn main() {
         .parse()
         .expect("a pid");
     let runtime_version = cd.version().await;
+    let api = Apiserver::start().await;
     let mut rows = Vec::new();
     let mut made: Vec<TestPod> = Vec::new();
     for &size in &sizes {
-        let more = make_pods(&cd, size.saturating_sub(made.len()), containers).await;
+        let more = make_pods(&cd, &api, made.len()..size.max(made.len()), containers).await;
         made.extend(more);
         for setting in settings(&periods) {
             for binary in &binaries {
-                let f = measure(
-                    &cd,
-                    containerd_pid,
-                    &made[..size],
-                    containers,
-                    &setting,
-                    binary,
-                    seconds,
-                )
-                .await;
+                let f = measure(&cd, &api, containerd_pid, &made[..size], &setting, binary, seconds).await;
                 let name = if binaries.len() > 1 {
                     format!("{} ({binary})", setting.name)
                 } else {
@@ -271,5 +317,6 @@ async fn main() {
     for row in rows {
         println!("{row}");
     }
+    drop(api);
     drop(instance);
 }

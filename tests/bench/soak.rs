@@ -1,5 +1,9 @@
 //! Soak: `plegd run` (full status mode, runtime triggers, relist 1 s) as a subprocess against a real
-//! containerd and the test apiserver, under steady churn, for a long time (default 15 minutes).
+//! containerd and the test apiserver built from Kubernetes' own code (k8s.io/apiserver 1.36 on
+//! etcd), under steady churn, for a long time (default 15 minutes). Each pod is created in the
+//! apiserver first and its sandbox run with the apiserver's uid; plegd speaks as its own service
+//! account, bound to its node, and the status PATCHes counted are its own. RSS, fds and threads are
+//! plegd's process alone.
 //! Churn: 10 pods; every 250 ms one of them gets a new container (round robin) that runs for 0.3–1.5 s
 //! and exits with 0 or 1; each pod keeps its two newest containers, older ones are removed. Every
 //! 10 s plegd's RSS, open file descriptors, threads, live async tasks (`plegd_runtime_tasks`) and
@@ -9,8 +13,7 @@
 //!     cargo bench --bench soak                      # 15 minutes
 //!     cargo bench --bench soak -- --minutes 60
 
-#[allow(dead_code)]
-#[path = "../support/fake_apiserver.rs"]
+#[path = "../support/apiserver.rs"]
 mod apiserver;
 #[path = "args.rs"]
 mod args;
@@ -20,10 +23,18 @@ mod containerd;
 #[allow(dead_code)]
 #[path = "../support/process.rs"]
 mod process;
+#[path = "../support/request_info.rs"]
+mod request_info;
+
+/// Where apiserver.rs finds the request-to-RBAC mapping (`super::fake_apiserver::request_info`).
+mod fake_apiserver {
+    pub(crate) use super::request_info;
+}
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use apiserver::{Apiserver, Identity, PLEGD_USER};
 use args::arg;
 use process::{http_get, metric, open_fds, rss_mib, status_field};
 
@@ -44,20 +55,25 @@ async fn main() {
         eprintln!("soak: needs a real containerd (root on Linux)");
         std::process::exit(1);
     };
-    let api = apiserver::TestApiserver::start().await;
+    let api = Apiserver::start().await;
     let dir = tempfile::tempdir().expect("temp dir");
     let mut pods = Vec::new();
     for i in 0..10 {
-        let pod = cd.run_pod(&format!("soak{i}"), true).await;
-        api.create_pod(serde_json::json!({
-            "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid},
-            "spec": {"nodeName": "soak", "restartPolicy": "Always",
-                     "containers": [{"name": "app", "image": "plegd.test/busybox:1"}]}
-        }));
+        let (name, namespace) = (format!("soak{i}"), containerd::TEST_NAMESPACE);
+        let object = api
+            .create_pod(serde_json::json!({
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {"nodeName": "soak", "restartPolicy": "Always",
+                         "containers": [{"name": "app", "image": "plegd.test/busybox:1"}]}
+            }))
+            .await;
+        let pod = cd
+            .run_pod_as(&name, namespace, &apiserver::uid(&object), true, None)
+            .await;
         pods.push((pod, VecDeque::new()));
     }
     let port = process::free_port();
-    let kubeconfig = api.kubeconfig(dir.path());
+    let kubeconfig = api.kubeconfig_as(dir.path(), &Identity::Plegd("soak".into()));
     let mut child = process::plegd_run(env!("CARGO_BIN_EXE_plegd"), "soak", &cd.socket, &kubeconfig)
         .args(["--status-mode", "full", "--relist-period", "1s"])
         .arg("--metrics-address")
@@ -145,7 +161,12 @@ async fn main() {
         .filter(|l| l.starts_with("plegd_pleg_events_total"))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum();
-    let patches = api.requests().iter().filter(|r| r.method == "PATCH").count();
+    let patches = api
+        .requests_by(PLEGD_USER)
+        .await
+        .iter()
+        .filter(|r| r.method == "PATCH")
+        .count();
     println!("\n### Soak: {minutes} min of churn on real containerd, `plegd run` full mode, triggers auto\n");
     println!(
         "containers started {started}, removed {removed}; lifecycle events delivered {events}; status PATCHes {patches}; plegd alive at the end: {alive}\n"

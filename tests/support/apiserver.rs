@@ -129,6 +129,8 @@ pub struct Apiserver {
     faults: Mutex<Faults>,
     /// The request log of the server's earlier runs (before a restart).
     earlier_requests: Mutex<Vec<Logged>>,
+    /// Namespaces known to exist.
+    namespaces: Mutex<std::collections::BTreeSet<String>>,
 }
 
 impl Drop for Apiserver {
@@ -288,6 +290,7 @@ impl Apiserver {
             history,
             faults: Mutex::default(),
             earlier_requests: Mutex::default(),
+            namespaces: Mutex::default(),
             dir,
         };
         me.wait_ready(Duration::from_secs(60)).await;
@@ -427,7 +430,12 @@ impl Apiserver {
         serde_json::to_value(patched).expect("json")
     }
 
+    /// The namespace, created unless this handle made sure of it already (namespaces are not
+    /// deleted by the tests).
     pub async fn ensure_namespace(&self, name: &str) {
+        if lock(&self.namespaces).contains(name) {
+            return;
+        }
         let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(self.client.clone());
         let ns = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
         match api.create(&PostParams::default(), &ns).await {
@@ -435,6 +443,7 @@ impl Apiserver {
             Err(kube::Error::Api(s)) if s.code == 409 => {}
             Err(e) => panic!("create namespace {name}: {e}"),
         }
+        lock(&self.namespaces).insert(name.to_owned());
     }
 
     /// A pod `name` in namespace `default` with containers c0…c(n-1), bound to `node`. Returns its
