@@ -140,7 +140,9 @@ impl RetryAfter {
     /// How long writes are still held back.
     pub fn remaining(&self) -> Duration {
         let held = *self.until.lock().unwrap_or_else(|e| e.into_inner());
-        held.map_or(Duration::ZERO, |u| u.saturating_duration_since(tokio::time::Instant::now()))
+        held.map_or(Duration::ZERO, |u| {
+            u.saturating_duration_since(tokio::time::Instant::now())
+        })
     }
 
     /// Wait until the apiserver's last `Retry-After` has passed.
@@ -165,9 +167,20 @@ mod tests {
         assert_eq!(RetryAfter::requested(429, Some(b"1")), Some(secs(1)));
         assert_eq!(RetryAfter::requested(503, Some(b" 7 ")), Some(secs(7)));
         assert_eq!(RetryAfter::requested(429, Some(b"0")), Some(secs(0)));
-        assert_eq!(RetryAfter::requested(429, Some(b"86400")), Some(RetryAfter::MAX), "capped");
+        assert_eq!(
+            RetryAfter::requested(429, Some(b"86400")),
+            Some(RetryAfter::MAX),
+            "capped"
+        );
         assert_eq!(RetryAfter::requested(429, Some(b"99999999999999999999")), None);
-        for refused in [&b"-1"[..], b"1.5", b"+3", b"", b"Wed, 21 Oct 2026 07:28:00 GMT", b"\xff"] {
+        for refused in [
+            &b"-1"[..],
+            b"1.5",
+            b"+3",
+            b"",
+            b"Wed, 21 Oct 2026 07:28:00 GMT",
+            b"\xff",
+        ] {
             assert_eq!(RetryAfter::requested(429, Some(refused)), None, "{refused:?}");
         }
         assert_eq!(RetryAfter::requested(429, None), None);

@@ -165,7 +165,9 @@ async fn pod_request(api: &Apiserver, identity: &Identity, name: &str, delete: b
         pods.delete(name, &kube::api::DeleteParams::default()).await.map(|_| ())
     } else {
         let labels = json!({"metadata": {"labels": {"plegd": "was-here"}}});
-        pods.patch(name, &PatchParams::default(), &Patch::Strategic(labels)).await.map(|_| ())
+        pods.patch(name, &PatchParams::default(), &Patch::Strategic(labels))
+            .await
+            .map(|_| ())
     };
     match answer {
         Ok(()) => Ok(()),
@@ -185,7 +187,12 @@ async fn the_policies_hold_at_their_edges() {
     apply(&api, CONDITIONS_POLICY).await;
     let status = json!({"phase": "Running", "hostIP": "198.51.100.7", "hostIPs": [{"ip": "198.51.100.7"}],
         "conditions": [{"type": "Ready", "status": "True"}, {"type": "plegd.io/ContainersRunning", "status": "True"}]});
-    for (name, node) in [("web", Some("n1")), ("pending", None), ("elsewhere", Some("n2")), ("mine", Some("n1"))] {
+    for (name, node) in [
+        ("web", Some("n1")),
+        ("pending", None),
+        ("elsewhere", Some("n2")),
+        ("mine", Some("n1")),
+    ] {
         let mut pod = json!({"metadata": {"name": name, "namespace": "default"},
             "spec": {"containers": [{"name": "app", "image": "x"}]}, "status": status.clone()});
         if let Some(node) = node {
@@ -218,7 +225,10 @@ async fn the_policies_hold_at_their_edges() {
     assert_eq!(pod_request(&api, &plegd, "mine", true).await, Ok(()));
     // The pod itself (its spec, its labels) is not plegd's to change at all: RBAC refuses.
     let spec = pod_request(&api, &plegd, "web", false).await;
-    assert!(matches!(&spec, Err((403, m)) if m.contains("cannot patch resource \"pods\"")), "{spec:?}");
+    assert!(
+        matches!(&spec, Err((403, m)) if m.contains("cannot patch resource \"pods\"")),
+        "{spec:?}"
+    );
     assert!(api.pod("default", "elsewhere").await.is_some());
 }
 
@@ -231,6 +241,9 @@ fn the_tests_speak_as_plegds_service_account() {
     for manifest in [NODE_POLICY, CONDITIONS_POLICY] {
         let policy = document(manifest, "ValidatingAdmissionPolicy", None);
         let conditions = policy["spec"]["matchConditions"].to_string();
-        assert!(conditions.contains(PLEGD_USER), "{manifest} must match {PLEGD_USER}: {conditions}");
+        assert!(
+            conditions.contains(PLEGD_USER),
+            "{manifest} must match {PLEGD_USER}: {conditions}"
+        );
     }
 }

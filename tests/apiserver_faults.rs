@@ -108,12 +108,18 @@ async fn too_many_requests_are_waited_out_and_nothing_is_lost() {
     let held = Duration::from_millis(200);
     api.set_delay(Some(held)).await;
     let plegd = start_plegd(&api, &cri, "busy", dir.path());
-    wait_for("every pod Running", Duration::from_secs(90), || settled(&api, pods, |_| None)).await;
+    wait_for("every pod Running", Duration::from_secs(90), || {
+        settled(&api, pods, |_| None)
+    })
+    .await;
     for (i, uid) in uids.iter().enumerate() {
         cri.fake.exit_container(&format!("ctr-{uid}-0"), 10 + i as i32);
     }
     let want = |i: usize| Some(10 + i as i64);
-    wait_for("every exit written", Duration::from_secs(120), || settled(&api, pods, want)).await;
+    wait_for("every exit written", Duration::from_secs(120), || {
+        settled(&api, pods, want)
+    })
+    .await;
 
     let requests = api.requests_by(PLEGD_USER).await;
     let patches: Vec<&Logged> = requests
@@ -121,7 +127,10 @@ async fn too_many_requests_are_waited_out_and_nothing_is_lost() {
         .filter(|r| r.method == "PATCH" && r.path.ends_with("/status"))
         .collect();
     let refused: Vec<&&Logged> = patches.iter().filter(|r| r.status == 429).collect();
-    assert!(!refused.is_empty(), "the server's one seat made some writes wait: {patches:?}");
+    assert!(
+        !refused.is_empty(),
+        "the server's one seat made some writes wait: {patches:?}"
+    );
     assert!(
         patches.iter().all(|r| r.status == 200 || r.status == 429),
         "{patches:?}"
@@ -133,9 +142,7 @@ async fn too_many_requests_are_waited_out_and_nothing_is_lost() {
         refused.len(),
         plegd.log()
     );
-    assert!(
-        plegd.metric("plegd_apiserver_requests_total{verb=\"PATCH\",code=\"429\"}") >= refused.len() as f64
-    );
+    assert!(plegd.metric("plegd_apiserver_requests_total{verb=\"PATCH\",code=\"429\"}") >= refused.len() as f64);
     // The server asks for 1 s (Retry-After: 1): no write is sent within it after a 429. (Answers
     // to requests already on their way when the 429 was answered arrive within a few ms of it.)
     for no in &refused {
@@ -144,7 +151,11 @@ async fn too_many_requests_are_waited_out_and_nothing_is_lost() {
             .map(|r| sent_at(r, held))
             .filter(|&t| t > no.at + Duration::from_millis(100) && t < no.at + Duration::from_millis(900))
             .collect();
-        assert!(early.is_empty(), "{} writes sent within the Retry-After of a 429", early.len());
+        assert!(
+            early.is_empty(),
+            "{} writes sent within the Retry-After of a 429",
+            early.len()
+        );
     }
     no_version_goes_back(&api, pods, want).await;
     assert!(!plegd.log().contains("panicked"), "{}", plegd.log());
@@ -158,7 +169,10 @@ async fn apiserver_restarted_mid_churn_loses_and_reverts_nothing() {
     let pods = 30;
     let uids = bind_pods(&cri, &api, "churn", pods).await;
     let plegd = start_plegd(&api, &cri, "churn", dir.path());
-    wait_for("every pod Running", Duration::from_secs(60), || settled(&api, pods, |_| None)).await;
+    wait_for("every pod Running", Duration::from_secs(60), || {
+        settled(&api, pods, |_| None)
+    })
+    .await;
     // Pods 0‥9 end before the restart, 10‥19 while the server is down, 20‥24 after; 25‥29 run on.
     let want = |i: usize| (i < 25).then_some(i as i64 % 7 + 1);
     let exit = |i: usize| cri.fake.exit_container(&format!("ctr-{}-0", uids[i]), i as i32 % 7 + 1);
@@ -177,7 +191,10 @@ async fn apiserver_restarted_mid_churn_loses_and_reverts_nothing() {
         exit(i);
         tokio::time::sleep(Duration::from_millis(30)).await;
     }
-    wait_for("every exit written", Duration::from_secs(90), || settled(&api, pods, want)).await;
+    wait_for("every exit written", Duration::from_secs(90), || {
+        settled(&api, pods, want)
+    })
+    .await;
     no_version_goes_back(&api, pods, want).await;
     // The writes failed while the server was down and went out again once it was back.
     let retried = plegd.metric("plegd_status_writes_total{result=\"retry\"}");
@@ -193,7 +210,9 @@ async fn a_write_queued_for_a_replaced_pod_is_dropped() {
     cri.fake.add_running_pod(&old, "web", 1);
     let plegd = start_plegd(&api, &cri, "swap", dir.path());
     wait_for("web Running", Duration::from_secs(60), || async {
-        api.pod("default", "web").await.is_some_and(|p| p["status"]["phase"] == "Running")
+        api.pod("default", "web")
+            .await
+            .is_some_and(|p| p["status"]["phase"] == "Running")
     })
     .await;
 
@@ -216,9 +235,11 @@ async fn a_write_queued_for_a_replaced_pod_is_dropped() {
 
     // The queued write goes out with the old uid; the server refuses it (422, `metadata.uid ...
     // field is immutable`), and plegd drops it as a replaced pod.
-    wait_for("the write dropped as a replaced pod", Duration::from_secs(30), || async {
-        plegd.metric("plegd_status_writes_total{result=\"replaced\"}") >= 1.0
-    })
+    wait_for(
+        "the write dropped as a replaced pod",
+        Duration::from_secs(30),
+        || async { plegd.metric("plegd_status_writes_total{result=\"replaced\"}") >= 1.0 },
+    )
     .await;
     let refused: Vec<Logged> = api
         .requests_by(PLEGD_USER)
@@ -226,9 +247,15 @@ async fn a_write_queued_for_a_replaced_pod_is_dropped() {
         .into_iter()
         .filter(|r| r.method == "PATCH" && r.status == 422)
         .collect();
-    assert_eq!(refused.len(), 1, "one write refused for its uid, not retried: {refused:?}");
+    assert_eq!(
+        refused.len(),
+        1,
+        "one write refused for its uid, not retried: {refused:?}"
+    );
     assert!(
-        plegd.log().contains("pod was replaced (deleted and created again under the same name)"),
+        plegd
+            .log()
+            .contains("pod was replaced (deleted and created again under the same name)"),
         "{}",
         plegd.log()
     );
@@ -247,7 +274,10 @@ async fn a_write_queued_for_a_replaced_pod_is_dropped() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     for pod in api.pod_versions("default", "web").await {
         if pod["metadata"]["uid"] == new.as_str() {
-            assert!(exit_code(&pod).is_none(), "the old pod's exit landed on the new pod: {pod}");
+            assert!(
+                exit_code(&pod).is_none(),
+                "the old pod's exit landed on the new pod: {pod}"
+            );
             assert_ne!(pod["status"]["phase"], "Failed", "{pod}");
         }
     }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use support::apiserver::{Apiserver, Identity};
 use support::fake_cri::FakeServer;
-use support::process::{free_port, http_get, metric};
+use support::process::{KillOnDrop, free_port, http_get, metric};
 
 const PLEGD: &str = env!("CARGO_BIN_EXE_plegd");
 
@@ -89,39 +89,41 @@ async fn operate_plegd_run() {
     let api_socket = dir.path().join("run").join("plegd.sock");
     let port = free_port();
 
-    let mut plegd = Command::new(PLEGD)
-        .args([
-            "run",
-            "--node-name",
-            "n1",
-            "--status-mode",
-            "full",
-            "--triggers",
-            "none",
-        ])
-        .args([
-            "--relist-period",
-            "200ms",
-            "--relist-threshold",
-            "1s",
-            "--cri-timeout",
-            "5s",
-            "--log-format",
-            "json",
-        ])
-        .arg("--cri-socket")
-        .arg(&cri.path)
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .arg("--api-socket")
-        .arg(&api_socket)
-        .args(["--metrics-address", &format!("127.0.0.1:{port}")])
-        .env("NOTIFY_SOCKET", &notify_path)
-        .env("WATCHDOG_USEC", "400000")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn plegd run");
+    let mut plegd = KillOnDrop(
+        Command::new(PLEGD)
+            .args([
+                "run",
+                "--node-name",
+                "n1",
+                "--status-mode",
+                "full",
+                "--triggers",
+                "none",
+            ])
+            .args([
+                "--relist-period",
+                "200ms",
+                "--relist-threshold",
+                "1s",
+                "--cri-timeout",
+                "5s",
+                "--log-format",
+                "json",
+            ])
+            .arg("--cri-socket")
+            .arg(&cri.path)
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .arg("--api-socket")
+            .arg(&api_socket)
+            .args(["--metrics-address", &format!("127.0.0.1:{port}")])
+            .env("NOTIFY_SOCKET", &notify_path)
+            .env("WATCHDOG_USEC", "400000")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn plegd run"),
+    );
 
     // systemd: READY after the first relist, then watchdog pings while healthy.
     wait_until("READY=1", Duration::from_secs(15), || notes.count("READY=1") == 1).await;

@@ -73,7 +73,10 @@ async fn the_demo_shows_what_happened() {
             .any(|e| e["type"] == "ContainerStarted" && e["pod"] == "web" && e["container"] == "server"),
         "{context}"
     );
-    assert!(shown(&stderr, "web", |[_, _, status, _]| *status == "Running"), "{context}");
+    assert!(
+        shown(&stderr, "web", |[_, _, status, _]| *status == "Running"),
+        "{context}"
+    );
 
     // "pod job: a container that completes"
     let job = died(&events, "job", "batch");
@@ -81,7 +84,10 @@ async fn the_demo_shows_what_happened() {
         job.len() == 1 && job[0]["exit_code"] == 0 && job[0]["reason"] == "Completed",
         "{context}"
     );
-    assert!(shown(&stderr, "job", |[_, _, status, _]| *status == "Completed"), "{context}");
+    assert!(
+        shown(&stderr, "job", |[_, _, status, _]| *status == "Completed"),
+        "{context}"
+    );
 
     // "pod crashy: a container that fails (exit 1) and is restarted twice"
     let crashy = died(&events, "crashy", "worker");
@@ -91,7 +97,8 @@ async fn the_demo_shows_what_happened() {
     );
     for restarts in ["1", "2"] {
         assert!(
-            shown(&stderr, "crashy", |[_, _, status, count]| *status == "Error" && *count == restarts),
+            shown(&stderr, "crashy", |[_, _, status, count]| *status == "Error"
+                && *count == restarts),
             "{context}"
         );
     }
@@ -102,14 +109,18 @@ async fn the_demo_shows_what_happened() {
         hog.len() == 1 && hog[0]["reason"] == "OOMKilled" && hog[0]["exit_code"] == 137,
         "{context}"
     );
-    assert!(shown(&stderr, "hog", |[_, _, status, _]| *status == "OOMKilled"), "{context}");
+    assert!(
+        shown(&stderr, "hog", |[_, _, status, _]| *status == "OOMKilled"),
+        "{context}"
+    );
 
     // "its sidecar starts, then is stopped (SIGTERM; it exits 143)"
     let sidecar = died(&events, "web", "sidecar");
     assert!(sidecar.len() == 1 && sidecar[0]["exit_code"] == 143, "{context}");
     // One container of two running, the other exited with an error.
     assert!(
-        shown(&stderr, "web", |[_, ready, status, _]| *ready == "1/2" && *status == "Error"),
+        shown(&stderr, "web", |[_, ready, status, _]| *ready == "1/2"
+            && *status == "Error"),
         "{context}"
     );
 
@@ -131,7 +142,9 @@ async fn the_demo_shows_what_happened() {
     assert!(stderr.contains("every pod is gone from the apiserver"), "{context}");
     for pod in ["web", "job", "crashy", "hog"] {
         assert!(
-            kubectl(&stderr, pod).last().is_some_and(|[event, ..]| *event == "DELETED"),
+            kubectl(&stderr, pod)
+                .last()
+                .is_some_and(|[event, ..]| *event == "DELETED"),
             "{pod}: {context}"
         );
     }

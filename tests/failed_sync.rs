@@ -69,8 +69,11 @@ async fn status_patches(api: &Apiserver) -> usize {
 async fn outage(cri: &FakeServer, api: &Apiserver, uid: &str, plegd: &Plegd) -> Value {
     let before = status(api).await;
     let patches = status_patches(api).await;
-    cri.fake
-        .fail_id("ContainerStatus", &stuck(uid), tonic::Status::unavailable("runtime is busy"));
+    cri.fake.fail_id(
+        "ContainerStatus",
+        &stuck(uid),
+        tonic::Status::unavailable("runtime is busy"),
+    );
     cri.fake.exit_container(&exits(uid), 3);
     tokio::time::sleep(Duration::from_secs(2)).await;
     api.update_pod("default", "web", |pod| {
@@ -79,7 +82,11 @@ async fn outage(cri: &FakeServer, api: &Apiserver, uid: &str, plegd: &Plegd) -> 
     .await;
     tokio::time::sleep(Duration::from_secs(10)).await;
 
-    assert_eq!(status_patches(api).await, patches, "no status is written from a failed read");
+    assert_eq!(
+        status_patches(api).await,
+        patches,
+        "no status is written from a failed read"
+    );
     assert_eq!(status(api).await, before, "the apiserver keeps the last good status");
     let failed = plegd.metric("plegd_pod_failed_syncs_total");
     assert!(failed >= 2.0, "FailedSync counted at each attempt: {failed}");

@@ -4,7 +4,6 @@
 
 mod support;
 
-use std::process::Child;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,6 +13,7 @@ use plegd::status::StatusMode;
 use plegd::triggers::TriggerMode;
 use support::apiserver::{Apiserver, Identity, PLEGD_USER};
 use support::fake_cri::FakeServer;
+use support::process::KillOnDrop;
 use support::wait_for;
 
 /// Pods pod-0… bound to `node`, running in the fake runtime; their uids, in order.
@@ -77,8 +77,7 @@ async fn channel_overflow_at_ten_times_capacity_loses_no_final_state() {
     // Every container exits at once, each with its own code: 100 ContainerDied per pod at once.
     for uid in &uids {
         for c in 0..containers {
-            cri.fake
-                .exit_container(&format!("ctr-{uid}-{c}"), (c % 50) as i32 + 1);
+            cri.fake.exit_container(&format!("ctr-{uid}-{c}"), (c % 50) as i32 + 1);
         }
     }
     wait_for("every pod Failed", Duration::from_secs(60), || {
@@ -103,12 +102,13 @@ async fn channel_overflow_at_ten_times_capacity_loses_no_final_state() {
     daemon.stop().await;
 }
 
-fn spawn_plegd(cri: &FakeServer, kubeconfig: &std::path::Path) -> Child {
-    support::process::plegd_run(env!("CARGO_BIN_EXE_plegd"), "churn", &cri.path, kubeconfig)
+fn spawn_plegd(cri: &FakeServer, kubeconfig: &std::path::Path) -> KillOnDrop {
+    let child = support::process::plegd_run(env!("CARGO_BIN_EXE_plegd"), "churn", &cri.path, kubeconfig)
         .args(support::process::FULL_MODE_FAST_RELIST)
         .args(["--metrics-address", "off"])
         .spawn()
-        .expect("spawn plegd")
+        .expect("spawn plegd");
+    KillOnDrop(child)
 }
 
 /// Status PATCHes plegd sent for each pod so far.

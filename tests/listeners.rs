@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use support::apiserver::{Apiserver, Identity};
 use support::fake_cri::FakeServer;
-use support::process::{FULL_MODE_FAST_RELIST, free_port, http_get, metric, plegd_run};
+use support::process::{FULL_MODE_FAST_RELIST, KillOnDrop, free_port, http_get, metric, plegd_run};
 use support::wait_for;
 
 const PLEGD: &str = env!("CARGO_BIN_EXE_plegd");
@@ -46,11 +46,13 @@ async fn two_thousand_idle_connections_starve_nothing() {
     cri.fake.add_running_pod(&uid, "pod-0", 1);
     let port = free_port();
     let kubeconfig = api.kubeconfig_as(dir.path(), &Identity::Plegd("n1".into()));
-    let mut child = plegd_run(PLEGD, "n1", &cri.path, &kubeconfig)
-        .args(FULL_MODE_FAST_RELIST)
-        .args(["--metrics-address", &format!("127.0.0.1:{port}")])
-        .spawn()
-        .expect("spawn plegd run");
+    let _plegd = KillOnDrop(
+        plegd_run(PLEGD, "n1", &cri.path, &kubeconfig)
+            .args(FULL_MODE_FAST_RELIST)
+            .args(["--metrics-address", &format!("127.0.0.1:{port}")])
+            .spawn()
+            .expect("spawn plegd run"),
+    );
     plegd::listen::raise_fd_limit();
     let get = move |path: &'static str| async move {
         tokio::task::spawn_blocking(move || http_get(port, path)).await.unwrap()
@@ -127,6 +129,4 @@ async fn two_thousand_idle_connections_starve_nothing() {
     .await
     .unwrap();
     assert_eq!(closed, IDLE, "idle connections closed by plegd");
-    let _ = child.kill();
-    let _ = child.wait();
 }

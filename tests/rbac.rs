@@ -10,24 +10,15 @@
 mod support;
 
 use std::collections::BTreeSet;
-use std::process::Child;
 use std::time::Duration;
 
 use support::apiserver::{Apiserver, Identity, Options, PLEGD_USER};
 use support::fake_cri::FakeServer;
 use support::manifests::granted;
+use support::process::KillOnDrop;
 use support::wait_for;
 
 const NODE: &str = "node-rbac";
-
-struct Plegd(Child);
-
-impl Drop for Plegd {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// The requests `plegd run --status-mode mode` makes through a pod's life, as RBAC sees them.
 async fn used(mode: &str, emit_events: bool) -> Vec<String> {
@@ -52,7 +43,7 @@ async fn used(mode: &str, emit_events: bool) -> Vec<String> {
     if emit_events {
         command.arg("--emit-events");
     }
-    let _plegd = Plegd(command.spawn().expect("spawn plegd"));
+    let _plegd = KillOnDrop(command.spawn().expect("spawn plegd"));
     match mode {
         "full" => {
             wait_for("Running", Duration::from_secs(20), || async {

@@ -10,10 +10,10 @@
 //!     cargo bench --bench status_latency                        # containerd 2.1, 30 pods, 2 rounds
 //!     cargo bench --bench status_latency -- --pods 40 --rounds 3 --containerd 1.7
 
-#[path = "args.rs"]
-mod args;
 #[path = "../support/apiserver.rs"]
 mod apiserver;
+#[path = "args.rs"]
+mod args;
 #[allow(dead_code)]
 #[path = "../support/containerd.rs"]
 mod containerd;
@@ -109,7 +109,12 @@ fn watch_exits(client: kube::Client, seen: Seen) -> tokio::task::JoinHandle<()> 
 }
 
 /// One round: `pods` pods whose container exits; the latency of each, in ms.
-async fn round(cd: &containerd::Containerd, server: Server, pods: usize, round: usize) -> (&'static str, Vec<f64>, usize) {
+async fn round(
+    cd: &containerd::Containerd,
+    server: Server,
+    pods: usize,
+    round: usize,
+) -> (&'static str, Vec<f64>, usize) {
     let name = server.name();
     let dir = tempfile::tempdir().expect("temp dir");
     let mut options = daemon_support::options(&cd.socket, server.kubeconfig(dir.path()), NODE, StatusMode::Full);
@@ -131,9 +136,7 @@ async fn round(cd: &containerd::Containerd, server: Server, pods: usize, round: 
                          "containers": [{"name": "app", "image": containerd::IMAGE}]}
             }))
             .await;
-        let pod = cd
-            .run_pod_as(&name, containerd::TEST_NAMESPACE, &uid, true, None)
-            .await;
+        let pod = cd.run_pod_as(&name, containerd::TEST_NAMESPACE, &uid, true, None).await;
         let ctr = cd
             .create_container(&pod, "app", &format!("sleep 0.{}; exit 1", 3 + (i * 37) % 7))
             .await;

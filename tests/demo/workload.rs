@@ -89,7 +89,14 @@ impl Apiserver {
     }
 
     /// The pod's object, bound to the demo node; then its sandbox, with the apiserver's uid.
-    async fn bind(&self, cd: &Containerd, name: &str, containers: &[&str], restart_policy: &str, host_network: bool) -> TestPod {
+    async fn bind(
+        &self,
+        cd: &Containerd,
+        name: &str,
+        containers: &[&str],
+        restart_policy: &str,
+        host_network: bool,
+    ) -> TestPod {
         let pod: DynamicObject = serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": TEST_NAMESPACE},

@@ -21,10 +21,34 @@ pub fn plegd_run(binary: &str, node: &str, cri_socket: &Path, kubeconfig: &Path)
     command
 }
 
+/// A child process killed (and reaped) when dropped: a test that fails leaves no plegd behind.
+pub struct KillOnDrop(pub std::process::Child);
+
+impl std::ops::Deref for KillOnDrop {
+    type Target = std::process::Child;
+
+    fn deref(&self) -> &std::process::Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for KillOnDrop {
+    fn deref_mut(&mut self) -> &mut std::process::Child {
+        &mut self.0
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A `plegd run` child with its metrics endpoint on a port of its own and its log in a file;
 /// killed when dropped.
 pub struct RunningPlegd {
-    child: std::process::Child,
+    _child: KillOnDrop,
     port: u16,
     log: std::path::PathBuf,
 }
@@ -40,7 +64,11 @@ impl RunningPlegd {
             .stderr(Stdio::from(std::fs::File::create(&log).expect("log file")))
             .spawn()
             .expect("spawn plegd");
-        Self { child, port, log }
+        Self {
+            _child: KillOnDrop(child),
+            port,
+            log,
+        }
     }
 
     /// A metric's value, 0 when it is not (yet) there.
@@ -57,13 +85,6 @@ impl RunningPlegd {
     /// How many log lines contain `needle`.
     pub fn log_lines(&self, needle: &str) -> usize {
         self.log().lines().filter(|l| l.contains(needle)).count()
-    }
-}
-
-impl Drop for RunningPlegd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
