@@ -26,11 +26,6 @@ mod process;
 #[path = "../support/request_info.rs"]
 mod request_info;
 
-/// Where apiserver.rs finds the request-to-RBAC mapping (`super::fake_apiserver::request_info`).
-mod fake_apiserver {
-    pub(crate) use super::request_info;
-}
-
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 

@@ -23,6 +23,8 @@ mod daemon_support;
 #[allow(dead_code)]
 #[path = "../support/fake_apiserver.rs"]
 mod fake_apiserver;
+#[path = "../support/request_info.rs"]
+mod request_info;
 #[path = "stats.rs"]
 mod stats;
 

@@ -29,7 +29,7 @@ use kube::discovery::ApiResource;
 use kube::runtime::watcher;
 use serde_json::{Value, json};
 
-use super::fake_apiserver::request_info;
+use super::request_info;
 
 pub const NODE_CLAIM: &str = "authentication.kubernetes.io/node-name";
 pub const PLEGD_USER: &str = "system:serviceaccount:plegd-system:plegd";
@@ -690,6 +690,16 @@ impl Apiserver {
             .status()
             .expect("curl etcd");
         assert!(status.success(), "etcd compaction");
+    }
+
+    /// The server process's id (for its CPU time in /proc); None while it is down.
+    pub fn server_pid(&self) -> Option<u32> {
+        lock(&self.server).as_ref().map(Child::id)
+    }
+
+    /// etcd's process id.
+    pub fn etcd_pid(&self) -> Option<u32> {
+        lock(&self.etcd).as_ref().map(Child::id)
     }
 }
 

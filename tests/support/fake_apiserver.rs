@@ -1,13 +1,15 @@
-//! A hand-written loopback HTTP apiserver. The apiserver-facing suites are moving to the test
-//! apiserver built from Kubernetes' own code (support/apiserver.rs): status_e2e and
-//! admission_apiserver run there. Still here, to be moved: daemon_ops, failed_sync, faults,
-//! listeners, rbac, supervision, systemd_unit and the benches (idle_cost, idle_cost_containerd,
-//! soak, status_churn, sustained_churn). Unlike the real one it answers a PATCH with a stale uid
-//! with 409 and returns a status exactly as written (no `"lastState": {}`): do not add tests of
-//! apiserver behaviour here. It has the semantics plegd (and kubectl) rely on: pods list with
-//! fieldSelector and limit/continue; watch from a resourceVersion with ADDED/MODIFIED/DELETED,
-//! BOOKMARK, `410 Gone` (as an ERROR event) for compacted versions and timeoutSeconds; get, create,
-//! delete (graceful for a bound pod that is not terminal; uid preconditions); the status subresource with strategic-merge and JSON merge patches and uid
+//! A hand-written loopback HTTP apiserver, kept for one purpose: the benchmark that sets it beside
+//! the test apiserver built from Kubernetes' own code (tests/bench/status_latency.rs), to show what
+//! the real machinery costs. Every test and every other bench runs against the real one
+//! (support/apiserver.rs), which also makes the faults this one was written for (a delay, 500s and
+//! 409s for status writes, failing watches: tests/apiserver/testhooks.go). It is not a reference:
+//! unlike the real server it answers a PATCH with a stale uid with 409, and returns a status
+//! exactly as written (no `"lastState": {}`); do not add tests of apiserver behaviour here.
+//!
+//! What it has: pods list with fieldSelector and limit/continue; watch from a resourceVersion with
+//! ADDED/MODIFIED/DELETED, BOOKMARK, `410 Gone` (as an ERROR event) for compacted versions and
+//! timeoutSeconds; get, create, delete (graceful for a bound pod that is not terminal; uid
+//! preconditions); the status subresource with strategic-merge and JSON merge patches and uid
 //! preconditions (409); a resourceVersion bump on every write; events.k8s.io create and patch;
 //! enough discovery for kubectl. Every request is logged, and faults can be switched on: down (503
 //! for everything, watches cut), slow (a delay), 500s for status patches, 403s for deletes.
@@ -31,8 +33,7 @@ use tokio::sync::broadcast;
 
 #[path = "patch_apply.rs"]
 mod patch_apply;
-#[path = "request_info.rs"]
-pub mod request_info;
+use super::request_info;
 use patch_apply::{apply_merge_patch, apply_strategic_merge};
 // What patch_apply needs from its parent.
 use plegd::status::patch::{SET_ORDER, key_of, merge_key};

@@ -4,11 +4,11 @@
 pub mod apiserver;
 pub mod containerd;
 pub mod daemon;
-pub mod fake_apiserver;
 pub mod fake_cri;
 pub mod history;
 pub mod manifests;
 pub mod process;
+pub mod request_info;
 
 /// Poll the async `cond` every 100 ms until it holds; panics naming `what` after `timeout`.
 pub async fn wait_for<F, Fut>(what: &str, timeout: std::time::Duration, mut cond: F)
