@@ -1,9 +1,10 @@
 //! Faults of the apiserver itself, on the test apiserver built from Kubernetes' own code (fake CRI
 //! server, `plegd run` the binary, full mode): the server answering 429 with `Retry-After` (started
 //! with a max-in-flight of 1 for mutating requests), the server restarted in the middle of churn
-//! (etcd kept), and a pod deleted and created again under the same name while a write for the old
-//! one is queued. Each checks every version of every pod the apiserver stored: nothing is lost,
-//! nothing goes back. (etcd compaction, the informer's 410 and its relist: status_e2e.rs.)
+//! (etcd kept), etcd's history compacted while plegd's watch is down (its informer gets 410 and
+//! lists again), and a pod deleted and created again under the same name while a write for the
+//! old one is queued. Each checks every version of every pod the apiserver stored: nothing is
+//! lost, nothing goes back.
 
 mod support;
 
@@ -281,4 +282,61 @@ async fn a_write_queued_for_a_replaced_pod_is_dropped() {
             assert_ne!(pod["status"]["phase"], "Failed", "{pod}");
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compacted_history_makes_the_informer_list_again_and_nothing_is_missed() {
+    let cri = FakeServer::start().await;
+    let api = Apiserver::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut uids = bind_pods(&cri, &api, "relist", 10).await;
+    let plegd = start_plegd(&api, &cri, "relist", dir.path());
+    wait_for("every pod Running", Duration::from_secs(60), || settled(&api, 10, |_| None)).await;
+
+    // plegd's watch is cut and cannot be opened again for a while; meanwhile pods 0‥4 end, pods
+    // 10‥12 are created for the node, and etcd's history is compacted past what plegd has seen.
+    api.set_fail_watches(true).await;
+    api.set_down(true).await;
+    api.set_down(false).await;
+    for uid in &uids[..5] {
+        cri.fake.exit_container(&format!("ctr-{uid}-0"), 6);
+    }
+    for i in 10..13 {
+        let uid = api.create_bound_pod(&format!("pod-{i}"), "relist", 1, "Never").await;
+        cri.fake.add_running_pod(&uid, &format!("pod-{i}"), 1);
+        uids.push(uid);
+    }
+    api.compact().await;
+    // Restarted again, the server's watch cache starts past everything plegd has seen (with the
+    // cache from before the restart, the server would have served plegd's watch from it).
+    api.set_down(true).await;
+    api.set_down(false).await;
+    let lists_before = plegd_lists(&api).await;
+    api.set_fail_watches(false).await;
+
+    // The watch from plegd's last version is refused (410: too old), the informer lists again, and
+    // plegd writes the pods it had not seen and the exits.
+    let want = |i: usize| (i < 5).then_some(6);
+    wait_for("every pod settled", Duration::from_secs(60), || settled(&api, 13, want)).await;
+    assert!(
+        plegd_lists(&api).await > lists_before,
+        "the informer listed again: {:?}",
+        api.requests_by(PLEGD_USER)
+            .await
+            .iter()
+            .filter(|r| r.method == "GET")
+            .map(|r| format!("{} {}?{}", r.status, r.path, r.query))
+            .collect::<Vec<_>>()
+    );
+    no_version_goes_back(&api, 13, want).await;
+    assert!(plegd.metric("plegd_informer_errors_total") >= 1.0);
+}
+
+/// LISTs of pods plegd's informer made so far.
+async fn plegd_lists(api: &Apiserver) -> usize {
+    api.requests_by(PLEGD_USER)
+        .await
+        .iter()
+        .filter(|r| r.method == "GET" && r.path == "/api/v1/pods" && !r.query.contains("watch="))
+        .count()
 }
