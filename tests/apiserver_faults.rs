@@ -291,7 +291,10 @@ async fn compacted_history_makes_the_informer_list_again_and_nothing_is_missed()
     let dir = tempfile::tempdir().unwrap();
     let mut uids = bind_pods(&cri, &api, "relist", 10).await;
     let plegd = start_plegd(&api, &cri, "relist", dir.path());
-    wait_for("every pod Running", Duration::from_secs(60), || settled(&api, 10, |_| None)).await;
+    wait_for("every pod Running", Duration::from_secs(60), || {
+        settled(&api, 10, |_| None)
+    })
+    .await;
 
     // plegd's watch is cut and cannot be opened again for a while; meanwhile pods 0‥4 end, pods
     // 10‥12 are created for the node, and etcd's history is compacted past what plegd has seen.
