@@ -70,6 +70,12 @@ pub fn api_time(t: SystemTime) -> Time {
     Time(k8s_openapi::jiff::Timestamp::from_second(ts.as_second()).unwrap_or(ts))
 }
 
+/// A time the runtime reported, as `convertContainerStatus` writes it: `time.Unix(0, t)`, so a
+/// runtime that reports none (0, or a value refused as bad data) gives the Unix epoch, not no time.
+fn runtime_time(t: Option<SystemTime>) -> Time {
+    api_time(t.unwrap_or(SystemTime::UNIX_EPOCH))
+}
+
 fn find<'a>(statuses: &'a [ContainerStatus], name: &str) -> Option<&'a ContainerStatus> {
     statuses.iter().find(|s| s.name == name)
 }
@@ -445,7 +451,7 @@ fn convert(cs: &RuntimeContainerStatus, old: Option<&ContainerStatus>, runtime_n
     let state = match cs.state {
         RuntimeContainerState::Running => ContainerState {
             running: Some(ContainerStateRunning {
-                started_at: cs.started_at.map(api_time),
+                started_at: Some(runtime_time(cs.started_at)),
             }),
             ..ContainerState::default()
         },
@@ -458,8 +464,8 @@ fn convert(cs: &RuntimeContainerStatus, old: Option<&ContainerStatus>, runtime_n
                 exit_code: cs.exit_code,
                 reason: (!cs.reason.is_empty()).then(|| cs.reason.clone()),
                 message: (!cs.message.is_empty()).then(|| cs.message.clone()),
-                started_at: cs.started_at.map(api_time),
-                finished_at: cs.finished_at.map(api_time),
+                started_at: Some(runtime_time(cs.started_at)),
+                finished_at: Some(runtime_time(cs.finished_at)),
                 container_id: Some(container_id),
                 signal: None,
             }),
@@ -1568,6 +1574,29 @@ mod tests {
             s,
             "start time and transition times are stable"
         );
+    }
+
+    /// `convertContainerStatus` writes `metav1.NewTime(time.Unix(0, t))`: a runtime that reports no
+    /// start or finish time (0) gives the Unix epoch, never an omitted time.
+    #[test]
+    fn times_the_runtime_did_not_report_are_the_epoch() {
+        let pod = pod_with(&["app", "side"], vec![], "Always");
+        let mut running = runtime_status("app", "c1", RuntimeContainerState::Running, 10);
+        running.started_at = None;
+        let mut exited = runtime_status("side", "c2", RuntimeContainerState::Exited, 10);
+        (exited.started_at, exited.finished_at) = (None, None);
+        let runtime = RuntimePodStatus {
+            id: "u1".into(),
+            container_statuses: vec![running, exited],
+            sandbox_statuses: vec![ready_sandbox("10.1.0.5")],
+            ..RuntimePodStatus::default()
+        };
+        let s = status_of(&pod, &runtime, at(100));
+        let list = s.container_statuses.unwrap();
+        let epoch = Some(api_time(SystemTime::UNIX_EPOCH));
+        assert_eq!(list[0].state.as_ref().unwrap().running.as_ref().unwrap().started_at, epoch);
+        let t = list[1].state.as_ref().unwrap().terminated.clone().unwrap();
+        assert_eq!((t.started_at, t.finished_at), (epoch.clone(), epoch));
     }
 
     #[test]
