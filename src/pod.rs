@@ -6,7 +6,9 @@
 
 use std::borrow::Cow;
 
-use k8s_openapi::api::core::v1::{Container, EphemeralContainer, Pod, PodStatus, ResourceRequirements};
+use k8s_openapi::api::core::v1::{
+    Container, ContainerRestartRule, EphemeralContainer, Pod, PodStatus, ResourceRequirements, VolumeMount,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use kube::core::NamespaceResourceScope;
@@ -27,8 +29,20 @@ pub struct ApiContainer {
     pub startup_probe: bool,
     /// Its resources: what the kubelet's allocation holds for a pod it admitted (plegd does not
     /// resize; the resources the runtime applied are read from the runtime).
-    pub resources: Option<ResourceRequirements>,
+    pub resources: Option<Box<ResourceRequirements>>,
+    /// Where the container writes its termination message (`/dev/termination-log` when unset).
+    pub termination_message_path: Option<Box<str>>,
+    /// `terminationMessagePolicy: FallbackToLogsOnError` (else `File`, the default).
+    pub fallback_to_logs_on_error: bool,
+    /// Its own restart rules (ContainerRestartRules): exit codes that restart it, or not,
+    /// whatever its restart policy says.
+    pub restart_policy_rules: Box<[ContainerRestartRule]>,
+    /// Its volume mounts, as the status lists them (`containerStatuses[].volumeMounts`).
+    pub volume_mounts: Box<[VolumeMount]>,
 }
+
+/// `terminationMessagePolicy` that falls back to the log's tail when the container failed.
+const FALLBACK_TO_LOGS_ON_ERROR: &str = "FallbackToLogsOnError";
 
 impl ApiContainer {
     /// A sidecar: an init container that keeps running (`restartPolicy: Always`).
@@ -45,17 +59,24 @@ impl From<Container> for ApiContainer {
             restart_policy: c.restart_policy,
             readiness_probe: c.readiness_probe.is_some(),
             startup_probe: c.startup_probe.is_some(),
-            resources: c.resources,
+            resources: c.resources.map(Box::new),
+            termination_message_path: c.termination_message_path.map(String::into_boxed_str),
+            fallback_to_logs_on_error: c.termination_message_policy.as_deref() == Some(FALLBACK_TO_LOGS_ON_ERROR),
+            restart_policy_rules: c.restart_policy_rules.unwrap_or_default().into(),
+            volume_mounts: c.volume_mounts.unwrap_or_default().into(),
         }
     }
 }
 
 impl From<EphemeralContainer> for ApiContainer {
-    /// Ephemeral containers have no probes and no restart policy of their own.
+    /// Ephemeral containers have no probes, restart policy or resources of their own.
     fn from(c: EphemeralContainer) -> Self {
         Self {
             name: c.name,
             image: c.image.unwrap_or_default(),
+            termination_message_path: c.termination_message_path.map(String::into_boxed_str),
+            fallback_to_logs_on_error: c.termination_message_policy.as_deref() == Some(FALLBACK_TO_LOGS_ON_ERROR),
+            volume_mounts: c.volume_mounts.unwrap_or_default().into(),
             ..Self::default()
         }
     }
@@ -69,6 +90,8 @@ pub struct ApiPodSpec {
     pub host_network: bool,
     /// `Always` when unset.
     pub restart_policy: Option<String>,
+    /// How long the pod may be active on the node, from its start time.
+    pub active_deadline_seconds: Option<i64>,
     /// The condition types of the pod's readiness gates.
     pub readiness_gates: Vec<String>,
     pub containers: Vec<ApiContainer>,
@@ -96,6 +119,7 @@ impl From<Pod> for ApiPod {
             node_name: s.node_name,
             host_network: s.host_network.unwrap_or(false),
             restart_policy: s.restart_policy,
+            active_deadline_seconds: s.active_deadline_seconds,
             readiness_gates: s
                 .readiness_gates
                 .unwrap_or_default()
@@ -173,6 +197,19 @@ mod tests {
 
     #[test]
     fn keeps_what_plegd_reads_and_nothing_else() {
+        let rule = ContainerRestartRule {
+            action: "Restart".into(),
+            exit_codes: Some(k8s_openapi::api::core::v1::ContainerRestartRuleOnExitCodes {
+                operator: "In".into(),
+                values: Some(vec![42]),
+            }),
+        };
+        let mount = VolumeMount {
+            name: "data".into(),
+            mount_path: "/data".into(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        };
         let pod = Pod {
             metadata: ObjectMeta {
                 name: Some("web".into()),
@@ -193,12 +230,19 @@ mod tests {
                 node_name: Some("n1".into()),
                 host_network: Some(true),
                 restart_policy: Some("Never".into()),
+                active_deadline_seconds: Some(30),
                 readiness_gates: Some(vec![PodReadinessGate {
                     condition_type: "example.com/gate".into(),
                 }]),
                 volumes: Some(vec![Volume::default()]),
                 containers: vec![
-                    heavy("app"),
+                    Container {
+                        termination_message_policy: Some("FallbackToLogsOnError".into()),
+                        restart_policy: Some("Never".into()),
+                        restart_policy_rules: Some(vec![rule.clone()]),
+                        volume_mounts: Some(vec![mount.clone()]),
+                        ..heavy("app")
+                    },
                     Container {
                         readiness_probe: Some(Probe::default()),
                         startup_probe: Some(Probe::default()),
@@ -232,11 +276,16 @@ mod tests {
                 node_name: Some("n1".into()),
                 host_network: true,
                 restart_policy: Some("Never".into()),
+                active_deadline_seconds: Some(30),
                 readiness_gates: vec!["example.com/gate".into()],
                 containers: vec![
                     ApiContainer {
                         name: "app".into(),
                         image: "busybox".into(),
+                        fallback_to_logs_on_error: true,
+                        restart_policy: Some("Never".into()),
+                        restart_policy_rules: vec![rule].into(),
+                        volume_mounts: vec![mount].into(),
                         ..ApiContainer::default()
                     },
                     ApiContainer {
@@ -296,6 +345,11 @@ mod tests {
     #[test]
     fn is_much_smaller_than_the_api_object() {
         // The point of the type: five containers cost a few hundred bytes, not over 10 KiB.
-        assert!(5 * size_of::<ApiContainer>() < size_of::<Container>() / 2);
+        assert!(
+            5 * size_of::<ApiContainer>() < size_of::<Container>() / 2,
+            "{} vs {}",
+            size_of::<ApiContainer>(),
+            size_of::<Container>()
+        );
     }
 }

@@ -620,7 +620,7 @@ fn container_statuses(
             // The kubelet keeps an allocation for the containers it can resize: regular ones and
             // sidecars.
             let resizable = kind == ListKind::Regular || (kind == ListKind::Init && spec.is_restartable_init());
-            let allocated = resizable.then_some(spec.resources.as_ref());
+            let allocated = resizable.then_some(spec.resources.as_deref());
             resources::set_runtime_fields(&mut status, cs, allocated, old);
             statuses.insert(spec.name.as_str(), status);
         } else if let Some(newest) = statuses.get_mut(spec.name.as_str()) {
@@ -787,10 +787,19 @@ fn conditions(
         containers_ready_condition(pod, statuses, phase),
         condition(POD_SCHEDULED, true, None, None),
     ];
+    let generation = observed_generation(pod);
     for c in &mut out {
+        c.observed_generation = generation;
         set_transition_time(c, old_conditions, now);
     }
     out
+}
+
+/// The generation of the spec a status was made from (PodObservedGenerationTracking, GA in 1.35):
+/// `status.observedGeneration` and each condition the kubelet writes carry the pod's
+/// `metadata.generation` (`CalculatePodStatusObservedGeneration`). A pod without one (0) gets none.
+pub fn observed_generation(pod: &ApiPod) -> Option<i64> {
+    pod.metadata.generation.filter(|g| *g != 0)
 }
 
 /// Keep the previous lastTransitionTime while a condition's status is unchanged.
@@ -1024,6 +1033,7 @@ pub fn generate_api_pod_status(input: &StatusInput<'_>) -> PodStatus {
 
     let mut status = PodStatus {
         phase: Some(phase.to_owned()),
+        observed_generation: observed_generation(pod),
         qos_class: old.qos_class.clone(),
         nominated_node_name: old.nominated_node_name.clone(),
         resource_claim_statuses: old.resource_claim_statuses.clone(),
@@ -1115,6 +1125,7 @@ pub fn merge_pod_status(old: &PodStatus, mut new: PodStatus, could_have_running:
             for type_ in [CONTAINERS_READY, READY] {
                 let c = PodCondition {
                     last_transition_time: Some(api_time(now)),
+                    observed_generation: new.observed_generation,
                     ..condition(type_, false, Some(reason), None)
                 };
                 match conditions.iter_mut().find(|o| o.type_ == type_) {
@@ -1576,6 +1587,77 @@ mod tests {
         );
     }
 
+    /// PodObservedGenerationTracking (GA in 1.35): the status and every condition the kubelet
+    /// writes carry `metadata.generation`, the terminal Ready/ContainersReady of `mergePodStatus`
+    /// too (and plegd's own condition, in either mode); conditions of others keep theirs; a pod
+    /// without a generation gets none.
+    #[test]
+    fn observed_generation_is_the_pods_generation() {
+        let mut pod = pod_with(&["app"], vec![], "Never");
+        pod.metadata.generation = Some(3);
+        let other = PodCondition {
+            type_: "example.com/Other".into(),
+            status: "True".into(),
+            observed_generation: Some(1),
+            ..PodCondition::default()
+        };
+        pod.status = Some(PodStatus {
+            conditions: Some(vec![other.clone()]),
+            ..PodStatus::default()
+        });
+        let runtime = RuntimePodStatus {
+            id: "u1".into(),
+            container_statuses: vec![runtime_status("app", "c1", RuntimeContainerState::Running, 10)],
+            sandbox_statuses: vec![ready_sandbox("10.1.0.5")],
+            ..RuntimePodStatus::default()
+        };
+        let s = status_of(&pod, &runtime, at(100));
+        assert_eq!(s.observed_generation, Some(3));
+        for c in s.conditions.as_ref().unwrap() {
+            let want = if c.type_ == other.type_ { Some(1) } else { Some(3) };
+            assert_eq!(c.observed_generation, want, "{}", c.type_);
+        }
+        for mode in [crate::status::StatusMode::Full, crate::status::StatusMode::Conditions] {
+            let desired = crate::status::desired_status(mode, &pod, &s, at(100)).unwrap();
+            let ours = desired
+                .conditions
+                .unwrap()
+                .into_iter()
+                .find(|c| c.type_ == CONTAINERS_RUNNING);
+            assert_eq!(ours.unwrap().observed_generation, Some(3), "{mode:?}");
+        }
+
+        // Ready before; the container ends under Never: the terminal Ready/ContainersReady that
+        // mergePodStatus writes carry the generation too.
+        pod.status = Some(s);
+        pod.metadata.generation = Some(4);
+        let runtime = RuntimePodStatus {
+            container_statuses: vec![runtime_status("app", "c1", RuntimeContainerState::Exited, 10)],
+            ..runtime
+        };
+        let s = status_of(&pod, &runtime, at(200));
+        assert_eq!(s.phase.as_deref(), Some(FAILED));
+        let ready = s
+            .conditions
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|c| c.type_ == READY)
+            .unwrap();
+        assert_eq!((ready.status.as_str(), ready.observed_generation), ("False", Some(4)));
+
+        pod.metadata.generation = None;
+        let s = status_of(&pod, &runtime, at(300));
+        assert_eq!(s.observed_generation, None);
+        assert!(
+            s.conditions
+                .unwrap()
+                .iter()
+                .filter(|c| c.type_ != other.type_)
+                .all(|c| c.observed_generation.is_none())
+        );
+    }
+
     /// `convertContainerStatus` writes `metav1.NewTime(time.Unix(0, t))`: a runtime that reports no
     /// start or finish time (0) gives the Unix epoch, never an omitted time.
     #[test]
@@ -1594,7 +1676,10 @@ mod tests {
         let s = status_of(&pod, &runtime, at(100));
         let list = s.container_statuses.unwrap();
         let epoch = Some(api_time(SystemTime::UNIX_EPOCH));
-        assert_eq!(list[0].state.as_ref().unwrap().running.as_ref().unwrap().started_at, epoch);
+        assert_eq!(
+            list[0].state.as_ref().unwrap().running.as_ref().unwrap().started_at,
+            epoch
+        );
         let t = list[1].state.as_ref().unwrap().terminated.clone().unwrap();
         assert_eq!((t.started_at, t.finished_at), (epoch.clone(), epoch));
     }
@@ -2332,7 +2417,7 @@ mod tests {
             claims: None,
         };
         let with_limits = |c: ApiContainer| ApiContainer {
-            resources: Some(limits.clone()),
+            resources: Some(Box::new(limits.clone())),
             ..c
         };
         let mut pod = pod_with(

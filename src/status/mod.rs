@@ -60,7 +60,10 @@ pub fn merge_condition(conditions: &mut Vec<PodCondition>, mut condition: PodCon
 /// None when the mode writes nothing.
 pub fn desired_status(mode: StatusMode, pod: &ApiPod, generated: &PodStatus, now: SystemTime) -> Option<PodStatus> {
     let statuses = generated.container_statuses.as_deref().unwrap_or_default();
-    let running = containers_running_condition(pod, statuses);
+    let running = PodCondition {
+        observed_generation: generate::observed_generation(pod),
+        ..containers_running_condition(pod, statuses)
+    };
     match mode {
         StatusMode::Shadow => None,
         StatusMode::Conditions => {
