@@ -41,7 +41,9 @@ use crate::pleg::{GenericPleg, PodLifecycleEvent, PodLifecycleEventType};
 use crate::pod::ApiPod;
 use crate::recorder::EventSender;
 use crate::runtime::Runtime;
-use crate::status::generate::{StatusInput, check_container_state_transition, generate, pod_is_finished};
+use crate::status::generate::{
+    StatusInput, active_deadline, check_container_state_transition, generate, pod_is_finished,
+};
 use crate::status::manager::StatusManager;
 use crate::status::{StatusMode, desired_status, shadow_differences};
 
@@ -91,6 +93,9 @@ struct Tracked {
     waiting: bool,
     /// Syncs skipped in the current outage of this pod's status reads (FailedSync); 0 when none.
     failed_syncs: u64,
+    /// When the pod's active deadline passes, while it is ahead: the pod is synced then (the
+    /// kubelet's `ShouldSync` of the active deadline handler), whatever the resync period says.
+    deadline: Option<SystemTime>,
 }
 
 impl Tracked {
@@ -103,6 +108,7 @@ impl Tracked {
             wanted: None,
             waiting: false,
             failed_syncs: 0,
+            deadline: None,
         }
     }
 }
@@ -221,12 +227,21 @@ impl<R: Runtime, C: Clock> SyncLoop<R, C> {
     /// Resync the pods due. A pod whose status cannot be read is not: it is retried on the next
     /// read of its status (see the module documentation).
     fn sync_due(&mut self) {
-        let due: Vec<(String, SystemTime)> = self
-            .pods
-            .iter()
-            .filter(|(_, t)| t.failed_syncs == 0 && t.last_sync.is_none_or(|at| at.elapsed() >= self.config.resync))
-            .map(|(uid, t)| (uid.clone(), t.synced_at))
-            .collect();
+        let now = SystemTime::now();
+        let mut due = Vec::new();
+        for (uid, t) in &mut self.pods {
+            if t.failed_syncs > 0 {
+                continue;
+            }
+            if t.deadline.is_some_and(|d| now >= d) {
+                // The same inputs give another status now: do not skip it as unchanged.
+                t.deadline = None;
+                t.synced_from = None;
+            } else if t.last_sync.is_some_and(|at| at.elapsed() < self.config.resync) {
+                continue;
+            }
+            due.push((uid.clone(), t.synced_at));
+        }
         for (uid, synced_at) in due {
             self.request_sync(&uid, synced_at);
         }
@@ -356,6 +371,10 @@ impl<R: Runtime, C: Clock> SyncLoop<R, C> {
             now,
         };
         let generated = generate(&input);
+        tracked.deadline = (!matches!(generated.phase.as_deref(), Some("Succeeded" | "Failed")))
+            .then(|| active_deadline(&base, generated.start_time.as_ref()))
+            .flatten()
+            .filter(|deadline| *deadline > now);
         // The status manager's checkContainerStateTransition, for the statuses plegd owns.
         if self.config.mode == StatusMode::Full
             && let Err(illegal) =

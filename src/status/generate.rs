@@ -954,6 +954,27 @@ pub fn terminate_pod(pod: &ApiPod, status: &mut PodStatus) {
     }
 }
 
+/// The reason and message of a pod past its `activeDeadlineSeconds` (active_deadline.go).
+pub const DEADLINE_EXCEEDED: &str = "DeadlineExceeded";
+pub const DEADLINE_EXCEEDED_MESSAGE: &str = "Pod was active on the node longer than the specified deadline";
+
+/// When the pod's active deadline passes: its start time plus `activeDeadlineSeconds`; None
+/// without either (a pod the kubelet has not started yet has no deadline running).
+pub fn active_deadline(pod: &ApiPod, start_time: Option<&Time>) -> Option<SystemTime> {
+    let seconds = u64::try_from(pod.spec.active_deadline_seconds?).ok()?;
+    let start = SystemTime::from(start_time?.0);
+    Some(
+        start
+            .checked_add(std::time::Duration::from_secs(seconds))
+            .unwrap_or(start),
+    )
+}
+
+/// `pastActiveDeadline` (active_deadline.go): the pod has been active for at least its deadline.
+pub fn past_active_deadline(pod: &ApiPod, start_time: Option<&Time>, now: SystemTime) -> bool {
+    active_deadline(pod, start_time).is_some_and(|deadline| now >= deadline)
+}
+
 /// Whether the pod is finished, as the kubelet's pod worker decides it before `SyncTerminatedPod`:
 /// it is deleted or its phase is terminal, and a successful runtime read shows nothing of it that
 /// could still run.
@@ -1030,6 +1051,14 @@ pub fn generate_api_pod_status(input: &StatusInput<'_>) -> PodStatus {
         Some(FAILED) => phase = FAILED,
         _ => {}
     }
+    // The active deadline handler's `ShouldEvict`: past its deadline a pod that is not terminal
+    // fails (the kubelet then stops its containers; until they are stopped, mergePodStatus keeps
+    // the phase it had).
+    let deadline_exceeded =
+        !is_terminal(old.phase.as_deref()) && past_active_deadline(pod, old.start_time.as_ref(), input.now);
+    if deadline_exceeded {
+        phase = FAILED;
+    }
 
     let mut status = PodStatus {
         phase: Some(phase.to_owned()),
@@ -1039,7 +1068,10 @@ pub fn generate_api_pod_status(input: &StatusInput<'_>) -> PodStatus {
         resource_claim_statuses: old.resource_claim_statuses.clone(),
         ..PodStatus::default()
     };
-    if old.phase.as_deref() == Some(phase) {
+    if deadline_exceeded {
+        status.reason = Some(DEADLINE_EXCEEDED.to_owned());
+        status.message = Some(DEADLINE_EXCEEDED_MESSAGE.to_owned());
+    } else if old.phase.as_deref() == Some(phase) {
         status.reason = old.reason.clone();
         status.message = old.message.clone();
     }
@@ -1656,6 +1688,87 @@ mod tests {
                 .filter(|c| c.type_ != other.type_)
                 .all(|c| c.observed_generation.is_none())
         );
+    }
+
+    /// activeDeadlineSeconds (active_deadline.go, `generateAPIPodStatus`'s `ShouldEvict`): from the
+    /// start time on the status, a pod past its deadline is Failed with DeadlineExceeded — held
+    /// back by mergePodStatus while a container runs (the kubelet stops them first), then with
+    /// TerminatePod's status once nothing runs. No start time, no deadline; a terminal pod stays
+    /// as it ended.
+    #[test]
+    fn active_deadline_fails_the_pod_once_nothing_runs() {
+        let mut pod = pod_with(&["app"], vec![], "Always");
+        pod.spec.active_deadline_seconds = Some(30);
+        let running = RuntimePodStatus {
+            id: "u1".into(),
+            container_statuses: vec![runtime_status("app", "c1", RuntimeContainerState::Running, 10)],
+            sandbox_statuses: vec![ready_sandbox("10.1.0.5")],
+            ..RuntimePodStatus::default()
+        };
+        // No start time on the status yet: no deadline runs, however late it is.
+        let first = status_of(&pod, &running, at(1000));
+        assert_eq!(first.phase.as_deref(), Some(RUNNING));
+        assert_eq!(first.start_time, Some(api_time(at(1000))));
+
+        pod.status = Some(PodStatus {
+            start_time: Some(api_time(at(100))),
+            ..first
+        });
+        assert_eq!(
+            active_deadline(&pod, pod.status.as_ref().unwrap().start_time.as_ref()),
+            Some(at(130))
+        );
+        let before = status_of(&pod, &running, at(129));
+        assert_eq!(
+            (before.phase.as_deref(), before.reason.as_deref()),
+            (Some(RUNNING), None)
+        );
+
+        // Past it with the container running: the phase waits, the readiness says the pod failed.
+        let held = status_of(&pod, &running, at(130));
+        assert_eq!((held.phase.as_deref(), held.reason.as_deref()), (Some(RUNNING), None));
+        let ready = held
+            .conditions
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|c| c.type_ == READY)
+            .unwrap();
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_deref()),
+            ("False", Some("PodFailed"))
+        );
+
+        // Its container stopped (under Always it would otherwise restart: Running).
+        let stopped = RuntimePodStatus {
+            container_statuses: vec![runtime_status("app", "c1", RuntimeContainerState::Exited, 10)],
+            ..running.clone()
+        };
+        let failed = status_of(&pod, &stopped, at(131));
+        assert_eq!(failed.phase.as_deref(), Some(FAILED));
+        assert_eq!(failed.reason.as_deref(), Some(DEADLINE_EXCEEDED));
+        assert_eq!(failed.message.as_deref(), Some(DEADLINE_EXCEEDED_MESSAGE));
+        let cs = &failed.container_statuses.as_ref().unwrap()[0];
+        assert_eq!(cs.state.as_ref().unwrap().terminated.as_ref().unwrap().exit_code, 3);
+        let mut before_deadline = pod.clone();
+        before_deadline.spec.active_deadline_seconds = Some(3600);
+        assert_eq!(
+            status_of(&before_deadline, &stopped, at(131)).phase.as_deref(),
+            Some(RUNNING)
+        );
+
+        // Written, it stays; and a pod that succeeded before its deadline keeps Succeeded.
+        pod.status = Some(failed.clone());
+        assert_eq!(status_of(&pod, &stopped, at(500)), PodStatus { ..failed });
+        let mut done = pod_with(&["app"], vec![], "Never");
+        done.spec.active_deadline_seconds = Some(30);
+        done.status = Some(PodStatus {
+            phase: Some(SUCCEEDED.into()),
+            start_time: Some(api_time(at(100))),
+            ..PodStatus::default()
+        });
+        let s = status_of(&done, &stopped, at(500));
+        assert_eq!((s.phase.as_deref(), s.reason.as_deref()), (Some(SUCCEEDED), None));
     }
 
     /// `convertContainerStatus` writes `metav1.NewTime(time.Unix(0, t))`: a runtime that reports no
