@@ -42,7 +42,7 @@ use crate::pod::ApiPod;
 use crate::recorder::EventSender;
 use crate::runtime::Runtime;
 use crate::status::generate::{
-    StatusInput, active_deadline, check_container_state_transition, generate, pod_is_finished,
+    StatusInput, active_deadline, check_container_state_transition, generate, pod_can_be_deleted,
 };
 use crate::status::manager::StatusManager;
 use crate::status::{StatusMode, desired_status, shadow_differences};
@@ -391,7 +391,7 @@ impl<R: Runtime, C: Clock> SyncLoop<R, C> {
             Some(desired) => match self.manager.set_status(
                 &pod,
                 desired,
-                pod_is_finished(&base, &runtime, generated.phase.as_deref()),
+                pod_can_be_deleted(&base, &runtime, generated.phase.as_deref()),
             ) {
                 Ok(_) => true,
                 Err(refused) => {

@@ -874,11 +874,18 @@ fn is_terminal(phase: Option<&str>) -> bool {
 /// exited. The kubelet asks its pod workers (`PodCouldHaveRunningContainers`: true until it has
 /// stopped the pod's containers); plegd stops nothing, so it asks the runtime. The sandbox is not
 /// counted: no kubelet may be there to stop it, and a finished Job must still complete.
+///
+/// A container that is only created can run only once started, and a runtime starts no container
+/// in a sandbox that is not ready: one created in a stopped (or vanished) sandbox never runs.
 pub fn could_have_running_containers(runtime: &RuntimePodStatus) -> bool {
-    runtime
-        .container_statuses
-        .iter()
-        .any(|c| c.state != RuntimeContainerState::Exited)
+    runtime.container_statuses.iter().any(|c| match c.state {
+        RuntimeContainerState::Exited => false,
+        RuntimeContainerState::Created => runtime
+            .sandbox_statuses
+            .iter()
+            .any(|s| s.id == c.sandbox_id && s.state == SandboxState::Ready),
+        RuntimeContainerState::Running | RuntimeContainerState::Unknown => true,
+    })
 }
 
 const UNKNOWN_AT_TERMINATION: &str = "The container could not be located when the pod was terminated";
@@ -980,6 +987,28 @@ pub fn past_active_deadline(pod: &ApiPod, start_time: Option<&Time>, now: System
 /// could still run.
 pub fn pod_is_finished(pod: &ApiPod, runtime: &RuntimePodStatus, phase: Option<&str>) -> bool {
     (pod.metadata.deletion_timestamp.is_some() || is_terminal(phase)) && !could_have_running_containers(runtime)
+}
+
+/// Whether a finished pod may be deleted from the apiserver (the status manager's `canBeDeleted`):
+/// it is finished, it is not a mirror pod (the kubelet deletes those through their static pod's
+/// config), and what plegd can see of its resources is released — no sandbox of it is ready. The
+/// kubelet also waits for its volumes to be unmounted and its cgroups removed, which plegd cannot
+/// see (README: "The end of a pod").
+pub fn pod_can_be_deleted(pod: &ApiPod, runtime: &RuntimePodStatus, phase: Option<&str>) -> bool {
+    pod_is_finished(pod, runtime, phase)
+        && !is_mirror_pod(pod)
+        && !runtime.sandbox_statuses.iter().any(|s| s.state == SandboxState::Ready)
+}
+
+/// The annotation the kubelet puts on the mirror pod of a static pod (`kubetypes.ConfigMirrorAnnotationKey`).
+pub const MIRROR_POD_ANNOTATION: &str = "kubernetes.io/config.mirror";
+
+/// A mirror pod: the apiserver's copy of a static pod the kubelet runs from a file or URL.
+pub fn is_mirror_pod(pod: &ApiPod) -> bool {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(MIRROR_POD_ANNOTATION))
 }
 
 /// The kubelet-equivalent status of a pod: [`generate_api_pod_status`], then, once the pod is
@@ -2768,6 +2797,63 @@ mod tests {
         again.status = Some(s.clone());
         assert_eq!(status_of(&again, &runtime, at(80)), s);
     }
+
+    /// The end of a pod: a container that is only created, in a sandbox that is stopped, can never
+    /// run (a runtime starts no container in a stopped sandbox), so a deleted pod whose containers
+    /// are exited or merely created in stopped sandboxes is finished and gets TerminatePod's
+    /// status. It may be deleted only once no sandbox of it is ready; a mirror pod never.
+    #[test]
+    fn a_created_container_in_a_stopped_sandbox_never_runs() {
+        let mut pod = pod_with(&["a", "b"], vec![], "Always");
+        pod.metadata.deletion_timestamp = Some(api_time(at(50)));
+        pod.status = Some(PodStatus {
+            phase: Some(RUNNING.into()),
+            container_statuses: Some(vec![running_status("a"), waiting_status("b", None)]),
+            ..PodStatus::default()
+        });
+        let mut runtime = RuntimePodStatus {
+            id: "u1".into(),
+            container_statuses: vec![
+                runtime_status("a", "c1", RuntimeContainerState::Exited, 10),
+                runtime_status("b", "c2", RuntimeContainerState::Created, 10),
+            ],
+            sandbox_statuses: vec![ready_sandbox("10.1.0.5")],
+            ..RuntimePodStatus::default()
+        };
+        // In a ready sandbox, b may still be started.
+        assert!(could_have_running_containers(&runtime));
+        let s = status_of(&pod, &runtime, at(60));
+        assert_eq!(s.phase.as_deref(), Some(PENDING), "b waits to start");
+        assert!(!pod_can_be_deleted(&pod, &runtime, s.phase.as_deref()));
+
+        // Its sandbox stopped: b never runs, the pod is finished — and deletable.
+        runtime.sandbox_statuses[0].state = SandboxState::NotReady;
+        assert!(!could_have_running_containers(&runtime));
+        let s = status_of(&pod, &runtime, at(70));
+        assert_eq!(s.phase.as_deref(), Some(FAILED));
+        let b = find(s.container_statuses.as_deref().unwrap(), "b").unwrap();
+        assert_eq!(terminated(b).map(|t| t.exit_code), Some(137), "TerminatePod's status");
+        assert!(pod_can_be_deleted(&pod, &runtime, s.phase.as_deref()));
+
+        // A created container whose sandbox is not in the read (gone) never runs either.
+        runtime.sandbox_statuses.clear();
+        assert!(!could_have_running_containers(&runtime));
+        // A container in an unknown state might run.
+        runtime.container_statuses[1].state = RuntimeContainerState::Unknown;
+        assert!(could_have_running_containers(&runtime));
+
+        // Finished, but a sandbox of it is still ready (a new one, say): not deleted yet.
+        runtime.container_statuses[1].state = RuntimeContainerState::Exited;
+        runtime.sandbox_statuses = vec![ready_sandbox("10.1.0.6")];
+        assert!(pod_is_finished(&pod, &runtime, Some(FAILED)));
+        assert!(!pod_can_be_deleted(&pod, &runtime, Some(FAILED)));
+        runtime.sandbox_statuses[0].state = SandboxState::NotReady;
+        assert!(pod_can_be_deleted(&pod, &runtime, Some(FAILED)));
+        let mut mirror = pod.clone();
+        mirror.metadata.annotations = Some([(MIRROR_POD_ANNOTATION.to_owned(), "hash".to_owned())].into());
+        assert!(!pod_can_be_deleted(&mirror, &runtime, Some(FAILED)));
+    }
+
     /// A status in the shorthand of the upstream phase tables (`kubelet_pods_test.go`): `W`
     /// waitingState, `WL0`/`WL1` waiting after exit 0 / non-zero, `R` runningState, `S`
     /// startedState, `T0` succeeded (and stoppedState, which is Terminated{} with code 0), `T1`

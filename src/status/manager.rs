@@ -355,7 +355,7 @@ impl StatusManager {
     }
 
     /// Want `status` for `pod` (the informer's copy); `finished` when it is the final status of a
-    /// finished pod (`generate::pod_is_finished`): a deleted one is then deleted once it is written
+    /// finished pod that may be deleted (`generate::pod_can_be_deleted`): a deleted one is then deleted once it is written
     /// (when the manager is set to). Returns whether a write was queued: a status
     /// equal to the one already wanted is not.
     pub fn set_status(&self, pod: &ApiPod, status: PodStatus, finished: bool) -> Result<bool, Refused> {
