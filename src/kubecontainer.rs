@@ -110,6 +110,8 @@ pub struct SandboxStatus {
     pub ips: Vec<String>,
     /// True when the sandbox shares the node's network namespace.
     pub host_network: bool,
+    /// The runtime handler it runs under (`""`: the runtime's default).
+    pub runtime_handler: String,
 }
 
 /// Full status of one container (`kubecontainer.Status`).

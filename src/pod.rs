@@ -92,6 +92,8 @@ pub struct ApiPodSpec {
     pub restart_policy: Option<String>,
     /// How long the pod may be active on the node, from its start time.
     pub active_deadline_seconds: Option<i64>,
+    /// Its RuntimeClass (None: the runtime's default handler).
+    pub runtime_class_name: Option<String>,
     /// The condition types of the pod's readiness gates.
     pub readiness_gates: Vec<String>,
     pub containers: Vec<ApiContainer>,
@@ -120,6 +122,7 @@ impl From<Pod> for ApiPod {
             host_network: s.host_network.unwrap_or(false),
             restart_policy: s.restart_policy,
             active_deadline_seconds: s.active_deadline_seconds,
+            runtime_class_name: s.runtime_class_name,
             readiness_gates: s
                 .readiness_gates
                 .unwrap_or_default()
@@ -231,6 +234,7 @@ mod tests {
                 host_network: Some(true),
                 restart_policy: Some("Never".into()),
                 active_deadline_seconds: Some(30),
+                runtime_class_name: Some("gvisor".into()),
                 readiness_gates: Some(vec![PodReadinessGate {
                     condition_type: "example.com/gate".into(),
                 }]),
@@ -277,6 +281,7 @@ mod tests {
                 host_network: true,
                 restart_policy: Some("Never".into()),
                 active_deadline_seconds: Some(30),
+                runtime_class_name: Some("gvisor".into()),
                 readiness_gates: vec!["example.com/gate".into()],
                 containers: vec![
                     ApiContainer {

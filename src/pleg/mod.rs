@@ -594,6 +594,7 @@ mod tests {
             attempt: 0,
             ips: vec![],
             host_network: false,
+            runtime_handler: String::new(),
         };
         let old = RuntimePodStatus {
             ips: vec!["10.0.0.5".into()],

@@ -382,6 +382,7 @@ pub fn sandbox_status(status: cri::PodSandboxStatus, bad: &mut Vec<BadData>) -> 
         attempt: status.metadata.map(|m| m.attempt).unwrap_or_default(),
         ips,
         host_network,
+        runtime_handler: status.runtime_handler,
     }
 }
 

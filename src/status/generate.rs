@@ -14,8 +14,8 @@ use std::net::IpAddr;
 use std::time::SystemTime;
 
 use k8s_openapi::api::core::v1::{
-    ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus, HostIP,
-    PodCondition, PodIP, PodStatus,
+    ContainerRestartRule, ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
+    ContainerStatus, HostIP, PodCondition, PodIP, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -96,7 +96,59 @@ fn last_terminated(s: &ContainerStatus) -> Option<&ContainerStateTerminated> {
     s.last_state.as_ref().and_then(|st| st.terminated.as_ref())
 }
 
-/// `getPhase`. `statuses` holds regular and init container statuses.
+/// The reason the kubelet gives a container it removed to restart all of a pod's containers
+/// (RestartAllContainersOnContainerExits): such a container restarts, whatever its exit code.
+pub const RESTARTING_ALL_CONTAINERS: &str = "RestartingAllContainers";
+
+/// `ContainerShouldRestart` (pkg/api/v1/pod/util.go, ContainerRestartRules): with a restart
+/// policy of its own, a container's first restart rule that matches the exit code decides
+/// (`Restart` and `RestartAllContainers` both restart it), then its own policy; without one, the
+/// pod's (`Always` when unset).
+pub fn container_should_restart(container: &ApiContainer, pod_policy: Option<&str>, exit_code: i32) -> bool {
+    if let Some(policy) = container.restart_policy.as_deref() {
+        if let Some(rule) = matching_restart_rule(container, exit_code)
+            && matches!(rule.action.as_str(), "Restart" | "RestartAllContainers")
+        {
+            return true;
+        }
+        match policy {
+            "Always" => return true,
+            "OnFailure" => return exit_code != 0,
+            "Never" => return false,
+            _ => {}
+        }
+    }
+    match pod_policy {
+        Some("OnFailure") => exit_code != 0,
+        Some("Never") => false,
+        _ => true,
+    }
+}
+
+/// `FindMatchingContainerRestartRule`: the first rule whose exit codes match (`In`: the code is
+/// listed; `NotIn`: it is not). Rules without exit codes or with another operator never match.
+fn matching_restart_rule(container: &ApiContainer, exit_code: i32) -> Option<&ContainerRestartRule> {
+    container.restart_policy_rules.iter().find(|rule| {
+        let Some(codes) = &rule.exit_codes else { return false };
+        let listed = codes.values.iter().flatten().any(|c| *c == exit_code);
+        match codes.operator.as_str() {
+            "In" => listed,
+            "NotIn" => !listed,
+            _ => false,
+        }
+    })
+}
+
+/// Whether a container that ended as `t` restarts: by its restart rules and policies, or because
+/// the kubelet removed it to restart all containers.
+fn restartable(container: &ApiContainer, pod: &ApiPod, t: &ContainerStateTerminated) -> bool {
+    container_should_restart(container, pod.spec.restart_policy.as_deref(), t.exit_code)
+        || t.reason.as_deref() == Some(RESTARTING_ALL_CONTAINERS)
+}
+
+/// `getPhase` (Kubernetes 1.36, ContainerRestartRules on). `statuses` holds regular and init
+/// container statuses. A regular init container that failed and does not restart fails the pod;
+/// once every regular container stopped, the pod runs on while one of them restarts.
 pub fn get_phase(
     pod: &ApiPod,
     statuses: &[ContainerStatus],
@@ -105,20 +157,19 @@ pub fn get_phase(
 ) -> &'static str {
     let init = &pod.spec.init_containers;
     let containers = &pod.spec.containers;
-    let restart_policy = pod.spec.restart_policy.as_deref().unwrap_or("Always");
 
-    let (mut pending_restartable_init, mut pending_regular_init, mut failed_init) = (0, 0, 0);
+    let (mut pending_restartable_init, mut pending_regular_init, mut failed_init_not_restartable) = (0, 0, 0);
     for c in init.iter().filter(|c| !c.is_restartable_init()) {
         match find(statuses, &c.name) {
             None => pending_regular_init += 1,
             Some(s) if running(s) => pending_regular_init += 1,
             Some(s) if let Some(t) = terminated(s) => {
-                if t.exit_code != 0 {
-                    failed_init += 1;
+                if t.exit_code != 0 && !restartable(c, pod, t) {
+                    failed_init_not_restartable += 1;
                 }
             }
             Some(s) if waiting(s) => match last_terminated(s) {
-                Some(t) if t.exit_code != 0 => failed_init += 1,
+                Some(t) if t.exit_code != 0 && !restartable(c, pod, t) => failed_init_not_restartable += 1,
                 Some(_) => {}
                 None => pending_regular_init += 1,
             },
@@ -126,7 +177,8 @@ pub fn get_phase(
         }
     }
 
-    let (mut unknown, mut running_n, mut waiting_n, mut stopped, mut succeeded) = (0, 0, 0, 0, 0);
+    let (mut unknown, mut running_n, mut waiting_n, mut stopped, mut stopped_not_restartable, mut succeeded) =
+        (0, 0, 0, 0, 0, 0);
     for c in init.iter().filter(|c| c.is_restartable_init()) {
         match find(statuses, &c.name) {
             None => unknown += 1,
@@ -155,22 +207,27 @@ pub fn get_phase(
             Some(s) if running(s) => running_n += 1,
             Some(s) if let Some(t) = terminated(s) => {
                 stopped += 1;
+                if !restartable(c, pod, t) {
+                    stopped_not_restartable += 1;
+                }
                 if t.exit_code == 0 {
                     succeeded += 1;
                 }
             }
-            Some(s) if waiting(s) => {
-                if last_terminated(s).is_some() {
+            Some(s) if waiting(s) => match last_terminated(s) {
+                Some(t) => {
                     stopped += 1;
-                } else {
-                    waiting_n += 1;
+                    if !restartable(c, pod, t) {
+                        stopped_not_restartable += 1;
+                    }
                 }
-            }
+                None => waiting_n += 1,
+            },
             Some(_) => unknown += 1,
         }
     }
 
-    if failed_init > 0 && restart_policy == "Never" {
+    if failed_init_not_restartable > 0 {
         return FAILED;
     }
     if pending_regular_init > 0 || (pending_restartable_init > 0 && !pod_has_initialized) || waiting_n > 0 {
@@ -180,19 +237,16 @@ pub fn get_phase(
         return RUNNING;
     }
     if running_n == 0 && stopped > 0 && unknown == 0 {
-        if pod_is_terminal {
+        // A terminal pod's containers do not restart, whatever the policy (a static pod's phase
+        // is not made terminal here: upstream's TODO kubernetes#116484).
+        if pod_is_terminal && !is_mirror_pod(pod) {
             return if stopped == succeeded { SUCCEEDED } else { FAILED };
         }
-        if restart_policy == "Always" {
+        if stopped != stopped_not_restartable {
+            // At least one container is restarting.
             return RUNNING;
         }
-        if stopped == succeeded {
-            return SUCCEEDED;
-        }
-        if restart_policy == "Never" {
-            return FAILED;
-        }
-        return RUNNING;
+        return if stopped == succeeded { SUCCEEDED } else { FAILED };
     }
     PENDING
 }
@@ -820,37 +874,39 @@ pub struct IllegalTransition {
     pub name: String,
 }
 
-/// `checkContainerStateTransition` (status_manager.go): under `Never`, no terminated container may
-/// leave the terminated state; under `OnFailure`, none that exited with 0. Sidecars (restartable
-/// init containers) always may; under `Always`, every container may.
+/// `checkContainerStateTransition` (status_manager.go, with ContainerRestartRules): a terminated
+/// container that does not restart (`ContainerShouldRestart` of its exit code: its own rules and
+/// policy, else the pod's) may not leave the terminated state. Sidecars always may; under a pod
+/// policy of `Always`, or when some container may restart all of them, every container may.
 pub fn check_container_state_transition(
     old: &PodStatus,
     new: &PodStatus,
     pod: &ApiPod,
 ) -> Result<(), IllegalTransition> {
-    let policy = pod.spec.restart_policy.as_deref().unwrap_or("Always");
-    if policy == "Always" {
+    if pod.spec.restart_policy.as_deref().unwrap_or("Always") == "Always" || all_containers_could_restart(pod) {
         return Ok(());
     }
-    let may_restart = |t: &ContainerStateTerminated| t.exit_code != 0 && policy == "OnFailure";
     let lists = [
-        ("container", &old.container_statuses, &new.container_statuses),
+        (
+            "container",
+            &old.container_statuses,
+            &new.container_statuses,
+            &pod.spec.containers,
+        ),
         (
             "init container",
             &old.init_container_statuses,
             &new.init_container_statuses,
+            &pod.spec.init_containers,
         ),
     ];
-    for (kind, old_list, new_list) in lists {
+    for (kind, old_list, new_list, specs) in lists {
         for old_status in old_list.as_deref().unwrap_or_default() {
-            let sidecar = kind == "init container"
-                && pod
-                    .spec
-                    .init_containers
-                    .iter()
-                    .any(|c| c.name == old_status.name && c.is_restartable_init());
             let Some(t) = terminated(old_status) else { continue };
-            if sidecar || may_restart(t) {
+            let spec = specs.iter().find(|c| c.name == old_status.name);
+            let may_restart =
+                spec.is_some_and(|c| (kind == "init container" && c.is_restartable_init()) || restartable(c, pod, t));
+            if may_restart {
                 continue;
             }
             if let Some(new_status) = find(new_list.as_deref().unwrap_or_default(), &old_status.name)
@@ -864,6 +920,16 @@ pub fn check_container_state_transition(
         }
     }
     Ok(())
+}
+
+/// `AllContainersCouldRestart`: some container (regular or init) has a `RestartAllContainers` rule.
+fn all_containers_could_restart(pod: &ApiPod) -> bool {
+    pod.spec
+        .containers
+        .iter()
+        .chain(&pod.spec.init_containers)
+        .flat_map(|c| c.restart_policy_rules.iter())
+        .any(|r| r.action == "RestartAllContainers")
 }
 
 fn is_terminal(phase: Option<&str>) -> bool {
@@ -956,7 +1022,8 @@ pub fn terminate_pod(pod: &ApiPod, status: &mut PodStatus) {
             c.state = Some(terminated_unknown());
         }
     }
-    if !is_terminal(status.phase.as_deref()) {
+    // A static pod's phase is left as it is (upstream: `!kubetypes.IsStaticPod(pod)`).
+    if !is_terminal(status.phase.as_deref()) && !is_mirror_pod(pod) {
         status.phase = Some(FAILED.to_owned());
     }
 }
@@ -2313,6 +2380,7 @@ mod tests {
             attempt: 0,
             ips: vec!["10.1.0.5".into()],
             host_network: false,
+            runtime_handler: String::new(),
         }
     }
 
@@ -2873,8 +2941,180 @@ mod tests {
             },
             "T0" => terminated_status(name, 0),
             "T1" => terminated_status(name, -1),
+            "T42" => terminated_status(name, 42),
+            // waitingStateWithRestartingAllContainers.
+            "RAC" => {
+                let mut s = waiting_status(name, Some(137));
+                let why = Some(RESTARTING_ALL_CONTAINERS.to_owned());
+                let message = Some("The container is removed because RestartAllContainers in place".to_owned());
+                s.state.as_mut().unwrap().waiting = Some(ContainerStateWaiting {
+                    reason: why.clone(),
+                    message: message.clone(),
+                });
+                let t = s.last_state.as_mut().unwrap().terminated.as_mut().unwrap();
+                (t.reason, t.message) = (why, message);
+                s
+            }
             other => panic!("unknown shorthand {other}"),
         }
+    }
+
+    fn with_policy(name: &str, policy: Option<&str>, rules: &[(&str, &str, &[i32])]) -> ApiContainer {
+        ApiContainer {
+            restart_policy: policy.map(str::to_owned),
+            restart_policy_rules: rules
+                .iter()
+                .map(|(action, operator, values)| ContainerRestartRule {
+                    action: (*action).to_owned(),
+                    exit_codes: Some(k8s_openapi::api::core::v1::ContainerRestartRuleOnExitCodes {
+                        operator: (*operator).to_owned(),
+                        values: Some(values.to_vec()),
+                    }),
+                })
+                .collect(),
+            ..spec_container(name)
+        }
+    }
+
+    /// Upstream's getPhase tables for container restart policies and rules, every case:
+    /// `TestPodPhaseWithContainerRestartPolicy`, `…ContainerRestartPolicyInitContainers` and
+    /// `TestPodPhaseWithRestartAllContainers` (kubelet_pods_test.go, ContainerRestartRules and
+    /// RestartAllContainersOnContainerExits on); each calls getPhase with podHasInitialized true
+    /// and podIsTerminal false. Two rows of the last table give two statuses of one name
+    /// (a sidecar and an init container both called "container"): the first status found wins,
+    /// as `GetContainerStatus` finds it.
+    #[test]
+    fn upstream_container_restart_policy_phase_tables() {
+        let never = Some("Never");
+        let rac: &[(&str, &str, &[i32])] = &[("RestartAllContainers", "In", &[42])];
+        let with_rule = || with_policy("container", never, rac);
+        let sidecar_with_rule = || with_policy("container", Some("Always"), rac);
+        type Case = (
+            &'static str,
+            &'static str,
+            Vec<ApiContainer>,
+            Vec<ApiContainer>,
+            Vec<(&'static str, &'static str)>,
+            &'static str,
+        );
+        #[rustfmt::skip]
+        let cases: Vec<Case> = vec![
+            // TestPodPhaseWithContainerRestartPolicy
+            ("container with restart policy Never failed", "Always", vec![], vec![with_policy("failed-container", never, &[])], vec![("failed-container", "T1")], FAILED),
+            ("container with restart policy OnFailure failed", "Always", vec![], vec![with_policy("failed-container", Some("OnFailure"), &[])], vec![("failed-container", "T1")], RUNNING),
+            ("container with restart policy Always failed", "Always", vec![], vec![with_policy("failed-container", Some("Always"), &[])], vec![("failed-container", "T1")], RUNNING),
+            ("At least one container with restartable container-level restart policy failed", "Never", vec![], vec![with_policy("containerA", Some("Always"), &[]), spec_container("containerB")], vec![("containerA", "T0"), ("containerB", "T1")], RUNNING),
+            ("All containers without restartable container-level restart policy failed", "Always", vec![], vec![with_policy("containerA", never, &[]), with_policy("containerB", Some("OnFailure"), &[])], vec![("containerA", "T1"), ("containerB", "T0")], FAILED),
+            ("All containers succeeded", "Always", vec![], vec![with_policy("containerA", never, &[]), with_policy("containerB", Some("OnFailure"), &[])], vec![("containerA", "T0"), ("containerB", "T0")], SUCCEEDED),
+            // TestPodPhaseWithContainerRestartPolicyInitContainers
+            ("init container with restart policy Never failed", "Always", vec![with_policy("failed-container", never, &[])], vec![spec_container("container")], vec![("failed-container", "T1")], FAILED),
+            ("init container with restart policy OnFailure failed", "Never", vec![with_policy("failed-container", Some("OnFailure"), &[])], vec![spec_container("container")], vec![("failed-container", "T1")], PENDING),
+            ("container with restart policy Always failed", "Never", vec![with_policy("failed-container", Some("Always"), &[])], vec![spec_container("container")], vec![("failed-container", "T1")], PENDING),
+            // TestPodPhaseWithRestartAllContainers: trigger
+            ("regular container triggers RestartAllContainers", "Never", vec![], vec![with_rule()], vec![("container", "T42")], RUNNING),
+            ("init container triggers RestartAllContainers", "Never", vec![with_rule()], vec![], vec![("container", "T42"), ("regular", "W")], PENDING),
+            ("sidecar container triggers RestartAllContainers", "Never", vec![sidecar_with_rule()], vec![spec_container("regular")], vec![("container", "T42"), ("regular", "W")], PENDING),
+            ("sidecar container triggers RestartAllContainers, kills another init container", "Never", vec![sidecar_with_rule(), spec_container("init")], vec![spec_container("regular")], vec![("container", "T42"), ("init", "W"), ("regular", "W")], PENDING),
+            // … cleanup
+            ("regular container triggers RestartAllContainers, cleaned up", "Never", vec![], vec![with_rule()], vec![("container", "RAC")], RUNNING),
+            ("init container triggers RestartAllContainers, cleaned up", "Never", vec![with_rule()], vec![], vec![("container", "RAC"), ("regular", "W")], PENDING),
+            ("sidecar container triggers RestartAllContainers, cleaned up", "Never", vec![sidecar_with_rule()], vec![spec_container("regular")], vec![("container", "RAC"), ("regular", "W")], PENDING),
+            ("sidecar container triggers RestartAllContainers, kills another init container, cleaned up", "Never", vec![sidecar_with_rule(), spec_container("init")], vec![spec_container("regular")], vec![("container", "RAC"), ("container", "RAC"), ("regular", "W")], PENDING),
+            // … startup
+            ("regular container triggered RestartAllContainers; init container succeeded", "Never", vec![spec_container("init")], vec![with_rule()], vec![("init", "T0"), ("container", "RAC")], RUNNING),
+            ("regular container triggered RestartAllContainers; init container failed", "Never", vec![spec_container("init")], vec![with_rule()], vec![("init", "T1"), ("container", "RAC")], FAILED),
+            ("init container triggered RestartAllContainers", "Never", vec![with_rule()], vec![spec_container("regular")], vec![("container", "T42"), ("regular", "W")], PENDING),
+            ("init container triggered RestartAllContainers; init container succeeds", "Never", vec![with_rule()], vec![spec_container("regular")], vec![("container", "T0"), ("regular", "W")], PENDING),
+            ("sidecar container triggered RestartAllContainers kills regular container", "Never", vec![sidecar_with_rule()], vec![spec_container("regular")], vec![("container", "RAC"), ("regular", "RAC")], RUNNING),
+            ("sidecar container triggered RestartAllContainers kills regular container; sidecar running", "Never", vec![sidecar_with_rule()], vec![spec_container("regular")], vec![("container", "R"), ("regular", "RAC")], RUNNING),
+            ("sidecar container triggered RestartAllContainers; kills init container; sidecar running", "Never", vec![sidecar_with_rule(), spec_container("init")], vec![spec_container("regular")], vec![("container", "R"), ("container", "RAC"), ("regular", "W")], PENDING),
+        ];
+        for (name, policy, init, containers, states, want) in cases {
+            let pod = ApiPod {
+                spec: ApiPodSpec {
+                    restart_policy: Some(policy.into()),
+                    init_containers: init,
+                    containers,
+                    ..ApiPodSpec::default()
+                },
+                ..ApiPod::default()
+            };
+            let statuses: Vec<ContainerStatus> = states.iter().map(|(n, st)| shorthand(n, st)).collect();
+            assert_eq!(get_phase(&pod, &statuses, false, true), want, "{name}");
+        }
+    }
+
+    /// `TestContainerHasRestartablePolicy` (pkg/api/v1/pod/util_test.go), every case, and
+    /// `TestFindMatchingContainerRestartRule`'s.
+    #[test]
+    fn upstream_container_should_restart() {
+        let restart_in: &[(&str, &str, &[i32])] = &[("Restart", "In", &[42, 50, 60])];
+        let restart_not_in: &[(&str, &str, &[i32])] = &[("Restart", "NotIn", &[0, 1, 2])];
+        #[rustfmt::skip]
+        let cases: [(&str, Option<&str>, &[(&str, &str, &[i32])], Option<&str>, i32, bool); 12] = [
+            ("Rule: 'In' operator matches with 'Restart' action", Some("Never"), restart_in, None, 42, true),
+            ("Rule: 'NotIn' operator matches with 'Restart' action", Some("Never"), restart_not_in, None, 99, true),
+            ("Rule: 'In' operator does not match, should fall back to container policy", Some("Never"), &[("Restart", "In", &[10, 20])], None, 30, false),
+            ("Rule: 'NotIn' operator does not match, should fall back to container policy", Some("Never"), &[("Restart", "NotIn", &[10, 20])], None, 10, false),
+            ("Container Policy: 'Always'", Some("Always"), &[], Some("Never"), 0, true),
+            ("Container Policy: 'OnFailure' with exit code 0", Some("OnFailure"), &[], Some("Never"), 0, false),
+            ("Container Policy: 'OnFailure' with non-zero exit code", Some("OnFailure"), &[], Some("Never"), 1, true),
+            ("Container Policy: 'Never' should return false", Some("Never"), &[], Some("Always"), 1, false),
+            ("Pod Policy: Fallback to pod 'Always'", None, &[], Some("Always"), 0, true),
+            ("Pod Policy: Fallback to pod 'OnFailure' with non-zero exit code", None, &[], Some("OnFailure"), 1, true),
+            ("Pod Policy: Fallback to pod 'Never'", None, &[], Some("Never"), 1, false),
+            ("Pod Policy: Fallback with no policies specified should return true", None, &[], None, 0, true),
+        ];
+        for (name, policy, rules, pod_policy, code, want) in cases {
+            let c = with_policy("c", policy, rules);
+            assert_eq!(container_should_restart(&c, pod_policy, code), want, "{name}");
+        }
+        let both: &[(&str, &str, &[i32])] = &[("Restart", "In", &[42, 50, 60]), ("Restart", "In", &[42])];
+        #[rustfmt::skip]
+        let finds: [(&str, &[(&str, &str, &[i32])], i32, Option<usize>); 5] = [
+            ("a rule with op In matches", restart_in, 42, Some(0)),
+            ("a rule with op NotIn matches", restart_not_in, 99, Some(0)),
+            ("matches the first rule if two rules both matched", both, 42, Some(0)),
+            ("no rules matched", restart_in, 100, None),
+            ("no rules defined", &[], 0, None),
+        ];
+        for (name, rules, code, want) in finds {
+            let c = with_policy("c", None, rules);
+            let found = matching_restart_rule(&c, code);
+            assert_eq!(found, want.map(|i| &c.restart_policy_rules[i]), "{name}");
+        }
+        // A rule without exit codes, or with an unknown operator, never matches.
+        let mut c = with_policy("c", Some("Never"), &[("Restart", "Between", &[1])]);
+        assert!(!container_should_restart(&c, None, 1));
+        c.restart_policy_rules[0].exit_codes = None;
+        assert!(!container_should_restart(&c, None, 1));
+    }
+
+    /// checkContainerStateTransition with a container's own restart policy and rules: a Never
+    /// container in an OnFailure pod may not run again after a failure; one whose rule restarts
+    /// it on that code may; a pod where some container may restart all of them may do anything.
+    #[test]
+    fn state_transitions_follow_container_restart_rules() {
+        let mut pod = pod_with(&[], vec![], "OnFailure");
+        pod.spec.containers = vec![with_policy("app", Some("Never"), &[("Restart", "In", &[42])])];
+        let old = |code| PodStatus {
+            container_statuses: Some(vec![terminated_status("app", code)]),
+            ..PodStatus::default()
+        };
+        let new = PodStatus {
+            container_statuses: Some(vec![running_status("app")]),
+            ..PodStatus::default()
+        };
+        assert_eq!(
+            check_container_state_transition(&old(1), &new, &pod),
+            Err(IllegalTransition {
+                kind: "container",
+                name: "app".into()
+            })
+        );
+        assert_eq!(check_container_state_transition(&old(42), &new, &pod), Ok(()));
+        pod.spec.containers[0].restart_policy_rules[0].action = "RestartAllContainers".into();
+        assert_eq!(check_container_state_transition(&old(1), &new, &pod), Ok(()));
     }
 
     /// Upstream's getPhase tables, every case: `TestPodPhaseWithRestartAlways`,
