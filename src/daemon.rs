@@ -373,6 +373,13 @@ pub async fn run_controlled(
         connected = CriRuntime::connect_waiting(&options.cri_socket, &options.cri, metrics.clone()) => connected,
     };
     let (runtime, version) = connected?;
+    let recursive_read_only_handlers = match runtime.recursive_read_only_handlers().await {
+        Ok(handlers) => Some(handlers),
+        Err(error) => {
+            warn!(error = %error, "cannot tell which runtime handlers support recursive read-only mounts; read-only volume mounts that ask for them are left out of container statuses");
+            None
+        }
+    };
     let retry_after = Arc::new(RetryAfter::default());
     let client = kube_client(options.kubeconfig.as_ref(), metrics.clone(), retry_after.clone()).await?;
     info!(
@@ -477,6 +484,7 @@ pub async fn run_controlled(
     if sync.runtime_name.is_empty() {
         sync.runtime_name = version.runtime_name.clone();
     }
+    sync.recursive_read_only_handlers = recursive_read_only_handlers;
     let sync_loop = SyncLoop::new(pleg, informer, manager.clone(), recorder, sync, metrics);
     intake.spawn("sync-loop", sync_loop.run(sync_events, changes));
 

@@ -55,6 +55,9 @@ pub struct SyncConfig {
     pub runtime_name: String,
     /// The node's IPs (hostIP, and podIPs of host-network pods).
     pub node_ips: Vec<String>,
+    /// The runtime handlers that support recursive read-only mounts, as the runtime reported them
+    /// at start; None when it could not be asked.
+    pub recursive_read_only_handlers: Option<Vec<String>>,
     /// How often pods due for a resync are looked for.
     pub tick: Duration,
     /// Every pod is synced at least this often.
@@ -69,6 +72,7 @@ impl Default for SyncConfig {
             mode: StatusMode::Conditions,
             runtime_name: "containerd".into(),
             node_ips: Vec::new(),
+            recursive_read_only_handlers: Some(Vec::new()),
             tick: Duration::from_secs(1),
             resync: Duration::from_secs(10),
             housekeeping: Duration::from_secs(2),
@@ -368,6 +372,7 @@ impl<R: Runtime, C: Clock> SyncLoop<R, C> {
             runtime: &runtime,
             runtime_name: &self.config.runtime_name,
             node_ips: &self.config.node_ips,
+            recursive_read_only_handlers: self.config.recursive_read_only_handlers.as_deref(),
             now,
         };
         let generated = generate(&input);

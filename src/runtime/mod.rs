@@ -371,6 +371,25 @@ impl CriRuntime {
         })
     }
 
+    /// The runtime handlers that support recursive read-only mounts (`Status`'s `runtime_handlers`;
+    /// `""` is the default handler). Empty when the runtime reports no handler list, as containerd
+    /// 1.7 does: the kubelet then takes no handler to support them.
+    pub async fn recursive_read_only_handlers(&self) -> Result<Vec<String>, RuntimeError> {
+        let response = self
+            .client
+            .clone()
+            .status(cri::StatusRequest { verbose: false })
+            .await
+            .map_err(|status| self.call_failed("Status", status))?;
+        Ok(response
+            .into_inner()
+            .runtime_handlers
+            .into_iter()
+            .filter(|h| h.features.as_ref().is_some_and(|f| f.recursive_read_only_mounts))
+            .map(|h| h.name)
+            .collect())
+    }
+
     fn call_failed(&self, operation: &'static str, status: tonic::Status) -> RuntimeError {
         self.metrics.count_runtime_error(operation);
         RuntimeError::Call { operation, status }

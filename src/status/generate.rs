@@ -15,7 +15,7 @@ use std::time::SystemTime;
 
 use k8s_openapi::api::core::v1::{
     ContainerRestartRule, ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
-    ContainerStatus, HostIP, PodCondition, PodIP, PodStatus,
+    ContainerStatus, HostIP, PodCondition, PodIP, PodStatus, VolumeMountStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -61,6 +61,8 @@ pub struct StatusInput<'a> {
     pub runtime_name: &'a str,
     /// The node's IPs, primary first.
     pub node_ips: &'a [String],
+    /// The runtime handlers that support recursive read-only mounts; None when unknown.
+    pub recursive_read_only_handlers: Option<&'a [String]>,
     pub now: SystemTime,
 }
 
@@ -500,6 +502,8 @@ fn convert(cs: &RuntimeContainerStatus, old: Option<&ContainerStatus>, runtime_n
         image: cs.image.clone(),
         image_id: cs.image_ref.clone(),
         container_id: Some(container_id.clone()),
+        // The CRI does not know volume names: the mounts the status listed stay as they were.
+        volume_mounts: old.and_then(|o| o.volume_mounts.clone()),
         ..ContainerStatus::default()
     };
     let state = match cs.state {
@@ -551,6 +555,57 @@ fn convert(cs: &RuntimeContainerStatus, old: Option<&ContainerStatus>, runtime_n
     status
 }
 
+/// Whether the runtime handler of the pod supports recursive read-only mounts
+/// (`runtimeClassSupportsRecursiveReadOnlyMounts`): the handler its newest sandbox runs under, or,
+/// before it has one, the default handler when it names no RuntimeClass. None when plegd cannot
+/// tell: the runtime could not be asked, or the pod's RuntimeClass is not resolved yet (plegd does
+/// not read RuntimeClasses).
+pub fn supports_recursive_read_only(
+    pod: &ApiPod,
+    runtime: &RuntimePodStatus,
+    handlers: Option<&[String]>,
+) -> Option<bool> {
+    let handler = match runtime.sandbox_statuses.first() {
+        Some(sandbox) => sandbox.runtime_handler.as_str(),
+        None if pod.spec.runtime_class_name.is_none() => "",
+        None => return None,
+    };
+    Some(handlers?.iter().any(|h| h == handler))
+}
+
+/// `containerStatuses[].volumeMounts` (RecursiveReadOnlyMounts), from the spec, for a status the
+/// runtime has not reported yet: name, path and readOnly, and for a read-only mount whether it is
+/// recursively read-only (`resolveRecursiveReadOnly`; Disabled where that fails, as the kubelet
+/// logs and goes on). None when a mount asks for it where plegd cannot tell whether the runtime
+/// supports it: nothing is written rather than a guess.
+fn volume_mount_statuses(spec: &ApiContainer, supported: Option<bool>) -> Option<Vec<VolumeMountStatus>> {
+    if spec.volume_mounts.is_empty() {
+        return None;
+    }
+    let mut out = Vec::with_capacity(spec.volume_mounts.len());
+    for m in &spec.volume_mounts {
+        let read_only = m.read_only.unwrap_or(false);
+        let mut status = VolumeMountStatus {
+            name: m.name.clone(),
+            mount_path: m.mount_path.clone(),
+            read_only: m.read_only,
+            ..VolumeMountStatus::default()
+        };
+        if read_only {
+            let requested = m.recursive_read_only.as_deref().filter(|r| *r != "Disabled");
+            let propagation_ok = m.mount_propagation.as_deref().is_none_or(|p| p == "None");
+            let enabled = match requested {
+                None => false,
+                Some("IfPossible" | "Enabled") if propagation_ok => supported?,
+                Some(_) => false,
+            };
+            status.recursive_read_only = Some(if enabled { "Enabled" } else { "Disabled" }.to_owned());
+        }
+        out.push(status);
+    }
+    Some(out)
+}
+
 /// Which list of the pod's containers a status list is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ListKind {
@@ -586,6 +641,7 @@ fn container_statuses(
     previous: &[ContainerStatus],
     runtime: &RuntimePodStatus,
     runtime_name: &str,
+    recursive_read_only: Option<bool>,
 ) -> Vec<ContainerStatus> {
     let deleting = pod.metadata.deletion_timestamp.is_some();
     let default_reason = if pod.spec.init_containers.is_empty() {
@@ -605,6 +661,7 @@ fn container_statuses(
                 }),
                 ..ContainerState::default()
             }),
+            volume_mounts: volume_mount_statuses(c, recursive_read_only),
             ..ContainerStatus::default()
         };
         if let Some(old) = find(previous, &c.name) {
@@ -671,11 +728,9 @@ fn container_statuses(
         let old = find(previous, &cs.name);
         let mut status = convert(cs, old, runtime_name);
         if *count == 0 {
-            // The kubelet keeps an allocation for the containers it can resize: regular ones and
-            // sidecars.
-            let resizable = kind == ListKind::Regular || (kind == ListKind::Init && spec.is_restartable_init());
-            let allocated = resizable.then_some(spec.resources.as_deref());
-            resources::set_runtime_fields(&mut status, cs, allocated, old);
+            // Every container the runtime reported, of any kind (`GetContainerSpec`; ephemeral
+            // containers have no resources: `{}`).
+            resources::set_runtime_fields(&mut status, cs, spec.resources.as_deref(), old);
             statuses.insert(spec.name.as_str(), status);
         } else if let Some(newest) = statuses.get_mut(spec.name.as_str()) {
             newest.last_state = status.state;
@@ -1105,6 +1160,7 @@ pub fn generate_api_pod_status(input: &StatusInput<'_>) -> PodStatus {
     let init = &spec.init_containers;
     let has_init = !init.is_empty();
     let ephemeral = &spec.ephemeral_containers;
+    let recursive_read_only = supports_recursive_read_only(pod, input.runtime, input.recursive_read_only_handlers);
 
     let mut container_list = container_statuses(
         pod,
@@ -1113,6 +1169,7 @@ pub fn generate_api_pod_status(input: &StatusInput<'_>) -> PodStatus {
         old.container_statuses.as_deref().unwrap_or_default(),
         input.runtime,
         input.runtime_name,
+        recursive_read_only,
     );
     let mut init_list = container_statuses(
         pod,
@@ -1121,6 +1178,7 @@ pub fn generate_api_pod_status(input: &StatusInput<'_>) -> PodStatus {
         old.init_container_statuses.as_deref().unwrap_or_default(),
         input.runtime,
         input.runtime_name,
+        recursive_read_only,
     );
     let mut ephemeral_list = container_statuses(
         pod,
@@ -1129,6 +1187,7 @@ pub fn generate_api_pod_status(input: &StatusInput<'_>) -> PodStatus {
         old.ephemeral_container_statuses.as_deref().unwrap_or_default(),
         input.runtime,
         input.runtime_name,
+        recursive_read_only,
     );
     truncate_messages(&mut [&mut container_list, &mut init_list, &mut ephemeral_list]);
 
@@ -1660,6 +1719,7 @@ mod tests {
             runtime,
             runtime_name: "containerd",
             node_ips: &["192.0.2.10".to_owned()],
+            recursive_read_only_handlers: Some(&[]),
             now,
         })
     }
@@ -1865,6 +1925,120 @@ mod tests {
         });
         let s = status_of(&done, &stopped, at(500));
         assert_eq!((s.phase.as_deref(), s.reason.as_deref()), (Some(SUCCEEDED), None));
+    }
+
+    /// `containerStatuses[].volumeMounts` (RecursiveReadOnlyMounts, GA): from the spec while the
+    /// runtime has not reported the container, recursiveReadOnly only on read-only mounts (Enabled
+    /// where asked for and the pod's runtime handler supports it, else Disabled); then copied from
+    /// the previous status as they were ("immutable"), none when there was none. Where plegd
+    /// cannot tell whether the handler supports them, nothing is written.
+    #[test]
+    fn volume_mounts_from_the_spec_then_as_they_were() {
+        use k8s_openapi::api::core::v1::VolumeMount;
+        let mount = |name: &str, ro: bool, rro: Option<&str>| VolumeMount {
+            name: name.into(),
+            mount_path: format!("/{name}"),
+            read_only: ro.then_some(true),
+            recursive_read_only: rro.map(str::to_owned),
+            ..VolumeMount::default()
+        };
+        let mut pod = pod_with(&["app"], vec![], "Always");
+        pod.spec.containers[0].volume_mounts = vec![
+            mount("rw", false, None),
+            mount("ro", true, None),
+            mount("rro", true, Some("IfPossible")),
+            mount("rro-enabled", true, Some("Enabled")),
+            mount("rw-asks", false, Some("Enabled")),
+        ]
+        .into();
+        let mut pod_shared = pod.clone();
+        pod_shared.spec.containers[0].volume_mounts[3].mount_propagation = Some("HostToContainer".into());
+        let waiting = RuntimePodStatus {
+            id: "u1".into(),
+            sandbox_statuses: vec![ready_sandbox("10.1.0.5")],
+            ..RuntimePodStatus::default()
+        };
+        let generate_with = |pod: &ApiPod, runtime: &RuntimePodStatus, handlers: Option<&[String]>| {
+            generate(&StatusInput {
+                pod,
+                runtime,
+                runtime_name: "containerd",
+                node_ips: &[],
+                recursive_read_only_handlers: handlers,
+                now: at(100),
+            })
+        };
+        let rro_of = |s: &PodStatus| -> Option<Vec<(String, Option<String>)>> {
+            s.container_statuses.as_ref().unwrap()[0]
+                .volume_mounts
+                .as_ref()
+                .map(|v| {
+                    v.iter()
+                        .map(|m| (m.name.clone(), m.recursive_read_only.clone()))
+                        .collect()
+                })
+        };
+        let want = |enabled: &str, shared: &str| {
+            Some(vec![
+                ("rw".to_owned(), None),
+                ("ro".to_owned(), Some("Disabled".to_owned())),
+                ("rro".to_owned(), Some(enabled.to_owned())),
+                ("rro-enabled".to_owned(), Some(shared.to_owned())),
+                ("rw-asks".to_owned(), None),
+            ])
+        };
+        let default_handler = [String::new()];
+        let s = generate_with(&pod, &waiting, Some(&default_handler));
+        assert_eq!(rro_of(&s), want("Enabled", "Enabled"));
+        let m = &s.container_statuses.as_ref().unwrap()[0]
+            .volume_mounts
+            .as_ref()
+            .unwrap()[1];
+        assert_eq!((m.mount_path.as_str(), m.read_only), ("/ro", Some(true)));
+        // A runtime that lists no handler supporting them (containerd 1.7 lists none at all).
+        assert_eq!(
+            rro_of(&generate_with(&pod, &waiting, Some(&[]))),
+            want("Disabled", "Disabled")
+        );
+        // Propagation other than None cannot be recursively read-only.
+        assert_eq!(
+            rro_of(&generate_with(&pod_shared, &waiting, Some(&default_handler))),
+            want("Enabled", "Disabled")
+        );
+        // The sandbox runs under another handler than the default.
+        let mut other = waiting.clone();
+        other.sandbox_statuses[0].runtime_handler = "kata".into();
+        assert_eq!(
+            rro_of(&generate_with(&pod, &other, Some(&default_handler))),
+            want("Disabled", "Disabled")
+        );
+        // Unknown: the runtime could not be asked, or a RuntimeClass before any sandbox.
+        assert_eq!(rro_of(&generate_with(&pod, &waiting, None)), None);
+        let mut classed = pod.clone();
+        classed.spec.runtime_class_name = Some("gvisor".into());
+        let no_sandbox = RuntimePodStatus {
+            id: "u1".into(),
+            ..RuntimePodStatus::default()
+        };
+        assert_eq!(
+            rro_of(&generate_with(&classed, &no_sandbox, Some(&default_handler))),
+            None
+        );
+
+        // Once the runtime reports the container: copied from the status before.
+        let running = RuntimePodStatus {
+            container_statuses: vec![runtime_status("app", "c1", RuntimeContainerState::Running, 10)],
+            ..waiting.clone()
+        };
+        let mut seen = pod.clone();
+        seen.status = Some(s.clone());
+        seen.spec.containers[0].volume_mounts = Box::new([]);
+        assert_eq!(
+            rro_of(&generate_with(&seen, &running, Some(&[]))),
+            want("Enabled", "Enabled")
+        );
+        // First seen already running, with no status before: none.
+        assert_eq!(rro_of(&generate_with(&pod, &running, Some(&default_handler))), None);
     }
 
     /// `convertContainerStatus` writes `metav1.NewTime(time.Unix(0, t))`: a runtime that reports no
@@ -2177,6 +2351,7 @@ mod tests {
             runtime: &runtime,
             runtime_name: "containerd",
             node_ips: node,
+            recursive_read_only_handlers: Some(&[]),
             now: at(1),
         });
         let got = s
@@ -2612,9 +2787,8 @@ mod tests {
         );
     }
 
-    /// `convertToAPIContainerStatuses` since 1.33: `user` on every status converted from the
-    /// runtime; `resources` on regular containers and sidecars (the kubelet keeps an allocation
-    /// for those only), the runtime's values while running.
+    /// `convertToAPIContainerStatuses` of 1.36: `user`, `resources` and `allocatedResources` on
+    /// every status converted from the runtime (resources the runtime's values while running).
     #[test]
     fn resources_and_user_where_the_kubelet_writes_them() {
         use crate::kubecontainer::{RuntimeContainerResources, RuntimeContainerUser, RuntimeLinuxContainerUser};
@@ -2679,10 +2853,16 @@ mod tests {
             "the runtime's 64Mi, written as the spec's"
         );
         assert_eq!(side.resources.as_ref(), Some(&limits));
+        // Since 1.35 (InPlacePodVerticalScaling GA) every container the runtime reported has
+        // them, a regular init container too (not running: the spec's, as allocated).
         assert_eq!(
-            init_status.resources, None,
-            "no allocation for a regular init container"
+            init_status.resources.as_ref(),
+            Some(&limits),
+            "a regular init container"
         );
+        assert_eq!(init_status.allocated_resources, limits.requests);
+        assert_eq!(app.allocated_resources, limits.requests);
+        assert_eq!(bare.allocated_resources, None, "BestEffort: no requests");
         assert_eq!(
             bare.resources,
             Some(ResourceRequirements::default()),
@@ -3455,6 +3635,7 @@ mod tests {
                 runtime: &runtime,
                 runtime_name: "",
                 node_ips: &node_ips,
+                recursive_read_only_handlers: Some(&[]),
                 now: at(10),
             });
             let name = case.name;

@@ -219,18 +219,19 @@ pub fn milli_value(q: &str) -> Option<i64> {
     Some(i64::try_from(signed).unwrap_or(if negative { i64::MIN } else { i64::MAX }))
 }
 
-/// The `user` and, for containers with an allocation, `resources` of a status converted from the
-/// runtime, as `convertToAPIContainerStatuses` sets them.
+/// The `user`, `resources` and `allocatedResources` of a status converted from the runtime, as
+/// `convertToAPIContainerStatuses` sets them (InPlacePodVerticalScaling GA in 1.35: for every
+/// container the runtime reported). `allocated` is the container's resources in the spec (None:
+/// none, BestEffort): what the kubelet's allocation holds for a pod it admitted.
 pub fn set_runtime_fields(
     status: &mut ContainerStatus,
     runtime: &RuntimeContainerStatus,
-    allocated: Option<Option<&ResourceRequirements>>,
+    allocated: Option<&ResourceRequirements>,
     old: Option<&ContainerStatus>,
 ) {
     status.user = runtime.user.as_ref().map(api_user);
-    if let Some(allocated) = allocated {
-        status.resources = Some(status_resources(allocated, runtime, status, old));
-    }
+    status.resources = Some(status_resources(allocated, runtime, status, old));
+    status.allocated_resources = allocated.and_then(|a| a.requests.clone());
 }
 
 #[cfg(test)]
