@@ -37,7 +37,7 @@ use crate::clock::Clock;
 use crate::informer::{Informer, PodChange};
 use crate::kubecontainer::RuntimePodStatus;
 use crate::metrics::Metrics;
-use crate::pleg::{GenericPleg, PodLifecycleEvent, PodLifecycleEventType};
+use crate::pleg::{GenericPleg, MAX_EVENT_MESSAGE, PodLifecycleEvent, PodLifecycleEventType, bounded};
 use crate::pod::ApiPod;
 use crate::recorder::EventSender;
 use crate::runtime::Runtime;
@@ -451,11 +451,17 @@ impl<R: Runtime, C: Clock> SyncLoop<R, C> {
             (_, Some(0)) => ("ContainerCompleted", EventType::Normal),
             _ => ("ContainerDied", EventType::Warning),
         };
-        let note = match (event.exit_code, event.reason.as_deref()) {
+        let mut note = match (event.exit_code, event.reason.as_deref()) {
             (Some(code), Some(r)) => format!("container {container} exited with code {code} ({r})"),
             (Some(code), None) => format!("container {container} exited with code {code}"),
             _ => format!("container {container} died"),
         };
+        if let Some(message) = &event.message {
+            note.push_str(": ");
+            note.push_str(message);
+        }
+        // An Event's note holds at most 1 KiB.
+        let note = bounded(&note, MAX_EVENT_MESSAGE).to_owned();
         let kube_event = KubeEvent {
             type_: kind,
             reason: reason.into(),

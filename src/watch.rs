@@ -90,6 +90,11 @@ pub fn format_event(event: &PodLifecycleEvent, format: OutputFormat) -> String {
                 line.push_str("  reason=");
                 line.push_str(&printable(reason));
             }
+            if let Some(message) = &event.message {
+                // Quoted: a message has spaces, and its own quotes and backslashes are escaped.
+                line.push_str("  message=");
+                line.push_str(&format!("{:?}", message));
+            }
             line
         }
     }
@@ -191,6 +196,7 @@ mod tests {
             sandbox: false,
             exit_code: Some(1),
             reason: Some("Error\r".into()),
+            message: None,
             timestamp: std::time::UNIX_EPOCH,
         };
         let line = format_event(&event, OutputFormat::Text);
@@ -199,5 +205,19 @@ mod tests {
         assert!(line.contains("container=c\\u{1b}[31m"), "{line}");
         assert!(line.contains("id=€€€€€€€€€€€€€  "), "{line}");
         assert!(line.ends_with("reason=Error\\r"), "{line}");
+
+        // A termination message: quoted, its quotes, newlines and escapes escaped, on one line.
+        let event = PodLifecycleEvent {
+            message: Some("panic: \"boom\"\nat main.go:3\u{1b}[2J".into()),
+            ..event
+        };
+        let line = format_event(&event, OutputFormat::Text);
+        assert_eq!(line.lines().count(), 1, "{line}");
+        assert!(
+            line.ends_with(r#"message="panic: \"boom\"\nat main.go:3\u{1b}[2J""#),
+            "{line}"
+        );
+        let json: serde_json::Value = serde_json::from_str(&format_event(&event, OutputFormat::Json)).unwrap();
+        assert_eq!(json["message"], "panic: \"boom\"\nat main.go:3\u{1b}[2J");
     }
 }

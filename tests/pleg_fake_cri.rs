@@ -29,6 +29,7 @@ fn fast_options() -> CriOptions {
         connect_timeout: Duration::from_secs(1),
         initial_backoff: Duration::from_millis(10),
         max_backoff: Duration::from_millis(50),
+        ..CriOptions::default()
     }
 }
 

@@ -3,6 +3,8 @@
 //! a value outside it is refused at start with one line that names the flag and the range.
 
 use std::path::PathBuf;
+
+use crate::runtime::termination::HostFiles;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
@@ -168,6 +170,14 @@ pub struct RuntimeArgs {
     /// Deadline of each CRI call (100ms to 10m).
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration_in(range::CRI_TIMEOUT))]
     pub cri_timeout: Duration,
+    /// The kubelet's root directory (an absolute path): termination message files are read only
+    /// below its `pods` directory.
+    #[arg(long, value_name = "PATH", default_value = "/var/lib/kubelet", value_parser = absolute_path, env = "PLEGD_KUBELET_ROOT_DIR", hide_env_values = true)]
+    pub kubelet_root_dir: PathBuf,
+    /// The directory of container logs (an absolute path): the log tail of a failed container with
+    /// terminationMessagePolicy FallbackToLogsOnError is read only below it.
+    #[arg(long, value_name = "PATH", default_value = "/var/log/pods", value_parser = absolute_path, env = "PLEGD_POD_LOGS_DIR", hide_env_values = true)]
+    pub pod_logs_dir: PathBuf,
     /// Period between two global relists while no runtime event stream is connected (100ms to 10m,
     /// less than --relist-threshold).
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = duration_in(range::RELIST_PERIOD), env = "PLEGD_RELIST_PERIOD", hide_env_values = true)]
@@ -244,6 +254,7 @@ impl RuntimeArgs {
     pub fn cri_options(&self) -> CriOptions {
         CriOptions {
             call_timeout: self.cri_timeout,
+            host_files: HostFiles::new(&self.kubelet_root_dir, &self.pod_logs_dir),
             ..CriOptions::default()
         }
     }
@@ -329,6 +340,16 @@ fn parse_listen(s: &str) -> Result<Listen, String> {
     s.parse()
         .map(|a| Listen(Some(a)))
         .map_err(|_| format!("{s:?} is not IP:PORT (e.g. 127.0.0.1:9808) or off"))
+}
+
+/// An absolute path (the directories plegd reads node files below).
+fn absolute_path(s: &str) -> Result<PathBuf, String> {
+    let path = PathBuf::from(s);
+    if path.is_absolute() {
+        Ok(path)
+    } else {
+        Err(format!("{s:?} is not an absolute path"))
+    }
 }
 
 /// An IP address (an empty item of the list is skipped later: `NODE_IP=` is unset in effect).

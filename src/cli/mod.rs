@@ -347,6 +347,13 @@ mod tests {
         assert!(err.contains("--output"), "{err}");
         let err = parse(&["plegd", "watch", "--event-channel-capacity", "0"]).unwrap_err();
         assert!(err.contains("--event-channel-capacity"), "{err}");
+        let err = parse(&["plegd", "watch", "--kubelet-root-dir", "var/lib/kubelet"]).unwrap_err();
+        assert!(
+            err.contains("--kubelet-root-dir") && err.contains("absolute path"),
+            "{err}"
+        );
+        let err = parse(&["plegd", "run", "--pod-logs-dir", ""]).unwrap_err();
+        assert!(err.contains("--pod-logs-dir"), "{err}");
         let err = parse(&["plegd", "run", "--worker-threads", "0"]).unwrap_err();
         assert!(
             err.contains("--worker-threads") && err.contains("allowed: 1 to 64"),

@@ -17,7 +17,9 @@ pub use client::{FollowError, follow};
 pub use hub::{EventHub, fan_out};
 pub use server::{ApiError, EventsApi, MAX_API_CONNECTIONS, check_socket_path, serve};
 
-/// The generated `plegd.v1` API.
+/// The generated `plegd.v1` API. (A stream item is an event or a lag notice; boxing the event
+/// would cost an allocation per item for nothing.)
+#[allow(clippy::large_enum_variant)]
 pub mod api {
     tonic::include_proto!("plegd.v1");
 }
@@ -41,6 +43,7 @@ pub fn to_api(event: &PodLifecycleEvent) -> LifecycleEvent {
         sandbox: event.sandbox,
         exit_code: event.exit_code,
         reason: event.reason.clone().unwrap_or_default(),
+        message: event.message.clone().unwrap_or_default(),
         timestamp_unix_nanos: event
             .timestamp
             .duration_since(UNIX_EPOCH)
@@ -69,6 +72,7 @@ pub fn from_api(event: &LifecycleEvent) -> Option<PodLifecycleEvent> {
         sandbox: event.sandbox,
         exit_code: event.exit_code,
         reason: some(&event.reason),
+        message: some(&event.message),
         timestamp: UNIX_EPOCH + Duration::from_nanos(event.timestamp_unix_nanos.max(0) as u64),
     })
 }
@@ -95,6 +99,7 @@ mod tests {
             sandbox: false,
             exit_code: Some(3),
             reason: Some("Error".into()),
+            message: Some("boom: disk \"full\"\n".into()),
             timestamp: UNIX_EPOCH + Duration::from_millis(1_700_000_000_123),
         }
     }
@@ -106,6 +111,7 @@ mod tests {
         let mut sync = event(PodLifecycleEventType::PodSync, "ns", "web");
         sync.container_id = None;
         sync.exit_code = None;
+        sync.message = None;
         assert_eq!(from_api(&to_api(&sync)), Some(sync));
     }
 

@@ -61,6 +61,10 @@ pub struct PodLifecycleEvent {
     pub exit_code: Option<i32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// ContainerDied: the runtime's message with the termination message (see
+    /// [`MAX_EVENT_MESSAGE`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
     /// When the relist that saw the change started.
     #[serde(serialize_with = "rfc3339")]
     pub timestamp: SystemTime,
@@ -78,6 +82,7 @@ impl PodLifecycleEvent {
             sandbox: false,
             exit_code: None,
             reason: None,
+            message: None,
             timestamp: at,
         }
     }
@@ -210,7 +215,23 @@ fn every_event(
     events
 }
 
-/// Add what a fresh status says of a dead container: its exit code and reason.
+/// An event carries at most this many bytes of a container's message (a Kubernetes Event's note
+/// holds 1 KiB).
+pub const MAX_EVENT_MESSAGE: usize = 1024;
+
+/// The first `max` bytes of `s`, cut at a character boundary.
+pub fn bounded(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// Add what a fresh status says of a dead container: its exit code, reason and message.
 pub(super) fn add_exit_details(events: &mut [PodLifecycleEvent], status: Option<&RuntimePodStatus>) {
     let Some(status) = status else { return };
     for event in events
@@ -221,6 +242,7 @@ pub(super) fn add_exit_details(events: &mut [PodLifecycleEvent], status: Option<
         if let Some(c) = found.filter(|c| c.state == RuntimeContainerState::Exited) {
             event.exit_code = Some(c.exit_code);
             event.reason = non_empty(&c.reason);
+            event.message = non_empty(bounded(&c.message, MAX_EVENT_MESSAGE));
         }
     }
 }
@@ -458,6 +480,43 @@ mod tests {
                 (E::PodSync, "")
             ]
         );
+    }
+
+    /// ContainerDied carries the dead container's message (the runtime's, with the termination
+    /// message), at most 1 KiB, cut between characters.
+    #[test]
+    fn a_dead_containers_message_rides_its_event() {
+        let mut events = vec![PodLifecycleEvent::new(E::ContainerDied, "u1", SystemTime::UNIX_EPOCH)];
+        events[0].container_id = Some("c1".into());
+        let exited = |message: String| RuntimePodStatus {
+            container_statuses: vec![crate::kubecontainer::RuntimeContainerStatus {
+                id: "c1".into(),
+                sandbox_id: "s1".into(),
+                name: "app".into(),
+                state: RuntimeContainerState::Exited,
+                created_at: None,
+                started_at: None,
+                finished_at: None,
+                exit_code: 3,
+                image: String::new(),
+                image_ref: String::new(),
+                reason: "Error".into(),
+                message,
+                restart_count: 0,
+                resources: None,
+                user: None,
+            }],
+            ..RuntimePodStatus::default()
+        };
+        add_exit_details(&mut events, Some(&exited("boom\n".into())));
+        assert_eq!(events[0].message.as_deref(), Some("boom\n"));
+        // 1023 ASCII bytes then a 2-byte character: cut before it.
+        add_exit_details(&mut events, Some(&exited(format!("{}é and more", "x".repeat(1023)))));
+        assert_eq!(events[0].message.as_deref(), Some("x".repeat(1023).as_str()));
+        add_exit_details(&mut events, Some(&exited(String::new())));
+        assert_eq!(events[0].message, None);
+        assert_eq!(bounded("ab", 1), "a");
+        assert_eq!(bounded("é", 1), "");
     }
 
     #[test]

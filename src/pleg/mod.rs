@@ -27,7 +27,10 @@ use crate::metrics::{KindLabel, Metrics, StateLabel};
 use crate::runtime::{IdKind, Runtime, RuntimeError};
 
 mod events;
-pub use events::{PlegContainerState, PodLifecycleEvent, PodLifecycleEventType, compute_events, generate_events};
+pub use events::{
+    MAX_EVENT_MESSAGE, PlegContainerState, PodLifecycleEvent, PodLifecycleEventType, bounded, compute_events,
+    generate_events,
+};
 use events::{add_exit_details, current_state_events, pleg_state};
 
 /// Default period between two global relists.

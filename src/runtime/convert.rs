@@ -65,6 +65,9 @@ pub enum BadData {
     BadTimestamp { id: String, value: i64 },
     /// An item with a string that is not UTF-8, skipped.
     NotUtf8 { id: String },
+    /// A file path plegd will not read (a termination message or log outside the node's
+    /// directories); read as absent.
+    RefusedPath { id: String, detail: String },
 }
 
 impl BadData {
@@ -78,6 +81,7 @@ impl BadData {
             BadData::DuplicateId { .. } => "duplicate_id",
             BadData::BadTimestamp { .. } => "bad_timestamp",
             BadData::NotUtf8 { .. } => "not_utf8",
+            BadData::RefusedPath { .. } => "refused_path",
         }
     }
 
@@ -89,7 +93,8 @@ impl BadData {
             | BadData::UnknownState { id, .. }
             | BadData::DuplicateId { id }
             | BadData::BadTimestamp { id, .. }
-            | BadData::NotUtf8 { id } => id,
+            | BadData::NotUtf8 { id }
+            | BadData::RefusedPath { id, .. } => id,
             BadData::EmptyId => "",
         }
     }
@@ -116,6 +121,7 @@ impl std::fmt::Display for BadData {
                 write!(f, "{id} has negative timestamp {value}; taken as unset")
             }
             BadData::NotUtf8 { id } => write!(f, "{id} has a string that is not UTF-8; skipped"),
+            BadData::RefusedPath { id, detail } => write!(f, "{id}: {detail}"),
         }
     }
 }

@@ -5,6 +5,7 @@
 
 pub mod convert;
 pub mod lists;
+pub mod termination;
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -129,6 +130,8 @@ pub struct CriOptions {
     /// First wait after a failed dial; doubles up to `max_backoff`, resets on success.
     pub initial_backoff: Duration,
     pub max_backoff: Duration,
+    /// Where termination messages and container logs may be read.
+    pub host_files: termination::HostFiles,
 }
 
 impl Default for CriOptions {
@@ -138,6 +141,7 @@ impl Default for CriOptions {
             connect_timeout: Duration::from_secs(5),
             initial_backoff: Duration::from_millis(100),
             max_backoff: Duration::from_secs(5),
+            host_files: termination::HostFiles::default(),
         }
     }
 }
@@ -242,6 +246,7 @@ pub struct CriRuntime {
     backoff: ExponentialBackoff,
     metrics: Arc<Metrics>,
     bad_data_seen: Arc<Mutex<HashSet<(&'static str, String)>>>,
+    host_files: Arc<termination::HostFiles>,
 }
 
 /// How many distinct bad items are remembered for log de-duplication before the memory is reset.
@@ -271,6 +276,7 @@ impl CriRuntime {
             backoff,
             metrics,
             bad_data_seen: Default::default(),
+            host_files: Arc::new(options.host_files.clone()),
         })
     }
 
@@ -396,6 +402,40 @@ impl CriRuntime {
     }
 
     /// Log (once per item) and count what conversion could not use.
+    /// Append each exited container's termination message to its runtime message, as
+    /// `getPodContainerStatuses` does (`"<runtime message>: <message>"`). The files are read off
+    /// the async threads.
+    async fn add_termination_messages(
+        &self,
+        statuses: &mut [crate::kubecontainer::RuntimeContainerStatus],
+        plans: Vec<(usize, termination::Plan)>,
+        bad: &mut Vec<BadData>,
+    ) {
+        let files = self.host_files.clone();
+        let read = tokio::task::spawn_blocking(move || {
+            plans
+                .into_iter()
+                .map(|(i, plan)| (i, files.read(&plan)))
+                .collect::<Vec<_>>()
+        })
+        .await;
+        let Ok(read) = read else { return };
+        for (i, (message, refused)) in read {
+            let Some(status) = statuses.get_mut(i) else { continue };
+            bad.extend(refused.into_iter().map(|r| BadData::RefusedPath {
+                id: status.id.clone(),
+                detail: r.to_string(),
+            }));
+            if message.is_empty() {
+                continue;
+            }
+            if !status.message.is_empty() {
+                status.message.push_str(": ");
+            }
+            status.message.push_str(&message);
+        }
+    }
+
     fn report(&self, bad: Vec<BadData>) {
         if bad.is_empty() {
             return;
@@ -548,12 +588,20 @@ impl Runtime for CriRuntime {
                 status.sandbox_statuses.push(convert::sandbox_status(s, &mut bad));
             }
         }
+        let mut plans = Vec::new();
         for (c, listed) in containers.into_iter().zip(&pod.containers) {
             if let Some(c) = c? {
+                if let Some(plan) = termination::plan(&c) {
+                    plans.push((status.container_statuses.len(), plan));
+                }
                 let mut c = convert::container_status(c, &mut bad);
                 c.sandbox_id.clone_from(&listed.sandbox_id);
                 status.container_statuses.push(c);
             }
+        }
+        if !plans.is_empty() {
+            self.add_termination_messages(&mut status.container_statuses, plans, &mut bad)
+                .await;
         }
         self.report(bad);
         // IPs only from the newest sandbox, and only while it is ready.

@@ -1,0 +1,453 @@
+//! Termination messages, as kuberuntime's `getPodContainerStatuses` reads them for an exited
+//! container (`getTerminationMessage`, `readLastStringFromContainerLogs`): the file the container
+//! wrote at its `terminationMessagePath` (the host side of the mount at that path), and, under
+//! `FallbackToLogsOnError`, when that gave nothing and the container failed, the tail of its log.
+//! The text is appended to the runtime's own message (`"<runtime message>: <text>"`).
+//!
+//! [`plan`] and [`last_log_string`] are pure. [`HostFiles`] does the reads, and trusts nothing
+//! the runtime says: a path is read only when it resolves (symlinks followed) to a regular file
+//! below the kubelet's pods directory (the message file) or the pod logs directory (the log), and
+//! never more than the kubelet's limits — the last 4 KiB of the file, the last 80 lines of the log
+//! and of those the last 2 KiB. A path outside them is reported as bad data and read as absent.
+
+use std::fs::File;
+use std::io::{self, Read, Seek, SeekFrom};
+use std::path::{Component, Path, PathBuf};
+
+use k8s_cri::v1 as cri;
+
+/// The annotations the kubelet puts on each container it creates (`labels.go`).
+pub const ANNOTATION_MESSAGE_PATH: &str = "io.kubernetes.container.terminationMessagePath";
+pub const ANNOTATION_MESSAGE_POLICY: &str = "io.kubernetes.container.terminationMessagePolicy";
+/// `MaxContainerTerminationMessageLength`: the file's last this many bytes.
+pub const MAX_FILE_BYTES: u64 = 4 * 1024;
+/// `MaxContainerTerminationMessageLogLength`: the log's last this many bytes.
+pub const MAX_LOG_BYTES: usize = 2 * 1024;
+/// `MaxContainerTerminationMessageLogLines`: of the log's last this many lines.
+pub const MAX_LOG_LINES: usize = 80;
+/// A log read goes back at most this far from the end of the file (80 lines of containerd's
+/// longest, 16 KiB, and some).
+const MAX_LOG_SCAN: u64 = 2 << 20;
+
+/// Where an exited container's termination message is to be read from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// The host path of the mount at the container's termination message path, if it has one.
+    pub file: Option<String>,
+    /// The container's log, when the policy falls back to it and the container failed.
+    pub logs: Option<String>,
+}
+
+/// What `getTerminationMessage` is asked to do for a container status (pure): None for a
+/// container that has not exited. The path and policy come from the kubelet's annotations.
+pub fn plan(status: &cri::ContainerStatus) -> Option<Plan> {
+    if status.state != cri::ContainerState::ContainerExited as i32 {
+        return None;
+    }
+    let fallback = status.annotations.get(ANNOTATION_MESSAGE_POLICY).map(String::as_str)
+        == Some("FallbackToLogsOnError")
+        && status.exit_code != 0
+        && status.reason != "ContainerCannotRun";
+    let file = status
+        .annotations
+        .get(ANNOTATION_MESSAGE_PATH)
+        .filter(|p| !p.is_empty())
+        .and_then(|path| {
+            let wanted = clean(path);
+            status
+                .mounts
+                .iter()
+                .find(|m| m.container_path == wanted)
+                .map(|m| m.host_path.clone())
+        });
+    let logs = (fallback && !status.log_path.is_empty()).then(|| status.log_path.clone());
+    (file.is_some() || logs.is_some()).then_some(Plan { file, logs })
+}
+
+/// Go's `filepath.Clean("/" + path)`: absolute, no `.`, `..` or repeated separators.
+fn clean(path: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            p => parts.push(p),
+        }
+    }
+    format!("/{}", parts.join("/"))
+}
+
+/// `readLastStringFromContainerLogs` over the tail of a log file in the CRI format
+/// (`<time> <stream> <tags> <content>`, tag `P` a partial line, `F` a full one): the content of
+/// its last [`MAX_LOG_LINES`] lines, stdout and stderr as they come, partial lines run together,
+/// and of that the last [`MAX_LOG_BYTES`]. `tail` must start at a line boundary. Lines that do
+/// not parse are skipped.
+pub fn last_log_string(tail: &[u8]) -> String {
+    let mut lines: Vec<&[u8]> = tail.split_inclusive(|b| *b == b'\n').collect();
+    let complete = lines.iter().filter(|l| l.ends_with(b"\n")).count();
+    // `findTailLineStartIndex` starts after all but the last 80 newlines, and the reader stops
+    // after 80 lines: a last line without a newline counts only if there are fewer.
+    if complete > MAX_LOG_LINES {
+        lines.drain(..complete - MAX_LOG_LINES);
+    }
+    lines.truncate(MAX_LOG_LINES);
+    let mut out = Vec::new();
+    for line in lines {
+        let line = line.strip_suffix(b"\n").unwrap_or(line);
+        let mut fields = line.splitn(4, |b| *b == b' ');
+        let (Some(_time), Some(stream), Some(tags), content) =
+            (fields.next(), fields.next(), fields.next(), fields.next())
+        else {
+            continue;
+        };
+        if stream != b"stdout" && stream != b"stderr" {
+            continue;
+        }
+        out.extend_from_slice(content.unwrap_or_default());
+        if tags.split(|b| *b == b':').next() != Some(b"P") {
+            out.push(b'\n');
+        }
+    }
+    let keep = out.len().saturating_sub(MAX_LOG_BYTES);
+    String::from_utf8_lossy(&out[keep..]).into_owned()
+}
+
+/// A path the runtime gave that plegd will not read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{what} {path:?} is not a regular file below {root}; not read")]
+pub struct Refused {
+    pub what: &'static str,
+    pub path: String,
+    pub root: String,
+}
+
+/// The node directories termination messages are read from (`--kubelet-root-dir`,
+/// `--pod-logs-dir`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostFiles {
+    /// Message files are read below `<kubelet root>/pods`.
+    pub pods_dir: PathBuf,
+    /// Logs are read below this.
+    pub logs_dir: PathBuf,
+}
+
+impl Default for HostFiles {
+    fn default() -> Self {
+        Self::new(Path::new("/var/lib/kubelet"), Path::new("/var/log/pods"))
+    }
+}
+
+impl HostFiles {
+    pub fn new(kubelet_root_dir: &Path, pod_logs_dir: &Path) -> Self {
+        Self {
+            pods_dir: kubelet_root_dir.join("pods"),
+            logs_dir: pod_logs_dir.to_owned(),
+        }
+    }
+
+    /// The termination message `plan` asks for (blocking file reads). A refused path is returned
+    /// beside it, and read as absent.
+    pub fn read(&self, plan: &Plan) -> (String, Vec<Refused>) {
+        let mut refused = Vec::new();
+        let mut fallback = plan.logs.is_some();
+        let mut message = String::new();
+        if let Some(path) = &plan.file {
+            match self.open("termination message file", path, &self.pods_dir) {
+                Ok(Some(file)) => match read_at_most(file, MAX_FILE_BYTES) {
+                    Ok(data) => {
+                        fallback &= data.is_empty();
+                        message = String::from_utf8_lossy(&data).into_owned();
+                    }
+                    Err(e) => {
+                        message = format!("Error on reading termination log {path}: {e}");
+                        fallback = false;
+                    }
+                },
+                Ok(None) => {}
+                Err(Ok(r)) => refused.push(r),
+                Err(Err(e)) => {
+                    message = format!("Error on reading termination log {path}: {e}");
+                    fallback = false;
+                }
+            }
+        }
+        if fallback && let Some(path) = &plan.logs {
+            message = match self.open("container log", path, &self.logs_dir) {
+                Ok(Some(file)) => match read_log_tail(file) {
+                    Ok(tail) => last_log_string(&tail),
+                    Err(e) => {
+                        format!("Error on reading termination message from logs: failed to read log file {path:?}: {e}")
+                    }
+                },
+                Ok(None) => format!(
+                    "Error on reading termination message from logs: failed to try resolving symlinks in path {path:?}: no such file or directory"
+                ),
+                Err(Ok(r)) => {
+                    refused.push(r);
+                    String::new()
+                }
+                Err(Err(e)) => {
+                    format!("Error on reading termination message from logs: failed to open log file {path:?}: {e}")
+                }
+            };
+        }
+        (message, refused)
+    }
+
+    /// Open `path` if it resolves to a regular file below `root`: Ok(None) when it does not
+    /// exist, Err(Ok) when it is refused, Err(Err) on another I/O error.
+    fn open(&self, what: &'static str, path: &str, root: &Path) -> Result<Option<File>, Result<Refused, io::Error>> {
+        let refuse = || {
+            Err(Ok(Refused {
+                what,
+                path: path.to_owned(),
+                root: root.display().to_string(),
+            }))
+        };
+        let given = Path::new(path);
+        if !given.is_absolute() || given.components().any(|c| c == Component::ParentDir) {
+            return refuse();
+        }
+        let resolved = match std::fs::canonicalize(given) {
+            Ok(p) => p,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Err(e)),
+        };
+        let root = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_owned());
+        if !resolved.starts_with(&root) {
+            return refuse();
+        }
+        let file = File::open(&resolved).map_err(Err)?;
+        match file.metadata() {
+            Ok(m) if m.is_file() => Ok(Some(file)),
+            Ok(_) => refuse(),
+            Err(e) => Err(Err(e)),
+        }
+    }
+}
+
+/// `tail.ReadAtMost`: the last `max` bytes of the file.
+fn read_at_most(mut file: File, max: u64) -> io::Result<Vec<u8>> {
+    let size = file.metadata()?.len();
+    let start = size.saturating_sub(max);
+    file.seek(SeekFrom::Start(start))?;
+    let mut data = Vec::with_capacity((size - start) as usize);
+    file.take(max).read_to_end(&mut data)?;
+    Ok(data)
+}
+
+/// The end of a log file, from a line boundary: enough for its last [`MAX_LOG_LINES`] lines (at
+/// most [`MAX_LOG_SCAN`] bytes).
+fn read_log_tail(file: File) -> io::Result<Vec<u8>> {
+    let mut data = read_at_most(file, MAX_LOG_SCAN)?;
+    if data.len() as u64 == MAX_LOG_SCAN {
+        // Started in the middle of a line: drop it.
+        let first = data.iter().position(|b| *b == b'\n').map_or(data.len(), |i| i + 1);
+        data.drain(..first);
+    }
+    Ok(data)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn exited(code: i32, annotations: &[(&str, &str)], mounts: &[(&str, &str)]) -> cri::ContainerStatus {
+        cri::ContainerStatus {
+            id: "c1".into(),
+            state: cri::ContainerState::ContainerExited as i32,
+            exit_code: code,
+            reason: if code == 0 { "Completed" } else { "Error" }.into(),
+            log_path: "/var/log/pods/ns_p_u/app/0.log".into(),
+            annotations: annotations
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect::<HashMap<_, _>>(),
+            mounts: mounts
+                .iter()
+                .map(|(c, h)| cri::Mount {
+                    container_path: (*c).into(),
+                    host_path: (*h).into(),
+                    ..cri::Mount::default()
+                })
+                .collect(),
+            ..cri::ContainerStatus::default()
+        }
+    }
+
+    const PATH: (&str, &str) = (ANNOTATION_MESSAGE_PATH, "/dev/termination-log");
+    const FALLBACK: (&str, &str) = (ANNOTATION_MESSAGE_POLICY, "FallbackToLogsOnError");
+    const MOUNT: (&str, &str) = (
+        "/dev/termination-log",
+        "/var/lib/kubelet/pods/u/containers/app/1a2b3c4d",
+    );
+
+    /// The decision of `getPodContainerStatuses`/`getTerminationMessage` (upstream has no unit
+    /// table for it; these are the cases its code distinguishes).
+    #[test]
+    fn the_plan_follows_getterminationmessage() {
+        let host = Some(MOUNT.1.to_owned());
+        let logs = Some("/var/log/pods/ns_p_u/app/0.log".to_owned());
+        #[rustfmt::skip]
+        let cases: Vec<(&str, cri::ContainerStatus, Option<Plan>)> = vec![
+            ("File policy, mounted", exited(3, &[PATH], &[MOUNT]), Some(Plan { file: host.clone(), logs: None })),
+            ("no path annotation", exited(3, &[], &[MOUNT]), None),
+            ("no mount at the path", exited(3, &[PATH], &[("/other", "/h")]), None),
+            ("the path is cleaned", exited(3, &[(ANNOTATION_MESSAGE_PATH, "dev//./termination-log")], &[MOUNT]), Some(Plan { file: host.clone(), logs: None })),
+            ("fallback, failed", exited(3, &[PATH, FALLBACK], &[MOUNT]), Some(Plan { file: host.clone(), logs: logs.clone() })),
+            ("fallback, succeeded", exited(0, &[PATH, FALLBACK], &[MOUNT]), Some(Plan { file: host.clone(), logs: None })),
+            ("fallback without a file", exited(1, &[FALLBACK], &[]), Some(Plan { file: None, logs: logs.clone() })),
+        ];
+        for (name, status, want) in cases {
+            assert_eq!(plan(&status), want, "{name}");
+        }
+        let mut cannot_run = exited(128, &[FALLBACK], &[]);
+        cannot_run.reason = "ContainerCannotRun".into();
+        assert_eq!(plan(&cannot_run), None, "a container that never ran has no logs");
+        let mut running = exited(0, &[PATH], &[MOUNT]);
+        running.state = cri::ContainerState::ContainerRunning as i32;
+        assert_eq!(plan(&running), None, "only exited containers");
+    }
+
+    fn log_line(stream: &str, tag: &str, content: &str) -> String {
+        format!("2026-11-25T10:00:00.000000000Z {stream} {tag} {content}\n")
+    }
+
+    /// The CRI log format as `ReadLogs` parses it (logs_test.go's cases for parseCRILog: full
+    /// and partial lines, both streams, multiple tags, an empty content), then the tail limits.
+    #[test]
+    fn the_log_tail_as_readlogs_gives_it() {
+        let log = [
+            log_line("stdout", "F", "first"),
+            log_line("stderr", "P", "part one, "),
+            log_line("stderr", "F", "part two"),
+            log_line("stdout", "F:x", "tagged"),
+            "garbage line\n".to_owned(),
+            "2026-11-25T10:00:00Z stdin F not a stream\n".to_owned(),
+            log_line("stdout", "F", ""),
+        ]
+        .concat();
+        assert_eq!(last_log_string(log.as_bytes()), "first\npart one, part two\ntagged\n\n");
+        // An empty full line has no content field at all.
+        assert_eq!(last_log_string(b"2026-11-25T10:00:00Z stdout F\n"), "\n");
+
+        // The last 80 lines of 100.
+        let many: String = (0..100)
+            .map(|i| log_line("stdout", "F", &format!("line {i}")))
+            .collect();
+        let got = last_log_string(many.as_bytes());
+        assert!(got.starts_with("line 20\n") && got.ends_with("line 99\n"), "{got}");
+        // A last line without a newline counts only while there are fewer than 80 complete ones.
+        let cut = format!("{}2026-11-25T10:00:00Z stdout F tail", many);
+        assert!(last_log_string(cut.as_bytes()).ends_with("line 99\n"));
+        let few = format!("{}2026-11-25T10:00:00Z stdout F tail", log_line("stdout", "F", "a"));
+        assert_eq!(last_log_string(few.as_bytes()), "a\ntail\n");
+
+        // Of those, the last 2 KiB; bytes that are not UTF-8 are replaced, never a panic.
+        let long: String = (0..30)
+            .map(|i| log_line("stdout", "F", &format!("{i:03}{}", "x".repeat(100))))
+            .collect();
+        let got = last_log_string(long.as_bytes());
+        assert_eq!(got.len(), MAX_LOG_BYTES);
+        assert!(got.ends_with(&format!("029{}\n", "x".repeat(100))));
+        let mut raw = b"2026-11-25T10:00:00Z stdout F bad \xff\xfe ok\n".to_vec();
+        raw.extend_from_slice("2026-11-25T10:00:00Z stdout F é\n".as_bytes());
+        assert_eq!(last_log_string(&raw), "bad \u{fffd}\u{fffd} ok\né\n");
+    }
+
+    fn host(dir: &Path) -> HostFiles {
+        std::fs::create_dir_all(dir.join("kubelet/pods")).unwrap();
+        std::fs::create_dir_all(dir.join("logs")).unwrap();
+        HostFiles::new(&dir.join("kubelet"), &dir.join("logs"))
+    }
+
+    fn write(path: &Path, data: &[u8]) -> String {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, data).unwrap();
+        path.display().to_string()
+    }
+
+    /// `TestReadAtMost` (pkg/util/tail) and the reading rules: the file's last 4 KiB; an empty or
+    /// missing file falls back to the logs; a file beats the logs; paths outside the node
+    /// directories, symlinks out of them, directories and devices are refused and not read.
+    #[test]
+    fn host_files_are_read_within_their_roots_and_limits() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = host(dir.path());
+        let pods = dir.path().join("kubelet/pods/u/containers/app");
+        let log = write(
+            &dir.path().join("logs/ns_p_u/app/0.log"),
+            log_line("stderr", "F", "panic: boom").as_bytes(),
+        );
+
+        // TestReadAtMost's file: 4 × (1024 'a' + '\n') + 512 'a'.
+        let content = format!("{}{}", format!("{}\n", "a".repeat(1024)).repeat(4), "a".repeat(512));
+        let big = write(&pods.join("big"), content.as_bytes());
+        for (max, want) in [
+            (1, "a".to_owned()),
+            (1024, format!("{}\n{}", "a".repeat(511), "a".repeat(512))),
+            (4613, content.clone()),
+            (0, String::new()),
+        ] {
+            let got = read_at_most(File::open(&big).unwrap(), max).unwrap();
+            assert_eq!(String::from_utf8(got).unwrap(), want, "max {max}");
+        }
+        let (message, refused) = files.read(&Plan {
+            file: Some(big.clone()),
+            logs: None,
+        });
+        assert_eq!(message.len(), 4096);
+        assert_eq!(message, content[content.len() - 4096..]);
+        assert!(refused.is_empty());
+
+        let written = write(&pods.join("msg"), b"boom\n");
+        let empty = write(&pods.join("empty"), b"");
+        let missing = pods.join("missing").display().to_string();
+        let read = |file: &str, logs: bool| {
+            files.read(&Plan {
+                file: Some(file.to_owned()),
+                logs: logs.then(|| log.clone()),
+            })
+        };
+        assert_eq!(read(&written, true).0, "boom\n", "the file beats the logs");
+        assert_eq!(read(&empty, true).0, "panic: boom\n");
+        assert_eq!(read(&missing, true).0, "panic: boom\n");
+        assert_eq!(read(&empty, false).0, "");
+
+        // Refused: outside the root, a symlink out of it, a directory, `..`, a relative path.
+        let outside = write(&dir.path().join("secret"), b"do not publish");
+        std::os::unix::fs::symlink(&outside, pods.join("link")).unwrap();
+        let link = pods.join("link").display().to_string();
+        let dotdot = format!("{}/../../../../secret", pods.display());
+        for path in [
+            outside.as_str(),
+            link.as_str(),
+            pods.to_str().unwrap(),
+            dotdot.as_str(),
+            "relative/msg",
+        ] {
+            let (message, refused) = read(path, false);
+            assert_eq!(message, "", "{path}");
+            assert_eq!(refused.len(), 1, "{path}");
+        }
+        // A refused message file still falls back to the logs; a refused log is not read.
+        assert_eq!(read(&outside, true).0, "panic: boom\n");
+        let (message, refused) = files.read(&Plan {
+            file: None,
+            logs: Some(outside.clone()),
+        });
+        assert_eq!((message.as_str(), refused.len()), ("", 1));
+        // A log that is not there says so, as the kubelet does.
+        let (message, _) = files.read(&Plan {
+            file: None,
+            logs: Some(dir.path().join("logs/none.log").display().to_string()),
+        });
+        assert!(
+            message.starts_with("Error on reading termination message from logs: "),
+            "{message}"
+        );
+    }
+}
