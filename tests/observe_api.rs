@@ -21,6 +21,7 @@ fn event(kind: E, ns: &str, pod: &str, n: usize) -> PodLifecycleEvent {
         sandbox: false,
         exit_code: (kind == E::ContainerDied).then_some(1),
         reason: None,
+        message: (kind == E::ContainerDied).then(|| format!("boom {n}: \"disk\" full\n")),
         timestamp: SystemTime::now(),
     }
 }
@@ -69,9 +70,10 @@ async fn filters_and_a_slow_consumer() {
             e.r#type.as_str(),
             e.namespace.as_str(),
             e.container_id.as_str(),
-            e.exit_code
+            e.exit_code,
+            e.message.as_str()
         ),
-        ("ContainerDied", "prod", "c2", Some(1))
+        ("ContainerDied", "prod", "c2", Some(1), "boom 2: \"disk\" full\n")
     );
 
     // Flood: publishing never waits on the subscriber that is not reading (a publish that waited
