@@ -238,13 +238,15 @@ impl<R: Runtime, C: Clock> SyncLoop<R, C> {
                 continue;
             }
             if t.deadline.is_some_and(|d| now >= d) {
-                // The same inputs give another status now: do not skip it as unchanged.
+                // The same inputs give another status now: neither skipped as unchanged nor
+                // waiting for a newer runtime status (with runtime events, the next relist can be
+                // 30 s away): the last one read is the pod's state.
                 t.deadline = None;
                 t.synced_from = None;
-            } else if t.last_sync.is_some_and(|at| at.elapsed() < self.config.resync) {
-                continue;
+                due.push((uid.clone(), SystemTime::UNIX_EPOCH));
+            } else if t.last_sync.is_none_or(|at| at.elapsed() >= self.config.resync) {
+                due.push((uid.clone(), t.synced_at));
             }
-            due.push((uid.clone(), t.synced_at));
         }
         for (uid, synced_at) in due {
             self.request_sync(&uid, synced_at);

@@ -68,11 +68,13 @@ async fn used(mode: &str, emit_events: bool) -> Vec<String> {
         }
     }
 
-    // Deleted while it runs: in full mode plegd removes it once its containers have stopped and its
-    // final status is written (a pod already terminal would be removed by the apiserver itself).
+    // Deleted while it runs: in full mode plegd removes it once its containers and its sandbox have
+    // stopped and its final status is written (a pod already terminal would be removed by the
+    // apiserver itself).
     api.request_deletion("default", "web", 30).await;
     cri.fake.exit_container(&format!("ctr-{uid}-0"), 1);
     cri.fake.exit_container(&format!("ctr-{uid}-1"), 2);
+    cri.fake.set_sandbox_ready(&format!("sb-{uid}"), false);
     if emit_events {
         wait_for("two events in one series", Duration::from_secs(20), || async {
             api.events().await.iter().any(|e| e["series"]["count"] == 2)

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use plegd::metrics::Metrics;
+use plegd::runtime::termination::{ANNOTATION_MESSAGE_PATH, ANNOTATION_MESSAGE_POLICY, HostFiles};
 use plegd::status::StatusMode;
 use serde_json::{Value, json};
 use support::apiserver::{Apiserver, Identity, PLEGD_USER};
@@ -236,6 +237,8 @@ fn start_daemon(cd: &Containerd, api: &Apiserver, dir: &std::path::Path, node: &
     // As plegd runs in a cluster: its service account, its token bound to its node, under deploy/'s RBAC.
     let kubeconfig = api.kubeconfig_as(dir, &Identity::Plegd(node.to_owned()));
     let mut options = support::daemon::options(&cd.socket, kubeconfig, node, mode);
+    // The node directories termination messages are read below, as the kubelet lays them out.
+    options.cri.host_files = HostFiles::new(&dir.join("kubelet"), &dir.join("logs"));
     options.pleg.relist_period = Duration::from_millis(500);
     options.manager.retry_initial = Duration::from_millis(200);
     options.manager.retry_max = Duration::from_secs(2);
@@ -979,8 +982,8 @@ async fn pod_deletes(api: &Apiserver, pod: &TestPod) -> usize {
 
 /// A pod deleted by its user while its container runs: nothing is written until the container has
 /// stopped (plegd stops nothing; whoever runs the pod does); then, in `full` mode, the final status
-/// (Failed, the container terminated) and a DELETE with grace period 0 and the uid precondition, as
-/// the kubelet's status manager finishes a pod. In `conditions` mode the kubelet does that: plegd
+/// (Failed, the container terminated), and once its sandbox is stopped too a DELETE with grace
+/// period 0 and the uid precondition, as the kubelet's status manager finishes a pod. In `conditions` mode the kubelet does that: plegd
 /// never deletes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_pod_is_finished_then_removed_in_full_mode_only() {
@@ -1011,6 +1014,15 @@ async fn a_deleted_pod_is_finished_then_removed_in_full_mode_only() {
 
     cd.stop_container(&ctr, 0).await;
     cd.stop_container(&other_ctr, 0).await;
+    // Finished, with its final status written; deleted only once its sandbox is stopped too (the
+    // kubelet's canBeDeleted waits for the pod's resources).
+    wait_status(&api, &pod, "Failed", Duration::from_secs(20), |s| {
+        s["phase"] == "Failed"
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(pod_deletes(&api, &pod).await, 0, "the sandbox is still ready");
+    cd.stop_pod(&pod).await;
     support::wait_for("the finished pod is removed", Duration::from_secs(20), || async {
         api.pod(&pod.namespace, &pod.name).await.is_none()
     })
@@ -1071,6 +1083,7 @@ async fn a_finished_pod_plegd_may_not_delete_keeps_its_final_status() {
         s["phase"] == "Succeeded"
     })
     .await;
+    cd.stop_pod(&pod).await;
     let text = || daemon.metrics.encode();
     support::wait_until("the forbidden DELETE", Duration::from_secs(10), || {
         text().contains("plegd_pod_deletions_total{result=\"forbidden\"} 1")
@@ -1161,5 +1174,286 @@ async fn a_status_that_is_right_is_not_written_again() {
     );
     let text = daemon.metrics.encode();
     assert!(!text.contains("plegd_status_writes_total{result=\"ok\"}"), "{text}");
+    cd.cleanup(&pod).await;
+}
+
+/// A container as the kubelet creates it for a termination message: an empty host file under
+/// `<kubelet root>/pods/<uid>/containers/<name>/` mounted at /dev/termination-log, the path and
+/// policy in its annotations, its log at `<logs>/<namespace>_<name>_<uid>/<name>/0.log` (the pod
+/// sandbox's log directory, which `pod` must have been run with).
+fn terminating(
+    dir: &std::path::Path,
+    pod: &TestPod,
+    name: &str,
+    policy: &str,
+    script: &str,
+) -> k8s_cri::v1::ContainerConfig {
+    let host = dir.join(format!("kubelet/pods/{}/containers/{name}/1a2b3c4d", pod.uid));
+    std::fs::create_dir_all(host.parent().unwrap()).unwrap();
+    std::fs::write(&host, b"").unwrap();
+    let mut config = support::containerd::attempt(0, script);
+    config.annotations.extend([
+        (ANNOTATION_MESSAGE_PATH.to_owned(), "/dev/termination-log".to_owned()),
+        (ANNOTATION_MESSAGE_POLICY.to_owned(), policy.to_owned()),
+    ]);
+    config.mounts.push(k8s_cri::v1::Mount {
+        container_path: "/dev/termination-log".into(),
+        host_path: host.display().to_string(),
+        ..Default::default()
+    });
+    config.log_path = format!("{name}/0.log");
+    config
+}
+
+fn pod_log_dir(dir: &std::path::Path, namespace: &str, name: &str, uid: &str) -> std::path::PathBuf {
+    let logs = dir.join(format!("logs/{namespace}_{name}_{uid}"));
+    std::fs::create_dir_all(&logs).unwrap();
+    logs
+}
+
+/// Termination messages (the 1.36 kubelet's `getTerminationMessage`): a container that writes
+/// its message file and exits 3 has it in its terminated state, its ContainerDied event and its
+/// Kubernetes Event; under FallbackToLogsOnError a failing container that wrote none gets the
+/// tail of its log; a container that succeeded under that policy gets nothing from its log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn termination_messages_from_the_file_and_the_log() {
+    let Some(cd) = containerd().await else { return };
+    let api = Apiserver::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let _daemon = start_daemon(&cd, &api, dir.path(), "node-msg", StatusMode::Full);
+    let object = pod_object("msg", "node-msg", &["file", "logs", "quiet"], "Never");
+    let created = api.create_pod(object).await;
+    let uid = support::apiserver::uid(&created);
+    let logs = pod_log_dir(dir.path(), TEST_NAMESPACE, "msg", &uid);
+    let pod = cd.run_pod_as("msg", TEST_NAMESPACE, &uid, true, Some(&logs)).await;
+    let file = terminating(
+        dir.path(),
+        &pod,
+        "file",
+        "File",
+        "echo boom > /dev/termination-log; echo not this; exit 3",
+    );
+    let from_logs = terminating(
+        dir.path(),
+        &pod,
+        "logs",
+        "FallbackToLogsOnError",
+        "echo starting; echo 'panic: \"disk\" full' >&2; exit 2",
+    );
+    let quiet = terminating(
+        dir.path(),
+        &pod,
+        "quiet",
+        "FallbackToLogsOnError",
+        "echo all good; exit 0",
+    );
+    for (name, config) in [("file", file), ("logs", from_logs), ("quiet", quiet)] {
+        let id = cd.create_container_from(&pod, name, config).await;
+        cd.start_container(&id).await;
+    }
+    let p = wait_status(&api, &pod, "all three terminated", Duration::from_secs(30), |s| {
+        s["phase"] == "Failed"
+            && s["containerStatuses"]
+                .as_array()
+                .is_some_and(|l| l.len() == 3 && l.iter().all(|c| !c["state"]["terminated"].is_null()))
+    })
+    .await;
+    let message = |name: &str| {
+        p["status"]["containerStatuses"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .unwrap()["state"]["terminated"]["message"]
+            .clone()
+    };
+    assert_eq!(message("file"), json!("boom\n"), "{:#}", p["status"]);
+    assert_eq!(
+        message("logs"),
+        json!("starting\npanic: \"disk\" full\n"),
+        "{:#}",
+        p["status"]
+    );
+    assert_eq!(message("quiet"), Value::Null, "{:#}", p["status"]);
+
+    // The Kubernetes Event of the death says why.
+    support::wait_for(
+        "the ContainerDied event with the message",
+        Duration::from_secs(10),
+        || async {
+            api.events().await.iter().any(|e| {
+                e["reason"] == "ContainerDied"
+                    && e["note"]
+                        .as_str()
+                        .is_some_and(|n| n.contains("exited with code 3 (Error): boom"))
+            })
+        },
+    )
+    .await;
+    cd.cleanup(&pod).await;
+}
+
+/// activeDeadlineSeconds on a running pod under Always: past the deadline the status shows the
+/// pod failing while its container still runs (the kubelet stops it then; plegd stops nothing),
+/// and once the container is stopped the pod is Failed with DeadlineExceeded and the kubelet's
+/// message, though Always would otherwise restart it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn active_deadline_expires_on_a_running_pod() {
+    let Some(cd) = containerd().await else { return };
+    let api = Apiserver::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let _daemon = start_daemon(&cd, &api, dir.path(), "node-deadline", StatusMode::Full);
+    let mut object = pod_object("deadline", "node-deadline", &["app"], "Always");
+    object["spec"]["activeDeadlineSeconds"] = json!(4);
+    let pod = start_pod(&cd, &api, object, true).await;
+    let stored = api.pod(&pod.namespace, &pod.name).await.unwrap();
+    assert_eq!(stored["spec"]["activeDeadlineSeconds"], 4);
+    let ctr = cd.run_container(&pod, "app", "sleep 600").await;
+    let p = wait_status(&api, &pod, "Running", Duration::from_secs(20), |s| {
+        s["phase"] == "Running"
+    })
+    .await;
+    let started: k8s_openapi::jiff::Timestamp = p["status"]["startTime"].as_str().unwrap().parse().unwrap();
+
+    let p = wait_status(
+        &api,
+        &pod,
+        "Ready False past the deadline",
+        Duration::from_secs(20),
+        |s| condition(s, "Ready").is_some_and(|c| c["reason"] == "PodFailed"),
+    )
+    .await;
+    let ready_at: k8s_openapi::jiff::Timestamp = condition(&p["status"], "Ready").unwrap()["lastTransitionTime"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        ready_at.duration_since(started).as_secs() >= 4,
+        "not before the deadline: {:#}",
+        p["status"]
+    );
+    assert_eq!(
+        p["status"]["phase"], "Running",
+        "the container still runs: {:#}",
+        p["status"]
+    );
+
+    cd.stop_container(&ctr, 0).await;
+    let p = wait_status(&api, &pod, "Failed", Duration::from_secs(20), |s| {
+        s["phase"] == "Failed"
+    })
+    .await;
+    let s = &p["status"];
+    assert_eq!(s["reason"], "DeadlineExceeded", "{s:#}");
+    assert_eq!(
+        s["message"],
+        "Pod was active on the node longer than the specified deadline"
+    );
+    assert_eq!(
+        s["containerStatuses"][0]["state"]["terminated"]["exitCode"], 137,
+        "{s:#}"
+    );
+    history::assert_kubelet_could_have_written(&api.pod_versions(&pod.namespace, &pod.name).await);
+    cd.cleanup(&pod).await;
+}
+
+/// A container's own `restartPolicy: Never` in a pod under Always (ContainerRestartRules): when
+/// it fails it does not restart, so the pod fails — where the pod's policy alone says Running;
+/// beside it, a container whose rule restarts it on exit code 42 keeps the pod Running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_container_restart_policy_of_its_own() {
+    let Some(cd) = containerd().await else { return };
+    let api = Apiserver::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let _daemon = start_daemon(&cd, &api, dir.path(), "node-rules", StatusMode::Full);
+    let mut never = pod_object("never", "node-rules", &["app"], "Always");
+    never["spec"]["containers"][0]["restartPolicy"] = json!("Never");
+    let mut ruled = pod_object("ruled", "node-rules", &["app"], "Always");
+    ruled["spec"]["containers"][0]["restartPolicy"] = json!("Never");
+    ruled["spec"]["containers"][0]["restartPolicyRules"] =
+        json!([{"action": "Restart", "exitCodes": {"operator": "In", "values": [42]}}]);
+    let never = start_pod(&cd, &api, never, true).await;
+    let ruled = start_pod(&cd, &api, ruled, true).await;
+    let stored = api.pod(&ruled.namespace, &ruled.name).await.unwrap();
+    assert_eq!(
+        stored["spec"]["containers"][0]["restartPolicyRules"][0]["action"], "Restart",
+        "the apiserver keeps the rules"
+    );
+    cd.run_container(&never, "app", "sleep 1; exit 1").await;
+    cd.run_container(&ruled, "app", "sleep 1; exit 42").await;
+
+    let p = wait_status(&api, &never, "Failed", Duration::from_secs(20), |s| {
+        s["phase"] == "Failed"
+    })
+    .await;
+    assert_eq!(
+        p["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"],
+        1
+    );
+    let p = wait_status(&api, &ruled, "exited 42", Duration::from_secs(20), |s| {
+        s["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 42
+    })
+    .await;
+    assert_eq!(
+        p["status"]["phase"], "Running",
+        "the rule restarts it: {:#}",
+        p["status"]
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let p = api.pod(&ruled.namespace, &ruled.name).await.unwrap();
+    assert_eq!(p["status"]["phase"], "Running", "{:#}", p["status"]);
+    for pod in [&never, &ruled] {
+        history::assert_kubelet_could_have_written(&api.pod_versions(&pod.namespace, &pod.name).await);
+        cd.cleanup(pod).await;
+    }
+}
+
+/// The end of a pod: deleted while its container is only created, its sandbox then stopped —
+/// the container can never run (a runtime starts none in a stopped sandbox), so the pod is
+/// finished: TerminatePod's status (the container terminated, ContainerStatusUnknown, 137),
+/// Failed, and, its sandbox stopped, deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_deleted_with_a_container_only_created_in_a_stopped_sandbox() {
+    let Some(cd) = containerd().await else { return };
+    let api = Apiserver::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let _daemon = start_daemon(&cd, &api, dir.path(), "node-created", StatusMode::Full);
+    let pod = start_pod(
+        &cd,
+        &api,
+        pod_object("created", "node-created", &["app"], "Always"),
+        true,
+    )
+    .await;
+    cd.create_container(&pod, "app", "sleep 600").await;
+    wait_status(&api, &pod, "waiting", Duration::from_secs(20), |s| {
+        !s["containerStatuses"][0]["state"]["waiting"].is_null() && s["containerStatuses"][0]["containerID"].is_string()
+    })
+    .await;
+    api.request_deletion(&pod.namespace, &pod.name, 30).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        pod_deletes(&api, &pod).await,
+        0,
+        "its sandbox is ready: the container may still start"
+    );
+
+    cd.stop_pod(&pod).await;
+    support::wait_for("the finished pod is removed", Duration::from_secs(20), || async {
+        api.pod(&pod.namespace, &pod.name).await.is_none()
+    })
+    .await;
+    let versions = api.pod_versions(&pod.namespace, &pod.name).await;
+    let last = &versions.last().unwrap()["status"];
+    assert_eq!(last["phase"], "Failed", "{last:#}");
+    let t = &last["containerStatuses"][0]["state"]["terminated"];
+    assert_eq!(
+        (t["exitCode"].clone(), t["reason"].clone()),
+        (json!(137), json!("ContainerStatusUnknown")),
+        "{last:#}"
+    );
+    assert_eq!(pod_deletes(&api, &pod).await, 1);
+    history::assert_kubelet_could_have_written(&versions);
     cd.cleanup(&pod).await;
 }
