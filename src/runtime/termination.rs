@@ -116,7 +116,7 @@ pub fn last_log_string(tail: &[u8]) -> String {
 
 /// A path the runtime gave that plegd will not read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{what} {path:?} is not a regular file below {root}; not read")]
+#[error("{what} {path:?} is not a regular file below {root} (or that directory is not there); not read")]
 pub struct Refused {
     pub what: &'static str,
     pub path: String,
@@ -207,6 +207,9 @@ impl HostFiles {
             }))
         };
         let given = Path::new(path);
+        if !root.is_dir() {
+            return refuse();
+        }
         if !given.is_absolute() || given.components().any(|c| c == Component::ParentDir) {
             return refuse();
         }
@@ -215,7 +218,9 @@ impl HostFiles {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(Err(e)),
         };
-        let root = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_owned());
+        // A root that is not there (not mounted into plegd's container) allows nothing: the
+        // message is left out rather than written as a read error of plegd's own making.
+        let Ok(root) = std::fs::canonicalize(root) else { return refuse() };
         if !resolved.starts_with(&root) {
             return refuse();
         }
