@@ -110,6 +110,9 @@ pub struct SandboxStatus {
     pub ips: Vec<String>,
     /// True when the sandbox shares the node's network namespace.
     pub host_network: bool,
+    /// True when the runtime reported a network status whose primary IP is empty (a sandbox that
+    /// reports no network status at all is not taken to lack an IP: `PodSandboxChanged`).
+    pub no_primary_ip: bool,
     /// The runtime handler it runs under (`""`: the runtime's default).
     pub runtime_handler: String,
 }

@@ -597,6 +597,7 @@ mod tests {
             attempt: 0,
             ips: vec![],
             host_network: false,
+            no_primary_ip: false,
             runtime_handler: String::new(),
         };
         let old = RuntimePodStatus {

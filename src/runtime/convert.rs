@@ -364,6 +364,7 @@ impl<'a> PodGrouping<'a> {
 pub fn sandbox_status(status: cri::PodSandboxStatus, bad: &mut Vec<BadData>) -> SandboxStatus {
     let state = sandbox_state(&status.id, status.state, bad);
     let mut ips = Vec::new();
+    let no_primary_ip = status.network.as_ref().is_some_and(|n| n.ip.is_empty());
     if let Some(network) = status.network {
         if !network.ip.is_empty() {
             ips.push(network.ip);
@@ -388,6 +389,7 @@ pub fn sandbox_status(status: cri::PodSandboxStatus, bad: &mut Vec<BadData>) -> 
         attempt: status.metadata.map(|m| m.attempt).unwrap_or_default(),
         ips,
         host_network,
+        no_primary_ip,
         runtime_handler: status.runtime_handler,
     }
 }

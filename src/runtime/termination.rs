@@ -220,7 +220,9 @@ impl HostFiles {
         };
         // A root that is not there (not mounted into plegd's container) allows nothing: the
         // message is left out rather than written as a read error of plegd's own making.
-        let Ok(root) = std::fs::canonicalize(root) else { return refuse() };
+        let Ok(root) = std::fs::canonicalize(root) else {
+            return refuse();
+        };
         if !resolved.starts_with(&root) {
             return refuse();
         }

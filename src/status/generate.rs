@@ -15,7 +15,7 @@ use std::time::SystemTime;
 
 use k8s_openapi::api::core::v1::{
     ContainerRestartRule, ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
-    ContainerStatus, HostIP, PodCondition, PodIP, PodStatus, VolumeMountStatus,
+    ContainerStatus, HostIP, PodCondition, PodIP, PodStatus, VolumeMount, VolumeMountStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -37,13 +37,20 @@ pub const DISRUPTION_TARGET: &str = "DisruptionTarget";
 /// plegd's own condition: every regular container is running.
 pub const CONTAINERS_RUNNING: &str = "plegd.io/ContainersRunning";
 
-/// Conditions the kubelet owns (`PodConditionByKubelet`); every other type belongs to someone else.
-pub const KUBELET_CONDITIONS: [&str; 5] = [
+pub const POD_RESIZE_PENDING: &str = "PodResizePending";
+pub const POD_RESIZE_IN_PROGRESS: &str = "PodResizeInProgress";
+
+/// Conditions the kubelet owns (`PodConditionsByKubelet`, 1.33+); every other type belongs to
+/// someone else. The resize conditions are the kubelet's own record of resizes it is making: plegd
+/// resizes nothing, so in `full` mode it writes none and keeps none.
+pub const KUBELET_CONDITIONS: [&str; 7] = [
     POD_SCHEDULED,
     POD_READY_TO_START_CONTAINERS,
     INITIALIZED,
     CONTAINERS_READY,
     READY,
+    POD_RESIZE_PENDING,
+    POD_RESIZE_IN_PROGRESS,
 ];
 
 /// Termination messages of all containers together stay within this many bytes.
@@ -414,8 +421,10 @@ pub fn initialized_condition(pod: &ApiPod, statuses: Option<&[ContainerStatus]>,
     }
 }
 
-/// `GeneratePodReadyToStartContainersCondition`: True when the newest sandbox is ready (with an IP
-/// unless the pod uses the host's network) and no other sandbox is ready.
+/// `GeneratePodReadyToStartContainersCondition` (1.36: no reason or message) from
+/// `PodSandboxChanged`: True when the newest sandbox is ready, no other sandbox is, its network
+/// namespace is the pod's, and, unless the pod uses the host's network, the network status it
+/// reports (if it reports one at all) has an IP.
 pub fn ready_to_start_containers_condition(pod: &ApiPod, runtime: &RuntimePodStatus) -> PodCondition {
     let host_network = pod.spec.host_network;
     let ready_count = runtime
@@ -428,7 +437,7 @@ pub fn ready_to_start_containers_condition(pod: &ApiPod, runtime: &RuntimePodSta
             newest.state == SandboxState::Ready
                 && ready_count == 1
                 && newest.host_network == host_network
-                && (host_network || !newest.ips.is_empty())
+                && (host_network || !newest.no_primary_ip)
         }
         None => false,
     };
@@ -592,18 +601,44 @@ fn volume_mount_statuses(spec: &ApiContainer, supported: Option<bool>) -> Option
             ..VolumeMountStatus::default()
         };
         if read_only {
-            let requested = m.recursive_read_only.as_deref().filter(|r| *r != "Disabled");
-            let propagation_ok = m.mount_propagation.as_deref().is_none_or(|p| p == "None");
-            let enabled = match requested {
-                None => false,
-                Some("IfPossible" | "Enabled") if propagation_ok => supported?,
-                Some(_) => false,
-            };
+            // Whether the answer depends on the runtime's support, which plegd may not know.
+            let asks = resolve_recursive_read_only(m, true) != resolve_recursive_read_only(m, false);
+            let supported = if asks { supported? } else { false };
+            let enabled = resolve_recursive_read_only(m, supported).unwrap_or(false);
             status.recursive_read_only = Some(if enabled { "Enabled" } else { "Disabled" }.to_owned());
         }
         out.push(status);
     }
     Some(out)
+}
+
+/// `resolveRecursiveReadOnly`: whether a mount is made recursively read-only, or why it cannot be.
+fn resolve_recursive_read_only(m: &VolumeMount, runtime_supports: bool) -> Result<bool, String> {
+    let mode = match m.recursive_read_only.as_deref() {
+        None | Some("Disabled") => return Ok(false),
+        Some(mode) => mode,
+    };
+    if !m.read_only.unwrap_or(false) {
+        return Err(format!(
+            "volume {:?} requested recursive read-only mode, but it is not read-only",
+            m.name
+        ));
+    }
+    if let Some(propagation) = m.mount_propagation.as_deref().filter(|p| *p != "None") {
+        return Err(format!(
+            "volume {:?} requested recursive read-only mode, but it is not compatible with propagation {propagation:?}",
+            m.name
+        ));
+    }
+    match mode {
+        "IfPossible" => Ok(runtime_supports),
+        "Enabled" if runtime_supports => Ok(true),
+        "Enabled" => Err(format!(
+            "volume {:?} requested recursive read-only mode, but it is not supported by the runtime",
+            m.name
+        )),
+        other => Err(format!("unknown recursive read-only mode {other:?}")),
+    }
 }
 
 /// Which list of the pod's containers a status list is for.
@@ -1846,6 +1881,28 @@ mod tests {
         );
     }
 
+    /// `TestActiveDeadlineHandler` (active_deadline_test.go), every case: started a minute ago.
+    /// (`TestNewActiveDeadlineHandler` checks the constructor's nil arguments, which Rust has not.)
+    #[test]
+    fn upstream_active_deadline_handler() {
+        let now = at(1000);
+        let start = Some(api_time(at(940)));
+        for (i, (start, seconds, want)) in [
+            (start.clone(), Some(30), true),
+            (start.clone(), Some(120), false),
+            (start, None, false),
+            (None, Some(120), false),
+            (None, None, false),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let mut pod = pod_with(&["app"], vec![], "Always");
+            pod.spec.active_deadline_seconds = seconds;
+            assert_eq!(past_active_deadline(&pod, start.as_ref(), now), want, "pods[{i}]");
+        }
+    }
+
     /// activeDeadlineSeconds (active_deadline.go, `generateAPIPodStatus`'s `ShouldEvict`): from the
     /// start time on the status, a pod past its deadline is Failed with DeadlineExceeded — held
     /// back by mergePodStatus while a container runs (the kubelet stops them first), then with
@@ -1925,6 +1982,50 @@ mod tests {
         });
         let s = status_of(&done, &stopped, at(500));
         assert_eq!((s.phase.as_deref(), s.reason.as_deref()), (Some(SUCCEEDED), None));
+    }
+
+    /// `TestResolveRecursiveReadOnly` (kubelet_pods_test.go), every case.
+    #[test]
+    fn upstream_resolve_recursive_read_only() {
+        let m = |ro: bool, rro: Option<&str>, propagation: Option<&str>| VolumeMount {
+            name: "foo".into(),
+            read_only: Some(ro),
+            recursive_read_only: rro.map(str::to_owned),
+            mount_propagation: propagation.map(str::to_owned),
+            ..VolumeMount::default()
+        };
+        let (prop, not_ro, unsupported, unknown) = (
+            "not compatible with propagation",
+            "not read-only",
+            "not supported by the runtime",
+            "unknown recursive read-only mode",
+        );
+        #[rustfmt::skip]
+        let cases: [(VolumeMount, bool, Result<bool, &str>); 16] = [
+            (m(false, None, None), true, Ok(false)),
+            (m(true, None, None), true, Ok(false)),
+            (m(true, Some("Disabled"), None), true, Ok(false)),
+            (m(true, Some("IfPossible"), None), true, Ok(true)),
+            (m(true, Some("IfPossible"), Some("None")), true, Ok(true)),
+            (m(true, Some("IfPossible"), Some("HostToContainer")), true, Err(prop)),
+            (m(true, Some("IfPossible"), Some("Bidirectional")), true, Err(prop)),
+            (m(false, Some("IfPossible"), None), true, Err(not_ro)),
+            (m(false, Some("IfPossible"), None), false, Err(not_ro)),
+            (m(true, Some("Enabled"), None), true, Ok(true)),
+            (m(true, Some("Enabled"), Some("None")), true, Ok(true)),
+            (m(true, Some("Enabled"), Some("HostToContainer")), true, Err(prop)),
+            (m(true, Some("Enabled"), Some("Bidirectional")), true, Err(prop)),
+            (m(false, Some("Enabled"), None), true, Err(not_ro)),
+            (m(true, Some("Enabled"), None), false, Err(unsupported)),
+            (m(true, Some("foo"), None), true, Err(unknown)),
+        ];
+        for (i, (mount, supported, want)) in cases.into_iter().enumerate() {
+            match (resolve_recursive_read_only(&mount, supported), want) {
+                (Ok(got), Ok(want)) => assert_eq!(got, want, "case {}", i + 1),
+                (Err(got), Err(want)) => assert!(got.contains(want), "case {}: {got}", i + 1),
+                (got, want) => panic!("case {}: {got:?}, want {want:?}", i + 1),
+            }
+        }
     }
 
     /// `containerStatuses[].volumeMounts` (RecursiveReadOnlyMounts, GA): from the spec while the
@@ -2232,8 +2333,22 @@ mod tests {
             last_transition_time: Some(api_time(at(1))),
             ..PodCondition::default()
         };
+        // The kubelet's resize conditions are its own (PodConditionsByKubelet): plegd, which
+        // resizes nothing, keeps none.
+        let resize = |type_: &str| PodCondition {
+            type_: type_.into(),
+            status: "True".into(),
+            reason: Some("Deferred".into()),
+            ..PodCondition::default()
+        };
         pod.status = Some(PodStatus {
-            conditions: Some(vec![other.clone(), old_ready, old_sched]),
+            conditions: Some(vec![
+                other.clone(),
+                old_ready,
+                old_sched,
+                resize(POD_RESIZE_PENDING),
+                resize(POD_RESIZE_IN_PROGRESS),
+            ]),
             ..PodStatus::default()
         });
         let runtime = RuntimePodStatus {
@@ -2242,6 +2357,10 @@ mod tests {
         };
         let s = status_of(&pod, &runtime, at(100));
         let conditions = s.conditions.unwrap();
+        assert!(
+            !conditions.iter().any(|c| c.type_.starts_with("PodResize")),
+            "{conditions:?}"
+        );
         assert_eq!(conditions[0], other, "others' conditions first, untouched");
         let get = |t: &str| conditions.iter().find(|c| c.type_ == t).cloned().unwrap();
         assert_eq!(
@@ -2555,6 +2674,7 @@ mod tests {
             attempt: 0,
             ips: vec!["10.1.0.5".into()],
             host_network: false,
+            no_primary_ip: false,
             runtime_handler: String::new(),
         }
     }
@@ -3100,6 +3220,22 @@ mod tests {
         let mut mirror = pod.clone();
         mirror.metadata.annotations = Some([(MIRROR_POD_ANNOTATION.to_owned(), "hash".to_owned())].into());
         assert!(!pod_can_be_deleted(&mirror, &runtime, Some(FAILED)));
+
+        // A static pod (its mirror pod here) is not forced terminal: getPhase gives a terminal
+        // phase only to other pods (kubernetes#116484), and TerminatePod leaves its phase.
+        let s = status_of(&mirror, &runtime, at(90));
+        assert_eq!(s.phase.as_deref(), Some(RUNNING), "stopped under Always: restarting");
+        let b = find(s.container_statuses.as_deref().unwrap(), "b").unwrap();
+        assert!(
+            terminated(b).is_some(),
+            "its containers still get TerminatePod's states"
+        );
+        let mut status = PodStatus {
+            phase: Some(PENDING.into()),
+            ..PodStatus::default()
+        };
+        terminate_pod(&mirror, &mut status);
+        assert_eq!(status.phase.as_deref(), Some(PENDING));
     }
 
     /// A status in the shorthand of the upstream phase tables (`kubelet_pods_test.go`): `W`
@@ -3791,11 +3927,21 @@ mod tests {
         };
         let ready_no_ip = SandboxStatus {
             ips: vec![],
+            no_primary_ip: true,
             ..sandbox("s1", SandboxState::Ready, 1)
+        };
+        // PodSandboxChanged checks the IP only of a network status the runtime reported.
+        let ready_no_network = SandboxStatus {
+            ips: vec![],
+            ..sandbox("s1", SandboxState::Ready, 1)
+        };
+        let older_ready = SandboxStatus {
+            created_at: 0,
+            ..ready_sandbox("10.0.0.9")
         };
         for (name, sandboxes, want) in [
             ("Empty pod status", vec![], false),
-            ("Pod sandbox status not ready", vec![not_ready], false),
+            ("Pod sandbox status not ready", vec![not_ready.clone()], false),
             (
                 "Pod sandbox status ready but no IP configured",
                 vec![ready_no_ip],
@@ -3805,6 +3951,18 @@ mod tests {
                 "Pod sandbox status ready and IP configured",
                 vec![ready_sandbox("10.0.0.10")],
                 true,
+            ),
+            // The rest of PodSandboxChanged's branches.
+            ("ready, no network status reported", vec![ready_no_network], true),
+            (
+                "two ready sandboxes",
+                vec![ready_sandbox("10.0.0.10"), older_ready.clone()],
+                false,
+            ),
+            (
+                "newest not ready, an older one ready",
+                vec![not_ready.clone(), older_ready],
+                false,
             ),
         ] {
             let runtime = RuntimePodStatus {
