@@ -1252,7 +1252,8 @@ pub fn generate_api_pod_status(input: &StatusInput<'_>) -> PodStatus {
 
     let mut status = PodStatus {
         phase: Some(phase.to_owned()),
-        observed_generation: observed_generation(pod),
+        // Never lowered (updateStatusInternal: "prevent sending unnecessary patches").
+        observed_generation: observed_generation(pod).max(old.observed_generation),
         qos_class: old.qos_class.clone(),
         nominated_node_name: old.nominated_node_name.clone(),
         resource_claim_statuses: old.resource_claim_statuses.clone(),
@@ -1381,6 +1382,17 @@ pub fn merge_pod_status(old: &PodStatus, mut new: PodStatus, could_have_running:
 /// TestSyncPodIgnoresNotFound, TestSyncPodChecksMismatchedUID, TestSyncPodNoDeadlock; plegd
 /// patches against the informer's copy with a uid precondition, tested in manager.rs and
 /// tests/status_e2e.rs), static and mirror pods, prober results, and in-place resize.
+///
+/// Of Kubernetes 1.36's additions: the getPhase tables of container restart policies and rules
+/// (`TestPodPhaseWithContainerRestartPolicy`, `…InitContainers`, `TestPodPhaseWithRestartAllContainers`),
+/// `TestContainerHasRestartablePolicy` and `TestFindMatchingContainerRestartRule` (util_test.go),
+/// `TestResolveRecursiveReadOnly` and `TestActiveDeadlineHandler`, every case. Not expressed:
+/// `TestConvertToAPIContainerStatuses`' RestartAllContainers rows and the AllContainersRestarting
+/// condition (the kubelet removing and restarting containers, which plegd does not do),
+/// `TestConvertToAPIContainerStatusesWithImageVolumeDigest` (ImageVolumeWithDigest, alpha), and
+/// `TestIsContainerRestartable` (the kubelet's cgroup decision; plegd has none). Upstream has no
+/// observedGeneration table beyond `CalculatePodStatusObservedGeneration`'s gate cases (locked on
+/// since 1.35): `observed_generation_is_the_pods_generation` checks what the kubelet writes.
 #[cfg(test)]
 // The kubelet's table-driven cases, kept as tables of tuples.
 #[allow(clippy::type_complexity)]
@@ -1869,6 +1881,14 @@ mod tests {
             .unwrap();
         assert_eq!((ready.status.as_str(), ready.observed_generation), ("False", Some(4)));
 
+        // Never lowered: a pod whose generation reads lower keeps the status' (its conditions
+        // carry the pod's, as upstream's do).
+        pod.status = Some(s);
+        pod.metadata.generation = Some(2);
+        let lower = status_of(&pod, &runtime, at(250));
+        assert_eq!(lower.observed_generation, Some(4));
+
+        pod.status = None;
         pod.metadata.generation = None;
         let s = status_of(&pod, &runtime, at(300));
         assert_eq!(s.observed_generation, None);
