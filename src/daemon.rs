@@ -21,7 +21,7 @@ use crate::clock::SystemClock;
 use crate::informer;
 use crate::metrics::Metrics;
 use crate::observe::{self, EventHub};
-use crate::pleg::{GenericPleg, PlegConfig};
+use crate::pleg::{GenericPleg, PlegConfig, StreamState};
 use crate::runtime::{CriOptions, CriRuntime, RuntimeError};
 use crate::status::StatusMode;
 use crate::status::manager::{ManagerConfig, StatusManager};
@@ -94,6 +94,20 @@ impl crate::http::Health for DaemonHealth {
     fn healthy(&self) -> Result<(), String> {
         self.stages.check()?;
         self.pleg.healthy().map_err(|e| e.to_string())
+    }
+
+    /// What the runtime event stream is doing (the relist period follows it).
+    fn details(&self) -> String {
+        let state = self.pleg.trigger_state();
+        let why = match state {
+            StreamState::Off => " (relisting every --relist-period)",
+            StreamState::Connecting | StreamState::Reconnecting => " (relisting every --relist-period meanwhile)",
+            StreamState::Connected => " (relisting every --relist-period-with-triggers)",
+            StreamState::Unusable => {
+                " (the runtime ends its event stream as soon as it opens; relisting every --relist-period)"
+            }
+        };
+        format!("triggers: {}{why}\n", state.as_str())
     }
 
     fn ready(&self) -> Result<(), String> {

@@ -28,6 +28,10 @@ pub trait Health: Send + Sync + 'static {
     fn healthy(&self) -> Result<(), String>;
     /// Ok, or what the daemon is still waiting for.
     fn ready(&self) -> Result<(), String>;
+    /// Lines `/healthz` adds to its answer, healthy or not (what the event stream is doing).
+    fn details(&self) -> String {
+        String::new()
+    }
 }
 
 struct AppState {
@@ -74,10 +78,10 @@ async fn metrics_handler(State(state): State<Arc<AppState>>) -> Response {
         .into_response()
 }
 
-fn verdict(result: Result<(), String>) -> Response {
+fn verdict(result: Result<(), String>, details: &str) -> Response {
     match result {
-        Ok(()) => (StatusCode::OK, "ok\n").into_response(),
-        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")).into_response(),
+        Ok(()) => (StatusCode::OK, format!("ok\n{details}")).into_response(),
+        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n{details}")).into_response(),
     }
 }
 
@@ -123,11 +127,11 @@ pub async fn serve(
         .route("/metrics", get(metrics_handler))
         .route(
             "/healthz",
-            get(|State(s): State<Arc<AppState>>| async move { verdict(s.health.healthy()) }),
+            get(|State(s): State<Arc<AppState>>| async move { verdict(s.health.healthy(), &s.health.details()) }),
         )
         .route(
             "/readyz",
-            get(|State(s): State<Arc<AppState>>| async move { verdict(s.health.ready()) }),
+            get(|State(s): State<Arc<AppState>>| async move { verdict(s.health.ready(), "") }),
         )
         .with_state(state);
     let backlog = u32::try_from(limits.max_connections).unwrap_or(u32::MAX);

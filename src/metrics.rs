@@ -34,6 +34,12 @@ pub struct SourceLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StreamStateLabel {
+    pub source: String,
+    pub state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabel {
     pub result: String,
 }
@@ -126,6 +132,8 @@ metrics_table! {
         "trigger_replayed_events", "Events a runtime replayed when a trigger stream connected (older than the subscription; the full relist of the connection covers them), by source";
     triggers: Family<SourceLabel, Counter> = Default::default(),
         "triggers", "Runtime events received by trigger streams";
+    trigger_stream_state: Family<StreamStateLabel, Gauge> = Default::default(),
+        "trigger_stream_state", "What each runtime event stream is doing: 1 for its state (connecting, connected, reconnecting, unusable: the runtime ends the stream as soon as it opens), 0 for the others";
     trigger_relists: Family<KindLabel, Counter> = Default::default(),
         "trigger_relists", "Relists run on behalf of triggers, by kind (pod: one pod; all: full relist)";
     status_writes: Family<ResultLabel, Counter> = Default::default(),
@@ -188,6 +196,18 @@ impl Metrics {
                 operation: operation.to_owned(),
             })
             .inc();
+    }
+
+    /// Set the one-hot state gauge of a trigger stream: `state`, one of `states`.
+    pub fn set_trigger_state(&self, source: &str, state: &str, states: &[&str]) {
+        for s in states {
+            self.trigger_stream_state
+                .get_or_create(&StreamStateLabel {
+                    source: source.to_owned(),
+                    state: (*s).to_owned(),
+                })
+                .set(i64::from(*s == state));
+        }
     }
 
     pub fn count_trigger_connect(&self, source: &str) {

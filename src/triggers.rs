@@ -43,7 +43,7 @@ use crate::backoff::{ExponentialBackoff, InvalidBackoff};
 use crate::clock::Clock;
 use crate::kubecontainer::PodUid;
 use crate::metrics::Metrics;
-use crate::pleg::{GenericPleg, PlegContainerState, TriggerHealth};
+use crate::pleg::{GenericPleg, PlegContainerState, StreamState, TriggerHealth};
 use crate::runtime::{CriRuntime, MAX_MESSAGE_SIZE, Runtime, RuntimeVersion};
 use crate::supervise::Stage;
 
@@ -449,20 +449,29 @@ enum StreamEnd {
 /// happened before it was in place was not seen.
 fn stream_connected(source: Source, sender: &TriggerSender, metrics: &Metrics, link: &mut Link) {
     metrics.count_trigger_connect(source.as_str());
+    set_state(&link.health, metrics, source, StreamState::Connected);
     link.connected = true;
     link.health.set(true);
     info!(source = source.as_str(), "trigger stream connected");
     sender.send(Trigger::All);
 }
 
-/// How long a subscription call may stay unanswered before it counts as in place. gRPC servers
-/// written in Go (containerd among them) send a stream's response headers with its first message,
-/// so on a quiet node the call returns only when something happens; a refusal (no such service, a
-/// runtime that is down) is answered at once.
+/// Say what a stream is doing: to health, and in the one-hot `plegd_trigger_stream_state`.
+fn set_state(health: &TriggerHealth, metrics: &Metrics, source: Source, state: StreamState) {
+    health.set_state(state);
+    let states = StreamState::ALL.map(StreamState::as_str);
+    metrics.set_trigger_state(source.as_str(), state.as_str(), &states);
+}
+
+/// How long a stream must stay open before it counts as in place. gRPC servers written in Go
+/// (containerd among them) send a stream's response headers with its first message, so on a quiet
+/// node the call returns only when something happens; a refusal (no such service, a runtime that
+/// is down) is answered at once, and so is a stream that the runtime answers and ends at once
+/// (CRI-O's `GetContainerEvents` without pod events), which never counts as in place.
 pub const SUBSCRIBED_AFTER: Duration = Duration::from_millis(250);
 
-/// Await a subscription call. The link is connected when the call is answered, or once it has been
-/// open for [`SUBSCRIBED_AFTER`] without an answer, whichever comes first.
+/// Await a subscription call. The link is connected once the stream has been open for
+/// [`SUBSCRIBED_AFTER`] (answered or not) or has delivered a message; see [`next_message`].
 async fn open<T>(
     source: Source,
     call: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
@@ -473,16 +482,14 @@ async fn open<T>(
     tokio::pin!(call);
     let answer = tokio::select! {
         answer = &mut call => answer,
-        () = tokio::time::sleep(SUBSCRIBED_AFTER) => {
+        () = tokio::time::sleep_until(link.opened + SUBSCRIBED_AFTER) => {
             stream_connected(source, sender, metrics, link);
             call.await
         }
     };
     match answer {
         Ok(response) => {
-            if !link.connected {
-                stream_connected(source, sender, metrics, link);
-            }
+            link.answered = true;
             Ok(response.into_inner())
         }
         Err(status) if status.code() == tonic::Code::Unimplemented => Err(StreamEnd::Unimplemented),
@@ -490,11 +497,62 @@ async fn open<T>(
     }
 }
 
-/// One subscription's state: whether it got connected, and the relister's view of its health.
+/// The next message of a subscription. Until the link is connected, a stream that stays open until
+/// [`SUBSCRIBED_AFTER`] after it was opened, or delivers a message before that, connects it; one
+/// that ends before that never does.
+async fn next_message<T>(
+    stream: &mut tonic::Streaming<T>,
+    source: Source,
+    sender: &TriggerSender,
+    metrics: &Metrics,
+    link: &mut Link,
+) -> Result<Option<T>, tonic::Status> {
+    if !link.connected {
+        // `Streaming::message` is cancel safe: a message half read when the timer fires is kept.
+        tokio::select! {
+            message = stream.message() => {
+                if matches!(message, Ok(Some(_))) {
+                    stream_connected(source, sender, metrics, link);
+                }
+                return message;
+            }
+            () = tokio::time::sleep_until(link.opened + SUBSCRIBED_AFTER) => {
+                stream_connected(source, sender, metrics, link);
+            }
+        }
+    }
+    stream.message().await
+}
+
+/// One subscription's state: when it was opened, whether the runtime answered it, whether it got
+/// connected and delivered an event, and the relister's view of its health.
 struct Link {
+    opened: tokio::time::Instant,
+    answered: bool,
     connected: bool,
+    delivered: bool,
     health: TriggerHealth,
 }
+
+impl Link {
+    fn new(health: TriggerHealth) -> Self {
+        Self {
+            opened: tokio::time::Instant::now(),
+            answered: false,
+            connected: false,
+            delivered: false,
+            health,
+        }
+    }
+
+    /// The runtime answered the subscription and ended it before it could count as in place.
+    fn ended_at_once(&self) -> bool {
+        self.answered && !self.connected
+    }
+}
+
+/// Streams that end at once, in a row, after which the runtime is taken to have no usable events.
+pub const UNUSABLE_AFTER: u32 = 3;
 
 async fn containerd_subscription(
     channel: Channel,
@@ -512,8 +570,9 @@ async fn containerd_subscription(
         Err(end) => return end,
     };
     loop {
-        match stream.message().await {
+        match next_message(&mut stream, Source::Containerd, sender, metrics, link).await {
             Ok(Some(envelope)) => {
+                link.delivered = true;
                 metrics.count_trigger(Source::Containerd.as_str());
                 let payload = envelope
                     .event
@@ -551,13 +610,14 @@ async fn cri_subscription(channel: Channel, sender: &TriggerSender, metrics: &Me
         Err(end) => return end,
     };
     loop {
-        match stream.message().await {
+        match next_message(&mut stream, Source::Cri, sender, metrics, link).await {
             Ok(Some(event)) => {
                 metrics.count_trigger(Source::Cri.as_str());
                 if replayed(&event, subscribed_at) {
                     metrics.count_trigger_replayed(Source::Cri.as_str());
                     continue;
                 }
+                link.delivered = true;
                 if let Some(trigger) = cri_trigger(&event) {
                     debug!(source = "cri", ?trigger, "trigger");
                     sender.send(trigger);
@@ -591,11 +651,12 @@ pub async fn run_source(
             "using CRI GetContainerEvents: on containerd before 2.0 each event goes to only one subscriber, so a kubelet using Evented PLEG on this runtime will miss the events plegd receives (prefer --triggers containerd there)"
         );
     }
+    let state = |s: StreamState| set_state(&health, &metrics, source, s);
+    state(StreamState::Connecting);
+    // Streams in a row that the runtime answered and ended at once.
+    let mut ended_at_once = 0u32;
     loop {
-        let mut link = Link {
-            connected: false,
-            health: health.clone(),
-        };
+        let mut link = Link::new(health.clone());
         let channel = runtime.stream_channel();
         let end = match source {
             Source::Containerd => containerd_subscription(channel, &options, &sender, &metrics, &mut link).await,
@@ -603,12 +664,37 @@ pub async fn run_source(
         };
         // Whatever the stream would have said from now on is the relister's to find.
         health.set(false);
-        if link.connected {
+        // Only a stream that lived and delivered an event resets the backoff: one that the runtime
+        // ends at once, again and again, is retried ever more slowly.
+        if link.delivered {
             backoff.reset();
         }
         let wait = backoff.next_wait();
+        if link.ended_at_once() && !matches!(end, StreamEnd::Unimplemented) {
+            ended_at_once += 1;
+            metrics.count_trigger_error(source.as_str());
+            if ended_at_once >= UNUSABLE_AFTER {
+                if ended_at_once == UNUSABLE_AFTER {
+                    state(StreamState::Unusable);
+                    warn!(
+                        source = source.as_str(),
+                        closes = ended_at_once,
+                        retry_in = ?wait,
+                        "the runtime ends its event stream as soon as it opens, so it has no usable events: relisting every --relist-period and retrying the stream with backoff (CRI-O sends container events only with enable_pod_events = true in the [crio.runtime] table of crio.conf)"
+                    );
+                } else {
+                    debug!(source = source.as_str(), closes = ended_at_once, retry_in = ?wait, "event stream ended at once again");
+                }
+                tokio::time::sleep(wait).await;
+                continue;
+            }
+        } else if link.connected {
+            ended_at_once = 0;
+        }
+        state(StreamState::Reconnecting);
         match end {
             StreamEnd::Unimplemented if mode == TriggerMode::Auto => {
+                state(StreamState::Off);
                 info!(
                     source = source.as_str(),
                     "the runtime does not implement this event stream; relying on the periodic relist"
@@ -622,11 +708,15 @@ pub async fn run_source(
                 warn!(source = source.as_str(), retry_in = ?wait, "the runtime does not implement this event stream; retrying");
             }
             StreamEnd::Failed(status) => {
-                metrics.count_trigger_error(source.as_str());
+                if !link.ended_at_once() {
+                    metrics.count_trigger_error(source.as_str());
+                }
                 warn!(source = source.as_str(), code = ?status.code(), error = %status.message(), retry_in = ?wait, "trigger stream failed; reconnecting");
             }
             StreamEnd::Closed => {
-                metrics.count_trigger_error(source.as_str());
+                if !link.ended_at_once() {
+                    metrics.count_trigger_error(source.as_str());
+                }
                 warn!(source = source.as_str(), retry_in = ?wait, "trigger stream closed by the runtime; reconnecting");
             }
         }

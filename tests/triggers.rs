@@ -50,6 +50,15 @@ async fn start(socket: &std::path::Path, mode: TriggerMode, relist_period: Durat
 }
 
 async fn start_with(socket: &std::path::Path, mode: TriggerMode, config: PlegConfig) -> Plegd {
+    start_with_triggers(socket, mode, config, quick_triggers()).await
+}
+
+async fn start_with_triggers(
+    socket: &std::path::Path,
+    mode: TriggerMode,
+    config: PlegConfig,
+    trigger_options: TriggerOptions,
+) -> Plegd {
     let relist_period = config.relist_period;
     let metrics = Arc::new(Metrics::new());
     let options = CriOptions {
@@ -64,7 +73,7 @@ async fn start_with(socket: &std::path::Path, mode: TriggerMode, config: PlegCon
     let pleg = Arc::new(pleg);
     // The first relist happens before triggers start, so that what exists is known.
     pleg.relist().await.expect("first relist");
-    let mut tasks = triggers::spawn(mode, &version, pleg.clone(), quick_triggers()).expect("valid trigger options");
+    let mut tasks = triggers::spawn(mode, &version, pleg.clone(), trigger_options).expect("valid trigger options");
     let runner = pleg.clone();
     tasks.push(tokio::spawn(async move {
         tokio::time::sleep(relist_period).await;
@@ -189,6 +198,69 @@ async fn a_healthy_stream_stretches_the_relist_and_a_failed_one_ends_the_wait() 
     let before = lists();
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(lists(), before, "the long period again once reconnected");
+}
+
+/// A runtime that answers the event stream and ends it at once (CRI-O without pod events): the
+/// stream never counts as connected, so no full relist per attempt and no long relist period;
+/// after a few such ends plegd says the runtime has no usable events and retries ever more
+/// slowly (the backoff is never reset: nothing lived or delivered), relisting at --relist-period.
+/// Once the runtime's stream stays open, it connects and the long period is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_that_ends_at_once_is_a_runtime_without_events() {
+    let server = FakeServer::start().await;
+    server.fake.add_running_pod("u1", "web", 1);
+    server.fake.state().events_end_at_once = true;
+    let config = PlegConfig {
+        relist_period: Duration::from_millis(200),
+        relist_period_with_triggers: Duration::from_secs(3600),
+        ..PlegConfig::default()
+    };
+    // The defaults' shape, shorter: 100 ms doubling, capped at 2 s.
+    let backoff = TriggerOptions {
+        initial_backoff: Duration::from_millis(100),
+        max_backoff: Duration::from_secs(2),
+        ..TriggerOptions::default()
+    };
+    let p = start_with_triggers(&server.path, TriggerMode::Cri, config, backoff).await;
+    let state = |s: &str| {
+        p.metrics
+            .encode()
+            .contains(&format!("plegd_trigger_stream_state{{source=\"cri\",state=\"{s}\"}} 1"))
+    };
+    wait_for("the stream unusable", Duration::from_secs(10), || state("unusable")).await;
+    assert_eq!(p.pleg.trigger_state(), plegd::pleg::StreamState::Unusable);
+
+    // Over 4 s: the retries slow down (at most 2 s apart by then: a handful, not the ~40 of a
+    // backoff reset at each answer), none counts as connected, and the relist runs at its short
+    // period all along (≥ 10 relists in 4 s at 200 ms).
+    let (opens, lists) = (
+        server.fake.calls("GetContainerEvents"),
+        server.fake.calls("ListPodSandbox"),
+    );
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let opened = server.fake.calls("GetContainerEvents") - opens;
+    assert!(opened <= 4, "{opened} stream opens in 4 s");
+    assert!(
+        server.fake.calls("ListPodSandbox") - lists >= 10,
+        "the short relist period"
+    );
+    assert_eq!(
+        counter(&p.metrics, "plegd_trigger_stream_connects_total{source=\"cri\"}"),
+        0
+    );
+    assert_eq!(
+        counter(&p.metrics, "plegd_trigger_relists_total{kind=\"all\"}"),
+        0,
+        "no full relist for a stream that never connected"
+    );
+
+    // The runtime's stream now stays open: the next attempt (within the capped backoff) connects.
+    server.fake.state().events_end_at_once = false;
+    wait_for("connected", Duration::from_secs(10), || state("connected")).await;
+    assert_eq!(
+        counter(&p.metrics, "plegd_trigger_stream_connects_total{source=\"cri\"}"),
+        1
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -167,18 +167,65 @@ pub struct GenericPleg<R, C> {
     relist_time: Mutex<Option<SystemTime>>,
     /// Whether the runtime event stream is connected (see [`TriggerHealth`]).
     triggers_healthy: watch::Sender<bool>,
+    /// What the runtime event stream is doing, for health and metrics.
+    trigger_state: Arc<Mutex<StreamState>>,
+}
+
+/// What a runtime event stream (`--triggers`) is doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamState {
+    /// No stream: `--triggers none`, or the runtime has none of the kind asked for.
+    Off,
+    /// Subscribing for the first time.
+    Connecting,
+    /// Subscribed: the relist runs at its long period.
+    Connected,
+    /// The stream failed or ended; it is retried with backoff and the relist runs at its short
+    /// period meanwhile.
+    Reconnecting,
+    /// The runtime ends the stream as soon as it opens (CRI-O without pod events): it has no
+    /// usable events. Retried with backoff; the relist runs at its short period.
+    Unusable,
+}
+
+impl StreamState {
+    pub const ALL: [StreamState; 5] = [
+        StreamState::Off,
+        StreamState::Connecting,
+        StreamState::Connected,
+        StreamState::Reconnecting,
+        StreamState::Unusable,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StreamState::Off => "off",
+            StreamState::Connecting => "connecting",
+            StreamState::Connected => "connected",
+            StreamState::Reconnecting => "reconnecting",
+            StreamState::Unusable => "unusable",
+        }
+    }
 }
 
 /// The trigger stream's side of the relist period: a stream sets it healthy once subscribed and
 /// unhealthy as soon as it fails, which ends a long wait at once (whatever it missed is relisted
 /// then) and brings the relist back to its short period.
 #[derive(Clone)]
-pub struct TriggerHealth(watch::Sender<bool>);
+pub struct TriggerHealth {
+    healthy: watch::Sender<bool>,
+    state: Arc<Mutex<StreamState>>,
+}
 
 impl TriggerHealth {
     pub fn set(&self, healthy: bool) {
-        self.0
+        self.healthy
             .send_if_modified(|now| std::mem::replace(now, healthy) != healthy);
+    }
+
+    /// Say what the stream is doing (health and metrics read it).
+    pub fn set_state(&self, state: StreamState) {
+        *self.state.lock().unwrap_or_else(|e| e.into_inner()) = state;
     }
 }
 
@@ -202,6 +249,7 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
             state: Default::default(),
             relist_time: Mutex::new(None),
             triggers_healthy: watch::Sender::new(false),
+            trigger_state: Arc::new(Mutex::new(StreamState::Off)),
         };
         (pleg, rx)
     }
@@ -225,7 +273,15 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
 
     /// The handle a trigger stream reports its health through.
     pub fn trigger_health(&self) -> TriggerHealth {
-        TriggerHealth(self.triggers_healthy.clone())
+        TriggerHealth {
+            healthy: self.triggers_healthy.clone(),
+            state: self.trigger_state.clone(),
+        }
+    }
+
+    /// What the runtime event stream is doing.
+    pub fn trigger_state(&self) -> StreamState {
+        *self.trigger_state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Start of the last successful global relist.

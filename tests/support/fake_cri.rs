@@ -64,6 +64,8 @@ pub struct FakeState {
     /// Answer Version with Unimplemented (a runtime without CRI v1).
     pub no_v1: bool,
     pub runtime_name: String,
+    /// Answer GetContainerEvents and end the stream at once, as CRI-O does without pod events.
+    pub events_end_at_once: bool,
 }
 
 type EventItem = Result<cri::ContainerEventResponse, Status>;
@@ -548,6 +550,10 @@ impl RuntimeService for FakeCri {
 
     async fn get_container_events(&self, _: Request<cri::GetEventsRequest>) -> Result<Response<EventStream>, Status> {
         self.enter("GetContainerEvents").await?;
+        if self.state().events_end_at_once {
+            // CRI-O (enable_pod_events = false): the headers, then the end of the stream.
+            return Ok(Response::new(Box::pin(futures_util::stream::empty())));
+        }
         use tokio::sync::broadcast::error::RecvError;
         let mut rx = self.events.subscribe();
         // As containerd (grpc-go) does, the response headers go with the first event: until one
@@ -677,8 +683,20 @@ impl RuntimeService for FakeCri {
     ) -> Result<Response<cri::UpdateRuntimeConfigResponse>, Status> {
         Err(unimplemented("update_runtime_config"))
     }
+    /// As containerd 2.x answers on a kernel that has them: the default handler supports recursive
+    /// read-only mounts.
     async fn status(&self, _: Request<cri::StatusRequest>) -> Result<Response<cri::StatusResponse>, Status> {
-        Err(unimplemented("status"))
+        self.enter("Status").await?;
+        Ok(Response::new(cri::StatusResponse {
+            runtime_handlers: vec![cri::RuntimeHandler {
+                name: String::new(),
+                features: Some(cri::RuntimeHandlerFeatures {
+                    recursive_read_only_mounts: true,
+                    user_namespaces: false,
+                }),
+            }],
+            ..Default::default()
+        }))
     }
     async fn checkpoint_container(
         &self,
