@@ -319,21 +319,23 @@ pub fn stage_names(options: &DaemonOptions, triggers_on: bool) -> Vec<&'static s
 /// Wait for shutdown or the first stage to end (said, with its cause, at error level), ending the
 /// stages that tests ask to abort meanwhile.
 async fn supervise(
-    intake: &mut Stages,
-    output: &mut Stages,
+    sets: &mut DaemonStages,
     abort: &mut mpsc::Receiver<String>,
     mut shutdown: std::pin::Pin<&mut impl Future<Output = ()>>,
 ) -> Option<StageEnded> {
     let failure = loop {
         tokio::select! {
             // A stage that ends takes down those that feed on it (a syncLoop gone closes the
-            // Kubernetes Events queue): the first one named is the cause, the intake's first.
+            // Kubernetes Events queue): the first one named is the cause, the sources' first.
             biased;
             () = &mut shutdown => break None,
-            ended = intake.failure() => break Some(ended),
-            ended = output.failure() => break Some(ended),
+            ended = sets.sources.failure() => break Some(ended),
+            ended = sets.relister.failure() => break Some(ended),
+            ended = sets.pipeline.failure() => break Some(ended),
+            ended = sets.output.failure() => break Some(ended),
             Some(name) = abort.recv() => {
-                if !intake.abort(&name) && !output.abort(&name) {
+                let sets_ = [&mut sets.sources, &mut sets.relister, &mut sets.pipeline, &mut sets.output];
+                if !sets_.into_iter().any(|set| set.abort(&name)) {
                     warn!(stage = %name, "no such stage to abort");
                 }
             }
@@ -345,13 +347,38 @@ async fn supervise(
     failure
 }
 
-/// Stop taking in work, give pending status writes until `timeout` to land, then stop the writers
-/// and endpoints.
-async fn stop(intake: Stages, output: Stages, manager: &StatusManager, timeout: std::time::Duration) {
+/// The daemon's stages in three sets, stopped in order: the sources of work (runtime triggers, the
+/// relister, the informer), the pipeline that carries what they computed (the event fan-out, the
+/// syncLoop), and the output (status writers, endpoints).
+struct DaemonStages {
+    sources: Stages,
+    /// The relister alone: told to stop by `relist_stop`, it ends after the relist under way.
+    relister: Stages,
+    relist_stop: CancellationToken,
+    pipeline: Stages,
+    /// Tells the pipeline to hand over what it holds and end.
+    drain: CancellationToken,
+    output: Stages,
+}
+
+/// Stop taking in work; let the pipeline hand what was computed before the signal (lifecycle
+/// events in the PLEG's channel and the syncLoop's queue) to the status manager and the observers;
+/// give the status writes until `timeout` to land; then stop the writers and endpoints.
+async fn stop(sets: DaemonStages, manager: &StatusManager, timeout: std::time::Duration) {
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
     info!(pending_status_writes = manager.pending(), "plegd stopping");
     let deadline = tokio::time::Instant::now() + timeout;
-    intake.shutdown(STAGE_DRAIN).await;
+    sets.sources.shutdown(STAGE_DRAIN).await;
+    sets.relist_stop.cancel();
+    let cut = sets.relister.finish_by(deadline).await;
+    if !cut.is_empty() {
+        warn!("shutdown deadline reached in the middle of a relist");
+    }
+    sets.drain.cancel();
+    let cut = sets.pipeline.finish_by(deadline).await;
+    if !cut.is_empty() {
+        warn!(stages = ?cut, "shutdown deadline reached before the computed events were handed over");
+    }
     if tokio::time::timeout_at(deadline, manager.flushed()).await.is_ok() {
         info!("all status writes flushed");
     } else {
@@ -360,7 +387,7 @@ async fn stop(intake: Stages, output: Stages, manager: &StatusManager, timeout: 
             "shutdown deadline reached with status writes pending"
         );
     }
-    output.shutdown(STAGE_DRAIN).await;
+    sets.output.shutdown(STAGE_DRAIN).await;
 }
 
 /// [`run`], reachable by [`Control`]: how the tests show that the loss of any stage is seen.
@@ -413,9 +440,12 @@ pub async fn run_controlled(
     );
     let pleg = Arc::new(pleg);
     let stage_health = StageHealth::default();
-    // Two sets: at shutdown intake stops first (these stages take in work), then the status
-    // writers get a bounded time to flush, then the writers and endpoints stop.
+    // Three sets (see `DaemonStages`): at shutdown the sources stop first, then the pipeline hands
+    // over what they computed, then the status writers get a bounded time to flush, then the
+    // writers and endpoints stop.
     let mut intake = Stages::new(CancellationToken::new(), stage_health.clone());
+    let mut pipeline = Stages::new(CancellationToken::new(), stage_health.clone());
+    let drain = CancellationToken::new();
     let mut output = Stages::new(CancellationToken::new(), stage_health.clone());
     for (name, stage) in triggers::stages(
         options.triggers,
@@ -425,14 +455,16 @@ pub async fn run_controlled(
     )? {
         intake.spawn(name, stage);
     }
-    intake.spawn("relister", pleg.clone().run());
+    let mut relister_set = Stages::new(CancellationToken::new(), stage_health.clone());
+    let relist_stop = CancellationToken::new();
+    relister_set.spawn("relister", pleg.clone().run_until(relist_stop.clone()));
 
     let hub = EventHub::new(observe::SUBSCRIBER_BUFFER);
     // The syncLoop's queue has the configured capacity too, so that the setting bounds what is buffered.
     let (to_sync, sync_events) = mpsc::channel(options.pleg.channel_capacity.max(1));
-    intake.spawn(
+    pipeline.spawn(
         "event-fan-out",
-        observe::fan_out(events, hub.clone(), Some(to_sync), metrics.clone()),
+        observe::fan_out(events, hub.clone(), Some(to_sync), metrics.clone(), drain.clone()),
     );
 
     let (changes_tx, changes) = mpsc::channel(4096);
@@ -500,10 +532,18 @@ pub async fn run_controlled(
     }
     sync.recursive_read_only_handlers = recursive_read_only_handlers;
     let sync_loop = SyncLoop::new(pleg, informer, manager.clone(), recorder, sync, metrics);
-    intake.spawn("sync-loop", sync_loop.run(sync_events, changes));
+    pipeline.spawn("sync-loop", sync_loop.run(sync_events, changes));
 
-    let failure = supervise(&mut intake, &mut output, &mut abort, shutdown.as_mut()).await;
-    stop(intake, output, &manager, options.shutdown_timeout).await;
+    let mut sets = DaemonStages {
+        sources: intake,
+        relister: relister_set,
+        relist_stop,
+        pipeline,
+        drain,
+        output,
+    };
+    let failure = supervise(&mut sets, &mut abort, shutdown.as_mut()).await;
+    stop(sets, &manager, options.shutdown_timeout).await;
     if let Some(path) = &options.api_socket {
         let _ = std::fs::remove_file(path);
     }

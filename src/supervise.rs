@@ -130,11 +130,9 @@ impl Stages {
         }
     }
 
-    /// Cancel every stage and wait up to `drain` for them to end; what is still running then is
-    /// aborted. Returns the names of the stages that had to be aborted.
-    pub async fn shutdown(mut self, drain: Duration) -> Vec<&'static str> {
-        self.token.cancel();
-        let deadline = tokio::time::Instant::now() + drain;
+    /// Wait until `deadline` for every stage to end on its own (told to by other means); what is
+    /// still running then is cancelled and aborted. Returns the names of the stages that were.
+    pub async fn finish_by(mut self, deadline: tokio::time::Instant) -> Vec<&'static str> {
         loop {
             match tokio::time::timeout_at(deadline, self.set.join_next_with_id()).await {
                 Ok(None) => return Vec::new(),
@@ -146,12 +144,20 @@ impl Stages {
                     self.names.remove(&id);
                 }
                 Err(_) => {
+                    self.token.cancel();
                     let left = self.running();
                     self.set.shutdown().await;
                     return left;
                 }
             }
         }
+    }
+
+    /// Cancel every stage and wait up to `drain` for them to end; what is still running then is
+    /// aborted. Returns the names of the stages that had to be aborted.
+    pub async fn shutdown(self, drain: Duration) -> Vec<&'static str> {
+        self.token.cancel();
+        self.finish_by(tokio::time::Instant::now() + drain).await
     }
 }
 
@@ -200,6 +206,25 @@ mod tests {
         assert!(!set.abort("nonexistent"));
         let ended = set.failure().await;
         assert_eq!((ended.stage, ended.cause.as_str()), ("b", "was aborted"));
+    }
+
+    /// `finish_by`: stages told to end by other means get until the deadline to do so (their work
+    /// done); one that does not is cancelled and named.
+    #[tokio::test(start_paused = true)]
+    async fn finish_by_waits_for_stages_to_end_then_cuts_the_rest() {
+        let (mut set, _) = stages();
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = done.clone();
+        set.spawn("drains", async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            flag.store(true, std::sync::atomic::Ordering::SeqCst);
+        });
+        set.spawn("stuck", std::future::pending());
+        let left = set
+            .finish_by(tokio::time::Instant::now() + Duration::from_secs(5))
+            .await;
+        assert!(done.load(std::sync::atomic::Ordering::SeqCst), "not cut short");
+        assert_eq!(left, ["stuck"]);
     }
 
     #[tokio::test]

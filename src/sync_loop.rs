@@ -120,6 +120,9 @@ impl Tracked {
 /// A wait for a runtime status newer than some time: resolves to the pod's uid.
 type CacheWait = Pin<Box<dyn Future<Output = String> + Send>>;
 
+/// How long the syncLoop's last syncs wait for their runtime status at shutdown.
+const FINISH_WAIT: Duration = Duration::from_millis(500);
+
 /// Just before `t`: a bound that an entry stamped `t` is strictly newer than.
 fn just_before(t: SystemTime) -> SystemTime {
     t.checked_sub(Duration::from_nanos(1)).unwrap_or(t)
@@ -163,7 +166,9 @@ impl<R: Runtime, C: Clock> SyncLoop<R, C> {
         }
     }
 
-    /// Run until both input channels close.
+    /// Run until the lifecycle events end (at shutdown, once the fan-out has handed over what the
+    /// PLEG had computed): the syncs those last events ask for are handed to the status manager
+    /// before it returns. Pod changes that end first (the informer stopped) are simply no more.
     pub async fn run(mut self, mut events: mpsc::Receiver<PodLifecycleEvent>, mut changes: mpsc::Receiver<PodChange>) {
         let mut tick = tokio::time::interval(self.config.tick);
         let mut housekeeping = tokio::time::interval(self.config.housekeeping);
@@ -172,15 +177,19 @@ impl<R: Runtime, C: Clock> SyncLoop<R, C> {
         // At most one wait per pod (`Tracked::waiting`), so this holds at most one per pod.
         let mut waits: FuturesUnordered<CacheWait> = FuturesUnordered::new();
         info!(mode = self.config.mode.as_str(), "syncLoop started");
+        let mut changes_open = true;
         loop {
             tokio::select! {
                 event = events.recv() => match event {
                     Some(event) => self.on_lifecycle_event(event),
-                    None => return,
+                    None => {
+                        self.finish(&mut waits).await;
+                        return;
+                    }
                 },
-                change = changes.recv() => match change {
+                change = changes.recv(), if changes_open => match change {
                     Some(change) => self.on_pod_change(change),
-                    None => return,
+                    None => changes_open = false,
                 },
                 Some(uid) = waits.next(), if !waits.is_empty() => self.on_cache_newer(&uid),
                 _ = tick.tick() => self.sync_due(),
@@ -193,6 +202,23 @@ impl<R: Runtime, C: Clock> SyncLoop<R, C> {
                     uid
                 }));
             }
+        }
+    }
+
+    /// At the end: the syncs still waiting for the runtime status their event was computed from
+    /// (the relister caches it before it sends the event, so these are served at once) are made.
+    async fn finish(&mut self, waits: &mut FuturesUnordered<CacheWait>) {
+        for (uid, min) in self.to_wait.drain(..) {
+            let cache = self.pleg.cache().clone();
+            waits.push(Box::pin(async move {
+                cache.get_newer_than(&uid, min).await;
+                uid
+            }));
+        }
+        // Bounded: a wait the cache cannot serve any more is given up after a moment (the daemon's
+        // shutdown deadline bounds the whole drain anyway).
+        while let Ok(Some(uid)) = tokio::time::timeout(FINISH_WAIT, waits.next()).await {
+            self.on_cache_newer(&uid);
         }
     }
 

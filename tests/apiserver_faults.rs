@@ -3,8 +3,8 @@
 //! with a max-in-flight of 1 for mutating requests), the server restarted in the middle of churn
 //! (etcd kept), etcd's history compacted while plegd's watch is down (its informer gets 410 and
 //! lists again), and a pod deleted and created again under the same name while a write for the
-//! old one is queued. Each checks every version of every pod the apiserver stored: nothing is
-//! lost, nothing goes back.
+//! old one is queued, and plegd stopped (SIGTERM) just as a burst of exits reaches the apiserver.
+//! Each checks every version of every pod the apiserver stored: nothing is lost, nothing goes back.
 
 mod support;
 
@@ -342,4 +342,63 @@ async fn plegd_lists(api: &Apiserver) -> usize {
         .iter()
         .filter(|r| r.method == "GET" && r.path == "/api/v1/pods" && !r.query.contains("watch="))
         .count()
+}
+
+/// SIGTERM as the first of 150 container exits (one relist sees them all) reaches the apiserver:
+/// the relist under way finishes, and what the PLEG computed — the events in its channel and the
+/// syncLoop's queue — is handed over and written before plegd exits 0, within --shutdown-timeout. (Before the
+/// drain, the relister, fan-out and syncLoop were cancelled together and a few exits of such a
+/// burst never reached the apiserver.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exits_computed_before_sigterm_reach_the_apiserver() {
+    const PODS: usize = 150;
+    let cri = FakeServer::start().await;
+    let api = Apiserver::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let uids = bind_pods(&cri, &api, "drain", PODS).await;
+    let kubeconfig = api.kubeconfig_as(dir.path(), &Identity::Plegd("drain".into()));
+    let mut command = support::process::plegd_run(PLEGD, "drain", &cri.path, &kubeconfig);
+    command.args([
+        "--status-mode",
+        "full",
+        "--triggers",
+        "none",
+        "--relist-period",
+        "1s",
+        "--shutdown-timeout",
+        "30s",
+    ]);
+    let mut plegd = Plegd::spawn(command, dir.path());
+    wait_for("every pod Running", Duration::from_secs(90), || {
+        settled(&api, PODS, |_| None)
+    })
+    .await;
+
+    let patches = || async {
+        api.requests_by(PLEGD_USER)
+            .await
+            .iter()
+            .filter(|r| r.method == "PATCH" && r.path.ends_with("/status"))
+            .count()
+    };
+    let before = patches().await;
+    // Status reads take a while, so the relist that sees the exits is still handing out events
+    // when the first is written: the signal comes in the middle of it.
+    cri.fake.delay("ContainerStatus", Duration::from_millis(15));
+    for uid in &uids {
+        cri.fake.exit_container(&format!("ctr-{uid}-0"), 7);
+    }
+    wait_for("the first exit written", Duration::from_secs(10), || async {
+        patches().await > before
+    })
+    .await;
+    let status = plegd.terminate(Duration::from_secs(40));
+    assert_eq!(status.code(), Some(0), "{}", plegd.log());
+    let written = patches().await - before;
+    assert!(
+        settled(&api, PODS, |_| Some(7)).await,
+        "{written} of {PODS} exits written before plegd exited\n{}",
+        plegd.log()
+    );
+    no_version_goes_back(&api, PODS, |_| Some(7)).await;
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use tokio::sync::{broadcast, mpsc};
+use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
 use crate::pleg::PodLifecycleEvent;
@@ -37,7 +38,9 @@ impl EventHub {
     }
 }
 
-/// Move events from the PLEG to the hub and (if given) the syncLoop, until the PLEG's channel closes.
+/// Move events from the PLEG to the hub and (if given) the syncLoop, until the PLEG's channel closes
+/// or `drain` is cancelled: then what is already in the channel is still moved, and it returns
+/// (dropping its sender, which tells the syncLoop that nothing more comes).
 /// Waiting on a busy syncLoop makes the PLEG's own channel fill, which the PLEG handles without
 /// losing anything; observers are never waited on.
 pub async fn fan_out(
@@ -45,8 +48,15 @@ pub async fn fan_out(
     hub: EventHub,
     sync_loop: Option<mpsc::Sender<PodLifecycleEvent>>,
     metrics: Arc<Metrics>,
+    drain: CancellationToken,
 ) {
-    while let Some(event) = events.recv().await {
+    loop {
+        let event = tokio::select! {
+            biased;
+            event = events.recv() => event,
+            () = drain.cancelled() => events.try_recv().ok(),
+        };
+        let Some(event) = event else { return };
         let latency = SystemTime::now().duration_since(event.timestamp).unwrap_or_default();
         metrics.event_latency.observe(latency.as_secs_f64());
         hub.publish(event.clone());

@@ -14,7 +14,9 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
+
 use std::time::{Duration, SystemTime};
+use tokio_util::sync::CancellationToken;
 
 use tokio::sync::mpsc::{self, error::TrySendError};
 use tokio::sync::watch;
@@ -588,10 +590,16 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
     /// stream that fails during the long wait ends it at once. A failed relist is logged (once per
     /// outage, then at debug) and retried at the next period; the health check reports it.
     pub async fn run(self: Arc<Self>) {
+        self.run_until(CancellationToken::new()).await;
+    }
+
+    /// [`run`](Self::run) until `stop` is cancelled: a relist under way when it is finishes first
+    /// (what it computes is sent), then no other starts.
+    pub async fn run_until(self: Arc<Self>, stop: CancellationToken) {
         let mut failing = false;
         let mut health = self.triggers_healthy.subscribe();
         let mut was_stretched = false;
-        loop {
+        while !stop.is_cancelled() {
             let healthy_before = *health.borrow_and_update();
             let relisted = self.relist().await;
             match &relisted {
@@ -614,13 +622,17 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
                 was_stretched = stretched;
             }
             if !stretched {
-                tokio::time::sleep(period).await;
+                tokio::select! {
+                    () = tokio::time::sleep(period) => {}
+                    () = stop.cancelled() => {}
+                }
                 continue;
             }
             tokio::select! {
                 () = tokio::time::sleep(period) => {}
                 // Only an error can end the wait (the sender lives in self): no busy loop.
                 _ = health.wait_for(|healthy| !healthy) => {}
+                () = stop.cancelled() => {}
             }
         }
     }

@@ -48,7 +48,7 @@ impl Drop for KillOnDrop {
 /// A `plegd run` child with its metrics endpoint on a port of its own and its log in a file;
 /// killed when dropped.
 pub struct RunningPlegd {
-    _child: KillOnDrop,
+    child: KillOnDrop,
     port: u16,
     log: std::path::PathBuf,
 }
@@ -65,9 +65,30 @@ impl RunningPlegd {
             .spawn()
             .expect("spawn plegd");
         Self {
-            _child: KillOnDrop(child),
+            child: KillOnDrop(child),
             port,
             log,
+        }
+    }
+
+    /// SIGTERM, as systemd or the kubelet stops it, then wait up to `timeout` for it to exit:
+    /// its exit status (a panic when it did not exit).
+    pub fn terminate(&mut self, timeout: Duration) -> std::process::ExitStatus {
+        let sent = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(sent.success(), "kill -TERM");
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait for plegd") {
+                return status;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "plegd did not exit within {timeout:?} of SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 
