@@ -373,7 +373,7 @@ impl<R: Runtime, C: Clock> SyncLoop<R, C> {
             tracked.failed_syncs = 0;
         }
         tracked.last_sync = Some(Instant::now());
-        tracked.synced_at = self.pleg.clock().now();
+        tracked.synced_at = self.pleg.stamp();
         let runtime = entry.status;
         let version = pod.metadata.resource_version.as_deref().unwrap_or_default();
         if self.config.mode != StatusMode::Shadow

@@ -591,10 +591,15 @@ async fn containerd_subscription(
 }
 
 /// Whether a CRI event happened before the subscription that delivered it: containerd 2.x keeps
-/// recent events and replays them to a new subscriber. The connection's own full relist covers
-/// them, so they are not acted on. Only the event's time is read (nanoseconds; 0 is "unknown" and
-/// counts as new).
-pub fn replayed(event: &cri::ContainerEventResponse, subscribed_at: SystemTime) -> bool {
+/// recent events and replays them to a new subscriber, at once. The connection's own full relist
+/// covers them, so they are not acted on. Only events that arrive within [`SUBSCRIBED_AFTER`] of
+/// the subscription can be replays (`since_subscribed`, on the monotonic clock): a wall clock
+/// stepped back later (NTP) must not make every new event look old. Only the event's time is
+/// read (nanoseconds; 0 is "unknown" and counts as new).
+pub fn replayed(event: &cri::ContainerEventResponse, subscribed_at: SystemTime, since_subscribed: Duration) -> bool {
+    if since_subscribed >= SUBSCRIBED_AFTER {
+        return false;
+    }
     let Ok(subscribed) = subscribed_at.duration_since(UNIX_EPOCH) else {
         return false;
     };
@@ -613,7 +618,7 @@ async fn cri_subscription(channel: Channel, sender: &TriggerSender, metrics: &Me
         match next_message(&mut stream, Source::Cri, sender, metrics, link).await {
             Ok(Some(event)) => {
                 metrics.count_trigger(Source::Cri.as_str());
-                if replayed(&event, subscribed_at) {
+                if replayed(&event, subscribed_at, link.opened.elapsed()) {
                     metrics.count_trigger_replayed(Source::Cri.as_str());
                     continue;
                 }
@@ -810,12 +815,18 @@ mod tests {
             created_at: nanos,
             ..Default::default()
         };
-        assert!(replayed(&event(999_999_999_999), at));
-        assert!(!replayed(&event(1_000_000_000_000), at));
-        assert!(!replayed(&event(1_000_000_000_001), at));
+        let now = Duration::from_millis(5);
+        assert!(replayed(&event(999_999_999_999), at, now));
+        assert!(!replayed(&event(1_000_000_000_000), at, now));
+        assert!(!replayed(&event(1_000_000_000_001), at, now));
         // No time: treated as new.
-        assert!(!replayed(&event(0), at));
-        assert!(!replayed(&event(-5), at));
+        assert!(!replayed(&event(0), at, now));
+        assert!(!replayed(&event(-5), at, now));
+        // The wall clock stepped back an hour after the subscription: events created since look
+        // older than it, but past the replay window none is taken for a replay.
+        let stepped_back = 1_000_000_000_000 - 3_600_000_000_000;
+        assert!(!replayed(&event(stepped_back), at, SUBSCRIBED_AFTER));
+        assert!(!replayed(&event(stepped_back), at, Duration::from_secs(60)));
     }
 
     #[test]

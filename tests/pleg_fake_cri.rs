@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use k8s_cri::v1::ContainerState as Cri;
 use plegd::cache::PodCache;
-use plegd::clock::FakeClock;
+use plegd::clock::{Clock, FakeClock};
 use plegd::metrics::Metrics;
 use plegd::pleg::{GenericPleg, PlegConfig, PlegHealthError, PodLifecycleEvent, PodLifecycleEventType as E};
 use plegd::runtime::{CriOptions, CriRuntime, RuntimeError};
@@ -636,4 +636,48 @@ async fn hostile_sizes_and_times_are_survived() {
         "a far-future time is kept as it is"
     );
     assert!(h.relist().await.is_empty(), "and nothing repeats");
+}
+
+/// A wall clock stepped back an hour (NTP at boot): the relister's stamps never go back, so a
+/// status read after the step is newer than everything read before it and a wait for newer data
+/// is served at once; and health, which counts on the monotonic clock too, still sees a relister
+/// that stopped relisting.
+#[tokio::test]
+async fn a_clock_stepped_back_stalls_nothing() {
+    let mut h = Harness::new().await;
+    h.fake().add_running_pod("u1", "web", 1);
+    h.relist().await;
+    let before = h.cache().get("u1").modified;
+
+    h.clock.set(h.clock.now() - Duration::from_secs(3600));
+    h.fake().exit_container("ctr-u1-0", 1);
+    h.pleg.relist().await.expect("relist");
+    let seen = h.drain();
+    assert!(seen.iter().any(|e| e.kind == E::ContainerDied), "{seen:?}");
+    let after = h.cache().get("u1").modified;
+    assert!(after > before, "the new status is stamped after the old one");
+    let served = tokio::time::timeout(Duration::from_millis(100), h.cache().get_newer_than("u1", before)).await;
+    assert!(
+        served.is_ok(),
+        "a wait for a status newer than the last one is served at once"
+    );
+    assert_eq!(h.pleg.healthy(), Ok(()));
+
+    // No relist for longer than the threshold (here 50 ms of real time), with the wall clock an
+    // hour behind the last relist: unhealthy all the same.
+    let config = PlegConfig {
+        relist_threshold: Duration::from_millis(50),
+        ..PlegConfig::default()
+    };
+    let server = FakeServer::start().await;
+    let metrics = Arc::new(Metrics::new());
+    let (runtime, _) = CriRuntime::connect(&server.path, &fast_options(), metrics.clone())
+        .await
+        .unwrap();
+    let clock = FakeClock::new(SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000));
+    let (pleg, _events) = GenericPleg::new(runtime, clock.clone(), Arc::new(PodCache::new()), metrics, config);
+    pleg.relist().await.unwrap();
+    clock.set(clock.now() - Duration::from_secs(3600));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(pleg.healthy().is_err(), "a stalled relister is not healthy");
 }

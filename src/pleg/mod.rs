@@ -167,6 +167,11 @@ pub struct GenericPleg<R, C> {
     state: tokio::sync::Mutex<RelistState>,
     /// Start of the last successful global relist.
     relist_time: Mutex<Option<SystemTime>>,
+    /// When the last successful global relist started, on the monotonic clock: health never
+    /// trusts a wall clock that was stepped back.
+    relist_instant: Mutex<Option<std::time::Instant>>,
+    /// The last time handed out by [`GenericPleg::stamp`].
+    last_stamp: Mutex<SystemTime>,
     /// Whether the runtime event stream is connected (see [`TriggerHealth`]).
     triggers_healthy: watch::Sender<bool>,
     /// What the runtime event stream is doing, for health and metrics.
@@ -250,6 +255,8 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
             events: tx,
             state: Default::default(),
             relist_time: Mutex::new(None),
+            relist_instant: Mutex::new(None),
+            last_stamp: Mutex::new(SystemTime::UNIX_EPOCH),
             triggers_healthy: watch::Sender::new(false),
             trigger_state: Arc::new(Mutex::new(StreamState::Off)),
         };
@@ -264,9 +271,25 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
         &self.config
     }
 
-    /// The clock the relister stamps the cache with; readers of the cache compare against it.
+    /// The clock the relister reads.
     pub fn clock(&self) -> &C {
         &self.clock
+    }
+
+    /// The time the relister stamps the cache and events with, and that readers of the cache
+    /// compare against: the clock's, but always later than the last one handed out. A wall clock
+    /// stepped back (NTP at boot) would otherwise stamp new runtime statuses earlier than syncs
+    /// already made, and every wait for a newer status would stall for the size of the step.
+    pub fn stamp(&self) -> SystemTime {
+        let now = self.clock.now();
+        let mut last = self.last_stamp.lock().unwrap_or_else(|e| e.into_inner());
+        let stamp = if now > *last {
+            now
+        } else {
+            *last + Duration::from_nanos(1)
+        };
+        *last = stamp;
+        stamp
     }
 
     pub fn runtime(&self) -> &R {
@@ -299,7 +322,15 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
             .unwrap_or_default()
             .as_secs_f64();
         self.metrics.last_seen.set(secs);
-        let elapsed = clock::since(&self.clock, last);
+        // The later of the wall clock's view and the monotonic one: a clock stepped back cannot
+        // keep a stalled relister healthy.
+        let monotonic = self
+            .relist_instant
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .map(|at| at.elapsed())
+            .unwrap_or_default();
+        let elapsed = clock::since(&self.clock, last).max(monotonic);
         if elapsed > self.config.relist_threshold {
             return Err(PlegHealthError::Stale {
                 elapsed,
@@ -372,7 +403,7 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
     /// One global relist (`Relist()`). On a list error nothing changes, not even the relist time.
     pub async fn relist(&self) -> Result<(), RuntimeError> {
         let mut state = self.state.lock().await;
-        let start = self.clock.now();
+        let start = self.stamp();
         if let Some(last) = self.last_relist() {
             self.metrics
                 .relist_interval
@@ -386,8 +417,10 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
     }
 
     async fn relist_locked(&self, state: &mut RelistState, start: SystemTime) -> Result<(), RuntimeError> {
+        let started = std::time::Instant::now();
         let pods = self.runtime.list_pods().await?;
         *self.relist_time.lock().unwrap_or_else(|e| e.into_inner()) = Some(start);
+        *self.relist_instant.lock().unwrap_or_else(|e| e.into_inner()) = Some(started);
         self.update_running_gauges(&pods);
         state.set_current(pods);
 
@@ -431,7 +464,7 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
     /// re-inspected by the next relist anyway.
     pub async fn relist_pod(&self, uid: &str) -> Result<bool, RuntimeError> {
         let mut state = self.state.lock().await;
-        let start = self.clock.now();
+        let start = self.stamp();
         let pod = self.runtime.list_pod(uid).await?;
         state.records.entry(uid.to_owned()).or_default().current = pod;
         Ok(match self.sync_record(&mut state, uid, start).await {
@@ -544,7 +577,7 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
             return Ok(None);
         };
         // Taken before the read: the status is at least this fresh.
-        let timestamp = self.clock.now();
+        let timestamp = self.stamp();
         match self.runtime.pod_status(pod).await {
             Ok(mut status) => {
                 status.ips = preserve_ips(&self.cache.get(uid).status, &status);
