@@ -34,6 +34,9 @@ struct Inner {
     /// None until the first complete relist.
     timestamp: Option<SystemTime>,
     subscribers: HashMap<PodUid, Vec<(SystemTime, oneshot::Sender<CachedStatus>)>>,
+    /// Pods found gone by a read of their own (a targeted relist), and when: until the next
+    /// complete relist, their empty status is that new.
+    gone: HashMap<PodUid, SystemTime>,
 }
 
 /// The per-pod runtime status cache.
@@ -64,8 +67,9 @@ impl Inner {
     /// `cache.getIfNewerThan`: the entry if it (or the whole cache) is strictly newer than `min`.
     fn get_if_newer_than(&self, id: &str, min: SystemTime) -> Option<CachedStatus> {
         let global_newer = self.timestamp.is_some_and(|t| t > min);
+        let gone_newer = self.gone.get(id).is_some_and(|t| *t > min);
         match self.pods.get(id) {
-            None if global_newer => Some(default_entry(id, SystemTime::UNIX_EPOCH)),
+            None if global_newer || gone_newer => Some(default_entry(id, SystemTime::UNIX_EPOCH)),
             Some(entry) if entry.modified > min || global_newer => Some(entry.clone()),
             _ => None,
         }
@@ -157,20 +161,27 @@ impl PodCache {
                 modified: timestamp,
             },
         };
+        inner.gone.remove(id);
         inner.pods.insert(id.to_owned(), entry);
         inner.notify(id, timestamp);
     }
 
-    /// Forget a pod (it is gone from the runtime).
-    pub fn delete(&self, id: &str) {
+    /// Forget a pod that a read at `timestamp` found gone from the runtime: its waiters are woken
+    /// with the empty status (a pod that vanishes in a targeted relist must not wait for the next
+    /// complete one), and until then it counts as that new.
+    pub fn delete(&self, id: &str, timestamp: SystemTime) {
         let mut inner = self.lock();
         inner.pods.remove(id);
+        inner.gone.insert(id.to_owned(), timestamp);
+        inner.notify(id, timestamp);
     }
 
     /// Move the global timestamp (after a complete relist) and wake every waiter it satisfies.
     pub fn update_time(&self, timestamp: SystemTime) {
         let mut inner = self.lock();
         inner.timestamp = Some(timestamp);
+        // The complete relist covers every pod it did not find.
+        inner.gone.retain(|_, t| *t > timestamp);
         let ids: Vec<PodUid> = inner.subscribers.keys().cloned().collect();
         for id in ids {
             inner.notify(&id, timestamp);
@@ -280,7 +291,33 @@ mod tests {
             "the last good status is kept beside the error"
         );
         assert!(cache.try_get_newer_than("u1", t(5)).is_none());
-        cache.delete("u1");
+        cache.delete("u1", t(6));
         assert!(!cache.contains("u1"));
+    }
+
+    /// A pod found gone by a read of its own wakes its waiters with the empty status, and counts
+    /// as that new until the next complete relist (kubelet: only the complete relist's UpdateTime
+    /// would serve them).
+    #[tokio::test]
+    async fn a_pod_gone_between_complete_relists_serves_its_waiters() {
+        let cache = PodCache::new();
+        cache.update_time(t(1));
+        cache.set("u1", Ok(status("u1", "10.0.0.1")), t(2));
+        let waiting = {
+            let cache = &cache;
+            async move { cache.get_newer_than("u1", t(2)).await }
+        };
+        tokio::pin!(waiting);
+        assert!(futures_util::poll!(waiting.as_mut()).is_pending());
+        cache.delete("u1", t(3));
+        let got = waiting.await;
+        assert!(got.status.container_statuses.is_empty());
+        assert!(
+            cache.try_get_newer_than("u1", t(2)).is_some(),
+            "gone at t(3): newer than t(2)"
+        );
+        assert!(cache.try_get_newer_than("u1", t(3)).is_none());
+        cache.update_time(t(4));
+        assert!(cache.lock().gone.is_empty(), "the complete relist covers it");
     }
 }

@@ -573,7 +573,7 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
         pod: Option<&RuntimePod>,
     ) -> Result<Option<RuntimePodStatus>, RuntimeError> {
         let Some(pod) = pod else {
-            self.cache.delete(uid);
+            self.cache.delete(uid, self.stamp());
             return Ok(None);
         };
         // Taken before the read: the status is at least this fresh.
