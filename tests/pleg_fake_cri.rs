@@ -681,3 +681,34 @@ async fn a_clock_stepped_back_stalls_nothing() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(pleg.healthy().is_err(), "a stalled relister is not healthy");
 }
+
+/// A sandbox without the pod-uid label (made by `crictl runp`, or by another tool): the complete
+/// relist groups it by its metadata uid, and so does a relist of its pod alone — it does not look
+/// gone to one (ContainerDied, ContainerRemoved) and come back with the next.
+#[tokio::test]
+async fn a_sandbox_without_the_uid_label_is_the_same_pod_to_every_relist() {
+    let mut h = Harness::new().await;
+    h.fake()
+        .add_sandbox("u9", "runp", "default", "sb-runp", true, "10.9.0.9");
+    h.fake()
+        .state()
+        .sandboxes
+        .get_mut("sb-runp")
+        .unwrap()
+        .item
+        .labels
+        .clear();
+    let first = h.relist().await;
+    assert_eq!(kinds(&first), [ev(E::ContainerStarted, "sb-runp")]);
+
+    assert!(h.pleg.relist_pod("u9").await.is_ok());
+    assert_eq!(kinds(&h.drain()), [], "nothing changed");
+    assert_eq!(kinds(&h.relist().await), [], "and the next complete relist agrees");
+
+    // Really gone: both say so, once.
+    h.fake().remove_sandbox("sb-runp");
+    h.pleg.relist_pod("u9").await.unwrap();
+    let gone = h.drain();
+    assert!(gone.iter().any(|e| e.kind == E::ContainerRemoved), "{gone:?}");
+    assert_eq!(kinds(&h.relist().await), []);
+}

@@ -116,6 +116,9 @@ enum Selection<'a> {
     All,
     /// The pod with this uid (the kubelet's pod-uid label).
     Pod(&'a str),
+    /// The pod with this uid as the complete relist groups it: sandboxes by their metadata uid
+    /// (every sandbox listed), containers by the pod-uid label.
+    PodByMetadata(&'a str),
     /// The sandbox or container with this id.
     Id(&'a str),
 }
@@ -470,6 +473,13 @@ impl CriRuntime {
                     ..Default::default()
                 }),
             ),
+            Selection::PodByMetadata(uid) => (
+                None,
+                Some(lists::ContainerFilter {
+                    label_selector: selector(uid),
+                    ..Default::default()
+                }),
+            ),
             Selection::Id(id) => (
                 Some(lists::PodSandboxFilter {
                     id: id.to_owned(),
@@ -507,6 +517,7 @@ impl CriRuntime {
         lists::read_sandboxes(&sandboxes, |sandbox| match sandbox {
             // The label selects; the metadata uid groups. Keep them consistent.
             Ok(sandbox) if matches!(selection, Selection::Pod(uid) if !sandbox.uid.is_empty() && sandbox.uid != uid) => {}
+            Ok(sandbox) if matches!(selection, Selection::PodByMetadata(uid) if sandbox.uid != uid) => {}
             Ok(sandbox) => grouping.add_sandbox(sandbox, &mut bad),
             Err(b) => bad.push(b),
         })
@@ -551,8 +562,20 @@ impl Runtime for CriRuntime {
         self.list(Selection::All).await
     }
 
+    /// Selected by the pod-uid label, as the kubelet labels sandboxes. When that finds no sandbox,
+    /// all of them are listed and those whose metadata uid is the pod's taken, as the complete
+    /// relist groups them: a sandbox without the label (made by `crictl runp` or another tool) must
+    /// not look gone to one relist and be there for the other.
     async fn list_pod(&self, uid: &str) -> Result<Option<RuntimePod>, RuntimeError> {
-        Ok(self.list(Selection::Pod(uid)).await?.into_iter().find(|p| p.id == uid))
+        let pod = self.list(Selection::Pod(uid)).await?.into_iter().find(|p| p.id == uid);
+        if pod.as_ref().is_some_and(|p| !p.sandboxes.is_empty()) {
+            return Ok(pod);
+        }
+        Ok(self
+            .list(Selection::PodByMetadata(uid))
+            .await?
+            .into_iter()
+            .find(|p| p.id == uid))
     }
 
     /// Two lists filtered by id: unlike a status call for an id the runtime does not know, they
