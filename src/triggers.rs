@@ -216,20 +216,60 @@ pub fn recheck_delay(target: &Target, attempt: usize) -> Option<Duration> {
     Some(Duration::from_millis(ms))
 }
 
-/// Targets to check again later, with how many re-checks each has had (pure bookkeeping).
+/// At most this many targets wait for a re-check; past it a burst's further targets get one check
+/// each and a complete relist (one, however many) covers what their re-checks would have found.
+pub const MAX_RECHECKS: usize = 4096;
+
+/// An id that a whole locate schedule did not find (a late event for a container already removed,
+/// a task in the runtime's namespace that is no CRI container) is not looked for again, for this
+/// long, when more events name it; the periodic relist finds it if it ever becomes a container.
+pub const UNLOCATABLE_FOR: Duration = Duration::from_secs(600);
+/// At most this many such ids are remembered (then the memory starts over).
+const MAX_UNLOCATABLE: usize = 4096;
+
+/// Targets to check again later, with how many re-checks each has had, and the ids not found
+/// (pure bookkeeping).
 #[derive(Debug, Default)]
 pub struct Rechecks {
     due: Vec<(tokio::time::Instant, Target, usize)>,
+    unlocatable: std::collections::HashMap<String, tokio::time::Instant>,
+    /// A re-check was not scheduled for want of room.
+    overflowed: bool,
 }
 
 impl Rechecks {
     /// After a check of `target` (`attempt` re-checks done before it): forget it if it found a
-    /// change, else schedule the next re-check unless the schedule is over.
+    /// change, else schedule the next re-check unless the schedule is over (an id never located
+    /// is then remembered as such) or [`MAX_RECHECKS`] wait already.
     pub fn after_check(&mut self, target: &Target, changed: bool, attempt: usize, now: tokio::time::Instant) {
         self.due.retain(|(_, t, _)| t != target);
-        if !changed && let Some(wait) = recheck_delay(target, attempt) {
-            self.due.push((now + wait, target.clone(), attempt + 1));
+        if changed {
+            return;
         }
+        match recheck_delay(target, attempt) {
+            Some(_) if self.due.len() >= MAX_RECHECKS => self.overflowed = true,
+            Some(wait) => self.due.push((now + wait, target.clone(), attempt + 1)),
+            None => {
+                if let (None, Some(id)) = (&target.pod, &target.container) {
+                    if self.unlocatable.len() >= MAX_UNLOCATABLE {
+                        self.unlocatable.clear();
+                    }
+                    self.unlocatable.insert(id.clone(), now);
+                }
+            }
+        }
+    }
+
+    /// Whether `id` was looked for through a whole schedule, not found, within [`UNLOCATABLE_FOR`].
+    pub fn unlocatable(&self, id: &str, now: tokio::time::Instant) -> bool {
+        self.unlocatable
+            .get(id)
+            .is_some_and(|at| now.duration_since(*at) < UNLOCATABLE_FOR)
+    }
+
+    /// Whether a re-check was dropped for want of room since the last call.
+    pub fn take_overflowed(&mut self) -> bool {
+        std::mem::take(&mut self.overflowed)
     }
 
     pub fn next_due(&self) -> Option<tokio::time::Instant> {
@@ -345,9 +385,15 @@ pub async fn dispatch<R: Runtime, C: Clock>(
         }
         // Fresh triggers start a target's schedule over; due re-checks continue theirs.
         let mut targets: Vec<(Target, usize)> = Vec::new();
+        let now = tokio::time::Instant::now();
         for id in std::mem::take(&mut pending.containers) {
-            // An id no record has (a new pod, or a new container) is located in the runtime.
+            // An id no record has (a new pod, or a new container) is located in the runtime,
+            // unless it was looked for in vain a moment ago.
             let pod = pleg.pod_of(&id).await;
+            if pod.is_none() && rechecks.unlocatable(&id, now) {
+                metrics.count_trigger_relist("skipped");
+                continue;
+            }
             targets.push((
                 Target {
                     pod,
@@ -379,6 +425,13 @@ pub async fn dispatch<R: Runtime, C: Clock>(
         for (mut target, attempt) in targets {
             let changed = check(&pleg, &mut target, attempt, &metrics).await;
             rechecks.after_check(&target, changed, attempt, tokio::time::Instant::now());
+        }
+        if rechecks.take_overflowed() {
+            // One complete relist for every re-check there was no room for.
+            metrics.count_trigger_relist("all");
+            if let Err(error) = pleg.relist().await {
+                debug!(error = %error, "triggered relist failed; the periodic relist will retry");
+            }
         }
     }
 }
@@ -875,6 +928,48 @@ mod tests {
         // The schedule ends after its last step.
         r.after_check(&target, false, COARSE_MS.len(), t0);
         assert_eq!(r.len(), 0);
+        assert!(!r.take_overflowed());
+    }
+
+    /// An id a whole locate schedule did not find is not looked for again for a while; a located
+    /// one, or one that found a change, is not remembered.
+    #[test]
+    fn ids_never_located_are_not_looked_for_again() {
+        let t0 = tokio::time::Instant::now();
+        let unknown = Target {
+            pod: None,
+            container: Some("gone".into()),
+        };
+        let mut r = Rechecks::default();
+        let last = (0..).take_while(|a| recheck_delay(&unknown, *a).is_some()).count();
+        r.after_check(&unknown, false, last, t0);
+        assert!(r.unlocatable("gone", t0 + Duration::from_secs(1)));
+        assert!(!r.unlocatable("gone", t0 + UNLOCATABLE_FOR));
+        assert!(!r.unlocatable("other", t0));
+        let known = Target {
+            pod: Some("u1".into()),
+            container: Some("c1".into()),
+        };
+        r.after_check(&known, false, 10_000, t0);
+        assert!(!r.unlocatable("c1", t0));
+    }
+
+    /// The re-checks waiting are bounded: past the bound none is added, and the dispatcher is
+    /// told to relist everything once instead.
+    #[test]
+    fn rechecks_are_bounded() {
+        let t0 = tokio::time::Instant::now();
+        let mut r = Rechecks::default();
+        for i in 0..MAX_RECHECKS + 10 {
+            let target = Target {
+                pod: Some(format!("u{i}")),
+                container: None,
+            };
+            r.after_check(&target, false, 0, t0);
+        }
+        assert_eq!(r.len(), MAX_RECHECKS);
+        assert!(r.take_overflowed());
+        assert!(!r.take_overflowed(), "said once");
     }
 
     #[test]
