@@ -1,0 +1,415 @@
+//! The trigger dispatcher: triggers gathered and coalesced, mapped to checks of pods and
+//! containers (probe, locate, relist), and each check's re-check schedule (a runtime's event can be
+//! ahead of its CRI state).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tracing::debug;
+
+use crate::clock::Clock;
+use crate::kubecontainer::PodUid;
+use crate::metrics::Metrics;
+use crate::pleg::{GenericPleg, PlegContainerState};
+use crate::runtime::Runtime;
+
+use super::{Trigger, TriggerReceiver};
+
+/// Triggers gathered for one dispatch, deduplicated, in arrival order (pure).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Pending {
+    pub all: bool,
+    pub pods: Vec<PodUid>,
+    pub containers: Vec<String>,
+    seen: HashSet<Trigger>,
+}
+
+impl Pending {
+    /// A full relist does not replace the pod and container targets: their re-check schedules
+    /// still catch a runtime whose CRI state lags its own events.
+    pub fn add(&mut self, trigger: Trigger) {
+        if !self.seen.insert(trigger.clone()) {
+            return;
+        }
+        match trigger {
+            Trigger::All => self.all = true,
+            Trigger::Pod(uid) => self.pods.push(uid),
+            Trigger::Container(id) => self.containers.push(id),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        !self.all && self.pods.is_empty() && self.containers.is_empty()
+    }
+}
+
+/// What one triggered check looks at: a pod, and the container the event named when it named one.
+/// An event can name an id before the runtime's CRI state lists it (containerd 2.x publishes a
+/// sandbox's `/tasks/start` before its CRI plugin lists the sandbox): such a target has no pod yet
+/// and is located first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub pod: Option<PodUid>,
+    pub container: Option<String>,
+}
+
+/// Probes of one container (one cheap status call each) are repeated every 2 ms for this many
+/// attempts (~120 ms, which covers containerd 1.6's CRI lag), then with doubling waits.
+const FINE_PROBES: usize = 60;
+/// Doubling waits, in ms, after the fine probes, and the whole schedule of pod re-relists.
+const COARSE_MS: [u64; 9] = [2, 4, 8, 16, 32, 64, 128, 256, 512];
+
+/// The wait before re-check number `attempt` (0-based) of `target`, None when the schedule is over.
+/// A runtime's event can be ahead of its CRI state (containerd 1.6 publishes `/tasks/exit` ~20–70 ms
+/// before its CRI plugin reports the container exited), so a check that finds no change is
+/// repeated; the first change ends it.
+pub fn recheck_delay(target: &Target, attempt: usize) -> Option<Duration> {
+    let ms = match target.container {
+        Some(_) if attempt < FINE_PROBES => 2,
+        // Continue with the doubling waits that follow 2 ms.
+        Some(_) => *COARSE_MS.get(attempt - FINE_PROBES + 2)?,
+        None => *COARSE_MS.get(attempt)?,
+    };
+    Some(Duration::from_millis(ms))
+}
+
+/// At most this many targets wait for a re-check; past it a burst's further targets get one check
+/// each and a complete relist (one, however many) covers what their re-checks would have found.
+pub const MAX_RECHECKS: usize = 4096;
+
+/// An id that a whole locate schedule did not find (a late event for a container already removed,
+/// a task in the runtime's namespace that is no CRI container) is not looked for again, for this
+/// long, when more events name it; the periodic relist finds it if it ever becomes a container.
+pub const UNLOCATABLE_FOR: Duration = Duration::from_secs(600);
+/// At most this many such ids are remembered (then the memory starts over).
+const MAX_UNLOCATABLE: usize = 4096;
+
+/// Targets to check again later, with how many re-checks each has had, and the ids not found
+/// (pure bookkeeping).
+#[derive(Debug, Default)]
+pub struct Rechecks {
+    due: Vec<(tokio::time::Instant, Target, usize)>,
+    unlocatable: std::collections::HashMap<String, tokio::time::Instant>,
+    /// A re-check was not scheduled for want of room.
+    overflowed: bool,
+}
+
+impl Rechecks {
+    /// After a check of `target` (`attempt` re-checks done before it): forget it if it found a
+    /// change, else schedule the next re-check unless the schedule is over (an id never located
+    /// is then remembered as such) or [`MAX_RECHECKS`] wait already.
+    pub fn after_check(&mut self, target: &Target, changed: bool, attempt: usize, now: tokio::time::Instant) {
+        self.due.retain(|(_, t, _)| t != target);
+        if changed {
+            return;
+        }
+        match recheck_delay(target, attempt) {
+            Some(_) if self.due.len() >= MAX_RECHECKS => self.overflowed = true,
+            Some(wait) => self.due.push((now + wait, target.clone(), attempt + 1)),
+            None => {
+                if let (None, Some(id)) = (&target.pod, &target.container) {
+                    if self.unlocatable.len() >= MAX_UNLOCATABLE {
+                        self.unlocatable.clear();
+                    }
+                    self.unlocatable.insert(id.clone(), now);
+                }
+            }
+        }
+    }
+
+    /// Whether `id` was looked for through a whole schedule, not found, within [`UNLOCATABLE_FOR`].
+    pub fn unlocatable(&self, id: &str, now: tokio::time::Instant) -> bool {
+        self.unlocatable
+            .get(id)
+            .is_some_and(|at| now.duration_since(*at) < UNLOCATABLE_FOR)
+    }
+
+    /// Whether a re-check was dropped for want of room since the last call.
+    pub fn take_overflowed(&mut self) -> bool {
+        std::mem::take(&mut self.overflowed)
+    }
+
+    pub fn next_due(&self) -> Option<tokio::time::Instant> {
+        self.due.iter().map(|(t, _, _)| *t).min()
+    }
+
+    /// Take the targets whose re-check is due, with their attempt counts.
+    pub fn take_due(&mut self, now: tokio::time::Instant) -> Vec<(Target, usize)> {
+        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.due)
+            .into_iter()
+            .partition(|(t, _, _)| *t <= now);
+        self.due = later;
+        due.into_iter().map(|(_, target, attempt)| (target, attempt)).collect()
+    }
+
+    pub fn len(&self) -> usize {
+        self.due.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.due.is_empty()
+    }
+}
+
+/// One check: a target without a pod is located first (two lists filtered by its id); once found,
+/// its pod is relisted, and a container the relist saw only created is probed further, since the
+/// event was about its start. A container target is probed (one status call) and its pod relisted
+/// only when the probe differs from the record; a pod target is relisted. Returns whether a
+/// change was found (the end of the target's schedule); `target` is updated once located.
+async fn check<R: Runtime, C: Clock>(
+    pleg: &GenericPleg<R, C>,
+    target: &mut Target,
+    attempt: usize,
+    metrics: &Metrics,
+) -> bool {
+    let Some(pod) = target.pod.clone() else {
+        let id = target.container.clone().unwrap_or_default();
+        metrics.count_trigger_relist("locate");
+        return match pleg.locate(&id).await {
+            // Not listed yet: looked for again on the schedule.
+            Ok(None) => false,
+            Ok(Some(pod)) => {
+                metrics.count_trigger_relist("pod");
+                if let Err(error) = pleg.relist_pod(&pod).await {
+                    debug!(pod = %pod, error = %error, "triggered pod relist failed; the periodic relist will retry");
+                    return true;
+                }
+                let settled = matches!(
+                    pleg.recorded_state(&pod, &id).await,
+                    PlegContainerState::Running | PlegContainerState::Exited
+                );
+                target.pod = Some(pod);
+                settled
+            }
+            Err(error) => {
+                debug!(container = %id, error = %error, "locating a new id failed; relisting everything");
+                metrics.count_trigger_relist("all");
+                if let Err(error) = pleg.relist().await {
+                    debug!(error = %error, "triggered relist failed; the periodic relist will retry");
+                }
+                true
+            }
+        };
+    };
+    if let Some(id) = &target.container {
+        metrics.count_trigger_relist("probe");
+        match pleg.probe(&pod, id).await {
+            Ok(false) => return false,
+            Ok(true) => {}
+            // The runtime did not answer: let the relist below find out, or the periodic one.
+            Err(error) => debug!(pod = %pod, container = %id, error = %error, "probe failed"),
+        }
+    }
+    metrics.count_trigger_relist(if attempt == 0 || target.container.is_some() {
+        "pod"
+    } else {
+        "recheck"
+    });
+    match pleg.relist_pod(&pod).await {
+        Ok(changed) => changed,
+        Err(error) => {
+            debug!(pod = %pod, error = %error, "triggered pod relist failed; the periodic relist will retry");
+            // Stop re-checking: the periodic relist owns a runtime that does not answer.
+            true
+        }
+    }
+}
+
+/// Serve triggers until every sender is gone: wait for one (or for a re-check to be due), take
+/// everything else already queued, map container ids to pods, then check each target once (or
+/// relist everything once).
+pub async fn dispatch<R: Runtime, C: Clock>(
+    pleg: Arc<GenericPleg<R, C>>,
+    mut queue: TriggerReceiver,
+    metrics: Arc<Metrics>,
+) {
+    let mut rechecks = Rechecks::default();
+    loop {
+        let mut pending = Pending::default();
+        let next_due = rechecks.next_due();
+        tokio::select! {
+            trigger = queue.rx.recv() => match trigger {
+                Some(trigger) => pending.add(trigger),
+                None => return,
+            },
+            () = tokio::time::sleep_until(next_due.unwrap_or_else(tokio::time::Instant::now)), if next_due.is_some() => {}
+        }
+        while let Ok(more) = queue.rx.try_recv() {
+            pending.add(more);
+        }
+        if queue.overflow.swap(false, Ordering::AcqRel) {
+            pending.add(Trigger::All);
+        }
+        // Fresh triggers start a target's schedule over; due re-checks continue theirs.
+        let mut targets: Vec<(Target, usize)> = Vec::new();
+        let now = tokio::time::Instant::now();
+        for id in std::mem::take(&mut pending.containers) {
+            // An id no record has (a new pod, or a new container) is located in the runtime,
+            // unless it was looked for in vain a moment ago.
+            let pod = pleg.pod_of(&id).await;
+            if pod.is_none() && rechecks.unlocatable(&id, now) {
+                metrics.count_trigger_relist("skipped");
+                continue;
+            }
+            targets.push((
+                Target {
+                    pod,
+                    container: Some(id),
+                },
+                0,
+            ));
+        }
+        targets.extend(pending.pods.iter().map(|pod| {
+            (
+                Target {
+                    pod: Some(pod.clone()),
+                    container: None,
+                },
+                0,
+            )
+        }));
+        for (target, attempt) in rechecks.take_due(tokio::time::Instant::now()) {
+            if !targets.iter().any(|(t, _)| *t == target) {
+                targets.push((target, attempt));
+            }
+        }
+        if pending.all {
+            metrics.count_trigger_relist("all");
+            if let Err(error) = pleg.relist().await {
+                debug!(error = %error, "triggered relist failed; the periodic relist will retry");
+            }
+        }
+        for (mut target, attempt) in targets {
+            let changed = check(&pleg, &mut target, attempt, &metrics).await;
+            rechecks.after_check(&target, changed, attempt, tokio::time::Instant::now());
+        }
+        if rechecks.take_overflowed() {
+            // One complete relist for every re-check there was no room for.
+            metrics.count_trigger_relist("all");
+            if let Err(error) = pleg.relist().await {
+                debug!(error = %error, "triggered relist failed; the periodic relist will retry");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recheck_schedules() {
+        let pod = Target {
+            pod: Some("u1".into()),
+            container: None,
+        };
+        let ctr = Target {
+            pod: Some("u1".into()),
+            container: Some("c1".into()),
+        };
+        let ms = Duration::from_millis;
+        // Pod relists: doubling from 2 ms to 512 ms, then over.
+        let waits: Vec<_> = (0..10).map(|a| recheck_delay(&pod, a)).collect();
+        assert_eq!(waits[0], Some(ms(2)));
+        assert_eq!(waits[8], Some(ms(512)));
+        assert_eq!(waits[9], None);
+        // Container probes: every 2 ms for 60 probes, then 8, 16 … 512 ms, then over.
+        assert_eq!(recheck_delay(&ctr, 59), Some(ms(2)));
+        assert_eq!(recheck_delay(&ctr, 60), Some(ms(8)));
+        assert_eq!(recheck_delay(&ctr, 66), Some(ms(512)));
+        assert_eq!(recheck_delay(&ctr, 67), None);
+        let total: Duration = (0..).map_while(|a| recheck_delay(&ctr, a)).sum();
+        assert!(total > ms(1000) && total < ms(1300), "{total:?}");
+    }
+
+    #[test]
+    fn rechecks_follow_the_schedule_and_stop_at_a_change() {
+        let t0 = tokio::time::Instant::now();
+        let target = Target {
+            pod: Some("u1".into()),
+            container: None,
+        };
+        let mut r = Rechecks::default();
+        r.after_check(&target, false, 0, t0);
+        assert_eq!(r.next_due(), Some(t0 + Duration::from_millis(2)));
+        assert!(r.take_due(t0).is_empty());
+        assert_eq!(r.take_due(t0 + Duration::from_millis(2)), [(target.clone(), 1)]);
+        // Unchanged again: the next wait doubles.
+        r.after_check(&target, false, 1, t0);
+        assert_eq!(r.next_due(), Some(t0 + Duration::from_millis(4)));
+        // A change ends it.
+        r.after_check(&target, true, 2, t0);
+        assert!(r.is_empty());
+        // The schedule ends after its last step.
+        r.after_check(&target, false, COARSE_MS.len(), t0);
+        assert_eq!(r.len(), 0);
+        assert!(!r.take_overflowed());
+    }
+
+    /// An id a whole locate schedule did not find is not looked for again for a while; a located
+    /// one, or one that found a change, is not remembered.
+    #[test]
+    fn ids_never_located_are_not_looked_for_again() {
+        let t0 = tokio::time::Instant::now();
+        let unknown = Target {
+            pod: None,
+            container: Some("gone".into()),
+        };
+        let mut r = Rechecks::default();
+        let last = (0..).take_while(|a| recheck_delay(&unknown, *a).is_some()).count();
+        r.after_check(&unknown, false, last, t0);
+        assert!(r.unlocatable("gone", t0 + Duration::from_secs(1)));
+        assert!(!r.unlocatable("gone", t0 + UNLOCATABLE_FOR));
+        assert!(!r.unlocatable("other", t0));
+        let known = Target {
+            pod: Some("u1".into()),
+            container: Some("c1".into()),
+        };
+        r.after_check(&known, false, 10_000, t0);
+        assert!(!r.unlocatable("c1", t0));
+    }
+
+    /// The re-checks waiting are bounded: past the bound none is added, and the dispatcher is
+    /// told to relist everything once instead.
+    #[test]
+    fn rechecks_are_bounded() {
+        let t0 = tokio::time::Instant::now();
+        let mut r = Rechecks::default();
+        for i in 0..MAX_RECHECKS + 10 {
+            let target = Target {
+                pod: Some(format!("u{i}")),
+                container: None,
+            };
+            r.after_check(&target, false, 0, t0);
+        }
+        assert_eq!(r.len(), MAX_RECHECKS);
+        assert!(r.take_overflowed());
+        assert!(!r.take_overflowed(), "said once");
+    }
+
+    #[test]
+    fn pending_coalesces_and_keeps_order() {
+        let mut p = Pending::default();
+        for t in [
+            Trigger::Pod("b".into()),
+            Trigger::Container("c1".into()),
+            Trigger::Pod("a".into()),
+            Trigger::Pod("b".into()),
+            Trigger::Container("c1".into()),
+        ] {
+            p.add(t);
+        }
+        assert_eq!(p.pods, ["b", "a"]);
+        assert_eq!(p.containers, ["c1"]);
+        p.add(Trigger::All);
+        p.add(Trigger::All);
+        p.add(Trigger::Pod("z".into()));
+        assert!(p.all);
+        assert_eq!(p.pods, ["b", "a", "z"], "targets keep their re-check schedules");
+        assert_eq!(p.containers, ["c1"]);
+        assert!(!p.is_empty());
+        assert!(Pending::default().is_empty());
+    }
+}

@@ -1,0 +1,234 @@
+//! Runtime triggers: streams that say "something changed for this container or pod", turned into
+//! targeted relists. A trigger never carries state into plegd — no state, exit code or timestamp is
+//! taken from an event's payload; it only names what to relist (the lesson of the kubelet's
+//! Evented PLEG). The periodic relist keeps running as the safety net: every
+//! `relist_period_with_triggers` (default 30 s) while the stream is connected, every `relist_period`
+//! (default 1 s) from the moment it fails until it is connected again.
+//!
+//! Sources:
+//! - **containerd**: containerd's own events service (`/tasks/start|exit|delete|oom`,
+//!   `/containers/delete` in namespace `k8s.io`). It broadcasts to every subscriber, so it is safe
+//!   beside a kubelet.
+//! - **cri**: CRI `GetContainerEvents` (containerd ≥ 1.7, CRI-O). On containerd 1.7 each event goes
+//!   to ONE subscriber, so plegd would take events from a kubelet that uses Evented PLEG on the
+//!   same runtime (plegd warns); containerd 2.x broadcasts, and replays recent events to a new
+//!   subscriber, which plegd skips (its connection's full relist covers them).
+//!
+//! A runtime's event can be ahead of its CRI state (containerd 1.6 publishes `/tasks/exit` 20–70 ms
+//! before its CRI plugin reports the container exited). So an event that names a known container is
+//! checked by probing that one container's CRI state (one cheap status call), and its pod is
+//! relisted only when the probe differs from the record; a probe or relist that finds no change is
+//! repeated on a schedule ([`recheck_delay`]) that ends at the first change.
+//!
+//! A stream that fails reconnects with exponential backoff, capped, forever: no permanent fallback.
+//! Triggers are coalesced: everything that arrives while a relist runs is served by the next one,
+//! and a pod named many times is relisted once. Targeted and periodic relists share the relister's
+//! lock, so a pod is never relisted concurrently and its events never reorder.
+//!
+//! The rooms: `streams.rs` holds each event source's life (subscribe, forward, end, retry, and
+//! what the stream's health says); `dispatch.rs` turns triggers into checks and keeps their
+//! re-check schedules; this file holds the vocabulary and starts the stages.
+
+mod dispatch;
+mod streams;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tracing::{info, warn};
+
+use crate::backoff::{ExponentialBackoff, InvalidBackoff};
+use crate::clock::Clock;
+use crate::kubecontainer::PodUid;
+use crate::pleg::GenericPleg;
+use crate::runtime::{CriRuntime, RuntimeVersion};
+use crate::supervise::Stage;
+
+pub use dispatch::{MAX_RECHECKS, Pending, Rechecks, Target, UNLOCATABLE_FOR, dispatch, recheck_delay};
+pub use streams::{
+    SUBSCRIBED_AFTER, UNUSABLE_AFTER, containerd_filters, containerd_trigger, cri_events_go_to_one_subscriber,
+    cri_trigger, replayed, run_source,
+};
+
+/// What a trigger asks for.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Trigger {
+    /// Relist the pod that owns this container or sandbox id (a full relist if no pod record has it).
+    Container(String),
+    /// Relist this pod.
+    Pod(PodUid),
+    /// Relist everything.
+    All,
+}
+
+/// Which trigger source to use (`--triggers`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TriggerMode {
+    /// containerd's events when the runtime is containerd, else CRI GetContainerEvents if the
+    /// runtime implements it, else none.
+    Auto,
+    /// containerd's events service (broadcast; safe beside a kubelet).
+    Containerd,
+    /// CRI GetContainerEvents (on containerd 1.7, takes events from a kubelet using Evented PLEG).
+    Cri,
+    /// Periodic relist only.
+    None,
+}
+
+/// The source a mode resolves to for a given runtime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    Containerd,
+    Cri,
+}
+
+impl Source {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Containerd => "containerd",
+            Source::Cri => "cri",
+        }
+    }
+}
+
+impl TriggerMode {
+    /// The source to start for a runtime that calls itself `runtime_name`. `Auto` on a runtime other
+    /// than containerd tries CRI events, and stops quietly if the runtime does not implement them.
+    pub fn source(self, runtime_name: &str) -> Option<Source> {
+        match self {
+            TriggerMode::Auto if runtime_name == "containerd" => Some(Source::Containerd),
+            TriggerMode::Auto | TriggerMode::Cri => Some(Source::Cri),
+            TriggerMode::Containerd => Some(Source::Containerd),
+            TriggerMode::None => None,
+        }
+    }
+}
+
+/// Settings of trigger streams.
+#[derive(Debug, Clone)]
+pub struct TriggerOptions {
+    pub initial_backoff: Duration,
+    /// Cap of the reconnection backoff.
+    pub max_backoff: Duration,
+    /// Triggers queued for the dispatcher; past this, the next relist is a full one.
+    pub queue: usize,
+    /// containerd namespace the kubelet's pods live in.
+    pub namespace: String,
+}
+
+impl Default for TriggerOptions {
+    fn default() -> Self {
+        Self {
+            initial_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(30),
+            queue: 4096,
+            namespace: "k8s.io".into(),
+        }
+    }
+}
+
+/// The sending side of the trigger queue. Never blocks: when the queue is full it raises a flag
+/// that turns the next dispatch into a full relist, so no trigger is lost.
+#[derive(Clone)]
+pub struct TriggerSender {
+    tx: mpsc::Sender<Trigger>,
+    overflow: Arc<AtomicBool>,
+}
+
+impl TriggerSender {
+    pub fn send(&self, trigger: Trigger) {
+        if self.tx.try_send(trigger).is_err() {
+            self.overflow.store(true, Ordering::Release);
+        }
+    }
+}
+
+/// The receiving side, consumed by [`dispatch`].
+pub struct TriggerReceiver {
+    rx: mpsc::Receiver<Trigger>,
+    overflow: Arc<AtomicBool>,
+}
+
+pub fn trigger_queue(capacity: usize) -> (TriggerSender, TriggerReceiver) {
+    let (tx, rx) = mpsc::channel(capacity.max(1));
+    let overflow = Arc::new(AtomicBool::new(false));
+    (
+        TriggerSender {
+            tx,
+            overflow: overflow.clone(),
+        },
+        TriggerReceiver { rx, overflow },
+    )
+}
+
+/// The trigger machinery for `mode` on `runtime` as named stages to run supervised: the source
+/// and the dispatcher (none for `TriggerMode::None`).
+pub fn stages<C: Clock>(
+    mode: TriggerMode,
+    version: &RuntimeVersion,
+    pleg: Arc<GenericPleg<CriRuntime, C>>,
+    options: TriggerOptions,
+) -> Result<Vec<(&'static str, Stage)>, InvalidBackoff> {
+    let Some(source) = mode.source(&version.runtime_name) else {
+        return Ok(Vec::new());
+    };
+    // Validate before starting so that bad settings fail at start.
+    ExponentialBackoff::try_new(options.initial_backoff, options.max_backoff)?;
+    let metrics = pleg.runtime().metrics().clone();
+    let (sender, receiver) = trigger_queue(options.queue);
+    let runtime = pleg.runtime().clone();
+    info!(source = source.as_str(), "runtime triggers on");
+    let version = version.clone();
+    let health = pleg.trigger_health();
+    let source_stage: Stage = Box::pin(async move {
+        if let Err(error) = run_source(source, mode, &runtime, &version, options, sender, health).await {
+            warn!(error = %error, "trigger source stopped");
+        }
+    });
+    let dispatcher: Stage = Box::pin(dispatch(pleg, receiver, metrics));
+    Ok(vec![
+        ("trigger-source", source_stage),
+        ("trigger-dispatcher", dispatcher),
+    ])
+}
+
+/// [`stages`] spawned as plain tasks, for tests and benches that drive a relister by hand.
+pub fn spawn<C: Clock>(
+    mode: TriggerMode,
+    version: &RuntimeVersion,
+    pleg: Arc<GenericPleg<CriRuntime, C>>,
+    options: TriggerOptions,
+) -> Result<Vec<tokio::task::JoinHandle<()>>, InvalidBackoff> {
+    Ok(stages(mode, version, pleg, options)?
+        .into_iter()
+        .map(|(_, stage)| tokio::spawn(stage))
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_resolve_to_sources() {
+        assert_eq!(TriggerMode::Auto.source("containerd"), Some(Source::Containerd));
+        assert_eq!(TriggerMode::Auto.source("cri-o"), Some(Source::Cri));
+        assert_eq!(TriggerMode::Cri.source("containerd"), Some(Source::Cri));
+        assert_eq!(TriggerMode::Containerd.source("cri-o"), Some(Source::Containerd));
+        assert_eq!(TriggerMode::None.source("containerd"), None);
+    }
+
+    #[tokio::test]
+    async fn full_queue_turns_into_a_full_relist_flag() {
+        let (tx, mut rx) = trigger_queue(1);
+        tx.send(Trigger::Pod("a".into()));
+        tx.send(Trigger::Pod("b".into()));
+        assert_eq!(rx.rx.recv().await, Some(Trigger::Pod("a".into())));
+        assert!(
+            rx.overflow.load(Ordering::Acquire),
+            "the dropped trigger is remembered as 'relist all'"
+        );
+    }
+}

@@ -1,0 +1,499 @@
+//! The event sources: containerd's events service and CRI `GetContainerEvents`, each one
+//! stream's life — subscribe, count as connected once it has lived or delivered, forward what it
+//! names, end, and come back with backoff — and what the stream's state tells health and metrics.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use containerd_client::services::v1::SubscribeRequest;
+use containerd_client::services::v1::events_client::EventsClient;
+use k8s_cri::v1 as cri;
+use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
+use prost::Message;
+use tonic::transport::Channel;
+use tracing::{debug, info, warn};
+
+use crate::backoff::{ExponentialBackoff, InvalidBackoff};
+use crate::metrics::Metrics;
+use crate::pleg::{StreamState, TriggerHealth};
+use crate::runtime::{CriRuntime, MAX_MESSAGE_SIZE, RuntimeVersion};
+
+use super::{Source, Trigger, TriggerMode, TriggerOptions, TriggerSender};
+
+/// What a containerd event names, if it can change a container's state.
+pub fn containerd_trigger(topic: &str, payload: &[u8]) -> Option<Trigger> {
+    use containerd_client::events::{ContainerDelete, TaskDelete, TaskExit, TaskOom, TaskStart};
+    let id = match topic {
+        "/tasks/start" => TaskStart::decode(payload).ok()?.container_id,
+        // The exit of an exec'd process (id != container id) changes nothing.
+        "/tasks/exit" => {
+            TaskExit::decode(payload)
+                .ok()
+                .filter(|e| e.id == e.container_id || e.id.is_empty())?
+                .container_id
+        }
+        "/tasks/delete" => {
+            TaskDelete::decode(payload)
+                .ok()
+                .filter(|e| e.id == e.container_id || e.id.is_empty())?
+                .container_id
+        }
+        "/tasks/oom" => TaskOom::decode(payload).ok()?.container_id,
+        "/containers/delete" => ContainerDelete::decode(payload).ok()?.id,
+        _ => return None,
+    };
+    (!id.is_empty()).then_some(Trigger::Container(id))
+}
+
+/// The containerd event filters for `namespace` (each one an AND; the list an OR).
+pub fn containerd_filters(namespace: &str) -> Vec<String> {
+    [
+        "/tasks/start",
+        "/tasks/exit",
+        "/tasks/delete",
+        "/tasks/oom",
+        "/containers/delete",
+    ]
+    .iter()
+    .map(|topic| format!("namespace=={namespace},topic==\"{topic}\""))
+    .collect()
+}
+
+/// What a CRI container event names: its pod when the event carries the sandbox's uid, else the
+/// container. Nothing else of the event is read.
+pub fn cri_trigger(event: &cri::ContainerEventResponse) -> Option<Trigger> {
+    let uid = event
+        .pod_sandbox_status
+        .as_ref()
+        .and_then(|s| s.metadata.as_ref())
+        .map(|m| m.uid.as_str())
+        .unwrap_or("");
+    if !uid.is_empty() {
+        return Some(Trigger::Pod(uid.to_owned()));
+    }
+    (!event.container_id.is_empty()).then(|| Trigger::Container(event.container_id.clone()))
+}
+
+/// How one subscription ended.
+enum StreamEnd {
+    /// The runtime does not implement this stream.
+    Unimplemented,
+    Failed(tonic::Status),
+    Closed,
+}
+
+/// A subscription is in place: counted, logged, and one full relist asked for, since whatever
+/// happened before it was in place was not seen.
+fn stream_connected(source: Source, sender: &TriggerSender, metrics: &Metrics, link: &mut Link) {
+    metrics.count_trigger_connect(source.as_str());
+    set_state(&link.health, metrics, source, StreamState::Connected);
+    link.connected = true;
+    link.health.set(true);
+    info!(source = source.as_str(), "trigger stream connected");
+    sender.send(Trigger::All);
+}
+
+/// Say what a stream is doing: to health, and in the one-hot `plegd_trigger_stream_state`.
+fn set_state(health: &TriggerHealth, metrics: &Metrics, source: Source, state: StreamState) {
+    health.set_state(state);
+    let states = StreamState::ALL.map(StreamState::as_str);
+    metrics.set_trigger_state(source.as_str(), state.as_str(), &states);
+}
+
+/// How long a stream must stay open before it counts as in place. gRPC servers written in Go
+/// (containerd among them) send a stream's response headers with its first message, so on a quiet
+/// node the call returns only when something happens; a refusal (no such service, a runtime that
+/// is down) is answered at once, and so is a stream that the runtime answers and ends at once
+/// (CRI-O's `GetContainerEvents` without pod events), which never counts as in place.
+pub const SUBSCRIBED_AFTER: Duration = Duration::from_millis(250);
+
+/// Await a subscription call. The link is connected once the stream has been open for
+/// [`SUBSCRIBED_AFTER`] (answered or not) or has delivered a message; see [`next_message`].
+async fn open<T>(
+    source: Source,
+    call: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    sender: &TriggerSender,
+    metrics: &Metrics,
+    link: &mut Link,
+) -> Result<T, StreamEnd> {
+    tokio::pin!(call);
+    let answer = tokio::select! {
+        answer = &mut call => answer,
+        () = tokio::time::sleep_until(link.opened + SUBSCRIBED_AFTER) => {
+            stream_connected(source, sender, metrics, link);
+            call.await
+        }
+    };
+    match answer {
+        Ok(response) => {
+            link.answered = true;
+            Ok(response.into_inner())
+        }
+        Err(status) if status.code() == tonic::Code::Unimplemented => Err(StreamEnd::Unimplemented),
+        Err(status) => Err(StreamEnd::Failed(status)),
+    }
+}
+
+/// The next message of a subscription. Until the link is connected, a stream that stays open until
+/// [`SUBSCRIBED_AFTER`] after it was opened, or delivers a message before that, connects it; one
+/// that ends before that never does.
+async fn next_message<T>(
+    stream: &mut tonic::Streaming<T>,
+    source: Source,
+    sender: &TriggerSender,
+    metrics: &Metrics,
+    link: &mut Link,
+) -> Result<Option<T>, tonic::Status> {
+    if !link.connected {
+        // `Streaming::message` is cancel safe: a message half read when the timer fires is kept.
+        tokio::select! {
+            message = stream.message() => {
+                if matches!(message, Ok(Some(_))) {
+                    stream_connected(source, sender, metrics, link);
+                }
+                return message;
+            }
+            () = tokio::time::sleep_until(link.opened + SUBSCRIBED_AFTER) => {
+                stream_connected(source, sender, metrics, link);
+            }
+        }
+    }
+    stream.message().await
+}
+
+/// One subscription's state: when it was opened, whether the runtime answered it, whether it got
+/// connected and delivered an event, and the relister's view of its health.
+struct Link {
+    opened: tokio::time::Instant,
+    answered: bool,
+    connected: bool,
+    delivered: bool,
+    health: TriggerHealth,
+}
+
+impl Link {
+    fn new(health: TriggerHealth) -> Self {
+        Self {
+            opened: tokio::time::Instant::now(),
+            answered: false,
+            connected: false,
+            delivered: false,
+            health,
+        }
+    }
+
+    /// The runtime answered the subscription and ended it before it could count as in place.
+    fn ended_at_once(&self) -> bool {
+        self.answered && !self.connected
+    }
+}
+
+/// Streams that end at once, in a row, after which the runtime is taken to have no usable events.
+pub const UNUSABLE_AFTER: u32 = 3;
+
+async fn containerd_subscription(
+    channel: Channel,
+    options: &TriggerOptions,
+    sender: &TriggerSender,
+    metrics: &Metrics,
+    link: &mut Link,
+) -> StreamEnd {
+    let mut client = EventsClient::new(channel).max_decoding_message_size(MAX_MESSAGE_SIZE);
+    let request = SubscribeRequest {
+        filters: containerd_filters(&options.namespace),
+    };
+    let mut stream = match open(Source::Containerd, client.subscribe(request), sender, metrics, link).await {
+        Ok(stream) => stream,
+        Err(end) => return end,
+    };
+    loop {
+        match next_message(&mut stream, Source::Containerd, sender, metrics, link).await {
+            Ok(Some(envelope)) => {
+                link.delivered = true;
+                metrics.count_trigger(Source::Containerd.as_str());
+                let payload = envelope
+                    .event
+                    .as_ref()
+                    .map(|any| any.value.as_slice())
+                    .unwrap_or_default();
+                if let Some(trigger) = containerd_trigger(&envelope.topic, payload) {
+                    debug!(source = "containerd", topic = %envelope.topic, ?trigger, "trigger");
+                    sender.send(trigger);
+                }
+            }
+            Ok(None) => return StreamEnd::Closed,
+            Err(status) => return StreamEnd::Failed(status),
+        }
+    }
+}
+
+/// Whether a CRI event happened before the subscription that delivered it: containerd 2.x keeps
+/// recent events and replays them to a new subscriber, at once. The connection's own full relist
+/// covers them, so they are not acted on. Only events that arrive within [`SUBSCRIBED_AFTER`] of
+/// the subscription can be replays (`since_subscribed`, on the monotonic clock): a wall clock
+/// stepped back later (NTP) must not make every new event look old. Only the event's time is
+/// read (nanoseconds; 0 is "unknown" and counts as new).
+pub fn replayed(event: &cri::ContainerEventResponse, subscribed_at: SystemTime, since_subscribed: Duration) -> bool {
+    if since_subscribed >= SUBSCRIBED_AFTER {
+        return false;
+    }
+    let Ok(subscribed) = subscribed_at.duration_since(UNIX_EPOCH) else {
+        return false;
+    };
+    event.created_at > 0 && i128::from(event.created_at) < subscribed.as_nanos() as i128
+}
+
+async fn cri_subscription(channel: Channel, sender: &TriggerSender, metrics: &Metrics, link: &mut Link) -> StreamEnd {
+    let mut client = RuntimeServiceClient::new(channel).max_decoding_message_size(MAX_MESSAGE_SIZE);
+    let subscribed_at = SystemTime::now();
+    let call = client.get_container_events(cri::GetEventsRequest {});
+    let mut stream = match open(Source::Cri, call, sender, metrics, link).await {
+        Ok(stream) => stream,
+        Err(end) => return end,
+    };
+    loop {
+        match next_message(&mut stream, Source::Cri, sender, metrics, link).await {
+            Ok(Some(event)) => {
+                metrics.count_trigger(Source::Cri.as_str());
+                if replayed(&event, subscribed_at, link.opened.elapsed()) {
+                    metrics.count_trigger_replayed(Source::Cri.as_str());
+                    continue;
+                }
+                link.delivered = true;
+                if let Some(trigger) = cri_trigger(&event) {
+                    debug!(source = "cri", ?trigger, "trigger");
+                    sender.send(trigger);
+                }
+            }
+            Ok(None) => return StreamEnd::Closed,
+            Err(status) => return StreamEnd::Failed(status),
+        }
+    }
+}
+
+/// Run one trigger source forever: subscribe, forward triggers, and after any failure wait (with
+/// capped exponential backoff) and subscribe again. Each connection (the first too) asks for one
+/// full relist, since events may have been missed before the subscription was in place. When the
+/// runtime does not implement the stream and `mode` is `Auto` it logs so and idles. It returns only
+/// an error in its settings.
+pub async fn run_source(
+    source: Source,
+    mode: TriggerMode,
+    runtime: &CriRuntime,
+    version: &RuntimeVersion,
+    options: TriggerOptions,
+    sender: TriggerSender,
+    health: TriggerHealth,
+) -> Result<(), InvalidBackoff> {
+    let mut backoff = ExponentialBackoff::try_new(options.initial_backoff, options.max_backoff)?;
+    let metrics = runtime.metrics().clone();
+    if source == Source::Cri && cri_events_go_to_one_subscriber(version) {
+        warn!(
+            runtime_version = %version.runtime_version,
+            "using CRI GetContainerEvents: on containerd before 2.0 each event goes to only one subscriber, so a kubelet using Evented PLEG on this runtime will miss the events plegd receives (prefer --triggers containerd there)"
+        );
+    }
+    let state = |s: StreamState| set_state(&health, &metrics, source, s);
+    state(StreamState::Connecting);
+    // Streams in a row that the runtime answered and ended at once.
+    let mut ended_at_once = 0u32;
+    loop {
+        let mut link = Link::new(health.clone());
+        let channel = runtime.stream_channel();
+        let end = match source {
+            Source::Containerd => containerd_subscription(channel, &options, &sender, &metrics, &mut link).await,
+            Source::Cri => cri_subscription(channel, &sender, &metrics, &mut link).await,
+        };
+        // Whatever the stream would have said from now on is the relister's to find.
+        health.set(false);
+        // Only a stream that lived and delivered an event resets the backoff: one that the runtime
+        // ends at once, again and again, is retried ever more slowly.
+        if link.delivered {
+            backoff.reset();
+        }
+        let wait = backoff.next_wait();
+        if link.ended_at_once() && !matches!(end, StreamEnd::Unimplemented) {
+            ended_at_once += 1;
+            metrics.count_trigger_error(source.as_str());
+            if ended_at_once >= UNUSABLE_AFTER {
+                if ended_at_once == UNUSABLE_AFTER {
+                    state(StreamState::Unusable);
+                    warn!(
+                        source = source.as_str(),
+                        closes = ended_at_once,
+                        retry_in = ?wait,
+                        "the runtime ends its event stream as soon as it opens, so it has no usable events: relisting every --relist-period and retrying the stream with backoff (CRI-O sends container events only with enable_pod_events = true in the [crio.runtime] table of crio.conf)"
+                    );
+                } else {
+                    debug!(source = source.as_str(), closes = ended_at_once, retry_in = ?wait, "event stream ended at once again");
+                }
+                tokio::time::sleep(wait).await;
+                continue;
+            }
+        } else if link.connected {
+            ended_at_once = 0;
+        }
+        state(StreamState::Reconnecting);
+        match end {
+            StreamEnd::Unimplemented if mode == TriggerMode::Auto => {
+                state(StreamState::Off);
+                info!(
+                    source = source.as_str(),
+                    "the runtime does not implement this event stream; relying on the periodic relist"
+                );
+                // Nothing more to do, but a stage that ends is a failure: stay until cancelled.
+                std::future::pending::<()>().await;
+                return Ok(());
+            }
+            StreamEnd::Unimplemented => {
+                metrics.count_trigger_error(source.as_str());
+                warn!(source = source.as_str(), retry_in = ?wait, "the runtime does not implement this event stream; retrying");
+            }
+            StreamEnd::Failed(status) => {
+                if !link.ended_at_once() {
+                    metrics.count_trigger_error(source.as_str());
+                }
+                warn!(source = source.as_str(), code = ?status.code(), error = %status.message(), retry_in = ?wait, "trigger stream failed; reconnecting");
+            }
+            StreamEnd::Closed => {
+                if !link.ended_at_once() {
+                    metrics.count_trigger_error(source.as_str());
+                }
+                warn!(source = source.as_str(), retry_in = ?wait, "trigger stream closed by the runtime; reconnecting");
+            }
+        }
+        tokio::time::sleep(wait).await;
+    }
+}
+
+/// Whether a runtime's CRI GetContainerEvents hands each event to one subscriber only: containerd
+/// before 2.0 does; 2.x broadcasts (containerd PR #9661). Other runtimes are not assumed to.
+pub fn cri_events_go_to_one_subscriber(version: &RuntimeVersion) -> bool {
+    if version.runtime_name != "containerd" {
+        return false;
+    }
+    let major = version
+        .runtime_version
+        .trim_start_matches('v')
+        .split(['.', '~', '+', '-'])
+        .next()
+        .and_then(|m| m.parse::<u32>().ok());
+    // A version it cannot read is taken as an old one: the warning is the safe side.
+    major.is_none_or(|m| m < 2)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_containerd_before_2_hands_cri_events_to_one_subscriber() {
+        let v = |name: &str, version: &str| RuntimeVersion {
+            runtime_name: name.into(),
+            runtime_version: version.into(),
+            runtime_api_version: "v1".into(),
+        };
+        assert!(cri_events_go_to_one_subscriber(&v("containerd", "1.7.24~ds1")));
+        assert!(cri_events_go_to_one_subscriber(&v("containerd", "v1.6.20")));
+        assert!(!cri_events_go_to_one_subscriber(&v("containerd", "2.1.9+unknown")));
+        assert!(!cri_events_go_to_one_subscriber(&v("containerd", "v2.0.0")));
+        assert!(cri_events_go_to_one_subscriber(&v("containerd", "garbage")));
+        assert!(!cri_events_go_to_one_subscriber(&v("cri-o", "1.31.0")));
+    }
+
+    #[test]
+    fn replayed_events_are_those_from_before_the_subscription() {
+        let at = UNIX_EPOCH + Duration::from_secs(1_000);
+        let event = |nanos: i64| cri::ContainerEventResponse {
+            created_at: nanos,
+            ..Default::default()
+        };
+        let now = Duration::from_millis(5);
+        assert!(replayed(&event(999_999_999_999), at, now));
+        assert!(!replayed(&event(1_000_000_000_000), at, now));
+        assert!(!replayed(&event(1_000_000_000_001), at, now));
+        // No time: treated as new.
+        assert!(!replayed(&event(0), at, now));
+        assert!(!replayed(&event(-5), at, now));
+        // The wall clock stepped back an hour after the subscription: events created since look
+        // older than it, but past the replay window none is taken for a replay.
+        let stepped_back = 1_000_000_000_000 - 3_600_000_000_000;
+        assert!(!replayed(&event(stepped_back), at, SUBSCRIBED_AFTER));
+        assert!(!replayed(&event(stepped_back), at, Duration::from_secs(60)));
+    }
+
+    #[test]
+    fn containerd_events_name_containers_only() {
+        use containerd_client::events::{ContainerDelete, TaskExit, TaskStart};
+        let start = TaskStart {
+            container_id: "c1".into(),
+            pid: 7,
+        }
+        .encode_to_vec();
+        assert_eq!(
+            containerd_trigger("/tasks/start", &start),
+            Some(Trigger::Container("c1".into()))
+        );
+        let exit = TaskExit {
+            container_id: "c1".into(),
+            id: "c1".into(),
+            exit_status: 3,
+            ..Default::default()
+        }
+        .encode_to_vec();
+        assert_eq!(
+            containerd_trigger("/tasks/exit", &exit),
+            Some(Trigger::Container("c1".into()))
+        );
+        let exec_exit = TaskExit {
+            container_id: "c1".into(),
+            id: "exec-42".into(),
+            ..Default::default()
+        }
+        .encode_to_vec();
+        assert_eq!(
+            containerd_trigger("/tasks/exit", &exec_exit),
+            None,
+            "an exec'd process ending changes nothing"
+        );
+        let delete = ContainerDelete { id: "c2".into() }.encode_to_vec();
+        assert_eq!(
+            containerd_trigger("/containers/delete", &delete),
+            Some(Trigger::Container("c2".into()))
+        );
+        assert_eq!(containerd_trigger("/images/create", &delete), None);
+        assert_eq!(
+            containerd_trigger("/tasks/start", b"\xff\xff garbage"),
+            None,
+            "undecodable payloads are ignored"
+        );
+        assert_eq!(
+            containerd_trigger("/tasks/start", &TaskStart::default().encode_to_vec()),
+            None
+        );
+    }
+
+    #[test]
+    fn filters_are_per_topic_in_the_namespace() {
+        let f = containerd_filters("k8s.io");
+        assert_eq!(f.len(), 5);
+        assert_eq!(f[1], "namespace==k8s.io,topic==\"/tasks/exit\"");
+    }
+
+    #[test]
+    fn cri_events_name_the_pod_when_they_can() {
+        let mut event = cri::ContainerEventResponse {
+            container_id: "c1".into(),
+            ..Default::default()
+        };
+        assert_eq!(cri_trigger(&event), Some(Trigger::Container("c1".into())));
+        event.pod_sandbox_status = Some(cri::PodSandboxStatus {
+            metadata: Some(cri::PodSandboxMetadata {
+                uid: "u1".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        assert_eq!(cri_trigger(&event), Some(Trigger::Pod("u1".into())));
+        assert_eq!(cri_trigger(&cri::ContainerEventResponse::default()), None);
+    }
+}
