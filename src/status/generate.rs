@@ -1405,6 +1405,15 @@ mod tests {
 
     const T: SystemTime = SystemTime::UNIX_EPOCH;
 
+    /// The condition of `type_` in `status` (a test fails without it).
+    fn condition_of<'a>(status: &'a PodStatus, type_: &str) -> &'a PodCondition {
+        let conditions = status.conditions.as_deref().unwrap_or_default();
+        conditions
+            .iter()
+            .find(|c| c.type_ == type_)
+            .unwrap_or_else(|| panic!("no {type_} condition in {conditions:?}"))
+    }
+
     fn at(secs: u64) -> SystemTime {
         T + Duration::from_secs(secs)
     }
@@ -1872,13 +1881,7 @@ mod tests {
         };
         let s = status_of(&pod, &runtime, at(200));
         assert_eq!(s.phase.as_deref(), Some(FAILED));
-        let ready = s
-            .conditions
-            .as_ref()
-            .unwrap()
-            .iter()
-            .find(|c| c.type_ == READY)
-            .unwrap();
+        let ready = condition_of(&s, READY);
         assert_eq!((ready.status.as_str(), ready.observed_generation), ("False", Some(4)));
 
         // Never lowered: a pod whose generation reads lower keeps the status' (its conditions
@@ -1960,13 +1963,7 @@ mod tests {
         // Past it with the container running: the phase waits, the readiness says the pod failed.
         let held = status_of(&pod, &running, at(130));
         assert_eq!((held.phase.as_deref(), held.reason.as_deref()), (Some(RUNNING), None));
-        let ready = held
-            .conditions
-            .as_ref()
-            .unwrap()
-            .iter()
-            .find(|c| c.type_ == READY)
-            .unwrap();
+        let ready = condition_of(&held, READY);
         assert_eq!(
             (ready.status.as_str(), ready.reason.as_deref()),
             ("False", Some("PodFailed"))
@@ -2900,13 +2897,7 @@ mod tests {
         };
         let s = status_of(&pod, &runtime, at(10));
         assert_eq!(s.phase.as_deref(), Some(PENDING), "held back while the sidecar runs");
-        let ready = s
-            .conditions
-            .as_ref()
-            .unwrap()
-            .iter()
-            .find(|c| c.type_ == READY)
-            .unwrap();
+        let ready = condition_of(&s, READY);
         assert_eq!(
             (ready.status.as_str(), ready.reason.as_deref()),
             ("False", Some("PodFailed"))
