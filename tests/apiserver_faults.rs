@@ -236,9 +236,10 @@ async fn a_write_queued_for_a_replaced_pod_is_dropped() {
 
     // The queued write goes out with the old uid; the server refuses it (422, `metadata.uid ...
     // field is immutable`), and plegd drops it as a replaced pod.
+    // The write waits out its retry backoff (up to 10 s) first; a loaded machine adds more.
     wait_for(
         "the write dropped as a replaced pod",
-        Duration::from_secs(30),
+        Duration::from_secs(60),
         || async { plegd.metric("plegd_status_writes_total{result=\"replaced\"}") >= 1.0 },
     )
     .await;
