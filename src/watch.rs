@@ -183,12 +183,14 @@ impl Printer {
     }
 }
 
-/// Hand events to the printer until the channel closes or the writer stops.
+/// Hand events to the printer until the channel closes or the writer stops. Room at the writer is
+/// taken before an event is: cancelled while waiting, it has taken none (nothing is lost).
 async fn forward(events: &mut mpsc::Receiver<PodLifecycleEvent>, printer: &Printer, format: OutputFormat) {
-    while let Some(event) = events.recv().await {
-        if !printer.print(&event, format).await {
-            return;
-        }
+    let Some(lines) = &printer.lines else { return };
+    loop {
+        let Ok(room) = lines.reserve().await else { return };
+        let Some(event) = events.recv().await else { return };
+        room.send(format_event(&event, format));
     }
 }
 
@@ -238,22 +240,35 @@ pub async fn watch(
         ended = relister.failure() => Some(ended),
         () = shutdown => None,
     };
-    // Stop the sources; the relist under way finishes and what it computed is written.
+    // Stop the sources; the relist under way finishes and what it computed (and kept back for a
+    // full channel) is written, while the channel is still read. One deadline for it all: a
+    // reader that does not read holds plegd no longer than that.
+    let deadline = tokio::time::Instant::now() + FLUSH_AT_SHUTDOWN;
     stages.shutdown(std::time::Duration::from_secs(1)).await;
     relist_stop.cancel();
-    relister
-        .finish_by(tokio::time::Instant::now() + std::time::Duration::from_secs(10))
-        .await;
+    let relisted = relister.finish_by(deadline);
+    tokio::pin!(relisted);
     let hand_over = async {
+        loop {
+            tokio::select! {
+                _ = &mut relisted => break,
+                Some(event) = events.recv() => {
+                    if !printer.print(&event, format).await {
+                        return;
+                    }
+                }
+            }
+        }
         while let Ok(event) = events.try_recv() {
             if !printer.print(&event, format).await {
-                break;
+                return;
             }
         }
     };
-    // A reader that does not read holds the hand-over no longer than the flush.
-    let _ = tokio::time::timeout(FLUSH_AT_SHUTDOWN, hand_over).await;
-    let written = printer.finish(FLUSH_AT_SHUTDOWN).await;
+    let _ = tokio::time::timeout_at(deadline, hand_over).await;
+    let written = printer
+        .finish(deadline.saturating_duration_since(tokio::time::Instant::now()))
+        .await;
     match ended {
         Some(ended) => Err(WatchError::StageEnded(ended)),
         None => written,

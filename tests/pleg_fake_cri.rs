@@ -712,3 +712,26 @@ async fn a_sandbox_without_the_uid_label_is_the_same_pod_to_every_relist() {
     assert!(gone.iter().any(|e| e.kind == E::ContainerRemoved), "{gone:?}");
     assert_eq!(kinds(&h.relist().await), []);
 }
+
+/// At shutdown the relister, told to stop, sends the events it kept back for a full channel
+/// (waiting for the reader, who still reads): nothing computed is left behind.
+#[tokio::test]
+async fn stopping_sends_what_a_full_channel_kept_back() {
+    let mut h = Harness::with_capacity(1).await;
+    h.fake().add_running_pod("u1", "web", 3);
+    h.clock.advance(Duration::from_secs(1));
+    h.pleg.relist().await.expect("relist");
+    assert!(h.pleg.undelivered_count().await > 0, "the channel of 1 kept some back");
+    let stop = tokio_util::sync::CancellationToken::new();
+    stop.cancel();
+    let relister = tokio::spawn(h.pleg.clone().run_until(stop));
+    let mut seen = Vec::new();
+    while seen.len() < 4 {
+        let event = tokio::time::timeout(Duration::from_secs(5), h.events.recv()).await;
+        seen.push(event.expect("sent before the relister ends").expect("an event"));
+    }
+    relister.await.unwrap();
+    assert_eq!(h.pleg.undelivered_count().await, 0);
+    let started: Vec<_> = seen.iter().filter(|e| e.kind == E::ContainerStarted).collect();
+    assert_eq!(started.len(), 4, "the sandbox and three containers: {seen:?}");
+}

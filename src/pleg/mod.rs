@@ -538,6 +538,17 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
         PodOutcome::Refreshed { changed }
     }
 
+    /// At the end: every event still kept for a pod's next relist (the channel was full) is sent,
+    /// waiting for room — the consumer is still reading — so that nothing computed is left behind.
+    async fn deliver_undelivered(&self) {
+        let undelivered = std::mem::take(&mut self.state.lock().await.undelivered);
+        for event in undelivered.into_values().flatten() {
+            if self.events.send(event).await.is_err() {
+                return;
+            }
+        }
+    }
+
     /// Send without blocking, in order. Returns the events that did not fit, if any.
     fn send_all(&self, queue: Vec<PodLifecycleEvent>) -> Option<Vec<PodLifecycleEvent>> {
         let mut iter = queue.into_iter();
@@ -626,8 +637,9 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
         self.run_until(CancellationToken::new()).await;
     }
 
-    /// [`run`](Self::run) until `stop` is cancelled: a relist under way when it is finishes first
-    /// (what it computes is sent), then no other starts.
+    /// [`run`](Self::run) until `stop` is cancelled: a relist under way when it is finishes first,
+    /// then no other starts, and the events kept back for a full channel are sent (waiting for
+    /// room: whoever reads the channel must still be reading).
     pub async fn run_until(self: Arc<Self>, stop: CancellationToken) {
         let mut failing = false;
         let mut health = self.triggers_healthy.subscribe();
@@ -668,6 +680,7 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
                 () = stop.cancelled() => {}
             }
         }
+        self.deliver_undelivered().await;
     }
 }
 

@@ -404,7 +404,6 @@ impl CriRuntime {
         RuntimeError::Call { operation, status }
     }
 
-    /// Log (once per item) and count what conversion could not use.
     /// Append each exited container's termination message to its runtime message, as
     /// `getPodContainerStatuses` does (`"<runtime message>: <message>"`). The files are read off
     /// the async threads.
@@ -439,6 +438,7 @@ impl CriRuntime {
         }
     }
 
+    /// Log (once per item) and count what conversion could not use.
     fn report(&self, bad: Vec<BadData>) {
         if bad.is_empty() {
             return;

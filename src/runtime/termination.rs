@@ -12,6 +12,7 @@
 
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Component, Path, PathBuf};
 
 use k8s_cri::v1 as cri;
@@ -226,13 +227,30 @@ impl HostFiles {
         if !resolved.starts_with(&root) {
             return refuse();
         }
-        let file = File::open(&resolved).map_err(Err)?;
+        // A FIFO or a device would block the open or the read: only a regular file is opened, and
+        // without waiting (a FIFO put there between the check and the open is then refused too).
+        match std::fs::metadata(&resolved) {
+            Ok(m) if m.is_file() => {}
+            Ok(_) => return refuse(),
+            Err(e) => return Err(Err(e)),
+        }
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc_o_nonblock())
+            .open(&resolved)
+            .map_err(Err)?;
         match file.metadata() {
             Ok(m) if m.is_file() => Ok(Some(file)),
             Ok(_) => refuse(),
             Err(e) => Err(Err(e)),
         }
     }
+}
+
+/// `O_NONBLOCK` on Linux (every architecture plegd builds for but alpha, sparc and mips, which
+/// it does not).
+const fn libc_o_nonblock() -> i32 {
+    0o4000
 }
 
 /// `tail.ReadAtMost`: the last `max` bytes of the file.
@@ -423,6 +441,13 @@ mod tests {
         assert_eq!(read(&empty, true).0, "panic: boom\n");
         assert_eq!(read(&missing, true).0, "panic: boom\n");
         assert_eq!(read(&empty, false).0, "");
+
+        // A FIFO below the root is refused without blocking (opening one would wait for a writer).
+        let fifo = pods.join("fifo");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+        assert!(made.success());
+        let (message, refused) = read(fifo.to_str().unwrap(), false);
+        assert_eq!((message.as_str(), refused.len()), ("", 1));
 
         // Refused: outside the root, a symlink out of it, a directory, `..`, a relative path.
         let outside = write(&dir.path().join("secret"), b"do not publish");

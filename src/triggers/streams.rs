@@ -305,9 +305,10 @@ pub async fn run_source(
         };
         // Whatever the stream would have said from now on is the relister's to find.
         health.set(false);
-        // Only a stream that lived and delivered an event resets the backoff: one that the runtime
-        // ends at once, again and again, is retried ever more slowly.
-        if link.delivered {
+        // Only a stream that lived — delivered an event, or stayed connected longer than the
+        // longest wait (a quiet node's containerd stream delivers nothing for hours) — resets the
+        // backoff: one that the runtime ends at once, again and again, is retried ever more slowly.
+        if link.delivered || (link.connected && link.opened.elapsed() >= options.max_backoff) {
             backoff.reset();
         }
         let wait = backoff.next_wait();
