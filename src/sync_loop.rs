@@ -13,6 +13,10 @@
 //! plegd retries it on the next read of the pod's status, which the PLEG makes at each relist
 //! while it re-inspects the pod, so a recovered runtime is written at once and a failing one is
 //! asked no more often than the relist asks it anyway.
+//!
+//! A pod with `activeDeadlineSeconds` is synced when its deadline passes (the kubelet's
+//! `ShouldSync`), from the runtime status it has. At shutdown the loop ends when the lifecycle
+//! events end, once the syncs the last of them ask for are handed to the status manager.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
