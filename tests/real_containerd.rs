@@ -189,3 +189,42 @@ async fn oom_killed_container_reports_oomkilled() {
     );
     cd.cleanup(&pod).await;
 }
+
+/// A sandbox made without the kubelet's pod-uid label (as `crictl runp` makes one): the complete
+/// relist groups it by its metadata uid, and so does a relist of its pod alone (what a runtime
+/// event asks for) — it does not look gone to one while it runs — and its stop is seen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_without_the_uid_label_is_one_pod_to_every_relist() {
+    let Some(cd) = containerd().await else { return };
+    let mut run = start_pleg(&cd).await;
+    let pod = cd.run_pod_unlabelled("runp").await;
+    let seen = collect_until(&mut run.events, &pod.uid, WAIT, |e| {
+        has(e, E::ContainerStarted, &pod.sandbox_id)
+    })
+    .await;
+    assert!(has(&seen, E::ContainerStarted, &pod.sandbox_id), "{seen:#?}");
+
+    for _ in 0..3 {
+        let changed = run.pleg.relist_pod(&pod.uid).await.expect("relist of the pod alone");
+        assert!(!changed, "nothing changed");
+    }
+    let quiet = collect_until(&mut run.events, &pod.uid, Duration::from_millis(500), |e| !e.is_empty()).await;
+    assert!(
+        !quiet
+            .iter()
+            .any(|e| matches!(e.kind, E::ContainerDied | E::ContainerRemoved)),
+        "{quiet:#?}"
+    );
+
+    cd.stop_pod(&pod).await;
+    let seen = collect_until(&mut run.events, &pod.uid, WAIT, |e| {
+        has(e, E::ContainerDied, &pod.sandbox_id)
+    })
+    .await;
+    assert_eq!(
+        seen.iter().filter(|e| e.kind == E::ContainerDied).count(),
+        1,
+        "one death: {seen:#?}"
+    );
+    cd.cleanup(&pod).await;
+}

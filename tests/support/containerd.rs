@@ -163,44 +163,20 @@ impl Containerd {
         host_network: bool,
         log_directory: Option<&std::path::Path>,
     ) -> TestPod {
-        let uid = uid.to_owned();
-        let namespace = namespace.to_owned();
-        let labels: HashMap<String, String> = [
-            (LABEL_POD_UID.to_owned(), uid.clone()),
-            (LABEL_POD_NAME.to_owned(), name.to_owned()),
-            (LABEL_POD_NAMESPACE.to_owned(), namespace.clone()),
-        ]
-        .into();
-        let network = if host_network {
-            cri::NamespaceMode::Node
-        } else {
-            cri::NamespaceMode::Pod
-        };
-        let config = cri::PodSandboxConfig {
-            metadata: Some(cri::PodSandboxMetadata {
-                name: name.into(),
-                uid: uid.clone(),
-                namespace: namespace.clone(),
-                attempt: 0,
-            }),
-            hostname: if host_network { String::new() } else { name.into() },
-            log_directory: log_directory.map(|d| d.display().to_string()).unwrap_or_default(),
-            labels,
-            linux: Some(cri::LinuxPodSandboxConfig {
-                cgroup_parent: format!("/plegd-test/pod{uid}"),
-                security_context: Some(cri::LinuxSandboxSecurityContext {
-                    namespace_options: Some(cri::NamespaceOption {
-                        network: network as i32,
-                        pid: cri::NamespaceMode::Container as i32,
-                        ipc: cri::NamespaceMode::Pod as i32,
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
+        self.run_sandbox(sandbox_config(name, namespace, uid, host_network, log_directory))
+            .await
+    }
+
+    /// Run a sandbox made as `crictl runp` makes one: its metadata has the uid, but it carries
+    /// none of the kubelet's labels.
+    pub async fn run_pod_unlabelled(&self, name: &str) -> TestPod {
+        let mut config = sandbox_config(name, TEST_NAMESPACE, &unique_uid(name), true, None);
+        config.labels.clear();
+        self.run_sandbox(config).await
+    }
+
+    async fn run_sandbox(&self, config: cri::PodSandboxConfig) -> TestPod {
+        let meta = config.metadata.clone().unwrap_or_default();
         let response = self
             .client()
             .run_pod_sandbox(cri::RunPodSandboxRequest {
@@ -208,11 +184,11 @@ impl Containerd {
                 runtime_handler: String::new(),
             })
             .await
-            .unwrap_or_else(|e| panic!("RunPodSandbox {name}: {e}"));
+            .unwrap_or_else(|e| panic!("RunPodSandbox {}: {e}", meta.name));
         TestPod {
-            uid,
-            name: name.into(),
-            namespace,
+            uid: meta.uid,
+            name: meta.name,
+            namespace: meta.namespace,
             sandbox_id: response.into_inner().pod_sandbox_id,
             config,
         }
@@ -445,6 +421,54 @@ impl Drop for PrivateContainerd {
             .arg("stop")
             .envs(self.env.clone())
             .output();
+    }
+}
+
+/// The sandbox config the kubelet would send for the pod `namespace/name` with `uid`: its labels,
+/// a cgroup parent of its own, the pod's or the host's network.
+fn sandbox_config(
+    name: &str,
+    namespace: &str,
+    uid: &str,
+    host_network: bool,
+    log_directory: Option<&std::path::Path>,
+) -> cri::PodSandboxConfig {
+    let (uid, namespace) = (uid.to_owned(), namespace.to_owned());
+    let labels: HashMap<String, String> = [
+        (LABEL_POD_UID.to_owned(), uid.clone()),
+        (LABEL_POD_NAME.to_owned(), name.to_owned()),
+        (LABEL_POD_NAMESPACE.to_owned(), namespace.clone()),
+    ]
+    .into();
+    let network = if host_network {
+        cri::NamespaceMode::Node
+    } else {
+        cri::NamespaceMode::Pod
+    };
+    cri::PodSandboxConfig {
+        metadata: Some(cri::PodSandboxMetadata {
+            name: name.into(),
+            uid: uid.clone(),
+            namespace: namespace.clone(),
+            attempt: 0,
+        }),
+        hostname: if host_network { String::new() } else { name.into() },
+        log_directory: log_directory.map(|d| d.display().to_string()).unwrap_or_default(),
+        labels,
+        linux: Some(cri::LinuxPodSandboxConfig {
+            cgroup_parent: format!("/plegd-test/pod{uid}"),
+            security_context: Some(cri::LinuxSandboxSecurityContext {
+                namespace_options: Some(cri::NamespaceOption {
+                    network: network as i32,
+                    pid: cri::NamespaceMode::Container as i32,
+                    ipc: cri::NamespaceMode::Pod as i32,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
     }
 }
 
