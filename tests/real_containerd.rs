@@ -228,3 +228,40 @@ async fn a_sandbox_without_the_uid_label_is_one_pod_to_every_relist() {
     );
     cd.cleanup(&pod).await;
 }
+
+/// A pod that vanishes from the runtime and is found gone by a relist of its own (what a runtime
+/// event asks for) wakes whoever waits for a newer status of it — the syncLoop — at once, not at
+/// the next complete relist (here there is none: the relister does not run periodically).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_gone_in_its_own_relist_wakes_its_waiters() {
+    let Some(cd) = containerd().await else { return };
+    let metrics = Arc::new(Metrics::new());
+    let (runtime, _) = CriRuntime::connect(&cd.socket, &CriOptions::default(), metrics.clone())
+        .await
+        .expect("connect to containerd");
+    let (pleg, _events) = GenericPleg::new(
+        runtime,
+        SystemClock,
+        Arc::new(PodCache::new()),
+        metrics,
+        PlegConfig::default(),
+    );
+    let pleg = Arc::new(pleg);
+    let pod = cd.run_pod("vanish", true).await;
+    cd.run_container(&pod, "app", "sleep 600").await;
+    pleg.relist().await.expect("relist");
+    let seen_at = pleg.cache().get(&pod.uid).modified;
+    let cache = pleg.clone();
+    let uid = pod.uid.clone();
+    let waiter = tokio::spawn(async move { cache.cache().get_newer_than(&uid, seen_at).await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!waiter.is_finished(), "nothing newer yet");
+
+    cd.cleanup(&pod).await;
+    pleg.relist_pod(&pod.uid).await.expect("relist of the pod alone");
+    let got = tokio::time::timeout(Duration::from_secs(2), waiter)
+        .await
+        .expect("woken by the pod's own relist")
+        .unwrap();
+    assert!(got.status.container_statuses.is_empty() && got.status.sandbox_statuses.is_empty());
+}
