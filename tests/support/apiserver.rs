@@ -223,6 +223,31 @@ impl Apiserver {
     }
 
     pub async fn start_with(options: Options) -> Self {
+        // A free port is free when asked for, not necessarily when the server binds it: another
+        // test's server may take it between the two (then this one fails to bind, and its client
+        // meets the other's certificate). Such a start is tried again on other ports.
+        for attempt in 1.. {
+            let me = Self::start_once(&options).await;
+            match me.try_wait_ready(Duration::from_secs(60)).await {
+                Ok(()) => return me,
+                Err(why) if attempt < 3 && me.lost_its_port(&why) => {
+                    eprintln!("test apiserver: port taken by another ({why}); starting again on other ports");
+                }
+                Err(why) => panic!(
+                    "the test apiserver did not become ready in 60s: {why}\n{}",
+                    me.log_tail()
+                ),
+            }
+        }
+        unreachable!("the loop returns or panics")
+    }
+
+    /// Whether a start failed because its port was someone else's.
+    fn lost_its_port(&self, why: &str) -> bool {
+        why.contains("InvalidCertificate") || self.log_tail().contains("address already in use")
+    }
+
+    async fn start_once(options: &Options) -> Self {
         let binary = server_binary();
         let etcd = packages_dir().join("apiserver/root/usr/bin/etcd");
         let dir = tempfile::Builder::new()
@@ -293,7 +318,6 @@ impl Apiserver {
             namespaces: Mutex::default(),
             dir,
         };
-        me.wait_ready(Duration::from_secs(60)).await;
         me
     }
 
@@ -307,6 +331,15 @@ impl Apiserver {
     }
 
     async fn wait_ready(&self, timeout: Duration) {
+        if let Err(why) = self.try_wait_ready(timeout).await {
+            panic!(
+                "the test apiserver did not become ready in {timeout:?}: {why}\n{}",
+                self.log_tail()
+            );
+        }
+    }
+
+    async fn try_wait_ready(&self, timeout: Duration) -> Result<(), String> {
         let deadline = Instant::now() + timeout;
         loop {
             let ready = self
@@ -314,16 +347,13 @@ impl Apiserver {
                 .request_text(http::Request::get("/readyz").body(Vec::new()).unwrap())
                 .await;
             // The namespaces a fresh apiserver creates come with readiness (a post-start hook).
-            if ready.is_ok() {
-                return;
+            match ready {
+                Ok(_) => return Ok(()),
+                // Another server's certificate: no use waiting.
+                Err(e) if format!("{e:?}").contains("InvalidCertificate") => return Err(format!("{e:?}")),
+                Err(e) if Instant::now() >= deadline => return Err(format!("{e:?}")),
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
             }
-            if Instant::now() >= deadline {
-                panic!(
-                    "the test apiserver did not become ready in {timeout:?}: {ready:?}\n{}",
-                    self.log_tail()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 
