@@ -303,7 +303,7 @@ impl Apiserver {
         let admin_kc = write_kubeconfig(dir.path(), "admin", port, &admin, &ca);
         let client = client_for(&admin_kc, &ca).await;
         let history = Arc::new(Mutex::new(Vec::new()));
-        let me = Self {
+        Self {
             port,
             etcd_port,
             etcd: Mutex::new(Some(etcd_child)),
@@ -317,8 +317,7 @@ impl Apiserver {
             earlier_requests: Mutex::default(),
             namespaces: Mutex::default(),
             dir,
-        };
-        me
+        }
     }
 
     fn spawn_server(binary: &Path, args: &[String], dir: &Path) -> Child {
