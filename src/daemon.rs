@@ -347,8 +347,8 @@ async fn supervise(
     failure
 }
 
-/// The daemon's stages in three sets, stopped in order: the sources of work (runtime triggers, the
-/// relister, the informer), the pipeline that carries what they computed (the event fan-out, the
+/// The daemon's stages in four sets, stopped in order: the sources of work (runtime triggers, the
+/// informer), the relister, the pipeline that carries what they computed (the event fan-out, the
 /// syncLoop), and the output (status writers, endpoints).
 struct DaemonStages {
     sources: Stages,
@@ -368,7 +368,8 @@ async fn stop(sets: DaemonStages, manager: &StatusManager, timeout: std::time::D
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
     info!(pending_status_writes = manager.pending(), "plegd stopping");
     let deadline = tokio::time::Instant::now() + timeout;
-    sets.sources.shutdown(STAGE_DRAIN).await;
+    // Within the deadline, however short `--shutdown-timeout` is.
+    sets.sources.shutdown(STAGE_DRAIN.min(timeout)).await;
     sets.relist_stop.cancel();
     let cut = sets.relister.finish_by(deadline).await;
     if !cut.is_empty() {
@@ -440,9 +441,9 @@ pub async fn run_controlled(
     );
     let pleg = Arc::new(pleg);
     let stage_health = StageHealth::default();
-    // Three sets (see `DaemonStages`): at shutdown the sources stop first, then the pipeline hands
-    // over what they computed, then the status writers get a bounded time to flush, then the
-    // writers and endpoints stop.
+    // Four sets (see `DaemonStages`): at shutdown the sources stop first, then the relister ends
+    // after the relist under way, then the pipeline hands over what was computed, then the status
+    // writers get a bounded time to flush, then the writers and endpoints stop.
     let mut intake = Stages::new(CancellationToken::new(), stage_health.clone());
     let mut pipeline = Stages::new(CancellationToken::new(), stage_health.clone());
     let drain = CancellationToken::new();

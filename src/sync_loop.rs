@@ -199,19 +199,12 @@ impl<R: Runtime, C: Clock> SyncLoop<R, C> {
                 _ = tick.tick() => self.sync_due(),
                 _ = housekeeping.tick() => self.housekeeping(),
             }
-            for (uid, min) in self.to_wait.drain(..) {
-                let cache = self.pleg.cache().clone();
-                waits.push(Box::pin(async move {
-                    cache.get_newer_than(&uid, min).await;
-                    uid
-                }));
-            }
+            self.start_waits(&mut waits);
         }
     }
 
-    /// At the end: the syncs still waiting for the runtime status their event was computed from
-    /// (the relister caches it before it sends the event, so these are served at once) are made.
-    async fn finish(&mut self, waits: &mut FuturesUnordered<CacheWait>) {
+    /// Turn the waits on the cache asked for since the loop last looked into futures it polls.
+    fn start_waits(&mut self, waits: &mut FuturesUnordered<CacheWait>) {
         for (uid, min) in self.to_wait.drain(..) {
             let cache = self.pleg.cache().clone();
             waits.push(Box::pin(async move {
@@ -219,10 +212,17 @@ impl<R: Runtime, C: Clock> SyncLoop<R, C> {
                 uid
             }));
         }
+    }
+
+    /// At the end: the syncs still waiting for the runtime status their event was computed from
+    /// (the relister caches it before it sends the event, so these are served at once) are made.
+    async fn finish(&mut self, waits: &mut FuturesUnordered<CacheWait>) {
+        self.start_waits(waits);
         // Bounded: a wait the cache cannot serve any more is given up after a moment (the daemon's
         // shutdown deadline bounds the whole drain anyway).
         while let Ok(Some(uid)) = tokio::time::timeout(FINISH_WAIT, waits.next()).await {
             self.on_cache_newer(&uid);
+            self.start_waits(waits);
         }
     }
 

@@ -236,7 +236,7 @@ impl HostFiles {
         }
         let file = std::fs::OpenOptions::new()
             .read(true)
-            .custom_flags(libc_o_nonblock())
+            .custom_flags(libc::O_NONBLOCK)
             .open(&resolved)
             .map_err(Err)?;
         match file.metadata() {
@@ -245,12 +245,6 @@ impl HostFiles {
             Err(e) => Err(Err(e)),
         }
     }
-}
-
-/// `O_NONBLOCK` on Linux (every architecture plegd builds for but alpha, sparc and mips, which
-/// it does not).
-const fn libc_o_nonblock() -> i32 {
-    0o4000
 }
 
 /// `tail.ReadAtMost`: the last `max` bytes of the file.
