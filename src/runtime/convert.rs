@@ -65,6 +65,13 @@ pub enum BadData {
     BadTimestamp { id: String, value: i64 },
     /// An item with a string that is not UTF-8, skipped.
     NotUtf8 { id: String },
+    /// A string field of a status that is not UTF-8: text kept with U+FFFD for its bad bytes
+    /// (`kept`), or a path, address or key left out (`src/runtime/statuses.rs`).
+    NotUtf8Field {
+        id: String,
+        field: &'static str,
+        kept: bool,
+    },
     /// A file path plegd will not read (a termination message or log outside the node's
     /// directories); read as absent.
     RefusedPath { id: String, detail: String },
@@ -80,7 +87,7 @@ impl BadData {
             BadData::UnknownState { .. } => "unknown_state",
             BadData::DuplicateId { .. } => "duplicate_id",
             BadData::BadTimestamp { .. } => "bad_timestamp",
-            BadData::NotUtf8 { .. } => "not_utf8",
+            BadData::NotUtf8 { .. } | BadData::NotUtf8Field { .. } => "not_utf8",
             BadData::RefusedPath { .. } => "refused_path",
         }
     }
@@ -94,6 +101,7 @@ impl BadData {
             | BadData::DuplicateId { id }
             | BadData::BadTimestamp { id, .. }
             | BadData::NotUtf8 { id }
+            | BadData::NotUtf8Field { id, .. }
             | BadData::RefusedPath { id, .. } => id,
             BadData::EmptyId => "",
         }
@@ -121,6 +129,14 @@ impl std::fmt::Display for BadData {
                 write!(f, "{id} has negative timestamp {value}; taken as unset")
             }
             BadData::NotUtf8 { id } => write!(f, "{id} has a string that is not UTF-8; skipped"),
+            BadData::NotUtf8Field { id, field, kept } => {
+                let what = if *kept {
+                    "kept with U+FFFD for its bad bytes"
+                } else {
+                    "not used"
+                };
+                write!(f, "{field} of {id} is not UTF-8; {what}")
+            }
             BadData::RefusedPath { id, detail } => write!(f, "{id}: {detail}"),
         }
     }

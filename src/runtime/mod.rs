@@ -5,6 +5,7 @@
 
 pub mod convert;
 pub mod lists;
+pub mod statuses;
 pub mod termination;
 
 use std::collections::{HashMap, HashSet};
@@ -532,24 +533,26 @@ impl CriRuntime {
         Ok(pods)
     }
 
-    async fn sandbox_status(&self, id: &str) -> Result<Option<cri::PodSandboxStatus>, RuntimeError> {
-        let request = cri::PodSandboxStatusRequest {
+    /// A sandbox's status, its strings still bytes (see [`statuses`]); None if it is gone.
+    async fn sandbox_status(&self, id: &str) -> Result<Option<lists::PodSandboxStatus>, RuntimeError> {
+        let request = lists::PodSandboxStatusRequest {
             pod_sandbox_id: id.to_owned(),
             verbose: false,
         };
-        match self.client.clone().pod_sandbox_status(request).await {
+        match self.lists.clone().pod_sandbox_status(request).await {
             Ok(r) => Ok(r.into_inner().status),
             Err(s) if s.code() == tonic::Code::NotFound => Ok(None),
             Err(s) => Err(self.call_failed("PodSandboxStatus", s)),
         }
     }
 
-    async fn container_status(&self, id: &str) -> Result<Option<cri::ContainerStatus>, RuntimeError> {
-        let request = cri::ContainerStatusRequest {
+    /// A container's status, its strings still bytes (see [`statuses`]); None if it is gone.
+    async fn container_status(&self, id: &str) -> Result<Option<lists::ContainerStatus>, RuntimeError> {
+        let request = lists::ContainerStatusRequest {
             container_id: id.to_owned(),
             verbose: false,
         };
-        match self.client.clone().container_status(request).await {
+        match self.lists.clone().container_status(request).await {
             Ok(r) => Ok(r.into_inner().status),
             Err(s) if s.code() == tonic::Code::NotFound => Ok(None),
             Err(s) => Err(self.call_failed("ContainerStatus", s)),
@@ -606,14 +609,16 @@ impl Runtime for CriRuntime {
             namespace: pod.namespace.clone(),
             ..RuntimePodStatus::default()
         };
-        for s in sandboxes {
+        for (s, (id, _)) in sandboxes.into_iter().zip(&sandbox_ids) {
             if let Some(s) = s? {
+                let s = statuses::sandbox_status(id, &s, &mut bad);
                 status.sandbox_statuses.push(convert::sandbox_status(s, &mut bad));
             }
         }
         let mut plans = Vec::new();
         for (c, listed) in containers.into_iter().zip(&pod.containers) {
             if let Some(c) = c? {
+                let c = statuses::container_status(&listed.id, &c, &mut bad);
                 if let Some(plan) = termination::plan(&c) {
                     plans.push((status.container_statuses.len(), plan));
                 }
@@ -642,11 +647,11 @@ impl Runtime for CriRuntime {
             IdKind::Container => self
                 .container_status(id)
                 .await?
-                .map(|status| convert::container_status(status, &mut bad).state),
-            IdKind::Sandbox => self
-                .sandbox_status(id)
-                .await?
-                .map(|s| convert::sandbox_as_container_state(convert::sandbox_status(s, &mut bad).state)),
+                .map(|s| convert::container_status(statuses::container_status(id, &s, &mut bad), &mut bad).state),
+            IdKind::Sandbox => self.sandbox_status(id).await?.map(|s| {
+                let s = statuses::sandbox_status(id, &s, &mut bad);
+                convert::sandbox_as_container_state(convert::sandbox_status(s, &mut bad).state)
+            }),
         };
         self.report(bad);
         Ok(state)

@@ -4,10 +4,9 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::runtime::lists::{self as cri, runtime_service_client::RuntimeServiceClient};
 use containerd_client::services::v1::SubscribeRequest;
 use containerd_client::services::v1::events_client::EventsClient;
-use k8s_cri::v1 as cri;
-use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use prost::Message;
 use tonic::transport::Channel;
 use tracing::{debug, info, warn};
@@ -59,18 +58,27 @@ pub fn containerd_filters(namespace: &str) -> Vec<String> {
 }
 
 /// What a CRI container event names: its pod when the event carries the sandbox's uid, else the
-/// container. Nothing else of the event is read.
+/// container. Nothing else of the event is read (it is decoded from the slim message, so that
+/// the statuses an event carries are neither decoded nor able to fail it). A name that is not
+/// UTF-8 cannot be looked up: an event that names nothing else readable asks for a full relist.
 pub fn cri_trigger(event: &cri::ContainerEventResponse) -> Option<Trigger> {
     let uid = event
         .pod_sandbox_status
         .as_ref()
         .and_then(|s| s.metadata.as_ref())
-        .map(|m| m.uid.as_str())
-        .unwrap_or("");
-    if !uid.is_empty() {
+        .map(|m| &m.uid[..])
+        .unwrap_or_default();
+    if let Ok(uid) = std::str::from_utf8(uid)
+        && !uid.is_empty()
+    {
         return Some(Trigger::Pod(uid.to_owned()));
     }
-    (!event.container_id.is_empty()).then(|| Trigger::Container(event.container_id.clone()))
+    match std::str::from_utf8(&event.container_id) {
+        Ok("") if uid.is_empty() => None,
+        Ok("") => Some(Trigger::All),
+        Ok(id) => Some(Trigger::Container(id.to_owned())),
+        Err(_) => Some(Trigger::All),
+    }
 }
 
 /// How one subscription ended.
@@ -496,5 +504,29 @@ mod tests {
         });
         assert_eq!(cri_trigger(&event), Some(Trigger::Pod("u1".into())));
         assert_eq!(cri_trigger(&cri::ContainerEventResponse::default()), None);
+    }
+
+    #[test]
+    fn a_cri_event_whose_names_are_not_utf8_asks_for_a_full_relist() {
+        let bad = bytes::Bytes::from_static(b"\xff\xfe");
+        let mut event = cri::ContainerEventResponse {
+            container_id: "c1".into(),
+            pod_sandbox_status: Some(cri::PodSandboxStatus {
+                metadata: Some(cri::PodSandboxMetadata {
+                    uid: bad.clone(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(cri_trigger(&event), Some(Trigger::Container("c1".into())));
+        event.container_id = bad.clone();
+        assert_eq!(cri_trigger(&event), Some(Trigger::All));
+        event.container_id = bytes::Bytes::new();
+        assert_eq!(cri_trigger(&event), Some(Trigger::All));
+        event.pod_sandbox_status = None;
+        event.container_id = bad;
+        assert_eq!(cri_trigger(&event), Some(Trigger::All));
     }
 }
