@@ -1,5 +1,6 @@
 //! Generates the gRPC code of `proto/`: plegd's own observation API (client and server), and the
-//! slim CRI list messages the relist decodes (client only; see proto/runtime/v1/relist.proto).
+//! slim CRI messages the relist decodes — lists, status reads, events (client only; see
+//! proto/runtime/v1/relist.proto).
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     const EVENTS: &str = "proto/plegd/v1/events.proto";
     const RELIST: &str = "proto/runtime/v1/relist.proto";

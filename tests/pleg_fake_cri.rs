@@ -437,6 +437,47 @@ async fn bad_runtime_data_is_counted_and_skipped() {
     assert!(text.contains("plegd_runtime_bad_data_total"));
 }
 
+/// One string that is not UTF-8 in a status answer costs that string, not the pod: the exit is
+/// reported with its code at once, the runtime's reason is kept with U+FFFD where its bad bytes
+/// were (what the apiserver would store), an IP that is not one is left out, each is counted,
+/// and nothing is re-inspected relist after relist. Decoded with `string` fields the same answer
+/// failed every read of the pod: its events withheld and FailedSync for as long as it lasted.
+#[tokio::test]
+async fn a_status_string_that_is_not_utf8_costs_that_string_not_the_pod() {
+    use support::fake_cri::NOT_UTF8;
+    let mut h = Harness::new().await;
+    h.fake().add_running_pod("u1", "web", 1);
+    h.fake().add_running_pod("u2", "db", 1);
+    h.relist().await;
+
+    h.fake().exit_container("ctr-u1-0", 2);
+    h.fake().state().containers.get_mut("ctr-u1-0").unwrap().reason = format!("Error {NOT_UTF8}");
+    h.fake().state().sandboxes.get_mut("sb-u2").unwrap().ip = NOT_UTF8.to_owned();
+    h.fake().exit_container("ctr-u2-0", 0);
+    let events = h.relist().await;
+    let mut got = kinds(&events);
+    got.sort_by(|a, b| a.1.cmp(&b.1));
+    assert_eq!(got, [ev(E::ContainerDied, "ctr-u1-0"), ev(E::ContainerDied, "ctr-u2-0")]);
+    assert_eq!(h.pleg.reinspect_count().await, 0, "nothing to re-inspect");
+
+    let u1 = h.cache().get("u1");
+    assert!(u1.error.is_none(), "{u1:?}");
+    let status = &u1.status.container_statuses[0];
+    assert_eq!(status.exit_code, 2);
+    assert_eq!(status.reason, format!("Error {}", "\u{fffd}".repeat(NOT_UTF8.len())));
+    let u2 = h.cache().get("u2");
+    assert!(u2.error.is_none(), "{u2:?}");
+    assert!(u2.status.ips.is_empty(), "an address that is not one is not written: {u2:?}");
+    assert_eq!(u2.status.container_statuses[0].reason, "Completed");
+
+    let text = h.metrics.encode();
+    assert!(
+        text.contains("plegd_runtime_bad_data_total{kind=\"not_utf8\"} 2"),
+        "{text}"
+    );
+    assert!(h.relist().await.is_empty(), "reported once, not again and again");
+}
+
 #[tokio::test]
 async fn runtime_restart_is_survived_and_nothing_is_lost() {
     let mut h = Harness::new().await;

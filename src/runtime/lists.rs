@@ -12,6 +12,9 @@
 //! at a time, so that a sandbox or container with a bad string is reported and skipped instead of
 //! failing the whole answer; a malformed item fails the whole answer, as it would decoded in one
 //! go. Nothing here does I/O or panics on any input.
+//!
+//! The same generated code holds the slim status reads and event stream messages, read by
+//! [`super::statuses`] and the CRI trigger source.
 
 use std::borrow::Cow;
 

@@ -17,6 +17,59 @@ use tonic::{Request, Response, Status};
 
 use plegd::kubecontainer::{LABEL_CONTAINER_NAME, LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID};
 
+/// Written into any string of the fake's state, this marker reaches the client as as many bytes
+/// that are not UTF-8 (0xff) — in every answer and event that carries it: a runtime reporting a
+/// string that is not UTF-8, which tonic's `String` messages cannot send. Same length, so every
+/// length prefix of the encoded message stays right.
+pub const NOT_UTF8: &str = "<not-utf8>";
+
+/// The fake's service with [`NOT_UTF8`] spoilt in every data frame it sends.
+#[derive(Clone)]
+struct SpoilStrings<S>(S);
+
+impl<S: tonic::server::NamedService> tonic::server::NamedService for SpoilStrings<S> {
+    const NAME: &'static str = S::NAME;
+}
+
+type HttpResponse = http::Response<tonic::body::Body>;
+
+impl<S, B> tower::Service<http::Request<B>> for SpoilStrings<S>
+where
+    S: tower::Service<http::Request<B>, Response = HttpResponse>,
+{
+    type Response = HttpResponse;
+    type Error = S::Error;
+    type Future = futures_util::future::MapOk<S::Future, fn(HttpResponse) -> HttpResponse>;
+
+    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), S::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        use futures_util::TryFutureExt;
+        self.0.call(request).map_ok(spoil_response as fn(HttpResponse) -> HttpResponse)
+    }
+}
+
+fn spoil_response(response: HttpResponse) -> HttpResponse {
+    use http_body_util::BodyExt;
+    response.map(|body| tonic::body::Body::new(body.map_frame(|frame| frame.map_data(spoil))))
+}
+
+fn spoil(data: bytes::Bytes) -> bytes::Bytes {
+    let marker = NOT_UTF8.as_bytes();
+    if !data.windows(marker.len()).any(|w| w == marker) {
+        return data;
+    }
+    let mut out = data.to_vec();
+    let mut at = 0;
+    while let Some(found) = out[at..].windows(marker.len()).position(|w| w == marker) {
+        out[at + found..at + found + marker.len()].fill(0xff);
+        at += found + marker.len();
+    }
+    out.into()
+}
+
 fn unimplemented(method: &str) -> Status {
     Status::unimplemented(format!("fake CRI does not implement {method}"))
 }
@@ -372,9 +425,11 @@ impl FakeServer {
 
     fn serve(&mut self) {
         let listener = UnixListener::bind(&self.path).expect("bind the fake CRI socket");
-        let service = RuntimeServiceServer::new(self.fake.clone())
-            .max_decoding_message_size(plegd::runtime::MAX_MESSAGE_SIZE)
-            .max_encoding_message_size(plegd::runtime::MAX_MESSAGE_SIZE);
+        let service = SpoilStrings(
+            RuntimeServiceServer::new(self.fake.clone())
+                .max_decoding_message_size(plegd::runtime::MAX_MESSAGE_SIZE)
+                .max_encoding_message_size(plegd::runtime::MAX_MESSAGE_SIZE),
+        );
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         self.shutdown = Some(tx);
         self.task = Some(tokio::spawn(async move {
