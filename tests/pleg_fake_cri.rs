@@ -457,7 +457,10 @@ async fn a_status_string_that_is_not_utf8_costs_that_string_not_the_pod() {
     let events = h.relist().await;
     let mut got = kinds(&events);
     got.sort_by(|a, b| a.1.cmp(&b.1));
-    assert_eq!(got, [ev(E::ContainerDied, "ctr-u1-0"), ev(E::ContainerDied, "ctr-u2-0")]);
+    assert_eq!(
+        got,
+        [ev(E::ContainerDied, "ctr-u1-0"), ev(E::ContainerDied, "ctr-u2-0")]
+    );
     assert_eq!(h.pleg.reinspect_count().await, 0, "nothing to re-inspect");
 
     let u1 = h.cache().get("u1");
@@ -467,7 +470,10 @@ async fn a_status_string_that_is_not_utf8_costs_that_string_not_the_pod() {
     assert_eq!(status.reason, format!("Error {}", "\u{fffd}".repeat(NOT_UTF8.len())));
     let u2 = h.cache().get("u2");
     assert!(u2.error.is_none(), "{u2:?}");
-    assert!(u2.status.ips.is_empty(), "an address that is not one is not written: {u2:?}");
+    assert!(
+        u2.status.ips.is_empty(),
+        "an address that is not one is not written: {u2:?}"
+    );
     assert_eq!(u2.status.container_statuses[0].reason, "Completed");
 
     let text = h.metrics.encode();

@@ -47,7 +47,9 @@ where
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
         use futures_util::TryFutureExt;
-        self.0.call(request).map_ok(spoil_response as fn(HttpResponse) -> HttpResponse)
+        self.0
+            .call(request)
+            .map_ok(spoil_response as fn(HttpResponse) -> HttpResponse)
     }
 }
 
