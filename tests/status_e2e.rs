@@ -1458,3 +1458,67 @@ async fn a_pod_deleted_with_a_container_only_created_in_a_stopped_sandbox() {
     history::assert_kubelet_could_have_written(&versions);
     cd.cleanup(&pod).await;
 }
+
+/// A burst of exits on a real runtime, and plegd stopped at its first status write for them:
+/// every container that had exited when the stop was asked has its exit written before plegd is
+/// gone. The relist under way finishes, one last relist sees the exits no trigger had named yet,
+/// and what was computed is handed to the status writer within --shutdown-timeout. (Stopped
+/// together, or without the last relist, exits of such a burst never reached the apiserver.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_in_a_burst_of_exits_writes_every_exit_before_it() {
+    const PODS: usize = 30;
+    let Some(cd) = containerd().await else { return };
+    let api = Apiserver::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = start_daemon(&cd, &api, dir.path(), "node-burst", StatusMode::Full);
+    let mut pods = Vec::with_capacity(PODS);
+    for i in 0..PODS {
+        let object = pod_object(&format!("burst{i}"), "node-burst", &["app"], "Never");
+        pods.push(start_pod(&cd, &api, object, true).await);
+    }
+    // Every container exits at the same moment, once all are running.
+    let due = tokio::time::Instant::now() + Duration::from_millis(300) * PODS as u32 + Duration::from_secs(2);
+    let mut ids = Vec::with_capacity(PODS);
+    for pod in &pods {
+        ids.push(cd.run_exiting_at(pod, "app", due, 7).await);
+    }
+    let patches = || async {
+        api.requests_by(PLEGD_USER)
+            .await
+            .iter()
+            .filter(|r| r.method == "PATCH" && r.path.ends_with("/status"))
+            .count()
+    };
+    // Every Running status is written well before the exits are due.
+    tokio::time::sleep_until(due - Duration::from_millis(500)).await;
+    let before = patches().await;
+    support::wait_for("the first exit written", Duration::from_secs(20), || async {
+        patches().await > before
+    })
+    .await;
+    let stop_asked = std::time::SystemTime::now();
+    let Daemon { _run: run, .. } = daemon;
+    run.stop().await;
+    let written_by_then = patches().await - before;
+
+    let mut exited_before = 0;
+    for (pod, id) in pods.iter().zip(&ids) {
+        let (_, finished) = cd.container_times(id).await;
+        if finished == std::time::UNIX_EPOCH || finished > stop_asked {
+            continue;
+        }
+        exited_before += 1;
+        let p = api.pod(&pod.namespace, &pod.name).await.unwrap();
+        let terminated = &p["status"]["containerStatuses"][0]["state"]["terminated"];
+        assert_eq!(
+            terminated["exitCode"], 7,
+            "{}: exited before the stop, not written ({written_by_then} status writes since the exits)\n{:#}",
+            pod.name, p["status"]
+        );
+    }
+    eprintln!("{exited_before} of {PODS} exited before the stop; {written_by_then} status writes since the exits");
+    assert!(exited_before > 0);
+    for pod in &pods {
+        cd.cleanup(pod).await;
+    }
+}

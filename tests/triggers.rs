@@ -464,6 +464,45 @@ async fn containerd_events_arrive_by_trigger() {
     events_arrive_by_trigger(&cd, TriggerMode::Auto).await;
 }
 
+/// A burst: 30 containers in 30 pods exit at the same moment, and every exit reaches plegd by
+/// trigger — the relist period is an hour, so nothing is left to it. (The latencies of such a burst
+/// are measured by `cargo bench --bench lifecycle_latency -- --burst 100`, not asserted here.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_exits_arrives_by_trigger() {
+    const PODS: usize = 30;
+    let Some(cd) = containerd().await else { return };
+    let mut p = start(&cd.socket, TriggerMode::Auto, Duration::from_secs(3600)).await;
+    let mut pods = Vec::with_capacity(PODS);
+    for i in 0..PODS {
+        pods.push(cd.run_pod(&format!("burst{i}"), true).await);
+    }
+    let due = tokio::time::Instant::now() + Duration::from_millis(300) * PODS as u32 + Duration::from_secs(1);
+    let mut ids = std::collections::HashSet::with_capacity(PODS);
+    for pod in &pods {
+        ids.insert(cd.run_exiting_at(pod, "app", due, 3).await);
+    }
+    let deadline = due + Duration::from_secs(20);
+    let mut died = std::collections::HashSet::new();
+    while died.len() < PODS {
+        match tokio::time::timeout_at(deadline, p.events.recv()).await {
+            Ok(Some(e)) if e.kind == E::ContainerDied => {
+                if let Some(id) = e.container_id.filter(|id| ids.contains(id)) {
+                    assert_eq!(e.exit_code, Some(3));
+                    died.insert(id);
+                }
+            }
+            Ok(Some(_)) => {}
+            Ok(None) | Err(_) => break,
+        }
+    }
+    let missing: Vec<_> = ids.difference(&died).collect();
+    assert!(missing.is_empty(), "exits that never came by trigger: {missing:?}");
+    assert_eq!(counter(&p.metrics, "plegd_pleg_discard_events_total"), 0);
+    for pod in &pods {
+        cd.cleanup(pod).await;
+    }
+}
+
 /// CRI GetContainerEvents on a private instance of the tested version (1.7 where the tested one is
 /// 1.6, which has no CRI events): on 1.7 each event goes to one subscriber only, so it must not
 /// share a containerd with other tests.

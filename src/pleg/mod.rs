@@ -638,8 +638,9 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
     }
 
     /// [`run`](Self::run) until `stop` is cancelled: a relist under way when it is finishes first,
-    /// then no other starts, and the events kept back for a full channel are sent (waiting for
-    /// room: whoever reads the channel must still be reading).
+    /// then one last relist, begun after the stop, computes what the runtime changed before it that
+    /// no trigger had named yet (the sources are stopped first), and the events kept back for a
+    /// full channel are sent (waiting for room: whoever reads the channel must still be reading).
     pub async fn run_until(self: Arc<Self>, stop: CancellationToken) {
         let mut failing = false;
         let mut health = self.triggers_healthy.subscribe();
@@ -679,6 +680,9 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
                 _ = health.wait_for(|healthy| !healthy) => {}
                 () = stop.cancelled() => {}
             }
+        }
+        if let Err(error) = self.relist().await {
+            warn!(error = %error, "the last relist before stopping failed");
         }
         self.deliver_undelivered().await;
     }

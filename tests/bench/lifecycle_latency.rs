@@ -12,6 +12,13 @@
 //!
 //!     cargo bench --bench lifecycle_latency                              # 2.1 then 1.7, 30 pods
 //!     cargo bench --bench lifecycle_latency -- --containerd 2.1 --pods 40
+//!
+//! With `--burst N`, N pods are started first, each with one container, and the containers are
+//! timed to exit within `--window-ms` (1000) of each other, evenly spread: a burst of exits, each
+//! measured as above against the floor (an id joins the poller's list 50 ms before its exit is
+//! due, so that the poller walks a few ids at a time, not all N).
+//!
+//!     cargo bench --bench lifecycle_latency -- --burst 100               # 2.1 then 1.7
 
 #[path = "args.rs"]
 mod args;
@@ -242,11 +249,135 @@ async fn run(version: &str, pods: usize) {
     drop(instance);
 }
 
+/// Each exit's id is put on the floor's watch list 50 ms before the exit is due, so that the
+/// poller (one call at a time, as for the other changes) walks a few ids, not all of them.
+fn watch_exits_when_due(
+    exits: Vec<(tokio::time::Instant, String)>,
+    watch: Arc<Mutex<Vec<(Change, String)>>>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        for (due, id) in exits {
+            tokio::time::sleep_until(due.checked_sub(Duration::from_millis(50)).unwrap_or(due)).await;
+            watch.lock().unwrap().push((Change::Exited, id));
+        }
+    })
+}
+
+async fn burst(version: &str, n: usize, window: Duration) {
+    let Some(instance) = containerd::PrivateContainerd::start("burst", version, 239).await else {
+        eprintln!("lifecycle_latency: needs a real containerd (root on Linux)");
+        std::process::exit(1);
+    };
+    let cd = instance.handle.clone();
+    let (major, minor) = cd.version().await;
+    let with_cri = (major, minor) >= (1, 7);
+    let (by_containerd, by_cri, floor): (Seen, Seen, Seen) = Default::default();
+    let mut tasks = observe_plegd(&cd.socket, TriggerMode::Containerd, by_containerd.clone()).await;
+    if with_cri {
+        tasks.extend(observe_plegd(&cd.socket, TriggerMode::Cri, by_cri.clone()).await);
+    }
+    let warmup = cd.run_pod("warmup", true).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    cd.cleanup(&warmup).await;
+
+    let setup = std::time::Instant::now();
+    let mut pods = Vec::with_capacity(n);
+    for i in 0..n {
+        pods.push(cd.run_pod(&format!("burst{i}"), true).await);
+    }
+    // Each container sleeps until its exit is due: the first 150 ms per container (creating and
+    // starting them one after the other) plus a second from now, the rest evenly spread over the
+    // window after it.
+    let first_due = tokio::time::Instant::now() + Duration::from_millis(150) * n as u32 + Duration::from_secs(1);
+    let step = window / n.max(1) as u32;
+    let mut ids = Vec::with_capacity(n);
+    let mut exits = Vec::with_capacity(n);
+    let watch: Arc<Mutex<Vec<(Change, String)>>> = Default::default();
+    tasks.push(observe_floor(cd.client.clone(), watch.clone(), floor.clone()));
+    for (i, pod) in pods.iter().enumerate() {
+        let due = first_due + step * i as u32;
+        let ctr = cd.run_exiting_at(pod, "app", due, 1).await;
+        exits.push((due, ctr.clone()));
+        ids.push(ctr);
+    }
+    tasks.push(watch_exits_when_due(exits, watch.clone()));
+    let setup = setup.elapsed();
+    tokio::time::sleep_until(first_due + window + Duration::from_secs(3)).await;
+    let mut finished = Vec::with_capacity(n);
+    for id in &ids {
+        finished.push(cd.container_times(id).await.1);
+    }
+    for t in tasks {
+        t.abort();
+    }
+    for pod in &pods {
+        cd.cleanup(pod).await;
+    }
+
+    let first = finished.iter().min().copied().unwrap_or(SystemTime::UNIX_EPOCH);
+    let last = finished.iter().max().copied().unwrap_or(SystemTime::UNIX_EPOCH);
+    println!(
+        "\n### containerd {major}.{minor}: a burst of {n} exits ({n} pods, one container each), relist every 30 s\n"
+    );
+    println!(
+        "exits spread over {:.0} ms (CRI finishedAt, first to last); setup {:.1} s\n",
+        last.duration_since(first).unwrap_or_default().as_secs_f64() * 1e3,
+        setup.as_secs_f64()
+    );
+    println!("| exit, observer | n | p50 ms | p99 ms | max ms |\n|---|---|---|---|---|");
+    let mut rows: [Vec<f64>; 5] = Default::default();
+    let mut missed = Vec::new();
+    for (id, finished_at) in ids.iter().zip(&finished) {
+        let at = |seen: &Seen| seen.lock().unwrap().get(&(Change::Exited, id.clone())).copied();
+        let ms = |t: SystemTime| t.duration_since(*finished_at).unwrap_or_default().as_secs_f64() * 1e3;
+        let Some(d) = at(&floor) else {
+            missed.push(format!("floor {id}"));
+            continue;
+        };
+        rows[2].push(ms(d));
+        for (observer, seen, total, above) in [("(b)", &by_containerd, 0, 3), ("(b2)", &by_cri, 1, 4)] {
+            if observer == "(b2)" && !with_cri {
+                continue;
+            }
+            match at(seen) {
+                Some(b) => {
+                    rows[total].push(ms(b));
+                    rows[above].push(ms(b) - ms(d));
+                }
+                None => missed.push(format!("{observer} {id}")),
+            }
+        }
+    }
+    let [b, b2, d, b_d, b2_d] = rows;
+    row("(d) CRI floor", d);
+    row("(b) containerd-event triggers", b);
+    if with_cri {
+        row("(b2) CRI-event triggers", b2);
+    }
+    row("**(b) − (d), per exit**", b_d);
+    if with_cri {
+        row("**(b2) − (d), per exit**", b2_d);
+    }
+    println!(
+        "\nnot seen within 3 s of the last exit (left to the 30 s relist): {}",
+        missed.len()
+    );
+    for m in missed.iter().take(10) {
+        println!("  {m}");
+    }
+    drop(instance);
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let pods: usize = arg("--pods").unwrap_or(30);
     let versions: String = arg("--containerd").unwrap_or_else(|| "2.1,1.7".into());
+    let burst_of: Option<usize> = arg("--burst");
+    let window = Duration::from_millis(arg("--window-ms").unwrap_or(1000));
     for version in versions.split(',') {
-        run(version.trim(), pods).await;
+        match burst_of {
+            Some(n) => burst(version.trim(), n, window).await,
+            None => run(version.trim(), pods).await,
+        }
     }
 }

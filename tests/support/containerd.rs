@@ -236,6 +236,17 @@ impl Containerd {
             .container_id
     }
 
+    /// Create and start a container that exits with `code` when `due` comes (at once if it has
+    /// passed): containers started one after the other can exit together, as in a burst.
+    pub async fn run_exiting_at(&self, pod: &TestPod, name: &str, due: tokio::time::Instant, code: i32) -> String {
+        let sleep = due.saturating_duration_since(tokio::time::Instant::now());
+        let id = self
+            .create_container(pod, name, &format!("sleep {:.3}; exit {code}", sleep.as_secs_f64()))
+            .await;
+        self.start_container(&id).await;
+        id
+    }
+
     /// When CRI says container `id` started and finished (the epoch where it has not).
     pub async fn container_times(&self, id: &str) -> (std::time::SystemTime, std::time::SystemTime) {
         let status = self
