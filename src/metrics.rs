@@ -135,7 +135,7 @@ metrics_table! {
     trigger_stream_state: Family<StreamStateLabel, Gauge> = Default::default(),
         "trigger_stream_state", "What each runtime event stream is doing: 1 for its state (connecting, connected, reconnecting, unusable: the runtime ends the stream as soon as it opens), 0 for the others";
     trigger_relists: Family<KindLabel, Counter> = Default::default(),
-        "trigger_relists", "Relists run on behalf of triggers, by kind (pod: one pod; all: full relist; probe, locate, recheck; skipped: an id looked for in vain a moment ago, not looked for again)";
+        "trigger_relists", "Relists run on behalf of triggers, by kind (pod: one pod; all: full relist; batch: full relist for many probes due at once; probe, locate, recheck; skipped: an id looked for in vain a moment ago, not looked for again)";
     status_writes: Family<ResultLabel, Counter> = Default::default(),
         "status_writes", "Pod status writes by result (ok, noop, retry, conflict, gone, replaced, rejected, refused_other_node)";
     /// DELETEs of finished pods (full mode), by result.

@@ -323,6 +323,59 @@ async fn a_burst_for_one_pod_is_one_relist() {
     assert_eq!(counter(&p.metrics, "plegd_triggers_total{source=\"cri\"}"), 51);
 }
 
+/// A burst of exit events that the runtime's CRI state lags (as containerd's does while it catches
+/// up with a burst): the probes due at once are answered by one complete relist a round instead of
+/// a status call per container every 2 ms, and every exit still arrives by trigger.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_probes_due_at_once_are_one_relist() {
+    const PODS: usize = 20;
+    let server = FakeServer::start().await;
+    for i in 0..PODS {
+        server.fake.add_running_pod(&format!("u{i}"), &format!("web{i}"), 1);
+    }
+    let mut p = start(&server.path, TriggerMode::Cri, Duration::from_secs(3600)).await;
+    wait_for("a connected stream and its full relist", Duration::from_secs(5), || {
+        counter(&p.metrics, "plegd_trigger_stream_connects_total{source=\"cri\"}") >= 1
+            && server.fake.calls("ListContainers") >= 2
+    })
+    .await;
+    while p.events.try_recv().is_ok() {}
+
+    // The first probe is slow, so that the other events queue up behind it; none has reached the
+    // CRI state yet.
+    server.fake.delay("ContainerStatus", Duration::from_millis(50));
+    for i in 0..PODS {
+        server.fake.emit_event(&format!("ctr-u{i}-0"), None);
+    }
+    wait_for("probes answered by a relist", Duration::from_secs(5), || {
+        counter(&p.metrics, "plegd_trigger_relists_total{kind=\"batch\"}") >= 1
+    })
+    .await;
+    server.fake.delay("ContainerStatus", Duration::ZERO);
+    let status_calls = server.fake.calls("ContainerStatus");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    for i in 0..PODS {
+        server.fake.exit_container(&format!("ctr-u{i}-0"), 1);
+    }
+    let mut died = std::collections::HashSet::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while died.len() < PODS {
+        match tokio::time::timeout_at(deadline, p.events.recv()).await {
+            Ok(Some(e)) if e.kind == E::ContainerDied => {
+                died.insert(e.pod_uid);
+            }
+            Ok(Some(_)) => {}
+            Ok(None) | Err(_) => break,
+        }
+    }
+    assert_eq!(died.len(), PODS, "every exit by trigger (the relist period is an hour)");
+    // Probed one by one every 2 ms for those 100 ms, it would have been some 1,000 status calls;
+    // the pods' status reads after the exits are 20.
+    let since = server.fake.calls("ContainerStatus") - status_calls;
+    assert!(since <= 3 * PODS as u64, "{since} container status calls");
+    assert!(counter(&p.metrics, "plegd_trigger_relists_total{kind=\"batch\"}") >= 2);
+}
+
 /// An id no record has is located in the runtime (two lists filtered by id, which never make the
 /// runtime log an error) and its pod relisted; no full relist. An id the runtime does not list yet
 /// (containerd 2.x publishes a sandbox's start before its CRI plugin lists it) is looked for again

@@ -75,6 +75,12 @@ pub fn recheck_delay(target: &Target, attempt: usize) -> Option<Duration> {
     Some(Duration::from_millis(ms))
 }
 
+/// When this many container probes are due at once (a burst of exits), one complete relist answers
+/// them all instead: two list calls instead of one status call each, every 2 ms, which in a burst
+/// of 100 exits kept the dispatcher busy for seconds and loaded the runtime that was still
+/// catching up with the exits.
+pub const BATCH_PROBES: usize = 8;
+
 /// At most this many targets wait for a re-check; past it a burst's further targets get one check
 /// each and a complete relist (one, however many) covers what their re-checks would have found.
 pub const MAX_RECHECKS: usize = 4096;
@@ -217,9 +223,22 @@ async fn check<R: Runtime, C: Clock>(
     }
 }
 
+/// Whether checking `target` is probing a container of a known pod.
+fn is_probe(target: &Target) -> bool {
+    target.pod.is_some() && target.container.is_some()
+}
+
+/// What the records say of a probe target's container.
+async fn recorded<R: Runtime, C: Clock>(pleg: &GenericPleg<R, C>, target: &Target) -> PlegContainerState {
+    let (Some(pod), Some(id)) = (&target.pod, &target.container) else {
+        return PlegContainerState::NonExistent;
+    };
+    pleg.recorded_state(pod, id).await
+}
+
 /// Serve triggers until every sender is gone: wait for one (or for a re-check to be due), take
 /// everything else already queued, map container ids to pods, then check each target once (or
-/// relist everything once).
+/// relist everything once; many probes due at once are answered by one complete relist).
 pub async fn dispatch<R: Runtime, C: Clock>(
     pleg: Arc<GenericPleg<R, C>>,
     mut queue: TriggerReceiver,
@@ -275,10 +294,29 @@ pub async fn dispatch<R: Runtime, C: Clock>(
                 targets.push((target, attempt));
             }
         }
-        if pending.all {
-            metrics.count_trigger_relist("all");
-            if let Err(error) = pleg.relist().await {
+        // Many probes due at once: what the records say of each before one complete relist, which
+        // a probe would have found different from the runtime's state.
+        let mut batched = Vec::new();
+        if targets.iter().filter(|(t, _)| is_probe(t)).count() >= BATCH_PROBES {
+            let (probes, rest): (Vec<_>, Vec<_>) = targets.into_iter().partition(|(t, _)| is_probe(t));
+            targets = rest;
+            for (target, attempt) in probes {
+                let recorded = recorded(&pleg, &target).await;
+                batched.push((target, attempt, recorded));
+            }
+        }
+        if pending.all || !batched.is_empty() {
+            metrics.count_trigger_relist(if pending.all { "all" } else { "batch" });
+            let relisted = pleg.relist().await;
+            if let Err(error) = &relisted {
                 debug!(error = %error, "triggered relist failed; the periodic relist will retry");
+            }
+            let now = tokio::time::Instant::now();
+            for (target, attempt, before) in batched {
+                // A relist that failed ends the schedules: the periodic relist owns a runtime that
+                // does not answer (as a failed pod relist does below).
+                let changed = relisted.is_err() || recorded(&pleg, &target).await != before;
+                rechecks.after_check(&target, changed, attempt, now);
             }
         }
         for (mut target, attempt) in targets {
