@@ -2,7 +2,11 @@
 //! them, against CRI's full ones, then the grouping.
 //!
 //! The first byte picks how the rest is read:
-//! - even: raw bytes. Two little-endian bytes give the length of a `ListPodSandboxResponse`, that
+//! - 2 modulo 4: raw bytes as a status answer, read as `ContainerStatus` and as `PodSandboxStatus`
+//!   are read (`plegd::runtime::statuses`): nothing panics, and on bytes the full CRI message would
+//!   write itself, the slim one reads exactly the fields plegd takes from the full one, with no bad
+//!   data.
+//! - other even: raw bytes. Two little-endian bytes give the length of a `ListPodSandboxResponse`, that
 //!   many bytes follow, the rest is a `ListContainersResponse`. Whatever the bytes, nothing panics;
 //!   on an answer the full messages would write themselves (decoding and re-encoding gives the same
 //!   bytes) the slim messages decode it too and plegd reads from them exactly what it takes from
@@ -23,14 +27,16 @@ use k8s_cri::v1 as cri;
 use libfuzzer_sys::fuzz_target;
 use plegd::kubecontainer::{LABEL_CONTAINER_NAME, LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID};
 use plegd::runtime::convert::{BadData, ListedContainer, ListedSandbox, PodGrouping};
-use plegd::runtime::lists;
+use plegd::runtime::{lists, statuses};
 use prost::Message;
 
 fuzz_target!(|data: &[u8]| {
     let Some((&mode, data)) = data.split_first() else {
         return;
     };
-    if mode % 2 == 0 {
+    if mode % 4 == 2 {
+        raw_status(data);
+    } else if mode % 2 == 0 {
         raw(data);
     } else {
         let _ = structured(&mut Unstructured::new(data));
@@ -107,6 +113,77 @@ fn raw(data: &[u8]) {
     }
     if let (Some(sandboxes), Some(containers)) = (sandboxes, containers) {
         check_pods(sandboxes, containers, bad);
+    }
+}
+
+/// A full container status with only the fields plegd reads.
+fn read_of_container(full: cri::ContainerStatus) -> cri::ContainerStatus {
+    cri::ContainerStatus {
+        image: full.image.map(|i| cri::ImageSpec {
+            image: i.image,
+            ..Default::default()
+        }),
+        mounts: full
+            .mounts
+            .into_iter()
+            .map(|m| cri::Mount {
+                container_path: m.container_path,
+                host_path: m.host_path,
+                ..Default::default()
+            })
+            .collect(),
+        resources: full.resources.map(|r| cri::ContainerResources {
+            linux: r.linux.map(|l| cri::LinuxContainerResources {
+                cpu_period: l.cpu_period,
+                cpu_quota: l.cpu_quota,
+                cpu_shares: l.cpu_shares,
+                memory_limit_in_bytes: l.memory_limit_in_bytes,
+                ..Default::default()
+            }),
+            windows: None,
+        }),
+        image_id: String::new(),
+        ..full
+    }
+}
+
+/// A full sandbox status with only the fields plegd reads.
+fn read_of_sandbox(full: cri::PodSandboxStatus) -> cri::PodSandboxStatus {
+    cri::PodSandboxStatus {
+        linux: full.linux.map(|l| cri::LinuxPodSandboxStatus {
+            namespaces: l.namespaces.map(|n| cri::Namespace {
+                options: n.options.map(|o| cri::NamespaceOption {
+                    network: o.network,
+                    ..Default::default()
+                }),
+            }),
+        }),
+        labels: HashMap::new(),
+        annotations: HashMap::new(),
+        ..full
+    }
+}
+
+fn raw_status(data: &[u8]) {
+    let mut bad = Vec::new();
+    if let Ok(slim) = lists::ContainerStatus::decode(Bytes::copy_from_slice(data)) {
+        let ours = statuses::container_status("c", &slim, &mut bad);
+        if let Some(full) = written_by_full::<cri::ContainerStatus>(data) {
+            assert_eq!(ours, read_of_container(full), "the slim container status differs from the full one");
+            assert!(bad.is_empty(), "bad data in a status the full message writes: {bad:?}");
+        }
+    } else {
+        assert!(written_by_full::<cri::ContainerStatus>(data).is_none());
+    }
+    bad.clear();
+    if let Ok(slim) = lists::PodSandboxStatus::decode(Bytes::copy_from_slice(data)) {
+        let ours = statuses::sandbox_status("s", &slim, &mut bad);
+        if let Some(full) = written_by_full::<cri::PodSandboxStatus>(data) {
+            assert_eq!(ours, read_of_sandbox(full), "the slim sandbox status differs from the full one");
+            assert!(bad.is_empty(), "bad data in a status the full message writes: {bad:?}");
+        }
+    } else {
+        assert!(written_by_full::<cri::PodSandboxStatus>(data).is_none());
     }
 }
 
