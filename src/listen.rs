@@ -89,6 +89,7 @@ pub struct ConnectionLimit {
 
 impl ConnectionLimit {
     pub fn new(listener: &'static str, limit: usize, metrics: Arc<Metrics>) -> Self {
+        metrics.initialize_listener(listener);
         Self {
             listener,
             permits: Arc::new(Semaphore::new(limit.max(1))),

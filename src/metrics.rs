@@ -65,6 +65,16 @@ pub struct OperationLabel {
     pub operation: String,
 }
 
+/// Now, as the start time of the process (the metrics are made once, at start).
+fn start_time() -> Gauge<f64, AtomicU64> {
+    let gauge = Gauge::<f64, AtomicU64>::default();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    gauge.set(now.as_secs_f64());
+    gauge
+}
+
 fn default_histogram() -> Histogram {
     Histogram::new(DEFAULT_BUCKETS)
 }
@@ -90,7 +100,9 @@ macro_rules! metrics_table {
                     names.push(concat!("plegd_", $name).to_owned());
                     registry.register($name, $help, $field.clone());
                 )*
-                Self { $($field,)* registry, names }
+                let metrics = Self { $($field,)* registry, names };
+                metrics.initialize_known();
+                metrics
             }
         }
     };
@@ -103,6 +115,10 @@ metrics_table! {
         "pleg_relist_interval_seconds", "Interval in seconds between relisting in PLEG";
     last_seen: Gauge<f64, AtomicU64> = Default::default(),
         "pleg_last_seen_seconds", "Timestamp in seconds when PLEG was last seen active";
+    relist_threshold: Gauge<f64, AtomicU64> = Default::default(),
+        "pleg_relist_threshold_seconds", "The PLEG is unhealthy when its last successful relist is older than this (--relist-threshold)";
+    start_time: Gauge<f64, AtomicU64> = start_time(),
+        "start_time_seconds", "When this plegd process started, in seconds since the Unix epoch (a change is a restart)";
     discard_events: Counter = Default::default(),
         "pleg_discard_events", "Lifecycle events that did not fit in the full event channel (kept and re-sent by the next relist of the pod)";
     running_pods: Gauge = Default::default(),
@@ -175,7 +191,74 @@ metrics_table! {
         "apiserver_retry_after", "Answers (429 or 5xx) with a Retry-After the status writers then waited for";
 }
 
+/// Label values known before they occur. Their series are made at 0 when the metrics are, so that
+/// every series is there from the first scrape: `rate()` and `increase()` see the first increment,
+/// and a dashboard panel or an alert has data before anything went wrong.
+pub mod known {
+    /// `plegd_status_writes_total{result}` (status::manager's outcomes).
+    pub const STATUS_WRITE_RESULTS: [&str; 8] = [
+        "ok",
+        "noop",
+        "retry",
+        "conflict",
+        "gone",
+        "replaced",
+        "rejected",
+        "refused_other_node",
+    ];
+    /// `plegd_pod_deletions_total{result}`.
+    pub const POD_DELETION_RESULTS: [&str; 5] = ["ok", "gone", "forbidden", "retry", "rejected"];
+    /// `plegd_runtime_bad_data_total{kind}` (runtime::convert::BadData::kind).
+    pub const BAD_DATA_KINDS: [&str; 8] = [
+        "missing_pod_uid",
+        "missing_sandbox_metadata",
+        "empty_id",
+        "unknown_state",
+        "duplicate_id",
+        "bad_timestamp",
+        "not_utf8",
+        "refused_path",
+    ];
+    /// `plegd_runtime_errors_total{operation}`: the CRI calls plegd makes.
+    pub const RUNTIME_OPERATIONS: [&str; 6] = [
+        "ListPodSandbox",
+        "ListContainers",
+        "PodSandboxStatus",
+        "ContainerStatus",
+        "Version",
+        "Status",
+    ];
+    /// `plegd_pleg_events_total{kind}`: the events the PLEG sends.
+    pub const EVENT_KINDS: [&str; 4] = ["ContainerStarted", "ContainerDied", "ContainerRemoved", "PodSync"];
+    /// `plegd_trigger_relists_total{kind}`.
+    pub const TRIGGER_RELIST_KINDS: [&str; 7] = ["pod", "all", "batch", "probe", "locate", "recheck", "skipped"];
+}
+
 impl Metrics {
+    /// Every series of [`known`] label values, at 0.
+    fn initialize_known(&self) {
+        for result in known::STATUS_WRITE_RESULTS {
+            let _ = self.status_writes.get_or_create(&ResultLabel { result: result.into() });
+        }
+        for result in known::POD_DELETION_RESULTS {
+            let _ = self.pod_deletions.get_or_create(&ResultLabel { result: result.into() });
+        }
+        for kind in known::BAD_DATA_KINDS {
+            let _ = self.runtime_bad_data.get_or_create(&KindLabel { kind: kind.into() });
+        }
+        for operation in known::RUNTIME_OPERATIONS {
+            let _ = self.runtime_errors.get_or_create(&OperationLabel {
+                operation: operation.into(),
+            });
+        }
+        for kind in known::EVENT_KINDS {
+            let _ = self.events_sent.get_or_create(&KindLabel { kind: kind.into() });
+        }
+        for kind in known::TRIGGER_RELIST_KINDS {
+            let _ = self.trigger_relists.get_or_create(&KindLabel { kind: kind.into() });
+        }
+    }
+
     /// The name of every metric family, with the `plegd_` prefix and without the suffixes the
     /// exposition adds (`_total`, `_bucket`, …).
     pub fn names(&self) -> &[String] {
@@ -208,6 +291,24 @@ impl Metrics {
                 })
                 .set(i64::from(*s == state));
         }
+    }
+
+    /// The series of a trigger source, at 0, once the source runs.
+    pub fn initialize_trigger_source(&self, source: &str) {
+        let label = SourceLabel {
+            source: source.to_owned(),
+        };
+        let _ = self.triggers.get_or_create(&label);
+        let _ = self.trigger_connects.get_or_create(&label);
+        let _ = self.trigger_errors.get_or_create(&label);
+        let _ = self.trigger_replayed.get_or_create(&label);
+    }
+
+    /// The series of a listener, at 0, once it listens.
+    pub fn initialize_listener(&self, listener: &str) {
+        let _ = self.connections_refused.get_or_create(&ListenerLabel {
+            listener: listener.to_owned(),
+        });
     }
 
     pub fn count_trigger_connect(&self, source: &str) {

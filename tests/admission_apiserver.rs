@@ -1,4 +1,4 @@
-//! deploy/admission-policy.yaml and admission-policy-conditions.yaml loaded into the test apiserver
+//! deploy/'s admission policies (components/admission-policy, components/conditions-policy) loaded into the test apiserver
 //! built from k8s.io/apiserver 1.36 (support/apiserver.rs), as API objects, and enforced by its own
 //! ValidatingAdmissionPolicy plugin (its CEL, its variable bindings) on real requests from plegd's
 //! service account with its node's token, the kubelet and an administrator. The field list of
@@ -13,10 +13,7 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::discovery::ApiResource;
 use serde_json::{Value, json};
 use support::apiserver::{Apiserver, Identity, PLEGD_USER};
-use support::manifests::{document, documents, service_account_user};
-
-const NODE_POLICY: &str = "deploy/admission-policy.yaml";
-const CONDITIONS_POLICY: &str = "deploy/admission-policy-conditions.yaml";
+use support::manifests::{CONDITIONS_POLICY, NODE_POLICY, document, documents, service_account_user};
 
 /// Create every object of `manifest` as the administrator.
 async fn apply(api: &Apiserver, manifest: &str) {
@@ -232,7 +229,7 @@ async fn the_policies_hold_at_their_edges() {
     assert!(api.pod("default", "elsewhere").await.is_some());
 }
 
-/// The tests above speak as the user the manifests give plegd (deploy/rbac.yaml's ServiceAccount,
+/// The tests above speak as the user the manifests give plegd (deploy/base/rbac.yaml's ServiceAccount,
 /// which the DaemonSet runs as): a rename in one place only fails here, and the policies, whose
 /// matchConditions name that user, are then shown to apply to it (or not) by the server itself.
 #[test]

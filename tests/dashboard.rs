@@ -1,4 +1,4 @@
-//! deploy/grafana-dashboard.json is a Grafana dashboard whose every query names metrics plegd
+//! deploy/components/grafana-dashboard/grafana-dashboard.json is a Grafana dashboard whose every query names metrics plegd
 //! actually exports (so a renamed metric cannot silently empty a panel).
 
 use std::collections::BTreeSet;
@@ -7,7 +7,11 @@ use serde_json::Value;
 
 #[test]
 fn every_metric_in_the_dashboard_exists() {
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/grafana-dashboard.json")).unwrap();
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/deploy/components/grafana-dashboard/grafana-dashboard.json"
+    ))
+    .unwrap();
     let dashboard: Value = serde_json::from_str(&text).expect("valid JSON");
     assert_eq!(dashboard["uid"], "plegd");
     let panels = dashboard["panels"].as_array().expect("panels");
@@ -32,6 +36,15 @@ fn every_metric_in_the_dashboard_exists() {
         }
     }
     assert!(used.len() >= 15, "{used:?}");
+    // README names every panel.
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    for panel in panels {
+        let title = panel["title"].as_str().expect("title");
+        assert!(
+            readme.contains(&format!("*{title}*")),
+            "README does not name panel {title:?}"
+        );
+    }
     for name in &used {
         let family = ["_total", "_bucket", "_count", "_sum"]
             .iter()

@@ -1,38 +1,98 @@
-//! deploy/: every manifest validates offline against the Kubernetes 1.33 schemas (strict), and
-//! carries what running plegd safely needs: minimal RBAC, the node name from the downward API, the
-//! CRI socket by hostPath, no capabilities, a read-only root file system. The kind recipe parses.
+//! deploy/: every install (each overlay, with every optional component) renders with kustomize and
+//! validates offline against the Kubernetes 1.36 schemas (strict: unknown fields refused), grants
+//! what its mode needs and no more, and carries what running plegd safely needs: the node name
+//! from the downward API, the CRI socket by hostPath, no capabilities, a read-only root file
+//! system, system-node-critical with its tolerations. The kind recipe parses.
 
 use std::process::Command;
 
-use manifests::{documents, granted, path};
+use manifests::{
+    DASHBOARD, OPTIONAL_COMPONENTS, OVERLAYS, RBAC_EVENTS, RBAC_FULL_MODE, RBAC_READ, RBAC_STATUS, documents, granted,
+    granted_by, path, render,
+};
+use serde_json::Value;
 
 #[path = "support/manifests.rs"]
 mod manifests;
 
-const MANIFESTS: [&str; 7] = [
-    "deploy/rbac.yaml",
-    "deploy/rbac-status.yaml",
-    "deploy/rbac-full-mode.yaml",
-    "deploy/rbac-events.yaml",
-    "deploy/admission-policy.yaml",
-    "deploy/admission-policy-conditions.yaml",
-    "deploy/daemonset.yaml",
-];
+/// Every overlay with every optional component, rendered.
+fn installs(dir: &std::path::Path) -> Vec<(String, Vec<Value>)> {
+    let mut out = Vec::new();
+    for overlay in OVERLAYS {
+        out.push((format!("deploy/{overlay}"), render(overlay, &[], dir).1));
+        out.push((
+            format!("deploy/{overlay} + {OPTIONAL_COMPONENTS:?}"),
+            render(overlay, &OPTIONAL_COMPONENTS, dir).1,
+        ));
+    }
+    out
+}
+
+fn kubernetes_validate() -> bool {
+    let validator = Command::new("kubernetes-validate").arg("--version").output();
+    if validator.is_ok_and(|o| o.status.success()) {
+        return true;
+    }
+    if std::env::var("PLEGD_REQUIRE_CONTAINERD").is_ok_and(|v| v == "1") {
+        panic!("kubernetes-validate is missing (tests/run.sh installs it from PyPI)");
+    }
+    eprintln!("!!!!!!!! kubernetes-validate not found: manifest validation is SKIPPED !!!!!!!!");
+    false
+}
+
+/// The fields a PodMonitor of monitoring.coreos.com/v1 may have where deploy/ sets them (the
+/// operator's CRD is not among the schemas; this is its API for these fields).
+fn check_pod_monitor(monitor: &Value) {
+    let keys = |v: &Value| -> Vec<String> { v.as_object().map(|o| o.keys().cloned().collect()).unwrap_or_default() };
+    let allowed = |v: &Value, fields: &[&str], at: &str| {
+        for key in keys(v) {
+            assert!(fields.contains(&key.as_str()), "PodMonitor {at}.{key} is not a field");
+        }
+    };
+    assert_eq!(monitor["apiVersion"], "monitoring.coreos.com/v1");
+    allowed(monitor, &["apiVersion", "kind", "metadata", "spec"], "");
+    allowed(
+        &monitor["spec"],
+        &["selector", "namespaceSelector", "podMetricsEndpoints"],
+        "spec",
+    );
+    for endpoint in monitor["spec"]["podMetricsEndpoints"].as_array().unwrap() {
+        allowed(
+            endpoint,
+            &["port", "path", "interval", "relabelings"],
+            "spec.podMetricsEndpoints[]",
+        );
+        for relabeling in endpoint["relabelings"].as_array().into_iter().flatten() {
+            allowed(relabeling, &["sourceLabels", "targetLabel"], "relabelings[]");
+        }
+    }
+}
 
 #[test]
-fn manifests_validate_against_kubernetes_schemas() {
-    let validator = Command::new("kubernetes-validate").arg("--version").output();
-    if !validator.is_ok_and(|o| o.status.success()) {
-        if std::env::var("PLEGD_REQUIRE_CONTAINERD").is_ok_and(|v| v == "1") {
-            panic!("kubernetes-validate is missing (tests/run.sh installs it from PyPI)");
-        }
-        eprintln!("!!!!!!!! kubernetes-validate not found: manifest validation is SKIPPED !!!!!!!!");
+fn every_install_validates_against_kubernetes_1_36() {
+    if !kubernetes_validate() {
         return;
     }
-    for manifest in MANIFESTS {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, install) in installs(dir.path()) {
+        // The Prometheus Operator's kinds are not among Kubernetes' schemas: the PodMonitor is
+        // checked here, the PrometheusRule by tests/prometheus.rs (its spec is the rules file).
+        let (operator, objects): (Vec<_>, Vec<_>) = install
+            .into_iter()
+            .partition(|d| d["apiVersion"] == "monitoring.coreos.com/v1");
+        for object in &operator {
+            match object["kind"].as_str() {
+                Some("PodMonitor") => check_pod_monitor(object),
+                Some("PrometheusRule") => assert_eq!(object["metadata"]["namespace"], "plegd-system"),
+                other => panic!("{name}: an unexpected {other:?}"),
+            }
+        }
+        let file = dir.path().join("objects.yaml");
+        let yaml: Vec<String> = objects.iter().map(|d| serde_json::to_string(d).unwrap()).collect();
+        std::fs::write(&file, yaml.join("\n---\n")).unwrap();
         let out = Command::new("kubernetes-validate")
-            .args(["--strict", "-k", "1.33.0"])
-            .arg(path(manifest))
+            .args(["--strict", "-k", "1.36.0"])
+            .arg(&file)
             .output()
             .unwrap();
         let text = format!(
@@ -41,67 +101,167 @@ fn manifests_validate_against_kubernetes_schemas() {
             String::from_utf8_lossy(&out.stderr)
         );
         assert!(
-            out.status.success() && text.contains("passed") && !text.contains("ERROR"),
-            "{manifest}: {text}"
+            out.status.success() && text.matches("passed").count() == objects.len() && !text.contains("ERROR"),
+            "{name}: {text}"
         );
     }
 }
 
+/// Each overlay grants what its mode needs (tests/rbac.rs shows plegd uses exactly that); the
+/// events component adds the right to publish events.
 #[test]
-fn manifests_keep_plegd_least_privileged() {
-    let ds = documents("deploy/daemonset.yaml");
-    // One file per need; tests/rbac.rs shows each mode uses exactly its files' rules.
-    assert_eq!(granted(&["deploy/rbac.yaml"]), ["/pods:list", "/pods:watch"]);
-    assert_eq!(granted(&["deploy/rbac-status.yaml"]), ["/pods/status:patch"]);
-    assert_eq!(granted(&["deploy/rbac-full-mode.yaml"]), ["/pods:delete"]);
-    assert_eq!(
-        granted(&["deploy/rbac-events.yaml"]),
-        ["events.k8s.io/events:create", "events.k8s.io/events:patch"]
-    );
+fn each_install_grants_its_mode_and_no_more() {
+    let dir = tempfile::tempdir().unwrap();
+    let read = ["/pods:list", "/pods:watch"];
+    let status = ["/pods/status:patch"];
+    let events = ["events.k8s.io/events:create", "events.k8s.io/events:patch"];
+    let sorted = |parts: &[&[&str]]| {
+        let mut all: Vec<String> = parts.iter().flat_map(|p| p.iter().map(|s| s.to_string())).collect();
+        all.sort();
+        all
+    };
+    for (overlay, expected) in [
+        ("shadow", sorted(&[&read])),
+        ("conditions", sorted(&[&read, &status])),
+        ("full", sorted(&[&read, &status, &["/pods:delete"]])),
+    ] {
+        let install = render(overlay, &[], dir.path()).1;
+        assert_eq!(
+            granted_by(&[(overlay.to_owned(), install)]),
+            expected,
+            "deploy/{overlay}"
+        );
+        let with_events = render(overlay, &["events"], dir.path()).1;
+        assert_eq!(
+            granted_by(&[(overlay.to_owned(), with_events)]),
+            sorted(&[&expected.iter().map(String::as_str).collect::<Vec<_>>(), &events]),
+            "deploy/{overlay} + events"
+        );
+    }
+    // One file per need.
+    assert_eq!(granted(&[RBAC_READ]), read);
+    assert_eq!(granted(&[RBAC_STATUS]), status);
+    assert_eq!(granted(&[RBAC_FULL_MODE]), ["/pods:delete"]);
+    assert_eq!(granted(&[RBAC_EVENTS]), events);
+}
 
-    let ds = &ds[0];
-    let spec = &ds["spec"]["template"]["spec"];
-    let c = &spec["containers"][0];
-    assert_eq!(spec["priorityClassName"], "system-node-critical");
-    assert_eq!(spec["tolerations"][0]["operator"], "Exists");
-    let env = c["env"].as_array().unwrap();
-    let node_name = env.iter().find(|e| e["name"] == "NODE_NAME").unwrap();
-    assert_eq!(node_name["valueFrom"]["fieldRef"]["fieldPath"], "spec.nodeName");
-    assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
-    assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
-    assert_eq!(c["securityContext"]["capabilities"]["drop"], serde_json::json!(["ALL"]));
-    assert!(c["securityContext"]["capabilities"]["add"].is_null());
-    assert!(c["resources"]["limits"]["memory"].is_string() && c["resources"]["requests"]["cpu"].is_string());
-    // The runtime's socket directory, read-only: a restarted runtime's new socket shows up in it.
-    let socket_dir = spec["volumes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|v| v["name"] == "cri-socket-dir")
-        .unwrap();
-    assert_eq!(socket_dir["hostPath"]["type"], "Directory");
-    let mount = c["volumeMounts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["name"] == "cri-socket-dir")
-        .unwrap();
-    assert_eq!(mount["readOnly"], true);
-    let socket_arg = c["args"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|a| a.as_str()?.strip_prefix("--cri-socket="))
-        .next()
-        .unwrap();
-    assert_eq!(
-        std::path::Path::new(socket_arg).parent().unwrap().to_str(),
-        mount["mountPath"].as_str(),
-        "--cri-socket is inside the mounted directory"
-    );
-    // Without --emit-events the DaemonSet needs no events RBAC.
-    assert!(!c["args"].as_array().unwrap().iter().any(|a| a == "--emit-events"));
-    assert!(c["livenessProbe"]["httpGet"]["path"] == "/healthz" && c["readinessProbe"]["httpGet"]["path"] == "/readyz");
+/// The admission policies: the own-node policy wherever plegd writes, the conditions-only policy
+/// in conditions mode alone (in full mode it would refuse every write).
+#[test]
+fn each_install_has_its_admission_policies() {
+    let dir = tempfile::tempdir().unwrap();
+    for (overlay, expected) in [
+        ("shadow", vec![]),
+        ("conditions", vec!["plegd-conditions-only", "plegd-own-node-only"]),
+        ("full", vec!["plegd-own-node-only"]),
+    ] {
+        let install = render(overlay, &[], dir.path()).1;
+        let names = |kind: &str| {
+            let mut n: Vec<String> = install
+                .iter()
+                .filter(|d| d["kind"] == kind)
+                .map(|d| d["metadata"]["name"].as_str().unwrap().to_owned())
+                .collect();
+            n.sort();
+            n
+        };
+        assert_eq!(names("ValidatingAdmissionPolicy"), expected, "deploy/{overlay}");
+        assert_eq!(names("ValidatingAdmissionPolicyBinding"), expected, "deploy/{overlay}");
+    }
+}
+
+fn daemonset(install: &[Value]) -> &Value {
+    let found: Vec<&Value> = install.iter().filter(|d| d["kind"] == "DaemonSet").collect();
+    assert_eq!(found.len(), 1);
+    found[0]
+}
+
+#[test]
+fn every_install_keeps_plegd_least_privileged_and_node_critical() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, install) in installs(dir.path()) {
+        let ds = daemonset(&install);
+        let spec = &ds["spec"]["template"]["spec"];
+        let c = &spec["containers"][0];
+        assert_eq!(spec["priorityClassName"], "system-node-critical", "{name}");
+        assert_eq!(spec["tolerations"][0]["operator"], "Exists", "{name}");
+        let env = c["env"].as_array().unwrap();
+        let node_name = env.iter().find(|e| e["name"] == "NODE_NAME").unwrap();
+        assert_eq!(node_name["valueFrom"]["fieldRef"]["fieldPath"], "spec.nodeName");
+        assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true, "{name}");
+        assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false, "{name}");
+        assert_eq!(c["securityContext"]["capabilities"]["drop"], serde_json::json!(["ALL"]));
+        assert!(c["securityContext"]["capabilities"]["add"].is_null());
+        assert!(c["resources"]["limits"]["memory"].is_string() && c["resources"]["requests"]["cpu"].is_string());
+        let args: Vec<&str> = c["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|a| a.as_str())
+            .collect();
+        let modes: Vec<&&str> = args.iter().filter(|a| a.starts_with("--status-mode=")).collect();
+        assert_eq!(modes.len(), 1, "{name}: one status mode: {args:?}");
+        // The runtime's socket directory, read-only: a restarted runtime's new socket shows up in it.
+        let volume = |n: &str| {
+            spec["volumes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|v| v["name"] == n)
+                .cloned()
+        };
+        let mount = |n: &str| {
+            c["volumeMounts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|m| m["name"] == n)
+                .cloned()
+        };
+        assert_eq!(volume("cri-socket-dir").unwrap()["hostPath"]["type"], "Directory");
+        let socket_mount = mount("cri-socket-dir").unwrap();
+        assert_eq!(socket_mount["readOnly"], true);
+        let socket_arg = args.iter().find_map(|a| a.strip_prefix("--cri-socket=")).unwrap();
+        assert_eq!(
+            std::path::Path::new(socket_arg).parent().unwrap().to_str(),
+            socket_mount["mountPath"].as_str(),
+            "--cri-socket is inside the mounted directory"
+        );
+        // Full mode reads termination messages: the kubelet's pod directory and the pod logs,
+        // read-only, at their own paths; no other mode mounts them.
+        let full = *modes[0] == "--status-mode=full";
+        for (volume_name, host) in [("kubelet-pods", "/var/lib/kubelet/pods"), ("pod-logs", "/var/log/pods")] {
+            match (volume(volume_name), mount(volume_name)) {
+                (Some(v), Some(m)) => {
+                    assert!(full, "{name}: {volume_name} outside full mode");
+                    assert_eq!(v["hostPath"]["path"], host);
+                    assert_eq!(m["mountPath"], host);
+                    assert_eq!(m["readOnly"], true);
+                }
+                (None, None) => assert!(!full, "{name}: full mode without {volume_name}"),
+                _ => panic!("{name}: {volume_name} mounted without its volume, or the other way round"),
+            }
+        }
+        // Events only with the events component (and then its RBAC, checked above).
+        let events_on = args.contains(&"--emit-events");
+        assert_eq!(events_on, name.contains("events"), "{name}");
+        assert!(
+            c["livenessProbe"]["httpGet"]["path"] == "/healthz" && c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+        );
+    }
+}
+
+/// The dashboard component: the dashboard JSON as is, in a ConfigMap Grafana's sidecar loads.
+#[test]
+fn the_dashboard_component_carries_the_dashboard() {
+    let dir = tempfile::tempdir().unwrap();
+    let install = render("conditions", &["grafana-dashboard"], dir.path()).1;
+    let map = install.iter().find(|d| d["kind"] == "ConfigMap").expect("a ConfigMap");
+    assert_eq!(map["metadata"]["labels"]["grafana_dashboard"], "1");
+    assert_eq!(map["metadata"]["namespace"], "plegd-system");
+    let carried: Value = serde_json::from_str(map["data"]["grafana-dashboard.json"].as_str().unwrap()).unwrap();
+    let file: Value = serde_json::from_str(&std::fs::read_to_string(path(DASHBOARD)).unwrap()).unwrap();
+    assert_eq!(carried, file);
 }
 
 #[test]

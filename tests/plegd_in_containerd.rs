@@ -1,4 +1,4 @@
-//! plegd as a container in a real containerd, mounted as deploy/daemonset.yaml mounts it: the
+//! plegd as a container in a real containerd, mounted as deploy/base/daemonset.yaml mounts it: the
 //! runtime's socket *directory* (hostPath → /run/containerd, read-only) and a read-only root file
 //! system. Its image is built offline from the binary (and the libraries it loads) and imported.
 //! It must report a neighbouring pod's container dying, with its exit code; then containerd is

@@ -1,30 +1,49 @@
-//! plegd's RBAC is exactly what it uses, mode by mode. `plegd run` (the binary, as a user runs it)
-//! goes through a pod's life against the fake CRI server and the test apiserver built from
-//! Kubernetes' own code, which authorizes it with the ClusterRoles of only the files the README
-//! names for the mode (a request they do not grant is a 403, and none may happen) — running, deleted,
-//! both containers exiting (two Kubernetes Events for one pod: a create, then a series patch) — and
-//! every request it made is turned into what RBAC would authorize it as. That set must equal
-//! what the ClusterRoles of the files the README names for the mode grant: nothing used that is
-//! not granted, nothing granted that is not used.
+//! Each install grants plegd exactly what it uses. An overlay (deploy/<mode>, with the events
+//! component where events are on) is rendered by kustomize as `kubectl apply -k` renders it; `plegd
+//! run` (the binary, as a user runs it) with the flags of the overlay's DaemonSet goes through a
+//! pod's life against the fake CRI server and the test apiserver built from Kubernetes' own code,
+//! which authorizes it with the rendered install's ClusterRoles alone (a request they do not grant
+//! is a 403, and none may happen) — running, deleted, both containers exiting (two Kubernetes
+//! Events for one pod: a create, then a series patch) — and every request it made is turned into
+//! what RBAC would authorize it as. That set must equal what the install's ClusterRoles grant:
+//! nothing used that is not granted, nothing granted that is not used.
 
 mod support;
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use serde_json::Value;
 use support::apiserver::{Apiserver, Identity, Options, PLEGD_USER};
 use support::fake_cri::FakeServer;
-use support::manifests::granted;
+use support::manifests::{granted_by, render};
 use support::process::KillOnDrop;
 use support::wait_for;
 
 const NODE: &str = "node-rbac";
 
-/// The requests `plegd run --status-mode mode` makes through a pod's life, as RBAC sees them.
-async fn used(mode: &str, emit_events: bool) -> Vec<String> {
+/// The flags of the install's DaemonSet that decide what plegd asks of the apiserver.
+fn mode_flags(install: &[Value]) -> Vec<String> {
+    let ds = install.iter().find(|d| d["kind"] == "DaemonSet").expect("a DaemonSet");
+    ds["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a.as_str())
+        .filter(|a| a.starts_with("--status-mode=") || *a == "--emit-events")
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The requests plegd makes through a pod's life with the flags of `install` and its RBAC alone
+/// (`rendered`), as RBAC sees them.
+async fn used(mode: &str, emit_events: bool, rendered: &std::path::Path, install: &[Value]) -> Vec<String> {
+    let flags = mode_flags(install);
+    assert!(flags.contains(&format!("--status-mode={mode}")), "{flags:?}");
+    assert_eq!(flags.contains(&"--emit-events".to_owned()), emit_events, "{flags:?}");
     let cri = FakeServer::start().await;
     let api = Apiserver::start_with(Options {
-        rbac: files(mode, emit_events).iter().map(|f| f.to_string()).collect(),
+        rbac: vec![rendered.display().to_string()],
         ..Options::default()
     })
     .await;
@@ -38,11 +57,9 @@ async fn used(mode: &str, emit_events: bool) -> Vec<String> {
         &api.kubeconfig_as(dir.path(), &Identity::Plegd(NODE.into())),
     );
     command
-        .args(["--status-mode", mode, "--triggers", "none", "--relist-period", "200ms"])
+        .args(&flags)
+        .args(["--triggers", "none", "--relist-period", "200ms"])
         .args(["--metrics-address", "off"]);
-    if emit_events {
-        command.arg("--emit-events");
-    }
     let _plegd = KillOnDrop(command.spawn().expect("spawn plegd"));
     match mode {
         "full" => {
@@ -108,7 +125,7 @@ async fn used(mode: &str, emit_events: bool) -> Vec<String> {
         .collect();
     assert!(
         forbidden.is_empty(),
-        "--status-mode {mode}: the mode's RBAC files refused plegd: {forbidden:?}"
+        "deploy/{mode}: the install's RBAC refused plegd: {forbidden:?}"
     );
     let used: BTreeSet<String> = requests.iter().filter_map(|r| r.authorization()).collect();
     used.into_iter().collect()
@@ -128,29 +145,16 @@ async fn own_condition(api: &Apiserver) -> Option<serde_json::Value> {
         .map(|c| c["status"].clone())
 }
 
-fn files(mode: &str, emit_events: bool) -> Vec<&'static str> {
-    // As README.md ("RBAC") and deploy/rbac.yaml's header say.
-    let mut files = vec!["deploy/rbac.yaml"];
-    if mode != "shadow" {
-        files.push("deploy/rbac-status.yaml");
-    }
-    if mode == "full" {
-        files.push("deploy/rbac-full-mode.yaml");
-    }
-    if emit_events {
-        files.push("deploy/rbac-events.yaml");
-    }
-    files
-}
-
 async fn check(mode: &str, emit_events: bool) {
-    let used = used(mode, emit_events).await;
-    let files = files(mode, emit_events);
+    let dir = tempfile::tempdir().unwrap();
+    let components: &[&str] = if emit_events { &["events"] } else { &[] };
+    let (rendered, install) = render(mode, components, dir.path());
+    let used = used(mode, emit_events, &rendered, &install).await;
+    let name = format!("deploy/{mode} + {components:?}");
     assert_eq!(
         used,
-        granted(&files),
-        "--status-mode {mode}{}: what plegd used (left) vs what {files:?} grant (right)",
-        if emit_events { " --emit-events" } else { "" }
+        granted_by(&[(name.clone(), install)]),
+        "{name}: what plegd used (left) vs what the install grants (right)"
     );
 }
 

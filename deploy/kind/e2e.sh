@@ -16,8 +16,7 @@ kind create cluster --name "$CLUSTER" --config deploy/kind/cluster.yaml --wait 1
 trap 'kind delete cluster --name "$CLUSTER"' EXIT
 docker build -f deploy/Containerfile -t plegd:dev .
 kind load docker-image plegd:dev --name "$CLUSTER"
-kubectl apply -f deploy/rbac.yaml -f deploy/rbac-status.yaml \
-  -f deploy/admission-policy.yaml -f deploy/admission-policy-conditions.yaml -f deploy/daemonset.yaml
+kubectl apply -k deploy/conditions
 kubectl -n plegd-system rollout status ds/plegd --timeout=180s
 
 kubectl create namespace "$NS"

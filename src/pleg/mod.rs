@@ -246,6 +246,7 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
         config: PlegConfig,
     ) -> (Self, mpsc::Receiver<PodLifecycleEvent>) {
         let (tx, rx) = mpsc::channel(config.channel_capacity.max(1));
+        metrics.relist_threshold.set(config.relist_threshold.as_secs_f64());
         let pleg = Self {
             runtime,
             clock,
@@ -421,6 +422,12 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
         let pods = self.runtime.list_pods().await?;
         *self.relist_time.lock().unwrap_or_else(|e| e.into_inner()) = Some(start);
         *self.relist_instant.lock().unwrap_or_else(|e| e.into_inner()) = Some(started);
+        self.metrics.last_seen.set(
+            start
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_secs_f64(),
+        );
         self.update_running_gauges(&pods);
         state.set_current(pods);
 

@@ -300,6 +300,7 @@ pub async fn run_source(
             "using CRI GetContainerEvents: on containerd before 2.0 each event goes to only one subscriber, so a kubelet using Evented PLEG on this runtime will miss the events plegd receives (prefer --triggers containerd there)"
         );
     }
+    metrics.initialize_trigger_source(source.as_str());
     let state = |s: StreamState| set_state(&health, &metrics, source, s);
     state(StreamState::Connecting);
     // Streams in a row that the runtime answered and ended at once.

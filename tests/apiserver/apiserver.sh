@@ -122,7 +122,7 @@ KUBECONFIG
 # start: etcd (data on tmpfs) and the server on loopback, with four identities, each with a
 # kubeconfig in $RUN: admin (system:masters), plegd (plegd's service account, its token bound to
 # node $NODE), plegd-other-node (the same account bound to another node), kubelet (system:node:$NODE).
-# RBAC: deploy/rbac*.yaml and tests/apiserver/rbac-kubelet.yaml. Prints the admin kubeconfig's path.
+# RBAC: deploy/'s rbac*.yaml files and tests/apiserver/rbac-kubelet.yaml. Prints the admin kubeconfig's path.
 start() {
   build
   stop >/dev/null 2>&1 || true
@@ -144,7 +144,7 @@ start() {
 ]}
 JSON
   local rbac
-  rbac=$(ls "$DEPLOY"/rbac*.yaml "$HERE/rbac-kubelet.yaml" | paste -sd, -)
+  rbac=$( (find "$DEPLOY" -name 'rbac*.yaml' | sort; echo "$HERE/rbac-kubelet.yaml") | paste -sd, -)
   "$BIN" --etcd-servers "http://127.0.0.1:$ETCD_PORT" --secure-port "$PORT" --cert-dir "$RUN" \
     --token-file "$RUN/tokens.json" --rbac "$rbac" ${PLEGD_APISERVER_ARGS:-} >"$RUN/apiserver.log" 2>&1 &
   echo $! >"$RUN/apiserver.pid"

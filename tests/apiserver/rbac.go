@@ -12,7 +12,7 @@
 //     kube-apiserver always creates.
 //
 // Instead of informer listers, the roles and bindings are loaded once at start from YAML manifests
-// (deploy/rbac*.yaml). Left out: Authorize's klog.V(5) log of denials, aggregated ClusterRoles
+// (deploy/'s rbac*.yaml files). Left out: Authorize's klog.V(5) log of denials, aggregated ClusterRoles
 // (aggregationRule), the escalation checks (ConfirmNoEscalation), the rest of the bootstrap policy
 // and the RBAC REST API itself.
 package main

@@ -23,7 +23,7 @@ func rbacDeployDir() string {
 func loadDeployRBAC(t *testing.T) *rbacAuthorizer {
 	t.Helper()
 	var paths []string
-	for _, name := range []string{"rbac.yaml", "rbac-status.yaml", "rbac-full-mode.yaml", "rbac-events.yaml"} {
+	for _, name := range []string{"base/rbac.yaml", "components/status-writes/rbac-status.yaml", "full/rbac-full-mode.yaml", "components/events/rbac-events.yaml"} {
 		paths = append(paths, filepath.Join(rbacDeployDir(), name))
 	}
 	a, err := loadRBAC(paths)

@@ -1,7 +1,7 @@
 // The other resources plegd and its tests use, each on k8s.io/apiserver's generic registry with a
 // plain strategy: namespaces (which the ValidatingAdmissionPolicy plugin reads), events.k8s.io
 // events (which plegd publishes with --emit-events) and ValidatingAdmissionPolicies with their
-// bindings (deploy/admission-policy*.yaml, enforced by the real plugin). Their defaults follow
+// bindings (deploy/components/*/admission-policy*.yaml, enforced by the real plugin). Their defaults follow
 // kubernetes/kubernetes pkg/apis/admissionregistration/v1/defaults.go; the table columns of
 // `kubectl get pods` follow pkg/printers/internalversion/printers.go (printPod) for the columns it
 // shows by default.

@@ -1,7 +1,7 @@
 // Authentication: one bearer token per identity, read from a JSON file (again whenever the file
 // changes, so that a test can add an identity to a running server). Each identity can
 // carry what a real authenticator adds, such as the node-name claim of a bound service account token
-// (`authentication.kubernetes.io/node-name` in the user's extra), which deploy/admission-policy.yaml
+// (`authentication.kubernetes.io/node-name` in the user's extra), which deploy/components/admission-policy/admission-policy.yaml
 // checks. Every authenticated user is also in system:authenticated, as in kube-apiserver.
 //
 //	{"tokens": [{"token": "t1", "user": "system:serviceaccount:plegd-system:plegd",

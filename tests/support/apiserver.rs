@@ -6,7 +6,7 @@
 //!
 //! Identities (bearer tokens): `admin` (system:masters), plegd's service account with the
 //! node-name claim of each node in [`Options::plegd_nodes`], and a kubelet (`system:node:<node>`).
-//! RBAC comes from [`Options::rbac`] (deploy/rbac*.yaml by default). The server records every
+//! RBAC comes from [`Options::rbac`] (deploy/'s RBAC files by default). The server records every
 //! request ([`Apiserver::requests`]) and can inject the few faults it cannot produce by itself
 //! ([`Apiserver::set_delay`] and friends, tests/apiserver/testhooks.go); a restart
 //! ([`Apiserver::set_down`]) and compaction ([`Apiserver::compact`]) are real.
@@ -86,16 +86,17 @@ impl Default for Options {
     fn default() -> Self {
         Self {
             plegd_nodes: Vec::new(),
+            // Every RBAC file of deploy/ (manifests::RBAC_FILES; this file is also built into
+            // the benches, which do not have that module).
             rbac: [
-                "rbac.yaml",
-                "rbac-status.yaml",
-                "rbac-full-mode.yaml",
-                "rbac-events.yaml",
+                "deploy/base/rbac.yaml",
+                "deploy/components/status-writes/rbac-status.yaml",
+                "deploy/full/rbac-full-mode.yaml",
+                "deploy/components/events/rbac-events.yaml",
+                "tests/apiserver/rbac-kubelet.yaml",
             ]
-            .iter()
-            .map(|f| format!("deploy/{f}"))
-            .chain(["tests/apiserver/rbac-kubelet.yaml".to_owned()])
-            .collect(),
+            .map(str::to_owned)
+            .into(),
             args: Vec::new(),
         }
     }

@@ -1,10 +1,73 @@
-//! deploy/'s manifests as the tests read them: each YAML document as JSON, the RBAC rules a file
-//! grants, and the service account plegd runs as.
+//! deploy/'s manifests as the tests read them: each YAML document as JSON, an overlay as kustomize
+//! renders it, the RBAC rules a file grants, and the service account plegd runs as.
 #![allow(dead_code)]
+
+use std::path::PathBuf;
 
 use serde_json::Value;
 
-/// `relative` (e.g. "deploy/rbac.yaml") under the repository.
+/// deploy/'s files, where the kustomize layout keeps them.
+pub const RBAC_READ: &str = "deploy/base/rbac.yaml";
+pub const RBAC_STATUS: &str = "deploy/components/status-writes/rbac-status.yaml";
+pub const RBAC_FULL_MODE: &str = "deploy/full/rbac-full-mode.yaml";
+pub const RBAC_EVENTS: &str = "deploy/components/events/rbac-events.yaml";
+pub const NODE_POLICY: &str = "deploy/components/admission-policy/admission-policy.yaml";
+pub const CONDITIONS_POLICY: &str = "deploy/components/conditions-policy/admission-policy-conditions.yaml";
+pub const DAEMONSET: &str = "deploy/base/daemonset.yaml";
+pub const DASHBOARD: &str = "deploy/components/grafana-dashboard/grafana-dashboard.json";
+/// Every RBAC file of deploy/.
+pub const RBAC_FILES: [&str; 4] = [RBAC_READ, RBAC_STATUS, RBAC_FULL_MODE, RBAC_EVENTS];
+/// The overlays, one per status mode.
+pub const OVERLAYS: [&str; 3] = ["conditions", "full", "shadow"];
+/// The optional components an operator adds to an overlay (the admission policies are in the
+/// overlays already).
+pub const OPTIONAL_COMPONENTS: [&str; 4] = ["events", "pod-monitor", "grafana-dashboard", "alerts"];
+
+/// An install as `kubectl apply -k` makes it: overlay `deploy/<overlay>` with `components` (names
+/// under deploy/components) added, rendered by kustomize (kubectl's, from the test apiserver's
+/// toolchain: tests/apiserver/apiserver.sh installs it). Returns the rendered YAML, written to a
+/// file in `dir`, and its documents.
+pub fn render(overlay: &str, components: &[&str], dir: &std::path::Path) -> (PathBuf, Vec<Value>) {
+    let root = dir.join(format!("install-{overlay}-{}", components.join("-")));
+    std::fs::create_dir_all(&root).unwrap();
+    // kustomize takes no absolute path: the repository's directories, relative to `root`.
+    let root = root.canonicalize().unwrap();
+    let repo = std::path::Path::new(&path("")).canonicalize().unwrap();
+    let up = "../".repeat(root.components().count() - 1);
+    let from_root = |relative: &str| format!("{up}{}/{relative}", repo.display().to_string().trim_start_matches('/'));
+    let mut kustomization = format!(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - {}\n",
+        from_root(&format!("deploy/{overlay}"))
+    );
+    if !components.is_empty() {
+        kustomization.push_str("components:\n");
+        for component in components {
+            kustomization.push_str(&format!(
+                "  - {}\n",
+                from_root(&format!("deploy/components/{component}"))
+            ));
+        }
+    }
+    std::fs::write(root.join("kustomization.yaml"), kustomization).unwrap();
+    let out = std::process::Command::new("bash")
+        .arg(path("tests/apiserver/apiserver.sh"))
+        .args(["kubectl", "kustomize", "--load-restrictor", "LoadRestrictionsNone"])
+        .arg(&root)
+        .output()
+        .expect("run kubectl kustomize");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "kustomize deploy/{overlay} + {components:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rendered = root.join("rendered.yaml");
+    std::fs::write(&rendered, &text).unwrap();
+    let documents = serde_saphyr::from_multiple(&text).unwrap_or_else(|e| panic!("rendered {overlay}: {e}"));
+    (rendered, documents)
+}
+
+/// `relative` (e.g. "deploy/base/rbac.yaml") under the repository.
 pub fn path(relative: &str) -> String {
     format!("{}/{relative}", env!("CARGO_MANIFEST_DIR"))
 }
@@ -34,10 +97,15 @@ fn strings(v: &Value) -> Vec<String> {
 /// What the ClusterRoles of `manifests` grant, as sorted `group/resource:verb` ("" is the core
 /// group), after checking that each role is bound to plegd's service account and nothing else.
 pub fn granted(manifests: &[&str]) -> Vec<String> {
+    let docs: Vec<(String, Vec<Value>)> = manifests.iter().map(|m| (m.to_string(), documents(m))).collect();
+    granted_by(&docs)
+}
+
+/// What the ClusterRoles of each named set of documents grant (see [`granted`]).
+pub fn granted_by(sets: &[(String, Vec<Value>)]) -> Vec<String> {
     let account = service_account();
     let mut out = Vec::new();
-    for manifest in manifests {
-        let docs = documents(manifest);
+    for (manifest, docs) in sets {
         for role in docs.iter().filter(|d| d["kind"] == "ClusterRole") {
             let name = role["metadata"]["name"].as_str().unwrap();
             let bindings: Vec<&Value> = docs
@@ -72,12 +140,12 @@ pub fn granted(manifests: &[&str]) -> Vec<String> {
     out
 }
 
-/// plegd's service account (namespace, name) as rbac.yaml defines it; the DaemonSet must run as it.
+/// plegd's service account (namespace, name) as the base's rbac.yaml defines it; the DaemonSet must run as it.
 pub fn service_account() -> (String, String) {
-    let account = document("deploy/rbac.yaml", "ServiceAccount", None);
+    let account = document(RBAC_READ, "ServiceAccount", None);
     let namespace = account["metadata"]["namespace"].as_str().unwrap().to_owned();
     let name = account["metadata"]["name"].as_str().unwrap().to_owned();
-    let ds = document("deploy/daemonset.yaml", "DaemonSet", None);
+    let ds = document(DAEMONSET, "DaemonSet", None);
     assert_eq!(
         ds["metadata"]["namespace"],
         namespace.as_str(),
