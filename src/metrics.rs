@@ -191,6 +191,55 @@ metrics_table! {
         "apiserver_retry_after", "Answers (429 or 5xx) with a Retry-After the status writers then waited for";
 }
 
+/// prometheus_client writes OpenMetrics; the text format 0.0.4 differs in what concerns plegd in
+/// two ways: a counter's `HELP` and `TYPE` name the samples' own name (`…_total`), and there is no
+/// `# EOF` (nor `# UNIT`). Pure.
+fn openmetrics_to_text(openmetrics: &str) -> String {
+    let mut out = String::with_capacity(openmetrics.len() + 1024);
+    let mut help: Option<&str> = None;
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        if line.starts_with("# HELP ") {
+            if let Some(pending) = help.replace(line) {
+                out.push_str(pending);
+                out.push('\n');
+            }
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').unwrap_or((rest, ""));
+            let total = kind == "counter" && !name.ends_with("_total");
+            if let Some(pending) = help.take() {
+                match pending.strip_prefix("# HELP ").and_then(|h| h.strip_prefix(name)) {
+                    Some(text) if total => out.push_str(&format!("# HELP {name}_total{text}")),
+                    _ => out.push_str(pending),
+                }
+                out.push('\n');
+            }
+            if total {
+                out.push_str(&format!("# TYPE {name}_total counter\n"));
+            } else {
+                out.push_str(line);
+                out.push('\n');
+            }
+            continue;
+        }
+        if let Some(pending) = help.take() {
+            out.push_str(pending);
+            out.push('\n');
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    if let Some(pending) = help {
+        out.push_str(pending);
+        out.push('\n');
+    }
+    out
+}
+
 /// Label values known before they occur. Their series are made at 0 when the metrics are, so that
 /// every series is there from the first scrape: `rate()` and `increase()` see the first increment,
 /// and a dashboard panel or an alert has data before anything went wrong.
@@ -265,12 +314,12 @@ impl Metrics {
         &self.names
     }
 
-    /// The registry in the Prometheus text format.
+    /// The registry in the Prometheus text format (0.0.4), as the kubelet serves its metrics.
     pub fn encode(&self) -> String {
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
-        out
+        openmetrics_to_text(&out)
     }
 
     pub fn count_runtime_error(&self, operation: &str) {
@@ -414,6 +463,39 @@ impl Default for Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_exposition_is_the_text_format() {
+        let m = Metrics::new();
+        m.count_status_write("ok");
+        let text = m.encode();
+        assert!(!text.contains("# EOF"), "{text}");
+        assert!(text.contains("# TYPE plegd_status_writes_total counter\n"), "{text}");
+        assert!(
+            text.contains("# HELP plegd_status_writes_total Pod status writes"),
+            "{text}"
+        );
+        assert!(text.contains("plegd_status_writes_total{result=\"ok\"} 1\n"), "{text}");
+        assert!(
+            text.contains("# TYPE plegd_pleg_relist_duration_seconds histogram\n"),
+            "{text}"
+        );
+        assert!(text.contains("# TYPE plegd_running_pods gauge\n"), "{text}");
+        // Every sample line's family was declared before it.
+        let mut declared = std::collections::HashSet::new();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                declared.insert(rest.split(' ').next().unwrap().to_owned());
+            } else if !line.starts_with('#') && !line.is_empty() {
+                let name = line.split(['{', ' ']).next().unwrap();
+                let family = ["_bucket", "_count", "_sum"]
+                    .iter()
+                    .find_map(|s| name.strip_suffix(s).filter(|f| declared.contains(*f)))
+                    .unwrap_or(name);
+                assert!(declared.contains(family), "{line}");
+            }
+        }
+    }
 
     #[test]
     fn names_carry_the_prefix_and_kubelet_names() {

@@ -182,7 +182,14 @@ fn plegd(node: &str, socket: &Path, kubeconfig: &Path, port: u16, log: &Path, ex
     let mut command = plegd_run(env!("CARGO_BIN_EXE_plegd"), node, socket, kubeconfig);
     command
         .args(["--metrics-address", &format!("127.0.0.1:{port}")])
-        .args(["--relist-threshold", "5s", "--relist-period", "1s"])
+        .args([
+            "--relist-threshold",
+            "5s",
+            "--relist-period",
+            "1s",
+            "--relist-period-with-triggers",
+            "2s",
+        ])
         .args(extra)
         .stderr(Stdio::from(std::fs::File::create(log).unwrap()));
     KillOnDrop(command.spawn().expect("spawn plegd"))
@@ -313,10 +320,27 @@ async fn a_real_prometheus_scrapes_plegd_and_hears_its_faults() {
         )
         .await;
     cd.run_container(&shadowed, "app", "sleep 600").await;
-    wait_for("both plegd scraped", Duration::from_secs(60), || async {
-        prometheus.query("up == 1").await.len() == 2
-    })
-    .await;
+    let logs = || {
+        ["prometheus.log", "writer.log", "shadow.log"]
+            .iter()
+            .map(|f| {
+                let text = std::fs::read_to_string(dir.path().join(f)).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(15).collect();
+                format!("--- {f}:\n{}", tail.into_iter().rev().collect::<Vec<_>>().join("\n"))
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while prometheus.query("up == 1").await.len() != 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "both plegd scraped: up = {:?}\n{}",
+            prometheus.query("up").await,
+            logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     wait_for("the exit written and scraped", Duration::from_secs(60), || async {
         !prometheus
             .query("plegd_pleg_events_total{kind=\"ContainerDied\"} > 0")
@@ -398,11 +422,13 @@ async fn a_real_prometheus_scrapes_plegd_and_hears_its_faults() {
     for panel in dashboard["panels"].as_array().unwrap() {
         for target in panel["targets"].as_array().unwrap() {
             let expr = target["expr"].as_str().unwrap();
-            assert!(
-                !prometheus.query(expr).await.is_empty(),
-                "dashboard panel {:?}: no data for {expr}",
-                panel["title"]
-            );
+            // A rate needs two scrapes of a series.
+            wait_for(
+                &format!("data for dashboard panel {:?}: {expr}", panel["title"]),
+                Duration::from_secs(15),
+                || async { !prometheus.query(expr).await.is_empty() },
+            )
+            .await;
         }
     }
     assert!(
@@ -412,7 +438,23 @@ async fn a_real_prometheus_scrapes_plegd_and_hears_its_faults() {
 
     // The apiserver refuses status writes: PlegdStatusWritesFailing.
     api.set_status_patch_500(true).await;
-    cd.run_container(&pod, "late", "exit 4").await;
+    let created = api
+        .create_pod(serde_json::json!({
+            "metadata": {"name": "refused", "namespace": TEST_NAMESPACE},
+            "spec": {"nodeName": NODE, "restartPolicy": "Never", "hostNetwork": true,
+                     "containers": [{"name": "app", "image": "plegd.test/busybox:1"}]}
+        }))
+        .await;
+    let refused = cd
+        .run_pod_as(
+            "refused",
+            TEST_NAMESPACE,
+            &support::apiserver::uid(&created),
+            true,
+            None,
+        )
+        .await;
+    cd.run_container(&refused, "app", "sleep 600").await;
     prometheus
         .wait_for_alert("PlegdStatusWritesFailing", Duration::from_secs(60))
         .await;
@@ -432,6 +474,7 @@ async fn a_real_prometheus_scrapes_plegd_and_hears_its_faults() {
     // The runtime stops.
     cd.cleanup(&pod).await;
     cd.cleanup(&shadowed).await;
+    cd.cleanup(&refused).await;
     drop(instance);
     for alert in ["PlegdRuntimeUnreachable", "PlegdPLEGUnhealthy", "PlegdTriggersDown"] {
         prometheus.wait_for_alert(alert, Duration::from_secs(90)).await;
