@@ -13,6 +13,8 @@ if [ "$(id -u)" = 0 ] && [ "$(uname -s)" = Linux ]; then
   read -r -a VERSIONS <<<"${PLEGD_CONTAINERD_VERSIONS:-2.1 1.7}"
   [ ${#VERSIONS[@]} -gt 0 ] || { echo "tests/run.sh: PLEGD_CONTAINERD_VERSIONS is empty (e.g. \"2.1 1.7\")" >&2; exit 2; }
   bash tests/containerd/containerd.sh install
+  # Prometheus and promtool (Debian's, unpacked privately) for tests/prometheus.rs.
+  bash tests/prometheus/prometheus.sh install >/dev/null
   # Start fresh so that no pod of an earlier run is seen.
   bash tests/containerd/containerd.sh stop >/dev/null 2>&1 || true
   export PLEGD_CONTAINERD_VERSION=${VERSIONS[0]}
