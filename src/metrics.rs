@@ -60,6 +60,15 @@ pub struct ListenerLabel {
     pub listener: String,
 }
 
+/// A container's exit: its pod and name, and the reason its status gives.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ExitLabel {
+    pub namespace: String,
+    pub pod: String,
+    pub container: String,
+    pub reason: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OperationLabel {
     pub operation: String,
@@ -150,6 +159,10 @@ metrics_table! {
         "triggers", "Runtime events received by trigger streams";
     trigger_stream_state: Family<StreamStateLabel, Gauge> = Default::default(),
         "trigger_stream_state", "What each runtime event stream is doing: 1 for its state (connecting, connected, reconnecting, unusable: the runtime ends the stream as soon as it opens), 0 for the others";
+    trigger_missed: Family<SourceLabel, Counter> = Default::default(),
+        "trigger_missed_changes", "Container and sandbox changes a periodic relist found while the runtime event stream was connected: changes the stream did not announce (or had not brought in yet), by source";
+    container_exits: Family<ExitLabel, Counter> = Default::default(),
+        "container_exits", "Container exits plegd saw happen, by namespace, pod, container and reason (as the status gives it); exits that happened before plegd started are not counted";
     trigger_relists: Family<KindLabel, Counter> = Default::default(),
         "trigger_relists", "Relists run on behalf of triggers, by kind (pod: one pod; all: full relist; batch: full relist for many probes due at once; probe, locate, recheck; skipped: an id looked for in vain a moment ago, not looked for again)";
     status_writes: Family<ResultLabel, Counter> = Default::default(),
@@ -351,6 +364,7 @@ impl Metrics {
         let _ = self.trigger_connects.get_or_create(&label);
         let _ = self.trigger_errors.get_or_create(&label);
         let _ = self.trigger_replayed.get_or_create(&label);
+        let _ = self.trigger_missed.get_or_create(&label);
     }
 
     /// The series of a listener, at 0, once it listens.
@@ -358,6 +372,25 @@ impl Metrics {
         let _ = self.connections_refused.get_or_create(&ListenerLabel {
             listener: listener.to_owned(),
         });
+    }
+
+    pub fn count_missed_trigger(&self, source: &str, changes: u64) {
+        self.trigger_missed
+            .get_or_create(&SourceLabel {
+                source: source.to_owned(),
+            })
+            .inc_by(changes);
+    }
+
+    pub fn count_container_exit(&self, namespace: &str, pod: &str, container: &str, reason: &str) {
+        self.container_exits
+            .get_or_create(&ExitLabel {
+                namespace: namespace.to_owned(),
+                pod: pod.to_owned(),
+                container: container.to_owned(),
+                reason: reason.to_owned(),
+            })
+            .inc();
     }
 
     pub fn count_trigger_connect(&self, source: &str) {

@@ -375,13 +375,7 @@ async fn exits_computed_before_sigterm_reach_the_apiserver() {
     })
     .await;
 
-    let patches = || async {
-        api.requests_by(PLEGD_USER)
-            .await
-            .iter()
-            .filter(|r| r.method == "PATCH" && r.path.ends_with("/status"))
-            .count()
-    };
+    let patches = || api.plegd_status_patches();
     let before = patches().await;
     // Status reads take a while, so the relist that sees the exits is still handing out events
     // when the first is written: the signal comes in the middle of it.

@@ -39,7 +39,15 @@ impl Harness {
     }
 
     async fn with_capacity(channel_capacity: usize) -> Self {
-        let server = FakeServer::start().await;
+        Self::with(FakeServer::start().await, channel_capacity).await
+    }
+
+    /// A new relister (as after a restart of plegd) on `server`, the runtime as it is.
+    async fn with_server(server: FakeServer) -> Self {
+        Self::with(server, 1000).await
+    }
+
+    async fn with(server: FakeServer, channel_capacity: usize) -> Self {
         let metrics = Arc::new(Metrics::new());
         let (runtime, _) = CriRuntime::connect(&server.path, &fast_options(), metrics.clone())
             .await
@@ -482,6 +490,104 @@ async fn a_status_string_that_is_not_utf8_costs_that_string_not_the_pod() {
         "{text}"
     );
     assert!(h.relist().await.is_empty(), "reported once, not again and again");
+}
+
+/// `plegd_container_exits_total` counts the exits plegd sees happen, once each, with the reason
+/// the status gives: not the exits the first relist finds already done (before a restart, the
+/// plegd of then counted them), not again at later relists, and ContainerStatusUnknown for a
+/// running container that vanished.
+#[tokio::test]
+async fn exits_are_counted_once_as_they_happen() {
+    let exits = |h: &Harness, container: &str, reason: &str| {
+        let name = format!(
+            "plegd_container_exits_total{{namespace=\"default\",pod=\"web\",container=\"{container}\",reason=\"{reason}\"}}"
+        );
+        support::process::metric(&h.metrics.encode(), &name).unwrap_or(0.0)
+    };
+    let mut h = Harness::new().await;
+    h.fake().add_running_pod("u1", "web", 3);
+    h.fake().exit_container("ctr-u1-0", 0);
+    h.relist().await;
+    assert_eq!(exits(&h, "c0", "Completed"), 0.0, "exited before plegd looked");
+
+    h.fake().exit_container("ctr-u1-1", 2);
+    h.relist().await;
+    h.relist().await;
+    assert_eq!(exits(&h, "c1", "Error"), 1.0, "{}", h.metrics.encode());
+    {
+        let mut st = h.fake().state();
+        let c = st.containers.get_mut("ctr-u1-2").unwrap();
+        c.item.state = k8s_cri::v1::ContainerState::ContainerExited as i32;
+        c.exit_code = 137;
+        c.reason = "OOMKilled".into();
+    }
+    h.relist().await;
+    assert_eq!(exits(&h, "c2", "OOMKilled"), 1.0);
+
+    // A restarted plegd (a new relister, the same runtime) counts none of these again.
+    let mut again = Harness::with_server(h.server).await;
+    again.relist().await;
+    again.relist().await;
+    for (container, reason) in [("c0", "Completed"), ("c1", "Error"), ("c2", "OOMKilled")] {
+        assert_eq!(exits(&again, container, reason), 0.0, "{container}");
+    }
+    // A running container that vanishes without an exit.
+    again
+        .fake()
+        .add_container("u1", "sb-u1", "ctr-u1-3", "c3", Cri::ContainerRunning);
+    again.relist().await;
+    again.fake().remove_container("ctr-u1-3");
+    again.relist().await;
+    assert_eq!(
+        exits(&again, "c3", "ContainerStatusUnknown"),
+        1.0,
+        "{}",
+        again.metrics.encode()
+    );
+}
+
+/// `plegd_trigger_missed_changes_total`: a periodic relist that finds a change while the event
+/// stream is connected counts it for the stream's source (the stream did not announce it); with
+/// the stream down, the periodic relist is the way changes are found, and nothing is counted.
+#[tokio::test]
+async fn changes_a_connected_stream_did_not_announce_are_counted() {
+    let missed = |h: &Harness| {
+        support::process::metric(
+            &h.metrics.encode(),
+            "plegd_trigger_missed_changes_total{source=\"cri\"}",
+        )
+        .unwrap_or(0.0)
+    };
+    let mut h = Harness::new().await;
+    h.metrics.initialize_trigger_source("cri");
+    h.fake().add_running_pod("u1", "web", 2);
+    h.relist().await;
+    let health = h.pleg.trigger_health();
+    health.set_source("cri");
+
+    // Stream down: the periodic relist finds the exit, as it should.
+    h.fake().exit_container("ctr-u1-0", 1);
+    h.clock.advance(Duration::from_secs(1));
+    h.pleg.periodic_relist().await.unwrap();
+    assert_eq!(kinds(&h.drain()), [ev(E::ContainerDied, "ctr-u1-0")]);
+    assert_eq!(missed(&h), 0.0);
+
+    // Stream connected: the exit it did not announce is counted, once.
+    health.set(true);
+    h.fake().exit_container("ctr-u1-1", 1);
+    h.clock.advance(Duration::from_secs(1));
+    h.pleg.periodic_relist().await.unwrap();
+    assert_eq!(kinds(&h.drain()), [ev(E::ContainerDied, "ctr-u1-1")]);
+    assert_eq!(missed(&h), 1.0);
+    h.clock.advance(Duration::from_secs(1));
+    h.pleg.periodic_relist().await.unwrap();
+    assert_eq!(missed(&h), 1.0, "nothing new");
+    // A change a triggered relist found first is not missed.
+    h.fake().remove_container("ctr-u1-1");
+    h.pleg.relist_pod("u1").await.unwrap();
+    h.clock.advance(Duration::from_secs(1));
+    h.pleg.periodic_relist().await.unwrap();
+    assert_eq!(missed(&h), 1.0);
 }
 
 #[tokio::test]

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use support::apiserver::{Apiserver, Identity};
-use support::containerd::{PrivateContainerd, TEST_NAMESPACE, containerd};
+use support::containerd::{Containerd, PrivateContainerd, TEST_NAMESPACE, TestPod, containerd};
 use support::manifests::{DASHBOARD, path};
 use support::process::{KillOnDrop, free_port, plegd_run};
 use support::wait_for;
@@ -176,6 +176,22 @@ fn family(name: &str, documented: &BTreeMap<String, (String, BTreeSet<String>)>)
         .map(str::to_owned)
 }
 
+/// A pod bound to `node` on the apiserver and run, with one container, in the runtime.
+async fn run_bound_pod(api: &Apiserver, cd: &Containerd, name: &str, node: &str) -> TestPod {
+    let created = api
+        .create_pod(serde_json::json!({
+            "metadata": {"name": name, "namespace": TEST_NAMESPACE},
+            "spec": {"nodeName": node, "restartPolicy": "Never", "hostNetwork": true,
+                     "containers": [{"name": "app", "image": "plegd.test/busybox:1"}]}
+        }))
+        .await;
+    let pod = cd
+        .run_pod_as(name, TEST_NAMESPACE, &support::apiserver::uid(&created), true, None)
+        .await;
+    cd.run_container(&pod, "app", "sleep 600").await;
+    pod
+}
+
 /// One plegd's flags: against `socket` and `kubeconfig`, metrics on `port`, relisting every
 /// second and unhealthy after 5 s (so that the PLEG alert's fault takes seconds, not minutes).
 fn plegd(node: &str, socket: &Path, kubeconfig: &Path, port: u16, log: &Path, extra: &[&str]) -> KillOnDrop {
@@ -303,23 +319,7 @@ async fn a_real_prometheus_scrapes_plegd_and_hears_its_faults() {
     cd.run_container(&pod, "app", "sleep 600").await;
     cd.run_container(&pod, "side", "sleep 2; exit 3").await;
     // The shadow plegd's pod, whose status no one writes: every field plegd computes differs.
-    let created = api
-        .create_pod(serde_json::json!({
-            "metadata": {"name": "shadowed", "namespace": TEST_NAMESPACE},
-            "spec": {"nodeName": SHADOW_NODE, "restartPolicy": "Never", "hostNetwork": true,
-                     "containers": [{"name": "app", "image": "plegd.test/busybox:1"}]}
-        }))
-        .await;
-    let shadowed = cd
-        .run_pod_as(
-            "shadowed",
-            TEST_NAMESPACE,
-            &support::apiserver::uid(&created),
-            true,
-            None,
-        )
-        .await;
-    cd.run_container(&shadowed, "app", "sleep 600").await;
+    let shadowed = run_bound_pod(&api, &cd, "shadowed", SHADOW_NODE).await;
     let logs = || {
         ["prometheus.log", "writer.log", "shadow.log"]
             .iter()
@@ -438,23 +438,7 @@ async fn a_real_prometheus_scrapes_plegd_and_hears_its_faults() {
 
     // The apiserver refuses status writes: PlegdStatusWritesFailing.
     api.set_status_patch_500(true).await;
-    let created = api
-        .create_pod(serde_json::json!({
-            "metadata": {"name": "refused", "namespace": TEST_NAMESPACE},
-            "spec": {"nodeName": NODE, "restartPolicy": "Never", "hostNetwork": true,
-                     "containers": [{"name": "app", "image": "plegd.test/busybox:1"}]}
-        }))
-        .await;
-    let refused = cd
-        .run_pod_as(
-            "refused",
-            TEST_NAMESPACE,
-            &support::apiserver::uid(&created),
-            true,
-            None,
-        )
-        .await;
-    cd.run_container(&refused, "app", "sleep 600").await;
+    let refused = run_bound_pod(&api, &cd, "refused", NODE).await;
     prometheus
         .wait_for_alert("PlegdStatusWritesFailing", Duration::from_secs(60))
         .await;

@@ -1498,13 +1498,7 @@ async fn a_stop_in_a_burst_of_exits_writes_every_exit_before_it() {
     for pod in &pods {
         ids.push(cd.run_exiting_at(pod, "app", due, 7).await);
     }
-    let patches = || async {
-        api.requests_by(PLEGD_USER)
-            .await
-            .iter()
-            .filter(|r| r.method == "PATCH" && r.path.ends_with("/status"))
-            .count()
-    };
+    let patches = || api.plegd_status_patches();
     // Every Running status is written well before the exits are due.
     tokio::time::sleep_until(due - Duration::from_millis(500)).await;
     let before = patches().await;

@@ -106,6 +106,9 @@ struct RelistState {
     reinspect: HashSet<PodUid>,
     /// Events that did not fit in the channel, per pod, oldest first.
     undelivered: HashMap<PodUid, Vec<PodLifecycleEvent>>,
+    /// A complete relist has succeeded: a container seen exited from now on exited while plegd
+    /// looked (the first relist finds the exits of before plegd started, counted by then).
+    counting_exits: bool,
 }
 
 impl RelistState {
@@ -176,6 +179,7 @@ pub struct GenericPleg<R, C> {
     triggers_healthy: watch::Sender<bool>,
     /// What the runtime event stream is doing, for health and metrics.
     trigger_state: Arc<Mutex<StreamState>>,
+    trigger_source: Arc<Mutex<Option<&'static str>>>,
 }
 
 /// What a runtime event stream (`--triggers`) is doing.
@@ -222,6 +226,7 @@ impl StreamState {
 pub struct TriggerHealth {
     healthy: watch::Sender<bool>,
     state: Arc<Mutex<StreamState>>,
+    source: Arc<Mutex<Option<&'static str>>>,
 }
 
 impl TriggerHealth {
@@ -233,6 +238,11 @@ impl TriggerHealth {
     /// Say what the stream is doing (health and metrics read it).
     pub fn set_state(&self, state: StreamState) {
         *self.state.lock().unwrap_or_else(|e| e.into_inner()) = state;
+    }
+
+    /// Name the stream's source (`plegd_trigger_missed_changes_total{source}`).
+    pub fn set_source(&self, source: &'static str) {
+        *self.source.lock().unwrap_or_else(|e| e.into_inner()) = Some(source);
     }
 }
 
@@ -260,6 +270,7 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
             last_stamp: Mutex::new(SystemTime::UNIX_EPOCH),
             triggers_healthy: watch::Sender::new(false),
             trigger_state: Arc::new(Mutex::new(StreamState::Off)),
+            trigger_source: Arc::new(Mutex::new(None)),
         };
         (pleg, rx)
     }
@@ -302,6 +313,7 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
         TriggerHealth {
             healthy: self.triggers_healthy.clone(),
             state: self.trigger_state.clone(),
+            source: self.trigger_source.clone(),
         }
     }
 
@@ -403,6 +415,19 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
 
     /// One global relist (`Relist()`). On a list error nothing changes, not even the relist time.
     pub async fn relist(&self) -> Result<(), RuntimeError> {
+        self.relist_counting(None).await
+    }
+
+    /// A periodic relist (what [`run`](Self::run) does every period): while a trigger stream is
+    /// connected, every change it finds is one the stream did not announce (or had not yet
+    /// brought in), counted for that stream's source.
+    pub async fn periodic_relist(&self) -> Result<(), RuntimeError> {
+        let connected = *self.triggers_healthy.borrow();
+        let source = *self.trigger_source.lock().unwrap_or_else(|e| e.into_inner());
+        self.relist_counting(source.filter(|_| connected)).await
+    }
+
+    async fn relist_counting(&self, missed_by: Option<&'static str>) -> Result<(), RuntimeError> {
         let mut state = self.state.lock().await;
         let start = self.stamp();
         if let Some(last) = self.last_relist() {
@@ -410,14 +435,19 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
                 .relist_interval
                 .observe(start.duration_since(last).unwrap_or_default().as_secs_f64());
         }
-        let result = self.relist_locked(&mut state, start).await;
+        let result = self.relist_locked(&mut state, start, missed_by).await;
         self.metrics
             .relist_duration
             .observe(clock::since(&self.clock, start).as_secs_f64());
         result
     }
 
-    async fn relist_locked(&self, state: &mut RelistState, start: SystemTime) -> Result<(), RuntimeError> {
+    async fn relist_locked(
+        &self,
+        state: &mut RelistState,
+        start: SystemTime,
+        missed_by: Option<&'static str>,
+    ) -> Result<(), RuntimeError> {
         let started = std::time::Instant::now();
         let pods = self.runtime.list_pods().await?;
         *self.relist_time.lock().unwrap_or_else(|e| e.into_inner()) = Some(start);
@@ -453,10 +483,11 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
         );
         let mut needs_reinspection = HashSet::new();
         for uid in uids {
-            if let PodOutcome::RefreshFailed = self.sync_record(state, &uid, start).await {
+            if let PodOutcome::RefreshFailed = self.sync_record(state, &uid, start, missed_by).await {
                 needs_reinspection.insert(uid);
             }
         }
+        state.counting_exits = true;
         // After every pod's entry is up to date: the whole cache is as fresh as `start`.
         self.cache.update_time(start);
         state.reinspect = needs_reinspection;
@@ -474,7 +505,7 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
         let start = self.stamp();
         let pod = self.runtime.list_pod(uid).await?;
         state.records.entry(uid.to_owned()).or_default().current = pod;
-        Ok(match self.sync_record(&mut state, uid, start).await {
+        Ok(match self.sync_record(&mut state, uid, start, None).await {
             PodOutcome::RefreshFailed => {
                 state.reinspect.insert(uid.to_owned());
                 true
@@ -487,8 +518,15 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
         })
     }
 
-    /// Compare, refresh, advance and send for one pod (the body of the relist loop).
-    async fn sync_record(&self, state: &mut RelistState, uid: &str, start: SystemTime) -> PodOutcome {
+    /// Compare, refresh, advance and send for one pod (the body of the relist loop). Changes found
+    /// are counted as missed by the trigger source `missed_by`, if given.
+    async fn sync_record(
+        &self,
+        state: &mut RelistState,
+        uid: &str,
+        start: SystemTime,
+        missed_by: Option<&'static str>,
+    ) -> PodOutcome {
         let record = state.records.get(uid);
         let old = record.and_then(|r| r.old.as_ref());
         let current = record.and_then(|r| r.current.as_ref());
@@ -517,11 +555,27 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
 
         state.advance(uid);
         events.retain(|e| e.kind != PodLifecycleEventType::ContainerChanged);
+        if let Some(source) = missed_by.filter(|_| !events.is_empty()) {
+            self.metrics.count_missed_trigger(source, events.len() as u64);
+        }
         // A successful re-inspection with nothing else to say still asks for a sync of the pod.
         if reinspect && events.is_empty() {
             events.push(PodLifecycleEvent::pod_sync(uid, current, start));
         }
         add_exit_details(&mut events, status.as_ref());
+        if state.counting_exits {
+            for event in events
+                .iter()
+                .filter(|e| e.kind == PodLifecycleEventType::ContainerDied && !e.sandbox)
+            {
+                self.metrics.count_container_exit(
+                    event.namespace.as_deref().unwrap_or_default(),
+                    event.pod.as_deref().unwrap_or_default(),
+                    event.container.as_deref().unwrap_or_default(),
+                    exit_reason(event),
+                );
+            }
+        }
         for event in &events {
             debug!(pod = %uid, container = event.container_id.as_deref().unwrap_or(""), event = event.kind.as_str(), "lifecycle event");
         }
@@ -654,7 +708,7 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
         let mut was_stretched = false;
         while !stop.is_cancelled() {
             let healthy_before = *health.borrow_and_update();
-            let relisted = self.relist().await;
+            let relisted = self.periodic_relist().await;
             match &relisted {
                 Ok(()) if failing => {
                     info!("relist succeeded again");
@@ -692,6 +746,18 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
             warn!(error = %error, "the last relist before stopping failed");
         }
         self.deliver_undelivered().await;
+    }
+}
+
+/// The reason of a container's exit as its status says it: the runtime's, else Completed or Error
+/// by the exit code, and ContainerStatusUnknown for a container gone without an exit the runtime
+/// reported (what the status writer then says).
+fn exit_reason(event: &PodLifecycleEvent) -> &str {
+    match (event.reason.as_deref(), event.exit_code) {
+        (Some(reason), _) if !reason.is_empty() => reason,
+        (_, Some(0)) => "Completed",
+        (_, Some(_)) => "Error",
+        (_, None) => "ContainerStatusUnknown",
     }
 }
 

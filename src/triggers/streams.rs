@@ -301,6 +301,7 @@ pub async fn run_source(
         );
     }
     metrics.initialize_trigger_source(source.as_str());
+    health.set_source(source.as_str());
     let state = |s: StreamState| set_state(&health, &metrics, source, s);
     state(StreamState::Connecting);
     // Streams in a row that the runtime answered and ended at once.

@@ -136,8 +136,22 @@ fn row(name: &str, mut ms: Vec<f64>) {
     );
 }
 
-async fn run(version: &str, pods: usize) {
-    let Some(instance) = containerd::PrivateContainerd::start("life", version, 238).await else {
+/// A private containerd of `version` watched by the observers: (b), (b2) where the version has CRI
+/// events, and (d) polling what is put on `watch`; their streams connected.
+struct Observed {
+    instance: containerd::PrivateContainerd,
+    major: u32,
+    minor: u32,
+    with_cri: bool,
+    by_containerd: Seen,
+    by_cri: Seen,
+    floor: Seen,
+    watch: Arc<Mutex<Vec<(Change, String)>>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+async fn observed(name: &str, version: &str, octet: u8) -> Observed {
+    let Some(instance) = containerd::PrivateContainerd::start(name, version, octet).await else {
         eprintln!("lifecycle_latency: needs a real containerd (root on Linux)");
         std::process::exit(1);
     };
@@ -155,6 +169,32 @@ async fn run(version: &str, pods: usize) {
     let warmup = cd.run_pod("warmup", true).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     cd.cleanup(&warmup).await;
+    Observed {
+        instance,
+        major,
+        minor,
+        with_cri,
+        by_containerd,
+        by_cri,
+        floor,
+        watch,
+        tasks,
+    }
+}
+
+async fn run(version: &str, pods: usize) {
+    let Observed {
+        instance,
+        major,
+        minor,
+        with_cri,
+        by_containerd,
+        by_cri,
+        floor,
+        watch,
+        tasks,
+    } = observed("life", version, 238).await;
+    let cd = instance.handle.clone();
 
     let mut changes: Vec<(Change, String, SystemTime)> = Vec::new();
     let mut test_pods = Vec::new();
@@ -264,21 +304,18 @@ fn watch_exits_when_due(
 }
 
 async fn burst(version: &str, n: usize, window: Duration) {
-    let Some(instance) = containerd::PrivateContainerd::start("burst", version, 239).await else {
-        eprintln!("lifecycle_latency: needs a real containerd (root on Linux)");
-        std::process::exit(1);
-    };
+    let Observed {
+        instance,
+        major,
+        minor,
+        with_cri,
+        by_containerd,
+        by_cri,
+        floor,
+        watch,
+        mut tasks,
+    } = observed("burst", version, 239).await;
     let cd = instance.handle.clone();
-    let (major, minor) = cd.version().await;
-    let with_cri = (major, minor) >= (1, 7);
-    let (by_containerd, by_cri, floor): (Seen, Seen, Seen) = Default::default();
-    let mut tasks = observe_plegd(&cd.socket, TriggerMode::Containerd, by_containerd.clone()).await;
-    if with_cri {
-        tasks.extend(observe_plegd(&cd.socket, TriggerMode::Cri, by_cri.clone()).await);
-    }
-    let warmup = cd.run_pod("warmup", true).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    cd.cleanup(&warmup).await;
 
     let setup = std::time::Instant::now();
     let mut pods = Vec::with_capacity(n);
@@ -292,8 +329,6 @@ async fn burst(version: &str, n: usize, window: Duration) {
     let step = window / n.max(1) as u32;
     let mut ids = Vec::with_capacity(n);
     let mut exits = Vec::with_capacity(n);
-    let watch: Arc<Mutex<Vec<(Change, String)>>> = Default::default();
-    tasks.push(observe_floor(cd.client.clone(), watch.clone(), floor.clone()));
     for (i, pod) in pods.iter().enumerate() {
         let due = first_due + step * i as u32;
         let ctr = cd.run_exiting_at(pod, "app", due, 1).await;

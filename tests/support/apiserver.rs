@@ -622,6 +622,15 @@ impl Apiserver {
             .unwrap_or_default()
     }
 
+    /// How many status PATCHes plegd's service account has sent (answered or not).
+    pub async fn plegd_status_patches(&self) -> usize {
+        self.requests_by(PLEGD_USER)
+            .await
+            .iter()
+            .filter(|r| r.method == "PATCH" && r.path.ends_with("/status"))
+            .count()
+    }
+
     /// The requests made by `user`.
     pub async fn requests_by(&self, user: &str) -> Vec<Logged> {
         self.requests().await.into_iter().filter(|r| r.user == user).collect()
