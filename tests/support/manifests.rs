@@ -51,7 +51,7 @@ pub fn render(overlay: &str, components: &[&str], dir: &std::path::Path) -> (Pat
     std::fs::write(root.join("kustomization.yaml"), kustomization).unwrap();
     let out = std::process::Command::new("bash")
         .arg(path("tests/apiserver/apiserver.sh"))
-        .args(["kubectl", "kustomize", "--load-restrictor", "LoadRestrictionsNone"])
+        .args(["kubectl", "kustomize"])
         .arg(&root)
         .output()
         .expect("run kubectl kustomize");
