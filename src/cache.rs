@@ -1,6 +1,7 @@
 //! The status cache: the newest runtime status of each pod with the time it was observed, plus a
 //! global timestamp meaning "every pod's entry is at least this fresh", like the kubelet's
-//! `container/cache.go`. The relister is its only writer. Readers may wait for a status newer than
+//! `container/cache.go`. It comes in two halves, as kube-runtime's reflector store does: a
+//! [`CacheWriter`], which only the relister holds, and any number of [`CacheReader`]s. Readers may wait for a status newer than
 //! a given time (`get_newer_than`); that is how a consumer of a lifecycle event makes sure it looks
 //! at a status read after the event. Errors of a status read are cached too, so readers see them:
 //! an entry with an error is not a fact about the pod (the kubelet's pod workers skip the sync and
@@ -28,6 +29,17 @@ pub struct CachedStatus {
     pub modified: SystemTime,
 }
 
+impl CachedStatus {
+    /// The status, if it was read successfully; else the error its read gave. Nothing may be
+    /// generated from a failed read (the kubelet's FailedSync).
+    pub fn read(&self) -> Result<&Arc<RuntimePodStatus>, &str> {
+        match &self.error {
+            None => Ok(&self.status),
+            Some(error) => Err(error),
+        }
+    }
+}
+
 #[derive(Default)]
 struct Inner {
     pods: HashMap<PodUid, CachedStatus>,
@@ -39,10 +51,22 @@ struct Inner {
     gone: HashMap<PodUid, SystemTime>,
 }
 
-/// The per-pod runtime status cache.
+/// The cache both halves share.
 #[derive(Default)]
-pub struct PodCache {
+struct Shared {
     inner: Mutex<Inner>,
+}
+
+/// The reading half of the status cache; clones read the same cache.
+#[derive(Clone, Default)]
+pub struct CacheReader {
+    shared: Arc<Shared>,
+}
+
+/// The writing half of the status cache: the relister's alone (it is not `Clone`). It reads too.
+#[derive(Default)]
+pub struct CacheWriter {
+    reader: CacheReader,
 }
 
 fn default_entry(id: &str, modified: SystemTime) -> CachedStatus {
@@ -95,13 +119,9 @@ impl Inner {
     }
 }
 
-impl PodCache {
-    pub fn new() -> Self {
-        Self::default()
-    }
-
+impl CacheReader {
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        self.shared.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The cached entry; on a miss, an empty status (no containers), as the kubelet does.
@@ -141,6 +161,27 @@ impl PodCache {
         // The sender lives in the cache, which outlives every borrow of it; a dropped sender can
         // only mean the cache itself is gone, and then the best answer is the empty status.
         rx.await.unwrap_or_else(|_| default_entry(id, SystemTime::UNIX_EPOCH))
+    }
+}
+
+impl CacheWriter {
+    /// An empty cache.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A reader of this cache.
+    pub fn reader(&self) -> &CacheReader {
+        &self.reader
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.reader.lock()
+    }
+
+    /// The cached entry; on a miss, an empty status (no containers).
+    pub fn get(&self, id: &str) -> CachedStatus {
+        self.reader.get(id)
     }
 
     /// Store a status (or the error reading it gave) observed at `timestamp`.
@@ -206,7 +247,7 @@ mod tests {
         }
     }
 
-    async fn ready_now(cache: &PodCache, id: &str, min: SystemTime) -> Option<CachedStatus> {
+    async fn ready_now(cache: &CacheReader, id: &str, min: SystemTime) -> Option<CachedStatus> {
         tokio::time::timeout(Duration::from_millis(20), cache.get_newer_than(id, min))
             .await
             .ok()
@@ -214,7 +255,7 @@ mod tests {
 
     #[test]
     fn miss_returns_empty_status() {
-        let cache = PodCache::new();
+        let cache = CacheWriter::new();
         let got = cache.get("u1");
         assert_eq!(got.status.id, "u1");
         assert!(got.status.container_statuses.is_empty());
@@ -223,42 +264,45 @@ mod tests {
 
     #[tokio::test]
     async fn waits_before_first_global_update_even_for_absent_pods() {
-        let cache = PodCache::new();
-        assert!(ready_now(&cache, "u1", t(0)).await.is_none());
+        let cache = CacheWriter::new();
+        assert!(ready_now(cache.reader(), "u1", t(0)).await.is_none());
     }
 
     #[tokio::test]
     async fn cached_and_modified_after_min_returns_at_once() {
-        let cache = PodCache::new();
+        let cache = CacheWriter::new();
         cache.set("u1", Ok(status("u1", "10.0.0.1")), t(10));
-        let got = ready_now(&cache, "u1", t(9)).await.expect("newer entry");
+        let got = ready_now(cache.reader(), "u1", t(9)).await.expect("newer entry");
         assert_eq!(got.status.ips, ["10.0.0.1"]);
         // Equal is not newer.
-        assert!(ready_now(&cache, "u1", t(10)).await.is_none());
+        assert!(ready_now(cache.reader(), "u1", t(10)).await.is_none());
     }
 
     #[tokio::test]
     async fn global_timestamp_newer_serves_stale_entries_and_absent_pods() {
-        let cache = PodCache::new();
+        let cache = CacheWriter::new();
         cache.set("u1", Ok(status("u1", "10.0.0.1")), t(5));
         cache.update_time(t(20));
-        let got = ready_now(&cache, "u1", t(15)).await.expect("global newer");
+        let got = ready_now(cache.reader(), "u1", t(15)).await.expect("global newer");
         assert_eq!(got.modified, t(5));
-        let absent = ready_now(&cache, "u2", t(15)).await.expect("absent but global newer");
+        let absent = ready_now(cache.reader(), "u2", t(15))
+            .await
+            .expect("absent but global newer");
         assert!(absent.status.container_statuses.is_empty());
-        assert!(ready_now(&cache, "u2", t(20)).await.is_none());
+        assert!(ready_now(cache.reader(), "u2", t(20)).await.is_none());
     }
 
     #[tokio::test]
     async fn set_wakes_waiters_whose_time_is_not_after_it() {
-        let cache = Arc::new(PodCache::new());
+        let cache = CacheWriter::new();
+        let reader = cache.reader().clone();
         let early = tokio::spawn({
-            let cache = cache.clone();
-            async move { cache.get_newer_than("u1", t(10)).await }
+            let reader = reader.clone();
+            async move { reader.get_newer_than("u1", t(10)).await }
         });
         let late = tokio::spawn({
-            let cache = cache.clone();
-            async move { cache.get_newer_than("u1", t(30)).await }
+            let reader = reader.clone();
+            async move { reader.get_newer_than("u1", t(30)).await }
         });
         tokio::task::yield_now().await;
         while cache.lock().subscribers.get("u1").map_or(0, Vec::len) < 2 {
@@ -275,7 +319,7 @@ mod tests {
 
     #[tokio::test]
     async fn errors_are_cached_beside_the_last_good_status() {
-        let cache = PodCache::new();
+        let cache = CacheWriter::new();
         cache.set("u1", Err("runtime said no".into()), t(3));
         let got = cache.get("u1");
         assert_eq!(got.error.as_deref(), Some("runtime said no"));
@@ -283,16 +327,19 @@ mod tests {
         assert!(got.status.container_statuses.is_empty() && got.status.ips.is_empty());
         cache.set("u1", Ok(status("u1", "10.0.0.1")), t(4));
         cache.set("u1", Err("busy".into()), t(5));
-        let got = cache.try_get_newer_than("u1", t(4)).expect("the error entry is newer");
+        let got = cache
+            .reader()
+            .try_get_newer_than("u1", t(4))
+            .expect("the error entry is newer");
         assert_eq!((got.error.as_deref(), got.modified), (Some("busy"), t(5)));
         assert_eq!(
             got.status.ips,
             ["10.0.0.1"],
             "the last good status is kept beside the error"
         );
-        assert!(cache.try_get_newer_than("u1", t(5)).is_none());
+        assert!(cache.reader().try_get_newer_than("u1", t(5)).is_none());
         cache.delete("u1", t(6));
-        assert!(!cache.contains("u1"));
+        assert!(!cache.reader().contains("u1"));
     }
 
     /// A pod found gone by a read of its own wakes its waiters with the empty status, and counts
@@ -300,12 +347,12 @@ mod tests {
     /// would serve them).
     #[tokio::test]
     async fn a_pod_gone_between_complete_relists_serves_its_waiters() {
-        let cache = PodCache::new();
+        let cache = CacheWriter::new();
         cache.update_time(t(1));
         cache.set("u1", Ok(status("u1", "10.0.0.1")), t(2));
         let waiting = {
             let cache = &cache;
-            async move { cache.get_newer_than("u1", t(2)).await }
+            async move { cache.reader().get_newer_than("u1", t(2)).await }
         };
         tokio::pin!(waiting);
         assert!(futures_util::poll!(waiting.as_mut()).is_pending());
@@ -313,10 +360,10 @@ mod tests {
         let got = waiting.await;
         assert!(got.status.container_statuses.is_empty());
         assert!(
-            cache.try_get_newer_than("u1", t(2)).is_some(),
+            cache.reader().try_get_newer_than("u1", t(2)).is_some(),
             "gone at t(3): newer than t(2)"
         );
-        assert!(cache.try_get_newer_than("u1", t(3)).is_none());
+        assert!(cache.reader().try_get_newer_than("u1", t(3)).is_none());
         cache.update_time(t(4));
         assert!(cache.lock().gone.is_empty(), "the complete relist covers it");
     }

@@ -16,14 +16,13 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use crate::backoff::RetryAfter;
-use crate::cache::PodCache;
 use crate::clock::SystemClock;
 use crate::informer;
 use crate::metrics::Metrics;
-use crate::observe::{self, EventHub};
-use crate::pleg::{GenericPleg, PlegConfig, StreamState};
+use crate::observe;
+use crate::pleg::{self, EventHub, GenericPleg, PlegConfig, PlegHandle, StreamState};
 use crate::runtime::{CriOptions, CriRuntime, RuntimeError};
-use crate::status::StatusMode;
+use crate::status::decide::NodeFacts;
 use crate::status::manager::{ManagerConfig, StatusManager};
 use crate::supervise::{StageEnded, StageHealth, Stages};
 use crate::sync_loop::{SyncConfig, SyncLoop};
@@ -85,7 +84,7 @@ pub enum DaemonError {
 
 /// The daemon's health as the HTTP endpoint and systemd see it.
 struct DaemonHealth {
-    pleg: Arc<GenericPleg<CriRuntime, SystemClock>>,
+    pleg: PlegHandle,
     informer: informer::Informer,
     stages: StageHealth,
 }
@@ -301,7 +300,6 @@ pub fn stage_names(options: &DaemonOptions, triggers_on: bool) -> Vec<&'static s
     }
     names.extend(["relister", "event-fan-out", "informer"]);
     names.extend(std::iter::repeat_n("status-writer", options.manager.writers.max(1)));
-    names.push("status-retries");
     if options.api_socket.is_some() {
         names.push("observation-api");
     }
@@ -432,13 +430,7 @@ pub async fn run_controlled(
         "plegd starting"
     );
 
-    let (pleg, events) = GenericPleg::new(
-        runtime,
-        SystemClock,
-        Arc::new(PodCache::new()),
-        metrics.clone(),
-        options.pleg.clone(),
-    );
+    let (pleg, events) = GenericPleg::new(runtime, SystemClock, metrics.clone(), options.pleg.clone());
     let pleg = Arc::new(pleg);
     let stage_health = StageHealth::default();
     // Four sets (see `DaemonStages`): at shutdown the sources stop first, then the relister ends
@@ -460,27 +452,22 @@ pub async fn run_controlled(
     let relist_stop = CancellationToken::new();
     relister_set.spawn("relister", pleg.clone().run_until(relist_stop.clone()));
 
-    let hub = EventHub::new(observe::SUBSCRIBER_BUFFER);
+    let hub = EventHub::new(pleg::SUBSCRIBER_BUFFER);
     // The syncLoop's queue has the configured capacity too, so that the setting bounds what is buffered.
     let (to_sync, sync_events) = mpsc::channel(options.pleg.channel_capacity.max(1));
     pipeline.spawn(
         "event-fan-out",
-        observe::fan_out(events, hub.clone(), Some(to_sync), metrics.clone(), drain.clone()),
+        pleg::fan_out(events, hub.clone(), Some(to_sync), metrics.clone(), drain.clone()),
     );
 
     let (changes_tx, changes) = mpsc::channel(4096);
     let (informer, informer_stage) =
         informer::start(client.clone(), &options.manager.node_name, changes_tx, metrics.clone());
     intake.spawn("informer", informer_stage);
-    // Only where no kubelet manages the pods does plegd finish deleted ones.
-    let manager_config = ManagerConfig {
-        delete_finished_pods: options.sync.mode == StatusMode::Full,
-        ..options.manager.clone()
-    };
     let manager = StatusManager::new(
         client.clone(),
         informer.store.clone(),
-        manager_config,
+        options.manager.clone(),
         retry_after,
         metrics.clone(),
     )?;
@@ -492,7 +479,7 @@ pub async fn run_controlled(
         output.spawn("observation-api", observe::serve(path, hub, metrics.clone(), limit)?);
     }
     let health = Arc::new(DaemonHealth {
-        pleg: pleg.clone(),
+        pleg: pleg.handle(),
         informer: informer.clone(),
         stages: stage_health.clone(),
     });
@@ -510,7 +497,7 @@ pub async fn run_controlled(
             .map_err(|source| DaemonError::Metrics { address, source })?;
         output.spawn("http", stage);
     }
-    let relister = pleg.clone();
+    let relister = pleg.handle();
     output.spawn(
         "systemd-notify",
         crate::watchdog::notify_systemd(move || relister.last_relist().is_some(), health.clone()),
@@ -527,12 +514,20 @@ pub async fn run_controlled(
         output.spawn("kube-events", stage);
         sender
     });
-    let mut sync = options.sync.clone();
-    if sync.runtime_name.is_empty() {
-        sync.runtime_name = version.runtime_name.clone();
-    }
-    sync.recursive_read_only_handlers = recursive_read_only_handlers;
-    let sync_loop = SyncLoop::new(pleg, informer, manager.clone(), recorder, sync, metrics);
+    let node = NodeFacts {
+        runtime_name: version.runtime_name.clone(),
+        node_ips: options.sync.node_ips.clone(),
+        recursive_read_only_handlers,
+    };
+    let sync_loop = SyncLoop::new(
+        pleg.handle(),
+        informer,
+        manager.clone(),
+        recorder,
+        options.sync.clone(),
+        node,
+        metrics,
+    );
     pipeline.spawn("sync-loop", sync_loop.run(sync_events, changes));
 
     let mut sets = DaemonStages {

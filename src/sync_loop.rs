@@ -18,7 +18,6 @@
 //! `ShouldSync`), from the runtime status it has. At shutdown the loop ends when the lifecycle
 //! events end, once the syncs the last of them ask for are handed to the status manager.
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
@@ -28,7 +27,6 @@ use std::time::{Duration, Instant, SystemTime};
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 
-use k8s_openapi::api::core::v1::PodStatus;
 use kube::Resource;
 use kube::runtime::events::{Event as KubeEvent, EventType};
 use kube::runtime::reflector::ObjectRef;
@@ -37,31 +35,22 @@ use tracing::{debug, info, warn};
 
 use crate::backoff::ExponentialBackoff;
 use crate::cache::CachedStatus;
-use crate::clock::Clock;
 use crate::informer::{Informer, PodChange};
 use crate::kubecontainer::RuntimePodStatus;
 use crate::metrics::Metrics;
-use crate::pleg::{GenericPleg, MAX_EVENT_MESSAGE, PodLifecycleEvent, PodLifecycleEventType, bounded};
+use crate::pleg::{MAX_EVENT_MESSAGE, PlegHandle, PodLifecycleEvent, PodLifecycleEventType, bounded};
 use crate::pod::ApiPod;
 use crate::recorder::EventSender;
-use crate::runtime::Runtime;
-use crate::status::generate::{
-    StatusInput, active_deadline, check_container_state_transition, generate, pod_can_be_deleted,
-};
+use crate::status::StatusMode;
+use crate::status::decide::{Action, NodeFacts, decide};
 use crate::status::manager::StatusManager;
-use crate::status::{StatusMode, desired_status, shadow_differences};
 
 /// Settings of the syncLoop.
 #[derive(Debug, Clone)]
 pub struct SyncConfig {
     pub mode: StatusMode,
-    /// The runtime's name, the scheme of container ids.
-    pub runtime_name: String,
-    /// The node's IPs (hostIP, and podIPs of host-network pods).
+    /// The node's IPs (hostIP, and podIPs of host-network pods), primary first.
     pub node_ips: Vec<String>,
-    /// The runtime handlers that support recursive read-only mounts, as the runtime reported them
-    /// at start; None when it could not be asked.
-    pub recursive_read_only_handlers: Option<Vec<String>>,
     /// How often pods due for a resync are looked for.
     pub tick: Duration,
     /// Every pod is synced at least this often.
@@ -74,9 +63,7 @@ impl Default for SyncConfig {
     fn default() -> Self {
         Self {
             mode: StatusMode::Conditions,
-            runtime_name: "containerd".into(),
             node_ips: Vec::new(),
-            recursive_read_only_handlers: Some(Vec::new()),
             tick: Duration::from_secs(1),
             resync: Duration::from_secs(10),
             housekeeping: Duration::from_secs(2),
@@ -133,12 +120,15 @@ fn just_before(t: SystemTime) -> SystemTime {
 }
 
 /// The syncLoop and what it works with.
-pub struct SyncLoop<R, C> {
-    pleg: Arc<GenericPleg<R, C>>,
+pub struct SyncLoop {
+    /// The relister's status cache (read-only) and health.
+    pleg: PlegHandle,
     informer: Informer,
     manager: Arc<StatusManager>,
     recorder: Option<EventSender>,
     config: SyncConfig,
+    /// What statuses are generated with: the node's IPs and what the runtime said at start.
+    node: NodeFacts,
     metrics: Arc<Metrics>,
     pods: HashMap<String, Tracked>,
     /// Waits on the cache asked for since the loop last looked (the loop owns the futures).
@@ -147,13 +137,14 @@ pub struct SyncLoop<R, C> {
     skip_until: Option<Instant>,
 }
 
-impl<R: Runtime, C: Clock> SyncLoop<R, C> {
+impl SyncLoop {
     pub fn new(
-        pleg: Arc<GenericPleg<R, C>>,
+        pleg: PlegHandle,
         informer: Informer,
         manager: Arc<StatusManager>,
         recorder: Option<EventSender>,
         config: SyncConfig,
+        node: NodeFacts,
         metrics: Arc<Metrics>,
     ) -> Self {
         Self {
@@ -162,6 +153,7 @@ impl<R: Runtime, C: Clock> SyncLoop<R, C> {
             manager,
             recorder,
             config,
+            node,
             metrics,
             pods: HashMap::new(),
             to_wait: Vec::new(),
@@ -368,19 +360,21 @@ impl<R: Runtime, C: Clock> SyncLoop<R, C> {
         if pod.metadata.uid.as_deref() != Some(uid) {
             return;
         }
-        if let Some(error) = &entry.error {
-            self.failed_sync(uid, &pod, entry.modified, error);
-            return;
-        }
+        let runtime = match entry.read() {
+            Ok(runtime) => runtime.clone(),
+            Err(error) => {
+                self.failed_sync(uid, &pod, entry.modified, error);
+                return;
+            }
+        };
         if tracked.failed_syncs > 0 {
             info!(pod = %tracked.key, failed_syncs = tracked.failed_syncs, "pod's runtime status can be read again; syncing");
             tracked.failed_syncs = 0;
         }
         tracked.last_sync = Some(Instant::now());
         tracked.synced_at = self.pleg.stamp();
-        let runtime = entry.status;
         let version = pod.metadata.resource_version.as_deref().unwrap_or_default();
-        if self.config.mode != StatusMode::Shadow
+        if self.config.mode.writes()
             && let Some((synced_version, synced_runtime)) = &tracked.synced_from
             && !version.is_empty()
             && synced_version == version
@@ -388,59 +382,44 @@ impl<R: Runtime, C: Clock> SyncLoop<R, C> {
         {
             return;
         }
-        // Generate from plegd's own last write while the informer has not caught up with it (only
-        // then is the pod copied).
-        self.manager.forget_seen_write(&pod);
-        let base: Cow<'_, ApiPod> = match self.manager.base_status(&pod) {
-            Some(status) => Cow::Owned(ApiPod {
-                status: Some(status),
-                ..(*pod).clone()
-            }),
-            None => Cow::Borrowed(&*pod),
-        };
-        let now = SystemTime::now();
-        let input = StatusInput {
-            pod: &base,
-            runtime: &runtime,
-            runtime_name: &self.config.runtime_name,
-            node_ips: &self.config.node_ips,
-            recursive_read_only_handlers: self.config.recursive_read_only_handlers.as_deref(),
-            now,
-        };
-        let generated = generate(&input);
-        tracked.deadline = (!matches!(generated.phase.as_deref(), Some("Succeeded" | "Failed")))
-            .then(|| active_deadline(&base, generated.start_time.as_ref()))
-            .flatten()
-            .filter(|deadline| *deadline > now);
-        // The status manager's checkContainerStateTransition, for the statuses plegd owns.
-        if self.config.mode == StatusMode::Full
-            && let Err(illegal) =
-                check_container_state_transition(base.status.as_ref().unwrap_or(&Default::default()), &generated, &base)
-        {
-            warn!(pod = %tracked.key, error = %illegal, "status update on pod aborted");
-            return;
-        }
-        if self.config.mode == StatusMode::Shadow {
-            compare_shadow(&self.metrics, &tracked.key, &pod, &generated);
-            return;
-        }
-        let handed_over = match desired_status(self.config.mode, &base, &generated, now) {
-            Some(desired) => match self.manager.set_status(
-                &pod,
-                desired,
-                pod_can_be_deleted(&base, &runtime, generated.phase.as_deref()),
-            ) {
+        let last_write = self.manager.last_write(&pod);
+        let decision = decide(
+            self.config.mode,
+            &self.node,
+            &pod,
+            last_write.as_ref(),
+            &runtime,
+            SystemTime::now(),
+        );
+        tracked.deadline = decision.deadline;
+        let handed_over = match decision.action {
+            Action::Skip(skip) => {
+                warn!(pod = %tracked.key, error = %skip, "status update on pod aborted");
+                return;
+            }
+            Action::Shadow { differences } => {
+                for field in &differences {
+                    self.metrics.count_shadow_difference(field);
+                }
+                if !differences.is_empty() {
+                    info!(pod = %tracked.key, fields = ?differences, "shadow: plegd's status differs from the apiserver's");
+                }
+                return;
+            }
+            Action::Write {
+                status,
+                delete_when_written,
+            } => match self.manager.set_status(&pod, *status, delete_when_written) {
                 Ok(_) => true,
                 Err(refused) => {
                     warn!(pod = %tracked.key, error = %refused, "status not written");
                     false
                 }
             },
-            None => true,
         };
         // Only a status generated from the informer's own copy counts: while plegd's last write is
         // ahead of the informer, the next resync generates again.
-        tracked.synced_from = (handed_over && matches!(base, Cow::Borrowed(_))).then(|| (version.to_owned(), runtime));
+        tracked.synced_from = (handed_over && decision.from_informer).then(|| (version.to_owned(), runtime));
     }
 
     /// FailedSync (`error` is why the pod's runtime status, cached at `modified`, could not be
@@ -508,17 +487,5 @@ impl<R: Runtime, C: Clock> SyncLoop<R, C> {
     fn publish(&self, pod: &ApiPod, event: KubeEvent) {
         let Some(recorder) = &self.recorder else { return };
         recorder.send(event, pod.object_ref(&()));
-    }
-}
-
-/// Shadow mode: count and log the fields where the generated status differs from the apiserver's.
-fn compare_shadow(metrics: &Metrics, key: &ObjectRef<ApiPod>, pod: &ApiPod, generated: &PodStatus) {
-    let actual = pod.status.clone().unwrap_or_default();
-    let differences = shadow_differences(&actual, generated);
-    for field in &differences {
-        metrics.count_shadow_difference(field);
-    }
-    if !differences.is_empty() {
-        info!(pod = %key, fields = ?differences, "shadow: plegd's status differs from the apiserver's");
     }
 }

@@ -5,9 +5,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use plegd::metrics::Metrics;
+use plegd::observe;
 use plegd::observe::api::events_service_client::EventsServiceClient;
 use plegd::observe::api::{WatchRequest, watch_response};
-use plegd::observe::{self, EventHub};
+use plegd::pleg::EventHub;
 use plegd::pleg::{PodLifecycleEvent, PodLifecycleEventType as E};
 
 fn event(kind: E, ns: &str, pod: &str, n: usize) -> PodLifecycleEvent {

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use k8s_cri::v1::ContainerState as Cri;
-use plegd::cache::PodCache;
 use plegd::clock::{Clock, FakeClock};
 use plegd::metrics::Metrics;
 use plegd::pleg::{GenericPleg, PlegConfig, PlegHealthError, PodLifecycleEvent, PodLifecycleEventType as E};
@@ -57,13 +56,7 @@ impl Harness {
             channel_capacity,
             ..PlegConfig::default()
         };
-        let (pleg, events) = GenericPleg::new(
-            runtime,
-            clock.clone(),
-            Arc::new(PodCache::new()),
-            metrics.clone(),
-            config,
-        );
+        let (pleg, events) = GenericPleg::new(runtime, clock.clone(), metrics.clone(), config);
         Self {
             server,
             pleg: Arc::new(pleg),
@@ -92,7 +85,7 @@ impl Harness {
         out
     }
 
-    fn cache(&self) -> &PodCache {
+    fn cache(&self) -> &plegd::cache::CacheReader {
         self.pleg.cache()
     }
 }
@@ -714,7 +707,6 @@ async fn hung_runtime_times_out() {
     let (pleg, _rx) = GenericPleg::new(
         runtime,
         FakeClock::new(SystemTime::UNIX_EPOCH),
-        Arc::new(PodCache::new()),
         metrics.clone(),
         PlegConfig::default(),
     );
@@ -828,7 +820,7 @@ async fn a_clock_stepped_back_stalls_nothing() {
         .await
         .unwrap();
     let clock = FakeClock::new(SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000));
-    let (pleg, _events) = GenericPleg::new(runtime, clock.clone(), Arc::new(PodCache::new()), metrics, config);
+    let (pleg, _events) = GenericPleg::new(runtime, clock.clone(), metrics, config);
     pleg.relist().await.unwrap();
     clock.set(clock.now() - Duration::from_secs(3600));
     tokio::time::sleep(Duration::from_millis(100)).await;

@@ -7,7 +7,6 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use plegd::cache::PodCache;
 use plegd::clock::SystemClock;
 use plegd::metrics::Metrics;
 use plegd::pleg::{GenericPleg, PlegConfig, PodLifecycleEvent, PodLifecycleEventType as E};
@@ -40,7 +39,7 @@ async fn start_pleg(cd: &Containerd) -> Running {
         relist_period: Duration::from_millis(100),
         ..PlegConfig::default()
     };
-    let (pleg, events) = GenericPleg::new(runtime, SystemClock, Arc::new(PodCache::new()), metrics, config);
+    let (pleg, events) = GenericPleg::new(runtime, SystemClock, metrics, config);
     let pleg = Arc::new(pleg);
     let task = tokio::spawn(pleg.clone().run());
     Running { pleg, events, task }
@@ -239,13 +238,7 @@ async fn a_pod_gone_in_its_own_relist_wakes_its_waiters() {
     let (runtime, _) = CriRuntime::connect(&cd.socket, &CriOptions::default(), metrics.clone())
         .await
         .expect("connect to containerd");
-    let (pleg, _events) = GenericPleg::new(
-        runtime,
-        SystemClock,
-        Arc::new(PodCache::new()),
-        metrics,
-        PlegConfig::default(),
-    );
+    let (pleg, _events) = GenericPleg::new(runtime, SystemClock, metrics, PlegConfig::default());
     let pleg = Arc::new(pleg);
     let pod = cd.run_pod("vanish", true).await;
     cd.run_container(&pod, "app", "sleep 600").await;

@@ -29,7 +29,7 @@ async fn losing_any_stage_fails_health_and_ends_the_daemon() {
     options.metrics_address = Some(([127, 0, 0, 1], free_port()).into());
     let mut names = plegd::daemon::stage_names(&options, true);
     names.dedup();
-    assert_eq!(names.len(), 12, "{names:?}");
+    assert_eq!(names.len(), 11, "{names:?}");
     for name in names {
         let port = free_port();
         options.metrics_address = Some(([127, 0, 0, 1], port).into());

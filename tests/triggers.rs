@@ -7,7 +7,6 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use plegd::cache::PodCache;
 use plegd::clock::SystemClock;
 use plegd::metrics::Metrics;
 use plegd::pleg::{GenericPleg, PlegConfig, PodLifecycleEvent, PodLifecycleEventType as E};
@@ -69,7 +68,7 @@ async fn start_with_triggers(
     let (runtime, version) = CriRuntime::connect(socket, &options, metrics.clone())
         .await
         .expect("connect");
-    let (pleg, events) = GenericPleg::new(runtime, SystemClock, Arc::new(PodCache::new()), metrics.clone(), config);
+    let (pleg, events) = GenericPleg::new(runtime, SystemClock, metrics.clone(), config);
     let pleg = Arc::new(pleg);
     // The first relist happens before triggers start, so that what exists is known.
     pleg.relist().await.expect("first relist");

@@ -11,12 +11,13 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::daemon::DaemonOptions;
 use crate::pleg::{DEFAULT_CHANNEL_CAPACITY, PlegConfig};
+use crate::print::OutputFormat;
 use crate::runtime::CriOptions;
 use crate::status::StatusMode;
 use crate::status::manager::ManagerConfig;
 use crate::sync_loop::SyncConfig;
 use crate::triggers::{TriggerMode, TriggerOptions};
-use crate::watch::{OutputFormat, WatchOptions};
+use crate::watch::WatchOptions;
 
 /// The default containerd CRI socket.
 pub const DEFAULT_CRI_SOCKET: &str = "/run/containerd/containerd.sock";
@@ -394,7 +395,6 @@ impl RunArgs {
             },
             sync: SyncConfig {
                 mode: self.status_mode,
-                runtime_name: String::new(),
                 node_ips: self.node_ip.iter().filter(|ip| !ip.is_empty()).cloned().collect(),
                 ..SyncConfig::default()
             },

@@ -187,9 +187,9 @@ pub fn main() -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::print::OutputFormat;
     use crate::status::StatusMode;
     use crate::triggers::TriggerMode;
-    use crate::watch::OutputFormat;
     use clap::Parser;
     use std::path::PathBuf;
     use std::time::Duration;

@@ -26,7 +26,7 @@ pub enum FollowError {
 pub async fn follow(
     socket: &Path,
     request: WatchRequest,
-    format: crate::watch::OutputFormat,
+    format: crate::print::OutputFormat,
     mut out: impl std::io::Write,
 ) -> Result<(), FollowError> {
     if !socket.exists() {
@@ -49,7 +49,7 @@ pub async fn follow(
         match item {
             Some(watch_response::Item::Event(event)) => {
                 let Some(event) = from_api(&event) else { continue };
-                let line = crate::watch::format_event(&event, format);
+                let line = crate::print::format_event(&event, format);
                 match writeln!(out, "{line}").and_then(|()| out.flush()) {
                     Ok(()) => {}
                     Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),

@@ -1,12 +1,10 @@
-//! Observers: who else sees the lifecycle events. `hub`: the fan-out takes each event from the
-//! PLEG's channel, hands it to the syncLoop, and publishes it on a bounded broadcast; `server`:
-//! the `plegd.v1.EventsService` gRPC service (on a unix socket) streams it to subscribers; `client`:
-//! `plegd events`, one such subscriber. A slow subscriber never slows the PLEG: it falls behind the
-//! broadcast's ring buffer, misses events, and is told how many (a `lagged` item), also counted.
-//! This file holds what they share: the API's form of an event and the subscription filter.
+//! The observation API: `server`, the `plegd.v1.EventsService` gRPC service (on a unix socket),
+//! streams the lifecycle events the PLEG's fan-out publishes (`pleg::EventHub`) to subscribers;
+//! `client`: `plegd events`, one such subscriber. A slow subscriber never slows the PLEG: it falls
+//! behind the broadcast's ring buffer, misses events, and is told how many (a `lagged` item), also
+//! counted. This file holds what they share: the API's form of an event and the subscription filter.
 
 mod client;
-mod hub;
 mod server;
 
 use std::time::{Duration, UNIX_EPOCH};
@@ -14,7 +12,6 @@ use std::time::{Duration, UNIX_EPOCH};
 use crate::pleg::{PodLifecycleEvent, PodLifecycleEventType};
 
 pub use client::{FollowError, follow};
-pub use hub::{EventHub, fan_out};
 pub use server::{ApiError, EventsApi, MAX_API_CONNECTIONS, check_socket_path, serve};
 
 /// The generated `plegd.v1` API. (A stream item is an event or a lag notice; boxing the event
@@ -28,8 +25,6 @@ use api::{LifecycleEvent, WatchRequest};
 
 /// Default place of the API socket.
 pub const DEFAULT_API_SOCKET: &str = "/run/plegd/plegd.sock";
-/// Events each subscriber may fall behind before it misses some.
-pub const SUBSCRIBER_BUFFER: usize = 4096;
 
 /// An event in the API's form.
 pub fn to_api(event: &PodLifecycleEvent) -> LifecycleEvent {

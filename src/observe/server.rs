@@ -15,9 +15,10 @@ use tracing::{info, warn};
 
 use super::api::events_service_server::{EventsService, EventsServiceServer};
 use super::api::{Lagged, WatchRequest, WatchResponse, watch_response};
-use super::{EventHub, kind_from, matches, to_api};
+use super::{kind_from, matches, to_api};
 use crate::listen::{ACCEPT_ERROR_PAUSE, ConnectionLimit};
 use crate::metrics::Metrics;
+use crate::pleg::EventHub;
 use crate::supervise::Stage;
 
 /// The `plegd.v1.EventsService` service.

@@ -3,7 +3,8 @@
 //! Each relist lists every sandbox and container, sets them as the *current* pod records, and
 //! compares them with the *old* records through the pure [`compute_events`] (in `events.rs`, with
 //! the event types). For every pod with a
-//! change it reads the pod's full status into the [`PodCache`], advances the record and sends the
+//! change it reads the pod's full status into the status cache (`cache`, whose writing half it alone
+//! holds; readers get a [`PlegHandle`]), advances the record and sends the
 //! events on a bounded channel. A pod whose status cannot be read is re-inspected at the next relist
 //! with its record NOT advanced, so the same events are computed again then. This stage never takes
 //! state from anything but a relist, and never blocks on the channel.
@@ -22,18 +23,23 @@ use tokio::sync::mpsc::{self, error::TrySendError};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-use crate::cache::PodCache;
+use crate::cache::CacheWriter;
 use crate::clock::{self, Clock};
 use crate::kubecontainer::{PodUid, RuntimeContainerState, RuntimePod, RuntimePodStatus};
 use crate::metrics::{KindLabel, Metrics, StateLabel};
 use crate::runtime::{IdKind, Runtime, RuntimeError};
 
 mod events;
+mod fan_out;
+mod handle;
 pub use events::{
     MAX_EVENT_MESSAGE, PlegContainerState, PodLifecycleEvent, PodLifecycleEventType, bounded, compute_events,
     generate_events,
 };
 use events::{add_exit_details, current_state_events, pleg_state};
+pub use fan_out::{EventHub, SUBSCRIBER_BUFFER, fan_out};
+pub use handle::PlegHandle;
+use handle::RelistHealth;
 
 /// Default period between two global relists.
 pub const DEFAULT_RELIST_PERIOD: Duration = Duration::from_secs(1);
@@ -160,25 +166,19 @@ enum PodOutcome {
 /// The generic relister.
 pub struct GenericPleg<R, C> {
     runtime: R,
-    clock: C,
-    cache: Arc<PodCache>,
+    clock: Arc<C>,
+    /// The status cache's writing half: the relister is its only writer.
+    cache: CacheWriter,
+    /// Health and stamps, shared with the handles.
+    health: Arc<RelistHealth>,
     metrics: Arc<Metrics>,
     config: PlegConfig,
     events: mpsc::Sender<PodLifecycleEvent>,
     /// Serialises global and single-pod relists (`relistLock`): no pod is relisted concurrently and
     /// a pod's events are never reordered.
     state: tokio::sync::Mutex<RelistState>,
-    /// Start of the last successful global relist.
-    relist_time: Mutex<Option<SystemTime>>,
-    /// When the last successful global relist started, on the monotonic clock: health never
-    /// trusts a wall clock that was stepped back.
-    relist_instant: Mutex<Option<std::time::Instant>>,
-    /// The last time handed out by [`GenericPleg::stamp`].
-    last_stamp: Mutex<SystemTime>,
     /// Whether the runtime event stream is connected (see [`TriggerHealth`]).
     triggers_healthy: watch::Sender<bool>,
-    /// What the runtime event stream is doing, for health and metrics.
-    trigger_state: Arc<Mutex<StreamState>>,
     trigger_source: Arc<Mutex<Option<&'static str>>>,
 }
 
@@ -251,32 +251,39 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
     pub fn new(
         runtime: R,
         clock: C,
-        cache: Arc<PodCache>,
         metrics: Arc<Metrics>,
         config: PlegConfig,
     ) -> (Self, mpsc::Receiver<PodLifecycleEvent>) {
         let (tx, rx) = mpsc::channel(config.channel_capacity.max(1));
         metrics.relist_threshold.set(config.relist_threshold.as_secs_f64());
+        let clock = Arc::new(clock);
+        let health = RelistHealth::new(clock.clone(), metrics.clone(), config.relist_threshold);
         let pleg = Self {
             runtime,
             clock,
-            cache,
+            cache: CacheWriter::new(),
+            health: Arc::new(health),
             metrics,
             config,
             events: tx,
             state: Default::default(),
-            relist_time: Mutex::new(None),
-            relist_instant: Mutex::new(None),
-            last_stamp: Mutex::new(SystemTime::UNIX_EPOCH),
             triggers_healthy: watch::Sender::new(false),
-            trigger_state: Arc::new(Mutex::new(StreamState::Off)),
             trigger_source: Arc::new(Mutex::new(None)),
         };
         (pleg, rx)
     }
 
-    pub fn cache(&self) -> &Arc<PodCache> {
-        &self.cache
+    /// The status cache, to read.
+    pub fn cache(&self) -> &crate::cache::CacheReader {
+        self.cache.reader()
+    }
+
+    /// A reader's handle: the status cache, health and stamps, without the runtime.
+    pub fn handle(&self) -> PlegHandle {
+        PlegHandle {
+            cache: self.cache.reader().clone(),
+            health: self.health.clone(),
+        }
     }
 
     pub fn config(&self) -> &PlegConfig {
@@ -288,20 +295,9 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
         &self.clock
     }
 
-    /// The time the relister stamps the cache and events with, and that readers of the cache
-    /// compare against: the clock's, but always later than the last one handed out. A wall clock
-    /// stepped back (NTP at boot) would otherwise stamp new runtime statuses earlier than syncs
-    /// already made, and every wait for a newer status would stall for the size of the step.
+    /// See [`PlegHandle::stamp`].
     pub fn stamp(&self) -> SystemTime {
-        let now = self.clock.now();
-        let mut last = self.last_stamp.lock().unwrap_or_else(|e| e.into_inner());
-        let stamp = if now > *last {
-            now
-        } else {
-            *last + Duration::from_nanos(1)
-        };
-        *last = stamp;
-        stamp
+        self.health.stamp()
     }
 
     pub fn runtime(&self) -> &R {
@@ -312,45 +308,24 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
     pub fn trigger_health(&self) -> TriggerHealth {
         TriggerHealth {
             healthy: self.triggers_healthy.clone(),
-            state: self.trigger_state.clone(),
+            state: self.health.trigger_state.clone(),
             source: self.trigger_source.clone(),
         }
     }
 
     /// What the runtime event stream is doing.
     pub fn trigger_state(&self) -> StreamState {
-        *self.trigger_state.lock().unwrap_or_else(|e| e.into_inner())
+        self.health.trigger_state()
     }
 
     /// Start of the last successful global relist.
     pub fn last_relist(&self) -> Option<SystemTime> {
-        *self.relist_time.lock().unwrap_or_else(|e| e.into_inner())
+        self.health.last_relist()
     }
 
-    /// `Healthy()`: the last successful relist started no more than the threshold ago.
+    /// See [`PlegHandle::healthy`].
     pub fn healthy(&self) -> Result<(), PlegHealthError> {
-        let last = self.last_relist().ok_or(PlegHealthError::NeverRelisted)?;
-        let secs = last
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_secs_f64();
-        self.metrics.last_seen.set(secs);
-        // The later of the wall clock's view and the monotonic one: a clock stepped back cannot
-        // keep a stalled relister healthy.
-        let monotonic = self
-            .relist_instant
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .map(|at| at.elapsed())
-            .unwrap_or_default();
-        let elapsed = clock::since(&self.clock, last).max(monotonic);
-        if elapsed > self.config.relist_threshold {
-            return Err(PlegHealthError::Stale {
-                elapsed,
-                threshold: self.config.relist_threshold,
-            });
-        }
-        Ok(())
+        self.health.healthy()
     }
 
     /// The pod whose records (old or current) hold this container or sandbox id.
@@ -438,7 +413,7 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
         let result = self.relist_locked(&mut state, start, missed_by).await;
         self.metrics
             .relist_duration
-            .observe(clock::since(&self.clock, start).as_secs_f64());
+            .observe(clock::since(&*self.clock, start).as_secs_f64());
         result
     }
 
@@ -450,8 +425,7 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
     ) -> Result<(), RuntimeError> {
         let started = std::time::Instant::now();
         let pods = self.runtime.list_pods().await?;
-        *self.relist_time.lock().unwrap_or_else(|e| e.into_inner()) = Some(start);
-        *self.relist_instant.lock().unwrap_or_else(|e| e.into_inner()) = Some(started);
+        self.health.relisted(start, started);
         self.metrics.last_seen.set(
             start
                 .duration_since(SystemTime::UNIX_EPOCH)

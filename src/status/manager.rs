@@ -11,8 +11,7 @@
 //! apiserver sent has passed; other refusals (400, 403, other 422s) are logged and counted and that
 //! version is dropped, so a bad status never loops.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -20,15 +19,16 @@ use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::reflector::{ObjectRef, Store};
 use serde_json::Value;
-use tokio::sync::Notify;
 use tracing::{debug, info, warn};
 
 use crate::backoff::{ExponentialBackoff, InvalidBackoff, RetryAfter};
 use crate::metrics::Metrics;
 use crate::pod::ApiPod;
+use crate::status::decide::{LastWrite, apiserver_status};
 use crate::status::patch::status_patch_body;
 use crate::status::semantic::canonical;
 use crate::supervise::Stage;
+use crate::workqueue::{Lease, WorkQueue};
 
 /// Settings of the status manager.
 #[derive(Debug, Clone)]
@@ -43,10 +43,6 @@ pub struct ManagerConfig {
     /// Backoff of retries of one pod after a server error or a timeout.
     pub retry_initial: Duration,
     pub retry_max: Duration,
-    /// Finish deleted pods as the kubelet's status manager does: once the terminal status of a
-    /// finished pod is on the apiserver, DELETE it with grace period 0 and its uid as a
-    /// precondition. The daemon sets it in `full` mode only, where no kubelet does this.
-    pub delete_finished_pods: bool,
 }
 
 impl Default for ManagerConfig {
@@ -58,7 +54,6 @@ impl Default for ManagerConfig {
             burst: 100,
             retry_initial: Duration::from_millis(200),
             retry_max: Duration::from_secs(10),
-            delete_finished_pods: false,
         }
     }
 }
@@ -112,46 +107,25 @@ impl TokenBucket {
     }
 }
 
-struct Entry {
+/// One pod's write, as queued: the newest status wanted for it.
+struct Work {
     key: ObjectRef<ApiPod>,
-    /// Bumped each time a different status is wanted.
-    version: u64,
-    /// The wanted status while it is not yet written; dropped once it is, to keep memory flat.
-    desired: Option<Box<PodStatus>>,
-    /// A hash of the newest wanted status and its `finished` flag, to tell a repeat from a change
-    /// without keeping it.
-    desired_hash: u64,
-    /// Whether the newest wanted status is the final one of a finished pod.
-    finished: bool,
-    /// The newest version known to be on the apiserver (or dropped as refused).
-    written_version: u64,
-    /// What plegd last wrote and the resourceVersion the apiserver gave it: the base for the next
-    /// patch while the informer has not caught up with it. Boxed, as `desired` is: both are empty for
-    /// most pods most of the time, and an entry per pod stays small.
-    last_written: Option<Box<(PodStatus, String)>>,
-    queued: bool,
-    in_flight: bool,
-    /// When the oldest unwritten version was wanted (for the sync duration metric).
+    status: PodStatus,
+    /// Delete the pod once this status is on the apiserver (`decide::Action::Write`).
+    delete_when_written: bool,
+}
+
+/// What the manager keeps per pod besides its queued write.
+struct PodState {
+    /// A hash of the newest wanted status and its delete flag, to tell a repeat from a change
+    /// without keeping the status once it is written.
+    wanted: Option<u64>,
+    /// What plegd last wrote: the base for the next patch while the informer has not caught up
+    /// with it. Boxed: empty for most pods most of the time, and the state per pod stays small.
+    last_write: Option<Box<LastWrite>>,
+    /// When the oldest unwritten status was wanted (for the sync duration metric).
     pending_since: Option<Instant>,
     retry: ExponentialBackoff,
-}
-
-#[derive(Default)]
-struct Inner {
-    pods: HashMap<String, Entry>,
-    queue: VecDeque<String>,
-    /// Pods waiting out a retry backoff, earliest first: the one delay queue of every retry.
-    retries: BinaryHeap<Reverse<(tokio::time::Instant, String)>>,
-}
-
-/// One pod's write, taken from the queue by a writer.
-struct Work {
-    uid: String,
-    version: u64,
-    desired: PodStatus,
-    finished: bool,
-    key: ObjectRef<ApiPod>,
-    last_written: Option<(PodStatus, String)>,
 }
 
 /// What one write did.
@@ -189,28 +163,16 @@ pub struct StatusManager {
     client: kube::Client,
     store: Store<ApiPod>,
     config: ManagerConfig,
-    inner: Mutex<Inner>,
-    work: Notify,
-    /// Woken when a retry is scheduled (the retry queue may have a new earliest entry).
-    retry_scheduled: Notify,
-    /// Woken when a write finishes (for [`StatusManager::flushed`]).
-    written: Notify,
+    pods: Mutex<HashMap<String, PodState>>,
+    /// The writes wanted, by pod uid: one writer per pod at a time, its newest status only, and
+    /// retries after their backoff.
+    queue: WorkQueue<String, Work>,
     limiter: TokenBucket,
     /// The wait the apiserver last asked for.
     retry_after: Arc<RetryAfter>,
     /// The validated retry backoff each pod starts from.
     retry: ExponentialBackoff,
     metrics: Arc<Metrics>,
-}
-
-/// Whether resourceVersion `a` is older than `b`. resourceVersions are opaque, but every apiserver
-/// in use gives increasing integers; anything else compares as "not older".
-fn older(a: Option<&str>, b: &str) -> bool {
-    match (a.and_then(|a| a.parse::<u64>().ok()), b.parse::<u64>().ok()) {
-        (Some(a), Some(b)) => a < b,
-        (None, Some(_)) => true,
-        _ => false,
-    }
 }
 
 fn status_hash(status: &PodStatus, finished: bool) -> u64 {
@@ -259,106 +221,45 @@ impl StatusManager {
             limiter: TokenBucket::new(config.qps, config.burst),
             retry_after,
             config,
-            inner: Mutex::default(),
-            work: Notify::new(),
-            retry_scheduled: Notify::new(),
-            written: Notify::new(),
+            pods: Mutex::default(),
+            queue: WorkQueue::new(),
             metrics,
         }))
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, PodState>> {
+        self.pods.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The manager's stages, to run supervised until cancelled: the writers, and the retry queue
-    /// that hands pods back to them once their backoff is over.
+    /// The manager's stages, to run supervised until cancelled: its writers.
     pub fn stages(self: &Arc<Self>) -> Vec<(&'static str, Stage)> {
-        let mut stages: Vec<(&'static str, Stage)> = (0..self.config.writers.max(1))
+        (0..self.config.writers.max(1))
             .map(|_| ("status-writer", Box::pin(self.clone().writer()) as Stage))
-            .collect();
-        stages.push(("status-retries", Box::pin(self.clone().retries())));
-        stages
+            .collect()
     }
 
     /// Wait until no status write is pending (never returns while one is).
     pub async fn flushed(&self) {
-        loop {
-            let written = self.written.notified();
-            tokio::pin!(written);
-            written.as_mut().enable();
-            if self.pending() == 0 {
-                return;
-            }
-            written.await;
-        }
+        self.queue.flushed().await;
     }
 
-    /// The retry queue: sleeps until the earliest retry is due and queues every pod that is.
-    async fn retries(self: Arc<Self>) {
-        loop {
-            let scheduled = self.retry_scheduled.notified();
-            tokio::pin!(scheduled);
-            scheduled.as_mut().enable();
-            let now = tokio::time::Instant::now();
-            let next = {
-                let mut inner = self.lock();
-                let mut due = false;
-                while let Some(Reverse((at, _))) = inner.retries.peek()
-                    && *at <= now
-                {
-                    let Some(Reverse((_, uid))) = inner.retries.pop() else {
-                        break;
-                    };
-                    if inner.pods.contains_key(&uid) {
-                        inner.queue.push_back(uid);
-                        due = true;
-                    }
-                }
-                if due {
-                    self.work.notify_one();
-                }
-                inner.retries.peek().map(|Reverse((at, _))| *at)
-            };
-            match next {
-                Some(at) => {
-                    tokio::select! {
-                        () = tokio::time::sleep_until(at) => {}
-                        () = &mut scheduled => {}
-                    }
-                }
-                None => scheduled.await,
-            }
-        }
-    }
-
-    /// plegd's own last write for `pod` while the informer's copy is older than it: then the status
-    /// to generate from. None when the informer's copy is as new (generate from it).
-    pub fn base_status(&self, pod: &ApiPod) -> Option<PodStatus> {
+    /// plegd's own last write of `pod` while the informer's copy is older than it (then it is what
+    /// the apiserver holds); once the informer has caught up with it, the copy is dropped.
+    pub fn last_write(&self, pod: &ApiPod) -> Option<LastWrite> {
         let uid = pod.metadata.uid.as_deref()?;
-        let inner = self.lock();
-        let (status, rv) = inner.pods.get(uid)?.last_written.as_deref()?;
-        older(pod.metadata.resource_version.as_deref(), rv).then(|| status.clone())
-    }
-
-    /// Drop plegd's copy of its last write for `pod` once the informer's copy has caught up with it:
-    /// the copy is no longer needed.
-    pub fn forget_seen_write(&self, pod: &ApiPod) {
-        let Some(uid) = pod.metadata.uid.as_deref() else { return };
-        let mut inner = self.lock();
-        if let Some(entry) = inner.pods.get_mut(uid)
-            && let Some((_, rv)) = entry.last_written.as_deref()
-            && !older(pod.metadata.resource_version.as_deref(), rv)
-        {
-            entry.last_written = None;
+        let mut pods = self.lock();
+        let state = pods.get_mut(uid)?;
+        if state.last_write.as_deref()?.ahead_of(pod) {
+            return state.last_write.as_deref().cloned();
         }
+        state.last_write = None;
+        None
     }
 
-    /// Want `status` for `pod` (the informer's copy); `finished` when it is the final status of a
-    /// finished pod that may be deleted (`generate::pod_can_be_deleted`): a deleted one is then deleted once it is written
-    /// (when the manager is set to). Returns whether a write was queued: a status
-    /// equal to the one already wanted is not.
-    pub fn set_status(&self, pod: &ApiPod, status: PodStatus, finished: bool) -> Result<bool, Refused> {
+    /// Want `status` for `pod` (the informer's copy), and, with `delete_when_written`, the pod
+    /// deleted once it is written (`decide::Action::Write`). Returns whether a write was queued:
+    /// a status equal to the one already wanted is not.
+    pub fn set_status(&self, pod: &ApiPod, status: PodStatus, delete_when_written: bool) -> Result<bool, Refused> {
         let meta = &pod.metadata;
         let (Some(uid), Some(name), Some(namespace)) =
             (meta.uid.as_deref(), meta.name.as_deref(), meta.namespace.as_deref())
@@ -375,158 +276,85 @@ impl StatusManager {
                 node: self.config.node_name.clone(),
             });
         }
-        let mut inner = self.lock();
-        let entry = inner.pods.entry(uid.to_owned()).or_insert_with(|| Entry {
-            key: ObjectRef::new(name).within(namespace),
-            version: 0,
-            desired: None,
-            desired_hash: 0,
-            finished: false,
-            written_version: 0,
-            last_written: None,
-            queued: false,
-            in_flight: false,
+        let hash = status_hash(&status, delete_when_written);
+        let mut pods = self.lock();
+        let state = pods.entry(uid.to_owned()).or_insert_with(|| PodState {
+            wanted: None,
+            last_write: None,
             pending_since: None,
             retry: self.retry.clone(),
         });
-        // Deleting a finished pod is wanted once it is both finished and deleted; either may come
-        // first, so the hash tells the two apart.
-        let finished = finished && pod.metadata.deletion_timestamp.is_some();
-        let hash = status_hash(&status, finished);
-        if entry.version > 0 && entry.desired_hash == hash {
+        if state.wanted == Some(hash) {
             return Ok(false);
         }
-        entry.version += 1;
-        entry.desired = Some(Box::new(status));
-        entry.desired_hash = hash;
-        entry.finished = finished;
-        entry.pending_since.get_or_insert_with(Instant::now);
-        let enqueue = !entry.queued && !entry.in_flight;
-        if enqueue {
-            entry.queued = true;
-            inner.queue.push_back(uid.to_owned());
-        }
-        drop(inner);
-        if enqueue {
-            self.work.notify_one();
-        }
+        state.wanted = Some(hash);
+        state.pending_since.get_or_insert_with(Instant::now);
+        let work = Work {
+            key: ObjectRef::new(name).within(namespace),
+            status,
+            delete_when_written,
+        };
+        // Under the lock, so that the queue and the state per pod change together.
+        self.queue.add(uid.to_owned(), work);
         Ok(true)
     }
 
     /// Forget a pod (it is gone): its pending write, if any, is not sent.
     pub fn forget(&self, uid: &str) {
-        let mut inner = self.lock();
-        inner.pods.remove(uid);
-        inner.queue.retain(|u| u != uid);
-        drop(inner);
-        self.written.notify_waiters();
+        let mut pods = self.lock();
+        pods.remove(uid);
+        self.queue.forget(&uid.to_owned());
     }
 
     /// Pods with a status not yet written.
     pub fn pending(&self) -> usize {
-        self.lock()
-            .pods
-            .values()
-            .filter(|e| e.written_version < e.version)
-            .count()
-    }
-
-    fn take_work(&self) -> Option<Work> {
-        let mut inner = self.lock();
-        while let Some(uid) = inner.queue.pop_front() {
-            let Some(entry) = inner.pods.get_mut(&uid) else {
-                continue;
-            };
-            entry.queued = false;
-            if entry.written_version >= entry.version {
-                continue;
-            }
-            let Some(desired) = entry.desired.as_deref().cloned() else {
-                continue;
-            };
-            entry.in_flight = true;
-            return Some(Work {
-                uid,
-                version: entry.version,
-                desired,
-                finished: entry.finished,
-                key: entry.key.clone(),
-                last_written: entry.last_written.as_deref().cloned(),
-            });
-        }
-        None
+        self.queue.len()
     }
 
     async fn writer(self: Arc<Self>) {
         loop {
-            let Some(Work {
-                uid,
-                version,
-                desired,
-                finished,
-                key,
-                last_written,
-            }) = self.take_work()
-            else {
-                self.work.notified().await;
-                continue;
-            };
-            let mut outcome = self.write(&uid, &desired, &key, last_written).await;
+            let lease = self.queue.lease().await;
+            let uid = lease.key().as_str();
+            let work = lease.value();
+            let mut outcome = self.write(uid, &work.status, &work.key).await;
             self.metrics.count_status_write(outcome.as_str());
-            if finished
-                && self.config.delete_finished_pods
-                && matches!(outcome, Outcome::Written | Outcome::NothingToSend)
-            {
-                outcome = self.delete_finished(&uid, &key).await.unwrap_or(outcome);
+            if work.delete_when_written && matches!(outcome, Outcome::Written | Outcome::NothingToSend) {
+                outcome = self.delete_finished(uid, &work.key).await.unwrap_or(outcome);
             }
-            self.finish(&uid, version, outcome);
-            self.written.notify_waiters();
+            self.finish(lease, outcome);
         }
     }
 
-    /// Bookkeeping after a write; queues the pod again when there is more to send.
-    fn finish(self: &Arc<Self>, uid: &str, version: u64, outcome: Outcome) {
-        let mut inner = self.lock();
-        if matches!(outcome, Outcome::Gone | Outcome::Replaced) {
-            inner.pods.remove(uid);
-            return;
-        }
-        let Some(entry) = inner.pods.get_mut(uid) else { return };
-        entry.in_flight = false;
-        let delay = match outcome {
+    /// Bookkeeping after a write: the pod's write is done, to be retried, or the pod is gone.
+    fn finish(&self, lease: Lease<String, Work>, outcome: Outcome) {
+        let uid = lease.key().clone();
+        let mut pods = self.lock();
+        match outcome {
+            Outcome::Gone | Outcome::Replaced => {
+                pods.remove(&uid);
+                self.queue.forget(&uid);
+                self.queue.done(lease);
+            }
             Outcome::Written | Outcome::NothingToSend | Outcome::Refused => {
-                entry.written_version = entry.written_version.max(version);
-                entry.retry.reset();
-                if entry.written_version >= entry.version {
-                    entry.desired = None;
-                    if let Some(since) = entry.pending_since.take()
-                        && outcome == Outcome::Written
-                    {
-                        self.metrics
-                            .pod_status_sync_duration
-                            .observe(since.elapsed().as_secs_f64());
-                    }
-                    return;
+                let more = self.queue.done(lease);
+                let Some(state) = pods.get_mut(&uid) else { return };
+                state.retry.reset();
+                if !more
+                    && let Some(since) = state.pending_since.take()
+                    && outcome == Outcome::Written
+                {
+                    self.metrics
+                        .pod_status_sync_duration
+                        .observe(since.elapsed().as_secs_f64());
                 }
-                None
             }
-            Outcome::Retry | Outcome::Conflict => Some(entry.retry.next_wait()),
-            Outcome::Gone | Outcome::Replaced => return,
-        };
-        match delay {
-            None => {
-                entry.queued = true;
-                inner.queue.push_back(uid.to_owned());
-                drop(inner);
-                self.work.notify_one();
-            }
-            Some(delay) => {
-                entry.queued = true;
-                let at = tokio::time::Instant::now() + delay;
-                inner.retries.push(Reverse((at, uid.to_owned())));
-                drop(inner);
-                self.retry_scheduled.notify_one();
-            }
+            Outcome::Retry | Outcome::Conflict => match pods.get_mut(&uid) {
+                Some(state) => self.queue.retry_after(lease, state.retry.next_wait()),
+                // Forgotten meanwhile: nothing to retry.
+                None => {
+                    self.queue.done(lease);
+                }
+            },
         }
     }
 
@@ -537,14 +365,10 @@ impl StatusManager {
     /// pod's bookkeeping.
     async fn delete_finished(&self, uid: &str, key: &ObjectRef<ApiPod>) -> Option<Outcome> {
         let (deleting, phase_terminal) = {
-            let inner = self.lock();
-            let written = inner
-                .pods
-                .get(uid)
-                .and_then(|e| e.last_written.as_deref())
-                .map(|(s, _)| s.clone());
             let pod = self.store.get(key).filter(|p| p.metadata.uid.as_deref() == Some(uid))?;
-            let status = written.as_ref().or(pod.status.as_ref());
+            let pods = self.lock();
+            let last_write = pods.get(uid).and_then(|p| p.last_write.as_deref());
+            let (status, _) = apiserver_status(&pod, last_write);
             (pod.metadata.deletion_timestamp.is_some(), is_terminal(status))
         };
         if !deleting || !phase_terminal {
@@ -571,7 +395,7 @@ impl StatusManager {
                 // Gone already, or recreated under another uid (the precondition failed).
                 404 | 409 => ("gone", Outcome::Gone),
                 403 => {
-                    warn!(pod = %key, message = %status.message, "plegd may not delete finished pods; grant it the plegd-full-mode ClusterRole (deploy/rbac-full-mode.yaml)");
+                    warn!(pod = %key, message = %status.message, "plegd may not delete finished pods; grant it the plegd-full-mode ClusterRole (deploy/full/rbac-full-mode.yaml)");
                     ("forbidden", Outcome::Refused)
                 }
                 400 | 422 => {
@@ -593,13 +417,7 @@ impl StatusManager {
     }
 
     /// One PATCH, or none when the apiserver already has what is wanted.
-    async fn write(
-        &self,
-        uid: &str,
-        desired: &PodStatus,
-        key: &ObjectRef<ApiPod>,
-        last_written: Option<(PodStatus, String)>,
-    ) -> Outcome {
+    async fn write(&self, uid: &str, desired: &PodStatus, key: &ObjectRef<ApiPod>) -> Outcome {
         let Some(pod) = self.store.get(key) else {
             debug!(pod = %key, "pod is gone from the informer; dropping its status");
             return Outcome::Gone;
@@ -614,9 +432,10 @@ impl StatusManager {
         }
         // Diff against what the apiserver has: the informer's copy, or plegd's own newer write. Both
         // sides as the apiserver stores them, so that only real changes are sent.
-        let base = match &last_written {
-            Some((status, rv)) if older(pod.metadata.resource_version.as_deref(), rv) => canonical(status),
-            _ => pod.status.as_ref().map(canonical).unwrap_or_default(),
+        let base = {
+            let pods = self.lock();
+            let last_write = pods.get(uid).and_then(|p| p.last_write.as_deref());
+            apiserver_status(&pod, last_write).0.map(canonical).unwrap_or_default()
         };
         let Some(body) = status_patch_body(uid, &to_json(&base), &to_json(&canonical(desired))) else {
             return Outcome::NothingToSend;
@@ -631,10 +450,12 @@ impl StatusManager {
         {
             Ok(written) => {
                 debug!(pod = %key, "status written");
-                let rv = written.metadata.resource_version.clone().unwrap_or_default();
-                let mut inner = self.lock();
-                if let Some(entry) = inner.pods.get_mut(uid) {
-                    entry.last_written = Some(Box::new((written.status.unwrap_or_default(), rv)));
+                let resource_version = written.metadata.resource_version.clone().unwrap_or_default();
+                if let Some(state) = self.lock().get_mut(uid) {
+                    state.last_write = Some(Box::new(LastWrite {
+                        status: written.status.unwrap_or_default(),
+                        resource_version,
+                    }));
                 }
                 Outcome::Written
             }
@@ -674,15 +495,6 @@ impl StatusManager {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn resource_versions_compare_as_integers() {
-        assert!(older(Some("9"), "10"));
-        assert!(!older(Some("10"), "10"));
-        assert!(!older(Some("11"), "10"));
-        assert!(older(None, "3"));
-        assert!(!older(Some("abc"), "xyz"));
-    }
 
     /// The answer k8s.io/apiserver 1.36 gives a PATCH whose `metadata.uid` is not the stored pod's.
     #[test]

@@ -3,7 +3,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use plegd::cache::PodCache;
 use plegd::clock::SystemClock;
 use plegd::metrics::Metrics;
 use plegd::pleg::{GenericPleg, PlegConfig, PodLifecycleEvent};
@@ -26,7 +25,7 @@ pub async fn start_plegd(
         relist_period_with_triggers: period,
         ..PlegConfig::default()
     };
-    let (pleg, events) = GenericPleg::new(runtime, SystemClock, Arc::new(PodCache::new()), metrics, config);
+    let (pleg, events) = GenericPleg::new(runtime, SystemClock, metrics, config);
     let pleg = Arc::new(pleg);
     let mut tasks = triggers::spawn(mode, &version, pleg.clone(), TriggerOptions::default()).expect("trigger options");
     tasks.push(tokio::spawn(pleg.run()));

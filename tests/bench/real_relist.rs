@@ -24,7 +24,6 @@ use std::time::{Duration, Instant};
 
 use args::arg;
 use k8s_cri::v1 as cri;
-use plegd::cache::PodCache;
 use plegd::clock::SystemClock;
 use plegd::metrics::Metrics;
 use plegd::pleg::{GenericPleg, PlegConfig};
@@ -50,13 +49,7 @@ async fn main() {
     let (runtime, version) = CriRuntime::connect(&cd.socket, &CriOptions::default(), metrics.clone())
         .await
         .expect("connect");
-    let (pleg, _events) = GenericPleg::new(
-        runtime.clone(),
-        SystemClock,
-        Arc::new(PodCache::new()),
-        metrics,
-        PlegConfig::default(),
-    );
+    let (pleg, _events) = GenericPleg::new(runtime.clone(), SystemClock, metrics, PlegConfig::default());
     pleg.relist().await.expect("first relist");
     let listed = runtime.list_pods().await.expect("list");
     let ours = listed.iter().filter(|p| p.id.starts_with("bench")).count();

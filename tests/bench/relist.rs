@@ -17,7 +17,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use k8s_cri::v1 as cri;
-use plegd::cache::PodCache;
 use plegd::clock::SystemClock;
 use plegd::kubecontainer::{RuntimeContainer, RuntimeContainerState, RuntimePod};
 use plegd::metrics::Metrics;
@@ -82,7 +81,6 @@ async fn relist_overhead(a: &Args) {
     let (pleg, mut events) = GenericPleg::new(
         runtime,
         SystemClock,
-        Arc::new(PodCache::new()),
         metrics,
         // Room for the first relist's events, so that no measured relist has any left to send.
         PlegConfig {

@@ -27,7 +27,6 @@ pub fn options(cri_socket: &Path, kubeconfig: PathBuf, node: &str, mode: StatusM
         },
         sync: SyncConfig {
             mode,
-            runtime_name: String::new(),
             node_ips: vec!["192.0.2.10".into()],
             ..SyncConfig::default()
         },

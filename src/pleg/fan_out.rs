@@ -1,6 +1,6 @@
 //! The hand-off of lifecycle events: from the PLEG's channel to the syncLoop, and to a bounded
-//! broadcast for observers. A slow observer never slows the PLEG: it falls behind the broadcast's
-//! ring buffer and misses events (the gRPC service tells it how many).
+//! broadcast ([`EventHub`]) for observers (the observation API). A slow observer never slows the
+//! PLEG: it falls behind the broadcast's ring buffer and misses events (the API tells it how many).
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -8,8 +8,11 @@ use std::time::SystemTime;
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 
+use super::PodLifecycleEvent;
 use crate::metrics::Metrics;
-use crate::pleg::PodLifecycleEvent;
+
+/// Events each observer may fall behind before it misses some.
+pub const SUBSCRIBER_BUFFER: usize = 4096;
 
 /// The broadcast of lifecycle events to observers.
 #[derive(Clone)]

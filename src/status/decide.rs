@@ -1,0 +1,530 @@
+//! What plegd writes for a pod, decided in one pure step: [`decide`] takes the status mode, the
+//! pod as the informer has it, plegd's own last write of it, a runtime status read successfully and
+//! the time, and says whether to write (and what), to compare (shadow mode) or to skip (and why).
+//! The syncLoop decides only *when* to sync a pod and the status manager only *how* to write; the
+//! rule for which copy of the pod's status is the apiserver's newest ([`apiserver_status`]) is
+//! here, once, for both.
+//!
+//! A status whose runtime read failed never reaches this step: [`decide`] takes a
+//! [`RuntimePodStatus`], which only a successful read gives (`cache::CachedStatus::read`).
+
+use std::borrow::Cow;
+use std::time::SystemTime;
+
+use k8s_openapi::api::core::v1::{ContainerStatus, PodCondition, PodStatus};
+
+use super::StatusMode;
+use super::generate::{
+    CONTAINERS_RUNNING, IllegalTransition, StatusInput, active_deadline, check_container_state_transition,
+    containers_running_condition, generate, observed_generation, pod_can_be_deleted, set_transition_time,
+};
+use crate::kubecontainer::RuntimePodStatus;
+use crate::pod::ApiPod;
+
+/// What a status is generated with besides the pod and its runtime status: facts of this node and
+/// of its runtime, learnt at start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeFacts {
+    /// The runtime's name, the scheme of container ids (`containerd://…`).
+    pub runtime_name: String,
+    /// The node's IPs, primary first (hostIP, and podIPs of host-network pods).
+    pub node_ips: Vec<String>,
+    /// The runtime handlers that support recursive read-only mounts, as the runtime reported them
+    /// at start; None when it could not be asked.
+    pub recursive_read_only_handlers: Option<Vec<String>>,
+}
+
+/// plegd's own last write of a pod's status: what the apiserver answered the PATCH with, and the
+/// resourceVersion it gave it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LastWrite {
+    pub status: PodStatus,
+    pub resource_version: String,
+}
+
+impl LastWrite {
+    /// Whether this write is newer than the informer's copy of `pod` (the informer has not seen it
+    /// yet): then it, not the informer's copy, is what the apiserver holds.
+    pub fn ahead_of(&self, pod: &ApiPod) -> bool {
+        older(pod.metadata.resource_version.as_deref(), &self.resource_version)
+    }
+}
+
+/// Whether resourceVersion `a` is older than `b`. resourceVersions are opaque, but every apiserver
+/// in use gives increasing integers; anything else compares as "not older".
+fn older(a: Option<&str>, b: &str) -> bool {
+    match (a.and_then(|a| a.parse::<u64>().ok()), b.parse::<u64>().ok()) {
+        (Some(a), Some(b)) => a < b,
+        (None, Some(_)) => true,
+        _ => false,
+    }
+}
+
+/// The pod's status as the apiserver holds it, as far as plegd knows: its own last write while the
+/// informer's copy is older than that write, else the informer's copy. The base both of status
+/// generation and of the patch that writes it. The second value is whether it is the informer's copy.
+pub fn apiserver_status<'a>(pod: &'a ApiPod, last_write: Option<&'a LastWrite>) -> (Option<&'a PodStatus>, bool) {
+    match last_write {
+        Some(write) if write.ahead_of(pod) => (Some(&write.status), false),
+        _ => (pod.status.as_ref(), true),
+    }
+}
+
+/// What to do with a pod's generated status.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// Hand `status` to the status manager; once it is on the apiserver, delete the pod (full mode,
+    /// a deleted pod that is finished: the kubelet status manager's `canBeDeleted`).
+    Write {
+        status: Box<PodStatus>,
+        delete_when_written: bool,
+    },
+    /// Shadow mode: nothing is written; these fields of the generated status differ from the
+    /// apiserver's.
+    Shadow { differences: Vec<String> },
+    /// Nothing is written, for this reason.
+    Skip(Skip),
+}
+
+/// Why nothing is written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Skip {
+    /// The status manager's `checkContainerStateTransition` (full mode): the update is aborted.
+    #[error(transparent)]
+    IllegalTransition(#[from] IllegalTransition),
+}
+
+/// The outcome of [`decide`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    pub action: Action,
+    /// When the pod's active deadline passes, if that is ahead and the pod is not terminal: it is
+    /// synced then (the kubelet's `ShouldSync` of the active deadline handler).
+    pub deadline: Option<SystemTime>,
+    /// Whether the status was generated from the informer's copy of the pod (not from plegd's own
+    /// newer write): only then do the same inputs give the same status next time.
+    pub from_informer: bool,
+}
+
+/// Decide what plegd writes for `pod` (the informer's copy) from its runtime status `runtime`, read
+/// successfully, and plegd's own `last_write` of it.
+pub fn decide(
+    mode: StatusMode,
+    node: &NodeFacts,
+    pod: &ApiPod,
+    last_write: Option<&LastWrite>,
+    runtime: &RuntimePodStatus,
+    now: SystemTime,
+) -> Decision {
+    let (base_status, from_informer) = apiserver_status(pod, last_write);
+    // Generate from plegd's own last write while the informer has not caught up with it (only then
+    // is the pod copied).
+    let base: Cow<'_, ApiPod> = if from_informer {
+        Cow::Borrowed(pod)
+    } else {
+        Cow::Owned(ApiPod {
+            status: base_status.cloned(),
+            ..pod.clone()
+        })
+    };
+    let generated = generate(&StatusInput {
+        pod: &base,
+        runtime,
+        runtime_name: &node.runtime_name,
+        node_ips: &node.node_ips,
+        recursive_read_only_handlers: node.recursive_read_only_handlers.as_deref(),
+        now,
+    });
+    let deadline = (!matches!(generated.phase.as_deref(), Some("Succeeded" | "Failed")))
+        .then(|| active_deadline(&base, generated.start_time.as_ref()))
+        .flatten()
+        .filter(|deadline| *deadline > now);
+    let decision = |action| Decision {
+        action,
+        deadline,
+        from_informer,
+    };
+    if mode.checks_state_transitions()
+        && let Err(illegal) =
+            check_container_state_transition(base.status.as_ref().unwrap_or(&Default::default()), &generated, &base)
+    {
+        return decision(Action::Skip(illegal.into()));
+    }
+    let status = match mode {
+        StatusMode::Shadow => {
+            let actual = pod.status.clone().unwrap_or_default();
+            return decision(Action::Shadow {
+                differences: shadow_differences(&actual, &generated),
+            });
+        }
+        StatusMode::Conditions => conditions_status(&base, &generated, now),
+        StatusMode::Full => full_status(&base, generated.clone(), now),
+    };
+    let delete_when_written = mode.deletes_finished_pods()
+        && pod.metadata.deletion_timestamp.is_some()
+        && pod_can_be_deleted(&base, runtime, generated.phase.as_deref());
+    decision(Action::Write {
+        status: Box::new(status),
+        delete_when_written,
+    })
+}
+
+/// plegd's own condition for `pod`, from the container statuses it generated.
+fn running_condition(pod: &ApiPod, generated: &PodStatus) -> PodCondition {
+    let statuses = generated.container_statuses.as_deref().unwrap_or_default();
+    PodCondition {
+        observed_generation: observed_generation(pod),
+        ..containers_running_condition(pod, statuses)
+    }
+}
+
+/// Conditions mode: the apiserver's status with only plegd's own condition put in, by type.
+fn conditions_status(pod: &ApiPod, generated: &PodStatus, now: SystemTime) -> PodStatus {
+    let mut status = pod.status.clone().unwrap_or_default();
+    let mut conditions = status.conditions.take().unwrap_or_default();
+    merge_condition(&mut conditions, running_condition(pod, generated), now);
+    status.conditions = Some(conditions);
+    status
+}
+
+/// Full mode: the generated status, with plegd's own condition in it.
+fn full_status(pod: &ApiPod, generated: PodStatus, now: SystemTime) -> PodStatus {
+    let mut running = running_condition(pod, &generated);
+    let mut status = generated;
+    let mut conditions = status.conditions.take().unwrap_or_default();
+    // The generated list kept the old plegd condition as "someone else's"; replace it.
+    conditions.retain(|c| c.type_ != CONTAINERS_RUNNING);
+    let old = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default();
+    set_transition_time(&mut running, &old, now);
+    conditions.push(running);
+    status.conditions = Some(conditions);
+    status
+}
+
+/// Put `condition` into `conditions` by type (replacing one of the same type), keeping its
+/// lastTransitionTime unless its status changed.
+pub fn merge_condition(conditions: &mut Vec<PodCondition>, mut condition: PodCondition, now: SystemTime) {
+    set_transition_time(&mut condition, conditions, now);
+    match conditions.iter_mut().find(|c| c.type_ == condition.type_) {
+        Some(existing) => *existing = condition,
+        None => conditions.push(condition),
+    }
+}
+
+fn state_kind(s: &ContainerStatus) -> &'static str {
+    match s.state.as_ref() {
+        Some(st) if st.running.is_some() => "running",
+        Some(st) if st.terminated.is_some() => "terminated",
+        Some(st) if st.waiting.is_some() => "waiting",
+        _ => "none",
+    }
+}
+
+/// Shadow mode: the fields where plegd's `computed` status differs from the apiserver's `actual`
+/// one, as paths (`phase`, `conditions[Ready].status`, `containerStatuses[app].restartCount`, …).
+/// Timestamps and messages are not compared: they differ by construction between two writers.
+pub fn shadow_differences(actual: &PodStatus, computed: &PodStatus) -> Vec<String> {
+    let mut out = Vec::new();
+    let cmp = |out: &mut Vec<String>, path: String, a: String, b: String| {
+        if a != b {
+            out.push(path);
+        }
+    };
+    cmp(
+        &mut out,
+        "phase".into(),
+        format!("{:?}", actual.phase),
+        format!("{:?}", computed.phase),
+    );
+    cmp(
+        &mut out,
+        "podIP".into(),
+        format!("{:?}", actual.pod_ip),
+        format!("{:?}", computed.pod_ip),
+    );
+    for c in computed.conditions.as_deref().unwrap_or_default() {
+        if c.type_ == CONTAINERS_RUNNING {
+            continue;
+        }
+        let a = actual
+            .conditions
+            .as_deref()
+            .unwrap_or_default()
+            .iter()
+            .find(|x| x.type_ == c.type_);
+        cmp(
+            &mut out,
+            format!("conditions[{}].status", c.type_),
+            format!("{:?}", a.map(|x| &x.status)),
+            format!("{:?}", Some(&c.status)),
+        );
+    }
+    let lists = [
+        (
+            "containerStatuses",
+            &actual.container_statuses,
+            &computed.container_statuses,
+        ),
+        (
+            "initContainerStatuses",
+            &actual.init_container_statuses,
+            &computed.init_container_statuses,
+        ),
+    ];
+    for (name, a_list, c_list) in lists {
+        for c in c_list.as_deref().unwrap_or_default() {
+            let Some(a) = a_list.as_deref().unwrap_or_default().iter().find(|x| x.name == c.name) else {
+                out.push(format!("{name}[{}]", c.name));
+                continue;
+            };
+            let p = |f: &str| format!("{name}[{}].{f}", c.name);
+            cmp(&mut out, p("state"), state_kind(a).into(), state_kind(c).into());
+            cmp(&mut out, p("ready"), a.ready.to_string(), c.ready.to_string());
+            cmp(
+                &mut out,
+                p("restartCount"),
+                a.restart_count.to_string(),
+                c.restart_count.to_string(),
+            );
+            cmp(
+                &mut out,
+                p("containerID"),
+                format!("{:?}", a.container_id),
+                format!("{:?}", c.container_id),
+            );
+            let code = |s: &ContainerStatus| {
+                format!(
+                    "{:?}",
+                    s.state
+                        .as_ref()
+                        .and_then(|st| st.terminated.as_ref())
+                        .map(|t| t.exit_code)
+                )
+            };
+            cmp(&mut out, p("exitCode"), code(a), code(c));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kubecontainer::{RuntimeContainerState, SandboxState};
+    use crate::status::generate::tests::{
+        at, condition_of, pod_with, ready_sandbox, runtime_status, sandbox, terminated_status,
+    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    fn node() -> NodeFacts {
+        NodeFacts {
+            runtime_name: "containerd".into(),
+            node_ips: vec!["192.0.2.10".into()],
+            recursive_read_only_handlers: Some(Vec::new()),
+        }
+    }
+
+    fn running() -> RuntimePodStatus {
+        RuntimePodStatus {
+            id: "u1".into(),
+            ips: vec!["10.1.0.5".into()],
+            container_statuses: vec![runtime_status("app", "c1", RuntimeContainerState::Running, 10)],
+            sandbox_statuses: vec![ready_sandbox("10.1.0.5")],
+            ..RuntimePodStatus::default()
+        }
+    }
+
+    /// The app container exited (code 3) and the pod's sandbox is stopped.
+    fn exited() -> RuntimePodStatus {
+        RuntimePodStatus {
+            id: "u1".into(),
+            container_statuses: vec![runtime_status("app", "c1", RuntimeContainerState::Exited, 10)],
+            sandbox_statuses: vec![sandbox("s1", SandboxState::NotReady, 1)],
+            ..RuntimePodStatus::default()
+        }
+    }
+
+    /// A pod the kubelet (or another component) wrote a condition of its own to.
+    fn pod(policy: &str) -> ApiPod {
+        let mut pod = pod_with(&["app"], vec![], policy);
+        pod.metadata.resource_version = Some("10".into());
+        pod.status = Some(PodStatus {
+            phase: Some("Pending".into()),
+            conditions: Some(vec![PodCondition {
+                type_: "example.com/Gate".into(),
+                status: "True".into(),
+                ..PodCondition::default()
+            }]),
+            ..PodStatus::default()
+        });
+        pod
+    }
+
+    fn deleted(mut pod: ApiPod) -> ApiPod {
+        pod.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+        pod
+    }
+
+    fn write_of(decision: &Decision) -> (&PodStatus, bool) {
+        match &decision.action {
+            Action::Write {
+                status,
+                delete_when_written,
+            } => (status, *delete_when_written),
+            other => panic!("not a write: {other:?}"),
+        }
+    }
+
+    /// Per mode, what is written for the same pod and runtime status.
+    #[test]
+    fn each_mode_writes_its_own_share() {
+        let pod = pod("Always");
+        let cases: [(StatusMode, &str, Option<&str>, bool); 2] = [
+            // Conditions: the apiserver's status, plegd's condition merged in by type.
+            (StatusMode::Conditions, "conditions", Some("Pending"), true),
+            // Full: the generated status, plegd's condition in it, others' kept.
+            (StatusMode::Full, "full", Some("Running"), true),
+        ];
+        for (mode, name, phase, others_kept) in cases {
+            let decision = decide(mode, &node(), &pod, None, &running(), at(100));
+            let (status, delete) = write_of(&decision);
+            assert_eq!(status.phase.as_deref(), phase, "{name}");
+            assert_eq!(condition_of(status, CONTAINERS_RUNNING).status, "True", "{name}");
+            let others = status.conditions.as_deref().unwrap_or_default();
+            assert_eq!(
+                others.iter().any(|c| c.type_ == "example.com/Gate"),
+                others_kept,
+                "{name}"
+            );
+            assert!(!delete, "{name}: a running pod is never deleted");
+            assert!(decision.from_informer && decision.deadline.is_none(), "{name}");
+        }
+        let shadow = decide(StatusMode::Shadow, &node(), &pod, None, &running(), at(100));
+        let Action::Shadow { differences } = &shadow.action else {
+            panic!("shadow writes nothing: {shadow:?}")
+        };
+        assert!(differences.contains(&"phase".to_owned()), "{differences:?}");
+        assert!(
+            differences.contains(&"containerStatuses[app]".to_owned()),
+            "{differences:?}"
+        );
+    }
+
+    /// Only full mode deletes, and only a deleted pod that is finished with nothing of it ready.
+    #[test]
+    fn a_finished_deleted_pod_is_deleted_once_written_in_full_mode_only() {
+        let table: [(StatusMode, bool, RuntimePodStatus, bool); 6] = [
+            (StatusMode::Full, true, exited(), true),
+            (StatusMode::Full, false, exited(), false),
+            (StatusMode::Full, true, running(), false),
+            (StatusMode::Conditions, true, exited(), false),
+            (StatusMode::Conditions, false, exited(), false),
+            (StatusMode::Conditions, true, running(), false),
+        ];
+        for (i, (mode, is_deleted, runtime, want)) in table.into_iter().enumerate() {
+            let pod = if is_deleted {
+                deleted(pod("Never"))
+            } else {
+                pod("Never")
+            };
+            let decision = decide(mode, &node(), &pod, None, &runtime, at(100));
+            assert_eq!(write_of(&decision).1, want, "case {i} ({})", mode.as_str());
+        }
+    }
+
+    /// checkContainerStateTransition, in full mode only: a terminated container of a pod that does
+    /// not restart it may not run again.
+    #[test]
+    fn an_illegal_transition_is_skipped_in_full_mode() {
+        let mut pod = pod("Never");
+        pod.status.as_mut().unwrap().container_statuses = Some(vec![terminated_status("app", 1)]);
+        let full = decide(StatusMode::Full, &node(), &pod, None, &running(), at(100));
+        assert!(
+            matches!(&full.action, Action::Skip(Skip::IllegalTransition(t)) if t.name == "app"),
+            "{full:?}"
+        );
+        let conditions = decide(StatusMode::Conditions, &node(), &pod, None, &running(), at(100));
+        write_of(&conditions);
+    }
+
+    /// The base is plegd's own last write while the informer has not seen it, else the informer's copy.
+    #[test]
+    fn the_newer_of_the_informers_copy_and_plegds_last_write_is_the_base() {
+        let pod = pod("Always");
+        let write = |rv: &str| LastWrite {
+            status: PodStatus {
+                phase: Some("Running".into()),
+                conditions: Some(vec![PodCondition {
+                    type_: "example.com/Written".into(),
+                    status: "True".into(),
+                    ..PodCondition::default()
+                }]),
+                ..PodStatus::default()
+            },
+            resource_version: rv.into(),
+        };
+        for (rv, ahead) in [("11", true), ("10", false), ("9", false), ("not-a-number", false)] {
+            let last = write(rv);
+            assert_eq!(last.ahead_of(&pod), ahead, "rv {rv}");
+            let (base, from_informer) = apiserver_status(&pod, Some(&last));
+            assert_eq!(from_informer, !ahead, "rv {rv}");
+            assert_eq!(
+                base.and_then(|s| s.phase.as_deref()),
+                Some(if ahead { "Running" } else { "Pending" })
+            );
+            let decision = decide(StatusMode::Conditions, &node(), &pod, Some(&last), &running(), at(100));
+            assert_eq!(decision.from_informer, !ahead, "rv {rv}");
+            let (status, _) = write_of(&decision);
+            let kept = if ahead {
+                "example.com/Written"
+            } else {
+                "example.com/Gate"
+            };
+            condition_of(status, kept);
+        }
+        let mut unversioned = pod.clone();
+        unversioned.metadata.resource_version = None;
+        assert!(
+            write("3").ahead_of(&unversioned),
+            "a copy without a version is older than any write"
+        );
+    }
+
+    /// A pod with activeDeadlineSeconds is synced again when its deadline passes, while it is ahead
+    /// and the pod is not terminal.
+    #[test]
+    fn the_active_deadline_ahead_is_reported() {
+        let mut pod = pod("Always");
+        pod.spec.active_deadline_seconds = Some(60);
+        pod.status.as_mut().unwrap().start_time = Some(crate::status::generate::api_time(at(100)));
+        let ahead = decide(StatusMode::Full, &node(), &pod, None, &running(), at(120));
+        assert_eq!(ahead.deadline, Some(at(160)));
+        let passed = decide(StatusMode::Full, &node(), &pod, None, &running(), at(200));
+        assert_eq!(passed.deadline, None, "already passed");
+        let mut ended = pod.clone();
+        ended.status.as_mut().unwrap().phase = Some("Failed".into());
+        let terminal = decide(StatusMode::Full, &node(), &ended, None, &exited(), at(120));
+        assert_eq!(terminal.deadline, None, "a terminal pod has no deadline to wait for");
+    }
+
+    #[test]
+    fn merge_condition_replaces_by_type_and_keeps_the_transition_time() {
+        let condition = |status: &str| PodCondition {
+            type_: CONTAINERS_RUNNING.into(),
+            status: status.into(),
+            ..PodCondition::default()
+        };
+        let mut conditions = Vec::new();
+        merge_condition(&mut conditions, condition("True"), at(10));
+        merge_condition(&mut conditions, condition("True"), at(20));
+        assert_eq!(conditions.len(), 1);
+        let first = conditions[0].last_transition_time.clone();
+        merge_condition(&mut conditions, condition("False"), at(30));
+        assert_eq!(conditions.len(), 1);
+        assert_ne!(conditions[0].last_transition_time, first, "a changed status moves it");
+    }
+}
