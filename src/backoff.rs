@@ -81,6 +81,11 @@ impl ExponentialBackoff {
         self.waits.next().unwrap_or(self.max).min(self.max)
     }
 
+    /// The cap of the waits.
+    pub fn cap(&self) -> Duration {
+        self.max
+    }
+
     /// After a success: the next failure waits about the initial time again.
     pub fn reset(&mut self) {
         self.waits = self.builder.build();

@@ -140,7 +140,7 @@ impl CacheReader {
     }
 
     /// The entry if it, or the cache as a whole, is strictly newer than `min`; None otherwise (the
-    /// non-waiting half of [`PodCache::get_newer_than`]).
+    /// non-waiting half of [`CacheReader::get_newer_than`]).
     pub fn try_get_newer_than(&self, id: &str, min: SystemTime) -> Option<CachedStatus> {
         self.lock().get_if_newer_than(id, min)
     }

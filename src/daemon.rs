@@ -53,9 +53,6 @@ pub struct DaemonOptions {
 
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
-    /// Not retryable here: the flag or the environment is wrong.
-    #[error("--node-name (or NODE_NAME) is required")]
-    NoNodeName,
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
     #[error("cannot read --kubeconfig {path}: {source}")]
@@ -68,8 +65,6 @@ pub enum DaemonError {
     InferConfig(#[source] kube::config::InferConfigError),
     #[error("cannot build the apiserver client: {0}")]
     Client(#[source] kube::Error),
-    #[error("invalid backoff settings: {0}")]
-    Backoff(#[from] crate::backoff::InvalidBackoff),
     #[error(transparent)]
     Api(#[from] crate::observe::ApiError),
     #[error("{0}")]
@@ -281,37 +276,23 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), DaemonError> {
     let (_, abort) = mpsc::channel(1);
-    run_controlled(options, metrics, shutdown, Control { abort, health: None }).await
+    run_controlled(options, metrics, shutdown, Control { abort, started: None }).await
 }
 
 /// How tests reach into a running daemon.
 pub struct Control {
     /// Names of stages to end as a crash would end them.
     pub abort: mpsc::Receiver<String>,
-    /// Receives the daemon's health, as /healthz and the systemd watchdog ask it, once started.
-    pub health: Option<tokio::sync::oneshot::Sender<Arc<dyn crate::http::Health>>>,
+    /// Told once every stage is started.
+    pub started: Option<tokio::sync::oneshot::Sender<Started>>,
 }
 
-/// The names of the daemon's stages for these options, in the order they start.
-pub fn stage_names(options: &DaemonOptions, triggers_on: bool) -> Vec<&'static str> {
-    let mut names = Vec::new();
-    if triggers_on {
-        names.extend(["trigger-source", "trigger-dispatcher"]);
-    }
-    names.extend(["relister", "event-fan-out", "informer"]);
-    names.extend(std::iter::repeat_n("status-writer", options.manager.writers.max(1)));
-    if options.api_socket.is_some() {
-        names.push("observation-api");
-    }
-    if options.metrics_address.is_some() {
-        names.push("http");
-    }
-    names.push("systemd-notify");
-    if options.emit_events {
-        names.push("kube-events");
-    }
-    names.push("sync-loop");
-    names
+/// A daemon whose stages are all started.
+pub struct Started {
+    /// Its health, as /healthz and the systemd watchdog ask it.
+    pub health: Arc<dyn crate::http::Health>,
+    /// Its stages in the order they started, from the supervisor's record.
+    pub stages: Vec<&'static str>,
 }
 
 /// Wait for shutdown or the first stage to end (said, with its cause, at error level), ending the
@@ -396,13 +377,7 @@ pub async fn run_controlled(
     shutdown: impl Future<Output = ()>,
     control: Control,
 ) -> Result<(), DaemonError> {
-    let Control {
-        mut abort,
-        health: health_out,
-    } = control;
-    if options.manager.node_name.is_empty() {
-        return Err(DaemonError::NoNodeName);
-    }
+    let Control { mut abort, started } = control;
     let fd_limit = crate::listen::raise_fd_limit();
     tokio::pin!(shutdown);
     // A runtime that is not up yet (plegd started first at boot, or the runtime restarting) is
@@ -445,7 +420,7 @@ pub async fn run_controlled(
         &version,
         pleg.clone(),
         options.trigger_options.clone(),
-    )? {
+    ) {
         intake.spawn(name, stage);
     }
     let mut relister_set = Stages::new(CancellationToken::new(), stage_health.clone());
@@ -470,7 +445,7 @@ pub async fn run_controlled(
         options.manager.clone(),
         retry_after,
         metrics.clone(),
-    )?;
+    );
     for (name, stage) in manager.stages() {
         output.spawn(name, stage);
     }
@@ -483,9 +458,6 @@ pub async fn run_controlled(
         informer: informer.clone(),
         stages: stage_health.clone(),
     });
-    if let Some(health_out) = health_out {
-        let _ = health_out.send(health.clone());
-    }
     if let Some(address) = options.metrics_address {
         let defaults = crate::http::HttpLimits::default();
         let limits = crate::http::HttpLimits {
@@ -507,7 +479,7 @@ pub async fn run_controlled(
             client.clone(),
             Reporter {
                 controller: "plegd".into(),
-                instance: Some(options.manager.node_name.clone()),
+                instance: Some(options.manager.node_name.to_string()),
             },
         );
         let (sender, stage) = crate::recorder::queue(recorder, crate::recorder::QUEUE, metrics.clone());
@@ -529,6 +501,10 @@ pub async fn run_controlled(
         metrics,
     );
     pipeline.spawn("sync-loop", sync_loop.run(sync_events, changes));
+    if let Some(started) = started {
+        let stages = stage_health.started();
+        let _ = started.send(Started { health, stages });
+    }
 
     let mut sets = DaemonStages {
         sources: intake,

@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 use crate::metrics::Metrics;
-use crate::pod::ApiPod;
+use crate::pod::{ApiPod, NodeName};
 use crate::supervise::Stage;
 
 /// The watch's retry waits after an error (jittered; kube-runtime's own default has the same bounds).
@@ -74,7 +74,7 @@ fn change_of(pod: &ApiPod) -> Option<PodChange> {
 /// to `changes`.
 pub fn start(
     client: kube::Client,
-    node_name: &str,
+    node_name: &NodeName,
     changes: mpsc::Sender<PodChange>,
     metrics: Arc<Metrics>,
 ) -> (Informer, Stage) {
@@ -86,7 +86,7 @@ pub fn start(
         store,
         ready: ready.clone(),
     };
-    let node = node_name.to_owned();
+    let node = node_name.as_str().to_owned();
     let stage: Stage = Box::pin(async move {
         let stream = watcher::watcher(api, config)
             .backoff(crate::backoff::ExponentialBackoff::constant(

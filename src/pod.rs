@@ -13,6 +13,49 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use kube::core::NamespaceResourceScope;
 
+/// This node's name, checked: a DNS subdomain (RFC 1123), as Kubernetes requires of a node's name —
+/// lowercase letters, digits, `-` and `.`, each dot-separated label starting and ending with a
+/// letter or digit, at most 253 characters. So it goes into the informer's field selector as it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeName(String);
+
+/// Why a node name is refused (the message completes "--node-name NAME: ").
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidNodeName {
+    #[error("(or NODE_NAME) is required")]
+    Empty,
+    #[error(
+        "{0:?}: must be a DNS subdomain (lowercase letters, digits, '-' and '.', each label starting and ending with a letter or digit; at most 253 characters)"
+    )]
+    NotDnsSubdomain(String),
+}
+
+impl NodeName {
+    pub fn new(name: &str) -> Result<Self, InvalidNodeName> {
+        if name.is_empty() {
+            return Err(InvalidNodeName::Empty);
+        }
+        let label_ok = |label: &str| {
+            let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+            label.starts_with(alnum) && label.ends_with(alnum) && label.chars().all(|c| alnum(c) || c == '-')
+        };
+        if name.len() > 253 || !name.split('.').all(label_ok) {
+            return Err(InvalidNodeName::NotDnsSubdomain(name.to_owned()));
+        }
+        Ok(Self(name.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for NodeName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 /// The annotation `kubectl apply` keeps: a whole copy of the applied object.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
@@ -178,6 +221,35 @@ impl Resource for ApiPod {
 
     fn meta_mut(&mut self) -> &mut ObjectMeta {
         &mut self.metadata
+    }
+}
+
+#[cfg(test)]
+mod node_name_tests {
+    use super::*;
+
+    #[test]
+    fn a_node_name_is_a_dns_subdomain() {
+        for good in ["n1", "kind-worker", "ip-10-0-0-1.ec2.internal", "0", &"a".repeat(253)] {
+            assert_eq!(NodeName::new(good).map(|n| n.to_string()), Ok(good.to_owned()));
+        }
+        assert_eq!(NodeName::new(""), Err(InvalidNodeName::Empty));
+        for bad in [
+            "Node1",
+            "-n",
+            "n-",
+            "a..b",
+            ".a",
+            "n1,metadata.name=x",
+            "n 1",
+            "é",
+            &"a".repeat(254),
+        ] {
+            assert!(
+                matches!(NodeName::new(bad), Err(InvalidNodeName::NotDnsSubdomain(_))),
+                "{bad:?} accepted"
+            );
+        }
     }
 }
 

@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use tokio::task::{AbortHandle, Id, JoinSet};
@@ -26,21 +26,30 @@ pub struct StageEnded {
     pub cause: String,
 }
 
-/// The first stage failure, shared with whatever reports health.
+/// The first stage failure, shared with whatever reports health, and the record of every stage
+/// started under it.
 #[derive(Debug, Clone, Default)]
-pub struct StageHealth(Arc<OnceLock<StageEnded>>);
+pub struct StageHealth {
+    ended: Arc<OnceLock<StageEnded>>,
+    started: Arc<Mutex<Vec<&'static str>>>,
+}
 
 impl StageHealth {
     /// Ok while every stage runs; else which one ended and how.
     pub fn check(&self) -> Result<(), String> {
-        match self.0.get() {
+        match self.ended.get() {
             None => Ok(()),
             Some(ended) => Err(format!("{ended}; plegd is exiting")),
         }
     }
 
+    /// The names of the stages started, in the order they started (a name once per stage).
+    pub fn started(&self) -> Vec<&'static str> {
+        self.started.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
     fn fail(&self, ended: StageEnded) {
-        let _ = self.0.set(ended);
+        let _ = self.ended.set(ended);
     }
 }
 
@@ -84,6 +93,7 @@ impl Stages {
             }
         });
         self.names.insert(handle.id(), (name, handle));
+        self.health.started.lock().unwrap_or_else(|e| e.into_inner()).push(name);
     }
 
     /// The names of the stages still running, sorted.

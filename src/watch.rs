@@ -35,9 +35,6 @@ pub enum WatchError {
     /// The runtime could not be reached or is not CRI v1 at start. Not retried: say what to fix.
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
-    /// The trigger settings are invalid. Not retryable.
-    #[error("invalid trigger settings: {0}")]
-    Triggers(#[from] crate::backoff::InvalidBackoff),
     /// Writing an event failed for another reason than a closed reader.
     #[error("writing events failed: {0}")]
     Output(#[source] std::io::Error),
@@ -149,7 +146,7 @@ pub async fn watch(
     let (pleg, mut events) = GenericPleg::new(runtime, SystemClock, metrics, options.pleg);
     let pleg = Arc::new(pleg);
     let mut stages = Stages::new(CancellationToken::new(), StageHealth::default());
-    for (name, stage) in triggers::stages(options.triggers, &version, pleg.clone(), options.trigger_options)? {
+    for (name, stage) in triggers::stages(options.triggers, &version, pleg.clone(), options.trigger_options) {
         stages.spawn(name, stage);
     }
     let relist_stop = CancellationToken::new();

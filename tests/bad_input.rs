@@ -181,6 +181,11 @@ fn every_bad_input_is_one_line_and_exit_2() {
         ),
         (vec!["run"], false, &["--node-name (or NODE_NAME) is required"]),
         (
+            vec!["run", "--node-name", "n1,metadata.name=web"],
+            false,
+            &["--node-name \"n1,metadata.name=web\": must be a DNS subdomain"],
+        ),
+        (
             vec!["run", "--api-socket", &precious],
             true,
             &["--api-socket", "not a socket"],

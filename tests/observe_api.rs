@@ -29,7 +29,7 @@ fn event(kind: E, ns: &str, pod: &str, n: usize) -> PodLifecycleEvent {
 
 async fn client(path: &std::path::Path) -> EventsServiceClient<tonic::transport::Channel> {
     let options = plegd::runtime::CriOptions::default();
-    let backoff = plegd::backoff::ExponentialBackoff::constant(options.initial_backoff, options.max_backoff);
+    let backoff = options.backoff.clone();
     EventsServiceClient::new(plegd::runtime::unix_channel(
         path,
         options.connect_timeout,

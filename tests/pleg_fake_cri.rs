@@ -26,8 +26,8 @@ fn fast_options() -> CriOptions {
     CriOptions {
         call_timeout: Duration::from_secs(2),
         connect_timeout: Duration::from_secs(1),
-        initial_backoff: Duration::from_millis(10),
-        max_backoff: Duration::from_millis(50),
+        backoff: plegd::backoff::ExponentialBackoff::try_new(Duration::from_millis(10), Duration::from_millis(50))
+            .unwrap(),
         ..CriOptions::default()
     }
 }

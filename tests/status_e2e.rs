@@ -252,8 +252,8 @@ fn start_daemon_with(
     // The node directories termination messages are read below, as the kubelet lays them out.
     options.cri.host_files = HostFiles::new(&dir.join("kubelet"), &dir.join("logs"));
     options.pleg.relist_period = Duration::from_millis(500);
-    options.manager.retry_initial = Duration::from_millis(200);
-    options.manager.retry_max = Duration::from_secs(2);
+    options.manager.retry =
+        plegd::backoff::ExponentialBackoff::try_new(Duration::from_millis(200), Duration::from_secs(2)).unwrap();
     options.emit_events = true;
     configure(&mut options);
     let metrics = Arc::new(Metrics::new());

@@ -33,8 +33,8 @@ impl Drop for Plegd {
 
 fn quick_triggers() -> TriggerOptions {
     TriggerOptions {
-        initial_backoff: Duration::from_millis(10),
-        max_backoff: Duration::from_millis(50),
+        backoff: plegd::backoff::ExponentialBackoff::try_new(Duration::from_millis(10), Duration::from_millis(50))
+            .unwrap(),
         ..TriggerOptions::default()
     }
 }
@@ -61,8 +61,8 @@ async fn start_with_triggers(
     let relist_period = config.relist_period;
     let metrics = Arc::new(Metrics::new());
     let options = CriOptions {
-        initial_backoff: Duration::from_millis(20),
-        max_backoff: Duration::from_millis(200),
+        backoff: plegd::backoff::ExponentialBackoff::try_new(Duration::from_millis(20), Duration::from_millis(200))
+            .unwrap(),
         ..CriOptions::default()
     };
     let (runtime, version) = CriRuntime::connect(socket, &options, metrics.clone())
@@ -72,7 +72,7 @@ async fn start_with_triggers(
     let pleg = Arc::new(pleg);
     // The first relist happens before triggers start, so that what exists is known.
     pleg.relist().await.expect("first relist");
-    let mut tasks = triggers::spawn(mode, &version, pleg.clone(), trigger_options).expect("valid trigger options");
+    let mut tasks = triggers::spawn(mode, &version, pleg.clone(), trigger_options);
     let runner = pleg.clone();
     tasks.push(tokio::spawn(async move {
         tokio::time::sleep(relist_period).await;
@@ -216,8 +216,8 @@ async fn a_stream_that_ends_at_once_is_a_runtime_without_events() {
     };
     // The defaults' shape, shorter: 100 ms doubling, capped at 2 s.
     let backoff = TriggerOptions {
-        initial_backoff: Duration::from_millis(100),
-        max_backoff: Duration::from_secs(2),
+        backoff: plegd::backoff::ExponentialBackoff::try_new(Duration::from_millis(100), Duration::from_secs(2))
+            .unwrap(),
         ..TriggerOptions::default()
     };
     let p = start_with_triggers(&server.path, TriggerMode::Cri, config, backoff).await;

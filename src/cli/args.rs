@@ -9,14 +9,16 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::backoff::ExponentialBackoff;
 use crate::daemon::DaemonOptions;
 use crate::pleg::{DEFAULT_CHANNEL_CAPACITY, PlegConfig};
+use crate::pod::NodeName;
 use crate::print::OutputFormat;
 use crate::runtime::CriOptions;
 use crate::status::StatusMode;
 use crate::status::manager::ManagerConfig;
 use crate::sync_loop::SyncConfig;
-use crate::triggers::{TriggerMode, TriggerOptions};
+use crate::triggers::{FIRST_RECONNECT, TriggerMode, TriggerOptions};
 use crate::watch::WatchOptions;
 
 /// The default containerd CRI socket.
@@ -225,15 +227,7 @@ impl RuntimeArgs {
                 show(self.relist_threshold)
             ));
         }
-        let initial = TriggerOptions::default().initial_backoff;
-        if self.trigger_max_backoff < initial {
-            return Err(format!(
-                "--trigger-max-backoff {}: must be at least the first wait ({})",
-                show(self.trigger_max_backoff),
-                show(initial)
-            ));
-        }
-        Ok(())
+        self.trigger_options().map(drop)
     }
 
     pub fn pleg_config(&self) -> PlegConfig {
@@ -245,11 +239,18 @@ impl RuntimeArgs {
         }
     }
 
-    pub fn trigger_options(&self) -> TriggerOptions {
-        TriggerOptions {
-            max_backoff: self.trigger_max_backoff,
+    pub fn trigger_options(&self) -> Result<TriggerOptions, String> {
+        let backoff = ExponentialBackoff::try_new(FIRST_RECONNECT, self.trigger_max_backoff).map_err(|_| {
+            format!(
+                "--trigger-max-backoff {}: must be at least the first wait ({})",
+                show(self.trigger_max_backoff),
+                show(FIRST_RECONNECT)
+            )
+        })?;
+        Ok(TriggerOptions {
+            backoff,
             ..TriggerOptions::default()
-        }
+        })
     }
 
     pub fn cri_options(&self) -> CriOptions {
@@ -271,15 +272,18 @@ pub struct WatchArgs {
 }
 
 impl WatchArgs {
-    pub fn watch_options(&self) -> WatchOptions {
-        WatchOptions {
+    /// The options of `plegd watch`, complete and checked; else the one-line error of the first
+    /// flag that is wrong.
+    pub fn watch_options(&self) -> Result<WatchOptions, String> {
+        self.runtime.check()?;
+        Ok(WatchOptions {
             cri_socket: self.runtime.cri_socket.clone(),
             pleg: self.runtime.pleg_config(),
             cri: self.runtime.cri_options(),
             output: self.output,
             triggers: self.runtime.triggers,
-            trigger_options: self.runtime.trigger_options(),
-        }
+            trigger_options: self.runtime.trigger_options()?,
+        })
     }
 }
 
@@ -364,34 +368,34 @@ fn parse_ip(s: &str) -> Result<String, String> {
 impl RunArgs {
     /// What one flag alone cannot say.
     pub fn check(&self) -> Result<(), String> {
-        self.runtime.check()?;
-        if self.node_name.trim().is_empty() {
-            return Err("--node-name (or NODE_NAME) is required".into());
-        }
-        if let Some(path) = self.api_socket_path() {
-            crate::observe::check_socket_path(&path).map_err(|e| e.to_string())?;
-        }
-        Ok(())
+        self.daemon_options().map(drop)
     }
 
     fn api_socket_path(&self) -> Option<PathBuf> {
         (self.api_socket != "off" && !self.api_socket.is_empty()).then(|| PathBuf::from(&self.api_socket))
     }
 
-    pub fn daemon_options(&self) -> DaemonOptions {
-        DaemonOptions {
+    /// The options of `plegd run`, complete and checked; else the one-line error of the first flag
+    /// that is wrong.
+    pub fn daemon_options(&self) -> Result<DaemonOptions, String> {
+        self.runtime.check()?;
+        let node_name = NodeName::new(&self.node_name).map_err(|e| format!("--node-name {e}"))?;
+        let api_socket = self.api_socket_path();
+        if let Some(path) = &api_socket {
+            crate::observe::check_socket_path(path).map_err(|e| e.to_string())?;
+        }
+        Ok(DaemonOptions {
             cri_socket: self.runtime.cri_socket.clone(),
             cri: self.runtime.cri_options(),
             pleg: self.runtime.pleg_config(),
             triggers: self.runtime.triggers,
-            trigger_options: self.runtime.trigger_options(),
+            trigger_options: self.runtime.trigger_options()?,
             kubeconfig: self.kubeconfig.clone(),
             manager: ManagerConfig {
-                node_name: self.node_name.clone(),
                 writers: self.status_writers,
                 qps: self.status_qps,
                 burst: self.status_burst,
-                ..ManagerConfig::default()
+                ..ManagerConfig::new(node_name)
             },
             sync: SyncConfig {
                 mode: self.status_mode,
@@ -399,10 +403,10 @@ impl RunArgs {
                 ..SyncConfig::default()
             },
             emit_events: self.emit_events,
-            api_socket: self.api_socket_path(),
+            api_socket,
             metrics_address: self.metrics_address.0,
             shutdown_timeout: self.shutdown_timeout,
-        }
+        })
     }
 }
 
@@ -410,7 +414,7 @@ impl Cli {
     /// What clap cannot check alone: relations between flags, and files named by them.
     pub fn check(&self) -> Result<(), String> {
         match &self.command {
-            Command::Watch(args) => args.runtime.check(),
+            Command::Watch(args) => args.watch_options().map(drop),
             Command::Run(args) => args.check(),
             Command::Events(_) => Ok(()),
         }

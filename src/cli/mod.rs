@@ -55,7 +55,8 @@ async fn shutdown_signal() {
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Watch(args) => {
-            crate::watch::watch(args.watch_options(), std::io::stdout(), shutdown_signal()).await?;
+            let options = args.watch_options().map_err(anyhow::Error::msg)?;
+            crate::watch::watch(options, std::io::stdout(), shutdown_signal()).await?;
         }
         Command::Events(args) => {
             let request = crate::observe::api::WatchRequest {
@@ -71,7 +72,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Run(args) => {
             let metrics = std::sync::Arc::new(crate::metrics::Metrics::new());
-            crate::daemon::run(args.daemon_options(), metrics, shutdown_signal()).await?;
+            let options = args.daemon_options().map_err(anyhow::Error::msg)?;
+            crate::daemon::run(options, metrics, shutdown_signal()).await?;
         }
     }
     Ok(())
@@ -254,8 +256,8 @@ mod tests {
         ])
         .unwrap();
         let Command::Run(r) = cli.command else { panic!("run") };
-        let o = r.daemon_options();
-        assert_eq!(o.manager.node_name, "n1");
+        let o = r.daemon_options().unwrap();
+        assert_eq!(o.manager.node_name.as_str(), "n1");
         assert_eq!(o.sync.node_ips, ["192.0.2.1", "fd00::1"]);
         assert_eq!(o.sync.mode, StatusMode::Full);
         assert!(o.emit_events);
@@ -265,13 +267,13 @@ mod tests {
         assert!(err.contains("--status-qps"), "{err}");
         let err = parse(&["plegd", "run", "--metrics-address", "everywhere"]).unwrap_err();
         assert!(err.contains("--metrics-address"), "{err}");
-        let Command::Run(r) = parse(&["plegd", "run", "--metrics-address", "off", "--api-socket", "off"])
+        let Command::Run(r) = parse(&["plegd", "run", "--node-name", "n1", "--metrics-address", "off", "--api-socket", "off"])
             .unwrap()
             .command
         else {
             panic!("run")
         };
-        let o = r.daemon_options();
+        let o = r.daemon_options().unwrap();
         assert_eq!((o.metrics_address, o.api_socket), (None, None));
         assert_eq!(o.shutdown_timeout, Duration::from_secs(10));
         let err = parse(&["plegd", "events", "--type", "Whatever"]).unwrap_err();

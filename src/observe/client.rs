@@ -35,7 +35,7 @@ pub async fn follow(
         });
     }
     let options = crate::runtime::CriOptions::default();
-    let backoff = crate::backoff::ExponentialBackoff::constant(options.initial_backoff, options.max_backoff);
+    let backoff = options.backoff.clone();
     let channel = crate::runtime::unix_channel(socket, options.connect_timeout, backoff, None);
     let mut client = api::events_service_client::EventsServiceClient::new(channel);
     let mut stream = client.watch(request).await.map_err(FollowError::Refused)?.into_inner();

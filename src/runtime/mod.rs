@@ -4,6 +4,7 @@
 //! panic. This stage never holds state about pods: that is the relister's job.
 
 pub mod convert;
+pub mod events;
 pub mod lists;
 pub mod statuses;
 pub mod termination;
@@ -24,7 +25,7 @@ use tokio::net::UnixStream;
 use tonic::transport::{Channel, Endpoint, Uri};
 use tracing::{debug, info, warn};
 
-use crate::backoff::{ExponentialBackoff, InvalidBackoff};
+use crate::backoff::ExponentialBackoff;
 use crate::kubecontainer::{LABEL_POD_UID, PodUid, RuntimeContainerState, RuntimePod, RuntimePodStatus, SandboxState};
 use crate::metrics::Metrics;
 use convert::BadData;
@@ -46,9 +47,6 @@ pub enum RuntimeError {
         "{path} does not serve the CRI v1 RuntimeService ({detail}); plegd needs CRI v1 (containerd >= 1.6, CRI-O >= 1.20)"
     )]
     NotCriV1 { path: PathBuf, detail: String },
-    /// The client's settings are invalid. Not retryable.
-    #[error("invalid CRI client settings: {0}")]
-    InvalidOptions(#[from] InvalidBackoff),
     /// A CRI call failed or timed out. Retryable.
     #[error("CRI {operation} failed: {status}")]
     Call {
@@ -131,9 +129,8 @@ pub struct CriOptions {
     pub call_timeout: Duration,
     /// Deadline of dialing the socket.
     pub connect_timeout: Duration,
-    /// First wait after a failed dial; doubles up to `max_backoff`, resets on success.
-    pub initial_backoff: Duration,
-    pub max_backoff: Duration,
+    /// The waits between failed dials (100 ms doubling to 5 s by default), reset on success.
+    pub backoff: ExponentialBackoff,
     /// Where termination messages and container logs may be read.
     pub host_files: termination::HostFiles,
 }
@@ -143,8 +140,7 @@ impl Default for CriOptions {
         Self {
             call_timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(5),
-            initial_backoff: Duration::from_millis(100),
-            max_backoff: Duration::from_secs(5),
+            backoff: ExponentialBackoff::constant(Duration::from_millis(100), Duration::from_secs(5)),
             host_files: termination::HostFiles::default(),
         }
     }
@@ -258,8 +254,8 @@ const BAD_DATA_MEMORY: usize = 4096;
 
 impl CriRuntime {
     /// A client for the socket at `path`; no connection is made until the first call.
-    pub fn new(path: &Path, options: &CriOptions, metrics: Arc<Metrics>) -> Result<Self, RuntimeError> {
-        let backoff = ExponentialBackoff::try_new(options.initial_backoff, options.max_backoff)?;
+    pub fn new(path: &Path, options: &CriOptions, metrics: Arc<Metrics>) -> Self {
+        let backoff = options.backoff.clone();
         let channel = unix_channel(
             path,
             options.connect_timeout,
@@ -272,7 +268,7 @@ impl CriRuntime {
         let lists = lists::runtime_service_client::RuntimeServiceClient::new(channel)
             .max_decoding_message_size(MAX_MESSAGE_SIZE)
             .max_encoding_message_size(MAX_MESSAGE_SIZE);
-        Ok(Self {
+        Self {
             client,
             lists,
             socket: path.to_owned(),
@@ -281,7 +277,7 @@ impl CriRuntime {
             metrics,
             bad_data_seen: Default::default(),
             host_files: Arc::new(options.host_files.clone()),
-        })
+        }
     }
 
     /// A channel to the same socket without a per-call deadline, for long-lived event streams.
@@ -301,7 +297,7 @@ impl CriRuntime {
         metrics: Arc<Metrics>,
     ) -> Result<(Self, RuntimeVersion), RuntimeError> {
         check_socket(path)?;
-        let runtime = Self::new(path, options, metrics)?;
+        let runtime = Self::new(path, options, metrics);
         let version = runtime.version().await?;
         Ok((runtime, version))
     }
@@ -315,7 +311,7 @@ impl CriRuntime {
         options: &CriOptions,
         metrics: Arc<Metrics>,
     ) -> Result<(Self, RuntimeVersion), RuntimeError> {
-        let mut backoff = ExponentialBackoff::try_new(options.initial_backoff, options.max_backoff)?;
+        let mut backoff = options.backoff.clone();
         let mut said = false;
         loop {
             match Self::connect(path, options, metrics.clone()).await {

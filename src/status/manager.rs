@@ -21,9 +21,9 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use serde_json::Value;
 use tracing::{debug, info, warn};
 
-use crate::backoff::{ExponentialBackoff, InvalidBackoff, RetryAfter};
+use crate::backoff::{ExponentialBackoff, RetryAfter};
 use crate::metrics::Metrics;
-use crate::pod::ApiPod;
+use crate::pod::{ApiPod, NodeName};
 use crate::status::decide::{LastWrite, apiserver_status};
 use crate::status::patch::status_patch_body;
 use crate::status::semantic::canonical;
@@ -34,26 +34,25 @@ use crate::workqueue::{Lease, WorkQueue};
 #[derive(Debug, Clone)]
 pub struct ManagerConfig {
     /// This node: pods bound elsewhere are never written.
-    pub node_name: String,
+    pub node_name: NodeName,
     /// Writers working in parallel.
     pub writers: usize,
     /// Sustained PATCHes per second, and how many may go at once after a quiet spell.
     pub qps: f64,
     pub burst: u32,
-    /// Backoff of retries of one pod after a server error or a timeout.
-    pub retry_initial: Duration,
-    pub retry_max: Duration,
+    /// Backoff of retries of one pod after a server error or a timeout (200 ms doubling to 10 s).
+    pub retry: ExponentialBackoff,
 }
 
-impl Default for ManagerConfig {
-    fn default() -> Self {
+impl ManagerConfig {
+    /// The defaults for the status manager of `node_name`.
+    pub fn new(node_name: NodeName) -> Self {
         Self {
-            node_name: String::new(),
+            node_name,
             writers: 4,
             qps: 50.0,
             burst: 100,
-            retry_initial: Duration::from_millis(200),
-            retry_max: Duration::from_secs(10),
+            retry: ExponentialBackoff::constant(Duration::from_millis(200), Duration::from_secs(10)),
         }
     }
 }
@@ -170,7 +169,7 @@ pub struct StatusManager {
     limiter: TokenBucket,
     /// The wait the apiserver last asked for.
     retry_after: Arc<RetryAfter>,
-    /// The validated retry backoff each pod starts from.
+    /// The retry backoff each pod starts from.
     retry: ExponentialBackoff,
     metrics: Arc<Metrics>,
 }
@@ -212,10 +211,9 @@ impl StatusManager {
         config: ManagerConfig,
         retry_after: Arc<RetryAfter>,
         metrics: Arc<Metrics>,
-    ) -> Result<Arc<Self>, InvalidBackoff> {
-        let retry = ExponentialBackoff::try_new(config.retry_initial, config.retry_max)?;
-        Ok(Arc::new(Self {
-            retry,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            retry: config.retry.clone(),
             client,
             store,
             limiter: TokenBucket::new(config.qps, config.burst),
@@ -224,7 +222,7 @@ impl StatusManager {
             pods: Mutex::default(),
             queue: WorkQueue::new(),
             metrics,
-        }))
+        })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, PodState>> {
@@ -273,7 +271,7 @@ impl StatusManager {
                 namespace: namespace.into(),
                 name: name.into(),
                 bound,
-                node: self.config.node_name.clone(),
+                node: self.config.node_name.as_str().to_owned(),
             });
         }
         let hash = status_hash(&status, delete_when_written);

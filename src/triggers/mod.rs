@@ -25,7 +25,8 @@
 //! and a pod named many times is relisted once. Targeted and periodic relists share the relister's
 //! lock, so a pod is never relisted concurrently and its events never reorder.
 //!
-//! The rooms: `streams.rs` holds each event source's life (subscribe, forward, end, retry, and
+//! The rooms: the streams themselves are read by `runtime::events`; `streams.rs` holds each event
+//! source's life (subscribe, forward, end, retry, and
 //! what the stream's health says); `dispatch.rs` turns triggers into checks and keeps their
 //! re-check schedules; this file holds the vocabulary and starts the stages.
 
@@ -37,20 +38,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
-use tracing::{info, warn};
+use tracing::info;
 
-use crate::backoff::{ExponentialBackoff, InvalidBackoff};
+use crate::backoff::ExponentialBackoff;
 use crate::clock::Clock;
 use crate::kubecontainer::PodUid;
 use crate::pleg::GenericPleg;
+use crate::runtime::events::EventSubject;
 use crate::runtime::{CriRuntime, RuntimeVersion};
 use crate::supervise::Stage;
 
 pub use dispatch::{MAX_RECHECKS, Pending, Rechecks, Target, UNLOCATABLE_FOR, dispatch, recheck_delay};
-pub use streams::{
-    SUBSCRIBED_AFTER, UNUSABLE_AFTER, containerd_filters, containerd_trigger, cri_events_go_to_one_subscriber,
-    cri_trigger, replayed, run_source,
-};
+pub use streams::{SUBSCRIBED_AFTER, UNUSABLE_AFTER, replayed, run_source};
 
 /// What a trigger asks for.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -61,6 +60,17 @@ pub enum Trigger {
     Pod(PodUid),
     /// Relist everything.
     All,
+}
+
+impl From<EventSubject> for Trigger {
+    /// What a runtime event names, as what to relist: an unreadable name, everything.
+    fn from(subject: EventSubject) -> Self {
+        match subject {
+            EventSubject::Pod(uid) => Trigger::Pod(uid),
+            EventSubject::Container(id) => Trigger::Container(id),
+            EventSubject::Unreadable => Trigger::All,
+        }
+    }
 }
 
 /// Which trigger source to use (`--triggers`).
@@ -106,12 +116,14 @@ impl TriggerMode {
     }
 }
 
+/// The first wait before a failed trigger stream is reconnected.
+pub const FIRST_RECONNECT: Duration = Duration::from_millis(100);
+
 /// Settings of trigger streams.
 #[derive(Debug, Clone)]
 pub struct TriggerOptions {
-    pub initial_backoff: Duration,
-    /// Cap of the reconnection backoff.
-    pub max_backoff: Duration,
+    /// The waits between reconnections of a failed stream (100 ms doubling to 30 s by default).
+    pub backoff: ExponentialBackoff,
     /// Triggers queued for the dispatcher; past this, the next relist is a full one.
     pub queue: usize,
     /// containerd namespace the kubelet's pods live in.
@@ -121,8 +133,7 @@ pub struct TriggerOptions {
 impl Default for TriggerOptions {
     fn default() -> Self {
         Self {
-            initial_backoff: Duration::from_millis(100),
-            max_backoff: Duration::from_secs(30),
+            backoff: ExponentialBackoff::constant(FIRST_RECONNECT, Duration::from_secs(30)),
             queue: 4096,
             namespace: "k8s.io".into(),
         }
@@ -170,28 +181,20 @@ pub fn stages<C: Clock>(
     version: &RuntimeVersion,
     pleg: Arc<GenericPleg<CriRuntime, C>>,
     options: TriggerOptions,
-) -> Result<Vec<(&'static str, Stage)>, InvalidBackoff> {
+) -> Vec<(&'static str, Stage)> {
     let Some(source) = mode.source(&version.runtime_name) else {
-        return Ok(Vec::new());
+        return Vec::new();
     };
-    // Validate before starting so that bad settings fail at start.
-    ExponentialBackoff::try_new(options.initial_backoff, options.max_backoff)?;
     let metrics = pleg.runtime().metrics().clone();
     let (sender, receiver) = trigger_queue(options.queue);
     let runtime = pleg.runtime().clone();
     info!(source = source.as_str(), "runtime triggers on");
     let version = version.clone();
     let health = pleg.trigger_health();
-    let source_stage: Stage = Box::pin(async move {
-        if let Err(error) = run_source(source, mode, &runtime, &version, options, sender, health).await {
-            warn!(error = %error, "trigger source stopped");
-        }
-    });
+    let source_stage: Stage =
+        Box::pin(async move { run_source(source, mode, &runtime, &version, options, sender, health).await });
     let dispatcher: Stage = Box::pin(dispatch(pleg, receiver, metrics));
-    Ok(vec![
-        ("trigger-source", source_stage),
-        ("trigger-dispatcher", dispatcher),
-    ])
+    vec![("trigger-source", source_stage), ("trigger-dispatcher", dispatcher)]
 }
 
 /// [`stages`] spawned as plain tasks, for tests and benches that drive a relister by hand.
@@ -200,11 +203,11 @@ pub fn spawn<C: Clock>(
     version: &RuntimeVersion,
     pleg: Arc<GenericPleg<CriRuntime, C>>,
     options: TriggerOptions,
-) -> Result<Vec<tokio::task::JoinHandle<()>>, InvalidBackoff> {
-    Ok(stages(mode, version, pleg, options)?
+) -> Vec<tokio::task::JoinHandle<()>> {
+    stages(mode, version, pleg, options)
         .into_iter()
         .map(|(_, stage)| tokio::spawn(stage))
-        .collect())
+        .collect()
 }
 
 #[cfg(test)]

@@ -1,85 +1,18 @@
-//! The event sources: containerd's events service and CRI `GetContainerEvents`, each one
-//! stream's life — subscribe, count as connected once it has lived or delivered, forward what it
+//! The event sources: containerd's events service and CRI `GetContainerEvents` (read off the wire
+//! by `runtime::events`), each one stream's life — subscribe, count as connected once it has lived or delivered, forward what it
 //! names, end, and come back with backoff — and what the stream's state tells health and metrics.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::runtime::lists::{self as cri, runtime_service_client::RuntimeServiceClient};
-use containerd_client::services::v1::SubscribeRequest;
-use containerd_client::services::v1::events_client::EventsClient;
-use prost::Message;
 use tonic::transport::Channel;
 use tracing::{debug, info, warn};
 
-use crate::backoff::{ExponentialBackoff, InvalidBackoff};
 use crate::metrics::Metrics;
 use crate::pleg::{StreamState, TriggerHealth};
-use crate::runtime::{CriRuntime, MAX_MESSAGE_SIZE, RuntimeVersion};
+use crate::runtime::events::{EventStream, RuntimeEvent, cri_events_go_to_one_subscriber};
+use crate::runtime::{CriRuntime, RuntimeVersion};
 
 use super::{Source, Trigger, TriggerMode, TriggerOptions, TriggerSender};
-
-/// What a containerd event names, if it can change a container's state.
-pub fn containerd_trigger(topic: &str, payload: &[u8]) -> Option<Trigger> {
-    use containerd_client::events::{ContainerDelete, TaskDelete, TaskExit, TaskOom, TaskStart};
-    let id = match topic {
-        "/tasks/start" => TaskStart::decode(payload).ok()?.container_id,
-        // The exit of an exec'd process (id != container id) changes nothing.
-        "/tasks/exit" => {
-            TaskExit::decode(payload)
-                .ok()
-                .filter(|e| e.id == e.container_id || e.id.is_empty())?
-                .container_id
-        }
-        "/tasks/delete" => {
-            TaskDelete::decode(payload)
-                .ok()
-                .filter(|e| e.id == e.container_id || e.id.is_empty())?
-                .container_id
-        }
-        "/tasks/oom" => TaskOom::decode(payload).ok()?.container_id,
-        "/containers/delete" => ContainerDelete::decode(payload).ok()?.id,
-        _ => return None,
-    };
-    (!id.is_empty()).then_some(Trigger::Container(id))
-}
-
-/// The containerd event filters for `namespace` (each one an AND; the list an OR).
-pub fn containerd_filters(namespace: &str) -> Vec<String> {
-    [
-        "/tasks/start",
-        "/tasks/exit",
-        "/tasks/delete",
-        "/tasks/oom",
-        "/containers/delete",
-    ]
-    .iter()
-    .map(|topic| format!("namespace=={namespace},topic==\"{topic}\""))
-    .collect()
-}
-
-/// What a CRI container event names: its pod when the event carries the sandbox's uid, else the
-/// container. Nothing else of the event is read (it is decoded from the slim message, so that
-/// the statuses an event carries are neither decoded nor able to fail it). A name that is not
-/// UTF-8 cannot be looked up: an event that names nothing else readable asks for a full relist.
-pub fn cri_trigger(event: &cri::ContainerEventResponse) -> Option<Trigger> {
-    let uid = event
-        .pod_sandbox_status
-        .as_ref()
-        .and_then(|s| s.metadata.as_ref())
-        .map(|m| &m.uid[..])
-        .unwrap_or_default();
-    if let Ok(uid) = std::str::from_utf8(uid)
-        && !uid.is_empty()
-    {
-        return Some(Trigger::Pod(uid.to_owned()));
-    }
-    match std::str::from_utf8(&event.container_id) {
-        Ok("") if uid.is_empty() => None,
-        Ok("") => Some(Trigger::All),
-        Ok(id) => Some(Trigger::Container(id.to_owned())),
-        Err(_) => Some(Trigger::All),
-    }
-}
 
 /// How one subscription ended.
 enum StreamEnd {
@@ -116,13 +49,13 @@ pub const SUBSCRIBED_AFTER: Duration = Duration::from_millis(250);
 
 /// Await a subscription call. The link is connected once the stream has been open for
 /// [`SUBSCRIBED_AFTER`] (answered or not) or has delivered a message; see [`next_message`].
-async fn open<T>(
+async fn open(
     source: Source,
-    call: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    call: impl std::future::Future<Output = Result<EventStream, tonic::Status>>,
     sender: &TriggerSender,
     metrics: &Metrics,
     link: &mut Link,
-) -> Result<T, StreamEnd> {
+) -> Result<EventStream, StreamEnd> {
     tokio::pin!(call);
     let answer = tokio::select! {
         answer = &mut call => answer,
@@ -132,9 +65,9 @@ async fn open<T>(
         }
     };
     match answer {
-        Ok(response) => {
+        Ok(stream) => {
             link.answered = true;
-            Ok(response.into_inner())
+            Ok(stream)
         }
         Err(status) if status.code() == tonic::Code::Unimplemented => Err(StreamEnd::Unimplemented),
         Err(status) => Err(StreamEnd::Failed(status)),
@@ -144,15 +77,15 @@ async fn open<T>(
 /// The next message of a subscription. Until the link is connected, a stream that stays open until
 /// [`SUBSCRIBED_AFTER`] after it was opened, or delivers a message before that, connects it; one
 /// that ends before that never does.
-async fn next_message<T>(
-    stream: &mut tonic::Streaming<T>,
+async fn next_message(
+    stream: &mut EventStream,
     source: Source,
     sender: &TriggerSender,
     metrics: &Metrics,
     link: &mut Link,
-) -> Result<Option<T>, tonic::Status> {
+) -> Result<Option<RuntimeEvent>, tonic::Status> {
     if !link.connected {
-        // `Streaming::message` is cancel safe: a message half read when the timer fires is kept.
+        // `EventStream::message` is cancel safe: a message half read when the timer fires is kept.
         tokio::select! {
             message = stream.message() => {
                 if matches!(message, Ok(Some(_))) {
@@ -205,26 +138,19 @@ async fn containerd_subscription(
     metrics: &Metrics,
     link: &mut Link,
 ) -> StreamEnd {
-    let mut client = EventsClient::new(channel).max_decoding_message_size(MAX_MESSAGE_SIZE);
-    let request = SubscribeRequest {
-        filters: containerd_filters(&options.namespace),
-    };
-    let mut stream = match open(Source::Containerd, client.subscribe(request), sender, metrics, link).await {
+    let call = EventStream::containerd(channel, &options.namespace);
+    let mut stream = match open(Source::Containerd, call, sender, metrics, link).await {
         Ok(stream) => stream,
         Err(end) => return end,
     };
     loop {
         match next_message(&mut stream, Source::Containerd, sender, metrics, link).await {
-            Ok(Some(envelope)) => {
+            Ok(Some(event)) => {
                 link.delivered = true;
                 metrics.count_trigger(Source::Containerd.as_str());
-                let payload = envelope
-                    .event
-                    .as_ref()
-                    .map(|any| any.value.as_slice())
-                    .unwrap_or_default();
-                if let Some(trigger) = containerd_trigger(&envelope.topic, payload) {
-                    debug!(source = "containerd", topic = %envelope.topic, ?trigger, "trigger");
+                if let Some(subject) = event.subject {
+                    let trigger = Trigger::from(subject);
+                    debug!(source = "containerd", topic = %event.topic, ?trigger, "trigger");
                     sender.send(trigger);
                 }
             }
@@ -239,22 +165,20 @@ async fn containerd_subscription(
 /// covers them, so they are not acted on. Only events that arrive within [`SUBSCRIBED_AFTER`] of
 /// the subscription can be replays (`since_subscribed`, on the monotonic clock): a wall clock
 /// stepped back later (NTP) must not make every new event look old. Only the event's time is
-/// read (nanoseconds; 0 is "unknown" and counts as new).
-pub fn replayed(event: &cri::ContainerEventResponse, subscribed_at: SystemTime, since_subscribed: Duration) -> bool {
+/// read (`created_at`, nanoseconds; 0 is "unknown" and counts as new).
+pub fn replayed(created_at: i64, subscribed_at: SystemTime, since_subscribed: Duration) -> bool {
     if since_subscribed >= SUBSCRIBED_AFTER {
         return false;
     }
     let Ok(subscribed) = subscribed_at.duration_since(UNIX_EPOCH) else {
         return false;
     };
-    event.created_at > 0 && i128::from(event.created_at) < subscribed.as_nanos() as i128
+    created_at > 0 && i128::from(created_at) < subscribed.as_nanos() as i128
 }
 
 async fn cri_subscription(channel: Channel, sender: &TriggerSender, metrics: &Metrics, link: &mut Link) -> StreamEnd {
-    let mut client = RuntimeServiceClient::new(channel).max_decoding_message_size(MAX_MESSAGE_SIZE);
     let subscribed_at = SystemTime::now();
-    let call = client.get_container_events(cri::GetEventsRequest {});
-    let mut stream = match open(Source::Cri, call, sender, metrics, link).await {
+    let mut stream = match open(Source::Cri, EventStream::cri(channel), sender, metrics, link).await {
         Ok(stream) => stream,
         Err(end) => return end,
     };
@@ -262,12 +186,13 @@ async fn cri_subscription(channel: Channel, sender: &TriggerSender, metrics: &Me
         match next_message(&mut stream, Source::Cri, sender, metrics, link).await {
             Ok(Some(event)) => {
                 metrics.count_trigger(Source::Cri.as_str());
-                if replayed(&event, subscribed_at, link.opened.elapsed()) {
+                if replayed(event.created_at, subscribed_at, link.opened.elapsed()) {
                     metrics.count_trigger_replayed(Source::Cri.as_str());
                     continue;
                 }
                 link.delivered = true;
-                if let Some(trigger) = cri_trigger(&event) {
+                if let Some(subject) = event.subject {
+                    let trigger = Trigger::from(subject);
                     debug!(source = "cri", ?trigger, "trigger");
                     sender.send(trigger);
                 }
@@ -281,8 +206,7 @@ async fn cri_subscription(channel: Channel, sender: &TriggerSender, metrics: &Me
 /// Run one trigger source forever: subscribe, forward triggers, and after any failure wait (with
 /// capped exponential backoff) and subscribe again. Each connection (the first too) asks for one
 /// full relist, since events may have been missed before the subscription was in place. When the
-/// runtime does not implement the stream and `mode` is `Auto` it logs so and idles. It returns only
-/// an error in its settings.
+/// runtime does not implement the stream and `mode` is `Auto` it logs so and idles. It never returns.
 pub async fn run_source(
     source: Source,
     mode: TriggerMode,
@@ -291,8 +215,8 @@ pub async fn run_source(
     options: TriggerOptions,
     sender: TriggerSender,
     health: TriggerHealth,
-) -> Result<(), InvalidBackoff> {
-    let mut backoff = ExponentialBackoff::try_new(options.initial_backoff, options.max_backoff)?;
+) {
+    let mut backoff = options.backoff.clone();
     let metrics = runtime.metrics().clone();
     if source == Source::Cri && cri_events_go_to_one_subscriber(version) {
         warn!(
@@ -318,7 +242,7 @@ pub async fn run_source(
         // Only a stream that lived — delivered an event, or stayed connected longer than the
         // longest wait (a quiet node's containerd stream delivers nothing for hours) — resets the
         // backoff: one that the runtime ends at once, again and again, is retried ever more slowly.
-        if link.delivered || (link.connected && link.opened.elapsed() >= options.max_backoff) {
+        if link.delivered || (link.connected && link.opened.elapsed() >= backoff.cap()) {
             backoff.reset();
         }
         let wait = backoff.next_wait();
@@ -352,8 +276,7 @@ pub async fn run_source(
                     "the runtime does not implement this event stream; relying on the periodic relist"
                 );
                 // Nothing more to do, but a stage that ends is a failure: stay until cancelled.
-                std::future::pending::<()>().await;
-                return Ok(());
+                return std::future::pending::<()>().await;
             }
             StreamEnd::Unimplemented => {
                 metrics.count_trigger_error(source.as_str());
@@ -376,159 +299,25 @@ pub async fn run_source(
     }
 }
 
-/// Whether a runtime's CRI GetContainerEvents hands each event to one subscriber only: containerd
-/// before 2.0 does; 2.x broadcasts (containerd PR #9661). Other runtimes are not assumed to.
-pub fn cri_events_go_to_one_subscriber(version: &RuntimeVersion) -> bool {
-    if version.runtime_name != "containerd" {
-        return false;
-    }
-    let major = version
-        .runtime_version
-        .trim_start_matches('v')
-        .split(['.', '~', '+', '-'])
-        .next()
-        .and_then(|m| m.parse::<u32>().ok());
-    // A version it cannot read is taken as an old one: the warning is the safe side.
-    major.is_none_or(|m| m < 2)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn only_containerd_before_2_hands_cri_events_to_one_subscriber() {
-        let v = |name: &str, version: &str| RuntimeVersion {
-            runtime_name: name.into(),
-            runtime_version: version.into(),
-            runtime_api_version: "v1".into(),
-        };
-        assert!(cri_events_go_to_one_subscriber(&v("containerd", "1.7.24~ds1")));
-        assert!(cri_events_go_to_one_subscriber(&v("containerd", "v1.6.20")));
-        assert!(!cri_events_go_to_one_subscriber(&v("containerd", "2.1.9+unknown")));
-        assert!(!cri_events_go_to_one_subscriber(&v("containerd", "v2.0.0")));
-        assert!(cri_events_go_to_one_subscriber(&v("containerd", "garbage")));
-        assert!(!cri_events_go_to_one_subscriber(&v("cri-o", "1.31.0")));
-    }
-
-    #[test]
     fn replayed_events_are_those_from_before_the_subscription() {
         let at = UNIX_EPOCH + Duration::from_secs(1_000);
-        let event = |nanos: i64| cri::ContainerEventResponse {
-            created_at: nanos,
-            ..Default::default()
-        };
+        let event = |nanos: i64| nanos;
         let now = Duration::from_millis(5);
-        assert!(replayed(&event(999_999_999_999), at, now));
-        assert!(!replayed(&event(1_000_000_000_000), at, now));
-        assert!(!replayed(&event(1_000_000_000_001), at, now));
+        assert!(replayed(event(999_999_999_999), at, now));
+        assert!(!replayed(event(1_000_000_000_000), at, now));
+        assert!(!replayed(event(1_000_000_000_001), at, now));
         // No time: treated as new.
-        assert!(!replayed(&event(0), at, now));
-        assert!(!replayed(&event(-5), at, now));
+        assert!(!replayed(event(0), at, now));
+        assert!(!replayed(event(-5), at, now));
         // The wall clock stepped back an hour after the subscription: events created since look
         // older than it, but past the replay window none is taken for a replay.
         let stepped_back = 1_000_000_000_000 - 3_600_000_000_000;
-        assert!(!replayed(&event(stepped_back), at, SUBSCRIBED_AFTER));
-        assert!(!replayed(&event(stepped_back), at, Duration::from_secs(60)));
-    }
-
-    #[test]
-    fn containerd_events_name_containers_only() {
-        use containerd_client::events::{ContainerDelete, TaskExit, TaskStart};
-        let start = TaskStart {
-            container_id: "c1".into(),
-            pid: 7,
-        }
-        .encode_to_vec();
-        assert_eq!(
-            containerd_trigger("/tasks/start", &start),
-            Some(Trigger::Container("c1".into()))
-        );
-        let exit = TaskExit {
-            container_id: "c1".into(),
-            id: "c1".into(),
-            exit_status: 3,
-            ..Default::default()
-        }
-        .encode_to_vec();
-        assert_eq!(
-            containerd_trigger("/tasks/exit", &exit),
-            Some(Trigger::Container("c1".into()))
-        );
-        let exec_exit = TaskExit {
-            container_id: "c1".into(),
-            id: "exec-42".into(),
-            ..Default::default()
-        }
-        .encode_to_vec();
-        assert_eq!(
-            containerd_trigger("/tasks/exit", &exec_exit),
-            None,
-            "an exec'd process ending changes nothing"
-        );
-        let delete = ContainerDelete { id: "c2".into() }.encode_to_vec();
-        assert_eq!(
-            containerd_trigger("/containers/delete", &delete),
-            Some(Trigger::Container("c2".into()))
-        );
-        assert_eq!(containerd_trigger("/images/create", &delete), None);
-        assert_eq!(
-            containerd_trigger("/tasks/start", b"\xff\xff garbage"),
-            None,
-            "undecodable payloads are ignored"
-        );
-        assert_eq!(
-            containerd_trigger("/tasks/start", &TaskStart::default().encode_to_vec()),
-            None
-        );
-    }
-
-    #[test]
-    fn filters_are_per_topic_in_the_namespace() {
-        let f = containerd_filters("k8s.io");
-        assert_eq!(f.len(), 5);
-        assert_eq!(f[1], "namespace==k8s.io,topic==\"/tasks/exit\"");
-    }
-
-    #[test]
-    fn cri_events_name_the_pod_when_they_can() {
-        let mut event = cri::ContainerEventResponse {
-            container_id: "c1".into(),
-            ..Default::default()
-        };
-        assert_eq!(cri_trigger(&event), Some(Trigger::Container("c1".into())));
-        event.pod_sandbox_status = Some(cri::PodSandboxStatus {
-            metadata: Some(cri::PodSandboxMetadata {
-                uid: "u1".into(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        });
-        assert_eq!(cri_trigger(&event), Some(Trigger::Pod("u1".into())));
-        assert_eq!(cri_trigger(&cri::ContainerEventResponse::default()), None);
-    }
-
-    #[test]
-    fn a_cri_event_whose_names_are_not_utf8_asks_for_a_full_relist() {
-        let bad = bytes::Bytes::from_static(b"\xff\xfe");
-        let mut event = cri::ContainerEventResponse {
-            container_id: "c1".into(),
-            pod_sandbox_status: Some(cri::PodSandboxStatus {
-                metadata: Some(cri::PodSandboxMetadata {
-                    uid: bad.clone(),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        assert_eq!(cri_trigger(&event), Some(Trigger::Container("c1".into())));
-        event.container_id = bad.clone();
-        assert_eq!(cri_trigger(&event), Some(Trigger::All));
-        event.container_id = bytes::Bytes::new();
-        assert_eq!(cri_trigger(&event), Some(Trigger::All));
-        event.pod_sandbox_status = None;
-        event.container_id = bad;
-        assert_eq!(cri_trigger(&event), Some(Trigger::All));
+        assert!(!replayed(event(stepped_back), at, SUBSCRIBED_AFTER));
+        assert!(!replayed(event(stepped_back), at, Duration::from_secs(60)));
     }
 }

@@ -10,12 +10,16 @@
 //	PUT    /plegd-test/faults     {"delayMillis": 0, "statusPatch500": false, "failWatches": false,
 //	                               "statusPatchConflicts": 0}
 //
+// The faults in force from the first request on come from $PLEGD_TEST_FAULTS (the same JSON): a
+// server restarted by a test keeps them without a moment when a client could slip past them.
+//
 // These paths are served outside the authenticated chain; the server listens on loopback only.
 package main
 
 import (
 	"encoding/json"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -53,7 +57,13 @@ type testHooks struct {
 }
 
 func newTestHooks(limit int, tokens *tokenAuthenticator) *testHooks {
-	return &testHooks{limit: limit, tokens: tokens}
+	h := &testHooks{limit: limit, tokens: tokens}
+	if initial := os.Getenv("PLEGD_TEST_FAULTS"); initial != "" {
+		if err := json.Unmarshal([]byte(initial), &h.faults); err != nil {
+			panic("PLEGD_TEST_FAULTS: " + err.Error())
+		}
+	}
+	return h
 }
 
 type recordingWriter struct {

@@ -27,7 +27,7 @@ pub async fn start_plegd(
     };
     let (pleg, events) = GenericPleg::new(runtime, SystemClock, metrics, config);
     let pleg = Arc::new(pleg);
-    let mut tasks = triggers::spawn(mode, &version, pleg.clone(), TriggerOptions::default()).expect("trigger options");
+    let mut tasks = triggers::spawn(mode, &version, pleg.clone(), TriggerOptions::default());
     tasks.push(tokio::spawn(pleg.run()));
     (tasks, events)
 }

@@ -30,7 +30,7 @@ use containerd_client::services::v1::events_client::EventsClient;
 use plegd::metrics::Metrics;
 use plegd::pleg::PodLifecycleEventType;
 use plegd::runtime::{CriOptions, CriRuntime};
-use plegd::triggers::{self, TriggerMode};
+use plegd::triggers::TriggerMode;
 use stats::percentile;
 
 type Seen = Arc<Mutex<HashMap<String, SystemTime>>>;
@@ -58,7 +58,7 @@ async fn observe_plegd(
 
 /// A raw subscriber to one containerd topic.
 async fn observe_raw(socket: &std::path::Path, topic: &str, seen: Seen) -> tokio::task::JoinHandle<()> {
-    let runtime = CriRuntime::new(socket, &CriOptions::default(), Arc::new(Metrics::new())).expect("options");
+    let runtime = CriRuntime::new(socket, &CriOptions::default(), Arc::new(Metrics::new()));
     let mut client = EventsClient::new(runtime.stream_channel());
     let filters = vec![format!("namespace==k8s.io,topic==\"{topic}\"")];
     tokio::spawn(async move {
@@ -70,7 +70,7 @@ async fn observe_raw(socket: &std::path::Path, topic: &str, seen: Seen) -> tokio
         while let Ok(Some(envelope)) = stream.message().await {
             let now = SystemTime::now();
             let payload = envelope.event.map(|a| a.value).unwrap_or_default();
-            if let Some(triggers::Trigger::Container(id)) = triggers::containerd_trigger(&envelope.topic, &payload) {
+            if let Some(id) = plegd::runtime::events::containerd_subject(&envelope.topic, &payload) {
                 seen.lock().unwrap().entry(id).or_insert(now);
             }
         }

@@ -299,7 +299,7 @@ impl Apiserver {
             format!("--rbac={}", rbac.join(",")),
         ];
         server_args.extend(options.args.iter().cloned());
-        let server = Self::spawn_server(&binary, &server_args, dir.path());
+        let server = Self::spawn_server(&binary, &server_args, dir.path(), &Faults::default());
         let ca = dir.path().join("apiserver.crt");
         let admin_kc = write_kubeconfig(dir.path(), "admin", port, &admin, &ca);
         let client = client_for(&admin_kc, &ca).await;
@@ -321,9 +321,11 @@ impl Apiserver {
         }
     }
 
-    fn spawn_server(binary: &Path, args: &[String], dir: &Path) -> Child {
+    /// Start the server with `faults` in force from its first request.
+    fn spawn_server(binary: &Path, args: &[String], dir: &Path, faults: &Faults) -> Child {
         Command::new(binary)
             .args(args)
+            .env("PLEGD_TEST_FAULTS", serde_json::to_string(faults).unwrap())
             .stdout(Stdio::null())
             .stderr(log_file(dir, "apiserver.log"))
             .spawn()
@@ -689,14 +691,17 @@ impl Apiserver {
                 return;
             }
             if server.is_none() {
-                *server = Some(Self::spawn_server(&server_binary(), &self.server_args, self.dir.path()));
+                // The faults live in the server: it starts with them in force.
+                let faults = lock(&self.faults).clone();
+                *server = Some(Self::spawn_server(
+                    &server_binary(),
+                    &self.server_args,
+                    self.dir.path(),
+                    &faults,
+                ));
             }
         }
-        // The faults live in the server: set them again.
-        let faults = lock(&self.faults).clone();
         self.wait_ready(Duration::from_secs(60)).await;
-        self.hook("PUT", "/plegd-test/faults", serde_json::to_vec(&faults).unwrap())
-            .await;
     }
 
     /// Compact etcd up to its current revision: a watch or list from an older resourceVersion

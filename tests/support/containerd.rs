@@ -105,8 +105,7 @@ pub fn unique_uid(prefix: &str) -> String {
 impl Containerd {
     /// A handle on the containerd serving CRI at `socket`.
     pub fn at(socket: PathBuf) -> Self {
-        let runtime = CriRuntime::new(&socket, &CriOptions::default(), Arc::new(Metrics::new()))
-            .expect("default CRI options are valid");
+        let runtime = CriRuntime::new(&socket, &CriOptions::default(), Arc::new(Metrics::new()));
         Self {
             socket,
             client: runtime.client(),

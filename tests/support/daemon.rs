@@ -21,10 +21,7 @@ pub fn options(cri_socket: &Path, kubeconfig: PathBuf, node: &str, mode: StatusM
         triggers: TriggerMode::Auto,
         trigger_options: TriggerOptions::default(),
         kubeconfig: Some(kubeconfig),
-        manager: ManagerConfig {
-            node_name: node.into(),
-            ..ManagerConfig::default()
-        },
+        manager: ManagerConfig::new(plegd::pod::NodeName::new(node).expect("a valid node name")),
         sync: SyncConfig {
             mode,
             node_ips: vec!["192.0.2.10".into()],
@@ -93,6 +90,8 @@ impl Drop for InProcess {
 pub struct Controlled {
     pub abort: tokio::sync::mpsc::Sender<String>,
     pub health: std::sync::Arc<dyn plegd::http::Health>,
+    /// Its stages in the order they started, from the supervisor's record.
+    pub stages: Vec<&'static str>,
     result: tokio::sync::oneshot::Receiver<Result<(), String>>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
 }
@@ -101,7 +100,7 @@ pub struct Controlled {
 pub async fn spawn_controlled(options: DaemonOptions, metrics: std::sync::Arc<plegd::metrics::Metrics>) -> Controlled {
     let (shutdown_tx, shutdown_rx) = tokio::sync::oneshot::channel::<()>();
     let (abort_tx, abort_rx) = tokio::sync::mpsc::channel(4);
-    let (health_tx, health_rx) = tokio::sync::oneshot::channel();
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel();
     let (result_tx, result) = tokio::sync::oneshot::channel();
     std::thread::Builder::new()
         .name("plegd".into())
@@ -109,7 +108,7 @@ pub async fn spawn_controlled(options: DaemonOptions, metrics: std::sync::Arc<pl
             let runtime = plegd::cli::async_runtime(1).expect("plegd's async runtime");
             let control = plegd::daemon::Control {
                 abort: abort_rx,
-                health: Some(health_tx),
+                started: Some(started_tx),
             };
             let ended = runtime.block_on(plegd::daemon::run_controlled(
                 options,
@@ -122,16 +121,25 @@ pub async fn spawn_controlled(options: DaemonOptions, metrics: std::sync::Arc<pl
             let _ = result_tx.send(ended.map_err(|e| e.to_string()));
         })
         .expect("plegd thread");
-    let health = health_rx.await.expect("the daemon started");
+    let started = started_rx.await.expect("the daemon started");
     Controlled {
         abort: abort_tx,
-        health,
+        health: started.health,
+        stages: started.stages,
         result,
         shutdown: Some(shutdown_tx),
     }
 }
 
 impl Controlled {
+    /// Ask for a graceful shutdown and wait (at most `timeout`) for what `run` returned.
+    pub async fn stop(mut self, timeout: Duration) -> Result<(), String> {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        self.result(timeout).await
+    }
+
     /// What `run` returned, waiting at most `timeout` for it.
     pub async fn result(&mut self, timeout: Duration) -> Result<(), String> {
         tokio::time::timeout(timeout, &mut self.result)

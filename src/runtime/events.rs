@@ -1,0 +1,271 @@
+//! The runtime's event streams, read off the wire: containerd's events service
+//! (`containerd.services.events.v1.Events/Subscribe`) and CRI `GetContainerEvents`. Each event is
+//! turned into what it names ([`EventSubject`]) and, for CRI, when it happened; nothing else of it
+//! is read. What to do with it (a targeted relist) is the triggers' business.
+
+use containerd_client::services::v1::SubscribeRequest;
+use containerd_client::services::v1::events_client::EventsClient;
+use prost::Message;
+use tonic::Status;
+use tonic::transport::Channel;
+
+use super::lists::{self as cri, runtime_service_client::RuntimeServiceClient};
+use super::{MAX_MESSAGE_SIZE, RuntimeVersion};
+
+/// What a runtime event names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EventSubject {
+    /// A pod, by its uid.
+    Pod(String),
+    /// A container or sandbox, by its id.
+    Container(String),
+    /// Something whose name cannot be read (not UTF-8): anything may have changed.
+    Unreadable,
+}
+
+/// One event off a stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuntimeEvent {
+    /// What it names; None for an event that cannot change a container's state.
+    pub subject: Option<EventSubject>,
+    /// When the runtime says it happened, in nanoseconds since the epoch; 0 when it does not say
+    /// (containerd's events service).
+    pub created_at: i64,
+    /// containerd's topic (`/tasks/exit`, …); empty for CRI.
+    pub topic: String,
+}
+
+/// A subscription to one of the runtime's event streams.
+pub enum EventStream {
+    Containerd(tonic::Streaming<containerd_client::types::Envelope>),
+    Cri(tonic::Streaming<cri::ContainerEventResponse>),
+}
+
+impl EventStream {
+    /// Subscribe to containerd's events of the topics that change a container's state, in
+    /// `namespace`. Returns when the runtime answers (see `triggers` for why that can be late).
+    pub async fn containerd(channel: Channel, namespace: &str) -> Result<Self, Status> {
+        let mut client = EventsClient::new(channel).max_decoding_message_size(MAX_MESSAGE_SIZE);
+        let request = SubscribeRequest {
+            filters: containerd_filters(namespace),
+        };
+        Ok(Self::Containerd(client.subscribe(request).await?.into_inner()))
+    }
+
+    /// Subscribe to CRI `GetContainerEvents`.
+    pub async fn cri(channel: Channel) -> Result<Self, Status> {
+        let mut client = RuntimeServiceClient::new(channel).max_decoding_message_size(MAX_MESSAGE_SIZE);
+        let stream = client.get_container_events(cri::GetEventsRequest {}).await?;
+        Ok(Self::Cri(stream.into_inner()))
+    }
+
+    /// The next event; None when the runtime ended the stream. Cancel safe (a message half read
+    /// when the future is dropped is kept for the next call).
+    pub async fn message(&mut self) -> Result<Option<RuntimeEvent>, Status> {
+        Ok(match self {
+            Self::Containerd(stream) => stream.message().await?.map(|envelope| {
+                let payload = envelope
+                    .event
+                    .as_ref()
+                    .map(|any| any.value.as_slice())
+                    .unwrap_or_default();
+                RuntimeEvent {
+                    subject: containerd_subject(&envelope.topic, payload).map(EventSubject::Container),
+                    created_at: 0,
+                    topic: envelope.topic,
+                }
+            }),
+            Self::Cri(stream) => stream.message().await?.map(|event| RuntimeEvent {
+                subject: cri_subject(&event),
+                created_at: event.created_at,
+                topic: String::new(),
+            }),
+        })
+    }
+}
+
+/// The container a containerd event names, if the event can change a container's state.
+pub fn containerd_subject(topic: &str, payload: &[u8]) -> Option<String> {
+    use containerd_client::events::{ContainerDelete, TaskDelete, TaskExit, TaskOom, TaskStart};
+    let id = match topic {
+        "/tasks/start" => TaskStart::decode(payload).ok()?.container_id,
+        // The exit of an exec'd process (id != container id) changes nothing.
+        "/tasks/exit" => {
+            TaskExit::decode(payload)
+                .ok()
+                .filter(|e| e.id == e.container_id || e.id.is_empty())?
+                .container_id
+        }
+        "/tasks/delete" => {
+            TaskDelete::decode(payload)
+                .ok()
+                .filter(|e| e.id == e.container_id || e.id.is_empty())?
+                .container_id
+        }
+        "/tasks/oom" => TaskOom::decode(payload).ok()?.container_id,
+        "/containers/delete" => ContainerDelete::decode(payload).ok()?.id,
+        _ => return None,
+    };
+    (!id.is_empty()).then_some(id)
+}
+
+/// The containerd event filters for `namespace` (each one an AND; the list an OR).
+pub fn containerd_filters(namespace: &str) -> Vec<String> {
+    [
+        "/tasks/start",
+        "/tasks/exit",
+        "/tasks/delete",
+        "/tasks/oom",
+        "/containers/delete",
+    ]
+    .iter()
+    .map(|topic| format!("namespace=={namespace},topic==\"{topic}\""))
+    .collect()
+}
+
+/// What a CRI container event names: its pod when the event carries the sandbox's uid, else the
+/// container. Nothing else of the event is read (it is decoded from the slim message, so that
+/// the statuses an event carries are neither decoded nor able to fail it). A name that is not
+/// UTF-8 cannot be looked up: an event that names nothing else readable is [`EventSubject::Unreadable`].
+pub fn cri_subject(event: &cri::ContainerEventResponse) -> Option<EventSubject> {
+    let uid = event
+        .pod_sandbox_status
+        .as_ref()
+        .and_then(|s| s.metadata.as_ref())
+        .map(|m| &m.uid[..])
+        .unwrap_or_default();
+    if let Ok(uid) = std::str::from_utf8(uid)
+        && !uid.is_empty()
+    {
+        return Some(EventSubject::Pod(uid.to_owned()));
+    }
+    match std::str::from_utf8(&event.container_id) {
+        Ok("") if uid.is_empty() => None,
+        Ok("") => Some(EventSubject::Unreadable),
+        Ok(id) => Some(EventSubject::Container(id.to_owned())),
+        Err(_) => Some(EventSubject::Unreadable),
+    }
+}
+
+/// Whether a runtime's CRI GetContainerEvents hands each event to one subscriber only: containerd
+/// before 2.0 does; 2.x broadcasts (containerd PR #9661). Other runtimes are not assumed to.
+pub fn cri_events_go_to_one_subscriber(version: &RuntimeVersion) -> bool {
+    if version.runtime_name != "containerd" {
+        return false;
+    }
+    let major = version
+        .runtime_version
+        .trim_start_matches('v')
+        .split(['.', '~', '+', '-'])
+        .next()
+        .and_then(|m| m.parse::<u32>().ok());
+    // A version it cannot read is taken as an old one: the warning is the safe side.
+    major.is_none_or(|m| m < 2)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_containerd_before_2_hands_cri_events_to_one_subscriber() {
+        let v = |name: &str, version: &str| RuntimeVersion {
+            runtime_name: name.into(),
+            runtime_version: version.into(),
+            runtime_api_version: "v1".into(),
+        };
+        assert!(cri_events_go_to_one_subscriber(&v("containerd", "1.7.24~ds1")));
+        assert!(cri_events_go_to_one_subscriber(&v("containerd", "v1.6.20")));
+        assert!(!cri_events_go_to_one_subscriber(&v("containerd", "2.1.9+unknown")));
+        assert!(!cri_events_go_to_one_subscriber(&v("containerd", "v2.0.0")));
+        assert!(cri_events_go_to_one_subscriber(&v("containerd", "garbage")));
+        assert!(!cri_events_go_to_one_subscriber(&v("cri-o", "1.31.0")));
+    }
+    #[test]
+    fn containerd_events_name_containers_only() {
+        use containerd_client::events::{ContainerDelete, TaskExit, TaskStart};
+        let start = TaskStart {
+            container_id: "c1".into(),
+            pid: 7,
+        }
+        .encode_to_vec();
+        assert_eq!(containerd_subject("/tasks/start", &start), Some("c1".into()));
+        let exit = TaskExit {
+            container_id: "c1".into(),
+            id: "c1".into(),
+            exit_status: 3,
+            ..Default::default()
+        }
+        .encode_to_vec();
+        assert_eq!(containerd_subject("/tasks/exit", &exit), Some("c1".into()));
+        let exec_exit = TaskExit {
+            container_id: "c1".into(),
+            id: "exec-42".into(),
+            ..Default::default()
+        }
+        .encode_to_vec();
+        assert_eq!(
+            containerd_subject("/tasks/exit", &exec_exit),
+            None,
+            "an exec'd process ending changes nothing"
+        );
+        let delete = ContainerDelete { id: "c2".into() }.encode_to_vec();
+        assert_eq!(containerd_subject("/containers/delete", &delete), Some("c2".into()));
+        assert_eq!(containerd_subject("/images/create", &delete), None);
+        assert_eq!(
+            containerd_subject("/tasks/start", b"\xff\xff garbage"),
+            None,
+            "undecodable payloads are ignored"
+        );
+        assert_eq!(
+            containerd_subject("/tasks/start", &TaskStart::default().encode_to_vec()),
+            None
+        );
+    }
+    #[test]
+    fn filters_are_per_topic_in_the_namespace() {
+        let f = containerd_filters("k8s.io");
+        assert_eq!(f.len(), 5);
+        assert_eq!(f[1], "namespace==k8s.io,topic==\"/tasks/exit\"");
+    }
+    #[test]
+    fn cri_events_name_the_pod_when_they_can() {
+        let mut event = cri::ContainerEventResponse {
+            container_id: "c1".into(),
+            ..Default::default()
+        };
+        assert_eq!(cri_subject(&event), Some(EventSubject::Container("c1".into())));
+        event.pod_sandbox_status = Some(cri::PodSandboxStatus {
+            metadata: Some(cri::PodSandboxMetadata {
+                uid: "u1".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        assert_eq!(cri_subject(&event), Some(EventSubject::Pod("u1".into())));
+        assert_eq!(cri_subject(&cri::ContainerEventResponse::default()), None);
+    }
+    #[test]
+    fn a_cri_event_whose_names_are_not_utf8_are_unreadable() {
+        let bad = bytes::Bytes::from_static(b"\xff\xfe");
+        let mut event = cri::ContainerEventResponse {
+            container_id: "c1".into(),
+            pod_sandbox_status: Some(cri::PodSandboxStatus {
+                metadata: Some(cri::PodSandboxMetadata {
+                    uid: bad.clone(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(cri_subject(&event), Some(EventSubject::Container("c1".into())));
+        event.container_id = bad.clone();
+        assert_eq!(cri_subject(&event), Some(EventSubject::Unreadable));
+        event.container_id = bytes::Bytes::new();
+        assert_eq!(cri_subject(&event), Some(EventSubject::Unreadable));
+        event.pod_sandbox_status = None;
+        event.container_id = bad;
+        assert_eq!(cri_subject(&event), Some(EventSubject::Unreadable));
+    }
+}
