@@ -44,6 +44,15 @@ pub struct Informer {
 }
 
 impl Informer {
+    /// An informer over `store`, for tests that fill the store themselves.
+    #[cfg(test)]
+    pub(crate) fn from_store(store: Store<ApiPod>) -> Self {
+        Self {
+            store,
+            ready: Arc::new(AtomicBool::new(true)),
+        }
+    }
+
     /// Whether the first complete list has been seen.
     pub fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Acquire)

@@ -2,12 +2,15 @@
 //! the kubelet's PLEG, keeps a per-pod status cache, and emits pod lifecycle events.
 //!
 //! The modules follow the data from the runtime outwards:
-//! [`runtime`] (CRI client and conversion) → [`triggers`] (runtime events that ask for targeted
-//! relists) → [`kubecontainer`] (the runtime's view of pods: `Runtime…` types) → [`pleg`] (records,
-//! diff, relist, event channel) → [`cache`] (per-pod runtime status) → [`watch`] (printing events).
-//! Towards the apiserver: [`informer`] (the node's pods, each kept as a [`pod::ApiPod`]) →
-//! [`sync_loop`] (events, pod changes, resyncs) → [`status`] (generation, patches, the status
-//! manager). [`daemon`] starts it all for `plegd run`; [`cli`] parses flags and builds the runtime.
+//! [`runtime`] (CRI client, conversion, the runtime's event streams) → [`triggers`] (runtime events
+//! that ask for targeted relists) → [`kubecontainer`] (the runtime's view of pods: `Runtime…` types)
+//! → [`pleg`] (records, diff, relist, event channel, the fan-out of events, the handle readers get)
+//! → [`cache`] (per-pod runtime status: one writer, many readers) → [`observe`] (the events API)
+//! and [`watch`] (printing events, in [`print`]'s lines). Towards the apiserver: [`informer`] (the
+//! node's pods, each kept as a [`pod::ApiPod`]) → [`sync_loop`] (*when* a pod is synced) →
+//! [`status`] (*what* is written: [`status::decide`] over generation; *how*: patches and the status
+//! manager on a [`workqueue`]). [`daemon`] starts it all for `plegd run` under [`supervise`]; [`cli`]
+//! turns flags into each stage's settings, complete and checked.
 //!
 //! Names say which side a type is on: `Runtime…` is what the container runtime reports
 //! ([`kubecontainer`]), `Api…` is plegd's trimmed copy of an API object ([`pod`]), and the bare

@@ -1,8 +1,10 @@
 //! The syncLoop: one select loop over pod lifecycle events, informer pod changes, a periodic tick
-//! and housekeeping, like the kubelet's. It decides which pods to sync; a sync generates the pod's
-//! status from the informer's copy and the runtime status cache, and hands what the status mode
-//! wants to the status manager (or, in shadow mode, compares). While the PLEG is unhealthy it skips
-//! syncing with backoff (100 ms doubling to 5 s), as the kubelet does.
+//! and housekeeping, like the kubelet's. It decides *when* a pod is synced; a sync asks
+//! [`decide`](crate::status::decide::decide) what to write from the informer's copy, plegd's own
+//! last write and the runtime status cache, and hands that to the status manager (or, in shadow
+//! mode, counts the differences). It reads the relister through a [`PlegHandle`]: the cache
+//! read-only and health, never the runtime. While the PLEG is unhealthy it skips syncing with
+//! backoff (100 ms doubling to 5 s), as the kubelet does.
 //!
 //! It reads the cache as the kubelet's pod workers do (`managePodLoop`): a sync waits for a runtime
 //! status newer than the pod's previous sync (`GetNewerThan(uid, lastSyncTime)`), and the sync a
@@ -487,5 +489,227 @@ impl SyncLoop {
     fn publish(&self, pod: &ApiPod, event: KubeEvent) {
         let Some(recorder) = &self.recorder else { return };
         recorder.send(event, pod.object_ref(&()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use kube::runtime::{reflector, watcher};
+    use serde_json::json;
+
+    use crate::backoff::RetryAfter;
+    use crate::clock::SystemClock;
+    use crate::kubecontainer::{PodUid, RuntimeContainer, RuntimeContainerState, RuntimePod};
+    use crate::pleg::{GenericPleg, PlegConfig};
+    use crate::pod::{ApiPodSpec, NodeName};
+    use crate::runtime::{IdKind, Runtime, RuntimeError};
+    use crate::status::generate::tests::{pod_with, ready_sandbox, runtime_status};
+    use crate::status::manager::ManagerConfig;
+    use crate::status::manager::script::Script;
+
+    /// One pod, u1, with one container `app` (c1): running or exited, and whether reading its
+    /// status fails.
+    #[derive(Default)]
+    struct OnePod {
+        exited: bool,
+        read_error: Option<String>,
+    }
+
+    struct FakeRuntime(Arc<Mutex<OnePod>>);
+
+    impl FakeRuntime {
+        fn state(&self) -> RuntimeContainerState {
+            if self.0.lock().unwrap().exited {
+                RuntimeContainerState::Exited
+            } else {
+                RuntimeContainerState::Running
+            }
+        }
+
+        fn pod(&self) -> RuntimePod {
+            let item = |id: &str, sandbox_id: &str, name: &str, state| RuntimeContainer {
+                id: id.into(),
+                sandbox_id: sandbox_id.into(),
+                name: name.into(),
+                state,
+                created_at: 1,
+                attempt: 0,
+            };
+            RuntimePod {
+                id: "u1".into(),
+                name: "web".into(),
+                namespace: "default".into(),
+                containers: vec![item("c1", "s1", "app", self.state())],
+                sandboxes: vec![item("s1", "", "", RuntimeContainerState::Running)],
+            }
+        }
+    }
+
+    impl Runtime for FakeRuntime {
+        async fn list_pods(&self) -> Result<Vec<RuntimePod>, RuntimeError> {
+            Ok(vec![self.pod()])
+        }
+
+        async fn list_pod(&self, uid: &str) -> Result<Option<RuntimePod>, RuntimeError> {
+            Ok((uid == "u1").then(|| self.pod()))
+        }
+
+        async fn pod_status(&self, _: &RuntimePod) -> Result<RuntimePodStatus, RuntimeError> {
+            if let Some(error) = self.0.lock().unwrap().read_error.clone() {
+                return Err(RuntimeError::Call {
+                    operation: "ContainerStatus",
+                    status: tonic::Status::unavailable(error),
+                });
+            }
+            Ok(RuntimePodStatus {
+                id: "u1".into(),
+                name: "web".into(),
+                namespace: "default".into(),
+                ips: vec!["10.1.0.5".into()],
+                container_statuses: vec![runtime_status("app", "c1", self.state(), 10)],
+                sandbox_statuses: vec![ready_sandbox("10.1.0.5")],
+            })
+        }
+
+        async fn probe_state(&self, _: &str, _: IdKind) -> Result<Option<RuntimeContainerState>, RuntimeError> {
+            Ok(None)
+        }
+
+        async fn locate(&self, _: &str) -> Result<Option<PodUid>, RuntimeError> {
+            Ok(None)
+        }
+    }
+
+    fn bound_pod() -> ApiPod {
+        let mut pod = pod_with(&["app"], vec![], "Never");
+        pod.metadata = ObjectMeta {
+            namespace: Some("default".into()),
+            name: Some("web".into()),
+            resource_version: Some("10".into()),
+            ..pod.metadata
+        };
+        pod.spec = ApiPodSpec {
+            node_name: Some("n1".into()),
+            ..pod.spec
+        };
+        pod
+    }
+
+    async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+        for _ in 0..200 {
+            if done() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("{what}: not in 2 s");
+    }
+
+    /// The syncLoop decides when a pod is synced: at its lifecycle events, from a runtime status
+    /// as new as the event; not again while nothing it works from changed; never from a status
+    /// whose read failed (FailedSync, counted), and at once when it can be read again.
+    #[tokio::test]
+    async fn syncs_follow_events_skip_repeats_and_never_write_a_failed_read() {
+        let fake = Arc::new(Mutex::new(OnePod::default()));
+        let metrics = Arc::new(Metrics::new());
+        let (pleg, events) = GenericPleg::new(
+            FakeRuntime(fake.clone()),
+            SystemClock,
+            metrics.clone(),
+            PlegConfig::default(),
+        );
+        // The apiserver answers each PATCH with a version older than the informer's copy, so that
+        // every status is generated from the informer's copy, which this test holds still.
+        let mut answer = bound_pod_json();
+        answer["metadata"]["resourceVersion"] = json!("9");
+        let script = Script::answering_by_default(answer);
+        let (store, mut writer) = reflector::store::<ApiPod>();
+        writer.apply_watcher_event(&watcher::Event::Apply(bound_pod()));
+        let informer = Informer::from_store(store.clone());
+        let manager = StatusManager::new(
+            script.client(),
+            store,
+            ManagerConfig::new(NodeName::new("n1").unwrap()),
+            Arc::new(RetryAfter::default()),
+            metrics.clone(),
+        );
+        for (_, stage) in manager.stages() {
+            tokio::spawn(stage);
+        }
+        let config = SyncConfig {
+            mode: StatusMode::Full,
+            tick: Duration::from_millis(20),
+            resync: Duration::from_millis(50),
+            ..SyncConfig::default()
+        };
+        let node = NodeFacts {
+            runtime_name: "containerd".into(),
+            node_ips: vec!["192.0.2.10".into()],
+            recursive_read_only_handlers: Some(Vec::new()),
+        };
+        let sync = SyncLoop::new(pleg.handle(), informer, manager, None, config, node, metrics.clone());
+        let (changes_tx, changes) = mpsc::channel(8);
+        let running = tokio::spawn(sync.run(events, changes));
+        changes_tx
+            .send(PodChange::Applied {
+                uid: "u1".into(),
+                key: ObjectRef::new("web").within("default"),
+            })
+            .await
+            .unwrap();
+
+        // The first relist: ContainerStarted, and the status it was read with, written once.
+        pleg.relist().await.unwrap();
+        let patches = || script.sent().len();
+        wait_for("the first status", || patches() == 1).await;
+        let state = |i: usize| script.sent()[i].1["status"]["containerStatuses"][0]["state"].clone();
+        assert!(state(0)["running"].is_object(), "{}", state(0));
+        // Resyncs (every 50 ms) with the same pod and the same runtime status write nothing.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(patches(), 1, "{:?}", script.sent());
+
+        // The container exits while its status cannot be read: nothing is written from the
+        // failed read, however often the pod is due.
+        {
+            let mut pod = fake.lock().unwrap();
+            pod.exited = true;
+            pod.read_error = Some("the runtime is busy".into());
+        }
+        pleg.relist().await.unwrap();
+        let failed = || {
+            metrics
+                .encode()
+                .lines()
+                .find(|l| l.starts_with("plegd_pod_failed_syncs_total "))
+                .and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        wait_for("a FailedSync", || failed() >= 1).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(patches(), 1, "nothing from a failed read: {:?}", script.sent());
+
+        // Readable again: the exit is written at the relist that reads it.
+        fake.lock().unwrap().read_error = None;
+        pleg.relist().await.unwrap();
+        wait_for("the exit", || patches() == 2).await;
+        assert_eq!(state(1)["terminated"]["exitCode"], 3, "{}", state(1));
+
+        // The pod is deleted: the loop forgets it, and ends when the events end.
+        changes_tx.send(PodChange::Deleted { uid: "u1".into() }).await.unwrap();
+        drop(pleg);
+        tokio::time::timeout(Duration::from_secs(2), running)
+            .await
+            .expect("the loop ends with its events")
+            .unwrap();
+    }
+
+    fn bound_pod_json() -> serde_json::Value {
+        json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web", "namespace": "default", "uid": "u1", "resourceVersion": "11"},
+            "spec": {"nodeName": "n1", "containers": [{"name": "app", "image": "busybox"}]}})
     }
 }

@@ -44,6 +44,10 @@ fn read_sources(dir: &Path, root: &Path, out: &mut Sources) {
             read_sources(&path, root, out);
         } else if path.extension().is_some_and(|e| e == "rs") {
             let name = module_name(path.strip_prefix(root).expect("under src"));
+            // A module's unit tests in a file of their own are test code, as `mod tests` is.
+            if name.ends_with("::tests") {
+                continue;
+            }
             let source = std::fs::read_to_string(&path).expect("read source");
             out.insert(name, code(&source));
         }
@@ -221,6 +225,50 @@ fn modules_depend_on_each_other_without_circles() {
             "top-level modules depend on each other in a circle: {}",
             found.join(" → ")
         );
+    }
+}
+
+/// The rooms keep to their jobs: only `src/runtime/` speaks CRI or containerd's API (the README
+/// says so), the syncLoop reads the relister through its handle and never reaches the runtime, and
+/// the observation API neither borrows from `plegd watch` nor feeds the syncLoop.
+#[test]
+fn each_room_keeps_to_its_job() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut modules = Sources::new();
+    read_sources(&src, &src, &mut modules);
+    let uses = graph(&modules);
+    let mut strays = Vec::new();
+    for (name, code) in &modules {
+        if name == "runtime" || name.starts_with("runtime::") {
+            continue;
+        }
+        for wire in ["k8s_cri::", "containerd_client::", "tonic::include_proto!(\"runtime"] {
+            if code.contains(wire) {
+                strays.push(format!("{name} uses {wire}"));
+            }
+        }
+        if uses[name].contains("runtime::lists") {
+            strays.push(format!("{name} uses the CRI messages (runtime::lists)"));
+        }
+    }
+    assert!(strays.is_empty(), "CRI spoken outside src/runtime/: {strays:?}");
+    assert!(
+        uses["runtime::events"].contains("runtime::lists"),
+        "the check reads the files"
+    );
+    for (room, never) in [
+        ("sync_loop", ["runtime", "triggers", "observe"]),
+        ("observe", ["watch", "sync_loop", "daemon"]),
+        ("observe::client", ["watch", "sync_loop", "daemon"]),
+        ("observe::server", ["watch", "sync_loop", "daemon"]),
+    ] {
+        for other in never {
+            let reached: Vec<&String> = uses[room]
+                .iter()
+                .filter(|u| *u == other || u.starts_with(&format!("{other}::")))
+                .collect();
+            assert!(reached.is_empty(), "{room} uses {reached:?}");
+        }
     }
 }
 

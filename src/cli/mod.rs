@@ -267,9 +267,18 @@ mod tests {
         assert!(err.contains("--status-qps"), "{err}");
         let err = parse(&["plegd", "run", "--metrics-address", "everywhere"]).unwrap_err();
         assert!(err.contains("--metrics-address"), "{err}");
-        let Command::Run(r) = parse(&["plegd", "run", "--node-name", "n1", "--metrics-address", "off", "--api-socket", "off"])
-            .unwrap()
-            .command
+        let Command::Run(r) = parse(&[
+            "plegd",
+            "run",
+            "--node-name",
+            "n1",
+            "--metrics-address",
+            "off",
+            "--api-socket",
+            "off",
+        ])
+        .unwrap()
+        .command
         else {
             panic!("run")
         };

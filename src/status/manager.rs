@@ -1,8 +1,10 @@
-//! The status manager: keeps the status plegd wants for each pod (versioned, deduplicated) and
-//! writes it to `pods/{name}/status` with a strategic merge patch computed against the informer's
-//! copy of the pod — never a GET before a PATCH — and the pod's uid as a precondition. A bounded
-//! pool of writers sends patches under a client-side QPS/burst limit; a pod is never written by two
-//! writers at once, and only its newest wanted status is sent.
+//! The status manager: *how* a status is written. It keeps the newest status plegd wants for each
+//! pod (deduplicated) on a keyed [`WorkQueue`] and writes it to `pods/{name}/status` with a
+//! strategic merge patch computed against the apiserver's newest copy as far as plegd knows
+//! ([`apiserver_status`]: the informer's, or plegd's own later write) — never a GET before a PATCH —
+//! and the pod's uid in the patch. A bounded pool of writers sends patches under a client-side
+//! QPS/burst limit; the queue sees that a pod is never written by two writers at once, that only
+//! its newest wanted status is sent, and that retries wait out their backoff.
 //!
 //! It never writes to a pod whose `spec.nodeName` is not this node. A pod that is gone (404) or was
 //! replaced by another of the same name (the apiserver refuses the write's uid with 422 `metadata.uid
@@ -490,9 +492,282 @@ impl StatusManager {
     }
 }
 
+/// A scripted apiserver for unit tests of the status writes: each request gets the next scripted
+/// answer (else the default one), and what it was sent is kept.
+#[cfg(test)]
+pub(crate) mod script {
+    use std::collections::VecDeque;
+    use std::sync::{Arc, Mutex};
+
+    use http_body_util::BodyExt;
+    use serde_json::Value;
+
+    #[derive(Clone)]
+    pub(crate) struct Script {
+        answers: Arc<Mutex<VecDeque<(u16, Value)>>>,
+        default_answer: Value,
+        sent: Arc<Mutex<Vec<(String, Value)>>>,
+    }
+
+    impl Script {
+        /// `answers` first, then `default_answer` (with code 200) to every request.
+        pub(crate) fn new(answers: &[(u16, Value)], default_answer: Value) -> Self {
+            Self {
+                answers: Arc::new(Mutex::new(answers.iter().cloned().collect())),
+                default_answer,
+                sent: Arc::default(),
+            }
+        }
+
+        pub(crate) fn answering_by_default(default_answer: Value) -> Self {
+            Self::new(&[], default_answer)
+        }
+
+        pub(crate) fn client(&self) -> kube::Client {
+            let script = self.clone();
+            let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
+                let script = script.clone();
+                async move {
+                    let method = request.method().to_string();
+                    let body = request.into_body().collect().await.unwrap().to_bytes();
+                    let body = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                    script.sent.lock().unwrap().push((method, body));
+                    let next = script.answers.lock().unwrap().pop_front();
+                    let (code, answer) = next.unwrap_or_else(|| (200, script.default_answer.clone()));
+                    let response = http::Response::builder()
+                        .status(code)
+                        .header("content-type", "application/json")
+                        .body(kube::client::Body::from(serde_json::to_vec(&answer).unwrap()))
+                        .unwrap();
+                    Ok::<_, std::convert::Infallible>(response)
+                }
+            });
+            kube::Client::new(service, "default")
+        }
+
+        /// The requests sent: method and JSON body.
+        pub(crate) fn sent(&self) -> Vec<(String, Value)> {
+            self.sent.lock().unwrap().clone()
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use super::script::Script;
+    use k8s_openapi::api::core::v1::PodCondition;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use kube::runtime::{reflector, watcher};
+    use serde_json::json;
+
+    use crate::pod::ApiPodSpec;
+
+    fn pod_json() -> Value {
+        json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web", "namespace": "default", "uid": "u1", "resourceVersion": "11"},
+            "spec": {"nodeName": "n1", "containers": []}, "status": {"phase": "Running"}})
+    }
+
+    fn failure(code: u16, reason: &str, message: &str, field: Option<&str>) -> (u16, Value) {
+        let causes: Vec<Value> = field
+            .map(|f| json!({"reason": "FieldValueInvalid", "field": f, "message": message}))
+            .into_iter()
+            .collect();
+        let answer = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code,
+            "reason": reason, "message": message, "details": {"name": "web", "kind": "pods", "causes": causes}});
+        (code, answer)
+    }
+
+    fn api_pod(node: &str) -> ApiPod {
+        ApiPod {
+            metadata: ObjectMeta {
+                name: Some("web".into()),
+                namespace: Some("default".into()),
+                uid: Some("u1".into()),
+                resource_version: Some("10".into()),
+                ..ObjectMeta::default()
+            },
+            spec: ApiPodSpec {
+                node_name: Some(node.into()),
+                ..ApiPodSpec::default()
+            },
+            status: Some(PodStatus {
+                phase: Some("Pending".into()),
+                ..PodStatus::default()
+            }),
+        }
+    }
+
+    /// A status that differs from another by `marker` (a condition's message).
+    fn wanted(marker: &str) -> PodStatus {
+        PodStatus {
+            phase: Some("Running".into()),
+            conditions: Some(vec![PodCondition {
+                type_: "plegd.io/ContainersRunning".into(),
+                status: "True".into(),
+                message: Some(marker.into()),
+                ..PodCondition::default()
+            }]),
+            ..PodStatus::default()
+        }
+    }
+
+    /// A manager of node n1 over an informer that holds `pod`, its writers running.
+    fn manager(script: &Script, pod: &ApiPod, metrics: Arc<Metrics>) -> Arc<StatusManager> {
+        let (store, mut writer) = reflector::store::<ApiPod>();
+        writer.apply_watcher_event(&watcher::Event::Apply(pod.clone()));
+        let config = ManagerConfig {
+            writers: 2,
+            ..ManagerConfig::new(NodeName::new("n1").unwrap())
+        };
+        let manager = StatusManager::new(script.client(), store, config, Arc::new(RetryAfter::default()), metrics);
+        for (_, stage) in manager.stages() {
+            tokio::spawn(stage);
+        }
+        manager
+    }
+
+    fn writes(metrics: &Metrics) -> Vec<String> {
+        metrics
+            .encode()
+            .lines()
+            .filter(|l| l.starts_with("plegd_status_writes_total{") && !l.ends_with(" 0"))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// What the apiserver answers decides what becomes of the pod's write: retried with backoff,
+    /// dropped as refused, or the pod's state forgotten.
+    #[tokio::test(start_paused = true)]
+    async fn the_answer_decides_retry_drop_or_forget() {
+        let uid = "metadata.uid: Invalid value: \"u1\": field is immutable";
+        // (case, the answers before a 200, PATCHes sent, the write results counted)
+        type Case = (&'static str, Vec<(u16, Value)>, usize, &'static [&'static str]);
+        let table: Vec<Case> = vec![
+            ("written", vec![], 1, &["ok\"} 1"]),
+            (
+                "server errors and throttling are retried",
+                vec![
+                    failure(500, "InternalError", "boom", None),
+                    failure(429, "TooManyRequests", "slow down", None),
+                ],
+                3,
+                &["ok\"} 1", "retry\"} 2"],
+            ),
+            (
+                "a conflict on the pod plegd knows is retried",
+                vec![failure(409, "Conflict", "the object has been modified", None)],
+                2,
+                &["conflict\"} 1", "ok\"} 1"],
+            ),
+            (
+                "gone",
+                vec![failure(404, "NotFound", "not found", None)],
+                1,
+                &["gone\"} 1"],
+            ),
+            (
+                "replaced under the same name",
+                vec![failure(422, "Invalid", uid, Some("metadata.uid"))],
+                1,
+                &["replaced\"} 1"],
+            ),
+            (
+                "refused, not retried",
+                vec![failure(
+                    422,
+                    "Invalid",
+                    "status.podIP: Invalid value",
+                    Some("status.podIP"),
+                )],
+                1,
+                &["rejected\"} 1"],
+            ),
+        ];
+        for (case, answers, patches, counted) in table {
+            let script = Script::new(&answers, pod_json());
+            let metrics = Arc::new(Metrics::new());
+            let manager = manager(&script, &api_pod("n1"), metrics.clone());
+            assert_eq!(
+                manager.set_status(&api_pod("n1"), wanted("a"), false),
+                Ok(true),
+                "{case}"
+            );
+            tokio::time::timeout(Duration::from_secs(60), manager.flushed())
+                .await
+                .unwrap_or_else(|_| panic!("{case}: not flushed"));
+            let sent = script.sent();
+            assert_eq!(sent.len(), patches, "{case}: {sent:?}");
+            assert!(sent.iter().all(|(method, _)| method == "PATCH"), "{case}");
+            let writes = writes(&metrics);
+            assert_eq!(writes.len(), counted.len(), "{case}: {writes:?}");
+            for count in counted {
+                assert!(
+                    writes.iter().any(|w| w.ends_with(count)),
+                    "{case}: {count} in {writes:?}"
+                );
+            }
+            // A repeat of the status wanted is nothing new, unless the pod was forgotten.
+            let forgotten = matches!(case, "gone" | "replaced under the same name");
+            assert_eq!(
+                manager.set_status(&api_pod("n1"), wanted("a"), false),
+                Ok(forgotten),
+                "{case}"
+            );
+        }
+    }
+
+    /// Statuses wanted faster than they are written: only the newest is sent, once.
+    #[tokio::test(start_paused = true)]
+    async fn only_the_newest_status_is_sent() {
+        let script = Script::answering_by_default(pod_json());
+        let metrics = Arc::new(Metrics::new());
+        let manager = manager(&script, &api_pod("n1"), metrics);
+        for marker in ["a", "b", "c"] {
+            assert_eq!(manager.set_status(&api_pod("n1"), wanted(marker), false), Ok(true));
+        }
+        manager.flushed().await;
+        let sent = script.sent();
+        assert_eq!(sent.len(), 1, "{sent:?}");
+        assert_eq!(
+            sent[0].1["status"]["conditions"][0]["message"], "c",
+            "the newest: {sent:?}"
+        );
+        assert_eq!(manager.pending(), 0);
+    }
+
+    /// Never a write to a pod of another node, and a pod forgotten loses its pending write.
+    #[tokio::test(start_paused = true)]
+    async fn other_nodes_are_refused_and_forgotten_pods_are_not_written() {
+        let script = Script::answering_by_default(pod_json());
+        let metrics = Arc::new(Metrics::new());
+        let manager = manager(&script, &api_pod("n1"), metrics.clone());
+        let refused = manager.set_status(&api_pod("n2"), wanted("a"), false);
+        assert!(matches!(refused, Err(Refused::OtherNode { .. })), "{refused:?}");
+        assert!(writes(&metrics).iter().any(|w| w.contains("refused_other_node")));
+        // Forgotten before a writer takes it.
+        let script = Script::answering_by_default(pod_json());
+        let (store, _writer) = reflector::store::<ApiPod>();
+        let idle = StatusManager::new(
+            script.client(),
+            store,
+            ManagerConfig::new(NodeName::new("n1").unwrap()),
+            Arc::new(RetryAfter::default()),
+            Arc::new(Metrics::new()),
+        );
+        assert_eq!(idle.set_status(&api_pod("n1"), wanted("a"), false), Ok(true));
+        assert_eq!(idle.pending(), 1);
+        idle.forget("u1");
+        assert_eq!(idle.pending(), 0);
+        for (_, stage) in idle.stages() {
+            tokio::spawn(stage);
+        }
+        idle.flushed().await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(script.sent().is_empty(), "{:?}", script.sent());
+    }
 
     /// The answer k8s.io/apiserver 1.36 gives a PATCH whose `metadata.uid` is not the stored pod's.
     #[test]
