@@ -6,7 +6,7 @@
 //! that ask for targeted relists) → [`kubecontainer`] (the runtime's view of pods: `Runtime…` types)
 //! → [`pleg`] (records, diff, relist, event channel, the fan-out of events, the handle readers get)
 //! → [`cache`] (per-pod runtime status: one writer, many readers) → [`observe`] (the events API)
-//! and [`watch`] (printing events, in [`print`]'s lines). Towards the apiserver: [`informer`] (the
+//! and [`watch`] (printing events, in [`mod@print`]'s lines). Towards the apiserver: [`informer`] (the
 //! node's pods, each kept as a [`pod::ApiPod`]) → [`sync_loop`] (*when* a pod is synced) →
 //! [`status`] (*what* is written: [`status::decide`] over generation; *how*: patches and the status
 //! manager on a [`workqueue`]). [`daemon`] starts it all for `plegd run` under [`supervise`]; [`cli`]

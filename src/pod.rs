@@ -32,7 +32,7 @@ pub enum InvalidNodeName {
 
 impl NodeName {
     pub fn new(name: &str) -> Result<Self, InvalidNodeName> {
-        if name.is_empty() {
+        if name.trim().is_empty() {
             return Err(InvalidNodeName::Empty);
         }
         let label_ok = |label: &str| {
@@ -234,6 +234,7 @@ mod node_name_tests {
             assert_eq!(NodeName::new(good).map(|n| n.to_string()), Ok(good.to_owned()));
         }
         assert_eq!(NodeName::new(""), Err(InvalidNodeName::Empty));
+        assert_eq!(NodeName::new("   "), Err(InvalidNodeName::Empty), "blank is not given");
         for bad in [
             "Node1",
             "-n",

@@ -1,6 +1,6 @@
 //! The syncLoop: one select loop over pod lifecycle events, informer pod changes, a periodic tick
 //! and housekeeping, like the kubelet's. It decides *when* a pod is synced; a sync asks
-//! [`decide`](crate::status::decide::decide) what to write from the informer's copy, plegd's own
+//! [`decide`] what to write from the informer's copy, plegd's own
 //! last write and the runtime status cache, and hands that to the status manager (or, in shadow
 //! mode, counts the differences). It reads the relister through a [`PlegHandle`]: the cache
 //! read-only and health, never the runtime. While the PLEG is unhealthy it skips syncing with

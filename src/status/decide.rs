@@ -6,7 +6,8 @@
 //! here, once, for both.
 //!
 //! A status whose runtime read failed never reaches this step: [`decide`] takes a
-//! [`RuntimePodStatus`], which only a successful read gives (`cache::CachedStatus::read`).
+//! [`RuntimePodStatus`], and the syncLoop hands it only what a successful read gave
+//! (`cache::CachedStatus::read`, which answers a failed read with its error).
 
 use std::borrow::Cow;
 use std::time::SystemTime;

@@ -6,8 +6,9 @@
 //! - [`resources`] (pure): the resources and user of a container status.
 //! - [`patch`] (pure): the strategic merge patch from the apiserver's status to the desired one.
 //! - [`semantic`] (pure): a status as the apiserver stores it, so that statuses compare as typed values.
-//! - [`manager`] (I/O): versioned desired status per pod, deduplicated, written by a bounded pool of
-//!   writers under a QPS/burst limit, with retries; never to a pod of another node.
+//! - [`manager`] (I/O): the newest status wanted per pod, deduplicated, on a keyed work queue,
+//!   written by a bounded pool of writers under a QPS/burst limit, with retries; never to a pod of
+//!   another node.
 //!
 //! What is written depends on [`StatusMode`]; what each mode implies is said by its methods here.
 
