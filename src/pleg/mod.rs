@@ -290,11 +290,6 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
         &self.config
     }
 
-    /// The clock the relister reads.
-    pub fn clock(&self) -> &C {
-        &self.clock
-    }
-
     /// See [`PlegHandle::stamp`].
     pub fn stamp(&self) -> SystemTime {
         self.health.stamp()
