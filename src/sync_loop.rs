@@ -633,7 +633,7 @@ mod tests {
         let manager = StatusManager::new(
             script.client(),
             store,
-            ManagerConfig::new(NodeName::new("n1").unwrap()),
+            ManagerConfig::new(NodeName::new("n1").unwrap(), StatusMode::Conditions),
             Arc::new(RetryAfter::default()),
             metrics.clone(),
         );

@@ -395,7 +395,7 @@ impl RunArgs {
                 writers: self.status_writers,
                 qps: self.status_qps,
                 burst: self.status_burst,
-                ..ManagerConfig::new(node_name)
+                ..ManagerConfig::new(node_name, self.status_mode)
             },
             sync: SyncConfig {
                 mode: self.status_mode,

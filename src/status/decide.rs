@@ -16,8 +16,9 @@ use k8s_openapi::api::core::v1::{ContainerStatus, PodCondition, PodStatus};
 
 use super::StatusMode;
 use super::generate::{
-    CONTAINERS_RUNNING, IllegalTransition, StatusInput, active_deadline, check_container_state_transition,
-    containers_running_condition, generate, observed_generation, pod_can_be_deleted, set_transition_time,
+    CONTAINERS_RUNNING, DISRUPTION_TARGET, IllegalTransition, KUBELET_CONDITIONS, StatusInput, active_deadline,
+    check_container_state_transition, containers_running_condition, generate, observed_generation, pod_can_be_deleted,
+    set_transition_time,
 };
 use crate::kubecontainer::RuntimePodStatus;
 use crate::pod::ApiPod;
@@ -204,6 +205,74 @@ fn full_status(pod: &ApiPod, generated: PodStatus, now: SystemTime) -> PodStatus
     conditions.push(running);
     status.conditions = Some(conditions);
     status
+}
+
+/// The status to send, merged at write time with the apiserver's `newest` copy (the kubelet's
+/// status manager does the same in `syncPod` → `mergePodStatus`, against the pod it has just
+/// read): a status decided earlier, and queued or retried since, must not undo what another writer
+/// put in meanwhile.
+/// - conditions mode: the newest copy, with only plegd's own condition taken from `wanted`;
+/// - full mode: `wanted`, but every condition plegd and the kubelet do not own, and
+///   `resourceClaimStatuses`, as the newest copy has them; `DisruptionTarget` (shared) from
+///   `wanted` only where the newest copy has none;
+/// - shadow mode writes nothing: `wanted` as it is.
+///
+/// A condition taken from `wanted` keeps the newest copy's lastTransitionTime while its status is
+/// the same there.
+pub fn rebase(mode: StatusMode, newest: &PodStatus, wanted: &PodStatus) -> PodStatus {
+    let newest_conditions = newest.conditions.as_deref().unwrap_or_default();
+    let wanted_conditions = wanted.conditions.as_deref().unwrap_or_default();
+    let with_time = |c: &PodCondition| {
+        let mut c = c.clone();
+        if let Some(o) = newest_conditions.iter().find(|o| o.type_ == c.type_)
+            && o.status == c.status
+            && o.last_transition_time.is_some()
+        {
+            c.last_transition_time = o.last_transition_time.clone();
+        }
+        c
+    };
+    match mode {
+        StatusMode::Shadow => wanted.clone(),
+        StatusMode::Conditions => {
+            let mut status = newest.clone();
+            let mut conditions: Vec<PodCondition> = newest_conditions
+                .iter()
+                .filter(|c| c.type_ != CONTAINERS_RUNNING)
+                .cloned()
+                .collect();
+            conditions.extend(
+                wanted_conditions
+                    .iter()
+                    .filter(|c| c.type_ == CONTAINERS_RUNNING)
+                    .map(with_time),
+            );
+            status.conditions = Some(conditions);
+            status
+        }
+        StatusMode::Full => {
+            let owned = |type_: &str| type_ == CONTAINERS_RUNNING || KUBELET_CONDITIONS.contains(&type_);
+            let mut conditions: Vec<PodCondition> = wanted_conditions
+                .iter()
+                .filter(|c| owned(&c.type_))
+                .map(with_time)
+                .collect();
+            conditions.extend(newest_conditions.iter().filter(|c| !owned(&c.type_)).cloned());
+            if !newest_conditions.iter().any(|c| c.type_ == DISRUPTION_TARGET) {
+                conditions.extend(
+                    wanted_conditions
+                        .iter()
+                        .filter(|c| c.type_ == DISRUPTION_TARGET)
+                        .cloned(),
+                );
+            }
+            PodStatus {
+                conditions: Some(conditions),
+                resource_claim_statuses: newest.resource_claim_statuses.clone(),
+                ..wanted.clone()
+            }
+        }
+    }
 }
 
 /// Put `condition` into `conditions` by type (replacing one of the same type), keeping its
@@ -527,5 +596,113 @@ mod tests {
         merge_condition(&mut conditions, condition("False"), at(30));
         assert_eq!(conditions.len(), 1);
         assert_ne!(conditions[0].last_transition_time, first, "a changed status moves it");
+    }
+
+    /// A status decided from an older copy and written later: what another writer put in since
+    /// stays, in every mode (the kubelet merges at write time, `syncPod` → `mergePodStatus`).
+    #[test]
+    fn a_late_write_keeps_what_others_wrote_since() {
+        let cond = |type_: &str, status: &str, time: u64| PodCondition {
+            type_: type_.into(),
+            status: status.into(),
+            last_transition_time: Some(crate::status::generate::api_time(at(time))),
+            ..PodCondition::default()
+        };
+        let types = |s: &PodStatus| -> Vec<(String, String)> {
+            let mut v: Vec<_> = s
+                .conditions
+                .iter()
+                .flatten()
+                .map(|c| (c.type_.clone(), c.status.clone()))
+                .collect();
+            v.sort();
+            v
+        };
+        // plegd decided from a copy with Ready True; since then the kubelet wrote Ready False, a
+        // controller added DisruptionTarget and a gate of its own, and the phase moved on.
+        let wanted = PodStatus {
+            phase: Some("Running".into()),
+            conditions: Some(vec![cond("Ready", "True", 1), cond(CONTAINERS_RUNNING, "False", 5)]),
+            ..PodStatus::default()
+        };
+        let newest = PodStatus {
+            phase: Some("Failed".into()),
+            conditions: Some(vec![
+                cond("Ready", "False", 3),
+                cond(DISRUPTION_TARGET, "True", 3),
+                cond("example.com/Gate", "True", 3),
+                cond(CONTAINERS_RUNNING, "False", 2),
+            ]),
+            ..PodStatus::default()
+        };
+        let s = |a: &str, b: &str| (a.to_owned(), b.to_owned());
+
+        let conditions = rebase(StatusMode::Conditions, &newest, &wanted);
+        assert_eq!(
+            conditions.phase.as_deref(),
+            Some("Failed"),
+            "the kubelet's fields are the newest"
+        );
+        assert_eq!(
+            types(&conditions),
+            vec![
+                s("DisruptionTarget", "True"),
+                s("Ready", "False"),
+                s("example.com/Gate", "True"),
+                s(CONTAINERS_RUNNING, "False")
+            ]
+        );
+        let running = conditions
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == CONTAINERS_RUNNING)
+            .unwrap();
+        assert_eq!(
+            running.last_transition_time,
+            Some(crate::status::generate::api_time(at(2))),
+            "an unchanged status keeps the apiserver's transition time"
+        );
+
+        let full = rebase(StatusMode::Full, &newest, &wanted);
+        assert_eq!(
+            full.phase.as_deref(),
+            Some("Running"),
+            "full mode writes its own fields"
+        );
+        assert_eq!(
+            types(&full),
+            vec![
+                s("DisruptionTarget", "True"),
+                s("Ready", "True"),
+                s("example.com/Gate", "True"),
+                s(CONTAINERS_RUNNING, "False")
+            ],
+            "another writer's conditions stay; the kubelet's own are plegd's in full mode"
+        );
+
+        // A DisruptionTarget plegd carries is sent only where the apiserver has none.
+        let mut carried = wanted.clone();
+        carried
+            .conditions
+            .as_mut()
+            .unwrap()
+            .push(cond(DISRUPTION_TARGET, "False", 1));
+        let full = rebase(StatusMode::Full, &newest, &carried);
+        let target: Vec<_> = full
+            .conditions
+            .iter()
+            .flatten()
+            .filter(|c| c.type_ == DISRUPTION_TARGET)
+            .map(|c| c.status.as_str())
+            .collect();
+        assert_eq!(target, ["True"]);
+        let without = PodStatus {
+            conditions: None,
+            ..newest.clone()
+        };
+        let full = rebase(StatusMode::Full, &without, &carried);
+        assert!(types(&full).contains(&s("DisruptionTarget", "False")));
+        assert_eq!(rebase(StatusMode::Shadow, &newest, &wanted), wanted);
     }
 }

@@ -10,8 +10,11 @@
 //! replaced by another of the same name (the apiserver refuses the write's uid with 422 `metadata.uid
 //! ... field is immutable`, or the informer shows another uid) loses its state; server errors,
 //! timeouts and 429s are retried with backoff — and no write goes out before a `Retry-After` the
-//! apiserver sent has passed; other refusals (400, 403, other 422s) are logged and counted and that
-//! version is dropped, so a bad status never loops.
+//! apiserver sent has passed. Other refusals (400, 403, other 422s: a policy engine rolling out,
+//! RBAC still propagating, a field an older apiserver does not know) are logged once and counted,
+//! and the same status is sent again on a slow schedule ([`ManagerConfig::refused_retry`]: up to 10 s
+//! doubling to 2 min) while it is still wanted, as the kubelet's periodic status sync sends again
+//! every 10 s a status the apiserver does not have; never a hot loop.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -26,7 +29,8 @@ use tracing::{debug, info, warn};
 use crate::backoff::{ExponentialBackoff, RetryAfter};
 use crate::metrics::Metrics;
 use crate::pod::{ApiPod, NodeName};
-use crate::status::decide::{LastWrite, apiserver_status};
+use crate::status::StatusMode;
+use crate::status::decide::{LastWrite, apiserver_status, rebase};
 use crate::status::patch::status_patch_body;
 use crate::status::semantic::canonical;
 use crate::supervise::Stage;
@@ -37,6 +41,9 @@ use crate::workqueue::{Lease, WorkQueue};
 pub struct ManagerConfig {
     /// This node: pods bound elsewhere are never written.
     pub node_name: NodeName,
+    /// What plegd writes: at write time, the status wanted is merged with the apiserver's newest
+    /// copy by this mode's rule ([`rebase`]).
+    pub mode: StatusMode,
     /// Writers working in parallel.
     pub writers: usize,
     /// Sustained PATCHes per second, and how many may go at once after a quiet spell.
@@ -44,17 +51,22 @@ pub struct ManagerConfig {
     pub burst: u32,
     /// Backoff of retries of one pod after a server error or a timeout (200 ms doubling to 10 s).
     pub retry: ExponentialBackoff,
+    /// Backoff of retries of one pod whose write the apiserver refused (400, 403, 422 other than a
+    /// replaced pod): up to 10 s, doubling to at most 2 min.
+    pub refused_retry: ExponentialBackoff,
 }
 
 impl ManagerConfig {
-    /// The defaults for the status manager of `node_name`.
-    pub fn new(node_name: NodeName) -> Self {
+    /// The defaults for the status manager of `node_name` writing in `mode`.
+    pub fn new(node_name: NodeName, mode: StatusMode) -> Self {
         Self {
             node_name,
+            mode,
             writers: 4,
             qps: 50.0,
             burst: 100,
             retry: ExponentialBackoff::constant(Duration::from_millis(200), Duration::from_secs(10)),
+            refused_retry: ExponentialBackoff::constant(Duration::from_secs(10), Duration::from_secs(120)),
         }
     }
 }
@@ -127,6 +139,10 @@ struct PodState {
     /// When the oldest unwritten status was wanted (for the sync duration metric).
     pending_since: Option<Instant>,
     retry: ExponentialBackoff,
+    /// The slow schedule of a write the apiserver refused; `refused` says whether the last answer
+    /// was a refusal (logged at warn the first time only).
+    refused_retry: ExponentialBackoff,
+    refused: bool,
 }
 
 /// What one write did.
@@ -171,8 +187,6 @@ pub struct StatusManager {
     limiter: TokenBucket,
     /// The wait the apiserver last asked for.
     retry_after: Arc<RetryAfter>,
-    /// The retry backoff each pod starts from.
-    retry: ExponentialBackoff,
     metrics: Arc<Metrics>,
 }
 
@@ -215,7 +229,6 @@ impl StatusManager {
         metrics: Arc<Metrics>,
     ) -> Arc<Self> {
         Arc::new(Self {
-            retry: config.retry.clone(),
             client,
             store,
             limiter: TokenBucket::new(config.qps, config.burst),
@@ -282,7 +295,9 @@ impl StatusManager {
             wanted: None,
             last_write: None,
             pending_since: None,
-            retry: self.retry.clone(),
+            retry: self.config.retry.clone(),
+            refused_retry: self.config.refused_retry.clone(),
+            refused: false,
         });
         if state.wanted == Some(hash) {
             return Ok(false);
@@ -304,6 +319,11 @@ impl StatusManager {
         let mut pods = self.lock();
         pods.remove(uid);
         self.queue.forget(&uid.to_owned());
+    }
+
+    /// Whether the apiserver refused this pod's last write (its next refusal is not logged again).
+    fn refused_before(&self, uid: &str) -> bool {
+        self.lock().get(uid).is_some_and(|p| p.refused)
     }
 
     /// Pods with a status not yet written.
@@ -335,10 +355,23 @@ impl StatusManager {
                 self.queue.forget(&uid);
                 self.queue.done(lease);
             }
-            Outcome::Written | Outcome::NothingToSend | Outcome::Refused => {
+            Outcome::Refused => match pods.get_mut(&uid) {
+                // Sent again later while it is still wanted; a newer status replaces it meanwhile.
+                Some(state) => {
+                    state.retry.reset();
+                    state.refused = true;
+                    self.queue.retry_after(lease, state.refused_retry.next_wait());
+                }
+                None => {
+                    self.queue.done(lease);
+                }
+            },
+            Outcome::Written | Outcome::NothingToSend => {
                 let more = self.queue.done(lease);
                 let Some(state) = pods.get_mut(&uid) else { return };
                 state.retry.reset();
+                state.refused_retry.reset();
+                state.refused = false;
                 if !more
                     && let Some(since) = state.pending_since.take()
                     && outcome == Outcome::Written
@@ -395,11 +428,15 @@ impl StatusManager {
                 // Gone already, or recreated under another uid (the precondition failed).
                 404 | 409 => ("gone", Outcome::Gone),
                 403 => {
-                    warn!(pod = %key, message = %status.message, "plegd may not delete finished pods; grant it the plegd-full-mode ClusterRole (deploy/full/rbac-full-mode.yaml)");
+                    if !self.refused_before(uid) {
+                        warn!(pod = %key, message = %status.message, "plegd may not delete finished pods; grant it the plegd-full-mode ClusterRole (deploy/full/rbac-full-mode.yaml); trying again later");
+                    }
                     ("forbidden", Outcome::Refused)
                 }
                 400 | 422 => {
-                    warn!(pod = %key, code = status.code, message = %status.message, "apiserver refused to delete the finished pod");
+                    if !self.refused_before(uid) {
+                        warn!(pod = %key, code = status.code, message = %status.message, "apiserver refused to delete the finished pod; trying again later");
+                    }
                     ("rejected", Outcome::Refused)
                 }
                 code => {
@@ -430,14 +467,18 @@ impl StatusManager {
             warn!(pod = %key, "pod is no longer bound to this node; not writing its status");
             return Outcome::Gone;
         }
-        // Diff against what the apiserver has: the informer's copy, or plegd's own newer write. Both
-        // sides as the apiserver stores them, so that only real changes are sent.
-        let base = {
+        // Diff against what the apiserver has: the informer's copy, or plegd's own newer write; and
+        // merge what is wanted with it first, so that a status decided from an older copy does not
+        // undo what another writer put in since. Both sides as the apiserver stores them, so that
+        // only real changes are sent.
+        let (base, desired) = {
             let pods = self.lock();
             let last_write = pods.get(uid).and_then(|p| p.last_write.as_deref());
-            apiserver_status(&pod, last_write).0.map(canonical).unwrap_or_default()
+            let newest = apiserver_status(&pod, last_write).0.cloned().unwrap_or_default();
+            let desired = rebase(self.config.mode, &newest, desired);
+            (canonical(&newest), canonical(&desired))
         };
-        let Some(body) = status_patch_body(uid, &to_json(&base), &to_json(&canonical(desired))) else {
+        let Some(body) = status_patch_body(uid, &to_json(&base), &to_json(&desired)) else {
             return Outcome::NothingToSend;
         };
         self.retry_after.wait().await;
@@ -476,7 +517,11 @@ impl StatusManager {
                     Outcome::Replaced
                 }
                 400 | 403 | 422 => {
-                    warn!(pod = %key, code = status.code, reason = %status.reason, message = %status.message, "apiserver refused the status; not retrying this version");
+                    if self.refused_before(uid) {
+                        debug!(pod = %key, code = status.code, reason = %status.reason, message = %status.message, "apiserver refused the status again; sending it again later");
+                    } else {
+                        warn!(pod = %key, code = status.code, reason = %status.reason, message = %status.message, "apiserver refused the status; sending it again later (within 10 s, doubling to 2 min) while it is wanted");
+                    }
                     Outcome::Refused
                 }
                 code => {
@@ -620,7 +665,7 @@ mod tests {
         writer.apply_watcher_event(&watcher::Event::Apply(pod.clone()));
         let config = ManagerConfig {
             writers: 2,
-            ..ManagerConfig::new(NodeName::new("n1").unwrap())
+            ..ManagerConfig::new(NodeName::new("n1").unwrap(), StatusMode::Conditions)
         };
         let manager = StatusManager::new(script.client(), store, config, Arc::new(RetryAfter::default()), metrics);
         for (_, stage) in manager.stages() {
@@ -675,27 +720,38 @@ mod tests {
                 &["replaced\"} 1"],
             ),
             (
-                "refused, not retried",
+                "refused, sent again on the slow schedule",
                 vec![failure(
                     422,
                     "Invalid",
                     "status.podIP: Invalid value",
                     Some("status.podIP"),
                 )],
-                1,
-                &["rejected\"} 1"],
+                2,
+                &["ok\"} 1", "rejected\"} 1"],
+            ),
+            (
+                "forbidden for a while (RBAC propagating), then written",
+                vec![
+                    failure(403, "Forbidden", "pods \"web\" is forbidden", None),
+                    failure(403, "Forbidden", "pods \"web\" is forbidden", None),
+                    failure(403, "Forbidden", "pods \"web\" is forbidden", None),
+                ],
+                4,
+                &["ok\"} 1", "rejected\"} 3"],
             ),
         ];
         for (case, answers, patches, counted) in table {
             let script = Script::new(&answers, pod_json());
             let metrics = Arc::new(Metrics::new());
             let manager = manager(&script, &api_pod("n1"), metrics.clone());
+            let started = tokio::time::Instant::now();
             assert_eq!(
                 manager.set_status(&api_pod("n1"), wanted("a"), false),
                 Ok(true),
                 "{case}"
             );
-            tokio::time::timeout(Duration::from_secs(60), manager.flushed())
+            tokio::time::timeout(Duration::from_secs(600), manager.flushed())
                 .await
                 .unwrap_or_else(|_| panic!("{case}: not flushed"));
             let sent = script.sent();
@@ -707,6 +763,14 @@ mod tests {
                 assert!(
                     writes.iter().any(|w| w.ends_with(count)),
                     "{case}: {count} in {writes:?}"
+                );
+            }
+            // A refused write waits 5-10 s, then 10-20 s, ...: never a hot loop.
+            if case.starts_with("forbidden") {
+                assert!(
+                    started.elapsed() >= Duration::from_secs(5 + 10 + 20),
+                    "{case}: {:?}",
+                    started.elapsed()
                 );
             }
             // A repeat of the status wanted is nothing new, unless the pod was forgotten.
@@ -753,7 +817,7 @@ mod tests {
         let idle = StatusManager::new(
             script.client(),
             store,
-            ManagerConfig::new(NodeName::new("n1").unwrap()),
+            ManagerConfig::new(NodeName::new("n1").unwrap(), StatusMode::Conditions),
             Arc::new(RetryAfter::default()),
             Arc::new(Metrics::new()),
         );
@@ -767,6 +831,65 @@ mod tests {
         idle.flushed().await;
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert!(script.sent().is_empty(), "{:?}", script.sent());
+    }
+
+    /// A write queued (or retried) while another writer changed the pod is merged with the
+    /// newest copy when it is sent: it neither deletes a condition added since nor, in conditions
+    /// mode, sends the kubelet's fields back.
+    #[tokio::test(start_paused = true)]
+    async fn a_queued_write_is_merged_with_the_newest_copy() {
+        for mode in [StatusMode::Conditions, StatusMode::Full] {
+            let script = Script::answering_by_default(pod_json());
+            let (store, mut writer) = reflector::store::<ApiPod>();
+            let decided_from = api_pod("n1");
+            writer.apply_watcher_event(&watcher::Event::Apply(decided_from.clone()));
+            let manager = StatusManager::new(
+                script.client(),
+                store,
+                ManagerConfig::new(NodeName::new("n1").unwrap(), mode),
+                Arc::new(RetryAfter::default()),
+                Arc::new(Metrics::new()),
+            );
+            // Decided from a Pending copy without conditions.
+            let mut wanted = wanted("a");
+            wanted.phase = Some("Pending".into());
+            assert_eq!(manager.set_status(&decided_from, wanted, false), Ok(true));
+            // Before a writer takes it, the kubelet moves the phase on and a controller adds
+            // DisruptionTarget.
+            let mut newer = api_pod("n1");
+            newer.metadata.resource_version = Some("12".into());
+            newer.status = Some(PodStatus {
+                phase: Some("Running".into()),
+                conditions: Some(vec![PodCondition {
+                    type_: "DisruptionTarget".into(),
+                    status: "True".into(),
+                    reason: Some("PreemptionByScheduler".into()),
+                    ..PodCondition::default()
+                }]),
+                ..PodStatus::default()
+            });
+            writer.apply_watcher_event(&watcher::Event::Apply(newer));
+            for (_, stage) in manager.stages() {
+                tokio::spawn(stage);
+            }
+            manager.flushed().await;
+            let sent = script.sent();
+            assert_eq!(sent.len(), 1, "{mode:?}: {sent:?}");
+            let conditions = sent[0].1["status"]["conditions"].to_string();
+            let body = sent[0].1.to_string();
+            assert!(
+                !conditions.contains("DisruptionTarget"),
+                "{mode:?}: untouched, not deleted: {body}"
+            );
+            assert!(!body.contains("$patch"), "{mode:?}: {body}");
+            if mode == StatusMode::Conditions {
+                assert!(
+                    !body.contains("phase"),
+                    "{mode:?}: the kubelet's phase is not sent back: {body}"
+                );
+            }
+            assert!(body.contains("plegd.io/ContainersRunning"), "{mode:?}: {body}");
+        }
     }
 
     /// The answer k8s.io/apiserver 1.36 gives a PATCH whose `metadata.uid` is not the stored pod's.

@@ -21,7 +21,7 @@ pub fn options(cri_socket: &Path, kubeconfig: PathBuf, node: &str, mode: StatusM
         triggers: TriggerMode::Auto,
         trigger_options: TriggerOptions::default(),
         kubeconfig: Some(kubeconfig),
-        manager: ManagerConfig::new(plegd::pod::NodeName::new(node).expect("a valid node name")),
+        manager: ManagerConfig::new(plegd::pod::NodeName::new(node).expect("a valid node name"), mode),
         sync: SyncConfig {
             mode,
             node_ips: vec!["192.0.2.10".into()],
