@@ -49,6 +49,8 @@ pub struct DaemonOptions {
     pub metrics_address: Option<std::net::SocketAddr>,
     /// How long pending status writes may take to flush at shutdown.
     pub shutdown_timeout: std::time::Duration,
+    /// The deadline of each apiserver request (`--apiserver-timeout`; see [`ApiClients`]).
+    pub apiserver_timeout: std::time::Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -230,14 +232,40 @@ where
     }
 }
 
-/// The apiserver client: from `--kubeconfig`, else as kube-rs infers it (KUBECONFIG, the default
-/// kubeconfig, or the in-cluster service account). Every request is counted in `metrics`, and
-/// every `Retry-After` the apiserver asks for is noted in `retry_after`.
-pub async fn kube_client(
+/// The apiserver clients of `plegd run`, each with deadlines so that no request waits forever on a
+/// dead or black-holed connection (an apiserver powered off, a load balancer path gone): plegd
+/// sees that and makes a new connection, as client-go's HTTP/2 health checks let the kubelet do.
+#[derive(Clone)]
+pub struct ApiClients {
+    /// For requests that answer at once (status PATCHes, DELETEs, Events): connecting, sending and
+    /// each wait for the answer's bytes are bounded by the request timeout.
+    pub requests: kube::Client,
+    /// For the informer's LIST and WATCH: the apiserver is asked to end each watch after
+    /// [`watch_timeout`] (so a healthy watch is renewed that often), and a connection silent for
+    /// longer than that and a margin is given up.
+    pub watches: kube::Client,
+}
+
+/// How long the apiserver is asked to keep one watch open, for a request timeout of `request`:
+/// four times it (2 min by default; the kubelet's reflectors ask for 5 to 10 min, which is also
+/// how long they can take to notice a dead watch). Whole seconds, at least one.
+pub fn watch_timeout(request: std::time::Duration) -> std::time::Duration {
+    std::time::Duration::from_secs((request * 4).as_secs().max(1))
+}
+
+/// Longer than a watch may be silent: the watch's own timeout and this margin.
+const WATCH_SILENCE_MARGIN: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The apiserver clients: from `--kubeconfig`, else as kube-rs infers it (KUBECONFIG, the default
+/// kubeconfig, or the in-cluster service account), with `request_timeout` as the deadline of each
+/// request ([`ApiClients`]). Every request is counted in `metrics`, and every `Retry-After` the
+/// apiserver asks for is noted in `retry_after`.
+pub async fn kube_clients(
     kubeconfig: Option<&PathBuf>,
+    request_timeout: std::time::Duration,
     metrics: Arc<Metrics>,
     retry_after: Arc<RetryAfter>,
-) -> Result<kube::Client, DaemonError> {
+) -> Result<ApiClients, DaemonError> {
     let config = match kubeconfig {
         Some(path) => {
             let kc = Kubeconfig::read_from(path).map_err(|source| DaemonError::Kubeconfig {
@@ -259,13 +287,25 @@ pub async fn kube_client(
     // (the status writers, the informer's watch).
     let mut config = config;
     config.default_retry = false;
-    let builder = kube::client::ClientBuilder::try_from(config).map_err(DaemonError::Client)?;
+    config.connect_timeout = Some(request_timeout);
+    config.write_timeout = Some(request_timeout);
+    // Counted from when a request is sent, not from when its pooled connection went idle.
+    config.reset_reader_on_write = true;
     let layer = CountRequestsLayer {
         metrics,
         warnings: Arc::default(),
         retry_after,
     };
-    Ok(builder.with_layer(&layer).build())
+    let build = |read_timeout| {
+        let mut config = config.clone();
+        config.read_timeout = Some(read_timeout);
+        let builder = kube::client::ClientBuilder::try_from(config).map_err(DaemonError::Client)?;
+        Ok::<_, DaemonError>(builder.with_layer(&layer).build())
+    };
+    Ok(ApiClients {
+        requests: build(request_timeout)?,
+        watches: build(watch_timeout(request_timeout) + WATCH_SILENCE_MARGIN)?,
+    })
 }
 
 /// Run the daemon until `shutdown` completes, or until one of its stages ends (an error: plegd
@@ -396,7 +436,14 @@ pub async fn run_controlled(
         }
     };
     let retry_after = Arc::new(RetryAfter::default());
-    let client = kube_client(options.kubeconfig.as_ref(), metrics.clone(), retry_after.clone()).await?;
+    let clients = kube_clients(
+        options.kubeconfig.as_ref(),
+        options.apiserver_timeout,
+        metrics.clone(),
+        retry_after.clone(),
+    )
+    .await?;
+    let client = clients.requests.clone();
     info!(
         node = %options.manager.node_name,
         runtime = %version.runtime_name,
@@ -436,8 +483,13 @@ pub async fn run_controlled(
     );
 
     let (changes_tx, changes) = mpsc::channel(4096);
-    let (informer, informer_stage) =
-        informer::start(client.clone(), &options.manager.node_name, changes_tx, metrics.clone());
+    let (informer, informer_stage) = informer::start(
+        clients.watches,
+        watch_timeout(options.apiserver_timeout),
+        &options.manager.node_name,
+        changes_tx,
+        metrics.clone(),
+    );
     intake.spawn("informer", informer_stage);
     let manager = StatusManager::new(
         client.clone(),

@@ -83,12 +83,17 @@ fn change_of(pod: &ApiPod) -> Option<PodChange> {
 /// to `changes`.
 pub fn start(
     client: kube::Client,
+    watch_timeout: std::time::Duration,
     node_name: &NodeName,
     changes: mpsc::Sender<PodChange>,
     metrics: Arc<Metrics>,
 ) -> (Informer, Stage) {
     let api: Api<Pod> = Api::all(client);
-    let config = watcher::Config::default().fields(&format!("spec.nodeName={node_name}"));
+    // The apiserver ends each watch after `watch_timeout`; kube's watcher gives up one silent for
+    // longer (a dead connection) and watches again.
+    let config = watcher::Config::default()
+        .fields(&format!("spec.nodeName={node_name}"))
+        .timeout(u32::try_from(watch_timeout.as_secs()).unwrap_or(u32::MAX));
     let (store, writer) = reflector::store();
     let ready = Arc::new(AtomicBool::new(false));
     let informer = Informer {

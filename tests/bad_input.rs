@@ -105,6 +105,11 @@ fn every_bad_input_is_one_line_and_exit_2() {
             &["--shutdown-timeout", "allowed: 0s to 10m"],
         ),
         (
+            vec!["run", "--apiserver-timeout", "0s"],
+            true,
+            &["--apiserver-timeout", "allowed: 1s to 10m"],
+        ),
+        (
             vec!["watch", "--relist-period", "1ns"],
             true,
             &["--relist-period", "allowed: 100ms to 10m"],

@@ -48,6 +48,7 @@ pub mod range {
     pub const STATUS_QPS: (f64, f64) = (0.1, 10_000.0);
     pub const STATUS_BURST: (u32, u32) = (1, 10_000);
     pub const SHUTDOWN_TIMEOUT: (Duration, Duration) = (secs(0), secs(600));
+    pub const APISERVER_TIMEOUT: (Duration, Duration) = (secs(1), secs(600));
 }
 
 fn show(d: Duration) -> String {
@@ -332,6 +333,11 @@ pub struct RunArgs {
     /// How long pending status writes may take to land at shutdown (0s to 10m).
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration_in(range::SHUTDOWN_TIMEOUT))]
     pub shutdown_timeout: Duration,
+    /// Deadline of each apiserver request (1s to 10m): a status write, delete or Event that gets no
+    /// answer within it is given up and retried on a new connection; the informer's watch is
+    /// renewed every 4 times it, and one silent for longer is given up and watched again.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration_in(range::APISERVER_TIMEOUT))]
+    pub apiserver_timeout: Duration,
 }
 
 /// A listening address, or `off`.
@@ -395,6 +401,7 @@ impl RunArgs {
                 writers: self.status_writers,
                 qps: self.status_qps,
                 burst: self.status_burst,
+                request_timeout: self.apiserver_timeout,
                 ..ManagerConfig::new(node_name, self.status_mode)
             },
             sync: SyncConfig {
@@ -406,6 +413,7 @@ impl RunArgs {
             api_socket,
             metrics_address: self.metrics_address.0,
             shutdown_timeout: self.shutdown_timeout,
+            apiserver_timeout: self.apiserver_timeout,
         })
     }
 }

@@ -51,6 +51,9 @@ pub struct ManagerConfig {
     pub burst: u32,
     /// Backoff of retries of one pod after a server error or a timeout (200 ms doubling to 10 s).
     pub retry: ExponentialBackoff,
+    /// The longest a PATCH or DELETE may take: then it is given up (its connection with it) and
+    /// retried like a server error, so that a hung request never holds its pod's write.
+    pub request_timeout: Duration,
     /// Backoff of retries of one pod whose write the apiserver refused (400, 403, 422 other than a
     /// replaced pod): up to 10 s, doubling to at most 2 min.
     pub refused_retry: ExponentialBackoff,
@@ -67,6 +70,7 @@ impl ManagerConfig {
             burst: 100,
             retry: ExponentialBackoff::constant(Duration::from_millis(200), Duration::from_secs(10)),
             refused_retry: ExponentialBackoff::constant(Duration::from_secs(10), Duration::from_secs(120)),
+            request_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -419,7 +423,12 @@ impl StatusManager {
             }),
             ..DeleteParams::default()
         };
-        let (result, outcome) = match api.delete(&key.name, &params).await {
+        let Ok(answer) = tokio::time::timeout(self.config.request_timeout, api.delete(&key.name, &params)).await else {
+            warn!(pod = %key, timeout = ?self.config.request_timeout, "deleting the finished pod got no answer in time; retrying on a new connection");
+            self.metrics.count_pod_deletion("retry");
+            return Some(Outcome::Retry);
+        };
+        let (result, outcome) = match answer {
             Ok(_) => {
                 info!(pod = %key, "pod fully terminated and removed from the apiserver");
                 ("ok", Outcome::Gone)
@@ -485,10 +494,14 @@ impl StatusManager {
         self.limiter.acquire().await;
         let namespace = key.namespace.as_deref().unwrap_or_default();
         let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
-        match api
-            .patch_status(&key.name, &PatchParams::default(), &Patch::Strategic(body))
-            .await
-        {
+        let (params, body) = (PatchParams::default(), Patch::Strategic(body));
+        let patch = api.patch_status(&key.name, &params, &body);
+        let Ok(answer) = tokio::time::timeout(self.config.request_timeout, patch).await else {
+            // Dropping the request closes its connection: the retry makes a new one.
+            warn!(pod = %key, timeout = ?self.config.request_timeout, "status write got no answer in time; retrying on a new connection");
+            return Outcome::Retry;
+        };
+        match answer {
             Ok(written) => {
                 debug!(pod = %key, "status written");
                 let resource_version = written.metadata.resource_version.clone().unwrap_or_default();

@@ -373,6 +373,11 @@ impl Apiserver {
         out
     }
 
+    /// The server's port on the loopback.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     pub fn url(&self) -> String {
         format!("https://127.0.0.1:{}", self.port)
     }
@@ -385,6 +390,12 @@ impl Apiserver {
     /// A kubeconfig as `identity`, which the server must know (plegd's: a node of
     /// [`Options::plegd_nodes`]).
     pub fn kubeconfig_as(&self, dir: &Path, identity: &Identity) -> PathBuf {
+        self.kubeconfig_through(dir, identity, self.port)
+    }
+
+    /// A kubeconfig as `identity` that reaches the server through `port` on the loopback (a
+    /// [`super::proxy::Proxy`] in front of it).
+    pub fn kubeconfig_through(&self, dir: &Path, identity: &Identity, port: u16) -> PathBuf {
         let token = {
             let mut tokens = lock(&self.tokens);
             match tokens.iter().find(|(_, i)| *i == identity) {
@@ -403,7 +414,7 @@ impl Apiserver {
             Identity::PlegdWithoutNodeClaim => "plegd-unbound".to_owned(),
             Identity::Kubelet => "kubelet".to_owned(),
         };
-        write_kubeconfig(dir, &name, self.port, &token, &self.dir.path().join("apiserver.crt"))
+        write_kubeconfig(dir, &name, port, &token, &self.dir.path().join("apiserver.crt"))
     }
 
     /// A client as `admin`.

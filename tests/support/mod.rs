@@ -8,6 +8,7 @@ pub mod fake_cri;
 pub mod history;
 pub mod manifests;
 pub mod process;
+pub mod proxy;
 pub mod request_info;
 
 /// Poll the async `cond` every 100 ms until it holds; panics naming `what` after `timeout`.

@@ -1,0 +1,113 @@
+//! The path to the apiserver breaks while a container exits: a black hole that swallows every byte
+//! (a control-plane node powered off, a load balancer path gone) or a reset of every connection.
+//! plegd gives up the requests that hang (`--apiserver-timeout`), lets go of the pod's write, and
+//! writes the exit on a new connection once the path is back; its informer watches again.
+//! `plegd run` as deployed, the fake CRI server, the test apiserver built from Kubernetes' own
+//! code, and a TCP proxy between them (tests/support/proxy.rs, the one fault no server makes).
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::apiserver::{Apiserver, Identity};
+use support::fake_cri::FakeServer;
+use support::process::{FULL_MODE_FAST_RELIST, KillOnDrop, free_port, http_get, metric, plegd_run};
+use support::proxy::{Path, Proxy};
+use support::wait_for;
+
+const PLEGD: &str = env!("CARGO_BIN_EXE_plegd");
+
+async fn exit_code(api: &Apiserver, name: &str) -> Option<i64> {
+    api.pod("default", name).await?["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"].as_i64()
+}
+
+/// plegd (full mode, 2 s apiserver timeout) through a proxy, with pod-0 running and written.
+async fn setup() -> (FakeServer, Apiserver, Proxy, KillOnDrop, u16, tempfile::TempDir, String) {
+    let cri = FakeServer::start().await;
+    let api = Apiserver::start().await;
+    let proxy = Proxy::start(api.port()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let uid = api.create_bound_pod("pod-0", "n1", 1, "Never").await;
+    cri.fake.add_running_pod(&uid, "pod-0", 1);
+    let kubeconfig = api.kubeconfig_through(dir.path(), &Identity::Plegd("n1".into()), proxy.port);
+    let port = free_port();
+    let plegd = KillOnDrop(
+        plegd_run(PLEGD, "n1", &cri.path, &kubeconfig)
+            .args(FULL_MODE_FAST_RELIST)
+            .args(["--apiserver-timeout", "2s"])
+            .args(["--metrics-address", &format!("127.0.0.1:{port}")])
+            .spawn()
+            .expect("spawn plegd run"),
+    );
+    api.wait_all_running(1, Duration::from_secs(30)).await;
+    (cri, api, proxy, plegd, port, dir, uid)
+}
+
+async fn metrics(port: u16) -> String {
+    tokio::task::spawn_blocking(move || http_get(port, "/metrics"))
+        .await
+        .unwrap()
+        .map(|(_, body)| body)
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_black_holed_path_delays_the_exit_and_loses_nothing() {
+    let (cri, api, proxy, _plegd, port, _dir, uid) = setup().await;
+
+    // Every byte of every connection is swallowed for 8 s while the container exits.
+    proxy.set(Path::Swallow);
+    cri.fake.exit_container(&format!("ctr-{uid}-0"), 7);
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert_eq!(
+        exit_code(&api, "pod-0").await,
+        None,
+        "nothing got through the black hole"
+    );
+    let back = Instant::now();
+    proxy.set(Path::Pass);
+    wait_for(
+        "the exit written once the path is back",
+        Duration::from_secs(20),
+        || async { exit_code(&api, "pod-0").await == Some(7) },
+    )
+    .await;
+    eprintln!("exit written {:?} after the path came back", back.elapsed());
+
+    // The informer's watch, swallowed too, is given up and made again: a pod created now is
+    // seen and written.
+    let uid1 = api.create_bound_pod("pod-1", "n1", 1, "Never").await;
+    cri.fake.add_running_pod(&uid1, "pod-1", 1);
+    cri.fake.exit_container(&format!("ctr-{uid1}-0"), 3);
+    wait_for(
+        "a new pod seen by a new watch and written",
+        Duration::from_secs(30),
+        || async { exit_code(&api, "pod-1").await == Some(3) },
+    )
+    .await;
+    let body = metrics(port).await;
+    assert!(
+        metric(&body, "plegd_status_writes_total{result=\"retry\"}").unwrap_or(0.0) >= 1.0,
+        "the hung write was given up and retried\n{body}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reset_connections_are_made_again() {
+    let (cri, api, proxy, _plegd, _port, _dir, uid) = setup().await;
+    proxy.set(Path::Reset);
+    cri.fake.exit_container(&format!("ctr-{uid}-0"), 9);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    proxy.set(Path::Pass);
+    wait_for("the exit written after the resets", Duration::from_secs(20), || async {
+        exit_code(&api, "pod-0").await == Some(9)
+    })
+    .await;
+    let uid1 = api.create_bound_pod("pod-1", "n1", 1, "Never").await;
+    cri.fake.add_running_pod(&uid1, "pod-1", 1);
+    cri.fake.exit_container(&format!("ctr-{uid1}-0"), 4);
+    wait_for("a new pod seen after the resets", Duration::from_secs(30), || async {
+        exit_code(&api, "pod-1").await == Some(4)
+    })
+    .await;
+}
