@@ -47,6 +47,10 @@ pub struct DaemonOptions {
     pub api_socket: Option<PathBuf>,
     /// Where /metrics, /healthz and /readyz listen; None: not served.
     pub metrics_address: Option<std::net::SocketAddr>,
+    /// Whether /metrics asks for Kubernetes authentication and authorization (`metrics_auth`).
+    pub metrics_auth: bool,
+    /// Where /healthz and /readyz listen alone, for the kubelet's probes; None: not served.
+    pub health_address: Option<std::net::SocketAddr>,
     /// How long pending status writes may take to flush at shutdown.
     pub shutdown_timeout: std::time::Duration,
     /// The deadline of each apiserver request (`--apiserver-timeout`; see [`ApiClients`]).
@@ -71,8 +75,9 @@ pub enum DaemonError {
     Api(#[from] crate::observe::ApiError),
     #[error("{0}")]
     StageEnded(#[from] StageEnded),
-    #[error("cannot listen on --metrics-address {address}: {source}")]
-    Metrics {
+    #[error("cannot listen on --{flag} {address}: {source}")]
+    Listen {
+        flag: &'static str,
         address: std::net::SocketAddr,
         #[source]
         source: std::io::Error,
@@ -511,15 +516,39 @@ pub async fn run_controlled(
         stages: stage_health.clone(),
     });
     if let Some(address) = options.metrics_address {
-        let defaults = crate::http::HttpLimits::default();
-        let limits = crate::http::HttpLimits {
-            max_connections: crate::listen::connection_limit(defaults.max_connections, fd_limit),
-            ..defaults
-        };
-        let (_, stage) = crate::http::serve(address, metrics.clone(), health.clone(), limits)
+        let limits = crate::http::HttpLimits::metrics(crate::listen::connection_limit(
+            crate::http::MAX_METRICS_CONNECTIONS,
+            fd_limit,
+        ));
+        let auth = options.metrics_auth.then(|| {
+            Arc::new(crate::metrics_auth::MetricsAuth::new(
+                client.clone(),
+                options.apiserver_timeout,
+                metrics.clone(),
+            ))
+        });
+        let (_, stage) = crate::http::serve(address, metrics.clone(), health.clone(), auth, limits)
             .await
-            .map_err(|source| DaemonError::Metrics { address, source })?;
+            .map_err(|source| DaemonError::Listen {
+                flag: "metrics-address",
+                address,
+                source,
+            })?;
         output.spawn("http", stage);
+    }
+    if let Some(address) = options.health_address {
+        let limits = crate::http::HttpLimits::health(crate::listen::connection_limit(
+            crate::http::MAX_HEALTH_CONNECTIONS,
+            fd_limit,
+        ));
+        let (_, stage) = crate::http::serve_health(address, metrics.clone(), health.clone(), limits)
+            .await
+            .map_err(|source| DaemonError::Listen {
+                flag: "health-address",
+                address,
+                source,
+            })?;
+        output.spawn("health", stage);
     }
     let relister = pleg.handle();
     output.spawn(

@@ -1,10 +1,18 @@
-//! The HTTP endpoint: `/metrics` (Prometheus text format), `/healthz` (the PLEG relisted within its
-//! threshold) and `/readyz` (the first relist is done and, for `plegd run`, the informer has
-//! synced). It binds 127.0.0.1 unless told otherwise. Process and node figures (RSS, CPU, node
-//! memory and CPU count) are read from sysinfo at each scrape. The listener holds at most
-//! [`HttpLimits::max_connections`] connections, and closes one that sends no request headers
-//! within [`HttpLimits::header_read_timeout`] (also the idle limit between kept-alive requests).
-//! It serves only reads: nothing on it changes plegd's state.
+//! The HTTP endpoints. Two listeners, each with bounds of its own so that no client of one can
+//! starve the other:
+//! - `--metrics-address`: `/metrics` (Prometheus text format; behind Kubernetes authentication and
+//!   authorization — TokenReview and SubjectAccessReview, see `metrics_auth` — where it is told
+//!   so), and `/healthz`, `/readyz` beside it;
+//! - `--health-address`: `/healthz` (the PLEG relisted within its threshold) and `/readyz` (the
+//!   first relist is done and, for `plegd run`, the informer has synced) alone, for the kubelet's
+//!   probes: one request per connection, a short time to send it, and a full listener closes its
+//!   oldest connection rather than refuse the new one ([`HttpLimits::health`]).
+//!
+//! Both bind 127.0.0.1 unless told otherwise. Every listener bounds the connections open at once,
+//! in all and per client address, the size of a request head ([`MAX_HEAD_BYTES`],
+//! [`MAX_HEADERS`]), the time to send it, and the age of a connection. Process and node figures
+//! (RSS, CPU, node memory and CPU count) are read from sysinfo at each scrape. They serve only
+//! reads: nothing on them changes plegd's state.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -12,14 +20,15 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use sysinfo::{Pid, ProcessRefreshKind, ProcessesToUpdate, RefreshKind, System};
 use tracing::{debug, info, warn};
 
-use crate::listen::{ACCEPT_ERROR_PAUSE, ConnectionLimit};
+use crate::listen::{ACCEPT_ERROR_PAUSE, Admission, ConnectionLimit, WhenFull};
 use crate::metrics::Metrics;
+use crate::metrics_auth::MetricsAuth;
 use crate::supervise::Stage;
 
 /// What the endpoint asks about the daemon's state.
@@ -37,6 +46,8 @@ pub trait Health: Send + Sync + 'static {
 struct AppState {
     metrics: Arc<Metrics>,
     health: Arc<dyn Health>,
+    /// Who may read `/metrics`; None: anyone who reaches the listener.
+    auth: Option<Arc<MetricsAuth>>,
     system: Mutex<System>,
 }
 
@@ -69,7 +80,12 @@ fn num_cpus() -> usize {
     std::thread::available_parallelism().map(usize::from).unwrap_or(1)
 }
 
-async fn metrics_handler(State(state): State<Arc<AppState>>) -> Response {
+async fn metrics_handler(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    if let Some(auth) = &state.auth
+        && let Err(denied) = auth.check(headers.get(header::AUTHORIZATION)).await
+    {
+        return denied.into_response();
+    }
     update_process_figures(&state);
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
@@ -85,46 +101,69 @@ fn verdict(result: Result<(), String>, details: &str) -> Response {
     }
 }
 
-/// Limits of the HTTP listener.
+/// Longest request head plegd reads (request line and headers): hyper's read buffer. A GET of
+/// these endpoints needs a few hundred bytes, a bearer token a few KiB.
+pub const MAX_HEAD_BYTES: usize = 16 * 1024;
+/// Most header fields in one request.
+pub const MAX_HEADERS: usize = 32;
+/// Connections the metrics listener holds at once (fewer where the open-file limit is low).
+pub const MAX_METRICS_CONNECTIONS: usize = 4096;
+/// Connections the health listener holds at once; past it, its oldest is closed.
+pub const MAX_HEALTH_CONNECTIONS: usize = 512;
+
+/// Limits of one HTTP listener.
 #[derive(Debug, Clone, Copy)]
 pub struct HttpLimits {
-    /// Connections open at once; past it a new one is closed at once.
-    pub max_connections: usize,
+    /// Connections open at once, in all and from one client address, and what a full listener
+    /// does with a new one.
+    pub admission: Admission,
     /// Time a connection has to send a request's headers, and the longest a kept-alive connection
     /// may sit idle between requests.
     pub header_read_timeout: Duration,
     /// Longest a connection stays open: then it is closed once its request in flight, if any, is
     /// answered (or after `header_read_timeout` more). Bounds a client that never reads its answer.
     pub max_connection_age: Duration,
+    /// Whether a connection may carry more than one request.
+    pub keep_alive: bool,
 }
 
-impl Default for HttpLimits {
-    fn default() -> Self {
+impl HttpLimits {
+    /// `/metrics` (and `/healthz`, `/readyz` beside it): Prometheus keeps its connection alive;
+    /// one client address holds at most 32 connections; a full listener refuses new ones.
+    pub fn metrics(max_connections: usize) -> Self {
         Self {
-            max_connections: 4096,
+            admission: Admission {
+                max_connections,
+                max_per_client: 32,
+                when_full: WhenFull::Refuse,
+            },
             header_read_timeout: Duration::from_secs(10),
             max_connection_age: Duration::from_secs(300),
+            keep_alive: true,
+        }
+    }
+
+    /// The probes' own listener (`--health-address`): one request per connection (the kubelet's
+    /// probes open a new connection each time), 3 s to send it, at most 8 connections from one
+    /// address, and a full listener closes its oldest connection rather than refuse a new one, so
+    /// that no client, nor many, can keep the kubelet's probe out.
+    pub fn health(max_connections: usize) -> Self {
+        Self {
+            admission: Admission {
+                max_connections,
+                max_per_client: 8,
+                when_full: WhenFull::EvictOldest,
+            },
+            header_read_timeout: Duration::from_secs(3),
+            max_connection_age: Duration::from_secs(10),
+            keep_alive: false,
         }
     }
 }
 
-/// Serve on `address` (already validated by the caller) within `limits`. Returns the bound address
-/// and the server's stage; each connection is a task of that stage's own set, gone with it.
-pub async fn serve(
-    address: SocketAddr,
-    metrics: Arc<Metrics>,
-    health: Arc<dyn Health>,
-    limits: HttpLimits,
-) -> std::io::Result<(SocketAddr, Stage)> {
-    let system = System::new_with_specifics(RefreshKind::nothing());
-    let admission = ConnectionLimit::new("http", limits.max_connections, metrics.clone());
-    let state = Arc::new(AppState {
-        metrics,
-        health,
-        system: Mutex::new(system),
-    });
-    let app = Router::new()
-        .route("/metrics", get(metrics_handler))
+/// The probes' answers, on either listener.
+fn probe_routes(router: Router<Arc<AppState>>) -> Router<Arc<AppState>> {
+    router
         .route(
             "/healthz",
             get(|State(s): State<Arc<AppState>>| async move { verdict(s.health.healthy(), &s.health.details()) }),
@@ -133,11 +172,59 @@ pub async fn serve(
             "/readyz",
             get(|State(s): State<Arc<AppState>>| async move { verdict(s.health.ready(), "") }),
         )
-        .with_state(state);
-    let backlog = u32::try_from(limits.max_connections).unwrap_or(u32::MAX);
+}
+
+/// Serve `/metrics`, `/healthz` and `/readyz` on `address` (already validated by the caller)
+/// within `limits`; `/metrics` only to whom `auth` allows, when given. Returns the bound address
+/// and the server's stage; each connection is a task of that stage's own set, gone with it.
+pub async fn serve(
+    address: SocketAddr,
+    metrics: Arc<Metrics>,
+    health: Arc<dyn Health>,
+    auth: Option<Arc<MetricsAuth>>,
+    limits: HttpLimits,
+) -> std::io::Result<(SocketAddr, Stage)> {
+    let authenticated = auth.is_some();
+    let state = app_state(metrics.clone(), health, auth);
+    let app = probe_routes(Router::new().route("/metrics", get(metrics_handler))).with_state(state);
+    let (bound, stage) = listen("http", address, app, metrics, limits)?;
+    info!(address = %bound, max_connections = limits.admission.max_connections, authenticated, "metrics endpoint listening");
+    Ok((bound, stage))
+}
+
+/// Serve `/healthz` and `/readyz` alone on `address`, for the kubelet's probes.
+pub async fn serve_health(
+    address: SocketAddr,
+    metrics: Arc<Metrics>,
+    health: Arc<dyn Health>,
+    limits: HttpLimits,
+) -> std::io::Result<(SocketAddr, Stage)> {
+    let app = probe_routes(Router::new()).with_state(app_state(metrics.clone(), health, None));
+    let (bound, stage) = listen("health", address, app, metrics, limits)?;
+    info!(address = %bound, max_connections = limits.admission.max_connections, "health endpoint listening");
+    Ok((bound, stage))
+}
+
+fn app_state(metrics: Arc<Metrics>, health: Arc<dyn Health>, auth: Option<Arc<MetricsAuth>>) -> Arc<AppState> {
+    Arc::new(AppState {
+        metrics,
+        health,
+        auth,
+        system: Mutex::new(System::new_with_specifics(RefreshKind::nothing())),
+    })
+}
+
+fn listen(
+    name: &'static str,
+    address: SocketAddr,
+    app: Router,
+    metrics: Arc<Metrics>,
+    limits: HttpLimits,
+) -> std::io::Result<(SocketAddr, Stage)> {
+    let admission = ConnectionLimit::new(name, limits.admission, metrics);
+    let backlog = u32::try_from(limits.admission.max_connections).unwrap_or(u32::MAX);
     let listener = crate::listen::bind_tcp(address, backlog)?;
     let bound = listener.local_addr()?;
-    info!(address = %bound, max_connections = limits.max_connections, "metrics and health endpoint listening");
     let stage: Stage = Box::pin(accept_loop(listener, app, admission, limits));
     Ok((bound, stage))
 }
@@ -151,8 +238,8 @@ async fn accept_loop(listener: tokio::net::TcpListener, app: Router, admission: 
             // Reap finished connections so the set does not grow.
             Some(_) = connections.join_next(), if !connections.is_empty() => continue,
         };
-        let stream = match accepted {
-            Ok((stream, _)) => stream,
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
             Err(error) => {
                 // Out of file descriptors, most likely: pause rather than spin.
                 warn!(error = %error, "accepting an HTTP connection failed");
@@ -160,18 +247,24 @@ async fn accept_loop(listener: tokio::net::TcpListener, app: Router, admission: 
                 continue;
             }
         };
-        let Some(stream) = admission.admit(stream) else {
+        let Some(stream) = admission.admit(stream, Some(peer.ip().to_canonical())) else {
             continue;
         };
+        let evicted = stream.evicted();
         let service = hyper_util::service::TowerToHyperService::new(app.clone());
         connections.spawn(async move {
             let connection = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(limits.header_read_timeout)
+                .keep_alive(limits.keep_alive)
+                .max_buf_size(MAX_HEAD_BYTES)
+                .max_headers(MAX_HEADERS)
                 .serve_connection(TokioIo::new(stream), service);
             tokio::pin!(connection);
             let ended = tokio::select! {
                 ended = connection.as_mut() => ended,
+                // Closed to make room for a new connection: dropped at once.
+                () = evicted.cancelled() => Ok(()),
                 () = tokio::time::sleep(limits.max_connection_age) => {
                     connection.as_mut().graceful_shutdown();
                     tokio::time::timeout(limits.header_read_timeout, connection)

@@ -27,6 +27,7 @@ pub mod informer;
 pub mod kubecontainer;
 pub mod listen;
 pub mod metrics;
+pub mod metrics_auth;
 pub mod observe;
 pub mod pleg;
 pub mod pod;

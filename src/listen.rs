@@ -8,13 +8,15 @@
 //! letting it queue behind the idle ones; idle and half-sent connections are closed by the
 //! listener's own timeouts (see `http.rs`).
 
+use std::collections::{BTreeMap, HashMap};
 use std::io;
+use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::metrics::Metrics;
@@ -79,48 +81,155 @@ pub fn connection_limit(wanted: usize, fd_limit: u64) -> usize {
     wanted.min(usize::try_from(room).unwrap_or(usize::MAX))
 }
 
+/// How a full listener treats a new connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WhenFull {
+    /// The new connection is closed at once (counted in `plegd_connections_refused_total`).
+    Refuse,
+    /// The oldest open connection is closed to make room (counted in
+    /// `plegd_connections_evicted_total`): for a listener whose clients make one short request
+    /// per connection (the kubelet's probes), so that connections held open by others can never
+    /// keep a new one out.
+    EvictOldest,
+}
+
+/// Bounds of one listener: connections open at once in all, and from one client address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Admission {
+    pub max_connections: usize,
+    /// Connections one client address may hold at once; past it, its new ones are refused (never
+    /// evicting another's).
+    pub max_per_client: usize,
+    pub when_full: WhenFull,
+}
+
 /// Admission of connections to one listener.
 #[derive(Clone)]
 pub struct ConnectionLimit {
     listener: &'static str,
-    permits: Arc<Semaphore>,
+    admission: Admission,
+    state: Arc<Mutex<Open>>,
     metrics: Arc<Metrics>,
 }
 
+/// The connections a listener holds.
+#[derive(Default)]
+struct Open {
+    count: usize,
+    per_client: HashMap<IpAddr, usize>,
+    /// Each connection by the order it was admitted, with what closes it (eviction).
+    by_age: BTreeMap<u64, CancellationToken>,
+    next: u64,
+}
+
 impl ConnectionLimit {
-    pub fn new(listener: &'static str, limit: usize, metrics: Arc<Metrics>) -> Self {
+    pub fn new(listener: &'static str, admission: Admission, metrics: Arc<Metrics>) -> Self {
         metrics.initialize_listener(listener);
         Self {
             listener,
-            permits: Arc::new(Semaphore::new(limit.max(1))),
+            admission: Admission {
+                max_connections: admission.max_connections.max(1),
+                max_per_client: admission.max_per_client.max(1),
+                ..admission
+            },
+            state: Arc::default(),
             metrics,
         }
     }
 
-    /// The connection, holding its place until dropped; or `None` (and the connection dropped,
-    /// which closes it) when the listener is full.
-    pub fn admit<S>(&self, stream: S) -> Option<Limited<S>> {
-        match self.permits.clone().try_acquire_owned() {
-            Ok(permit) => Some(Limited {
-                inner: stream,
-                _permit: permit,
-            }),
-            Err(_) => {
-                self.metrics.count_connection_refused(self.listener);
-                debug!(
-                    listener = self.listener,
-                    "connection limit reached; closing a new connection"
-                );
-                None
+    fn lock(&self) -> std::sync::MutexGuard<'_, Open> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The connection from `client` (None: a unix socket's peer), holding its place until
+    /// dropped; or `None` (and the connection dropped, which closes it) when the client holds its
+    /// share already, or the listener is full and refuses.
+    pub fn admit<S>(&self, stream: S, client: Option<IpAddr>) -> Option<Limited<S>> {
+        let mut open = self.lock();
+        if let Some(ip) = client
+            && open.per_client.get(&ip).copied().unwrap_or(0) >= self.admission.max_per_client
+        {
+            drop(open);
+            self.metrics.count_connection_refused(self.listener);
+            debug!(listener = self.listener, client = %ip, "client holds its share of connections; closing a new one");
+            return None;
+        }
+        if open.count >= self.admission.max_connections {
+            match self.admission.when_full {
+                WhenFull::Refuse => {
+                    drop(open);
+                    self.metrics.count_connection_refused(self.listener);
+                    debug!(
+                        listener = self.listener,
+                        "connection limit reached; closing a new connection"
+                    );
+                    return None;
+                }
+                WhenFull::EvictOldest => {
+                    // Its place is given back when its task ends, a moment later.
+                    if let Some((_, oldest)) = open.by_age.pop_first() {
+                        oldest.cancel();
+                        self.metrics.count_connection_evicted(self.listener);
+                    }
+                }
+            }
+        }
+        open.count += 1;
+        if let Some(ip) = client {
+            *open.per_client.entry(ip).or_default() += 1;
+        }
+        let id = open.next;
+        open.next += 1;
+        let evicted = CancellationToken::new();
+        open.by_age.insert(id, evicted.clone());
+        Some(Limited {
+            inner: stream,
+            _place: Place {
+                id,
+                client,
+                state: self.state.clone(),
+            },
+            evicted,
+        })
+    }
+}
+
+/// A connection's place under its listener's bounds, given back when dropped.
+struct Place {
+    id: u64,
+    client: Option<IpAddr>,
+    state: Arc<Mutex<Open>>,
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        let mut open = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        open.count = open.count.saturating_sub(1);
+        open.by_age.remove(&self.id);
+        if let Some(ip) = self.client
+            && let Some(n) = open.per_client.get_mut(&ip)
+        {
+            *n -= 1;
+            if *n == 0 {
+                open.per_client.remove(&ip);
             }
         }
     }
 }
 
-/// A connection that holds a place under its listener's limit while it is open.
+/// A connection that holds a place under its listener's bounds while it is open.
 pub struct Limited<S> {
     inner: S,
-    _permit: OwnedSemaphorePermit,
+    _place: Place,
+    evicted: CancellationToken,
+}
+
+impl<S> Limited<S> {
+    /// Cancelled when the listener closes this connection to make room for a new one: whoever
+    /// serves the connection ends it then.
+    pub fn evicted(&self) -> CancellationToken {
+        self.evicted.clone()
+    }
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for Limited<S> {
@@ -194,20 +303,75 @@ mod tests {
         assert_eq!(connection_limit(1024, 100), 1);
     }
 
-    #[tokio::test]
-    async fn a_full_listener_refuses_and_a_closed_connection_frees_its_place() {
+    fn refuse(max_connections: usize, max_per_client: usize) -> Admission {
+        Admission {
+            max_connections,
+            max_per_client,
+            when_full: WhenFull::Refuse,
+        }
+    }
+
+    #[test]
+    fn a_full_listener_refuses_and_a_closed_connection_frees_its_place() {
         let metrics = Arc::new(Metrics::new());
-        let limit = ConnectionLimit::new("test", 2, metrics.clone());
-        let a = limit.admit(1).expect("first");
-        let _b = limit.admit(2).expect("second");
-        assert!(limit.admit(3).is_none());
+        let limit = ConnectionLimit::new("test", refuse(2, 2), metrics.clone());
+        let a = limit.admit(1, None).expect("first");
+        let _b = limit.admit(2, None).expect("second");
+        assert!(limit.admit(3, None).is_none());
         drop(a);
-        assert!(limit.admit(4).is_some());
+        assert!(limit.admit(4, None).is_some());
         assert!(
             metrics
                 .encode()
                 .contains("plegd_connections_refused_total{listener=\"test\"} 1")
         );
+    }
+
+    #[test]
+    fn one_client_cannot_take_the_places_of_others() {
+        let metrics = Arc::new(Metrics::new());
+        let limit = ConnectionLimit::new("test", refuse(100, 3), metrics.clone());
+        let greedy: IpAddr = "10.0.0.1".parse().unwrap();
+        let other: IpAddr = "10.0.0.2".parse().unwrap();
+        let held: Vec<_> = (0..3)
+            .map(|i| limit.admit(i, Some(greedy)).expect("its share"))
+            .collect();
+        assert!(limit.admit(9, Some(greedy)).is_none(), "past its share");
+        assert!(limit.admit(10, Some(other)).is_some(), "another client still gets in");
+        drop(held);
+        assert!(limit.admit(11, Some(greedy)).is_some(), "its places are given back");
+    }
+
+    #[test]
+    fn a_full_evicting_listener_closes_its_oldest_connection() {
+        let metrics = Arc::new(Metrics::new());
+        let admission = Admission {
+            max_connections: 2,
+            max_per_client: 2,
+            when_full: WhenFull::EvictOldest,
+        };
+        let limit = ConnectionLimit::new("probes", admission, metrics.clone());
+        let a: IpAddr = "10.0.0.1".parse().unwrap();
+        let b: IpAddr = "10.0.0.2".parse().unwrap();
+        let oldest = limit.admit(1, Some(a)).unwrap();
+        let next = limit.admit(2, Some(b)).unwrap();
+        let kubelet: IpAddr = "10.0.0.3".parse().unwrap();
+        let probe = limit.admit(3, Some(kubelet)).expect("a new connection always gets in");
+        assert!(oldest.evicted().is_cancelled(), "the oldest is told to close");
+        assert!(!next.evicted().is_cancelled() && !probe.evicted().is_cancelled());
+        assert!(
+            metrics
+                .encode()
+                .contains("plegd_connections_evicted_total{listener=\"probes\"} 1")
+        );
+        // The evicted connection ends; the next new one evicts the next oldest; a client past its
+        // share is refused rather than evicting anyone.
+        drop(oldest);
+        let _second = limit.admit(4, Some(kubelet)).unwrap();
+        assert!(next.evicted().is_cancelled());
+        drop(next);
+        assert!(limit.admit(5, Some(kubelet)).is_none(), "past its share of 2");
+        assert!(!probe.evicted().is_cancelled());
     }
 
     #[test]

@@ -139,7 +139,11 @@ metrics_table! {
     kube_events_dropped: Counter = Default::default(),
         "kube_events_dropped", "Kubernetes Events dropped because the queue to the apiserver was full (--emit-events)";
     connections_refused: Family<ListenerLabel, Counter> = Default::default(),
-        "connections_refused", "Connections closed at once because their listener held its limit of open connections";
+        "connections_refused", "Connections closed at once because their listener, or their client address on it, held its limit of open connections";
+    metrics_auth: Family<ResultLabel, Counter> = Default::default(),
+        "metrics_auth", "Requests for /metrics under Kubernetes authentication, by result (allowed, unauthenticated, forbidden, throttled, error)";
+    connections_evicted: Family<ListenerLabel, Counter> = Default::default(),
+        "connections_evicted", "Open connections closed to make room for a new one on a full listener that evicts (health)";
     informer_errors: Counter = Default::default(),
         "informer_errors", "Failed pod list or watch calls of the informer, each retried with backoff";
     runtime_errors: Family<OperationLabel, Counter> = Default::default(),
@@ -268,6 +272,8 @@ pub mod known {
         "rejected",
         "refused_other_node",
     ];
+    /// `plegd_metrics_auth_total{result}` (metrics_auth).
+    pub const METRICS_AUTH_RESULTS: [&str; 5] = ["allowed", "unauthenticated", "forbidden", "throttled", "error"];
     /// `plegd_pod_deletions_total{result}`.
     pub const POD_DELETION_RESULTS: [&str; 5] = ["ok", "gone", "forbidden", "retry", "rejected"];
     /// `plegd_runtime_bad_data_total{kind}` (runtime::convert::BadData::kind).
@@ -301,6 +307,9 @@ impl Metrics {
     fn initialize_known(&self) {
         for result in known::STATUS_WRITE_RESULTS {
             let _ = self.status_writes.get_or_create(&ResultLabel { result: result.into() });
+        }
+        for result in known::METRICS_AUTH_RESULTS {
+            let _ = self.metrics_auth.get_or_create(&ResultLabel { result: result.into() });
         }
         for result in known::POD_DELETION_RESULTS {
             let _ = self.pod_deletions.get_or_create(&ResultLabel { result: result.into() });
@@ -369,9 +378,19 @@ impl Metrics {
 
     /// The series of a listener, at 0, once it listens.
     pub fn initialize_listener(&self, listener: &str) {
-        let _ = self.connections_refused.get_or_create(&ListenerLabel {
+        let label = ListenerLabel {
             listener: listener.to_owned(),
-        });
+        };
+        let _ = self.connections_refused.get_or_create(&label);
+        let _ = self.connections_evicted.get_or_create(&label);
+    }
+
+    pub fn count_connection_evicted(&self, listener: &str) {
+        self.connections_evicted
+            .get_or_create(&ListenerLabel {
+                listener: listener.to_owned(),
+            })
+            .inc();
     }
 
     pub fn count_missed_trigger(&self, source: &str, changes: u64) {
@@ -441,6 +460,14 @@ impl Metrics {
 
     pub fn count_status_write(&self, result: &str) {
         self.status_writes
+            .get_or_create(&ResultLabel {
+                result: result.to_owned(),
+            })
+            .inc();
+    }
+
+    pub fn count_metrics_auth(&self, result: &str) {
+        self.metrics_auth
             .get_or_create(&ResultLabel {
                 result: result.to_owned(),
             })

@@ -1,11 +1,14 @@
-//! The HTTP endpoint under a flood of idle connections from a local user, the `plegd run` binary as
-//! deployed: /healthz keeps answering, status writes go on, and the idle connections are closed by
-//! plegd's header timeout. Fake CRI server + the test apiserver built from Kubernetes' own code.
+//! plegd's HTTP listeners under what any pod can send them, the `plegd run` binary as the
+//! DaemonSet runs it (`--health-address` for the probes, `--metrics-address` for Prometheus): the
+//! kubelet's probes keep passing, one client cannot take the places of others, request heads are
+//! bounded, and /metrics answers only a token the apiserver authorizes. Fake CRI server + the test
+//! apiserver built from Kubernetes' own code. The clients of the floods speak from other loopback
+//! addresses (127.0.x.y) than the probe (127.0.0.1), as other pods do from their own IPs.
 
 mod support;
 
-use std::io::Read;
-use std::net::TcpStream;
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddrV4, TcpStream};
 use std::time::{Duration, Instant};
 
 use support::apiserver::{Apiserver, Identity};
@@ -14,119 +17,251 @@ use support::process::{FULL_MODE_FAST_RELIST, KillOnDrop, free_port, http_get, m
 use support::wait_for;
 
 const PLEGD: &str = env!("CARGO_BIN_EXE_plegd");
-const IDLE: usize = 2000;
 
 async fn exit_code(api: &Apiserver) -> Option<i64> {
     api.pod("default", "pod-0").await?["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"].as_i64()
 }
 
-fn set_soft_fd_limit(soft: u64) {
-    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
-    let hard = getrlimit(Resource::Nofile).maximum;
-    setrlimit(
-        Resource::Nofile,
-        Rlimit {
-            current: Some(soft),
-            maximum: hard,
-        },
-    )
-    .expect("lower the soft open-file limit");
+/// A connection to `port` from the loopback address 127.0.`a`.`b`.
+async fn connect_from(a: u8, b: u8, port: u16) -> std::io::Result<tokio::net::TcpStream> {
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.bind(SocketAddrV4::new(Ipv4Addr::new(127, 0, a, b), 0).into())?;
+    socket
+        .connect(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port).into())
+        .await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_thousand_idle_connections_starve_nothing() {
-    // plegd starts with the usual soft limit of 1024 open files (a login shell's, systemd's
-    // default), which 2000 connections would exhaust unless plegd raises it; this test process
-    // then takes the room it needs for its side of the connections.
-    set_soft_fd_limit(1024);
+/// A plegd in full mode with pod-0 running, its metrics and health listeners on free ports, and
+/// the ports.
+struct Setup {
+    cri: FakeServer,
+    api: Apiserver,
+    uid: String,
+    metrics_port: u16,
+    health_port: u16,
+    _plegd: KillOnDrop,
+    _dir: tempfile::TempDir,
+}
+
+async fn setup(extra: &[&str]) -> Setup {
     let cri = FakeServer::start().await;
     let api = Apiserver::start().await;
     let dir = tempfile::tempdir().unwrap();
     let uid = api.create_bound_pod("pod-0", "n1", 1, "Never").await;
     cri.fake.add_running_pod(&uid, "pod-0", 1);
-    let port = free_port();
+    let (metrics_port, health_port) = (free_port(), free_port());
     let kubeconfig = api.kubeconfig_as(dir.path(), &Identity::Plegd("n1".into()));
-    let _plegd = KillOnDrop(
+    let plegd = KillOnDrop(
         plegd_run(PLEGD, "n1", &cri.path, &kubeconfig)
             .args(FULL_MODE_FAST_RELIST)
-            .args(["--metrics-address", &format!("127.0.0.1:{port}")])
+            .args(["--metrics-address", &format!("127.0.0.1:{metrics_port}")])
+            .args(["--health-address", &format!("127.0.0.1:{health_port}")])
+            .args(extra)
             .spawn()
             .expect("spawn plegd run"),
     );
     plegd::listen::raise_fd_limit();
-    let get = move |path: &'static str| async move {
-        tokio::task::spawn_blocking(move || http_get(port, path)).await.unwrap()
-    };
-    let mut ready = false;
-    for _ in 0..150 {
-        if get("/readyz").await.is_some_and(|(code, _)| code == 200) {
-            ready = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(ready, "plegd ready");
+    wait_for("plegd ready", Duration::from_secs(30), || async move {
+        get(health_port, "/readyz").await.is_some_and(|(code, _)| code == 200)
+    })
+    .await;
     api.wait_all_running(1, Duration::from_secs(20)).await;
-
-    // 2000 connections that never send a byte.
-    let opened = Instant::now();
-    let idle: Vec<TcpStream> = (0..IDLE)
-        .map(|_| TcpStream::connect(("127.0.0.1", port)).expect("connect"))
-        .collect();
-    // plegd accepts them as fast as it is scheduled (on 2 busy cores, not all within the connects).
-    let mut body = String::new();
-    for _ in 0..50 {
-        body = get("/metrics")
-            .await
-            .expect("/metrics answers beside 2000 idle connections")
-            .1;
-        if metric(&body, "plegd_process_open_fds").unwrap_or(0.0) >= IDLE as f64 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    Setup {
+        cri,
+        api,
+        uid,
+        metrics_port,
+        health_port,
+        _plegd: plegd,
+        _dir: dir,
     }
-    let fds = metric(&body, "plegd_process_open_fds").unwrap_or(0.0);
-    assert!(
-        fds >= IDLE as f64,
-        "plegd holds the idle connections ({fds} fds): none was refused\n{body}"
-    );
-    assert_eq!(
-        metric(&body, "plegd_connections_refused_total{listener=\"http\"}").unwrap_or(0.0),
-        0.0
-    );
+}
 
-    // Health answers at once, and a container's death still reaches the apiserver.
+async fn get(port: u16, path: &'static str) -> Option<(u16, String)> {
+    tokio::task::spawn_blocking(move || http_get(port, path)).await.unwrap()
+}
+
+/// The probe as the kubelet makes it: a new connection, one GET, an answer within 1 s (the
+/// probes' default timeoutSeconds).
+async fn probe(port: u16, path: &'static str) -> Option<u16> {
     let started = Instant::now();
-    let health = get("/healthz").await;
-    assert_eq!(health.map(|(code, _)| code), Some(200));
-    assert!(
-        started.elapsed() < Duration::from_secs(2),
-        "/healthz took {:?}",
-        started.elapsed()
-    );
-    cri.fake.exit_container(&format!("ctr-{uid}-0"), 7);
-    wait_for(
-        "the exit written beside 2000 idle connections",
-        Duration::from_secs(10),
-        || async { exit_code(&api).await == Some(7) },
+    let answer = get(port, path).await.map(|(code, _)| code);
+    (started.elapsed() < Duration::from_secs(1)).then_some(answer).flatten()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_pod_starves_the_probes() {
+    let s = setup(&[]).await;
+    // 4,100 keep-alive connections on the probes' listener from 1,025 addresses, each sending one
+    // GET /healthz and staying open; and 4,100 more that send nothing at all.
+    let mut held = Vec::new();
+    for i in 0..4100u32 {
+        let (a, b) = (1 + (i / 4 / 250) as u8, 2 + ((i / 4) % 250) as u8);
+        let Ok(mut stream) = connect_from(a, b, s.health_port).await else {
+            continue;
+        };
+        if i % 2 == 0 {
+            use tokio::io::AsyncWriteExt;
+            let _ = stream
+                .write_all(b"GET /healthz HTTP/1.1\r\nHost: plegd\r\nConnection: keep-alive\r\n\r\n")
+                .await;
+        }
+        held.push(stream);
+    }
+    for i in 0..4100u32 {
+        let (a, b) = (20 + (i / 4 / 250) as u8, 2 + ((i / 4) % 250) as u8);
+        if let Ok(stream) = connect_from(a, b, s.health_port).await {
+            held.push(stream);
+        }
+    }
+    // The kubelet's probes pass, each at once, again and again.
+    for _ in 0..10 {
+        assert_eq!(probe(s.health_port, "/healthz").await, Some(200), "liveness");
+        assert_eq!(probe(s.health_port, "/readyz").await, Some(200), "readiness");
+    }
+    // One address holding 2,000 connections to /metrics takes 32 places, not the listener.
+    let mut greedy = Vec::new();
+    for _ in 0..2000 {
+        if let Ok(stream) = connect_from(200, 1, s.metrics_port).await {
+            greedy.push(stream);
+        }
+    }
+    let body = wait_until_metrics(
+        s.metrics_port,
+        "plegd_connections_refused_total{listener=\"http\"}",
+        2000.0 - 32.0,
     )
     .await;
+    assert!(
+        metric(&body, "plegd_connections_evicted_total{listener=\"health\"}").unwrap_or(0.0) > 0.0,
+        "the probes' listener made room by closing its oldest connections\n{body}"
+    );
+    // And a container's death still reaches the apiserver.
+    s.cri.fake.exit_container(&format!("ctr-{}-0", s.uid), 7);
+    wait_for(
+        "the exit written beside the floods",
+        Duration::from_secs(10),
+        || async { exit_code(&s.api).await == Some(7) },
+    )
+    .await;
+    drop((held, greedy));
+}
 
-    // plegd closes every connection that sent no request within its header timeout (10 s).
-    let mut idle = idle;
-    let wait = Duration::from_secs(15).saturating_sub(opened.elapsed());
-    for stream in &mut idle {
-        stream
-            .set_read_timeout(Some(wait.max(Duration::from_millis(100))))
-            .unwrap();
+/// /metrics (from 127.0.0.1, not the greedy address) once `name` has reached `at_least`.
+async fn wait_until_metrics(port: u16, name: &'static str, at_least: f64) -> String {
+    let mut body = String::new();
+    for _ in 0..100 {
+        body = get(port, "/metrics").await.map(|(_, b)| b).unwrap_or_default();
+        if metric(&body, name).unwrap_or(0.0) >= at_least {
+            return body;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let closed = tokio::task::spawn_blocking(move || {
-        idle.iter_mut()
-            .filter_map(|s| s.read(&mut [0u8; 1]).ok())
-            .filter(|&n| n == 0)
-            .count()
-    })
-    .await
-    .unwrap();
-    assert_eq!(closed, IDLE, "idle connections closed by plegd");
+    panic!("{name} did not reach {at_least}\n{body}");
+}
+
+/// Request heads past 16 KiB are refused (431) and their connections closed; one that never ends
+/// is closed by the header timeout. plegd's own figures stay as they were.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_heads_are_bounded() {
+    let s = setup(&[]).await;
+    for port in [s.metrics_port, s.health_port] {
+        let answers = tokio::task::spawn_blocking(move || {
+            (0..20)
+                .map(|_| {
+                    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+                    stream.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+                    let _ = stream.write_all(b"GET /healthz HTTP/1.1\r\nX-Long: ");
+                    // 450 KB of one header that never ends, as far as plegd lets it be sent.
+                    for _ in 0..450 {
+                        if stream.write_all(&[b'a'; 1000]).is_err() {
+                            break;
+                        }
+                    }
+                    let mut answer = Vec::new();
+                    let _ = stream.read_to_end(&mut answer);
+                    String::from_utf8_lossy(&answer).into_owned()
+                })
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap();
+        for answer in answers {
+            assert!(
+                answer.is_empty() || answer.starts_with("HTTP/1.1 431"),
+                "port {port}: {answer}"
+            );
+        }
+    }
+    assert_eq!(probe(s.health_port, "/healthz").await, Some(200));
+}
+
+/// With `--metrics-auth kubernetes`, /metrics answers only a token the apiserver authenticates
+/// for a user allowed to get /metrics (deploy/components/pod-monitor's reader); the probes need
+/// none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_need_an_authorized_token() {
+    let s = setup(&["--metrics-auth", "kubernetes"]).await;
+    let port = s.metrics_port;
+    let scrape = move |token: Option<String>| async move {
+        tokio::task::spawn_blocking(move || {
+            let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+            stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let auth = token
+                .map(|t| format!("Authorization: Bearer {t}\r\n"))
+                .unwrap_or_default();
+            write!(
+                stream,
+                "GET /metrics HTTP/1.1\r\nHost: plegd\r\n{auth}Connection: close\r\n\r\n"
+            )
+            .unwrap();
+            let mut answer = String::new();
+            let _ = stream.read_to_string(&mut answer);
+            answer
+        })
+        .await
+        .unwrap()
+    };
+    let status = |answer: &str| answer.split_whitespace().nth(1).unwrap_or("").to_owned();
+    assert_eq!(status(&scrape(None).await), "401");
+    assert_eq!(status(&scrape(Some("not-a-token".into())).await), "401");
+    let kubelet = s.api.token_for(&Identity::Kubelet);
+    assert_eq!(
+        status(&scrape(Some(kubelet)).await),
+        "403",
+        "authenticated, not allowed"
+    );
+    let reader = s.api.token_for(&Identity::MetricsReader);
+    // The token file is read again by the server when it changes.
+    let mut answer = String::new();
+    for _ in 0..50 {
+        answer = scrape(Some(reader.clone())).await;
+        if status(&answer) == "200" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(status(&answer), "200", "{answer}");
+    assert!(
+        answer.contains("plegd_metrics_auth_total{result=\"allowed\"}"),
+        "{answer}"
+    );
+    // The probes need no token.
+    assert_eq!(probe(s.health_port, "/healthz").await, Some(200));
+    assert_eq!(get(port, "/healthz").await.map(|(c, _)| c), Some(200));
+    // The reviews plegd asked for.
+    let reviews: Vec<String> = s
+        .api
+        .requests()
+        .await
+        .into_iter()
+        .filter(|r| r.path.contains("tokenreviews") || r.path.contains("subjectaccessreviews"))
+        .map(|r| format!("{} {} {}", r.user, r.path, r.status))
+        .collect();
+    assert!(
+        reviews
+            .iter()
+            .any(|r| r.contains("subjectaccessreviews") && r.ends_with("201")),
+        "{reviews:?}"
+    );
 }

@@ -327,9 +327,19 @@ pub struct RunArgs {
     /// left there by an earlier plegd is replaced; any other file is refused, never removed.
     #[arg(long, value_name = "PATH", default_value = crate::observe::DEFAULT_API_SOCKET, env = "PLEGD_API_SOCKET", hide_env_values = true)]
     pub api_socket: String,
-    /// Address of /metrics, /healthz and /readyz; `off` to not serve them.
+    /// Address of /metrics (with /healthz and /readyz beside it); `off` to not serve them.
     #[arg(long, value_name = "IP:PORT", default_value = "127.0.0.1:9808", value_parser = parse_listen, env = "PLEGD_METRICS_ADDRESS", hide_env_values = true)]
     pub metrics_address: Listen,
+    /// Who may read /metrics: `kubernetes` — a bearer token the apiserver authenticates, for a user
+    /// allowed to get /metrics (TokenReview + SubjectAccessReview); `none` — whoever reaches the
+    /// address; `auto` — kubernetes unless --metrics-address is a loopback address.
+    #[arg(long, value_enum, value_name = "WHO", default_value_t = MetricsAuthMode::Auto, env = "PLEGD_METRICS_AUTH", hide_env_values = true)]
+    pub metrics_auth: MetricsAuthMode,
+    /// Address of /healthz and /readyz alone, for the kubelet's probes: a listener of their own
+    /// that no client of /metrics, nor many, can crowd (the DaemonSet's, 0.0.0.0:9809); `off`: only
+    /// beside /metrics.
+    #[arg(long, value_name = "IP:PORT", default_value = "off", value_parser = parse_listen, env = "PLEGD_HEALTH_ADDRESS", hide_env_values = true)]
+    pub health_address: Listen,
     /// How long pending status writes may take to land at shutdown (0s to 10m).
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration_in(range::SHUTDOWN_TIMEOUT))]
     pub shutdown_timeout: Duration,
@@ -338,6 +348,25 @@ pub struct RunArgs {
     /// renewed every 4 times it, and one silent for longer is given up and watched again.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration_in(range::APISERVER_TIMEOUT))]
     pub apiserver_timeout: Duration,
+}
+
+/// Who may read /metrics (`--metrics-auth`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum MetricsAuthMode {
+    Auto,
+    Kubernetes,
+    None,
+}
+
+impl MetricsAuthMode {
+    /// Whether /metrics at `address` asks for Kubernetes authentication.
+    pub fn authenticates(self, address: std::net::SocketAddr) -> bool {
+        match self {
+            MetricsAuthMode::Auto => !address.ip().is_loopback(),
+            MetricsAuthMode::Kubernetes => true,
+            MetricsAuthMode::None => false,
+        }
+    }
 }
 
 /// A listening address, or `off`.
@@ -386,6 +415,13 @@ impl RunArgs {
     pub fn daemon_options(&self) -> Result<DaemonOptions, String> {
         self.runtime.check()?;
         let node_name = NodeName::new(&self.node_name).map_err(|e| format!("--node-name {e}"))?;
+        if let (Some(metrics), Some(health)) = (self.metrics_address.0, self.health_address.0)
+            && metrics == health
+        {
+            return Err(format!(
+                "--health-address {health} is --metrics-address too; give the probes' listener a port of its own"
+            ));
+        }
         let api_socket = self.api_socket_path();
         if let Some(path) = &api_socket {
             crate::observe::check_socket_path(path).map_err(|e| e.to_string())?;
@@ -412,6 +448,11 @@ impl RunArgs {
             emit_events: self.emit_events,
             api_socket,
             metrics_address: self.metrics_address.0,
+            metrics_auth: self
+                .metrics_address
+                .0
+                .is_some_and(|address| self.metrics_auth.authenticates(address)),
+            health_address: self.health_address.0,
             shutdown_timeout: self.shutdown_timeout,
             apiserver_timeout: self.apiserver_timeout,
         })

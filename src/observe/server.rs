@@ -16,7 +16,7 @@ use tracing::{info, warn};
 use super::api::events_service_server::{EventsService, EventsServiceServer};
 use super::api::{Lagged, WatchRequest, WatchResponse, watch_response};
 use super::{kind_from, matches, to_api};
-use crate::listen::{ACCEPT_ERROR_PAUSE, ConnectionLimit};
+use crate::listen::{ACCEPT_ERROR_PAUSE, Admission, ConnectionLimit, WhenFull};
 use crate::metrics::Metrics;
 use crate::pleg::EventHub;
 use crate::supervise::Stage;
@@ -152,10 +152,20 @@ pub fn serve(path: &Path, hub: EventHub, metrics: Arc<Metrics>, max_connections:
     // Only the owner (and its group) may follow events.
     let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660));
     info!(socket = %path.display(), max_connections, "observation API listening");
-    let admission = ConnectionLimit::new("api", max_connections, metrics.clone());
+    // A unix socket: its clients are local processes with write access to it, told apart by no
+    // address; the limit is for all of them.
+    let admission = ConnectionLimit::new(
+        "api",
+        Admission {
+            max_connections,
+            max_per_client: max_connections,
+            when_full: WhenFull::Refuse,
+        },
+        metrics.clone(),
+    );
     let incoming = UnixListenerStream::new(listener).filter_map(move |accepted| {
         let admitted = match accepted {
-            Ok(stream) => Ok(admission.admit(stream).map(Ok::<_, std::io::Error>)),
+            Ok(stream) => Ok(admission.admit(stream, None).map(Ok::<_, std::io::Error>)),
             Err(error) => Err(error),
         };
         async move {

@@ -51,6 +51,7 @@ goenv() {
 
 # The packages whose OpenAPI definitions the server serves (and builds managedFields from).
 OPENAPI_PACKAGES=(k8s.io/api/core/v1 k8s.io/api/events/v1 k8s.io/api/admissionregistration/v1
+  k8s.io/api/authentication/v1 k8s.io/api/authorization/v1
   k8s.io/apimachinery/pkg/apis/meta/v1 k8s.io/apimachinery/pkg/runtime k8s.io/apimachinery/pkg/version
   k8s.io/apimachinery/pkg/api/resource k8s.io/apimachinery/pkg/util/intstr)
 

@@ -23,6 +23,8 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -30,6 +32,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/request/bearertoken"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
@@ -72,6 +75,8 @@ func init() {
 	registerGroup(admissionregistrationv1.SchemeGroupVersion,
 		&admissionregistrationv1.ValidatingAdmissionPolicy{}, &admissionregistrationv1.ValidatingAdmissionPolicyList{},
 		&admissionregistrationv1.ValidatingAdmissionPolicyBinding{}, &admissionregistrationv1.ValidatingAdmissionPolicyBindingList{})
+	registerGroup(authenticationv1.SchemeGroupVersion, &authenticationv1.TokenReview{})
+	registerGroup(authorizationv1.SchemeGroupVersion, &authorizationv1.SubjectAccessReview{})
 	utilruntime.Must(addPodFieldLabels(scheme))
 	utilruntime.Must(addEventFieldLabels(scheme))
 	addDefaults(scheme)
@@ -191,7 +196,7 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
-	if err := installAPIs(server, cfg.RESTOptionsGetter); err != nil {
+	if err := installAPIs(server, cfg.RESTOptionsGetter, tokens, cfg.Authorization.Authorizer); err != nil {
 		return err
 	}
 	server.AddPostStartHookOrDie("plegd-default-namespaces", func(ctx genericapiserver.PostStartHookContext) error {
@@ -210,7 +215,7 @@ type shortNamed struct {
 
 func (s shortNamed) ShortNames() []string { return s.names }
 
-func installAPIs(server *genericapiserver.GenericAPIServer, getter generic.RESTOptionsGetter) error {
+func installAPIs(server *genericapiserver.GenericAPIServer, getter generic.RESTOptionsGetter, tokens authenticator.Token, authz authorizer.Authorizer) error {
 	core := genericapiserver.NewDefaultAPIGroupInfo("", scheme, metav1.ParameterCodec, codecs)
 	pods, podStatus, err := newPodStorage(getter)
 	if err != nil {
@@ -247,7 +252,11 @@ func installAPIs(server *genericapiserver.GenericAPIServer, getter generic.RESTO
 	admission.VersionedResourcesStorageMap["v1"] = map[string]rest.Storage{
 		"validatingadmissionpolicies": policies, "validatingadmissionpolicybindings": bindings,
 	}
-	return server.InstallAPIGroups(&events, &admission)
+	authentication := genericapiserver.NewDefaultAPIGroupInfo(authenticationv1.GroupName, scheme, metav1.ParameterCodec, codecs)
+	authentication.VersionedResourcesStorageMap["v1"] = map[string]rest.Storage{"tokenreviews": &tokenReviewREST{tokens: tokens}}
+	authorization := genericapiserver.NewDefaultAPIGroupInfo(authorizationv1.GroupName, scheme, metav1.ParameterCodec, codecs)
+	authorization.VersionedResourcesStorageMap["v1"] = map[string]rest.Storage{"subjectaccessreviews": &subjectAccessReviewREST{authorizer: authz}}
+	return server.InstallAPIGroups(&events, &admission, &authentication, &authorization)
 }
 
 // The namespaces a fresh kube-apiserver creates itself.

@@ -93,6 +93,7 @@ impl Default for Options {
                 "deploy/components/status-writes/rbac-status.yaml",
                 "deploy/full/rbac-full-mode.yaml",
                 "deploy/components/events/rbac-events.yaml",
+                "deploy/components/pod-monitor/metrics-reader.yaml",
                 "tests/apiserver/rbac-kubelet.yaml",
             ]
             .map(str::to_owned)
@@ -111,6 +112,8 @@ pub enum Identity {
     /// plegd's service account with a token bound to no node (no node-name claim).
     PlegdWithoutNodeClaim,
     Kubelet,
+    /// The service account deploy/components/pod-monitor gives Prometheus to read /metrics with.
+    MetricsReader,
 }
 
 pub struct Apiserver {
@@ -396,25 +399,29 @@ impl Apiserver {
     /// A kubeconfig as `identity` that reaches the server through `port` on the loopback (a
     /// [`super::proxy::Proxy`] in front of it).
     pub fn kubeconfig_through(&self, dir: &Path, identity: &Identity, port: u16) -> PathBuf {
-        let token = {
-            let mut tokens = lock(&self.tokens);
-            match tokens.iter().find(|(_, i)| *i == identity) {
-                Some((t, _)) => t.clone(),
-                None => {
-                    let t = token();
-                    tokens.insert(t.clone(), identity.clone());
-                    write_tokens(self.dir.path(), &tokens);
-                    t
-                }
-            }
-        };
+        let token = self.token_for(identity);
         let name = match identity {
             Identity::Admin => "admin".to_owned(),
             Identity::Plegd(node) => format!("plegd-{node}"),
             Identity::PlegdWithoutNodeClaim => "plegd-unbound".to_owned(),
             Identity::Kubelet => "kubelet".to_owned(),
+            Identity::MetricsReader => "metrics-reader".to_owned(),
         };
         write_kubeconfig(dir, &name, port, &token, &self.dir.path().join("apiserver.crt"))
+    }
+
+    /// The bearer token of `identity` (made and given to the server the first time).
+    pub fn token_for(&self, identity: &Identity) -> String {
+        let mut tokens = lock(&self.tokens);
+        match tokens.iter().find(|(_, i)| *i == identity) {
+            Some((t, _)) => t.clone(),
+            None => {
+                let t = token();
+                tokens.insert(t.clone(), identity.clone());
+                write_tokens(self.dir.path(), &tokens);
+                t
+            }
+        }
     }
 
     /// A client as `admin`.
@@ -785,6 +792,10 @@ fn write_tokens(dir: &Path, tokens: &BTreeMap<String, Identity>) {
                 "extra": {NODE_CLAIM: [node]}}),
             Identity::PlegdWithoutNodeClaim => json!({"token": t, "user": PLEGD_USER,
                 "groups": ["system:serviceaccounts", "system:serviceaccounts:plegd-system"]}),
+            Identity::MetricsReader => {
+                json!({"token": t, "user": "system:serviceaccount:plegd-system:plegd-metrics-reader",
+                "groups": ["system:serviceaccounts", "system:serviceaccounts:plegd-system"]})
+            }
         })
         .collect();
     let path = dir.join("tokens.json");

@@ -30,6 +30,8 @@ pub fn options(cri_socket: &Path, kubeconfig: PathBuf, node: &str, mode: StatusM
         emit_events: false,
         api_socket: None,
         metrics_address: None,
+        metrics_auth: false,
+        health_address: None,
         shutdown_timeout: Duration::from_secs(5),
         apiserver_timeout: Duration::from_secs(30),
     }

@@ -21,7 +21,7 @@ pub const RBAC_FILES: [&str; 4] = [RBAC_READ, RBAC_STATUS, RBAC_FULL_MODE, RBAC_
 pub const OVERLAYS: [&str; 3] = ["conditions", "full", "shadow"];
 /// The optional components an operator adds to an overlay (the admission policies are in the
 /// overlays already).
-pub const OPTIONAL_COMPONENTS: [&str; 4] = ["events", "pod-monitor", "grafana-dashboard", "alerts"];
+pub const OPTIONAL_COMPONENTS: [&str; 5] = ["events", "pod-monitor", "grafana-dashboard", "alerts", "network-policy"];
 
 /// An install as `kubectl apply -k` makes it: overlay `deploy/<overlay>` with `components` (names
 /// under deploy/components) added, rendered by kustomize (kubectl's, from the test apiserver's

@@ -1,0 +1,364 @@
+//! Who may read `/metrics`: Kubernetes authentication and authorization, as the kubelet guards its
+//! own endpoints (`--authentication-token-webhook`, `--authorization-mode=Webhook`) and as
+//! controller-runtime's metrics server does. `/metrics` names every pod, container and exit
+//! reason on the node: in a pod network every tenant reaches the listener, so the reader must show
+//! a bearer token the apiserver accepts (TokenReview) for a user allowed to `get` the non-resource
+//! URL `/metrics` (SubjectAccessReview) — Prometheus' service account with the usual
+//! `nonResourceURLs: ["/metrics"]` rule.
+//!
+//! Answers are cached by token (allowed for 2 min, refused for 30 s, as the kubelet's webhook
+//! caches do), at most [`MAX_CACHED`] tokens; reviews of tokens not cached are limited to
+//! [`REVIEWS_PER_SECOND`] (a burst of twice that), so that a client sending random tokens cannot
+//! make plegd flood the apiserver: past it the answer is 429. A review that fails (apiserver
+//! unreachable, timeout) is not cached and answers 503: nobody is let in on a guess.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+use k8s_openapi::api::authorization::v1::{NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
+use kube::api::{Api, PostParams};
+use tracing::{debug, warn};
+
+use crate::metrics::Metrics;
+
+/// How long an allowed token is trusted without asking again.
+pub const ALLOWED_TTL: Duration = Duration::from_secs(120);
+/// How long a refused token is refused without asking again.
+pub const REFUSED_TTL: Duration = Duration::from_secs(30);
+/// Tokens whose answer is kept.
+pub const MAX_CACHED: usize = 256;
+/// Reviews of tokens not cached, per second.
+pub const REVIEWS_PER_SECOND: f64 = 10.0;
+/// Longest bearer token looked at; a longer one is refused without a review.
+pub const MAX_TOKEN_BYTES: usize = 8 * 1024;
+
+/// Why `/metrics` is not served to a request.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Denied {
+    /// No `Authorization: Bearer` header, or one too long to be a token (401).
+    #[error("a bearer token is required")]
+    NoToken,
+    /// The apiserver did not authenticate the token (401).
+    #[error("the token is not valid")]
+    Unauthenticated,
+    /// The token's user may not `get /metrics` (403).
+    #[error("user {user:?} may not get /metrics")]
+    Forbidden { user: String },
+    /// Too many tokens to review just now (429); try again later.
+    #[error("too many token reviews; try again later")]
+    Throttled,
+    /// The apiserver could not be asked (503); try again later. Retryable.
+    #[error("cannot review the token now: {0}")]
+    Unavailable(String),
+}
+
+impl Denied {
+    fn status(&self) -> StatusCode {
+        match self {
+            Denied::NoToken | Denied::Unauthenticated => StatusCode::UNAUTHORIZED,
+            Denied::Forbidden { .. } => StatusCode::FORBIDDEN,
+            Denied::Throttled => StatusCode::TOO_MANY_REQUESTS,
+            Denied::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    /// The label of `plegd_metrics_auth_total`.
+    fn result(&self) -> &'static str {
+        match self {
+            Denied::NoToken | Denied::Unauthenticated => "unauthenticated",
+            Denied::Forbidden { .. } => "forbidden",
+            Denied::Throttled => "throttled",
+            Denied::Unavailable(_) => "error",
+        }
+    }
+}
+
+impl IntoResponse for Denied {
+    fn into_response(self) -> Response {
+        let mut response = (self.status(), format!("{self}\n")).into_response();
+        if self.status() == StatusCode::UNAUTHORIZED {
+            response
+                .headers_mut()
+                .insert("www-authenticate", HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}
+
+/// What the apiserver answered for one token, until when.
+struct Verdict {
+    answer: Result<(), Denied>,
+    until: Instant,
+}
+
+/// Reviews allowed now: a token bucket.
+struct Budget {
+    tokens: f64,
+    at: Instant,
+}
+
+/// The guard of `/metrics`.
+pub struct MetricsAuth {
+    client: kube::Client,
+    timeout: Duration,
+    cache: Mutex<HashMap<String, Verdict>>,
+    budget: Mutex<Budget>,
+    metrics: Arc<Metrics>,
+}
+
+/// The token of an `Authorization: Bearer <token>` header (pure).
+pub fn bearer_token(header: Option<&HeaderValue>) -> Option<&str> {
+    let value = header?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty() && token.len() <= MAX_TOKEN_BYTES).then_some(token)
+}
+
+impl MetricsAuth {
+    /// A guard that asks the apiserver of `client`, each review within `timeout`.
+    pub fn new(client: kube::Client, timeout: Duration, metrics: Arc<Metrics>) -> Self {
+        Self {
+            client,
+            timeout,
+            cache: Mutex::default(),
+            budget: Mutex::new(Budget {
+                tokens: 2.0 * REVIEWS_PER_SECOND,
+                at: Instant::now(),
+            }),
+            metrics,
+        }
+    }
+
+    /// Whether the request with this `Authorization` header may read `/metrics`.
+    pub async fn check(&self, authorization: Option<&HeaderValue>) -> Result<(), Denied> {
+        let answer = self.answer(authorization).await;
+        let result = match &answer {
+            Ok(()) => "allowed",
+            Err(denied) => denied.result(),
+        };
+        self.metrics.count_metrics_auth(result);
+        answer
+    }
+
+    async fn answer(&self, authorization: Option<&HeaderValue>) -> Result<(), Denied> {
+        let token = bearer_token(authorization).ok_or(Denied::NoToken)?;
+        let now = Instant::now();
+        if let Some(verdict) = self.lock_cache().get(token).filter(|v| v.until > now) {
+            return verdict.answer.clone();
+        }
+        if !self.take_budget(now) {
+            return Err(Denied::Throttled);
+        }
+        let answer = tokio::time::timeout(self.timeout, self.review(token))
+            .await
+            .unwrap_or_else(|_| Err(Denied::Unavailable("no answer in time".into())));
+        if !matches!(answer, Err(Denied::Unavailable(_))) {
+            let ttl = if answer.is_ok() { ALLOWED_TTL } else { REFUSED_TTL };
+            self.remember(token, answer.clone(), now + ttl);
+        }
+        answer
+    }
+
+    fn lock_cache(&self) -> std::sync::MutexGuard<'_, HashMap<String, Verdict>> {
+        self.cache.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn take_budget(&self, now: Instant) -> bool {
+        let mut budget = self.budget.lock().unwrap_or_else(|e| e.into_inner());
+        let refill = now.saturating_duration_since(budget.at).as_secs_f64() * REVIEWS_PER_SECOND;
+        budget.tokens = (budget.tokens + refill).min(2.0 * REVIEWS_PER_SECOND);
+        budget.at = now;
+        if budget.tokens >= 1.0 {
+            budget.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Keep `answer` for `token` until `until`, within [`MAX_CACHED`] tokens: expired answers go
+    /// first, then the one that expires soonest.
+    fn remember(&self, token: &str, answer: Result<(), Denied>, until: Instant) {
+        let mut cache = self.lock_cache();
+        if cache.len() >= MAX_CACHED && !cache.contains_key(token) {
+            let now = Instant::now();
+            cache.retain(|_, v| v.until > now);
+            if cache.len() >= MAX_CACHED
+                && let Some(soonest) = cache.iter().min_by_key(|(_, v)| v.until).map(|(k, _)| k.clone())
+            {
+                cache.remove(&soonest);
+            }
+        }
+        cache.insert(token.to_owned(), Verdict { answer, until });
+    }
+
+    /// TokenReview, then SubjectAccessReview of `get /metrics` for the user it names.
+    async fn review(&self, token: &str) -> Result<(), Denied> {
+        let unavailable = |what: &str, error: kube::Error| {
+            warn!(error = %error, "cannot {what} for a /metrics request");
+            Denied::Unavailable(format!("{what}: {error}"))
+        };
+        let review = TokenReview {
+            spec: TokenReviewSpec {
+                token: token.to_owned(),
+                audiences: None,
+            },
+            ..TokenReview::default()
+        };
+        let reviewed = Api::<TokenReview>::all(self.client.clone())
+            .create(&PostParams::default(), &review)
+            .await
+            .map_err(|e| unavailable("review the token", e))?;
+        let status = reviewed.status.unwrap_or_default();
+        let Some(user) = status.user.filter(|_| status.authenticated == Some(true)) else {
+            debug!("a /metrics request with a token the apiserver does not authenticate");
+            return Err(Denied::Unauthenticated);
+        };
+        let username = user.username.clone().unwrap_or_default();
+        let access = SubjectAccessReview {
+            spec: SubjectAccessReviewSpec {
+                user: user.username,
+                groups: user.groups,
+                uid: user.uid,
+                extra: user.extra,
+                non_resource_attributes: Some(NonResourceAttributes {
+                    path: Some("/metrics".into()),
+                    verb: Some("get".into()),
+                }),
+                resource_attributes: None,
+            },
+            ..SubjectAccessReview::default()
+        };
+        let decided = Api::<SubjectAccessReview>::all(self.client.clone())
+            .create(&PostParams::default(), &access)
+            .await
+            .map_err(|e| unavailable("review the access", e))?;
+        if decided.status.is_some_and(|s| s.allowed) {
+            Ok(())
+        } else {
+            debug!(user = %username, "a /metrics request by a user who may not get /metrics");
+            Err(Denied::Forbidden { user: username })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::status::manager::script::Script;
+    use serde_json::json;
+
+    fn header(v: &str) -> HeaderValue {
+        HeaderValue::from_str(v).unwrap()
+    }
+
+    #[test]
+    fn only_a_bearer_token_of_sane_length_is_taken() {
+        assert_eq!(bearer_token(Some(&header("Bearer abc"))), Some("abc"));
+        assert_eq!(bearer_token(Some(&header("bearer  abc "))), Some("abc"));
+        assert_eq!(bearer_token(Some(&header("Basic abc"))), None);
+        assert_eq!(bearer_token(Some(&header("Bearer "))), None);
+        assert_eq!(bearer_token(None), None);
+        let long = format!("Bearer {}", "a".repeat(MAX_TOKEN_BYTES + 1));
+        assert_eq!(bearer_token(Some(&header(&long))), None);
+    }
+
+    fn token_review(authenticated: bool) -> serde_json::Value {
+        json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {},
+            "status": {"authenticated": authenticated, "user": {"username": "system:serviceaccount:monitoring:prometheus", "groups": ["system:serviceaccounts"]}}})
+    }
+
+    fn access_review(allowed: bool) -> serde_json::Value {
+        json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": {},
+            "status": {"allowed": allowed}})
+    }
+
+    /// Each verdict of the apiserver, cached: the same token asks no more reviews.
+    #[tokio::test]
+    async fn the_apiserver_decides_and_its_answers_are_cached() {
+        let script = Script::new(
+            &[
+                (201, token_review(true)),
+                (201, access_review(true)),
+                (201, token_review(true)),
+                (201, access_review(false)),
+                (201, token_review(false)),
+                (
+                    500,
+                    json!({"kind": "Status", "status": "Failure", "code": 500, "message": "boom"}),
+                ),
+            ],
+            token_review(false),
+        );
+        let metrics = Arc::new(Metrics::new());
+        let auth = MetricsAuth::new(script.client(), Duration::from_secs(5), metrics.clone());
+        assert_eq!(auth.check(None).await, Err(Denied::NoToken));
+        assert_eq!(auth.check(Some(&header("Bearer good"))).await, Ok(()));
+        assert_eq!(auth.check(Some(&header("Bearer good"))).await, Ok(()), "cached");
+        assert!(matches!(
+            auth.check(Some(&header("Bearer other"))).await,
+            Err(Denied::Forbidden { .. })
+        ));
+        assert_eq!(
+            auth.check(Some(&header("Bearer bogus"))).await,
+            Err(Denied::Unauthenticated)
+        );
+        assert_eq!(
+            auth.check(Some(&header("Bearer bogus"))).await,
+            Err(Denied::Unauthenticated),
+            "a refusal is cached too"
+        );
+        assert!(matches!(
+            auth.check(Some(&header("Bearer later"))).await,
+            Err(Denied::Unavailable(_))
+        ));
+        let sent = script.sent();
+        assert_eq!(sent.len(), 6, "{sent:?}");
+        assert_eq!(sent[0].1["spec"]["token"], "good");
+        assert_eq!(sent[1].1["spec"]["nonResourceAttributes"]["path"], "/metrics");
+        assert_eq!(sent[1].1["spec"]["user"], "system:serviceaccount:monitoring:prometheus");
+        // A failed review is not cached: asked again (and now refused).
+        assert_eq!(
+            auth.check(Some(&header("Bearer later"))).await,
+            Err(Denied::Unauthenticated)
+        );
+        assert_eq!(script.sent().len(), 7);
+        let text = metrics.encode();
+        assert!(
+            text.contains("plegd_metrics_auth_total{result=\"allowed\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("plegd_metrics_auth_total{result=\"unauthenticated\"} 4"),
+            "{text}"
+        );
+    }
+
+    /// Random tokens cannot make plegd flood the apiserver with reviews.
+    #[tokio::test]
+    async fn reviews_of_unknown_tokens_are_rate_limited_and_the_cache_bounded() {
+        let script = Script::answering_by_default(token_review(false));
+        let auth = MetricsAuth::new(script.client(), Duration::from_secs(5), Arc::new(Metrics::new()));
+        let mut throttled = 0;
+        for i in 0..100 {
+            if auth.check(Some(&header(&format!("Bearer t{i}")))).await == Err(Denied::Throttled) {
+                throttled += 1;
+            }
+        }
+        let reviews = script.sent().len();
+        assert!(reviews <= 2 * REVIEWS_PER_SECOND as usize + 2, "{reviews} reviews");
+        assert_eq!(throttled, 100 - reviews);
+        for i in 0..(2 * MAX_CACHED) {
+            auth.remember(
+                &format!("x{i}"),
+                Err(Denied::Unauthenticated),
+                Instant::now() + REFUSED_TTL,
+            );
+        }
+        assert_eq!(auth.lock_cache().len(), MAX_CACHED);
+    }
+}
