@@ -633,7 +633,7 @@ mod tests {
         let manager = StatusManager::new(
             script.client(),
             store,
-            ManagerConfig::new(NodeName::new("n1").unwrap(), StatusMode::Conditions),
+            ManagerConfig::new(NodeName::new("n1").unwrap(), StatusMode::Full),
             Arc::new(RetryAfter::default()),
             metrics.clone(),
         );
