@@ -59,9 +59,18 @@ fn check_pod_monitor(monitor: &Value) {
     for endpoint in monitor["spec"]["podMetricsEndpoints"].as_array().unwrap() {
         allowed(
             endpoint,
-            &["port", "path", "interval", "relabelings"],
+            &["port", "path", "interval", "relabelings", "authorization"],
             "spec.podMetricsEndpoints[]",
         );
+        // SafeAuthorization: a type and a key of a Secret in the monitor's namespace.
+        if let Some(authorization) = endpoint.get("authorization") {
+            allowed(authorization, &["type", "credentials"], "authorization");
+            allowed(
+                &authorization["credentials"],
+                &["name", "key", "optional"],
+                "authorization.credentials",
+            );
+        }
         for relabeling in endpoint["relabelings"].as_array().into_iter().flatten() {
             allowed(relabeling, &["sourceLabels", "targetLabel"], "relabelings[]");
         }
@@ -112,7 +121,13 @@ fn every_install_validates_against_kubernetes_1_36() {
 #[test]
 fn each_install_grants_its_mode_and_no_more() {
     let dir = tempfile::tempdir().unwrap();
-    let read = ["/pods:list", "/pods:watch"];
+    // Reading pods, and the reviews that guard /metrics.
+    let read = [
+        "/pods:list",
+        "/pods:watch",
+        "authentication.k8s.io/tokenreviews:create",
+        "authorization.k8s.io/subjectaccessreviews:create",
+    ];
     let status = ["/pods/status:patch"];
     let events = ["events.k8s.io/events:create", "events.k8s.io/events:patch"];
     let sorted = |parts: &[&[&str]]| {
@@ -346,4 +361,47 @@ fn image_build_is_pinned_and_small() {
             ".dockerignore keeps {kept}"
         );
     }
+}
+
+/// Every test, script or manifest of tests/ that deploy/ and the project's documents name is
+/// there: a reader sent to a file finds it.
+#[test]
+fn the_files_the_docs_name_exist() {
+    let mut named = Vec::new();
+    let mut files: Vec<std::path::PathBuf> = ["README.md", "SECURITY.md", "RELIABILITY.md", "BENCHMARKS.md"]
+        .iter()
+        .map(|f| path(f).into())
+        .collect();
+    let mut dirs = vec![std::path::PathBuf::from(path("deploy")), path("systemd").into()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let p = entry.path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else {
+                files.push(p);
+            }
+        }
+    }
+    for file in files {
+        let Ok(text) = std::fs::read_to_string(&file) else {
+            continue;
+        };
+        for (i, _) in text.match_indices("tests/") {
+            let rest = &text[i..];
+            let end = rest
+                .find(|c: char| !(c.is_ascii_alphanumeric() || "_/.-".contains(c)))
+                .unwrap_or(rest.len());
+            let cited = rest[..end].trim_end_matches('.');
+            if [".rs", ".go", ".sh", ".yaml"].iter().any(|ext| cited.ends_with(ext)) {
+                named.push((file.display().to_string(), cited.to_owned()));
+            }
+        }
+    }
+    assert!(named.len() > 10, "{named:?}");
+    let missing: Vec<_> = named
+        .iter()
+        .filter(|(_, cited)| !std::path::Path::new(&path(cited)).exists())
+        .collect();
+    assert!(missing.is_empty(), "named but not there: {missing:?}");
 }

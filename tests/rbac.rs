@@ -50,6 +50,9 @@ async fn used(mode: &str, emit_events: bool, rendered: &std::path::Path, install
     let dir = tempfile::tempdir().unwrap();
     let uid = api.create_bound_pod("web", NODE, 2, "Never").await;
     cri.fake.add_running_pod(&uid, "web", 2);
+    let metrics_port = support::process::free_port();
+    // Known to the server well before the scrape below.
+    let token = api.token_for(&Identity::MetricsReader);
     let mut command = support::process::plegd_run(
         env!("CARGO_BIN_EXE_plegd"),
         NODE,
@@ -59,7 +62,8 @@ async fn used(mode: &str, emit_events: bool, rendered: &std::path::Path, install
     command
         .args(&flags)
         .args(["--triggers", "none", "--relist-period", "200ms"])
-        .args(["--metrics-address", "off"]);
+        .args(["--metrics-address", &format!("127.0.0.1:{metrics_port}")])
+        .args(["--metrics-auth", "kubernetes"]);
     let _plegd = KillOnDrop(command.spawn().expect("spawn plegd"));
     match mode {
         "full" => {
@@ -84,6 +88,25 @@ async fn used(mode: &str, emit_events: bool, rendered: &std::path::Path, install
             .await
         }
     }
+
+    // A scrape of /metrics with a token: plegd asks the apiserver who it is and whether it may
+    // (the install alone does not let it: 403).
+    let scraped = tokio::task::spawn_blocking(move || {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", metrics_port)).ok()?;
+        stream.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+        write!(
+            stream,
+            "GET /metrics HTTP/1.1\r\nHost: plegd\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+        )
+        .ok()?;
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).ok()?;
+        answer.split_whitespace().nth(1).map(str::to_owned)
+    })
+    .await
+    .unwrap();
+    assert_eq!(scraped.as_deref(), Some("403"));
 
     // Deleted while it runs: in full mode plegd removes it once its containers and its sandbox have
     // stopped and its final status is written (a pod already terminal would be removed by the

@@ -119,7 +119,7 @@ pub enum Command {
     /// Relist the runtime and print pod lifecycle events; needs no apiserver.
     Watch(WatchArgs),
     /// The daemon: lifecycle events from the runtime, pod status and conditions to the apiserver.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Follow the lifecycle events of a running `plegd run`.
     Events(EventsArgs),
 }
