@@ -46,12 +46,14 @@ echo "=== clippy and docs ===" >&2
 cargo clippy --workspace --all-targets -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p plegd
 
+# The suites run under cargo-nextest (each test a process of its own); installed from crates.io
+# when missing (a few minutes, once).
+if ! cargo nextest --version >/dev/null 2>&1; then
+  echo "=== installing cargo-nextest ===" >&2
+  cargo install cargo-nextest --locked
+fi
 run_tests() {
-  if cargo nextest --version >/dev/null 2>&1; then
-    cargo nextest run --no-fail-fast "$@"
-  else
-    cargo test --no-fail-fast "$@"
-  fi
+  cargo nextest run --no-fail-fast "$@"
 }
 
 echo "=== every test, real containerd ${VERSIONS[0]:-(none)} ===" >&2
