@@ -1103,7 +1103,13 @@ async fn a_finished_pod_plegd_may_not_delete_keeps_its_final_status() {
     })
     .await;
     tokio::time::sleep(Duration::from_secs(12)).await;
-    assert_eq!(pod_deletes(&api, &pod).await, 1, "refused once, not retried in a loop");
+    // Asked again on the slow schedule of refused writes (5-10 s, then 10-20 s, ...; RBAC may
+    // still be propagating), never in a loop.
+    let deletes = pod_deletes(&api, &pod).await;
+    assert!(
+        (1..=2).contains(&deletes),
+        "refused, asked again slowly: {deletes} DELETEs in 12 s"
+    );
     let p = api.pod(&pod.namespace, &pod.name).await.expect("the pod stays");
     assert_eq!(p["status"]["phase"], "Succeeded");
 

@@ -232,39 +232,43 @@ pub fn rebase(mode: StatusMode, newest: &PodStatus, wanted: &PodStatus) -> PodSt
         }
         c
     };
+    // Orders are kept: the newest copy's in conditions mode, `wanted`'s in full mode, so that a
+    // write that changes nothing sends nothing.
     match mode {
         StatusMode::Shadow => wanted.clone(),
         StatusMode::Conditions => {
-            let mut status = newest.clone();
-            let mut conditions: Vec<PodCondition> = newest_conditions
-                .iter()
-                .filter(|c| c.type_ != CONTAINERS_RUNNING)
-                .cloned()
-                .collect();
-            conditions.extend(
-                wanted_conditions
-                    .iter()
-                    .filter(|c| c.type_ == CONTAINERS_RUNNING)
-                    .map(with_time),
-            );
-            status.conditions = Some(conditions);
-            status
+            let mut conditions = newest_conditions.to_vec();
+            for c in wanted_conditions.iter().filter(|c| c.type_ == CONTAINERS_RUNNING) {
+                match conditions.iter_mut().find(|o| o.type_ == c.type_) {
+                    Some(o) => *o = with_time(c),
+                    None => conditions.push(with_time(c)),
+                }
+            }
+            PodStatus {
+                conditions: Some(conditions),
+                ..newest.clone()
+            }
         }
         StatusMode::Full => {
             let owned = |type_: &str| type_ == CONTAINERS_RUNNING || KUBELET_CONDITIONS.contains(&type_);
+            let newest_of = |type_: &str| newest_conditions.iter().find(|n| n.type_ == type_);
             let mut conditions: Vec<PodCondition> = wanted_conditions
                 .iter()
-                .filter(|c| owned(&c.type_))
-                .map(with_time)
+                .filter_map(|c| {
+                    if owned(&c.type_) {
+                        Some(with_time(c))
+                    } else if c.type_ == DISRUPTION_TARGET && newest_of(DISRUPTION_TARGET).is_none() {
+                        Some(c.clone())
+                    } else {
+                        // Someone else's: as the newest copy has it, or gone with it.
+                        newest_of(&c.type_).cloned()
+                    }
+                })
                 .collect();
-            conditions.extend(newest_conditions.iter().filter(|c| !owned(&c.type_)).cloned());
-            if !newest_conditions.iter().any(|c| c.type_ == DISRUPTION_TARGET) {
-                conditions.extend(
-                    wanted_conditions
-                        .iter()
-                        .filter(|c| c.type_ == DISRUPTION_TARGET)
-                        .cloned(),
-                );
+            for n in newest_conditions {
+                if !owned(&n.type_) && !conditions.iter().any(|c| c.type_ == n.type_) {
+                    conditions.push(n.clone());
+                }
             }
             PodStatus {
                 conditions: Some(conditions),
@@ -704,5 +708,18 @@ mod tests {
         let full = rebase(StatusMode::Full, &without, &carried);
         assert!(types(&full).contains(&s("DisruptionTarget", "False")));
         assert_eq!(rebase(StatusMode::Shadow, &newest, &wanted), wanted);
+        // Nothing changed since: the same status, conditions in the same order (no PATCH).
+        let same = PodStatus {
+            phase: Some("Running".into()),
+            conditions: Some(vec![
+                cond("example.com/Gate", "True", 1),
+                cond("Ready", "True", 1),
+                cond(CONTAINERS_RUNNING, "True", 1),
+                cond("PodScheduled", "True", 1),
+            ]),
+            ..PodStatus::default()
+        };
+        assert_eq!(rebase(StatusMode::Full, &same, &same), same);
+        assert_eq!(rebase(StatusMode::Conditions, &same, &same), same);
     }
 }
