@@ -406,15 +406,17 @@ impl CriRuntime {
     /// the async threads.
     async fn add_termination_messages(
         &self,
+        pod_uid: &str,
         statuses: &mut [crate::kubecontainer::RuntimeContainerStatus],
         plans: Vec<(usize, termination::Plan)>,
         bad: &mut Vec<BadData>,
     ) {
         let files = self.host_files.clone();
+        let uid = pod_uid.to_owned();
         let read = tokio::task::spawn_blocking(move || {
             plans
                 .into_iter()
-                .map(|(i, plan)| (i, files.read(&plan)))
+                .map(|(i, plan)| (i, files.read(&plan, &uid)))
                 .collect::<Vec<_>>()
         })
         .await;
@@ -624,7 +626,7 @@ impl Runtime for CriRuntime {
             }
         }
         if !plans.is_empty() {
-            self.add_termination_messages(&mut status.container_statuses, plans, &mut bad)
+            self.add_termination_messages(&pod.id, &mut status.container_statuses, plans, &mut bad)
                 .await;
         }
         self.report(bad);
