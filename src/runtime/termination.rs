@@ -18,6 +18,9 @@ use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use k8s_cri::v1 as cri;
 use rustix::fs::{Mode, OFlags, ResolveFlags};
@@ -335,7 +338,10 @@ impl HostFiles {
         }
         let root_dir = match rustix::fs::open(root, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()) {
             Ok(fd) => fd,
-            Err(Errno::NOENT | Errno::NOTDIR) => return Opened::RootMissing,
+            Err(Errno::NOENT | Errno::NOTDIR) => {
+                tracing::debug!(directory = %root.display(), path, "node directory not there; not read");
+                return Opened::RootMissing;
+            }
             Err(e) => return Opened::Failed(e.into()),
         };
         match open_beneath(&root_dir, rel, Resolver::Openat2) {
@@ -352,6 +358,183 @@ impl HostFiles {
             // directory, a socket (ENXIO).
             Err(Errno::LOOP | Errno::XDEV | Errno::NOTDIR | Errno::NXIO) => refuse(),
             Err(e) => Opened::Failed(e.into()),
+        }
+    }
+}
+
+/// How long the termination-message reads of one pod's status may take, together. A file on a
+/// volume that does not answer (hung NFS, a FUSE server that stopped) blocks its reader in the
+/// kernel for as long as the volume hangs; the relist that reads it must not.
+pub const READ_DEADLINE: Duration = Duration::from_secs(2);
+/// Reads of node files at most in flight. A read that hangs keeps its reader (a thread) until
+/// the volume answers: this bounds the threads a hung volume can hold.
+pub const MAX_READERS: usize = 4;
+/// Containers whose read hung, remembered so that it is not tried at every inspection of their
+/// pod; the oldest is forgotten past this.
+const MAX_HUNG: usize = 1024;
+
+/// What became of the read of one container's termination message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reading {
+    /// Read: the message (empty for none) and the paths refused on the way.
+    Read { message: String, refused: Vec<Refused> },
+    /// Not done by the deadline: the message is left out, and not read again for this container.
+    TimedOut,
+    /// Not tried: this container's read hung before.
+    HungBefore,
+    /// Not tried: every reader is held by a read that hangs.
+    NoReader,
+}
+
+/// Container ids whose read hung, oldest first (pure bookkeeping).
+#[derive(Debug, Default)]
+struct HungReads {
+    ids: std::collections::HashSet<String>,
+    order: std::collections::VecDeque<String>,
+}
+
+impl HungReads {
+    fn contains(&self, id: &str) -> bool {
+        self.ids.contains(id)
+    }
+
+    fn insert(&mut self, id: &str) {
+        if !self.ids.insert(id.to_owned()) {
+            return;
+        }
+        self.order.push_back(id.to_owned());
+        while self.order.len() > MAX_HUNG {
+            if let Some(oldest) = self.order.pop_front() {
+                self.ids.remove(&oldest);
+            }
+        }
+    }
+}
+
+/// Reads termination messages off the async threads, each under a deadline, at most
+/// [`MAX_READERS`] at once; a read that times out is left behind (it ends when its volume
+/// answers) and its container remembered.
+///
+/// The readers are plain threads, not tokio's blocking pool: a runtime shutting down waits for
+/// every blocking task, so one read stuck on a hung volume would keep plegd from exiting.
+#[derive(Debug)]
+pub struct TerminationReader {
+    files: Arc<HostFiles>,
+    deadline: Duration,
+    readers: Arc<tokio::sync::Semaphore>,
+    max_readers: usize,
+    /// Reads past their deadline whose thread has not returned yet.
+    stuck: Arc<AtomicUsize>,
+    hung: Mutex<HungReads>,
+}
+
+/// Why work given to a reader thread brought nothing back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Late {
+    TimedOut,
+    NoReader,
+}
+
+impl TerminationReader {
+    pub fn new(files: HostFiles) -> Self {
+        Self::with_limits(files, READ_DEADLINE, MAX_READERS)
+    }
+
+    pub fn with_limits(files: HostFiles, deadline: Duration, max_readers: usize) -> Self {
+        let max_readers = max_readers.max(1);
+        Self {
+            files: Arc::new(files),
+            deadline,
+            readers: Arc::new(tokio::sync::Semaphore::new(max_readers)),
+            max_readers,
+            stuck: Arc::default(),
+            hung: Mutex::default(),
+        }
+    }
+
+    pub fn files(&self) -> &HostFiles {
+        &self.files
+    }
+
+    /// How long one pod's reads may take.
+    pub fn deadline(&self) -> Duration {
+        self.deadline
+    }
+
+    /// [`HostFiles::missing_roots`], under the deadline (a node directory on a volume that hangs
+    /// would otherwise hang plegd's start); None when it did not answer.
+    pub async fn missing_roots(&self) -> Option<Vec<PathBuf>> {
+        let deadline = tokio::time::Instant::now() + self.deadline;
+        self.off_thread(deadline, HostFiles::missing_roots).await.ok()
+    }
+
+    /// The termination messages `plans` ask for, of containers (by id) of pod `pod_uid`, read
+    /// concurrently under one deadline; in the order of `plans`.
+    pub async fn read_pod(&self, pod_uid: &str, plans: Vec<(String, Plan)>) -> Vec<Reading> {
+        let deadline = tokio::time::Instant::now() + self.deadline;
+        let reads = plans.into_iter().map(|(id, plan)| {
+            let uid = pod_uid.to_owned();
+            async move {
+                if self.hung().contains(&id) {
+                    return Reading::HungBefore;
+                }
+                match self.off_thread(deadline, move |files| files.read(&plan, &uid)).await {
+                    Ok((message, refused)) => Reading::Read { message, refused },
+                    Err(Late::TimedOut) => {
+                        self.hung().insert(&id);
+                        Reading::TimedOut
+                    }
+                    Err(Late::NoReader) => Reading::NoReader,
+                }
+            }
+        });
+        futures_util::future::join_all(reads).await
+    }
+
+    fn hung(&self) -> std::sync::MutexGuard<'_, HungReads> {
+        self.hung.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Run `work` on a reader thread of its own and wait for it until `deadline`. A reader is
+    /// waited for within the same deadline, unless every one is stuck past its own.
+    async fn off_thread<T: Send + 'static>(
+        &self,
+        deadline: tokio::time::Instant,
+        work: impl FnOnce(&HostFiles) -> T + Send + 'static,
+    ) -> Result<T, Late> {
+        if self.stuck.load(Ordering::Acquire) >= self.max_readers {
+            return Err(Late::NoReader);
+        }
+        let permit = match tokio::time::timeout_at(deadline, self.readers.clone().acquire_owned()).await {
+            Ok(Ok(permit)) => permit,
+            Ok(Err(_)) | Err(_) => return Err(Late::NoReader),
+        };
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        // Set by whichever is first: the thread returning, or the wait giving up on it.
+        let left_behind = Arc::new(AtomicBool::new(false));
+        let (files, stuck, done) = (self.files.clone(), self.stuck.clone(), left_behind.clone());
+        let spawned = std::thread::Builder::new()
+            .name("plegd-node-files".into())
+            .spawn(move || {
+                let _permit = permit;
+                let _ = tx.send(work(&files));
+                if done.swap(true, Ordering::AcqRel) {
+                    stuck.fetch_sub(1, Ordering::AcqRel);
+                }
+            });
+        if spawned.is_err() {
+            return Err(Late::NoReader);
+        }
+        match tokio::time::timeout_at(deadline, rx).await {
+            Ok(Ok(value)) => Ok(value),
+            // The thread panicked: nothing to wait for.
+            Ok(Err(_)) => Err(Late::NoReader),
+            Err(_) => {
+                if !left_behind.swap(true, Ordering::AcqRel) {
+                    self.stuck.fetch_add(1, Ordering::AcqRel);
+                }
+                Err(Late::TimedOut)
+            }
         }
     }
 }
@@ -714,5 +897,66 @@ mod tests {
         );
         assert_eq!(refused.len(), 1);
         assert!(host(dir.path()).missing_roots().is_empty());
+    }
+
+    /// Work that blocks until told to go on, as a read on a volume that does not answer.
+    fn hanging(release: std::sync::mpsc::Receiver<()>) -> impl FnOnce(&HostFiles) -> u8 + Send + 'static {
+        move |_| {
+            let _ = release.recv();
+            7
+        }
+    }
+
+    /// Reads that hang time out at the deadline and hold their reader until they return; with
+    /// every reader held so, a read is not even tried; once one returns, reads work again.
+    #[tokio::test]
+    async fn reads_that_hang_time_out_and_hold_at_most_every_reader() {
+        let reader = TerminationReader::with_limits(HostFiles::default(), READ_DEADLINE, 2);
+        let soon = || tokio::time::Instant::now() + Duration::from_millis(20);
+        let deadline = || tokio::time::Instant::now() + Duration::from_secs(60);
+        let (release_a, a) = std::sync::mpsc::channel();
+        let (_release_b, b) = std::sync::mpsc::channel::<()>();
+        assert_eq!(reader.off_thread(soon(), hanging(a)).await, Err(Late::TimedOut));
+        assert_eq!(reader.off_thread(soon(), hanging(b)).await, Err(Late::TimedOut));
+        assert_eq!(reader.stuck.load(Ordering::Acquire), 2);
+        assert_eq!(
+            reader.off_thread(deadline(), |_| 1).await,
+            Err(Late::NoReader),
+            "every reader stuck: not tried, not waited for"
+        );
+        release_a.send(()).unwrap();
+        for _ in 0..10_000 {
+            if reader.stuck.load(Ordering::Acquire) < 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        assert_eq!(reader.stuck.load(Ordering::Acquire), 1);
+        assert_eq!(reader.off_thread(deadline(), |_| 1).await, Ok(1));
+    }
+
+    /// A container whose read timed out is not read again; the memory of such containers is
+    /// bounded, oldest forgotten first.
+    #[tokio::test]
+    async fn a_read_that_hung_is_not_tried_again() {
+        let reader = TerminationReader::new(HostFiles::default());
+        reader.hung().insert("c1");
+        let plan = Plan {
+            file: Some("/var/lib/kubelet/pods/u/containers/app/1a2b".into()),
+            logs: None,
+        };
+        let readings = reader
+            .read_pod("u", vec![("c1".into(), plan.clone()), ("c2".into(), plan)])
+            .await;
+        assert_eq!(readings[0], Reading::HungBefore);
+        assert!(matches!(readings[1], Reading::Read { .. }), "{readings:?}");
+
+        let mut hung = HungReads::default();
+        for i in 0..=MAX_HUNG {
+            hung.insert(&format!("c{i}"));
+        }
+        hung.insert("c5");
+        assert!(!hung.contains("c0") && hung.contains("c1") && hung.contains(&format!("c{MAX_HUNG}")));
+        assert_eq!((hung.ids.len(), hung.order.len()), (MAX_HUNG, MAX_HUNG));
     }
 }
