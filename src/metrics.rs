@@ -277,7 +277,7 @@ pub mod known {
     /// `plegd_pod_deletions_total{result}`.
     pub const POD_DELETION_RESULTS: [&str; 5] = ["ok", "gone", "forbidden", "retry", "rejected"];
     /// `plegd_runtime_bad_data_total{kind}` (runtime::convert::BadData::kind).
-    pub const BAD_DATA_KINDS: [&str; 8] = [
+    pub const BAD_DATA_KINDS: [&str; 9] = [
         "missing_pod_uid",
         "missing_sandbox_metadata",
         "empty_id",
@@ -286,6 +286,7 @@ pub mod known {
         "bad_timestamp",
         "not_utf8",
         "refused_path",
+        "read_timeout",
     ];
     /// `plegd_runtime_errors_total{operation}`: the CRI calls plegd makes.
     pub const RUNTIME_OPERATIONS: [&str; 6] = [

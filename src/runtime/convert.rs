@@ -75,6 +75,9 @@ pub enum BadData {
     /// A file path plegd will not read (a termination message or log outside the node's
     /// directories); read as absent.
     RefusedPath { id: String, detail: String },
+    /// A termination message whose read did not finish by its deadline (a node volume that does
+    /// not answer); left out.
+    ReadTimedOut { id: String, detail: String },
 }
 
 impl BadData {
@@ -89,6 +92,7 @@ impl BadData {
             BadData::BadTimestamp { .. } => "bad_timestamp",
             BadData::NotUtf8 { .. } | BadData::NotUtf8Field { .. } => "not_utf8",
             BadData::RefusedPath { .. } => "refused_path",
+            BadData::ReadTimedOut { .. } => "read_timeout",
         }
     }
 
@@ -102,7 +106,8 @@ impl BadData {
             | BadData::BadTimestamp { id, .. }
             | BadData::NotUtf8 { id }
             | BadData::NotUtf8Field { id, .. }
-            | BadData::RefusedPath { id, .. } => id,
+            | BadData::RefusedPath { id, .. }
+            | BadData::ReadTimedOut { id, .. } => id,
             BadData::EmptyId => "",
         }
     }
@@ -137,7 +142,7 @@ impl std::fmt::Display for BadData {
                 };
                 write!(f, "{field} of {id} is not UTF-8; {what}")
             }
-            BadData::RefusedPath { id, detail } => write!(f, "{id}: {detail}"),
+            BadData::RefusedPath { id, detail } | BadData::ReadTimedOut { id, detail } => write!(f, "{id}: {detail}"),
         }
     }
 }

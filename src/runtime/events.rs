@@ -85,8 +85,15 @@ impl EventStream {
 }
 
 /// The container a containerd event names, if the event can change a container's state.
+///
+/// `/tasks/oom` cannot: an OOM kill of a child process leaves the container running (containerd's
+/// CRI plugin only notes the reason OOMKilled for the container's eventual exit), and an OOM kill
+/// of the container's own process ends its task, which containerd announces as `/tasks/exit`. A
+/// container that keeps OOM-killing a child sends a stream of them that would keep plegd probing
+/// a container that does not change, so it is not subscribed to ([`containerd_filters`]) and read
+/// as naming nothing here.
 pub fn containerd_subject(topic: &str, payload: &[u8]) -> Option<String> {
-    use containerd_client::events::{ContainerDelete, TaskDelete, TaskExit, TaskOom, TaskStart};
+    use containerd_client::events::{ContainerDelete, TaskDelete, TaskExit, TaskStart};
     let id = match topic {
         "/tasks/start" => TaskStart::decode(payload).ok()?.container_id,
         // The exit of an exec'd process (id != container id) changes nothing.
@@ -102,7 +109,6 @@ pub fn containerd_subject(topic: &str, payload: &[u8]) -> Option<String> {
                 .filter(|e| e.id == e.container_id || e.id.is_empty())?
                 .container_id
         }
-        "/tasks/oom" => TaskOom::decode(payload).ok()?.container_id,
         "/containers/delete" => ContainerDelete::decode(payload).ok()?.id,
         _ => return None,
     };
@@ -111,16 +117,10 @@ pub fn containerd_subject(topic: &str, payload: &[u8]) -> Option<String> {
 
 /// The containerd event filters for `namespace` (each one an AND; the list an OR).
 pub fn containerd_filters(namespace: &str) -> Vec<String> {
-    [
-        "/tasks/start",
-        "/tasks/exit",
-        "/tasks/delete",
-        "/tasks/oom",
-        "/containers/delete",
-    ]
-    .iter()
-    .map(|topic| format!("namespace=={namespace},topic==\"{topic}\""))
-    .collect()
+    ["/tasks/start", "/tasks/exit", "/tasks/delete", "/containers/delete"]
+        .iter()
+        .map(|topic| format!("namespace=={namespace},topic==\"{topic}\""))
+        .collect()
 }
 
 /// What a CRI container event names: its pod when the event carries the sandbox's uid, else the
@@ -225,8 +225,25 @@ mod tests {
     #[test]
     fn filters_are_per_topic_in_the_namespace() {
         let f = containerd_filters("k8s.io");
-        assert_eq!(f.len(), 5);
+        assert_eq!(f.len(), 4);
         assert_eq!(f[1], "namespace==k8s.io,topic==\"/tasks/exit\"");
+    }
+
+    /// An OOM kill changes no container's CRI state: a child process killed leaves the container
+    /// running, and the container's own end comes as `/tasks/exit`. So `/tasks/oom` is neither
+    /// asked for nor, should one come, read as naming anything.
+    #[test]
+    fn an_oom_event_names_nothing() {
+        use containerd_client::events::TaskOom;
+        let oom = TaskOom {
+            container_id: "c1".into(),
+        }
+        .encode_to_vec();
+        assert_eq!(containerd_subject("/tasks/oom", &oom), None);
+        assert!(
+            containerd_filters("k8s.io").iter().all(|f| !f.contains("/tasks/oom")),
+            "not subscribed to"
+        );
     }
     #[test]
     fn cri_events_name_the_pod_when_they_can() {

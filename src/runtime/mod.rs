@@ -246,7 +246,7 @@ pub struct CriRuntime {
     backoff: ExponentialBackoff,
     metrics: Arc<Metrics>,
     bad_data_seen: Arc<Mutex<HashSet<(&'static str, String)>>>,
-    host_files: Arc<termination::HostFiles>,
+    termination: Arc<termination::TerminationReader>,
 }
 
 /// How many distinct bad items are remembered for log de-duplication before the memory is reset.
@@ -276,7 +276,7 @@ impl CriRuntime {
             backoff,
             metrics,
             bad_data_seen: Default::default(),
-            host_files: Arc::new(options.host_files.clone()),
+            termination: Arc::new(termination::TerminationReader::new(options.host_files.clone())),
         }
     }
 
@@ -299,7 +299,26 @@ impl CriRuntime {
         check_socket(path)?;
         let runtime = Self::new(path, options, metrics);
         let version = runtime.version().await?;
+        runtime.say_missing_node_directories().await;
         Ok((runtime, version))
+    }
+
+    /// Say once, at start, which node directories termination messages would be read from are
+    /// not there (not mounted into plegd's container, as in `conditions` mode): their messages
+    /// are left out, which is not worth a word at every container exit.
+    async fn say_missing_node_directories(&self) {
+        match self.termination.missing_roots().await {
+            Some(missing) => {
+                for directory in missing {
+                    info!(directory = %directory.display(), "node directory not there (not mounted into plegd?): termination messages and logs below it are left out");
+                }
+            }
+            None => warn!(
+                pods = %self.termination.files().pods_dir.display(),
+                logs = %self.termination.files().logs_dir.display(),
+                "the node directories termination messages are read from do not answer"
+            ),
+        }
     }
 
     /// [`CriRuntime::connect`], waiting while the runtime is not there yet or not answering (a node
@@ -403,28 +422,58 @@ impl CriRuntime {
 
     /// Append each exited container's termination message to its runtime message, as
     /// `getPodContainerStatuses` does (`"<runtime message>: <message>"`). The files are read off
-    /// the async threads.
+    /// the async threads, under a deadline (see [`termination::TerminationReader`]): a message
+    /// that cannot be read in time is left out and reported as bad data, never waited for.
     async fn add_termination_messages(
         &self,
+        pod_uid: &str,
         statuses: &mut [crate::kubecontainer::RuntimeContainerStatus],
         plans: Vec<(usize, termination::Plan)>,
         bad: &mut Vec<BadData>,
     ) {
-        let files = self.host_files.clone();
-        let read = tokio::task::spawn_blocking(move || {
-            plans
-                .into_iter()
-                .map(|(i, plan)| (i, files.read(&plan)))
-                .collect::<Vec<_>>()
-        })
-        .await;
-        let Ok(read) = read else { return };
-        for (i, (message, refused)) in read {
+        let plans: Vec<_> = plans
+            .into_iter()
+            .filter_map(|(i, plan)| Some((i, statuses.get(i)?.id.clone(), plan)))
+            .collect();
+        let readings = self
+            .termination
+            .read_pod(
+                pod_uid,
+                plans.iter().map(|(_, id, plan)| (id.clone(), plan.clone())).collect(),
+            )
+            .await;
+        for ((i, id, _), reading) in plans.into_iter().zip(readings) {
+            let message = match reading {
+                termination::Reading::Read { message, refused } => {
+                    bad.extend(refused.into_iter().map(|r| BadData::RefusedPath {
+                        id: id.clone(),
+                        detail: r.to_string(),
+                    }));
+                    message
+                }
+                termination::Reading::TimedOut => {
+                    bad.push(BadData::ReadTimedOut {
+                        id,
+                        detail: format!(
+                            "its termination message was not read within {:?} (a node volume that does not answer?); left out, and not read again",
+                            self.termination.deadline()
+                        ),
+                    });
+                    continue;
+                }
+                termination::Reading::NoReader => {
+                    bad.push(BadData::ReadTimedOut {
+                        id,
+                        detail: "its termination message was not read: every reader of node files waits for a volume that does not answer; left out".into(),
+                    });
+                    continue;
+                }
+                termination::Reading::HungBefore => {
+                    debug!(pod = %pod_uid, container = %id, "termination message left out: its read hung before");
+                    continue;
+                }
+            };
             let Some(status) = statuses.get_mut(i) else { continue };
-            bad.extend(refused.into_iter().map(|r| BadData::RefusedPath {
-                id: status.id.clone(),
-                detail: r.to_string(),
-            }));
             if message.is_empty() {
                 continue;
             }
@@ -624,7 +673,7 @@ impl Runtime for CriRuntime {
             }
         }
         if !plans.is_empty() {
-            self.add_termination_messages(&mut status.container_statuses, plans, &mut bad)
+            self.add_termination_messages(&pod.id, &mut status.container_statuses, plans, &mut bad)
                 .await;
         }
         self.report(bad);

@@ -5,17 +5,26 @@
 //! The text is appended to the runtime's own message (`"<runtime message>: <text>"`).
 //!
 //! [`plan`] and [`last_log_string`] are pure. [`HostFiles`] does the reads, and trusts nothing
-//! the runtime says: a path is read only when it resolves (symlinks followed) to a regular file
-//! below the kubelet's pods directory (the message file) or the pod logs directory (the log), and
-//! never more than the kubelet's limits — the last 4 KiB of the file, the last 80 lines of the log
-//! and of those the last 2 KiB. A path outside them is reported as bad data and read as absent.
+//! the runtime says: a path is read only when it names a regular file in the pod's own directory
+//! below the kubelet's pods directory (the message file, `<pods>/<uid>/…`) or the pod logs
+//! directory (the log, `<logs>/<namespace>_<name>_<uid>/…`), opened once, with no symlink on the
+//! way and without waiting (`openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`, `O_NONBLOCK`,
+//! then fstat), and never more than the kubelet's limits — the last 4 KiB of the file, the last 80
+//! lines of the log and of those the last 2 KiB. Any other path is reported as bad data and read
+//! as absent. A node directory that is not there at all (not mounted into plegd's container) is
+//! no bad data: nothing below it is read, and plegd says so once at start.
 
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use k8s_cri::v1 as cri;
+use rustix::fs::{Mode, OFlags, ResolveFlags};
+use rustix::io::Errno;
 
 /// The annotations the kubelet puts on each container it creates (`labels.go`).
 pub const ANNOTATION_MESSAGE_PATH: &str = "io.kubernetes.container.terminationMessagePath";
@@ -117,11 +126,14 @@ pub fn last_log_string(tail: &[u8]) -> String {
 
 /// A path the runtime gave that plegd will not read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{what} {path:?} is not a regular file below {root} (or that directory is not there); not read")]
+#[error(
+    "{what} {path:?} is not a regular file in pod {pod}'s own directory below {root}, reached without a symlink; not read"
+)]
 pub struct Refused {
     pub what: &'static str,
     pub path: String,
     pub root: String,
+    pub pod: String,
 }
 
 /// The node directories termination messages are read from (`--kubelet-root-dir`,
@@ -140,6 +152,96 @@ impl Default for HostFiles {
     }
 }
 
+/// Which directory below a node directory is a pod's own.
+#[derive(Debug, Clone, Copy)]
+enum PodDir {
+    /// `<kubelet root>/pods/<uid>` (the kubelet's `getPodDir`).
+    Uid,
+    /// `<pod logs>/<namespace>_<name>_<uid>` (the kubelet's `BuildPodLogsDirectory`).
+    NamespaceNameUid,
+}
+
+impl PodDir {
+    fn is_of(self, name: &std::ffi::OsStr, uid: &str) -> bool {
+        let Some(name) = name.to_str() else { return false };
+        match self {
+            PodDir::Uid => name == uid,
+            PodDir::NamespaceNameUid => name
+                .rsplit_once('_')
+                .is_some_and(|(namespace_name, last)| last == uid && namespace_name.contains('_')),
+        }
+    }
+}
+
+/// What opening a file below a node directory came to.
+#[derive(Debug)]
+enum Opened {
+    File(File),
+    /// Not there: the kubelet's "no file".
+    Absent,
+    /// The node directory itself is not there: not given to plegd (not mounted into its
+    /// container). Nothing is said per file; [`HostFiles::missing_roots`] says it at start.
+    RootMissing,
+    Refused(Refused),
+    Failed(io::Error),
+}
+
+/// How a path beneath a directory is resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Resolver {
+    /// `openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS` (Linux 5.6); the walk where the
+    /// kernel (or a seccomp filter) answers ENOSYS.
+    Openat2,
+    /// One component at a time, each directory opened `O_NOFOLLOW`.
+    Walk,
+}
+
+/// Open `rel` (relative, normal components only) beneath `dir` once, following no symlink and
+/// without waiting: read-only and non-blocking, so that the open of a FIFO does not wait for a
+/// writer, and with no controlling terminal. What it opened is for the caller to check (fstat):
+/// checking a path and then opening it again lets it be swapped in between.
+fn open_beneath(dir: impl AsFd, rel: &Path, resolver: Resolver) -> rustix::io::Result<OwnedFd> {
+    let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    match resolver {
+        Resolver::Openat2 => {
+            let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS;
+            let mut tries = 0;
+            loop {
+                match rustix::fs::openat2(&dir, rel, flags, Mode::empty(), resolve) {
+                    Err(Errno::NOSYS) => return open_beneath(dir, rel, Resolver::Walk),
+                    // A rename or mount raced the lookup (RESOLVE_BENEATH cannot then vouch for it).
+                    Err(Errno::AGAIN) if tries < 3 => tries += 1,
+                    other => return other,
+                }
+            }
+        }
+        Resolver::Walk => {
+            let names: Vec<&std::ffi::OsStr> = rel.iter().collect();
+            let Some((last, parents)) = names.split_last() else {
+                return Err(Errno::NOENT);
+            };
+            let mut at: Option<OwnedFd> = None;
+            for name in parents {
+                let parent = at.as_ref().map_or(dir.as_fd(), AsFd::as_fd);
+                // A symlink is opened as itself (O_PATH | O_NOFOLLOW) and is no directory: ENOTDIR.
+                let next = rustix::fs::openat(
+                    parent,
+                    *name,
+                    OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )?;
+                at = Some(next);
+            }
+            rustix::fs::openat(
+                at.as_ref().map_or(dir.as_fd(), AsFd::as_fd),
+                *last,
+                flags,
+                Mode::empty(),
+            )
+        }
+    }
+}
+
 impl HostFiles {
     pub fn new(kubelet_root_dir: &Path, pod_logs_dir: &Path) -> Self {
         Self {
@@ -148,15 +250,25 @@ impl HostFiles {
         }
     }
 
-    /// The termination message `plan` asks for (blocking file reads). A refused path is returned
-    /// beside it, and read as absent.
-    pub fn read(&self, plan: &Plan) -> (String, Vec<Refused>) {
+    /// The node directories that are not there (blocking: it looks). plegd says so once, at
+    /// start; below a missing one nothing is read, and no path is refused for it.
+    pub fn missing_roots(&self) -> Vec<PathBuf> {
+        [&self.pods_dir, &self.logs_dir]
+            .into_iter()
+            .filter(|dir| !dir.is_dir())
+            .cloned()
+            .collect()
+    }
+
+    /// The termination message `plan` asks for of a container of pod `pod_uid` (blocking file
+    /// reads). A refused path is returned beside it, and read as absent.
+    pub fn read(&self, plan: &Plan, pod_uid: &str) -> (String, Vec<Refused>) {
         let mut refused = Vec::new();
         let mut fallback = plan.logs.is_some();
         let mut message = String::new();
         if let Some(path) = &plan.file {
-            match self.open("termination message file", path, &self.pods_dir) {
-                Ok(Some(file)) => match read_at_most(file, MAX_FILE_BYTES) {
+            match self.open("termination message file", path, &self.pods_dir, PodDir::Uid, pod_uid) {
+                Opened::File(file) => match read_at_most(file, MAX_FILE_BYTES) {
                     Ok(data) => {
                         fallback &= data.is_empty();
                         message = String::from_utf8_lossy(&data).into_owned();
@@ -166,30 +278,31 @@ impl HostFiles {
                         fallback = false;
                     }
                 },
-                Ok(None) => {}
-                Err(Ok(r)) => refused.push(r),
-                Err(Err(e)) => {
+                Opened::Absent | Opened::RootMissing => {}
+                Opened::Refused(r) => refused.push(r),
+                Opened::Failed(e) => {
                     message = format!("Error on reading termination log {path}: {e}");
                     fallback = false;
                 }
             }
         }
         if fallback && let Some(path) = &plan.logs {
-            message = match self.open("container log", path, &self.logs_dir) {
-                Ok(Some(file)) => match read_log_tail(file) {
+            message = match self.open("container log", path, &self.logs_dir, PodDir::NamespaceNameUid, pod_uid) {
+                Opened::File(file) => match read_log_tail(file) {
                     Ok(tail) => last_log_string(&tail),
                     Err(e) => {
                         format!("Error on reading termination message from logs: failed to read log file {path:?}: {e}")
                     }
                 },
-                Ok(None) => format!(
+                Opened::Absent => format!(
                     "Error on reading termination message from logs: failed to try resolving symlinks in path {path:?}: no such file or directory"
                 ),
-                Err(Ok(r)) => {
+                Opened::RootMissing => String::new(),
+                Opened::Refused(r) => {
                     refused.push(r);
                     String::new()
                 }
-                Err(Err(e)) => {
+                Opened::Failed(e) => {
                     format!("Error on reading termination message from logs: failed to open log file {path:?}: {e}")
                 }
             };
@@ -197,52 +310,231 @@ impl HostFiles {
         (message, refused)
     }
 
-    /// Open `path` if it resolves to a regular file below `root`: Ok(None) when it does not
-    /// exist, Err(Ok) when it is refused, Err(Err) on another I/O error.
-    fn open(&self, what: &'static str, path: &str, root: &Path) -> Result<Option<File>, Result<Refused, io::Error>> {
+    /// Open `path` if it names a regular file in pod `uid`'s own directory below `root`, reached
+    /// without a symlink. `root` itself is the operator's (`--kubelet-root-dir`,
+    /// `--pod-logs-dir`) and may be reached through symlinks; the runtime's path must begin with
+    /// it as given.
+    fn open(&self, what: &'static str, path: &str, root: &Path, pod_dir: PodDir, uid: &str) -> Opened {
         let refuse = || {
-            Err(Ok(Refused {
+            Opened::Refused(Refused {
                 what,
                 path: path.to_owned(),
                 root: root.display().to_string(),
-            }))
+                pod: uid.to_owned(),
+            })
         };
         let given = Path::new(path);
-        if !root.is_dir() {
-            return refuse();
-        }
-        if !given.is_absolute() || given.components().any(|c| c == Component::ParentDir) {
-            return refuse();
-        }
-        let resolved = match std::fs::canonicalize(given) {
-            Ok(p) => p,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(Err(e)),
-        };
-        // A root that is not there (not mounted into plegd's container) allows nothing: the
-        // message is left out rather than written as a read error of plegd's own making.
-        let Ok(root) = std::fs::canonicalize(root) else {
+        let Ok(rel) = given.strip_prefix(root) else {
             return refuse();
         };
-        if !resolved.starts_with(&root) {
+        if !given.is_absolute() || !rel.components().all(|c| matches!(c, Component::Normal(_))) {
             return refuse();
         }
-        // A FIFO or a device would block the open or the read: only a regular file is opened, and
-        // without waiting (a FIFO put there between the check and the open is then refused too).
-        match std::fs::metadata(&resolved) {
-            Ok(m) if m.is_file() => {}
-            Ok(_) => return refuse(),
-            Err(e) => return Err(Err(e)),
+        // The pod's own directory, and something in it.
+        let mut names = rel.iter();
+        match (names.next(), names.next()) {
+            (Some(first), Some(_)) if pod_dir.is_of(first, uid) => {}
+            _ => return refuse(),
         }
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(&resolved)
-            .map_err(Err)?;
-        match file.metadata() {
-            Ok(m) if m.is_file() => Ok(Some(file)),
-            Ok(_) => refuse(),
-            Err(e) => Err(Err(e)),
+        let root_dir = match rustix::fs::open(root, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT | Errno::NOTDIR) => {
+                tracing::debug!(directory = %root.display(), path, "node directory not there; not read");
+                return Opened::RootMissing;
+            }
+            Err(e) => return Opened::Failed(e.into()),
+        };
+        match open_beneath(&root_dir, rel, Resolver::Openat2) {
+            Ok(fd) => {
+                let file = File::from(fd);
+                match file.metadata() {
+                    Ok(m) if m.is_file() => Opened::File(file),
+                    Ok(_) => refuse(),
+                    Err(e) => Opened::Failed(e),
+                }
+            }
+            Err(Errno::NOENT) => Opened::Absent,
+            // A symlink (ELOOP; ENOTDIR from the walk), an escape (EXDEV), a component that is no
+            // directory, a socket (ENXIO).
+            Err(Errno::LOOP | Errno::XDEV | Errno::NOTDIR | Errno::NXIO) => refuse(),
+            Err(e) => Opened::Failed(e.into()),
+        }
+    }
+}
+
+/// How long the termination-message reads of one pod's status may take, together. A file on a
+/// volume that does not answer (hung NFS, a FUSE server that stopped) blocks its reader in the
+/// kernel for as long as the volume hangs; the relist that reads it must not.
+pub const READ_DEADLINE: Duration = Duration::from_secs(2);
+/// Reads of node files at most in flight. A read that hangs keeps its reader (a thread) until
+/// the volume answers: this bounds the threads a hung volume can hold.
+pub const MAX_READERS: usize = 4;
+/// Containers whose read hung, remembered so that it is not tried at every inspection of their
+/// pod; the oldest is forgotten past this.
+const MAX_HUNG: usize = 1024;
+
+/// What became of the read of one container's termination message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reading {
+    /// Read: the message (empty for none) and the paths refused on the way.
+    Read { message: String, refused: Vec<Refused> },
+    /// Not done by the deadline: the message is left out, and not read again for this container.
+    TimedOut,
+    /// Not tried: this container's read hung before.
+    HungBefore,
+    /// Not tried: every reader is held by a read that hangs.
+    NoReader,
+}
+
+/// Container ids whose read hung, oldest first (pure bookkeeping).
+#[derive(Debug, Default)]
+struct HungReads {
+    ids: std::collections::HashSet<String>,
+    order: std::collections::VecDeque<String>,
+}
+
+impl HungReads {
+    fn contains(&self, id: &str) -> bool {
+        self.ids.contains(id)
+    }
+
+    fn insert(&mut self, id: &str) {
+        if !self.ids.insert(id.to_owned()) {
+            return;
+        }
+        self.order.push_back(id.to_owned());
+        while self.order.len() > MAX_HUNG {
+            if let Some(oldest) = self.order.pop_front() {
+                self.ids.remove(&oldest);
+            }
+        }
+    }
+}
+
+/// Reads termination messages off the async threads, each under a deadline, at most
+/// [`MAX_READERS`] at once; a read that times out is left behind (it ends when its volume
+/// answers) and its container remembered.
+///
+/// The readers are plain threads, not tokio's blocking pool: a runtime shutting down waits for
+/// every blocking task, so one read stuck on a hung volume would keep plegd from exiting.
+#[derive(Debug)]
+pub struct TerminationReader {
+    files: Arc<HostFiles>,
+    deadline: Duration,
+    readers: Arc<tokio::sync::Semaphore>,
+    max_readers: usize,
+    /// Reads past their deadline whose thread has not returned yet.
+    stuck: Arc<AtomicUsize>,
+    hung: Mutex<HungReads>,
+}
+
+/// Why work given to a reader thread brought nothing back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Late {
+    TimedOut,
+    NoReader,
+}
+
+impl TerminationReader {
+    pub fn new(files: HostFiles) -> Self {
+        Self::with_limits(files, READ_DEADLINE, MAX_READERS)
+    }
+
+    pub fn with_limits(files: HostFiles, deadline: Duration, max_readers: usize) -> Self {
+        let max_readers = max_readers.max(1);
+        Self {
+            files: Arc::new(files),
+            deadline,
+            readers: Arc::new(tokio::sync::Semaphore::new(max_readers)),
+            max_readers,
+            stuck: Arc::default(),
+            hung: Mutex::default(),
+        }
+    }
+
+    pub fn files(&self) -> &HostFiles {
+        &self.files
+    }
+
+    /// How long one pod's reads may take.
+    pub fn deadline(&self) -> Duration {
+        self.deadline
+    }
+
+    /// [`HostFiles::missing_roots`], under the deadline (a node directory on a volume that hangs
+    /// would otherwise hang plegd's start); None when it did not answer.
+    pub async fn missing_roots(&self) -> Option<Vec<PathBuf>> {
+        let deadline = tokio::time::Instant::now() + self.deadline;
+        self.off_thread(deadline, HostFiles::missing_roots).await.ok()
+    }
+
+    /// The termination messages `plans` ask for, of containers (by id) of pod `pod_uid`, read
+    /// concurrently under one deadline; in the order of `plans`.
+    pub async fn read_pod(&self, pod_uid: &str, plans: Vec<(String, Plan)>) -> Vec<Reading> {
+        let deadline = tokio::time::Instant::now() + self.deadline;
+        let reads = plans.into_iter().map(|(id, plan)| {
+            let uid = pod_uid.to_owned();
+            async move {
+                if self.hung().contains(&id) {
+                    return Reading::HungBefore;
+                }
+                match self.off_thread(deadline, move |files| files.read(&plan, &uid)).await {
+                    Ok((message, refused)) => Reading::Read { message, refused },
+                    Err(Late::TimedOut) => {
+                        self.hung().insert(&id);
+                        Reading::TimedOut
+                    }
+                    Err(Late::NoReader) => Reading::NoReader,
+                }
+            }
+        });
+        futures_util::future::join_all(reads).await
+    }
+
+    fn hung(&self) -> std::sync::MutexGuard<'_, HungReads> {
+        self.hung.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Run `work` on a reader thread of its own and wait for it until `deadline`. A reader is
+    /// waited for within the same deadline, unless every one is stuck past its own.
+    async fn off_thread<T: Send + 'static>(
+        &self,
+        deadline: tokio::time::Instant,
+        work: impl FnOnce(&HostFiles) -> T + Send + 'static,
+    ) -> Result<T, Late> {
+        if self.stuck.load(Ordering::Acquire) >= self.max_readers {
+            return Err(Late::NoReader);
+        }
+        let permit = match tokio::time::timeout_at(deadline, self.readers.clone().acquire_owned()).await {
+            Ok(Ok(permit)) => permit,
+            Ok(Err(_)) | Err(_) => return Err(Late::NoReader),
+        };
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        // Set by whichever is first: the thread returning, or the wait giving up on it.
+        let left_behind = Arc::new(AtomicBool::new(false));
+        let (files, stuck, done) = (self.files.clone(), self.stuck.clone(), left_behind.clone());
+        let spawned = std::thread::Builder::new()
+            .name("plegd-node-files".into())
+            .spawn(move || {
+                let _permit = permit;
+                let _ = tx.send(work(&files));
+                if done.swap(true, Ordering::AcqRel) {
+                    stuck.fetch_sub(1, Ordering::AcqRel);
+                }
+            });
+        if spawned.is_err() {
+            return Err(Late::NoReader);
+        }
+        match tokio::time::timeout_at(deadline, rx).await {
+            Ok(Ok(value)) => Ok(value),
+            // The thread panicked: nothing to wait for.
+            Ok(Err(_)) => Err(Late::NoReader),
+            Err(_) => {
+                if !left_behind.swap(true, Ordering::AcqRel) {
+                    self.stuck.fetch_add(1, Ordering::AcqRel);
+                }
+                Err(Late::TimedOut)
+            }
         }
     }
 }
@@ -414,10 +706,13 @@ mod tests {
             let got = read_at_most(File::open(&big).unwrap(), max).unwrap();
             assert_eq!(String::from_utf8(got).unwrap(), want, "max {max}");
         }
-        let (message, refused) = files.read(&Plan {
-            file: Some(big.clone()),
-            logs: None,
-        });
+        let (message, refused) = files.read(
+            &Plan {
+                file: Some(big.clone()),
+                logs: None,
+            },
+            "u",
+        );
         assert_eq!(message.len(), 4096);
         assert_eq!(message, content[content.len() - 4096..]);
         assert!(refused.is_empty());
@@ -426,10 +721,13 @@ mod tests {
         let empty = write(&pods.join("empty"), b"");
         let missing = pods.join("missing").display().to_string();
         let read = |file: &str, logs: bool| {
-            files.read(&Plan {
-                file: Some(file.to_owned()),
-                logs: logs.then(|| log.clone()),
-            })
+            files.read(
+                &Plan {
+                    file: Some(file.to_owned()),
+                    logs: logs.then(|| log.clone()),
+                },
+                "u",
+            )
         };
         assert_eq!(read(&written, true).0, "boom\n", "the file beats the logs");
         assert_eq!(read(&empty, true).0, "panic: boom\n");
@@ -461,19 +759,204 @@ mod tests {
         }
         // A refused message file still falls back to the logs; a refused log is not read.
         assert_eq!(read(&outside, true).0, "panic: boom\n");
-        let (message, refused) = files.read(&Plan {
-            file: None,
-            logs: Some(outside.clone()),
-        });
+        let (message, refused) = files.read(
+            &Plan {
+                file: None,
+                logs: Some(outside.clone()),
+            },
+            "u",
+        );
         assert_eq!((message.as_str(), refused.len()), ("", 1));
         // A log that is not there says so, as the kubelet does.
-        let (message, _) = files.read(&Plan {
-            file: None,
-            logs: Some(dir.path().join("logs/none.log").display().to_string()),
-        });
+        let (message, _) = files.read(
+            &Plan {
+                file: None,
+                logs: Some(dir.path().join("logs/ns_p_u/app/none.log").display().to_string()),
+            },
+            "u",
+        );
         assert!(
             message.starts_with("Error on reading termination message from logs: "),
             "{message}"
         );
+    }
+
+    /// The message file is opened once, beneath the pod's own directory, following no symlink and
+    /// without waiting (openat2 with RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS, or, where the kernel
+    /// has no openat2, a walk with O_NOFOLLOW): a symlink anywhere on the way (out of the pod's
+    /// directory or within it), `..`, a FIFO, a directory and another pod's file are refused;
+    /// a regular file is read. Both ways of opening give the same answers.
+    #[test]
+    fn message_files_are_opened_once_beneath_the_pods_own_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = host(dir.path());
+        let pod = dir.path().join("kubelet/pods/u");
+        let app = pod.join("containers/app");
+        let normal = write(&app.join("msg"), b"boom\n");
+        let outside = write(&dir.path().join("secret"), b"do not publish");
+        let other_pod = write(&dir.path().join("kubelet/pods/v/containers/app/msg"), b"v's message");
+        std::os::unix::fs::symlink(&outside, app.join("out")).unwrap();
+        std::os::unix::fs::symlink(&normal, app.join("in")).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("kubelet/pods/v/containers"), pod.join("linked")).unwrap();
+        let made = std::process::Command::new("mkfifo")
+            .arg(app.join("fifo"))
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let path = |p: &Path| p.display().to_string();
+        let read = |file: &str| {
+            files.read(
+                &Plan {
+                    file: Some(file.to_owned()),
+                    logs: None,
+                },
+                "u",
+            )
+        };
+
+        assert_eq!(read(&normal), ("boom\n".to_owned(), vec![]));
+        for refused in [
+            path(&app.join("out")),
+            path(&app.join("in")),
+            path(&pod.join("linked/app/msg")),
+            format!("{}/../../v/containers/app/msg", app.display()),
+            path(&app.join("fifo")),
+            path(&app),
+            other_pod.clone(),
+            path(&dir.path().join("kubelet/pods/msg")),
+            "/etc/hostname".to_owned(),
+        ] {
+            let (message, refused_paths) = read(&refused);
+            assert_eq!(message, "", "{refused}");
+            assert_eq!(refused_paths.len(), 1, "{refused}");
+        }
+
+        // The same answers from the walk that stands in for openat2 where the kernel has none.
+        let root = rustix::fs::open(
+            &files.pods_dir,
+            rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY,
+            rustix::fs::Mode::empty(),
+        )
+        .unwrap();
+        for (rel, want) in [
+            ("u/containers/app/msg", Ok(true)),
+            ("u/containers/app/out", Err(())),
+            ("u/containers/app/in", Err(())),
+            ("u/linked/app/msg", Err(())),
+            ("u/containers/app/fifo", Ok(false)),
+            ("u/containers/app", Ok(false)),
+            ("u/containers/app/missing", Ok(false)),
+        ] {
+            for resolver in [Resolver::Openat2, Resolver::Walk] {
+                let got = open_beneath(&root, Path::new(rel), resolver);
+                match (&got, want) {
+                    (Ok(fd), Ok(true)) => assert!(rustix::fs::fstat(fd).is_ok()),
+                    (Ok(fd), Ok(false)) => {
+                        let kind = rustix::fs::FileType::from_raw_mode(rustix::fs::fstat(fd).unwrap().st_mode);
+                        assert_ne!(kind, rustix::fs::FileType::RegularFile, "{rel} {resolver:?}");
+                    }
+                    (Err(rustix::io::Errno::NOENT), Ok(false)) => {}
+                    (Err(rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR), Err(())) => {}
+                    _ => panic!("{rel} {resolver:?}: {got:?}"),
+                }
+            }
+        }
+    }
+
+    /// A node directory that is not there at all (the DaemonSet mounts neither in `conditions`
+    /// mode) was not given to plegd: nothing below it is read, and that is no bad runtime data;
+    /// plegd says which directories are missing once, at start.
+    #[test]
+    fn a_node_directory_that_is_not_there_is_not_bad_data() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = HostFiles::new(&dir.path().join("kubelet"), &dir.path().join("logs"));
+        let (message, refused) = files.read(
+            &Plan {
+                file: Some(
+                    dir.path()
+                        .join("kubelet/pods/u/containers/app/1a2b")
+                        .display()
+                        .to_string(),
+                ),
+                logs: Some(dir.path().join("logs/ns_p_u/app/0.log").display().to_string()),
+            },
+            "u",
+        );
+        assert_eq!((message.as_str(), refused), ("", vec![]));
+        assert_eq!(
+            files.missing_roots(),
+            [dir.path().join("kubelet/pods"), dir.path().join("logs")]
+        );
+        // A path outside them is still refused: what the runtime said is wrong, mounted or not.
+        let (_, refused) = files.read(
+            &Plan {
+                file: Some("/etc/hostname".to_owned()),
+                logs: None,
+            },
+            "u",
+        );
+        assert_eq!(refused.len(), 1);
+        assert!(host(dir.path()).missing_roots().is_empty());
+    }
+
+    /// Work that blocks until told to go on, as a read on a volume that does not answer.
+    fn hanging(release: std::sync::mpsc::Receiver<()>) -> impl FnOnce(&HostFiles) -> u8 + Send + 'static {
+        move |_| {
+            let _ = release.recv();
+            7
+        }
+    }
+
+    /// Reads that hang time out at the deadline and hold their reader until they return; with
+    /// every reader held so, a read is not even tried; once one returns, reads work again.
+    #[tokio::test]
+    async fn reads_that_hang_time_out_and_hold_at_most_every_reader() {
+        let reader = TerminationReader::with_limits(HostFiles::default(), READ_DEADLINE, 2);
+        let soon = || tokio::time::Instant::now() + Duration::from_millis(20);
+        let deadline = || tokio::time::Instant::now() + Duration::from_secs(60);
+        let (release_a, a) = std::sync::mpsc::channel();
+        let (_release_b, b) = std::sync::mpsc::channel::<()>();
+        assert_eq!(reader.off_thread(soon(), hanging(a)).await, Err(Late::TimedOut));
+        assert_eq!(reader.off_thread(soon(), hanging(b)).await, Err(Late::TimedOut));
+        assert_eq!(reader.stuck.load(Ordering::Acquire), 2);
+        assert_eq!(
+            reader.off_thread(deadline(), |_| 1).await,
+            Err(Late::NoReader),
+            "every reader stuck: not tried, not waited for"
+        );
+        release_a.send(()).unwrap();
+        for _ in 0..10_000 {
+            if reader.stuck.load(Ordering::Acquire) < 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        assert_eq!(reader.stuck.load(Ordering::Acquire), 1);
+        assert_eq!(reader.off_thread(deadline(), |_| 1).await, Ok(1));
+    }
+
+    /// A container whose read timed out is not read again; the memory of such containers is
+    /// bounded, oldest forgotten first.
+    #[tokio::test]
+    async fn a_read_that_hung_is_not_tried_again() {
+        let reader = TerminationReader::new(HostFiles::default());
+        reader.hung().insert("c1");
+        let plan = Plan {
+            file: Some("/var/lib/kubelet/pods/u/containers/app/1a2b".into()),
+            logs: None,
+        };
+        let readings = reader
+            .read_pod("u", vec![("c1".into(), plan.clone()), ("c2".into(), plan)])
+            .await;
+        assert_eq!(readings[0], Reading::HungBefore);
+        assert!(matches!(readings[1], Reading::Read { .. }), "{readings:?}");
+
+        let mut hung = HungReads::default();
+        for i in 0..=MAX_HUNG {
+            hung.insert(&format!("c{i}"));
+        }
+        hung.insert("c5");
+        assert!(!hung.contains("c0") && hung.contains("c1") && hung.contains(&format!("c{MAX_HUNG}")));
+        assert_eq!((hung.ids.len(), hung.order.len()), (MAX_HUNG, MAX_HUNG));
     }
 }

@@ -49,7 +49,7 @@ impl Pending {
 /// An event can name an id before the runtime's CRI state lists it (containerd 2.x publishes a
 /// sandbox's `/tasks/start` before its CRI plugin lists the sandbox): such a target has no pod yet
 /// and is located first.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Target {
     pub pod: Option<PodUid>,
     pub container: Option<String>,
@@ -92,12 +92,38 @@ pub const UNLOCATABLE_FOR: Duration = Duration::from_secs(600);
 /// At most this many such ids are remembered (then the memory starts over).
 const MAX_UNLOCATABLE: usize = 4096;
 
+/// A target whose whole re-check schedule found no change (its events announced nothing: the
+/// records had it already, or the event changes no CRI state) is *quiet* for this long: an event
+/// for it then gets the sparse end of the schedule ([`first_attempt`]), not 60 probes 2 ms apart.
+/// Without it, a stream of empty events for a few containers kept the dispatcher probing them, or
+/// relisting everything (see [`BATCH_PROBES`]), every 2 ms.
+pub const QUIET_FOR: Duration = Duration::from_secs(60);
+/// At most this many quiet targets are remembered (then the memory starts over).
+const MAX_QUIET: usize = 4096;
+/// A quiet target's schedule starts at the first wait this long: a check at once, then at about
+/// 128, 384 and 896 ms, which still covers a runtime whose CRI state lags its events (containerd
+/// 1.6's 20–70 ms).
+const QUIET_FIRST_WAIT: Duration = Duration::from_millis(128);
+
+/// Where a fresh trigger starts `target`'s schedule (pure): at the beginning, or for a quiet
+/// target at its first wait of [`QUIET_FIRST_WAIT`] or more.
+pub fn first_attempt(target: &Target, quiet: bool) -> usize {
+    if !quiet {
+        return 0;
+    }
+    (0..)
+        .find(|a| recheck_delay(target, *a).is_none_or(|wait| wait >= QUIET_FIRST_WAIT))
+        .unwrap_or_default()
+}
+
 /// Targets to check again later, with how many re-checks each has had, and the ids not found
 /// (pure bookkeeping).
 #[derive(Debug, Default)]
 pub struct Rechecks {
     due: Vec<(tokio::time::Instant, Target, usize)>,
     unlocatable: std::collections::HashMap<String, tokio::time::Instant>,
+    /// Targets whose last schedule ran out without a change, and when (see [`QUIET_FOR`]).
+    quiet: std::collections::HashMap<Target, tokio::time::Instant>,
     /// A re-check was not scheduled for want of room.
     overflowed: bool,
 }
@@ -106,9 +132,13 @@ impl Rechecks {
     /// After a check of `target` (`attempt` re-checks done before it): forget it if it found a
     /// change, else schedule the next re-check unless the schedule is over (an id never located
     /// is then remembered as such) or [`MAX_RECHECKS`] wait already.
+    ///
+    /// A schedule that ran out without a change makes its target quiet ([`QUIET_FOR`]); a change
+    /// ends that.
     pub fn after_check(&mut self, target: &Target, changed: bool, attempt: usize, now: tokio::time::Instant) {
         self.due.retain(|(_, t, _)| t != target);
         if changed {
+            self.quiet.remove(target);
             return;
         }
         match recheck_delay(target, attempt) {
@@ -120,9 +150,29 @@ impl Rechecks {
                         self.unlocatable.clear();
                     }
                     self.unlocatable.insert(id.clone(), now);
+                } else {
+                    if self.quiet.len() >= MAX_QUIET {
+                        self.quiet.clear();
+                    }
+                    self.quiet.insert(target.clone(), now);
                 }
             }
         }
+    }
+
+    /// Whether `target` waits for a re-check: a fresh trigger for it joins that schedule, which
+    /// looks for whatever the trigger announces, instead of starting it over. Starting over at
+    /// every event let a stream of events for one container probe it every 2 ms for as long as
+    /// the stream lasted.
+    pub fn waiting(&self, target: &Target) -> bool {
+        self.due.iter().any(|(_, t, _)| t == target)
+    }
+
+    /// Whether `target`'s last schedule, within [`QUIET_FOR`], ran out without a change.
+    pub fn quiet(&self, target: &Target, now: tokio::time::Instant) -> bool {
+        self.quiet
+            .get(target)
+            .is_some_and(|at| now.duration_since(*at) < QUIET_FOR)
     }
 
     /// Whether `id` was looked for through a whole schedule, not found, within [`UNLOCATABLE_FOR`].
@@ -167,7 +217,7 @@ impl Rechecks {
 async fn check<R: Runtime, C: Clock>(
     pleg: &GenericPleg<R, C>,
     target: &mut Target,
-    attempt: usize,
+    fresh: bool,
     metrics: &Metrics,
 ) -> bool {
     let Some(pod) = target.pod.clone() else {
@@ -208,7 +258,7 @@ async fn check<R: Runtime, C: Clock>(
             Err(error) => debug!(pod = %pod, container = %id, error = %error, "probe failed"),
         }
     }
-    metrics.count_trigger_relist(if attempt == 0 || target.container.is_some() {
+    metrics.count_trigger_relist(if fresh || target.container.is_some() {
         "pod"
     } else {
         "recheck"
@@ -261,9 +311,12 @@ pub async fn dispatch<R: Runtime, C: Clock>(
         if queue.overflow.swap(false, Ordering::AcqRel) {
             pending.add(Trigger::All);
         }
-        // Fresh triggers start a target's schedule over; due re-checks continue theirs.
-        let mut targets: Vec<(Target, usize)> = Vec::new();
+        // Fresh triggers are checked at once and start a schedule (a quiet target's sparse end of
+        // one), unless their target waits for a re-check already: they join that. Due re-checks
+        // continue theirs. Each target is checked at most once a round.
+        let mut targets: Vec<(Target, usize, bool)> = Vec::new();
         let now = tokio::time::Instant::now();
+        let mut fresh = Vec::new();
         for id in std::mem::take(&mut pending.containers) {
             // An id no record has (a new pod, or a new container) is located in the runtime,
             // unless it was looked for in vain a moment ago.
@@ -272,35 +325,35 @@ pub async fn dispatch<R: Runtime, C: Clock>(
                 metrics.count_trigger_relist("skipped");
                 continue;
             }
-            targets.push((
-                Target {
-                    pod,
-                    container: Some(id),
-                },
-                0,
-            ));
+            fresh.push(Target {
+                pod,
+                container: Some(id),
+            });
         }
-        targets.extend(pending.pods.iter().map(|pod| {
-            (
-                Target {
-                    pod: Some(pod.clone()),
-                    container: None,
-                },
-                0,
-            )
+        fresh.extend(pending.pods.iter().map(|pod| Target {
+            pod: Some(pod.clone()),
+            container: None,
         }));
+        for target in fresh {
+            if rechecks.waiting(&target) {
+                metrics.count_trigger_relist("skipped");
+                continue;
+            }
+            let attempt = first_attempt(&target, rechecks.quiet(&target, now));
+            targets.push((target, attempt, true));
+        }
         for (target, attempt) in rechecks.take_due(tokio::time::Instant::now()) {
-            if !targets.iter().any(|(t, _)| *t == target) {
-                targets.push((target, attempt));
+            if !targets.iter().any(|(t, _, _)| *t == target) {
+                targets.push((target, attempt, false));
             }
         }
         // Many probes due at once: what the records say of each before one complete relist, which
         // a probe would have found different from the runtime's state.
         let mut batched = Vec::new();
-        if targets.iter().filter(|(t, _)| is_probe(t)).count() >= BATCH_PROBES {
-            let (probes, rest): (Vec<_>, Vec<_>) = targets.into_iter().partition(|(t, _)| is_probe(t));
+        if targets.iter().filter(|(t, _, _)| is_probe(t)).count() >= BATCH_PROBES {
+            let (probes, rest): (Vec<_>, Vec<_>) = targets.into_iter().partition(|(t, _, _)| is_probe(t));
             targets = rest;
-            for (target, attempt) in probes {
+            for (target, attempt, _) in probes {
                 let recorded = recorded(&pleg, &target).await;
                 batched.push((target, attempt, recorded));
             }
@@ -319,8 +372,8 @@ pub async fn dispatch<R: Runtime, C: Clock>(
                 rechecks.after_check(&target, changed, attempt, now);
             }
         }
-        for (mut target, attempt) in targets {
-            let changed = check(&pleg, &mut target, attempt, &metrics).await;
+        for (mut target, attempt, fresh) in targets {
+            let changed = check(&pleg, &mut target, fresh, &metrics).await;
             rechecks.after_check(&target, changed, attempt, tokio::time::Instant::now());
         }
         if rechecks.take_overflowed() {
@@ -360,6 +413,13 @@ mod tests {
         assert_eq!(recheck_delay(&ctr, 67), None);
         let total: Duration = (0..).map_while(|a| recheck_delay(&ctr, a)).sum();
         assert!(total > ms(1000) && total < ms(1300), "{total:?}");
+        // A quiet target starts at the wait of 128 ms: three re-checks, for pods and containers.
+        for target in [&pod, &ctr] {
+            assert_eq!(first_attempt(target, false), 0);
+            let first = first_attempt(target, true);
+            let waits: Vec<_> = (first..).map_while(|a| recheck_delay(target, a)).collect();
+            assert_eq!(waits, [ms(128), ms(256), ms(512)], "{target:?}");
+        }
     }
 
     #[test]
@@ -425,6 +485,135 @@ mod tests {
         assert_eq!(r.len(), MAX_RECHECKS);
         assert!(r.take_overflowed());
         assert!(!r.take_overflowed(), "said once");
+    }
+
+    /// A runtime of `pods` pods, each with one running container `c<i>` that never changes, that
+    /// counts what it is asked.
+    #[derive(Clone, Default)]
+    struct SteadyRuntime {
+        pods: usize,
+        calls: Arc<std::sync::Mutex<std::collections::HashMap<&'static str, usize>>>,
+    }
+
+    impl SteadyRuntime {
+        fn count(&self, call: &'static str) {
+            *self.calls.lock().unwrap().entry(call).or_default() += 1;
+        }
+
+        fn calls(&self, call: &str) -> usize {
+            self.calls.lock().unwrap().get(call).copied().unwrap_or_default()
+        }
+
+        fn pod(i: usize) -> crate::kubecontainer::RuntimePod {
+            use crate::kubecontainer::{RuntimeContainer, RuntimeContainerState, RuntimePod};
+            let item = |id: String, sandbox_id: String| RuntimeContainer {
+                id,
+                sandbox_id,
+                name: "app".into(),
+                state: RuntimeContainerState::Running,
+                created_at: 1,
+                attempt: 0,
+            };
+            RuntimePod {
+                id: format!("u{i}"),
+                name: format!("p{i}"),
+                namespace: "default".into(),
+                containers: vec![item(format!("c{i}"), format!("s{i}"))],
+                sandboxes: vec![item(format!("s{i}"), String::new())],
+            }
+        }
+    }
+
+    impl Runtime for SteadyRuntime {
+        async fn list_pods(&self) -> Result<Vec<crate::kubecontainer::RuntimePod>, crate::runtime::RuntimeError> {
+            self.count("list_pods");
+            Ok((0..self.pods).map(Self::pod).collect())
+        }
+
+        async fn list_pod(
+            &self,
+            uid: &str,
+        ) -> Result<Option<crate::kubecontainer::RuntimePod>, crate::runtime::RuntimeError> {
+            self.count("list_pod");
+            Ok((0..self.pods).map(Self::pod).find(|p| p.id == uid))
+        }
+
+        async fn pod_status(
+            &self,
+            pod: &crate::kubecontainer::RuntimePod,
+        ) -> Result<crate::kubecontainer::RuntimePodStatus, crate::runtime::RuntimeError> {
+            self.count("pod_status");
+            Ok(crate::kubecontainer::RuntimePodStatus {
+                id: pod.id.clone(),
+                ..Default::default()
+            })
+        }
+
+        async fn probe_state(
+            &self,
+            _: &str,
+            _: crate::runtime::IdKind,
+        ) -> Result<Option<crate::kubecontainer::RuntimeContainerState>, crate::runtime::RuntimeError> {
+            self.count("probe_state");
+            Ok(Some(crate::kubecontainer::RuntimeContainerState::Running))
+        }
+
+        async fn locate(&self, _: &str) -> Result<Option<PodUid>, crate::runtime::RuntimeError> {
+            self.count("locate");
+            Ok(None)
+        }
+    }
+
+    /// What `pods` running containers cost the runtime when an event names each of them every
+    /// millisecond for ten seconds (a container OOM-killing a child process, for instance, as
+    /// containerd's `/tasks/oom` said): calls made on behalf of the dispatcher, beyond the first
+    /// relist.
+    async fn cost_of_a_flood(pods: usize) -> (SteadyRuntime, usize) {
+        let runtime = SteadyRuntime {
+            pods,
+            ..Default::default()
+        };
+        let metrics = Arc::new(Metrics::new());
+        let (pleg, _events) = GenericPleg::new(
+            runtime.clone(),
+            crate::clock::SystemClock,
+            metrics.clone(),
+            crate::pleg::PlegConfig::default(),
+        );
+        let pleg = Arc::new(pleg);
+        pleg.relist().await.unwrap();
+        let (sender, receiver) = crate::triggers::trigger_queue(4096);
+        let dispatcher = tokio::spawn(dispatch(pleg.clone(), receiver, metrics));
+        for _ in 0..10_000 {
+            for i in 0..pods {
+                sender.send(Trigger::Container(format!("c{i}")));
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        drop(sender);
+        dispatcher.await.unwrap();
+        let calls = runtime.calls("probe_state") + runtime.calls("list_pod") + runtime.calls("list_pods") - 1;
+        (runtime, calls)
+    }
+
+    /// Events that announce nothing, however many, cost a bounded number of probes and relists:
+    /// a target already waiting for a re-check is not started over by another event, and a target
+    /// whose whole schedule found nothing gets a sparse one (four checks in a second) next time.
+    /// Eight containers named every millisecond once kept the dispatcher in complete relists
+    /// (eight probes due at once are answered by one) every 2 ms.
+    #[tokio::test(start_paused = true)]
+    async fn events_that_announce_nothing_cost_a_bounded_number_of_checks() {
+        let (one, calls) = cost_of_a_flood(1).await;
+        // One full schedule (68 checks in ~1.2 s), then sparse ones (4 checks in ~0.9 s each)
+        // for the other ~8.8 s. Started over at each event, it was 10,000 probes.
+        const BOUND: usize = 68 + 4 * 11;
+        assert!(calls <= BOUND, "{calls} calls for one container, 10,000 events");
+        assert_eq!(one.calls("list_pods"), 1, "no complete relist for one container");
+
+        let (eight, calls) = cost_of_a_flood(8).await;
+        let relists = eight.calls("list_pods") - 1;
+        assert!(relists <= BOUND, "{relists} complete relists for eight containers");
+        assert!(calls <= 8 * BOUND, "{calls} calls for eight containers, 80,000 events");
     }
 
     #[test]

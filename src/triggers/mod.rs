@@ -6,9 +6,10 @@
 //! (default 1 s) from the moment it fails until it is connected again.
 //!
 //! Sources:
-//! - **containerd**: containerd's own events service (`/tasks/start|exit|delete|oom`,
+//! - **containerd**: containerd's own events service (`/tasks/start|exit|delete`,
 //!   `/containers/delete` in namespace `k8s.io`). It broadcasts to every subscriber, so it is safe
-//!   beside a kubelet.
+//!   beside a kubelet. `/tasks/oom` is left out: an OOM kill changes no container's CRI state by
+//!   itself (see `runtime::events::containerd_subject`).
 //! - **cri**: CRI `GetContainerEvents` (containerd ≥ 1.7, CRI-O). On containerd 1.7 each event goes
 //!   to ONE subscriber, so plegd would take events from a kubelet that uses Evented PLEG on the
 //!   same runtime (plegd warns); containerd 2.x broadcasts, and replays recent events to a new
@@ -18,7 +19,9 @@
 //! before its CRI plugin reports the container exited). So an event that names a known container is
 //! checked by probing that one container's CRI state (one cheap status call), and its pod is
 //! relisted only when the probe differs from the record; a probe or relist that finds no change is
-//! repeated on a schedule ([`recheck_delay`]) that ends at the first change.
+//! repeated on a schedule ([`recheck_delay`]) that ends at the first change. No event source can
+//! keep plegd probing: an event for a target on a schedule joins it, and a target whose last
+//! schedule found nothing gets a sparse one ([`QUIET_FOR`]).
 //!
 //! A stream that fails reconnects with exponential backoff, capped, forever: no permanent fallback.
 //! Triggers are coalesced: everything that arrives while a relist runs is served by the next one,
@@ -48,7 +51,9 @@ use crate::runtime::events::EventSubject;
 use crate::runtime::{CriRuntime, RuntimeVersion};
 use crate::supervise::Stage;
 
-pub use dispatch::{MAX_RECHECKS, Pending, Rechecks, Target, UNLOCATABLE_FOR, dispatch, recheck_delay};
+pub use dispatch::{
+    MAX_RECHECKS, Pending, QUIET_FOR, Rechecks, Target, UNLOCATABLE_FOR, dispatch, first_attempt, recheck_delay,
+};
 pub use streams::{SUBSCRIBED_AFTER, UNUSABLE_AFTER, replayed, run_source};
 
 /// What a trigger asks for.

@@ -99,6 +99,8 @@ pub struct FakeContainer {
     pub reason: String,
     pub started_at: i64,
     pub finished_at: i64,
+    /// What its status reports as mounted (a termination message file's host side, say).
+    pub mounts: Vec<cri::Mount>,
 }
 
 /// Everything the fake runtime reports, and how it misbehaves.
@@ -261,8 +263,25 @@ impl FakeCri {
                 reason: String::new(),
                 started_at,
                 finished_at: 0,
+                mounts: Vec::new(),
             },
         );
+    }
+
+    /// The container's termination message file is `host_path`, mounted at /dev/termination-log
+    /// with the path in its annotation, as the kubelet sets it up.
+    pub fn set_termination_message_file(&self, id: &str, host_path: &Path) {
+        use plegd::runtime::termination::ANNOTATION_MESSAGE_PATH;
+        if let Some(c) = self.state().containers.get_mut(id) {
+            c.item
+                .annotations
+                .insert(ANNOTATION_MESSAGE_PATH.into(), "/dev/termination-log".into());
+            c.mounts.push(cri::Mount {
+                container_path: "/dev/termination-log".into(),
+                host_path: host_path.display().to_string(),
+                ..Default::default()
+            });
+        }
     }
 
     /// A running container in a ready sandbox: the usual pod.
@@ -597,6 +616,7 @@ impl RuntimeService for FakeCri {
             reason: c.reason.clone(),
             labels: c.item.labels.clone(),
             annotations: c.item.annotations.clone(),
+            mounts: c.mounts.clone(),
             ..Default::default()
         };
         Ok(Response::new(cri::ContainerStatusResponse {

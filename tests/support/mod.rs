@@ -6,6 +6,7 @@ pub mod containerd;
 pub mod daemon;
 pub mod fake_cri;
 pub mod history;
+pub mod hung_volume;
 pub mod manifests;
 pub mod process;
 pub mod proxy;
