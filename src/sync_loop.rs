@@ -16,6 +16,18 @@
 //! while it re-inspects the pod, so a recovered runtime is written at once and a failing one is
 //! asked no more often than the relist asks it anyway.
 //!
+//! An informer change that decide() reads besides the status (the pod first seen, a
+//! `deletionTimestamp`, a new `metadata.generation`, a spec change: `informer_change_matters`) is
+//! synced at once from the runtime status already cached, which is a fact already read: waiting for
+//! a newer one would hold a finished pod's deletion in full mode, or its `observedGeneration`, until
+//! the next relist (up to `--relist-period-with-triggers`). Other changes — plegd's own writes
+//! coming back among them — wait for a newer runtime status, as the kubelet's pod workers do.
+//!
+//! A mirror pod is synced from its static pod's runtime status: the runtime runs a static pod under
+//! its config hash, which the mirror pod names in `kubernetes.io/config.mirror` (the kubelet pod
+//! manager's `TranslatePodUID`); lifecycle events and the cache are read under that uid, and the
+//! status is written to the mirror pod under its own.
+//!
 //! A pod with `activeDeadlineSeconds` is synced when its deadline passes (the kubelet's
 //! `ShouldSync`), from the runtime status it has. At shutdown the loop ends when the lifecycle
 //! events end, once the syncs the last of them ask for are handed to the status manager.
@@ -44,7 +56,7 @@ use crate::pleg::{MAX_EVENT_MESSAGE, PlegHandle, PodLifecycleEvent, PodLifecycle
 use crate::pod::ApiPod;
 use crate::recorder::EventSender;
 use crate::status::StatusMode;
-use crate::status::decide::{Action, NodeFacts, decide};
+use crate::status::decide::{Action, NodeFacts, decide, informer_change_matters};
 use crate::status::manager::StatusManager;
 
 /// Settings of the syncLoop.
@@ -96,6 +108,9 @@ struct Tracked {
     /// When the pod's active deadline passes, while it is ahead: the pod is synced then (the
     /// kubelet's `ShouldSync` of the active deadline handler), whatever the resync period says.
     deadline: Option<SystemTime>,
+    /// The informer's copy the loop last heard of, to tell what the next change changed. Shared
+    /// with the informer's store until the pod changes again.
+    seen: Option<Arc<ApiPod>>,
 }
 
 impl Tracked {
@@ -110,6 +125,7 @@ impl Tracked {
             waiting: false,
             failed_syncs: 0,
             deadline: None,
+            seen: None,
         }
     }
 }
@@ -267,11 +283,13 @@ impl SyncLoop {
     fn on_pod_change(&mut self, change: PodChange) {
         match change {
             PodChange::Applied { uid, key } => {
-                let runtime_uid = self
+                let current = self
                     .informer
                     .store
                     .get(&key)
-                    .filter(|pod| pod.metadata.uid.as_deref() == Some(uid.as_str()))
+                    .filter(|pod| pod.metadata.uid.as_deref() == Some(uid.as_str()));
+                let runtime_uid = current
+                    .as_ref()
                     .and_then(|pod| pod.runtime_uid().map(str::to_owned))
                     .unwrap_or_else(|| uid.clone());
                 let tracked = self
@@ -280,7 +298,21 @@ impl SyncLoop {
                     .or_insert_with(|| Tracked::new(key.clone(), runtime_uid.clone()));
                 tracked.key = key;
                 let previous = std::mem::replace(&mut tracked.runtime_uid, runtime_uid.clone());
-                let synced_at = tracked.synced_at;
+                // A change decide() reads (or a pod first seen) is synced from the runtime status
+                // already cached: it is a fact already read, and the next relist can be up to
+                // --relist-period-with-triggers away. Any other change waits for a newer one.
+                let matters = tracked
+                    .seen
+                    .as_deref()
+                    .zip(current.as_deref())
+                    .is_none_or(|(old, new)| informer_change_matters(old, new));
+                tracked.seen = current;
+                let synced_at = if matters {
+                    debug!(pod = %tracked.key, "informer change that matters to the status; syncing from the cached runtime status");
+                    SystemTime::UNIX_EPOCH
+                } else {
+                    tracked.synced_at
+                };
                 if previous != runtime_uid && self.mirrors.get(&previous).is_some_and(|u| *u == uid) {
                     self.mirrors.remove(&previous);
                 }
@@ -931,5 +963,52 @@ mod tests {
                 mode.as_str()
             );
         }
+    }
+
+    /// A change only the informer sees — here the deletion of a finished pod in full mode — is
+    /// synced at once from the runtime status already cached: the pod is deleted without waiting
+    /// for another relist (with runtime events, the next one can be 30 s away; here none comes).
+    #[tokio::test]
+    async fn a_finished_pods_deletion_is_synced_without_a_relist() {
+        let finished = OnePod {
+            exited: true,
+            sandbox_stopped: true,
+            ..OnePod::default()
+        };
+        let mut h = Harness::start(StatusMode::Full, bound_pod(), finished, None).await;
+        h.pleg.relist().await.unwrap();
+        wait_for("the final status", || h.patches().len() == 1).await;
+        assert_eq!(h.patches()[0]["status"]["phase"], "Failed", "{}", h.patches()[0]);
+
+        // Its user deletes it; the informer's copy has what plegd wrote and the deletionTimestamp.
+        let mut deleted = bound_pod();
+        deleted.metadata.resource_version = Some("12".into());
+        deleted.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+        ));
+        deleted.status = Some(k8s_openapi::api::core::v1::PodStatus {
+            phase: Some("Failed".into()),
+            ..Default::default()
+        });
+        h.apply(deleted).await;
+        wait_for("the DELETE", || h.sent().iter().any(|(method, _)| method == "DELETE")).await;
+    }
+
+    /// A new `metadata.generation` is reported (`observedGeneration`) at once, from the runtime
+    /// status already cached.
+    #[tokio::test]
+    async fn a_new_generation_is_observed_without_a_relist() {
+        let mut pod = bound_pod();
+        pod.metadata.generation = Some(1);
+        let mut h = Harness::start(StatusMode::Conditions, pod.clone(), OnePod::default(), None).await;
+        h.pleg.relist().await.unwrap();
+        wait_for("the first status", || h.patches().len() == 1).await;
+        assert_eq!(running_condition(&h.patches()[0])["observedGeneration"], 1);
+
+        pod.metadata.generation = Some(2);
+        pod.metadata.resource_version = Some("12".into());
+        h.apply(pod).await;
+        wait_for("generation 2 observed", || h.patches().len() == 2).await;
+        assert_eq!(running_condition(&h.patches()[1])["observedGeneration"], 2);
     }
 }

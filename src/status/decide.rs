@@ -207,6 +207,22 @@ pub fn decide(
     })
 }
 
+/// Whether the informer's `new` copy of a pod changes what [`decide`] makes of the same runtime
+/// status, other than through the status itself: another pod under the name, a deletion
+/// (`deletionTimestamp`), a new `metadata.generation` (written back as `observedGeneration`), a
+/// spec change (containers, restart policy, readiness gates, the deadline, ...), or another static
+/// pod behind a mirror pod. The syncLoop syncs such a change at once from the runtime status it has
+/// cached; any other change (plegd's own writes coming back, someone else's status) waits for a
+/// newer runtime status, as the kubelet's pod workers do.
+pub fn informer_change_matters(old: &ApiPod, new: &ApiPod) -> bool {
+    old.metadata.uid != new.metadata.uid
+        || old.metadata.generation != new.metadata.generation
+        || old.metadata.deletion_timestamp != new.metadata.deletion_timestamp
+        || old.is_mirror() != new.is_mirror()
+        || old.runtime_uid() != new.runtime_uid()
+        || old.spec != new.spec
+}
+
 /// plegd's own condition for `pod`, from the container statuses it generated.
 fn running_condition(pod: &ApiPod, generated: &PodStatus) -> PodCondition {
     let statuses = generated.container_statuses.as_deref().unwrap_or_default();
@@ -621,6 +637,60 @@ mod tests {
             at(100),
         );
         write_of(&regular);
+    }
+
+    /// Which informer changes are synced at once: what decide() reads besides the status.
+    #[test]
+    fn an_informer_change_matters_when_decide_reads_it() {
+        let old = pod("Always");
+        let changed = |change: fn(&mut ApiPod)| {
+            let mut new = old.clone();
+            new.metadata.resource_version = Some("11".into());
+            change(&mut new);
+            informer_change_matters(&old, &new)
+        };
+        type Change = fn(&mut ApiPod);
+        let table: [(&str, Change, bool); 9] = [
+            ("nothing but the version", |_| {}, false),
+            (
+                "the status (plegd's own write coming back)",
+                |p| p.status.as_mut().unwrap().phase = Some("Running".into()),
+                false,
+            ),
+            (
+                "a label",
+                |p| p.metadata.labels = Some([("a".to_owned(), "b".to_owned())].into()),
+                false,
+            ),
+            ("deleted", |p| *p = deleted(p.clone()), true),
+            ("a new generation", |p| p.metadata.generation = Some(2), true),
+            (
+                "the restart policy",
+                |p| p.spec.restart_policy = Some("Never".into()),
+                true,
+            ),
+            (
+                "a readiness gate",
+                |p| p.spec.readiness_gates = vec!["example.com/gate".into()],
+                true,
+            ),
+            (
+                "made a mirror pod",
+                |p| {
+                    p.metadata.annotations =
+                        Some([(crate::pod::MIRROR_POD_ANNOTATION.to_owned(), "hash".to_owned())].into())
+                },
+                true,
+            ),
+            (
+                "another pod under the name",
+                |p| p.metadata.uid = Some("u2".into()),
+                true,
+            ),
+        ];
+        for (case, change, matters) in table {
+            assert_eq!(changed(change), matters, "{case}");
+        }
     }
 
     #[test]
