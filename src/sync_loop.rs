@@ -524,9 +524,15 @@ impl SyncLoop {
         self.try_sync(uid);
     }
 
-    /// A Kubernetes Event for a container that died (with its exit code and reason) or was OOM-killed.
+    /// A Kubernetes Event for a container that died (with its exit code and reason) or was
+    /// OOM-killed while plegd looked: not for one the first relist found already exited, which a
+    /// plegd before a restart published (the exit counter does not count those either).
     fn record(&self, uid: &str, event: &PodLifecycleEvent) {
         if event.kind != PodLifecycleEventType::ContainerDied || event.sandbox {
+            return;
+        }
+        if !self.pleg.saw_happen(event.timestamp) {
+            debug!(pod = %uid, container = event.container.as_deref().unwrap_or(""), "exit found at the first relist; no Kubernetes Event");
             return;
         }
         let Some(tracked) = self.pods.get(uid) else {
@@ -887,6 +893,11 @@ mod tests {
                 key: ObjectRef::from_obj(pod),
             };
             self.changes.send(change).await.unwrap();
+            // Taken by the loop, which handles a change in the poll that takes it: on this
+            // single-threaded runtime the loop knows the pod before the test goes on.
+            while self.changes.capacity() < self.changes.max_capacity() {
+                tokio::task::yield_now().await;
+            }
         }
 
         /// The requests sent: method and body.
@@ -1010,5 +1021,34 @@ mod tests {
         h.apply(pod).await;
         wait_for("generation 2 observed", || h.patches().len() == 2).await;
         assert_eq!(running_condition(&h.patches()[1])["observedGeneration"], 2);
+    }
+
+    /// `--emit-events` after a restart: an exit the first relist finds already done (the plegd
+    /// before the restart saw it happen and published it) is not published again, as
+    /// `plegd_container_exits_total` does not count it again; an exit plegd sees happen is.
+    #[tokio::test]
+    async fn exits_found_at_the_first_relist_are_not_published_again() {
+        let (recorder, mut published) = crate::recorder::capture(16, Arc::new(Metrics::new()));
+        let exited = OnePod {
+            exited: true,
+            ..OnePod::default()
+        };
+        let h = Harness::start(StatusMode::Conditions, bound_pod(), exited, Some(recorder)).await;
+        h.pleg.relist().await.unwrap();
+        // The loop handles an event's Kubernetes Event before the sync it asks for.
+        wait_for("the status", || h.patches().len() == 1).await;
+        assert!(published.try_recv().is_err(), "the exit was there before plegd looked");
+
+        // The container runs again and exits while plegd looks.
+        h.fake.lock().unwrap().exited = false;
+        h.pleg.relist().await.unwrap();
+        wait_for("running", || h.patches().len() == 2).await;
+        h.fake.lock().unwrap().exited = true;
+        h.pleg.relist().await.unwrap();
+        wait_for("the exit", || h.patches().len() == 3).await;
+        let (event, regarding) = published.try_recv().expect("the exit plegd saw happen");
+        assert_eq!(event.reason, "ContainerDied");
+        assert_eq!(regarding.uid.as_deref(), Some("u1"));
+        assert!(published.try_recv().is_err(), "once");
     }
 }
