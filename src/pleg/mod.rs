@@ -455,6 +455,7 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
         }
         // From now on a container seen exited exited while plegd looked.
         self.health.first_relist_done(start);
+        self.metrics.drop_departed_exit_series(start);
         // After every pod's entry is up to date: the whole cache is as fresh as `start`.
         self.cache.update_time(start);
         state.reinspect = needs_reinspection;
@@ -536,12 +537,17 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
                 .filter(|e| e.kind == PodLifecycleEventType::ContainerDied && !e.sandbox)
             {
                 self.metrics.count_container_exit(
+                    uid,
                     event.namespace.as_deref().unwrap_or_default(),
                     event.pod.as_deref().unwrap_or_default(),
                     event.container.as_deref().unwrap_or_default(),
                     exit_reason(event),
                 );
             }
+        }
+        if current.is_none() {
+            // Nothing of the pod is left in the runtime: it left the node.
+            self.metrics.pod_left_node(uid, start);
         }
         for event in &events {
             debug!(pod = %uid, container = event.container_id.as_deref().unwrap_or(""), event = event.kind.as_str(), "lifecycle event");
