@@ -270,6 +270,22 @@ impl SyncLoop {
         }
     }
 
+    /// Note that the pod `uid` runs under `runtime_uid` (before this change: `previous`).
+    fn translate(&mut self, uid: &str, previous: &str, runtime_uid: String) {
+        if previous != runtime_uid && self.mirrors.get(previous).is_some_and(|u| u == uid) {
+            self.mirrors.remove(previous);
+        }
+        if runtime_uid == uid {
+            return;
+        }
+        debug!(pod = %uid, runtime_uid = %runtime_uid, "mirror pod of a static pod");
+        if let Some(other) = self.mirrors.insert(runtime_uid.clone(), uid.to_owned())
+            && other != uid
+        {
+            warn!(pod = %uid, other = %other, runtime_uid = %runtime_uid, "two mirror pods name the same static pod; the one changed last is synced");
+        }
+    }
+
     /// Stop tracking a pod: it is gone from the informer.
     fn untrack(&mut self, uid: &str) {
         if let Some(tracked) = self.pods.remove(uid)
@@ -313,17 +329,7 @@ impl SyncLoop {
                 } else {
                     tracked.synced_at
                 };
-                if previous != runtime_uid && self.mirrors.get(&previous).is_some_and(|u| *u == uid) {
-                    self.mirrors.remove(&previous);
-                }
-                if runtime_uid != uid {
-                    if let Some(other) = self.mirrors.insert(runtime_uid.clone(), uid.clone())
-                        && other != uid
-                    {
-                        warn!(pod = %uid, other = %other, runtime_uid = %runtime_uid, "two mirror pods name the same static pod; the newest is synced");
-                    }
-                    debug!(pod = %uid, runtime_uid = %runtime_uid, "mirror pod of a static pod");
-                }
+                self.translate(&uid, &previous, runtime_uid);
                 self.request_sync(&uid, synced_at);
             }
             PodChange::Deleted { uid } => self.untrack(&uid),
