@@ -144,6 +144,10 @@ pub struct ApiPodSpec {
     pub ephemeral_containers: Vec<ApiContainer>,
 }
 
+/// The annotation the kubelet puts on the mirror pod of a static pod (`kubetypes.ConfigMirrorAnnotationKey`);
+/// its value is the static pod's config hash, which is the static pod's uid.
+pub const MIRROR_POD_ANNOTATION: &str = "kubernetes.io/config.mirror";
+
 /// A pod as the informer keeps it; see the module documentation.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ApiPod {
@@ -191,6 +195,33 @@ impl From<Pod> for ApiPod {
             spec,
             status: pod.status,
         }
+    }
+}
+
+impl ApiPod {
+    /// A mirror pod: the apiserver's copy of a static pod the kubelet runs from a file or URL
+    /// (`kubetypes.IsMirrorPod`).
+    pub fn is_mirror(&self) -> bool {
+        self.metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(MIRROR_POD_ANNOTATION))
+    }
+
+    /// The uid the container runtime knows this pod by (its sandbox's metadata uid, its
+    /// containers' `io.kubernetes.pod.uid` label), which keys the PLEG's records, events and cache.
+    /// For a mirror pod it is not the pod's own: the kubelet runs the static pod under its config
+    /// hash, and the mirror pod names that hash in [`MIRROR_POD_ANNOTATION`] (the pod manager's
+    /// `TranslatePodUID`). Every other pod runs under its own uid. None for a pod without a uid.
+    pub fn runtime_uid(&self) -> Option<&str> {
+        let mirrored = self
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(MIRROR_POD_ANNOTATION))
+            .map(String::as_str)
+            .filter(|hash| !hash.is_empty());
+        mirrored.or(self.metadata.uid.as_deref())
     }
 }
 
@@ -418,6 +449,31 @@ mod tests {
             ApiPod::url_path(&(), Some("default")),
             "/api/v1/namespaces/default/pods"
         );
+    }
+
+    /// A mirror pod is known to the runtime by its static pod's uid, the config hash its
+    /// annotation names (the kubelet's `TranslatePodUID`); any other pod by its own uid.
+    #[test]
+    fn a_mirror_pod_runs_under_its_static_pods_uid() {
+        let pod = |annotation: Option<&str>| ApiPod {
+            metadata: ObjectMeta {
+                uid: Some("api-uid".into()),
+                annotations: annotation.map(|hash| [(MIRROR_POD_ANNOTATION.to_owned(), hash.to_owned())].into()),
+                ..ObjectMeta::default()
+            },
+            ..ApiPod::default()
+        };
+        let regular = pod(None);
+        assert!(!regular.is_mirror());
+        assert_eq!(regular.runtime_uid(), Some("api-uid"));
+        let mirror = pod(Some("6f2a1c9e0b7d4e3f8a5b2c1d0e9f8a7b"));
+        assert!(mirror.is_mirror());
+        assert_eq!(mirror.runtime_uid(), Some("6f2a1c9e0b7d4e3f8a5b2c1d0e9f8a7b"));
+        // A mirror annotation that names no hash translates to nothing: the pod's own uid.
+        let blank = pod(Some(""));
+        assert!(blank.is_mirror());
+        assert_eq!(blank.runtime_uid(), Some("api-uid"));
+        assert_eq!(ApiPod::default().runtime_uid(), None);
     }
 
     #[test]

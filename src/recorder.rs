@@ -46,3 +46,13 @@ pub fn queue(recorder: Recorder, capacity: usize, metrics: Arc<Metrics>) -> (Eve
     });
     (EventSender { tx, metrics }, stage)
 }
+
+/// An [`EventSender`] whose events are kept in a channel instead of published, for tests.
+#[cfg(test)]
+pub(crate) fn capture(
+    capacity: usize,
+    metrics: Arc<Metrics>,
+) -> (EventSender, mpsc::Receiver<(Event, ObjectReference)>) {
+    let (tx, rx) = mpsc::channel(capacity.max(1));
+    (EventSender { tx, metrics }, rx)
+}

@@ -16,6 +16,18 @@
 //! while it re-inspects the pod, so a recovered runtime is written at once and a failing one is
 //! asked no more often than the relist asks it anyway.
 //!
+//! An informer change that decide() reads besides the status (the pod first seen, a
+//! `deletionTimestamp`, a new `metadata.generation`, a spec change: `informer_change_matters`) is
+//! synced at once from the runtime status already cached, which is a fact already read: waiting for
+//! a newer one would hold a finished pod's deletion in full mode, or its `observedGeneration`, until
+//! the next relist (up to `--relist-period-with-triggers`). Other changes — plegd's own writes
+//! coming back among them — wait for a newer runtime status, as the kubelet's pod workers do.
+//!
+//! A mirror pod is synced from its static pod's runtime status: the runtime runs a static pod under
+//! its config hash, which the mirror pod names in `kubernetes.io/config.mirror` (the kubelet pod
+//! manager's `TranslatePodUID`); lifecycle events and the cache are read under that uid, and the
+//! status is written to the mirror pod under its own.
+//!
 //! A pod with `activeDeadlineSeconds` is synced when its deadline passes (the kubelet's
 //! `ShouldSync`), from the runtime status it has. At shutdown the loop ends when the lifecycle
 //! events end, once the syncs the last of them ask for are handed to the status manager.
@@ -44,7 +56,7 @@ use crate::pleg::{MAX_EVENT_MESSAGE, PlegHandle, PodLifecycleEvent, PodLifecycle
 use crate::pod::ApiPod;
 use crate::recorder::EventSender;
 use crate::status::StatusMode;
-use crate::status::decide::{Action, NodeFacts, decide};
+use crate::status::decide::{Action, NodeFacts, decide, informer_change_matters};
 use crate::status::manager::StatusManager;
 
 /// Settings of the syncLoop.
@@ -75,6 +87,9 @@ impl Default for SyncConfig {
 
 struct Tracked {
     key: ObjectRef<ApiPod>,
+    /// The uid the runtime knows the pod by ([`ApiPod::runtime_uid`]): its lifecycle events and
+    /// cache entry are under it. A mirror pod's is its static pod's; every other pod's, its own.
+    runtime_uid: String,
     /// When the last sync ended, for resyncs.
     last_sync: Option<Instant>,
     /// When the last sync ended on the PLEG's clock (the kubelet's `lastSyncTime`); the epoch
@@ -93,12 +108,16 @@ struct Tracked {
     /// When the pod's active deadline passes, while it is ahead: the pod is synced then (the
     /// kubelet's `ShouldSync` of the active deadline handler), whatever the resync period says.
     deadline: Option<SystemTime>,
+    /// The informer's copy the loop last heard of, to tell what the next change changed. Shared
+    /// with the informer's store until the pod changes again.
+    seen: Option<Arc<ApiPod>>,
 }
 
 impl Tracked {
-    fn new(key: ObjectRef<ApiPod>) -> Self {
+    fn new(key: ObjectRef<ApiPod>, runtime_uid: String) -> Self {
         Self {
             key,
+            runtime_uid,
             last_sync: None,
             synced_at: SystemTime::UNIX_EPOCH,
             synced_from: None,
@@ -106,11 +125,12 @@ impl Tracked {
             waiting: false,
             failed_syncs: 0,
             deadline: None,
+            seen: None,
         }
     }
 }
 
-/// A wait for a runtime status newer than some time: resolves to the pod's uid.
+/// A wait for a runtime status newer than some time: resolves to the pod's (apiserver) uid.
 type CacheWait = Pin<Box<dyn Future<Output = String> + Send>>;
 
 /// How long the syncLoop's last syncs wait for their runtime status at shutdown.
@@ -132,9 +152,15 @@ pub struct SyncLoop {
     /// What statuses are generated with: the node's IPs and what the runtime said at start.
     node: NodeFacts,
     metrics: Arc<Metrics>,
+    /// The pods bound to this node, by their apiserver uid.
     pods: HashMap<String, Tracked>,
-    /// Waits on the cache asked for since the loop last looked (the loop owns the futures).
-    to_wait: Vec<(String, SystemTime)>,
+    /// Mirror pods by the runtime uid of their static pod (the kubelet pod manager's
+    /// `translationByUID`): a lifecycle event names the runtime uid. Pods that run under their own
+    /// uid are not in it.
+    mirrors: HashMap<String, String>,
+    /// Waits on the cache asked for since the loop last looked (the loop owns the futures): the
+    /// pod's uid, the runtime uid its cache entry is under, and the time its status must be newer than.
+    to_wait: Vec<(String, String, SystemTime)>,
     unhealthy_backoff: ExponentialBackoff,
     skip_until: Option<Instant>,
 }
@@ -158,6 +184,7 @@ impl SyncLoop {
             node,
             metrics,
             pods: HashMap::new(),
+            mirrors: HashMap::new(),
             to_wait: Vec::new(),
             unhealthy_backoff: ExponentialBackoff::constant(Duration::from_millis(100), Duration::from_secs(5)),
             skip_until: None,
@@ -199,10 +226,10 @@ impl SyncLoop {
 
     /// Turn the waits on the cache asked for since the loop last looked into futures it polls.
     fn start_waits(&mut self, waits: &mut FuturesUnordered<CacheWait>) {
-        for (uid, min) in self.to_wait.drain(..) {
+        for (uid, runtime_uid, min) in self.to_wait.drain(..) {
             let cache = self.pleg.cache().clone();
             waits.push(Box::pin(async move {
-                cache.get_newer_than(&uid, min).await;
+                cache.get_newer_than(&runtime_uid, min).await;
                 uid
             }));
         }
@@ -220,35 +247,92 @@ impl SyncLoop {
         }
     }
 
+    /// The apiserver uid of the pod the runtime runs under `runtime_uid` (`TranslatePodUID`'s
+    /// other way): a mirror pod's for its static pod, else the same uid if the pod is tracked.
+    fn pod_of_runtime_uid(&self, runtime_uid: &str) -> Option<String> {
+        if self.pods.contains_key(runtime_uid) {
+            return Some(runtime_uid.to_owned());
+        }
+        self.mirrors.get(runtime_uid).cloned()
+    }
+
     fn on_lifecycle_event(&mut self, event: PodLifecycleEvent) {
-        if !self.pods.contains_key(&event.pod_uid) {
+        let Some(uid) = self.pod_of_runtime_uid(&event.pod_uid) else {
             // A pod the apiserver does not bind to this node (or not yet): nothing to sync.
             return;
-        }
+        };
         if self.recorder.is_some() {
-            self.record(&event);
+            self.record(&uid, &event);
         }
         if event.kind != PodLifecycleEventType::ContainerRemoved {
             // The relister cached the pod's status before it sent the event: at least this new.
-            self.request_sync(&event.pod_uid, just_before(event.timestamp));
+            self.request_sync(&uid, just_before(event.timestamp));
         }
+    }
+
+    /// Note that the pod `uid` runs under `runtime_uid` (before this change: `previous`).
+    fn translate(&mut self, uid: &str, previous: &str, runtime_uid: String) {
+        if previous != runtime_uid && self.mirrors.get(previous).is_some_and(|u| u == uid) {
+            self.mirrors.remove(previous);
+        }
+        if runtime_uid == uid {
+            return;
+        }
+        debug!(pod = %uid, runtime_uid = %runtime_uid, "mirror pod of a static pod");
+        if let Some(other) = self.mirrors.insert(runtime_uid.clone(), uid.to_owned())
+            && other != uid
+        {
+            warn!(pod = %uid, other = %other, runtime_uid = %runtime_uid, "two mirror pods name the same static pod; the one changed last is synced");
+        }
+    }
+
+    /// Stop tracking a pod: it is gone from the informer.
+    fn untrack(&mut self, uid: &str) {
+        if let Some(tracked) = self.pods.remove(uid)
+            && self.mirrors.get(&tracked.runtime_uid).is_some_and(|u| u == uid)
+        {
+            self.mirrors.remove(&tracked.runtime_uid);
+        }
+        self.manager.forget(uid);
     }
 
     fn on_pod_change(&mut self, change: PodChange) {
         match change {
             PodChange::Applied { uid, key } => {
+                let current = self
+                    .informer
+                    .store
+                    .get(&key)
+                    .filter(|pod| pod.metadata.uid.as_deref() == Some(uid.as_str()));
+                let runtime_uid = current
+                    .as_ref()
+                    .and_then(|pod| pod.runtime_uid().map(str::to_owned))
+                    .unwrap_or_else(|| uid.clone());
                 let tracked = self
                     .pods
                     .entry(uid.clone())
-                    .and_modify(|t| t.key = key.clone())
-                    .or_insert_with(|| Tracked::new(key));
-                let synced_at = tracked.synced_at;
+                    .or_insert_with(|| Tracked::new(key.clone(), runtime_uid.clone()));
+                tracked.key = key;
+                let previous = std::mem::replace(&mut tracked.runtime_uid, runtime_uid.clone());
+                // A change decide() reads (or a pod first seen) is synced from the runtime status
+                // already cached: it is a fact already read, and the next relist can be up to
+                // --relist-period-with-triggers away. Any other change waits for a newer one.
+                let matters = tracked
+                    .seen
+                    .as_deref()
+                    .zip(current.as_deref())
+                    .is_none_or(|(old, new)| informer_change_matters(old, new));
+                tracked.seen = current;
+                let synced_at = if matters {
+                    debug!(pod = %tracked.key, "informer change that matters to the status; syncing from the cached runtime status");
+                    SystemTime::UNIX_EPOCH
+                } else {
+                    tracked.synced_at
+                };
+                self.translate(&uid, &previous, runtime_uid);
                 self.request_sync(&uid, synced_at);
             }
-            PodChange::Deleted { uid } => {
-                self.pods.remove(&uid);
-                self.manager.forget(&uid);
-            }
+            PodChange::Deleted { uid } => self.untrack(&uid),
         }
     }
 
@@ -297,14 +381,14 @@ impl SyncLoop {
     fn try_sync(&mut self, uid: &str) {
         let Some(tracked) = self.pods.get_mut(uid) else { return };
         let Some(min) = tracked.wanted else { return };
-        match self.pleg.cache().try_get_newer_than(uid, min) {
+        match self.pleg.cache().try_get_newer_than(&tracked.runtime_uid, min) {
             Some(entry) => {
                 tracked.wanted = None;
                 self.sync(uid, entry);
             }
             None if !tracked.waiting => {
                 tracked.waiting = true;
-                self.to_wait.push((uid.to_owned(), min));
+                self.to_wait.push((uid.to_owned(), tracked.runtime_uid.clone(), min));
             }
             None => {}
         }
@@ -325,8 +409,7 @@ impl SyncLoop {
             .collect();
         for uid in gone {
             debug!(pod = %uid, "housekeeping: pod is gone");
-            self.pods.remove(&uid);
-            self.manager.forget(&uid);
+            self.untrack(&uid);
         }
     }
 
@@ -447,12 +530,18 @@ impl SyncLoop {
         self.try_sync(uid);
     }
 
-    /// A Kubernetes Event for a container that died (with its exit code and reason) or was OOM-killed.
-    fn record(&self, event: &PodLifecycleEvent) {
+    /// A Kubernetes Event for a container that died (with its exit code and reason) or was
+    /// OOM-killed while plegd looked: not for one the first relist found already exited, which a
+    /// plegd before a restart published (the exit counter does not count those either).
+    fn record(&self, uid: &str, event: &PodLifecycleEvent) {
         if event.kind != PodLifecycleEventType::ContainerDied || event.sandbox {
             return;
         }
-        let Some(tracked) = self.pods.get(&event.pod_uid) else {
+        if !self.pleg.saw_happen(event.timestamp) {
+            debug!(pod = %uid, container = event.container.as_deref().unwrap_or(""), "exit found at the first relist; no Kubernetes Event");
+            return;
+        }
+        let Some(tracked) = self.pods.get(uid) else {
             return;
         };
         let Some(pod) = self.informer.store.get(&tracked.key) else {
@@ -503,19 +592,22 @@ mod tests {
 
     use crate::backoff::RetryAfter;
     use crate::clock::SystemClock;
+    use crate::kubecontainer::SandboxState;
     use crate::kubecontainer::{PodUid, RuntimeContainer, RuntimeContainerState, RuntimePod};
     use crate::pleg::{GenericPleg, PlegConfig};
+    use crate::pod::MIRROR_POD_ANNOTATION;
     use crate::pod::{ApiPodSpec, NodeName};
     use crate::runtime::{IdKind, Runtime, RuntimeError};
-    use crate::status::generate::tests::{pod_with, ready_sandbox, runtime_status};
+    use crate::status::generate::tests::{pod_with, ready_sandbox, runtime_status, sandbox};
     use crate::status::manager::ManagerConfig;
     use crate::status::manager::script::Script;
 
-    /// One pod, u1, with one container `app` (c1): running or exited, and whether reading its
-    /// status fails.
+    /// One pod, u1, with one container `app` (c1): running or exited, whether its sandbox is
+    /// stopped, and whether reading its status fails.
     #[derive(Default)]
     struct OnePod {
         exited: bool,
+        sandbox_stopped: bool,
         read_error: Option<String>,
     }
 
@@ -544,7 +636,15 @@ mod tests {
                 name: "web".into(),
                 namespace: "default".into(),
                 containers: vec![item("c1", "s1", "app", self.state())],
-                sandboxes: vec![item("s1", "", "", RuntimeContainerState::Running)],
+                sandboxes: vec![item("s1", "", "", self.sandbox_state())],
+            }
+        }
+
+        fn sandbox_state(&self) -> RuntimeContainerState {
+            if self.0.lock().unwrap().sandbox_stopped {
+                RuntimeContainerState::Exited
+            } else {
+                RuntimeContainerState::Running
             }
         }
     }
@@ -565,13 +665,18 @@ mod tests {
                     status: tonic::Status::unavailable(error),
                 });
             }
+            let sandbox = if self.0.lock().unwrap().sandbox_stopped {
+                sandbox("s1", SandboxState::NotReady, 1)
+            } else {
+                ready_sandbox("10.1.0.5")
+            };
             Ok(RuntimePodStatus {
                 id: "u1".into(),
                 name: "web".into(),
                 namespace: "default".into(),
                 ips: vec!["10.1.0.5".into()],
                 container_statuses: vec![runtime_status("app", "c1", self.state(), 10)],
-                sandbox_statuses: vec![ready_sandbox("10.1.0.5")],
+                sandbox_statuses: vec![sandbox],
             })
         }
 
@@ -711,5 +816,245 @@ mod tests {
         json!({"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "web", "namespace": "default", "uid": "u1", "resourceVersion": "11"},
             "spec": {"nodeName": "n1", "containers": [{"name": "app", "image": "busybox"}]}})
+    }
+
+    /// A syncLoop over the fake runtime's pod u1, an informer holding `pod` and a scripted
+    /// apiserver that answers every request with the pod at resourceVersion 9 (older than the
+    /// informer's copies, so that every status is generated from the informer's copy).
+    struct Harness {
+        fake: Arc<Mutex<OnePod>>,
+        pleg: GenericPleg<FakeRuntime, SystemClock>,
+        script: Script,
+        writer: reflector::store::Writer<ApiPod>,
+        changes: mpsc::Sender<PodChange>,
+    }
+
+    impl Harness {
+        async fn start(mode: StatusMode, pod: ApiPod, fake: OnePod, recorder: Option<EventSender>) -> Self {
+            let fake = Arc::new(Mutex::new(fake));
+            let metrics = Arc::new(Metrics::new());
+            let (pleg, events) = GenericPleg::new(
+                FakeRuntime(fake.clone()),
+                SystemClock,
+                metrics.clone(),
+                PlegConfig::default(),
+            );
+            let mut answer = bound_pod_json();
+            answer["metadata"]["resourceVersion"] = json!("9");
+            let script = Script::answering_by_default(answer);
+            let (store, mut writer) = reflector::store::<ApiPod>();
+            writer.apply_watcher_event(&watcher::Event::Apply(pod.clone()));
+            let manager = StatusManager::new(
+                script.client(),
+                store.clone(),
+                ManagerConfig::new(NodeName::new("n1").unwrap()),
+                Arc::new(RetryAfter::default()),
+                metrics.clone(),
+            );
+            for (_, stage) in manager.stages() {
+                tokio::spawn(stage);
+            }
+            let config = SyncConfig {
+                mode,
+                tick: Duration::from_millis(20),
+                resync: Duration::from_millis(50),
+                ..SyncConfig::default()
+            };
+            let node = NodeFacts {
+                runtime_name: "containerd".into(),
+                node_ips: vec!["192.0.2.10".into()],
+                recursive_read_only_handlers: Some(Vec::new()),
+            };
+            let sync = SyncLoop::new(
+                pleg.handle(),
+                Informer::from_store(store),
+                manager,
+                recorder,
+                config,
+                node,
+                metrics,
+            );
+            let (changes, changes_rx) = mpsc::channel(8);
+            tokio::spawn(sync.run(events, changes_rx));
+            let harness = Self {
+                fake,
+                pleg,
+                script,
+                writer,
+                changes,
+            };
+            harness.announce(&pod).await;
+            harness
+        }
+
+        /// The informer's copy of the pod becomes `pod`, and the syncLoop hears of it.
+        async fn apply(&mut self, pod: ApiPod) {
+            self.writer.apply_watcher_event(&watcher::Event::Apply(pod.clone()));
+            self.announce(&pod).await;
+        }
+
+        async fn announce(&self, pod: &ApiPod) {
+            let change = PodChange::Applied {
+                uid: pod.metadata.uid.clone().unwrap(),
+                key: ObjectRef::from_obj(pod),
+            };
+            self.changes.send(change).await.unwrap();
+            // Taken by the loop, which handles a change in the poll that takes it: on this
+            // single-threaded runtime the loop knows the pod before the test goes on.
+            while self.changes.capacity() < self.changes.max_capacity() {
+                tokio::task::yield_now().await;
+            }
+        }
+
+        /// The requests sent: method and body.
+        fn sent(&self) -> Vec<(String, serde_json::Value)> {
+            self.script.sent()
+        }
+
+        fn patches(&self) -> Vec<serde_json::Value> {
+            self.sent()
+                .into_iter()
+                .filter(|(method, _)| method == "PATCH")
+                .map(|(_, body)| body)
+                .collect()
+        }
+    }
+
+    /// plegd's condition in a PATCH body.
+    fn running_condition(patch: &serde_json::Value) -> serde_json::Value {
+        patch["status"]["conditions"]
+            .as_array()
+            .and_then(|c| {
+                c.iter()
+                    .find(|c| c["type"] == crate::status::generate::CONTAINERS_RUNNING)
+            })
+            .cloned()
+            .unwrap_or_else(|| panic!("no plegd condition in {patch}"))
+    }
+
+    /// The mirror pod (m1) of a static pod that the runtime runs under its config hash (u1).
+    fn mirror_pod() -> ApiPod {
+        let mut pod = bound_pod();
+        pod.metadata.uid = Some("m1".into());
+        pod.metadata.annotations = Some([(MIRROR_POD_ANNOTATION.to_owned(), "u1".to_owned())].into());
+        pod
+    }
+
+    /// A static pod runs under its config hash; its mirror pod in the apiserver has a uid of its
+    /// own and names the hash. plegd matches the two as the kubelet's pod manager does: the mirror
+    /// pod's condition (and, in full mode, its status) follows the static pod's containers, at
+    /// their lifecycle events, and is written to the mirror pod with its own uid as the
+    /// precondition. Never "gone from the runtime" while it runs.
+    #[tokio::test]
+    async fn a_mirror_pod_follows_its_static_pods_containers() {
+        for mode in [StatusMode::Conditions, StatusMode::Full] {
+            let h = Harness::start(mode, mirror_pod(), OnePod::default(), None).await;
+            h.pleg.relist().await.unwrap();
+            wait_for("the running status", || h.patches().len() == 1).await;
+            let first = &h.patches()[0];
+            assert_eq!(
+                first["metadata"]["uid"],
+                "m1",
+                "{}: the mirror pod's own uid",
+                mode.as_str()
+            );
+            let running = running_condition(first);
+            assert_eq!(running["status"], "True", "{}: {running}", mode.as_str());
+            if mode == StatusMode::Full {
+                assert_eq!(first["status"]["phase"], "Running", "{first}");
+                assert!(
+                    first["status"]["containerStatuses"][0]["state"]["running"].is_object(),
+                    "{first}"
+                );
+            }
+
+            // The static pod's container exits: its ContainerDied (runtime uid u1) syncs m1.
+            h.fake.lock().unwrap().exited = true;
+            h.pleg.relist().await.unwrap();
+            wait_for("the exit", || h.patches().len() == 2).await;
+            let running = running_condition(&h.patches()[1]);
+            assert_eq!(
+                (&running["status"], &running["reason"]),
+                (&json!("False"), &json!("ContainerDied")),
+                "{}: {running}",
+                mode.as_str()
+            );
+        }
+    }
+
+    /// A change only the informer sees — here the deletion of a finished pod in full mode — is
+    /// synced at once from the runtime status already cached: the pod is deleted without waiting
+    /// for another relist (with runtime events, the next one can be 30 s away; here none comes).
+    #[tokio::test]
+    async fn a_finished_pods_deletion_is_synced_without_a_relist() {
+        let finished = OnePod {
+            exited: true,
+            sandbox_stopped: true,
+            ..OnePod::default()
+        };
+        let mut h = Harness::start(StatusMode::Full, bound_pod(), finished, None).await;
+        h.pleg.relist().await.unwrap();
+        wait_for("the final status", || h.patches().len() == 1).await;
+        assert_eq!(h.patches()[0]["status"]["phase"], "Failed", "{}", h.patches()[0]);
+
+        // Its user deletes it; the informer's copy has what plegd wrote and the deletionTimestamp.
+        let mut deleted = bound_pod();
+        deleted.metadata.resource_version = Some("12".into());
+        deleted.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+        ));
+        deleted.status = Some(k8s_openapi::api::core::v1::PodStatus {
+            phase: Some("Failed".into()),
+            ..Default::default()
+        });
+        h.apply(deleted).await;
+        wait_for("the DELETE", || h.sent().iter().any(|(method, _)| method == "DELETE")).await;
+    }
+
+    /// A new `metadata.generation` is reported (`observedGeneration`) at once, from the runtime
+    /// status already cached.
+    #[tokio::test]
+    async fn a_new_generation_is_observed_without_a_relist() {
+        let mut pod = bound_pod();
+        pod.metadata.generation = Some(1);
+        let mut h = Harness::start(StatusMode::Conditions, pod.clone(), OnePod::default(), None).await;
+        h.pleg.relist().await.unwrap();
+        wait_for("the first status", || h.patches().len() == 1).await;
+        assert_eq!(running_condition(&h.patches()[0])["observedGeneration"], 1);
+
+        pod.metadata.generation = Some(2);
+        pod.metadata.resource_version = Some("12".into());
+        h.apply(pod).await;
+        wait_for("generation 2 observed", || h.patches().len() == 2).await;
+        assert_eq!(running_condition(&h.patches()[1])["observedGeneration"], 2);
+    }
+
+    /// `--emit-events` after a restart: an exit the first relist finds already done (the plegd
+    /// before the restart saw it happen and published it) is not published again, as
+    /// `plegd_container_exits_total` does not count it again; an exit plegd sees happen is.
+    #[tokio::test]
+    async fn exits_found_at_the_first_relist_are_not_published_again() {
+        let (recorder, mut published) = crate::recorder::capture(16, Arc::new(Metrics::new()));
+        let exited = OnePod {
+            exited: true,
+            ..OnePod::default()
+        };
+        let h = Harness::start(StatusMode::Conditions, bound_pod(), exited, Some(recorder)).await;
+        h.pleg.relist().await.unwrap();
+        // The loop handles an event's Kubernetes Event before the sync it asks for.
+        wait_for("the status", || h.patches().len() == 1).await;
+        assert!(published.try_recv().is_err(), "the exit was there before plegd looked");
+
+        // The container runs again and exits while plegd looks.
+        h.fake.lock().unwrap().exited = false;
+        h.pleg.relist().await.unwrap();
+        wait_for("running", || h.patches().len() == 2).await;
+        h.fake.lock().unwrap().exited = true;
+        h.pleg.relist().await.unwrap();
+        wait_for("the exit", || h.patches().len() == 3).await;
+        let (event, regarding) = published.try_recv().expect("the exit plegd saw happen");
+        assert_eq!(event.reason, "ContainerDied");
+        assert_eq!(regarding.uid.as_deref(), Some("u1"));
+        assert!(published.try_recv().is_err(), "once");
     }
 }

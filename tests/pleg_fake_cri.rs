@@ -539,6 +539,72 @@ async fn exits_are_counted_once_as_they_happen() {
     );
 }
 
+/// `plegd_container_exits_total` holds a pod's series while the pod is on the node, and for a while
+/// after it left (so that a scrape sees its last exits), then drops them, as kube-state-metrics
+/// drops a deleted pod's series: 120 short-lived pods with unique names, each with one exit, leave
+/// no series behind. A series another pod of the same name still holds stays.
+#[tokio::test]
+async fn exit_series_leave_with_their_pods() {
+    let series = |h: &Harness| {
+        h.metrics
+            .encode()
+            .lines()
+            .filter(|l| l.starts_with("plegd_container_exits_total{"))
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    let mut h = Harness::new().await;
+    h.relist().await;
+    for i in 0..120 {
+        let uid = format!("job-uid-{i}");
+        h.fake().add_running_pod(&uid, &format!("job-{i}"), 1);
+        h.relist().await;
+        h.fake().exit_container(&format!("ctr-{uid}-0"), 0);
+        h.relist().await;
+        let counted = format!(
+            "plegd_container_exits_total{{namespace=\"default\",pod=\"job-{i}\",container=\"c0\",reason=\"Completed\"}}"
+        );
+        assert_eq!(
+            support::process::metric(&h.metrics.encode(), &counted),
+            Some(1.0),
+            "job-{i}"
+        );
+        h.fake().remove_pod(&uid);
+        h.relist().await;
+    }
+    // A scrape can still see the last pods' exits for a while after they left...
+    assert!(!series(&h).is_empty());
+    // ... and then none of them is kept.
+    h.clock.advance(plegd::metrics::EXIT_SERIES_LINGER);
+    h.relist().await;
+    assert_eq!(series(&h), Vec::<String>::new());
+
+    // Two pods of one name, one after the other (a StatefulSet's pod recreated): the series stays
+    // while either is on the node.
+    h.fake().add_running_pod("web-old", "web", 1);
+    h.fake().add_running_pod("web-new", "web", 1);
+    h.relist().await;
+    h.fake().exit_container("ctr-web-old-0", 1);
+    h.fake().exit_container("ctr-web-new-0", 1);
+    h.relist().await;
+    let web = "plegd_container_exits_total{namespace=\"default\",pod=\"web\",container=\"c0\",reason=\"Error\"}";
+    assert_eq!(support::process::metric(&h.metrics.encode(), web), Some(2.0));
+    h.fake().remove_pod("web-old");
+    h.relist().await;
+    h.clock.advance(plegd::metrics::EXIT_SERIES_LINGER);
+    h.relist().await;
+    assert_eq!(
+        support::process::metric(&h.metrics.encode(), web),
+        Some(2.0),
+        "web-new is still there"
+    );
+    h.fake().remove_pod("web-new");
+    h.relist().await;
+    h.clock.advance(plegd::metrics::EXIT_SERIES_LINGER);
+    h.relist().await;
+    assert_eq!(series(&h), Vec::<String>::new());
+}
+
 /// `plegd_trigger_missed_changes_total`: a periodic relist that finds a change while the event
 /// stream is connected counts it for the stream's source (the stream did not announce it); with
 /// the stream down, the periodic relist is the way changes are found, and nothing is counted.

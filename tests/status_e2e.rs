@@ -1067,6 +1067,112 @@ async fn a_deleted_pod_is_finished_then_removed_in_full_mode_only() {
     cd.cleanup(&other).await;
 }
 
+/// A static pod as the kubelet runs it: the runtime knows it by its config hash (its sandbox's uid),
+/// and its mirror pod in the apiserver has a uid of its own and names the hash in
+/// `kubernetes.io/config.mirror`. plegd matches them as the kubelet's pod manager does: the mirror
+/// pod's condition (in `conditions` mode) and status (in `full` mode) follow the static pod's
+/// container — never "gone from the runtime" while it runs — and the mirror pod, finished and
+/// deleted, is neither forced Failed nor deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_static_pods_mirror_pod_follows_its_containers() {
+    use futures_util::FutureExt;
+    let Some(cd) = containerd().await else { return };
+    let api = Apiserver::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let _conditions = start_daemon(&cd, &api, dir.path(), "node-static-c", StatusMode::Conditions);
+    let _full = start_daemon(&cd, &api, dir.path(), "node-static-f", StatusMode::Full);
+    let mut pods = Vec::new();
+    for (name, node) in [("static-c", "node-static-c"), ("static-f", "node-static-f")] {
+        // A config hash as the kubelet makes one: 32 hex digits.
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let hash = format!("{:032x}", nanos ^ (u128::from(std::process::id()) << 64));
+        let mut object = pod_object(name, node, &["app"], "Always");
+        object["metadata"]["annotations"] = json!({"kubernetes.io/config.mirror": hash,
+            "kubernetes.io/config.hash": hash, "kubernetes.io/config.source": "file"});
+        let created = api.create_pod(object).await;
+        let mirror_uid = support::apiserver::uid(&created);
+        assert_ne!(mirror_uid, hash);
+        let pod = cd.run_pod_as(name, TEST_NAMESPACE, &hash, true, None).await;
+        pods.push((pod, mirror_uid));
+    }
+    let checks = async {
+        let (static_c, static_f) = (&pods[0].0, &pods[1].0);
+        let mut containers = Vec::new();
+        for (pod, _) in &pods {
+            containers.push(cd.run_container(pod, "app", "sleep 600").await);
+        }
+        let p = wait_status(&api, static_c, "ContainersRunning True", Duration::from_secs(20), |s| {
+            condition(s, "plegd.io/ContainersRunning").is_some_and(|c| c["status"] == "True")
+        })
+        .await;
+        assert_eq!(p["metadata"]["uid"], pods[0].1.as_str(), "the mirror pod itself");
+        let p = wait_status(&api, static_f, "Running", Duration::from_secs(20), |s| {
+            s["phase"] == "Running" && condition(s, "Ready").is_some_and(|c| c["status"] == "True")
+        })
+        .await;
+        assert_eq!(
+            p["status"]["containerStatuses"][0]["containerID"],
+            format!("containerd://{}", containers[1])
+        );
+
+        // The static pods' containers stop: their death, not their absence.
+        for ((pod, _), ctr) in pods.iter().zip(&containers) {
+            cd.stop_container(ctr, 0).await;
+            cd.stop_pod(pod).await;
+        }
+        let p = wait_status(
+            &api,
+            static_c,
+            "ContainersRunning False",
+            Duration::from_secs(20),
+            |s| condition(s, "plegd.io/ContainersRunning").is_some_and(|c| c["status"] == "False"),
+        )
+        .await;
+        assert_eq!(
+            condition(&p["status"], "plegd.io/ContainersRunning").unwrap()["reason"],
+            "ContainerDied",
+            "{:#}",
+            p["status"]
+        );
+        wait_status(
+            &api,
+            static_f,
+            "the container terminated",
+            Duration::from_secs(20),
+            |s| s["containerStatuses"][0]["state"]["terminated"].is_object(),
+        )
+        .await;
+        // Deleted and finished, the mirror pod stays as it is: the kubelet removes mirror pods
+        // through their static pod's config.
+        api.request_deletion(&static_f.namespace, &static_f.name, 30).await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(pod_deletes(&api, static_f).await, 0, "a mirror pod is never deleted");
+        let p = api.pod(&static_f.namespace, &static_f.name).await.expect("still there");
+        assert_ne!(
+            p["status"]["phase"], "Failed",
+            "never forced terminal: {:#}",
+            p["status"]
+        );
+        for (pod, _) in &pods {
+            for status in stored_statuses(&api, pod).await {
+                if let Some(c) = condition(&status, "plegd.io/ContainersRunning") {
+                    assert_ne!(c["reason"], "ContainerRemoved", "{status:#}");
+                }
+            }
+        }
+    };
+    let outcome = std::panic::AssertUnwindSafe(checks).catch_unwind().await;
+    for (pod, _) in &pods {
+        cd.cleanup(pod).await;
+    }
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+}
+
 /// Without the RBAC for deleting pods (deploy/full/rbac-full-mode.yaml), the finished pod keeps its final
 /// status, plegd says what is missing once and counts it, and does not retry in a loop. A DELETE
 /// whose uid precondition fails (the pod was recreated under its name) leaves the new pod alone.

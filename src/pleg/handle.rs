@@ -3,7 +3,7 @@
 //! cache's writing half; a holder of a handle can read, wait and judge health, never write. The
 //! handle is not generic over the runtime or the clock: its readers never call the runtime.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use crate::cache::CacheReader;
@@ -24,6 +24,9 @@ pub(super) struct RelistHealth {
     relist_instant: Mutex<Option<std::time::Instant>>,
     /// The last time handed out by [`RelistHealth::stamp`].
     last_stamp: Mutex<SystemTime>,
+    /// Start of the first complete relist: what it and the relists before it found exited had
+    /// exited before plegd looked.
+    first_relist: OnceLock<SystemTime>,
     /// What the runtime event stream is doing, for health and metrics.
     pub(super) trigger_state: Arc<Mutex<StreamState>>,
 }
@@ -41,6 +44,7 @@ impl RelistHealth {
             relist_time: Mutex::new(None),
             relist_instant: Mutex::new(None),
             last_stamp: Mutex::new(SystemTime::UNIX_EPOCH),
+            first_relist: OnceLock::new(),
             trigger_state: Arc::new(Mutex::new(StreamState::Off)),
         }
     }
@@ -49,6 +53,15 @@ impl RelistHealth {
     pub(super) fn relisted(&self, start: SystemTime, started: std::time::Instant) {
         *lock(&self.relist_time) = Some(start);
         *lock(&self.relist_instant) = Some(started);
+    }
+
+    /// A global relist that started at `start` went through every pod (kept only the first time).
+    pub(super) fn first_relist_done(&self, start: SystemTime) {
+        let _ = self.first_relist.set(start);
+    }
+
+    pub(super) fn saw_happen(&self, at: SystemTime) -> bool {
+        self.first_relist.get().is_some_and(|first| at > *first)
     }
 
     pub(super) fn stamp(&self) -> SystemTime {
@@ -117,6 +130,15 @@ impl PlegHandle {
     /// Start of the last successful global relist.
     pub fn last_relist(&self) -> Option<SystemTime> {
         self.health.last_relist()
+    }
+
+    /// Whether a change found by a relist stamped `at` (a `ContainerDied`'s timestamp) happened
+    /// while plegd looked: it was found after the first complete relist. The first relist (and
+    /// any single-pod relist before it ends) finds exits from before plegd started, which a plegd
+    /// before a restart already saw: `plegd_container_exits_total` does not count them and
+    /// `--emit-events` does not publish them again.
+    pub fn saw_happen(&self, at: SystemTime) -> bool {
+        self.health.saw_happen(at)
     }
 
     /// `Healthy()`: the last successful relist started no more than the threshold ago.

@@ -112,9 +112,6 @@ struct RelistState {
     reinspect: HashSet<PodUid>,
     /// Events that did not fit in the channel, per pod, oldest first.
     undelivered: HashMap<PodUid, Vec<PodLifecycleEvent>>,
-    /// A complete relist has succeeded: a container seen exited from now on exited while plegd
-    /// looked (the first relist finds the exits of before plegd started, counted by then).
-    counting_exits: bool,
 }
 
 impl RelistState {
@@ -456,7 +453,9 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
                 needs_reinspection.insert(uid);
             }
         }
-        state.counting_exits = true;
+        // From now on a container seen exited exited while plegd looked.
+        self.health.first_relist_done(start);
+        self.metrics.drop_departed_exit_series(start);
         // After every pod's entry is up to date: the whole cache is as fresh as `start`.
         self.cache.update_time(start);
         state.reinspect = needs_reinspection;
@@ -532,18 +531,23 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
             events.push(PodLifecycleEvent::pod_sync(uid, current, start));
         }
         add_exit_details(&mut events, status.as_ref());
-        if state.counting_exits {
+        if self.health.saw_happen(start) {
             for event in events
                 .iter()
                 .filter(|e| e.kind == PodLifecycleEventType::ContainerDied && !e.sandbox)
             {
                 self.metrics.count_container_exit(
+                    uid,
                     event.namespace.as_deref().unwrap_or_default(),
                     event.pod.as_deref().unwrap_or_default(),
                     event.container.as_deref().unwrap_or_default(),
                     exit_reason(event),
                 );
             }
+        }
+        if current.is_none() {
+            // Nothing of the pod is left in the runtime: it left the node.
+            self.metrics.pod_left_node(uid, start);
         }
         for event in &events {
             debug!(pod = %uid, container = event.container_id.as_deref().unwrap_or(""), event = event.kind.as_str(), "lifecycle event");

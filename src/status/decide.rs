@@ -94,6 +94,34 @@ pub enum Skip {
     /// The status manager's `checkContainerStateTransition` (full mode): the update is aborted.
     #[error(transparent)]
     IllegalTransition(#[from] IllegalTransition),
+    /// A mirror pod whose annotation names a runtime pod of another name: not its static pod. The
+    /// kubelet's `IsMirrorPodOf` matches the full name as well as the hash; a status of some other
+    /// pod is never written to it.
+    #[error("mirror pod names static pod {runtime_uid}, but the runtime runs that as {namespace}/{name}")]
+    NotItsStaticPod {
+        runtime_uid: String,
+        namespace: String,
+        name: String,
+    },
+}
+
+/// For a mirror pod, whether `runtime` is its static pod's: the same namespace and name (the
+/// runtime's status of a pod it does not know, which names none, is the static pod's absence).
+/// Every other pod's runtime status is its own by its uid.
+fn is_static_pod_of(pod: &ApiPod, runtime: &RuntimePodStatus) -> Result<(), Skip> {
+    let names = |namespace: &str, name: &str| {
+        runtime.namespace.is_empty()
+            || runtime.name.is_empty()
+            || (pod.metadata.namespace.as_deref() == Some(namespace) && pod.metadata.name.as_deref() == Some(name))
+    };
+    if !pod.is_mirror() || names(&runtime.namespace, &runtime.name) {
+        return Ok(());
+    }
+    Err(Skip::NotItsStaticPod {
+        runtime_uid: runtime.id.clone(),
+        namespace: runtime.namespace.clone(),
+        name: runtime.name.clone(),
+    })
 }
 
 /// The outcome of [`decide`].
@@ -109,7 +137,9 @@ pub struct Decision {
 }
 
 /// Decide what plegd writes for `pod` (the informer's copy) from its runtime status `runtime`, read
-/// successfully, and plegd's own `last_write` of it.
+/// successfully, and plegd's own `last_write` of it. A mirror pod's runtime status is its static
+/// pod's ([`ApiPod::runtime_uid`]): its status follows the static pod's containers, is never forced
+/// terminal, and the pod is never deleted (the kubelet deletes mirror pods through their config).
 pub fn decide(
     mode: StatusMode,
     node: &NodeFacts,
@@ -119,6 +149,13 @@ pub fn decide(
     now: SystemTime,
 ) -> Decision {
     let (base_status, from_informer) = apiserver_status(pod, last_write);
+    if let Err(skip) = is_static_pod_of(pod, runtime) {
+        return Decision {
+            action: Action::Skip(skip),
+            deadline: None,
+            from_informer,
+        };
+    }
     // Generate from plegd's own last write while the informer has not caught up with it (only then
     // is the pod copied).
     let base: Cow<'_, ApiPod> = if from_informer {
@@ -169,6 +206,22 @@ pub fn decide(
         status: Box::new(status),
         delete_when_written,
     })
+}
+
+/// Whether the informer's `new` copy of a pod changes what [`decide`] makes of the same runtime
+/// status, other than through the status itself: another pod under the name, a deletion
+/// (`deletionTimestamp`), a new `metadata.generation` (written back as `observedGeneration`), a
+/// spec change (containers, restart policy, readiness gates, the deadline, ...), or another static
+/// pod behind a mirror pod. The syncLoop syncs such a change at once from the runtime status it has
+/// cached; any other change (plegd's own writes coming back, someone else's status) waits for a
+/// newer runtime status, as the kubelet's pod workers do.
+pub fn informer_change_matters(old: &ApiPod, new: &ApiPod) -> bool {
+    old.metadata.uid != new.metadata.uid
+        || old.metadata.generation != new.metadata.generation
+        || old.metadata.deletion_timestamp != new.metadata.deletion_timestamp
+        || old.is_mirror() != new.is_mirror()
+        || old.runtime_uid() != new.runtime_uid()
+        || old.spec != new.spec
 }
 
 /// plegd's own condition for `pod`, from the container statuses it generated.
@@ -583,6 +636,134 @@ mod tests {
         ended.status.as_mut().unwrap().phase = Some("Failed".into());
         let terminal = decide(StatusMode::Full, &node(), &ended, None, &exited(), at(120));
         assert_eq!(terminal.deadline, None, "a terminal pod has no deadline to wait for");
+    }
+
+    /// A mirror pod takes the runtime status of its static pod (the same namespace and name),
+    /// is never deleted nor forced terminal, and is never written from another pod's status.
+    #[test]
+    fn a_mirror_pod_is_written_only_from_its_static_pod() {
+        let mirror = |policy: &str| {
+            let mut pod = pod(policy);
+            pod.metadata.namespace = Some("kube-system".into());
+            pod.metadata.name = Some("etcd-n1".into());
+            pod.metadata.uid = Some("m1".into());
+            pod.metadata.annotations = Some([(crate::pod::MIRROR_POD_ANNOTATION.to_owned(), "u1".to_owned())].into());
+            pod
+        };
+        let of = |namespace: &str, name: &str, mut runtime: RuntimePodStatus| {
+            runtime.namespace = namespace.into();
+            runtime.name = name.into();
+            runtime
+        };
+        let ok = decide(
+            StatusMode::Conditions,
+            &node(),
+            &mirror("Always"),
+            None,
+            &of("kube-system", "etcd-n1", running()),
+            at(100),
+        );
+        assert_eq!(condition_of(write_of(&ok).0, CONTAINERS_RUNNING).status, "True");
+        // Its static pod has stopped and the mirror pod is deleted: finished, but neither deleted
+        // nor forced Failed (a static pod's phase under Always stays Running).
+        let stopped = decide(
+            StatusMode::Full,
+            &node(),
+            &deleted(mirror("Always")),
+            None,
+            &of("kube-system", "etcd-n1", exited()),
+            at(100),
+        );
+        let (status, delete) = write_of(&stopped);
+        assert!(!delete, "a mirror pod is never deleted");
+        assert_eq!(status.phase.as_deref(), Some("Running"), "{status:?}");
+        // The runtime runs that uid as another pod: nothing is written.
+        let other = decide(
+            StatusMode::Conditions,
+            &node(),
+            &mirror("Always"),
+            None,
+            &of("default", "web", running()),
+            at(100),
+        );
+        assert!(
+            matches!(&other.action, Action::Skip(Skip::NotItsStaticPod { name, .. }) if name == "web"),
+            "{other:?}"
+        );
+        // The runtime does not know the uid (a status that names no pod): the static pod is not running.
+        let absent = decide(
+            StatusMode::Conditions,
+            &node(),
+            &mirror("Always"),
+            None,
+            &RuntimePodStatus::default(),
+            at(100),
+        );
+        assert_eq!(condition_of(write_of(&absent).0, CONTAINERS_RUNNING).status, "False");
+        // Only mirror pods are matched by name: a regular pod's runtime status is its own by uid.
+        let regular = decide(
+            StatusMode::Conditions,
+            &node(),
+            &pod("Always"),
+            None,
+            &of("default", "web", running()),
+            at(100),
+        );
+        write_of(&regular);
+    }
+
+    /// Which informer changes are synced at once: what decide() reads besides the status.
+    #[test]
+    fn an_informer_change_matters_when_decide_reads_it() {
+        let old = pod("Always");
+        let changed = |change: fn(&mut ApiPod)| {
+            let mut new = old.clone();
+            new.metadata.resource_version = Some("11".into());
+            change(&mut new);
+            informer_change_matters(&old, &new)
+        };
+        type Change = fn(&mut ApiPod);
+        let table: [(&str, Change, bool); 9] = [
+            ("nothing but the version", |_| {}, false),
+            (
+                "the status (plegd's own write coming back)",
+                |p| p.status.as_mut().unwrap().phase = Some("Running".into()),
+                false,
+            ),
+            (
+                "a label",
+                |p| p.metadata.labels = Some([("a".to_owned(), "b".to_owned())].into()),
+                false,
+            ),
+            ("deleted", |p| *p = deleted(p.clone()), true),
+            ("a new generation", |p| p.metadata.generation = Some(2), true),
+            (
+                "the restart policy",
+                |p| p.spec.restart_policy = Some("Never".into()),
+                true,
+            ),
+            (
+                "a readiness gate",
+                |p| p.spec.readiness_gates = vec!["example.com/gate".into()],
+                true,
+            ),
+            (
+                "made a mirror pod",
+                |p| {
+                    p.metadata.annotations =
+                        Some([(crate::pod::MIRROR_POD_ANNOTATION.to_owned(), "hash".to_owned())].into())
+                },
+                true,
+            ),
+            (
+                "another pod under the name",
+                |p| p.metadata.uid = Some("u2".into()),
+                true,
+            ),
+        ];
+        for (case, change, matters) in table {
+            assert_eq!(changed(change), matters, "{case}");
+        }
     }
 
     #[test]

@@ -6,8 +6,11 @@
 //! plegd's process alone.
 //! Churn: 10 pods; every 250 ms one of them gets a new container (round robin) that runs for 0.3–1.5 s
 //! and exits with 0 or 1; each pod keeps its two newest containers, older ones are removed. Every
-//! 10 s plegd's RSS, open file descriptors, threads, live async tasks (`plegd_runtime_tasks`) and
-//! `/healthz` are sampled. RSS growth is measured from the end of the warm-up (first 3 minutes) to the
+//! 7.5 s the oldest pod leaves (deleted from the apiserver, removed from the runtime) and a new one
+//! with a name never used before takes its place, as Jobs' pods come and go: 120 unique pods in 15
+//! minutes. Every 10 s plegd's RSS, open file descriptors, threads, live async tasks
+//! (`plegd_runtime_tasks`), the series of `plegd_container_exits_total` and `/healthz` are sampled:
+//! the series stay flat (the pods on the node and those that left within the last 2 minutes). RSS growth is measured from the end of the warm-up (first 3 minutes) to the
 //! end. Needs root (it starts the test containerd through tests/containerd/containerd.sh).
 //!
 //!     cargo bench --bench soak                      # 15 minutes
@@ -39,7 +42,36 @@ struct Sample {
     fds: usize,
     threads: f64,
     tasks: f64,
+    exit_series: usize,
     healthy: bool,
+}
+
+/// How many pods the churn runs at once, and how many container starts each pod lives for.
+const PODS: usize = 10;
+const STARTS_PER_POD_CHANGE: usize = 30;
+
+/// The apiserver object of soak pod `name`.
+fn pod_object(name: &str) -> serde_json::Value {
+    serde_json::json!({
+        "metadata": {"name": name, "namespace": containerd::TEST_NAMESPACE},
+        "spec": {"nodeName": "soak", "restartPolicy": "Always",
+                 "containers": [{"name": "app", "image": "plegd.test/busybox:1"}]}
+    })
+}
+
+/// A new soak pod: created in the apiserver, its sandbox run under the apiserver's uid.
+async fn new_pod(api: &Apiserver, cd: &containerd::Containerd, name: &str) -> containerd::TestPod {
+    let object = api.create_pod(pod_object(name)).await;
+    cd.run_pod_as(name, containerd::TEST_NAMESPACE, &apiserver::uid(&object), true, None)
+        .await
+}
+
+/// The series of `plegd_container_exits_total` in a scrape.
+fn exit_series(metrics: &str) -> usize {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("plegd_container_exits_total{"))
+        .count()
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -53,19 +85,10 @@ async fn main() {
     let api = Apiserver::start().await;
     let dir = tempfile::tempdir().expect("temp dir");
     let mut pods = Vec::new();
-    for i in 0..10 {
-        let (name, namespace) = (format!("soak{i}"), containerd::TEST_NAMESPACE);
-        let object = api
-            .create_pod(serde_json::json!({
-                "metadata": {"name": name, "namespace": namespace},
-                "spec": {"nodeName": "soak", "restartPolicy": "Always",
-                         "containers": [{"name": "app", "image": "plegd.test/busybox:1"}]}
-            }))
-            .await;
-        let pod = cd
-            .run_pod_as(&name, namespace, &apiserver::uid(&object), true, None)
-            .await;
-        pods.push((pod, VecDeque::new()));
+    let mut pods_made = 0usize;
+    for _ in 0..PODS {
+        pods.push((new_pod(&api, &cd, &format!("soak-{pods_made}")).await, VecDeque::new()));
+        pods_made += 1;
     }
     let port = process::free_port();
     let kubeconfig = api.kubeconfig_as(dir.path(), &Identity::Plegd("soak".into()));
@@ -83,14 +106,23 @@ async fn main() {
     let mut next_sample = start + Duration::from_secs(10);
     let (mut started, mut removed, mut n) = (0usize, 0usize, 0usize);
     while Instant::now() < end {
-        let (pod, containers) = &mut pods[n % 10];
+        if n > 0 && n % STARTS_PER_POD_CHANGE == 0 {
+            // The oldest pod leaves the node; a new one, never seen before, takes its slot.
+            let slot = (n / STARTS_PER_POD_CHANGE - 1) % PODS;
+            let (old, _) = &pods[slot];
+            api.delete(&old.namespace, &old.name).await;
+            cd.cleanup(old).await;
+            pods[slot] = (new_pod(&api, &cd, &format!("soak-{pods_made}")).await, VecDeque::new());
+            pods_made += 1;
+        }
+        let (pod, containers) = &mut pods[n % PODS];
         let run_ms = 300 + (n * 97) % 1200;
         let code = n % 2;
         // Each new container is the next attempt of "app", as a kubelet restart makes it.
         let config = k8s_cri::v1::ContainerConfig {
             metadata: Some(k8s_cri::v1::ContainerMetadata {
                 name: "app".into(),
-                attempt: (n / 10) as u32,
+                attempt: (n / PODS) as u32,
             }),
             image: Some(k8s_cri::v1::ImageSpec {
                 image: containerd::IMAGE.into(),
@@ -124,6 +156,7 @@ async fn main() {
                 fds: open_fds(pid),
                 threads: status_field(pid, "Threads:"),
                 tasks: metric(&metrics, "plegd_runtime_tasks").unwrap_or(f64::NAN),
+                exit_series: exit_series(&metrics),
                 healthy: http_get(port, "/healthz").is_some_and(|(c, _)| c == 200),
             });
         }
@@ -150,6 +183,7 @@ async fn main() {
     let (fd_min, fd_max) = range(&|s| s.fds as f64);
     let (th_min, th_max) = range(&|s| s.threads);
     let (task_min, task_max) = range(&|s| s.tasks);
+    let (series_min, series_max) = range(&|s| s.exit_series as f64);
     let unhealthy = samples.iter().filter(|s| !s.healthy).count();
     let events: f64 = final_metrics
         .lines()
@@ -164,7 +198,7 @@ async fn main() {
         .count();
     println!("\n### Soak: {minutes} min of churn on real containerd, `plegd run` full mode, triggers auto\n");
     println!(
-        "containers started {started}, removed {removed}; lifecycle events delivered {events}; status PATCHes {patches}; plegd alive at the end: {alive}\n"
+        "pods {pods_made} (unique names, {PODS} at a time); containers started {started}, removed {removed}; lifecycle events delivered {events}; status PATCHes {patches}; plegd alive at the end: {alive}\n"
     );
     println!(
         "| figure | after warm-up ({} s) | end | range after warm-up |\n|---|---|---|---|",
@@ -182,16 +216,21 @@ async fn main() {
         "| live async tasks | {} | {} | {task_min}–{task_max} |",
         first.tasks, last.tasks
     );
+    println!(
+        "| exit counter series | {} | {} | {series_min}–{series_max} |",
+        first.exit_series, last.exit_series
+    );
     println!("| /healthz not 200 | | | {unhealthy} of {} samples |", samples.len());
-    println!("\nsamples (s, RSS MiB, fds, threads, tasks, healthy):");
+    println!("\nsamples (s, RSS MiB, fds, threads, tasks, exit counter series, healthy):");
     for s in &samples {
         println!(
-            "{} {:.1} {} {} {} {}",
+            "{} {:.1} {} {} {} {} {}",
             s.at.as_secs(),
             s.rss_mib,
             s.fds,
             s.threads,
             s.tasks,
+            s.exit_series,
             s.healthy
         );
     }

@@ -1157,15 +1157,11 @@ pub fn pod_can_be_deleted(pod: &ApiPod, runtime: &RuntimePodStatus, phase: Optio
         && !runtime.sandbox_statuses.iter().any(|s| s.state == SandboxState::Ready)
 }
 
-/// The annotation the kubelet puts on the mirror pod of a static pod (`kubetypes.ConfigMirrorAnnotationKey`).
-pub const MIRROR_POD_ANNOTATION: &str = "kubernetes.io/config.mirror";
+pub use crate::pod::MIRROR_POD_ANNOTATION;
 
 /// A mirror pod: the apiserver's copy of a static pod the kubelet runs from a file or URL.
 pub fn is_mirror_pod(pod: &ApiPod) -> bool {
-    pod.metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key(MIRROR_POD_ANNOTATION))
+    pod.is_mirror()
 }
 
 /// The kubelet-equivalent status of a pod: [`generate_api_pod_status`], then, once the pod is
