@@ -847,7 +847,7 @@ mod tests {
             let manager = StatusManager::new(
                 script.client(),
                 store.clone(),
-                ManagerConfig::new(NodeName::new("n1").unwrap()),
+                ManagerConfig::new(NodeName::new("n1").unwrap(), mode),
                 Arc::new(RetryAfter::default()),
                 metrics.clone(),
             );
