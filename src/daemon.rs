@@ -249,6 +249,9 @@ pub struct ApiClients {
     /// [`watch_timeout`] (so a healthy watch is renewed that often), and a connection silent for
     /// longer than that and a margin is given up.
     pub watches: kube::Client,
+    /// For the reviews that guard `/metrics`: like `requests`, but a `Retry-After` answered to a
+    /// review (which clients of `/metrics` cause) does not hold back the status writes.
+    pub reviews: kube::Client,
 }
 
 /// How long the apiserver is asked to keep one watch open, for a request timeout of `request`:
@@ -301,15 +304,20 @@ pub async fn kube_clients(
         warnings: Arc::default(),
         retry_after,
     };
-    let build = |read_timeout| {
+    let build = |read_timeout, layer: &CountRequestsLayer| {
         let mut config = config.clone();
         config.read_timeout = Some(read_timeout);
         let builder = kube::client::ClientBuilder::try_from(config).map_err(DaemonError::Client)?;
-        Ok::<_, DaemonError>(builder.with_layer(&layer).build())
+        Ok::<_, DaemonError>(builder.with_layer(layer).build())
+    };
+    let apart = CountRequestsLayer {
+        retry_after: Arc::default(),
+        ..layer.clone()
     };
     Ok(ApiClients {
-        requests: build(request_timeout)?,
-        watches: build(watch_timeout(request_timeout) + WATCH_SILENCE_MARGIN)?,
+        requests: build(request_timeout, &layer)?,
+        watches: build(watch_timeout(request_timeout) + WATCH_SILENCE_MARGIN, &layer)?,
+        reviews: build(request_timeout, &apart)?,
     })
 }
 
@@ -403,6 +411,13 @@ async fn stop(sets: DaemonStages, manager: &StatusManager, timeout: std::time::D
     let cut = sets.pipeline.finish_by(deadline).await;
     if !cut.is_empty() {
         warn!(stages = ?cut, "shutdown deadline reached before the computed events were handed over");
+    }
+    let refused = manager.give_up_refused();
+    if refused > 0 {
+        warn!(
+            pods = refused,
+            "not waiting for status writes the apiserver refused (they would be sent again later)"
+        );
     }
     if tokio::time::timeout_at(deadline, manager.flushed()).await.is_ok() {
         info!("all status writes flushed");
@@ -522,7 +537,7 @@ pub async fn run_controlled(
         ));
         let auth = options.metrics_auth.then(|| {
             Arc::new(crate::metrics_auth::MetricsAuth::new(
-                client.clone(),
+                clients.reviews.clone(),
                 options.apiserver_timeout,
                 metrics.clone(),
             ))

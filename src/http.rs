@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{Extension, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -80,9 +80,20 @@ fn num_cpus() -> usize {
     std::thread::available_parallelism().map(usize::from).unwrap_or(1)
 }
 
-async fn metrics_handler(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+/// The address of a request's client (its connection's peer), put in each request's extensions
+/// by the listener.
+#[derive(Debug, Clone, Copy)]
+struct ClientAddress(std::net::IpAddr);
+
+async fn metrics_handler(
+    State(state): State<Arc<AppState>>,
+    client: Option<Extension<ClientAddress>>,
+    headers: HeaderMap,
+) -> Response {
     if let Some(auth) = &state.auth
-        && let Err(denied) = auth.check(headers.get(header::AUTHORIZATION)).await
+        && let Err(denied) = auth
+            .check(headers.get(header::AUTHORIZATION), client.map(|Extension(c)| c.0))
+            .await
     {
         return denied.into_response();
     }
@@ -247,11 +258,18 @@ async fn accept_loop(listener: tokio::net::TcpListener, app: Router, admission: 
                 continue;
             }
         };
-        let Some(stream) = admission.admit(stream, Some(peer.ip().to_canonical())) else {
+        let client = peer.ip().to_canonical();
+        let Some(stream) = admission.admit(stream, Some(client)) else {
             continue;
         };
         let evicted = stream.evicted();
-        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        let service = hyper_util::service::TowerToHyperService::new(tower::ServiceExt::map_request(
+            app.clone(),
+            move |mut request: axum::http::Request<hyper::body::Incoming>| {
+                request.extensions_mut().insert(ClientAddress(client));
+                request
+            },
+        ));
         connections.spawn(async move {
             let connection = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())

@@ -97,8 +97,8 @@ pub enum WhenFull {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Admission {
     pub max_connections: usize,
-    /// Connections one client address may hold at once; past it, its new ones are refused (never
-    /// evicting another's).
+    /// Connections one client address may hold at once; past it, its new ones are refused, or on
+    /// a listener that evicts, its own oldest connection is closed (never another client's).
     pub max_per_client: usize,
     pub when_full: WhenFull,
 }
@@ -117,8 +117,9 @@ pub struct ConnectionLimit {
 struct Open {
     count: usize,
     per_client: HashMap<IpAddr, usize>,
-    /// Each connection by the order it was admitted, with what closes it (eviction).
-    by_age: BTreeMap<u64, CancellationToken>,
+    /// Each connection by the order it was admitted, with its client and what closes it
+    /// (eviction).
+    by_age: BTreeMap<u64, (Option<IpAddr>, CancellationToken)>,
     next: u64,
 }
 
@@ -146,15 +147,26 @@ impl ConnectionLimit {
     /// share already, or the listener is full and refuses.
     pub fn admit<S>(&self, stream: S, client: Option<IpAddr>) -> Option<Limited<S>> {
         let mut open = self.lock();
+        let mut made_room = false;
         if let Some(ip) = client
             && open.per_client.get(&ip).copied().unwrap_or(0) >= self.admission.max_per_client
         {
-            drop(open);
-            self.metrics.count_connection_refused(self.listener);
-            debug!(listener = self.listener, client = %ip, "client holds its share of connections; closing a new one");
-            return None;
+            if self.admission.when_full == WhenFull::Refuse {
+                drop(open);
+                self.metrics.count_connection_refused(self.listener);
+                debug!(listener = self.listener, client = %ip, "client holds its share of connections; closing a new one");
+                return None;
+            }
+            // Its own oldest connection makes room: a probe from an address others share (the
+            // node's) still gets in, and nobody else's connection is touched.
+            let oldest = open.by_age.iter().find(|(_, (c, _))| *c == Some(ip)).map(|(id, _)| *id);
+            if let Some((_, evicted)) = oldest.and_then(|id| open.by_age.remove(&id)) {
+                evicted.cancel();
+                self.metrics.count_connection_evicted(self.listener);
+                made_room = true;
+            }
         }
-        if open.count >= self.admission.max_connections {
+        if open.count >= self.admission.max_connections && !made_room {
             match self.admission.when_full {
                 WhenFull::Refuse => {
                     drop(open);
@@ -167,7 +179,7 @@ impl ConnectionLimit {
                 }
                 WhenFull::EvictOldest => {
                     // Its place is given back when its task ends, a moment later.
-                    if let Some((_, oldest)) = open.by_age.pop_first() {
+                    if let Some((_, (_, oldest))) = open.by_age.pop_first() {
                         oldest.cancel();
                         self.metrics.count_connection_evicted(self.listener);
                     }
@@ -181,7 +193,7 @@ impl ConnectionLimit {
         let id = open.next;
         open.next += 1;
         let evicted = CancellationToken::new();
-        open.by_age.insert(id, evicted.clone());
+        open.by_age.insert(id, (client, evicted.clone()));
         Some(Limited {
             inner: stream,
             _place: Place {
@@ -365,13 +377,16 @@ mod tests {
                 .contains("plegd_connections_evicted_total{listener=\"probes\"} 1")
         );
         // The evicted connection ends; the next new one evicts the next oldest; a client past its
-        // share is refused rather than evicting anyone.
+        // share closes its own oldest connection, nobody else's.
         drop(oldest);
-        let _second = limit.admit(4, Some(kubelet)).unwrap();
+        let second = limit.admit(4, Some(kubelet)).unwrap();
         assert!(next.evicted().is_cancelled());
         drop(next);
-        assert!(limit.admit(5, Some(kubelet)).is_none(), "past its share of 2");
-        assert!(!probe.evicted().is_cancelled());
+        let third = limit
+            .admit(5, Some(kubelet))
+            .expect("past its share of 2: its own oldest goes");
+        assert!(probe.evicted().is_cancelled(), "its own oldest");
+        assert!(!second.evicted().is_cancelled() && !third.evicted().is_cancelled());
     }
 
     #[test]

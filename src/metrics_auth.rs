@@ -7,14 +7,22 @@
 //! `nonResourceURLs: ["/metrics"]` rule.
 //!
 //! Answers are cached by token (allowed for 2 min, refused for 30 s, as the kubelet's webhook
-//! caches do), at most [`MAX_CACHED`] tokens; reviews of tokens not cached are limited to
-//! [`REVIEWS_PER_SECOND`] (a burst of twice that), so that a client sending random tokens cannot
-//! make plegd flood the apiserver: past it the answer is 429. A review that fails (apiserver
-//! unreachable, timeout) is not cached and answers 503: nobody is let in on a guess.
+//! caches do), at most [`MAX_CACHED`] tokens. Reviews of tokens not cached are limited, so that
+//! clients sending random tokens cannot make plegd flood the apiserver (nor crowd its status
+//! writes, which share plegd's identity and so its priority-and-fairness flow there): at most
+//! [`REVIEWS_PER_CLIENT_PER_SECOND`] for one client address and [`REVIEWS_PER_SECOND`] in all,
+//! each with a burst of a few; past it the answer is 429. An allowed token whose answer expired
+//! while reviews are held back is still allowed for one more [`ALLOWED_TTL`], so that a flood of
+//! others cannot lock Prometheus out. A review that fails (apiserver unreachable, timeout) is not
+//! cached and answers 503: nobody is let in on a guess. The reviews go through a client of their
+//! own: a `Retry-After` answered to a review does not hold back the status writes.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -31,8 +39,12 @@ pub const ALLOWED_TTL: Duration = Duration::from_secs(120);
 pub const REFUSED_TTL: Duration = Duration::from_secs(30);
 /// Tokens whose answer is kept.
 pub const MAX_CACHED: usize = 256;
-/// Reviews of tokens not cached, per second.
-pub const REVIEWS_PER_SECOND: f64 = 10.0;
+/// Reviews of tokens not cached, per second, in all (a burst of twice that).
+pub const REVIEWS_PER_SECOND: f64 = 5.0;
+/// Reviews of tokens not cached, per second, for one client address (a burst of 3).
+pub const REVIEWS_PER_CLIENT_PER_SECOND: f64 = 1.0;
+/// Client addresses whose review budget is kept.
+pub const MAX_CLIENTS: usize = 1024;
 /// Longest bearer token looked at; a longer one is refused without a review.
 pub const MAX_TOKEN_BYTES: usize = 8 * 1024;
 
@@ -95,18 +107,41 @@ struct Verdict {
     until: Instant,
 }
 
-/// Reviews allowed now: a token bucket.
+/// Reviews allowed now: a token bucket of `rate` a second holding at most `burst`.
 struct Budget {
     tokens: f64,
     at: Instant,
 }
+
+impl Budget {
+    fn full(burst: f64, now: Instant) -> Self {
+        Self { tokens: burst, at: now }
+    }
+
+    /// Refilled to `now`; whether it is full again (an idle client's, forgettable).
+    fn refill(&mut self, now: Instant, rate: f64, burst: f64) -> bool {
+        let refill = now.saturating_duration_since(self.at).as_secs_f64() * rate;
+        self.tokens = (self.tokens + refill).min(burst);
+        self.at = now;
+        self.tokens >= burst
+    }
+}
+
+/// The review budgets: one for all, one per client address.
+struct Budgets {
+    all: Budget,
+    clients: HashMap<IpAddr, Budget>,
+}
+
+const BURST: f64 = 2.0 * REVIEWS_PER_SECOND;
+const CLIENT_BURST: f64 = 3.0;
 
 /// The guard of `/metrics`.
 pub struct MetricsAuth {
     client: kube::Client,
     timeout: Duration,
     cache: Mutex<HashMap<String, Verdict>>,
-    budget: Mutex<Budget>,
+    budgets: Mutex<Budgets>,
     metrics: Arc<Metrics>,
 }
 
@@ -125,17 +160,17 @@ impl MetricsAuth {
             client,
             timeout,
             cache: Mutex::default(),
-            budget: Mutex::new(Budget {
-                tokens: 2.0 * REVIEWS_PER_SECOND,
-                at: Instant::now(),
+            budgets: Mutex::new(Budgets {
+                all: Budget::full(BURST, Instant::now()),
+                clients: HashMap::new(),
             }),
             metrics,
         }
     }
 
-    /// Whether the request with this `Authorization` header may read `/metrics`.
-    pub async fn check(&self, authorization: Option<&HeaderValue>) -> Result<(), Denied> {
-        let answer = self.answer(authorization).await;
+    /// Whether the request from `client` with this `Authorization` header may read `/metrics`.
+    pub async fn check(&self, authorization: Option<&HeaderValue>, client: Option<IpAddr>) -> Result<(), Denied> {
+        let answer = self.answer(authorization, client).await;
         let result = match &answer {
             Ok(()) => "allowed",
             Err(denied) => denied.result(),
@@ -144,14 +179,16 @@ impl MetricsAuth {
         answer
     }
 
-    async fn answer(&self, authorization: Option<&HeaderValue>) -> Result<(), Denied> {
+    async fn answer(&self, authorization: Option<&HeaderValue>, client: Option<IpAddr>) -> Result<(), Denied> {
         let token = bearer_token(authorization).ok_or(Denied::NoToken)?;
         let now = Instant::now();
-        if let Some(verdict) = self.lock_cache().get(token).filter(|v| v.until > now) {
-            return verdict.answer.clone();
-        }
-        if !self.take_budget(now) {
-            return Err(Denied::Throttled);
+        let stale_allowed = match self.lock_cache().get(token) {
+            Some(verdict) if verdict.until > now => return verdict.answer.clone(),
+            Some(verdict) => verdict.answer.is_ok() && verdict.until + ALLOWED_TTL > now,
+            None => false,
+        };
+        if !self.take_budget(client, now) {
+            return if stale_allowed { Ok(()) } else { Err(Denied::Throttled) };
         }
         let answer = tokio::time::timeout(self.timeout, self.review(token))
             .await
@@ -167,17 +204,36 @@ impl MetricsAuth {
         self.cache.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn take_budget(&self, now: Instant) -> bool {
-        let mut budget = self.budget.lock().unwrap_or_else(|e| e.into_inner());
-        let refill = now.saturating_duration_since(budget.at).as_secs_f64() * REVIEWS_PER_SECOND;
-        budget.tokens = (budget.tokens + refill).min(2.0 * REVIEWS_PER_SECOND);
-        budget.at = now;
-        if budget.tokens >= 1.0 {
-            budget.tokens -= 1.0;
-            true
-        } else {
-            false
+    /// Take one review from the client's budget and the budget of all, or none when either is
+    /// spent. At most [`MAX_CLIENTS`] client budgets are kept: idle ones (full again) are
+    /// forgotten first; a new client past that has no budget until one is.
+    fn take_budget(&self, client: Option<IpAddr>, now: Instant) -> bool {
+        let mut budgets = self.budgets.lock().unwrap_or_else(|e| e.into_inner());
+        budgets.all.refill(now, REVIEWS_PER_SECOND, BURST);
+        if budgets.all.tokens < 1.0 {
+            return false;
         }
+        if let Some(ip) = client {
+            if !budgets.clients.contains_key(&ip) && budgets.clients.len() >= MAX_CLIENTS {
+                budgets
+                    .clients
+                    .retain(|_, b| !b.refill(now, REVIEWS_PER_CLIENT_PER_SECOND, CLIENT_BURST));
+                if budgets.clients.len() >= MAX_CLIENTS {
+                    return false;
+                }
+            }
+            let mine = budgets
+                .clients
+                .entry(ip)
+                .or_insert_with(|| Budget::full(CLIENT_BURST, now));
+            mine.refill(now, REVIEWS_PER_CLIENT_PER_SECOND, CLIENT_BURST);
+            if mine.tokens < 1.0 {
+                return false;
+            }
+            mine.tokens -= 1.0;
+        }
+        budgets.all.tokens -= 1.0;
+        true
     }
 
     /// Keep `answer` for `token` until `until`, within [`MAX_CACHED`] tokens: expired answers go
@@ -296,24 +352,24 @@ mod tests {
         );
         let metrics = Arc::new(Metrics::new());
         let auth = MetricsAuth::new(script.client(), Duration::from_secs(5), metrics.clone());
-        assert_eq!(auth.check(None).await, Err(Denied::NoToken));
-        assert_eq!(auth.check(Some(&header("Bearer good"))).await, Ok(()));
-        assert_eq!(auth.check(Some(&header("Bearer good"))).await, Ok(()), "cached");
+        assert_eq!(auth.check(None, None).await, Err(Denied::NoToken));
+        assert_eq!(auth.check(Some(&header("Bearer good")), None).await, Ok(()));
+        assert_eq!(auth.check(Some(&header("Bearer good")), None).await, Ok(()), "cached");
         assert!(matches!(
-            auth.check(Some(&header("Bearer other"))).await,
+            auth.check(Some(&header("Bearer other")), None).await,
             Err(Denied::Forbidden { .. })
         ));
         assert_eq!(
-            auth.check(Some(&header("Bearer bogus"))).await,
+            auth.check(Some(&header("Bearer bogus")), None).await,
             Err(Denied::Unauthenticated)
         );
         assert_eq!(
-            auth.check(Some(&header("Bearer bogus"))).await,
+            auth.check(Some(&header("Bearer bogus")), None).await,
             Err(Denied::Unauthenticated),
             "a refusal is cached too"
         );
         assert!(matches!(
-            auth.check(Some(&header("Bearer later"))).await,
+            auth.check(Some(&header("Bearer later")), None).await,
             Err(Denied::Unavailable(_))
         ));
         let sent = script.sent();
@@ -323,7 +379,7 @@ mod tests {
         assert_eq!(sent[1].1["spec"]["user"], "system:serviceaccount:monitoring:prometheus");
         // A failed review is not cached: asked again (and now refused).
         assert_eq!(
-            auth.check(Some(&header("Bearer later"))).await,
+            auth.check(Some(&header("Bearer later")), None).await,
             Err(Denied::Unauthenticated)
         );
         assert_eq!(script.sent().len(), 7);
@@ -338,20 +394,35 @@ mod tests {
         );
     }
 
-    /// Random tokens cannot make plegd flood the apiserver with reviews.
-    #[tokio::test]
+    /// Random tokens cannot make plegd flood the apiserver with reviews: one client gets a few,
+    /// all of them together a few more; an allowed reader is not locked out meanwhile.
+    #[tokio::test(start_paused = true)]
     async fn reviews_of_unknown_tokens_are_rate_limited_and_the_cache_bounded() {
         let script = Script::answering_by_default(token_review(false));
         let auth = MetricsAuth::new(script.client(), Duration::from_secs(5), Arc::new(Metrics::new()));
+        let attacker: IpAddr = "10.0.0.66".parse().unwrap();
+        let bearer = |t: String| header(&format!("Bearer {t}"));
         let mut throttled = 0;
         for i in 0..100 {
-            if auth.check(Some(&header(&format!("Bearer t{i}")))).await == Err(Denied::Throttled) {
+            if auth.check(Some(&bearer(format!("t{i}"))), Some(attacker)).await == Err(Denied::Throttled) {
                 throttled += 1;
             }
         }
-        let reviews = script.sent().len();
-        assert!(reviews <= 2 * REVIEWS_PER_SECOND as usize + 2, "{reviews} reviews");
-        assert_eq!(throttled, 100 - reviews);
+        assert_eq!(script.sent().len(), CLIENT_BURST as usize, "one client: its burst");
+        assert_eq!(throttled, 100 - CLIENT_BURST as usize);
+        // Many clients: the budget of all.
+        for i in 0..100u8 {
+            let _ = auth
+                .check(Some(&bearer(format!("u{i}"))), Some(IpAddr::from([10, 1, 0, i])))
+                .await;
+        }
+        assert_eq!(script.sent().len(), BURST as usize, "all clients: the burst of all");
+        // A second later, one more per second in all.
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let _ = auth
+            .check(Some(&bearer("late".into())), Some(IpAddr::from([10, 2, 0, 1])))
+            .await;
+        assert_eq!(script.sent().len(), BURST as usize + 1);
         for i in 0..(2 * MAX_CACHED) {
             auth.remember(
                 &format!("x{i}"),
@@ -360,5 +431,27 @@ mod tests {
             );
         }
         assert_eq!(auth.lock_cache().len(), MAX_CACHED);
+    }
+
+    /// An allowed token whose answer expired while the budget is spent stays allowed a while.
+    #[tokio::test(start_paused = true)]
+    async fn an_allowed_reader_is_not_locked_out_by_a_flood() {
+        let script = Script::new(
+            &[(201, token_review(true)), (201, access_review(true))],
+            token_review(false),
+        );
+        let auth = MetricsAuth::new(script.client(), Duration::from_secs(5), Arc::new(Metrics::new()));
+        let prometheus: IpAddr = "10.0.0.9".parse().unwrap();
+        assert_eq!(auth.check(Some(&header("Bearer prom")), Some(prometheus)).await, Ok(()));
+        tokio::time::advance(ALLOWED_TTL + Duration::from_secs(1)).await;
+        for i in 0..200u8 {
+            let _ = auth
+                .check(
+                    Some(&header(&format!("Bearer f{i}"))),
+                    Some(IpAddr::from([10, 3, 0, i])),
+                )
+                .await;
+        }
+        assert_eq!(auth.check(Some(&header("Bearer prom")), Some(prometheus)).await, Ok(()));
     }
 }

@@ -146,6 +146,18 @@ impl<K: Clone + Eq + Hash + Ord, V> WorkQueue<K, V> {
         self.shared.work.notify_one();
     }
 
+    /// Like [`WorkQueue::add`], but a key that waits to be retried is queued at once: new work
+    /// that must not wait out the backoff of the work it replaces.
+    pub fn add_now(&self, key: K, value: V) {
+        let mut inner = self.lock();
+        if let Some(slot) = inner.slots.get_mut(&key) {
+            // Its entry in the retries goes stale and is skipped.
+            slot.retry_at = None;
+        }
+        drop(inner);
+        self.add(key, value);
+    }
+
     /// Drop `key`'s work. A lease out on it keeps working, but its end brings nothing back.
     pub fn forget(&self, key: &K) {
         let mut inner = self.lock();
@@ -250,6 +262,11 @@ impl<K: Clone + Eq + Hash + Ord, V> WorkQueue<K, V> {
         more
     }
 
+    /// Whether newer work for `lease`'s key came while the lease was out.
+    pub fn has_newer(&self, lease: &Lease<K, V>) -> bool {
+        self.lock().slots.get(&lease.key).is_some_and(|s| s.value.is_some())
+    }
+
     /// Keys that hold work: queued, leased or waiting to be retried.
     pub fn len(&self) -> usize {
         self.lock().slots.len()
@@ -324,6 +341,26 @@ mod tests {
 
     fn queue() -> WorkQueue<&'static str, u32> {
         WorkQueue::new()
+    }
+
+    /// New work added "now" does not wait out the backoff of the work it replaces; added
+    /// otherwise, it does.
+    #[tokio::test(start_paused = true)]
+    async fn add_now_cuts_a_retry_wait_short() {
+        let q = queue();
+        q.add("a", 1);
+        let lease = q.lease().await;
+        q.retry_after(lease, Duration::from_secs(60));
+        q.add("a", 2);
+        assert!(ready(&q).is_none(), "add waits for the retry");
+        q.add_now("a", 3);
+        let lease = ready(&q).expect("add_now does not");
+        assert_eq!(*lease.value(), 3);
+        q.done(lease);
+        // The stale retry entry brings nothing back.
+        tokio::time::advance(Duration::from_secs(61)).await;
+        assert!(ready(&q).is_none());
+        assert!(q.is_empty());
     }
 
     /// A lease that is ready now, or None.

@@ -147,6 +147,9 @@ struct PodState {
     /// was a refusal (logged at warn the first time only).
     refused_retry: ExponentialBackoff,
     refused: bool,
+    /// The queued write is the refused one, waiting for its slow retry: a newer status does not
+    /// wait for it, and shutdown does not wait for it either.
+    waiting_refused: bool,
 }
 
 /// What one write did.
@@ -302,6 +305,7 @@ impl StatusManager {
             retry: self.config.retry.clone(),
             refused_retry: self.config.refused_retry.clone(),
             refused: false,
+            waiting_refused: false,
         });
         if state.wanted == Some(hash) {
             return Ok(false);
@@ -314,8 +318,28 @@ impl StatusManager {
             delete_when_written,
         };
         // Under the lock, so that the queue and the state per pod change together.
-        self.queue.add(uid.to_owned(), work);
+        if std::mem::take(&mut state.waiting_refused) {
+            self.queue.add_now(uid.to_owned(), work);
+        } else {
+            self.queue.add(uid.to_owned(), work);
+        }
         Ok(true)
+    }
+
+    /// Give up the writes the apiserver refused and that wait for their slow retry (at shutdown:
+    /// they would hold it for its whole timeout). Returns how many.
+    pub fn give_up_refused(&self) -> usize {
+        let mut pods = self.lock();
+        let refused: Vec<String> = pods
+            .iter()
+            .filter(|(_, p)| p.waiting_refused)
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        for uid in &refused {
+            pods.remove(uid);
+            self.queue.forget(uid);
+        }
+        refused.len()
     }
 
     /// Forget a pod (it is gone): its pending write, if any, is not sent.
@@ -364,7 +388,13 @@ impl StatusManager {
                 Some(state) => {
                     state.retry.reset();
                     state.refused = true;
-                    self.queue.retry_after(lease, state.refused_retry.next_wait());
+                    // Unless a newer status came meanwhile: that one is sent now.
+                    state.waiting_refused = !self.queue.has_newer(&lease);
+                    if state.waiting_refused {
+                        self.queue.retry_after(lease, state.refused_retry.next_wait());
+                    } else {
+                        self.queue.retry_after(lease, Duration::ZERO);
+                    }
                 }
                 None => {
                     self.queue.done(lease);
@@ -376,6 +406,7 @@ impl StatusManager {
                 state.retry.reset();
                 state.refused_retry.reset();
                 state.refused = false;
+                state.waiting_refused = false;
                 if !more
                     && let Some(since) = state.pending_since.take()
                     && outcome == Outcome::Written
@@ -903,6 +934,50 @@ mod tests {
             }
             assert!(body.contains("plegd.io/ContainersRunning"), "{mode:?}: {body}");
         }
+    }
+
+    /// After a refusal, a newer status (a container died since) is sent at once, not after the
+    /// refused one's slow retry; and shutdown does not wait for a refused write.
+    #[tokio::test(start_paused = true)]
+    async fn a_newer_status_does_not_wait_for_a_refused_one() {
+        let forbidden = failure(403, "Forbidden", "pods \"web\" is forbidden", None);
+        let script = Script::new(&[forbidden.clone()], pod_json());
+        let metrics = Arc::new(Metrics::new());
+        let manager = manager(&script, &api_pod("n1"), metrics.clone());
+        assert_eq!(manager.set_status(&api_pod("n1"), wanted("a"), false), Ok(true));
+        while script.sent().is_empty() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let refused_at = tokio::time::Instant::now();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(manager.set_status(&api_pod("n1"), wanted("b"), false), Ok(true));
+        manager.flushed().await;
+        assert!(
+            refused_at.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            refused_at.elapsed()
+        );
+        let sent = script.sent();
+        assert_eq!(sent.len(), 2, "{sent:?}");
+        assert_eq!(sent[1].1["status"]["conditions"][0]["message"], "b");
+
+        // A write that is refused and waits: given up at shutdown, so the flush does not wait.
+        let script = Script::new(&[forbidden], pod_json());
+        let manager = manager_of(&script, Arc::new(Metrics::new()));
+        assert_eq!(manager.set_status(&api_pod("n1"), wanted("a"), false), Ok(true));
+        while script.sent().is_empty() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(manager.pending(), 1);
+        assert_eq!(manager.give_up_refused(), 1);
+        let started = tokio::time::Instant::now();
+        manager.flushed().await;
+        assert!(started.elapsed() < Duration::from_millis(10));
+    }
+
+    fn manager_of(script: &Script, metrics: Arc<Metrics>) -> Arc<StatusManager> {
+        manager(script, &api_pod("n1"), metrics)
     }
 
     /// The answer k8s.io/apiserver 1.36 gives a PATCH whose `metadata.uid` is not the stored pod's.
