@@ -941,7 +941,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_newer_status_does_not_wait_for_a_refused_one() {
         let forbidden = failure(403, "Forbidden", "pods \"web\" is forbidden", None);
-        let script = Script::new(&[forbidden.clone()], pod_json());
+        let script = Script::new(std::slice::from_ref(&forbidden), pod_json());
         let metrics = Arc::new(Metrics::new());
         let manager = manager(&script, &api_pod("n1"), metrics.clone());
         assert_eq!(manager.set_status(&api_pod("n1"), wanted("a"), false), Ok(true));
