@@ -279,11 +279,27 @@ impl SyncLoop {
             return;
         }
         debug!(pod = %uid, runtime_uid = %runtime_uid, "mirror pod of a static pod");
-        if let Some(other) = self.mirrors.insert(runtime_uid.clone(), uid.to_owned())
+        if let Some(other) = self.mirrors.get(&runtime_uid).cloned()
             && other != uid
         {
+            // Anyone who may create a pod on this node can name a static pod's hash: the pod whose
+            // namespace and name are the static pod's keeps it (the kubelet's `IsMirrorPodOf`).
+            let cached = self.pleg.cache().get(&runtime_uid);
+            let runtime = cached.read().ok();
+            let is_its = |u: &str| {
+                let pod = self.pods.get(u).and_then(|t| t.seen.as_deref());
+                pod.zip(runtime).is_some_and(|(pod, runtime)| {
+                    pod.metadata.namespace.as_deref() == Some(runtime.namespace.as_str())
+                        && pod.metadata.name.as_deref() == Some(runtime.name.as_str())
+                })
+            };
+            if is_its(&other) && !is_its(uid) {
+                warn!(pod = %uid, mirror = %other, runtime_uid = %runtime_uid, "a pod names a static pod whose mirror pod is another; it is not synced from it");
+                return;
+            }
             warn!(pod = %uid, other = %other, runtime_uid = %runtime_uid, "two mirror pods name the same static pod; the one changed last is synced");
         }
+        self.mirrors.insert(runtime_uid, uid.to_owned());
     }
 
     /// Stop tracking a pod: it is gone from the informer.
@@ -980,6 +996,38 @@ mod tests {
                 mode.as_str()
             );
         }
+    }
+
+    /// Another pod bound to the node that names the static pod's hash (anyone who may create pods
+    /// there can write the annotation) does not take the static pod from its mirror pod: the
+    /// exit is still written to the mirror pod, never to the impostor.
+    #[tokio::test]
+    async fn a_pod_naming_a_static_pods_hash_does_not_take_it() {
+        let (recorder, mut published) = crate::recorder::capture(16, Arc::new(Metrics::new()));
+        let mut h = Harness::start(StatusMode::Conditions, mirror_pod(), OnePod::default(), Some(recorder)).await;
+        h.pleg.relist().await.unwrap();
+        wait_for("the running status", || h.patches().len() == 1).await;
+        let mut impostor = mirror_pod();
+        impostor.metadata.uid = Some("x1".into());
+        impostor.metadata.name = Some("impostor".into());
+        h.apply(impostor).await;
+        h.fake.lock().unwrap().exited = true;
+        h.pleg.relist().await.unwrap();
+        wait_for("the exit", || h.patches().len() == 2).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let patches = h.patches();
+        assert!(
+            patches.iter().all(|p| p["metadata"]["uid"] == "m1"),
+            "only the mirror pod is written: {patches:?}"
+        );
+        assert_eq!(running_condition(&patches[1])["reason"], "ContainerDied");
+        let (event, regarding) = published.try_recv().expect("the exit's Kubernetes Event");
+        assert_eq!(event.reason, "ContainerDied");
+        assert_eq!(
+            regarding.uid.as_deref(),
+            Some("m1"),
+            "about the mirror pod, not the impostor"
+        );
     }
 
     /// A change only the informer sees — here the deletion of a finished pod in full mode — is

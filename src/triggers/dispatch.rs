@@ -124,6 +124,10 @@ pub struct Rechecks {
     unlocatable: std::collections::HashMap<String, tokio::time::Instant>,
     /// Targets whose last schedule ran out without a change, and when (see [`QUIET_FOR`]).
     quiet: std::collections::HashMap<Target, tokio::time::Instant>,
+    /// Targets that a fresh trigger joined while they waited for a re-check: a change their
+    /// next check finds may be the earlier trigger's, not the newer one's (a start seen late,
+    /// then the exit), so their schedule starts over rather than ending there.
+    joined: std::collections::HashSet<Target>,
     /// A re-check was not scheduled for want of room.
     overflowed: bool,
 }
@@ -137,8 +141,15 @@ impl Rechecks {
     /// ends that.
     pub fn after_check(&mut self, target: &Target, changed: bool, attempt: usize, now: tokio::time::Instant) {
         self.due.retain(|(_, t, _)| t != target);
+        let joined = self.joined.remove(target);
         if changed {
             self.quiet.remove(target);
+            if joined
+                && self.due.len() < MAX_RECHECKS
+                && let Some(wait) = recheck_delay(target, 0)
+            {
+                self.due.push((now + wait, target.clone(), 1));
+            }
             return;
         }
         match recheck_delay(target, attempt) {
@@ -166,6 +177,13 @@ impl Rechecks {
     /// the stream lasted.
     pub fn waiting(&self, target: &Target) -> bool {
         self.due.iter().any(|(_, t, _)| t == target)
+    }
+
+    /// A fresh trigger for `target`, which waits for a re-check, joins its schedule.
+    pub fn join(&mut self, target: &Target) {
+        if self.waiting(target) {
+            self.joined.insert(target.clone());
+        }
     }
 
     /// Whether `target`'s last schedule, within [`QUIET_FOR`], ran out without a change.
@@ -336,6 +354,7 @@ pub async fn dispatch<R: Runtime, C: Clock>(
         }));
         for target in fresh {
             if rechecks.waiting(&target) {
+                rechecks.join(&target);
                 metrics.count_trigger_relist("skipped");
                 continue;
             }
@@ -420,6 +439,31 @@ mod tests {
             let waits: Vec<_> = (first..).map_while(|a| recheck_delay(target, a)).collect();
             assert_eq!(waits, [ms(128), ms(256), ms(512)], "{target:?}");
         }
+    }
+
+    /// A container's start is checked while the runtime still lags: it waits for a re-check. Its
+    /// exit's event comes meanwhile and joins that schedule. The re-check finds the start (a
+    /// change): the schedule starts over, so the exit, a moment later in the runtime, is still
+    /// looked for rather than left to the periodic relist.
+    #[test]
+    fn a_change_found_after_a_joined_trigger_does_not_end_the_schedule() {
+        let t0 = tokio::time::Instant::now();
+        let target = Target {
+            pod: Some("u1".into()),
+            container: Some("c1".into()),
+        };
+        let mut r = Rechecks::default();
+        r.after_check(&target, false, 0, t0);
+        assert!(r.waiting(&target));
+        r.join(&target);
+        let due = r.take_due(t0 + Duration::from_millis(2));
+        assert_eq!(due, [(target.clone(), 1)]);
+        r.after_check(&target, true, 1, t0 + Duration::from_millis(2));
+        assert!(r.waiting(&target), "started over after the joined trigger");
+        // Without a joined trigger, a change ends the schedule.
+        r.take_due(t0 + Duration::from_secs(1));
+        r.after_check(&target, true, 1, t0 + Duration::from_secs(1));
+        assert!(!r.waiting(&target));
     }
 
     #[test]
