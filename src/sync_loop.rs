@@ -735,53 +735,15 @@ mod tests {
     /// whose read failed (FailedSync, counted), and at once when it can be read again.
     #[tokio::test]
     async fn syncs_follow_events_skip_repeats_and_never_write_a_failed_read() {
-        let fake = Arc::new(Mutex::new(OnePod::default()));
-        let metrics = Arc::new(Metrics::new());
-        let (pleg, events) = GenericPleg::new(
-            FakeRuntime(fake.clone()),
-            SystemClock,
-            metrics.clone(),
-            PlegConfig::default(),
-        );
-        // The apiserver answers each PATCH with a version older than the informer's copy, so that
-        // every status is generated from the informer's copy, which this test holds still.
-        let mut answer = bound_pod_json();
-        answer["metadata"]["resourceVersion"] = json!("9");
-        let script = Script::answering_by_default(answer);
-        let (store, mut writer) = reflector::store::<ApiPod>();
-        writer.apply_watcher_event(&watcher::Event::Apply(bound_pod()));
-        let informer = Informer::from_store(store.clone());
-        let manager = StatusManager::new(
-            script.client(),
-            store,
-            ManagerConfig::new(NodeName::new("n1").unwrap(), StatusMode::Full),
-            Arc::new(RetryAfter::default()),
-            metrics.clone(),
-        );
-        for (_, stage) in manager.stages() {
-            tokio::spawn(stage);
-        }
-        let config = SyncConfig {
-            mode: StatusMode::Full,
-            tick: Duration::from_millis(20),
-            resync: Duration::from_millis(50),
-            ..SyncConfig::default()
-        };
-        let node = NodeFacts {
-            runtime_name: "containerd".into(),
-            node_ips: vec!["192.0.2.10".into()],
-            recursive_read_only_handlers: Some(Vec::new()),
-        };
-        let sync = SyncLoop::new(pleg.handle(), informer, manager, None, config, node, metrics.clone());
-        let (changes_tx, changes) = mpsc::channel(8);
-        let running = tokio::spawn(sync.run(events, changes));
-        changes_tx
-            .send(PodChange::Applied {
-                uid: "u1".into(),
-                key: ObjectRef::new("web").within("default"),
-            })
-            .await
-            .unwrap();
+        let Harness {
+            fake,
+            pleg,
+            script,
+            changes: changes_tx,
+            metrics,
+            running,
+            ..
+        } = Harness::start(StatusMode::Full, bound_pod(), OnePod::default(), None).await;
 
         // The first relist: ContainerStarted, and the status it was read with, written once.
         pleg.relist().await.unwrap();
@@ -843,6 +805,9 @@ mod tests {
         script: Script,
         writer: reflector::store::Writer<ApiPod>,
         changes: mpsc::Sender<PodChange>,
+        metrics: Arc<Metrics>,
+        /// The loop: it ends when the relister (`pleg`) is gone.
+        running: tokio::task::JoinHandle<()>,
     }
 
     impl Harness {
@@ -888,16 +853,18 @@ mod tests {
                 recorder,
                 config,
                 node,
-                metrics,
+                metrics.clone(),
             );
             let (changes, changes_rx) = mpsc::channel(8);
-            tokio::spawn(sync.run(events, changes_rx));
+            let running = tokio::spawn(sync.run(events, changes_rx));
             let harness = Self {
                 fake,
                 pleg,
                 script,
                 writer,
                 changes,
+                metrics,
+                running,
             };
             harness.announce(&pod).await;
             harness
