@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use support::apiserver::{Apiserver, Identity};
 use support::fake_cri::FakeServer;
-use support::process::{FULL_MODE_FAST_RELIST, KillOnDrop, free_port, http_get, metric, plegd_run};
+use support::process::{FULL_MODE_FAST_RELIST, KillOnDrop, free_port, http_get, http_get_as, metric, plegd_run};
 use support::wait_for;
 
 const PLEGD: &str = env!("CARGO_BIN_EXE_plegd");
@@ -226,25 +226,12 @@ async fn metrics_need_an_authorized_token() {
     let s = setup(&["--metrics-auth", "kubernetes"]).await;
     let port = s.metrics_port;
     let scrape = move |token: Option<String>| async move {
-        tokio::task::spawn_blocking(move || {
-            let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
-            stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-            let auth = token
-                .map(|t| format!("Authorization: Bearer {t}\r\n"))
-                .unwrap_or_default();
-            write!(
-                stream,
-                "GET /metrics HTTP/1.1\r\nHost: plegd\r\n{auth}Connection: close\r\n\r\n"
-            )
-            .unwrap();
-            let mut answer = String::new();
-            let _ = stream.read_to_string(&mut answer);
-            answer
-        })
-        .await
-        .unwrap()
+        tokio::task::spawn_blocking(move || http_get_as(port, "/metrics", token.as_deref()))
+            .await
+            .unwrap()
+            .unwrap_or_default()
     };
-    let status = |answer: &str| answer.split_whitespace().nth(1).unwrap_or("").to_owned();
+    let status = |answer: &(u16, String)| answer.0.to_string();
     assert_eq!(status(&scrape(None).await), "401");
     assert_eq!(status(&scrape(Some("not-a-token".into())).await), "401");
     let kubelet = s.api.token_for(&Identity::Kubelet);
@@ -255,7 +242,7 @@ async fn metrics_need_an_authorized_token() {
     );
     let reader = s.api.token_for(&Identity::MetricsReader);
     // The token file is read again by the server when it changes.
-    let mut answer = String::new();
+    let mut answer = (0, String::new());
     for _ in 0..50 {
         answer = scrape(Some(reader.clone())).await;
         if status(&answer) == "200" {
@@ -263,10 +250,10 @@ async fn metrics_need_an_authorized_token() {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    assert_eq!(status(&answer), "200", "{answer}");
+    assert_eq!(status(&answer), "200", "{answer:?}");
     assert!(
-        answer.contains("plegd_metrics_auth_total{result=\"allowed\"}"),
-        "{answer}"
+        answer.1.contains("plegd_metrics_auth_total{result=\"allowed\"}"),
+        "{answer:?}"
     );
     // The probes need no token.
     assert_eq!(probe(s.health_port, "/healthz").await, Some(200));

@@ -92,21 +92,11 @@ async fn used(mode: &str, emit_events: bool, rendered: &std::path::Path, install
     // A scrape of /metrics with a token: plegd asks the apiserver who it is and whether it may
     // (the install alone does not let it: 403).
     let scraped = tokio::task::spawn_blocking(move || {
-        use std::io::{Read, Write};
-        let mut stream = std::net::TcpStream::connect(("127.0.0.1", metrics_port)).ok()?;
-        stream.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-        write!(
-            stream,
-            "GET /metrics HTTP/1.1\r\nHost: plegd\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
-        )
-        .ok()?;
-        let mut answer = String::new();
-        stream.read_to_string(&mut answer).ok()?;
-        answer.split_whitespace().nth(1).map(str::to_owned)
+        support::process::http_get_as(metrics_port, "/metrics", Some(&token)).map(|(code, _)| code)
     })
     .await
     .unwrap();
-    assert_eq!(scraped.as_deref(), Some("403"));
+    assert_eq!(scraped, Some(403));
 
     // Deleted while it runs: in full mode plegd removes it once its containers and its sandbox have
     // stopped and its final status is written (a pod already terminal would be removed by the

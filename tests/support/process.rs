@@ -128,11 +128,19 @@ pub fn free_port() -> u16 {
 
 /// A plain HTTP/1.1 GET on loopback: (status code, body).
 pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    http_get_as(port, path, None)
+}
+
+/// [`http_get`] with `token` as its bearer token, if any.
+pub fn http_get_as(port: u16, path: &str, token: Option<&str>) -> Option<(u16, String)> {
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    let authorization = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
     write!(
         stream,
-        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\n{authorization}Connection: close\r\n\r\n"
     )
     .ok()?;
     let mut response = String::new();
