@@ -50,6 +50,9 @@ COMMANDS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
 # The sysctls the kubelet sets when it does not only check them (protectKernelDefaults: false).
 SYSCTLS=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops kernel.keys.root_maxkeys
   kernel.keys.root_maxbytes)
+# Directories the kubelet creates whatever its root directory (its device plugin socket, its
+# container log links): removed by stop when they did not exist before start.
+MACHINE_PATHS=(/var/lib/kubelet /var/log/containers /var/log/pods /usr/libexec/kubernetes /etc/kubernetes /run/kubernetes)
 # The chains the kubelet creates to tell the iptables mode in use.
 IPTABLES_CHAINS=(mangle:KUBE-IPTABLES-HINT mangle:KUBE-KUBELET-CANARY nat:KUBE-KUBELET-CANARY filter:KUBE-KUBELET-CANARY)
 
@@ -255,6 +258,8 @@ certificates() {
   cert scheduler "/CN=system:kube-scheduler"
   cert kubelet "/O=system:nodes/CN=system:node:$NODE"
   cert kubelet-server "/CN=$NODE" "IP:$NODE_IP,DNS:$NODE"
+  cert controller-manager-server "/CN=kube-controller-manager" "IP:127.0.0.1,DNS:localhost"
+  cert scheduler-server "/CN=kube-scheduler" "IP:127.0.0.1,DNS:localhost"
   # The service account token signing key.
   openssl genrsa -out "$pki/sa.key" 2048 2>/dev/null
   openssl rsa -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null
@@ -332,7 +337,7 @@ lock() {
 
 # What the kubelet changes on the machine, as it was: restored by stop.
 save_machine_state() {
-  local s t c
+  local s t c p
   : >"$RUN/sysctls"
   for s in "${SYSCTLS[@]}"; do echo "$s=$(sysctl -n "$s")" >>"$RUN/sysctls"; done
   : >"$RUN/iptables-chains"
@@ -343,7 +348,8 @@ save_machine_state() {
       done
     done
   fi
-  [ -d /var/log/containers ] || touch "$RUN/created-var-log-containers"
+  : >"$RUN/created-paths"
+  for p in "${MACHINE_PATHS[@]}"; do [ -e "$p" ] || echo "$p" >>"$RUN/created-paths"; done
 }
 
 kubelet_config() {
@@ -456,13 +462,16 @@ YAML
     --authentication-kubeconfig "$RUN/controller-manager.kubeconfig" \
     --authorization-kubeconfig "$RUN/controller-manager.kubeconfig" \
     --bind-address 127.0.0.1 --leader-elect=false --controllers '*' \
+    --tls-cert-file "$RUN/pki/controller-manager-server.crt" --tls-private-key-file "$RUN/pki/controller-manager-server.key" \
     --use-service-account-credentials=true \
+    --flex-volume-plugin-dir "$RUN/controller-manager/volume-plugins" \
     --service-account-private-key-file "$RUN/pki/sa.key" --root-ca-file "$RUN/pki/ca.crt" \
     --cluster-signing-cert-file "$RUN/pki/ca.crt" --cluster-signing-key-file "$RUN/pki/ca.key"
   spawn kube-scheduler "$BIN/kube-scheduler" \
     --kubeconfig "$RUN/scheduler.kubeconfig" \
     --authentication-kubeconfig "$RUN/scheduler.kubeconfig" \
     --authorization-kubeconfig "$RUN/scheduler.kubeconfig" \
+    --tls-cert-file "$RUN/pki/scheduler-server.crt" --tls-private-key-file "$RUN/pki/scheduler-server.key" \
     --bind-address 127.0.0.1 --leader-elect=false
 
   # The kubelet's cgroups live under a root of their own in each hierarchy, removed by stop.
@@ -472,7 +481,7 @@ YAML
   done
   kubelet_config
   spawn kubelet "$BIN/kubelet" --config "$RUN/kubelet.yaml" --kubeconfig "$RUN/kubelet.kubeconfig" \
-    --root-dir "$RUN/kubelet" --hostname-override "$NODE" --node-ip "$NODE_IP"
+    --root-dir "$RUN/kubelet" --cert-dir "$RUN/kubelet/pki" --hostname-override "$NODE" --node-ip "$NODE_IP"
   wait_for "node $NODE Ready" 120 kubelet node_ready
   wait_for "kube-controller-manager's /healthz" 30 kube-controller-manager healthz https://127.0.0.1:10257/healthz
   wait_for "kube-scheduler's /healthz" 30 kube-scheduler healthz https://127.0.0.1:10259/healthz
@@ -496,7 +505,7 @@ stop_process() {
 }
 
 stop_locked() {
-  local name m h c
+  local name m h s t table chain p
   # The kubelet first: it would restart the pods containerd.sh removes.
   stop_process kubelet
   if [ -d "$CLUSTER/containerd" ]; then
@@ -529,7 +538,9 @@ stop_locked() {
   # The kubelet links each container's log into /var/log/containers.
   if [ -d /var/log/containers ]; then
     find /var/log/containers -maxdepth 1 -type l -lname "$RUN/*" -delete 2>/dev/null || true
-    if [ -f "$RUN/created-var-log-containers" ]; then rmdir /var/log/containers 2>/dev/null || true; fi
+  fi
+  if [ -f "$RUN/created-paths" ]; then
+    while IFS= read -r p; do rm -rf "$p"; done <"$RUN/created-paths"
   fi
   rm -rf "$RUN"
 }
