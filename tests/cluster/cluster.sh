@@ -20,7 +20,7 @@
 # under $PLEGD_CLUSTER_DIR (/var/lib/plegd-test/cluster); the running cluster under its run/.
 #
 # The node: named PLEGD_NODE_NAME (default: the host name), its IP (PLEGD_CLUSTER_NODE_IP,
-# 10.236.0.1) on a dummy interface plegdk8s-node (traffic stays on this machine; the kubelet
+# 10.236.0.1) on an interface of its own, plegdk8s-node (traffic stays on this machine; the kubelet
 # refuses a loopback node IP), pods on the CNI bridge plegdk8s0 (10.236.1.0/24), services in
 # 10.236.128.0/24 (no kube-proxy: service IPs do not route). containerd is
 # tests/containerd/containerd.sh's 2.1 with a directory of its own ($PLEGD_CLUSTER_DIR/containerd),
@@ -53,8 +53,13 @@ SYSCTLS=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops 
 # Directories the kubelet creates whatever its root directory (its device plugin socket, its
 # container log links): removed by stop when they did not exist before start.
 MACHINE_PATHS=(/var/lib/kubelet /var/log/containers /var/log/pods /usr/libexec/kubernetes /etc/kubernetes /run/kubernetes)
-# The chains the kubelet creates to tell the iptables mode in use.
-IPTABLES_CHAINS=(mangle:KUBE-IPTABLES-HINT mangle:KUBE-KUBELET-CANARY nat:KUBE-KUBELET-CANARY filter:KUBE-KUBELET-CANARY)
+# Where the CNI plugins cache each sandbox's result (containerd gives them no other directory); other
+# containerd instances share it, so only this cluster's sandboxes' files go.
+CNI_CACHE=/var/lib/cni
+# The chains the kubelet creates: to tell the iptables mode in use, and KUBE-FIREWALL (jumped to
+# from INPUT and OUTPUT) against martian packets to 127.0.0.0/8.
+IPTABLES_CHAINS=(mangle:KUBE-IPTABLES-HINT mangle:KUBE-KUBELET-CANARY nat:KUBE-KUBELET-CANARY filter:KUBE-KUBELET-CANARY
+  filter:KUBE-FIREWALL)
 
 log() { echo "cluster.sh: $*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -222,9 +227,9 @@ check_versions() {
 # ---------------------------------------------------------------------------------------------
 # certificates
 
-# cert NAME SUBJECT [SANS]: $RUN/pki/NAME.{key,crt}, signed by the cluster's CA.
+# cert NAME SUBJECT [SANS [CA]]: $RUN/pki/NAME.{key,crt}, signed by the cluster's CA (or pki/CA).
 cert() {
-  local name=$1 subject=$2 sans=${3:-} pki="$RUN/pki" ext
+  local name=$1 subject=$2 sans=${3:-} ca=${4:-ca} pki="$RUN/pki" ext
   ext=$(mktemp)
   {
     echo "basicConstraints = critical, CA:FALSE"
@@ -238,7 +243,7 @@ cert() {
   } >"$ext"
   openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$pki/$name.key" \
     -subj "$subject" -out "$pki/$name.csr" 2>/dev/null
-  openssl x509 -req -in "$pki/$name.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial \
+  openssl x509 -req -in "$pki/$name.csr" -CA "$pki/$ca.crt" -CAkey "$pki/$ca.key" -CAcreateserial \
     -days 30 -sha256 -extfile "$ext" -out "$pki/$name.crt" 2>/dev/null
   rm -f "$ext" "$pki/$name.csr"
 }
@@ -260,6 +265,12 @@ certificates() {
   cert kubelet-server "/CN=$NODE" "IP:$NODE_IP,DNS:$NODE"
   cert controller-manager-server "/CN=kube-controller-manager" "IP:127.0.0.1,DNS:localhost"
   cert scheduler-server "/CN=kube-scheduler" "IP:127.0.0.1,DNS:localhost"
+  # The front proxy: kube-apiserver's client identity towards aggregated apiservers, and the CA
+  # every component trusts request headers from.
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$pki/front-proxy-ca.key" \
+    -subj "/CN=plegd-cluster-front-proxy-ca" -days 30 -sha256 -out "$pki/front-proxy-ca.crt" \
+    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" 2>/dev/null
+  cert front-proxy-client "/CN=front-proxy-client" "" front-proxy-ca
   # The service account token signing key.
   openssl genrsa -out "$pki/sa.key" 2048 2>/dev/null
   openssl rsa -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null
@@ -312,7 +323,8 @@ spawn() {
   echo $! >"$RUN/$name.pid"
 }
 
-kubectl_admin() { "$BIN/kubectl" --kubeconfig "$RUN/admin.kubeconfig" "$@"; }
+# kubectl as the admin, its discovery cache in the run directory (not ~/.kube/cache).
+kubectl_admin() { "$BIN/kubectl" --kubeconfig "$RUN/admin.kubeconfig" --cache-dir "$RUN/kubectl-cache" "$@"; }
 
 healthz() { # healthz URL: 200 with the admin certificate
   curl -sf --cacert "$RUN/pki/ca.crt" --cert "$RUN/pki/admin.crt" --key "$RUN/pki/admin.key" "$1"
@@ -350,6 +362,7 @@ save_machine_state() {
   fi
   : >"$RUN/created-paths"
   for p in "${MACHINE_PATHS[@]}"; do [ -e "$p" ] || echo "$p" >>"$RUN/created-paths"; done
+  [ -e "$CNI_CACHE" ] || touch "$RUN/created-cni-cache"
 }
 
 kubelet_config() {
@@ -412,8 +425,10 @@ start() {
   mkdir -p "$RUN"
   save_machine_state
 
-  # The node's address: a dummy interface with a private /32.
-  ip link add "$NODE_LINK" type dummy
+  # The node's address: a private /32 on an interface of its own, a dummy one, or a bridge with
+  # no ports where the kernel has no dummy driver.
+  ip link add "$NODE_LINK" type dummy 2>/dev/null || ip link add "$NODE_LINK" type bridge \
+    || die "could not create the interface $NODE_LINK (neither dummy nor bridge)"
   ip addr add "$NODE_IP/32" dev "$NODE_LINK"
   ip link set "$NODE_LINK" up
 
@@ -453,6 +468,10 @@ YAML
     --kubelet-client-certificate "$RUN/pki/apiserver-kubelet-client.crt" \
     --kubelet-client-key "$RUN/pki/apiserver-kubelet-client.key" \
     --kubelet-certificate-authority "$RUN/pki/ca.crt" --kubelet-preferred-address-types InternalIP \
+    --requestheader-client-ca-file "$RUN/pki/front-proxy-ca.crt" --requestheader-allowed-names front-proxy-client \
+    --requestheader-username-headers X-Remote-User --requestheader-group-headers X-Remote-Group \
+    --requestheader-extra-headers-prefix X-Remote-Extra- \
+    --proxy-client-cert-file "$RUN/pki/front-proxy-client.crt" --proxy-client-key-file "$RUN/pki/front-proxy-client.key" \
     --audit-policy-file "$RUN/audit-policy.yaml" --audit-log-path "$RUN/audit.log" \
     --audit-log-maxsize 100 --audit-log-maxbackup 1
   wait_for "kube-apiserver's /readyz" 120 kube-apiserver healthz "https://$NODE_IP:$APISERVER_PORT/readyz"
@@ -509,6 +528,11 @@ stop_locked() {
   # The kubelet first: it would restart the pods containerd.sh removes.
   stop_process kubelet
   if [ -d "$CLUSTER/containerd" ]; then
+    # containerd.sh kills the sandboxes without a CNI DEL: their cached results stay behind.
+    local id
+    for id in $(ls "$CLUSTER/containerd/root/io.containerd.grpc.v1.cri/sandboxes" 2>/dev/null); do
+      rm -f "$CNI_CACHE"/results/*-"$id"-*
+    done
     "${CONTAINERD[@]}" stop 8>&- 9>&- || log "containerd.sh stop failed"
     rm -rf "$CLUSTER/containerd"
   fi
@@ -531,6 +555,12 @@ stop_locked() {
   fi
   if [ -f "$RUN/iptables-chains" ]; then
     while read -r t table chain; do
+      # The rules that jump to it first, then the chain.
+      "$t" -w -t "$table" -S 2>/dev/null | { grep -E "^-A [A-Z]+ .*-j $chain( |$)" || true; } \
+        | while read -r _ rule; do
+          # shellcheck disable=SC2086 # the rule's words, as iptables -S printed them
+          "$t" -w -t "$table" -D $rule 2>/dev/null || true
+        done
       "$t" -w -t "$table" -F "$chain" 2>/dev/null || true
       "$t" -w -t "$table" -X "$chain" 2>/dev/null || true
     done <"$RUN/iptables-chains"
@@ -541,6 +571,9 @@ stop_locked() {
   fi
   if [ -f "$RUN/created-paths" ]; then
     while IFS= read -r p; do rm -rf "$p"; done <"$RUN/created-paths"
+  fi
+  if [ -f "$RUN/created-cni-cache" ]; then
+    rmdir "$CNI_CACHE/results" "$CNI_CACHE" 2>/dev/null || true
   fi
   rm -rf "$RUN"
 }
@@ -557,6 +590,6 @@ case "${1:-}" in
   build) build ;;
   start) start ;;
   stop) stop ;;
-  kubectl) shift; exec "$BIN/kubectl" --kubeconfig "$RUN/admin.kubeconfig" "$@" ;;
+  kubectl) shift; [ -f "$RUN/admin.kubeconfig" ] || die "no cluster is running (start it first)"; kubectl_admin "$@" ;;
   *) echo "usage: $0 modules|build|start|stop|kubectl ARGS..." >&2; exit 2 ;;
 esac
