@@ -510,23 +510,28 @@ YAML
   echo "$RUN/admin.kubeconfig"
 }
 
-# stop_process NAME: TERM, then KILL after 10 s, the process (and its session) in $RUN/NAME.pid.
-stop_process() {
-  local pid
-  [ -f "$RUN/$1.pid" ] || return 0
-  pid=$(cat "$RUN/$1.pid")
-  if kill -0 "$pid" 2>/dev/null; then
+# stop_processes NAME...: TERM, then KILL after 10 s, the processes (and their sessions) in
+# $RUN/NAME.pid, all at once.
+stop_processes() {
+  local name pid pids=()
+  for name in "$@"; do
+    [ -f "$RUN/$name.pid" ] || continue
+    pid=$(cat "$RUN/$name.pid")
+    rm -f "$RUN/$name.pid"
+    kill -0 "$pid" 2>/dev/null || continue
     kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+    pids+=("$pid")
+  done
+  for pid in "${pids[@]}"; do
     for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
-  fi
-  rm -f "$RUN/$1.pid"
+  done
 }
 
 stop_locked() {
-  local name m h s t table chain p
+  local m h s t table chain p
   # The kubelet first: it would restart the pods containerd.sh removes.
-  stop_process kubelet
+  stop_processes kubelet
   if [ -d "$CLUSTER/containerd" ]; then
     # containerd.sh kills the sandboxes without a CNI DEL: their cached results stay behind.
     local id
@@ -536,7 +541,9 @@ stop_locked() {
     "${CONTAINERD[@]}" stop 8>&- 9>&- || log "containerd.sh stop failed"
     rm -rf "$CLUSTER/containerd"
   fi
-  for name in kube-scheduler kube-controller-manager kube-apiserver etcd; do stop_process "$name"; done
+  # etcd last: kube-apiserver's graceful shutdown waits on it.
+  stop_processes kube-scheduler kube-controller-manager kube-apiserver
+  stop_processes etcd
   # The kubelet's mounts (its root directory, bind-mounted shared onto itself, and the pods'
   # volumes), deepest first.
   for m in $(findmnt -rn -o TARGET | { grep -E "^$RUN(/|$)" || true; } | sort -r); do
