@@ -21,8 +21,9 @@
 #
 # The node: named PLEGD_NODE_NAME (default: the host name), its IP (PLEGD_CLUSTER_NODE_IP,
 # 10.236.0.1) on an interface of its own, plegdk8s-node (traffic stays on this machine; the kubelet
-# refuses a loopback node IP), pods on the CNI bridge plegdk8s0 (10.236.1.0/24), services in
-# 10.236.128.0/24 (no kube-proxy: service IPs do not route). containerd is
+# refuses a loopback node IP), pods on the CNI bridge plegdk8s0 (10.236.1.0/24, the bridge their
+# gateway: the kubelet probes them, they reach the node's IP), services in 10.236.128.0/24 (no
+# kube-proxy: service IPs do not route; a pod reaches kube-apiserver at the node's IP). containerd is
 # tests/containerd/containerd.sh's 2.1 with a directory of its own ($PLEGD_CLUSTER_DIR/containerd),
 # never the one the other tests use. The kubelet writes sysctls and creates cgroups
 # (/plegd-cluster in each hierarchy) on the machine: run this on CI and test machines only.
@@ -45,11 +46,12 @@ APISERVER_PORT=${PLEGD_CLUSTER_APISERVER_PORT:-16443}
 ETCD_PORT=${PLEGD_CLUSTER_ETCD_PORT:-24790}
 CGROUP_ROOT=/plegd-cluster
 CONTAINERD=(env PLEGD_CONTAINERD_DIR="$CLUSTER/containerd" PLEGD_CONTAINERD_VERSION=2.1
-  PLEGD_CNI_BRIDGE="$POD_BRIDGE" PLEGD_CNI_SUBNET="$POD_SUBNET" "$HERE/../containerd/containerd.sh")
+  PLEGD_CNI_BRIDGE="$POD_BRIDGE" PLEGD_CNI_SUBNET="$POD_SUBNET" PLEGD_CNI_GATEWAY=true "$HERE/../containerd/containerd.sh")
 COMMANDS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
-# The sysctls the kubelet sets when it does not only check them (protectKernelDefaults: false).
+# The sysctls the kubelet sets when it does not only check them (protectKernelDefaults: false), and
+# the forwarding the CNI bridge plugin turns on for the pods' gateway.
 SYSCTLS=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops kernel.keys.root_maxkeys
-  kernel.keys.root_maxbytes)
+  kernel.keys.root_maxbytes net.ipv4.ip_forward)
 # Directories the kubelet creates whatever its root directory (its device plugin socket, its
 # container log links): removed by stop when they did not exist before start.
 MACHINE_PATHS=(/var/lib/kubelet /var/log/containers /var/log/pods /usr/libexec/kubernetes /etc/kubernetes /run/kubernetes)
