@@ -5,9 +5,14 @@
 #   tests/cluster/cluster.sh modules  # only resolve and download the Go modules the build needs
 #   tests/cluster/cluster.sh build    # kube-apiserver, kube-controller-manager, kube-scheduler,
 #                                     # kubelet, kubectl and etcd, built once per version (cached)
-#   tests/cluster/cluster.sh start    # build, then certificates, etcd, the control plane, a
+#   tests/cluster/cluster.sh start [--plegd OVERLAY]
+#                                     # build, then certificates, etcd, the control plane, a
 #                                     # containerd of its own and the kubelet; waits for the node
-#                                     # to be Ready; prints the admin kubeconfig's path last
+#                                     # to be Ready; prints the admin kubeconfig's path last.
+#                                     # --plegd: plegd beside the kubelet, as deploy/OVERLAY installs
+#                                     # it (conditions, full, shadow, or a kustomization directory),
+#                                     # its image made offline from PLEGD_BINARY
+#                                     # (target/release/plegd)
 #   tests/cluster/cluster.sh stop     # stop everything, remove its processes, mounts, cgroups,
 #                                     # interfaces, sysctls and state
 #   tests/cluster/cluster.sh kubectl ARGS...   # kubectl as the cluster's admin
@@ -31,6 +36,8 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+PLEGD_IMAGE=plegd.test/plegd:dev
 K8S_VERSION=${PLEGD_K8S_VERSION:-1.37.2}
 CLUSTER=${PLEGD_CLUSTER_DIR:-/var/lib/plegd-test/cluster}
 BIN="$CLUSTER/bin/v$K8S_VERSION"
@@ -413,12 +420,85 @@ resolvConf: /etc/resolv.conf
 YAML
 }
 
+# plegd_overlay OVERLAY: the kustomization directory OVERLAY names.
+plegd_overlay() {
+  local dir
+  if [ -f "$REPO/deploy/$1/kustomization.yaml" ]; then dir="$REPO/deploy/$1"
+  elif [ -f "$1/kustomization.yaml" ]; then dir=$(cd "$1" && pwd)
+  else die "--plegd: '$1' is neither one of deploy/'s overlays (conditions, full, shadow) nor a kustomization directory"
+  fi
+  echo "$dir"
+}
+
+# deploy_plegd DIR: plegd's image imported offline, the overlay in DIR applied with what this
+# cluster differs in (its containerd's socket directory, a run directory of its own, kube-apiserver
+# at the node's IP since no kube-proxy serves the service IP, the image never pulled), and its
+# DaemonSet rolled out.
+deploy_plegd() {
+  local dir=$1 binary=${PLEGD_BINARY:-$REPO/target/release/plegd} overlay="$RUN/plegd-overlay"
+  [ -x "$binary" ] || die "--plegd: no plegd binary at $binary (cargo build --release --bin plegd, or set PLEGD_BINARY)"
+  "${CONTAINERD[@]}" import-binary "$binary" "$PLEGD_IMAGE" 8>&- 9>&-
+  mkdir -p "$overlay" "$RUN/plegd"
+  cat >"$overlay/kustomization.yaml" <<YAML
+# $dir on the cluster of tests/cluster/cluster.sh.
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - $(realpath --relative-to="$overlay" "$dir")
+images:
+  - name: plegd
+    newName: ${PLEGD_IMAGE%:*}
+    newTag: ${PLEGD_IMAGE##*:}
+patches:
+  - patch: |-
+      apiVersion: apps/v1
+      kind: DaemonSet
+      metadata:
+        name: plegd
+        namespace: plegd-system
+      spec:
+        template:
+          spec:
+            containers:
+              - name: plegd
+                imagePullPolicy: Never
+                env:
+                  - name: KUBERNETES_SERVICE_HOST
+                    value: "$NODE_IP"
+                  - name: KUBERNETES_SERVICE_PORT
+                    value: "$APISERVER_PORT"
+            volumes:
+              - name: cri-socket-dir
+                hostPath:
+                  path: $CLUSTER/containerd
+              - name: plegd-run
+                hostPath:
+                  path: $RUN/plegd
+YAML
+  kubectl_admin apply -k "$overlay" >&2
+  if ! kubectl_admin -n plegd-system rollout status ds/plegd --timeout=120s >&2; then
+    kubectl_admin -n plegd-system get pods -o wide >&2 || true
+    kubectl_admin -n plegd-system logs ds/plegd --tail=20 >&2 || true
+    die "plegd's DaemonSet did not roll out within 120 s"
+  fi
+  log "plegd ($dir, $binary) running beside the kubelet"
+}
+
 start() {
+  local plegd=""
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --plegd) [ $# -ge 2 ] || die "--plegd needs an overlay (conditions, full, shadow or a directory)"
+        plegd=$(plegd_overlay "$2"); shift 2 ;;
+      *) die "start: unknown argument '$1' (usage: start [--plegd OVERLAY])" ;;
+    esac
+  done
   need_root
   build
   lock
   if running && healthz "https://$NODE_IP:$APISERVER_PORT/readyz" >/dev/null 2>&1 && node_ready; then
     log "already running (node $NODE Ready)"
+    if [ -n "$plegd" ]; then deploy_plegd "$plegd"; fi
     echo "$RUN/admin.kubeconfig"
     return
   fi
@@ -509,6 +589,7 @@ YAML
   wait_for "the default service account" 60 kube-controller-manager kubectl_admin get serviceaccount default
   log "node $NODE Ready after $((SECONDS - t0))s:"
   kubectl_admin get nodes -o wide >&2
+  if [ -n "$plegd" ]; then deploy_plegd "$plegd"; fi
   echo "$RUN/admin.kubeconfig"
 }
 
@@ -597,7 +678,7 @@ stop() {
 case "${1:-}" in
   modules) mkdir -p "$CLUSTER"; modules ;;
   build) build ;;
-  start) start ;;
+  start) shift; start "$@" ;;
   stop) stop ;;
   kubectl) shift; [ -f "$RUN/admin.kubeconfig" ] || die "no cluster is running (start it first)"; kubectl_admin "$@" ;;
   *) echo "usage: $0 modules|build|start|stop|kubectl ARGS..." >&2; exit 2 ;;
