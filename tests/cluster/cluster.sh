@@ -430,54 +430,50 @@ plegd_overlay() {
   echo "$dir"
 }
 
-# deploy_plegd DIR: plegd's image imported offline, the overlay in DIR applied with what this
-# cluster differs in (its containerd's socket directory, a run directory of its own, kube-apiserver
-# at the node's IP since no kube-proxy serves the service IP, the image never pulled), and its
-# DaemonSet rolled out.
+# The plegd DaemonSet as the overlay renders it, moved onto this cluster: the node paths it mounts
+# become this cluster's (its containerd's socket directory, a run directory of its own, and the
+# kubelet's root and pod log directories, mounted at the same paths since the runtime reports
+# them), kube-apiserver at the node's IP (no kube-proxy serves the service IP), the image the one
+# imported here and never pulled.
+PLEGD_ON_CLUSTER='
+def node_path:
+  if . == "/run/containerd" then $containerd
+  elif . == "/run/plegd" then $plegd_run
+  elif . == "/var/lib/kubelet" or startswith("/var/lib/kubelet/") then $kubelet_root + .[16:]
+  elif . == "/var/log/pods" or startswith("/var/log/pods/") then $pod_logs + .[13:]
+  else . end;
+def kubelet_path: . == "/var/lib/kubelet" or startswith("/var/lib/kubelet/") or . == "/var/log/pods" or startswith("/var/log/pods/");
+.items |= map(
+  if .kind == "DaemonSet" and .metadata.name == "plegd" then
+    .spec.template.spec.volumes |= map(if .hostPath then .hostPath.path |= node_path else . end)
+    | .spec.template.spec.containers |= map(
+        .image = $image
+        | .imagePullPolicy = "Never"
+        | .volumeMounts |= map(if .mountPath | kubelet_path then .mountPath |= node_path else . end)
+        | .env = ([(.env // [])[] | select(.name != "KUBERNETES_SERVICE_HOST" and .name != "KUBERNETES_SERVICE_PORT")]
+            + [{name: "KUBERNETES_SERVICE_HOST", value: $apiserver_host}, {name: "KUBERNETES_SERVICE_PORT", value: $apiserver_port}]))
+  else . end)'
+
+# deploy_plegd DIR: plegd's image imported offline, the overlay in DIR applied as PLEGD_ON_CLUSTER
+# moves it, and its DaemonSet rolled out.
 deploy_plegd() {
-  local dir=$1 binary=${PLEGD_BINARY:-$REPO/target/release/plegd} overlay="$RUN/plegd-overlay"
+  local dir=$1 binary=${PLEGD_BINARY:-$REPO/target/release/plegd}
   [ -x "$binary" ] || die "--plegd: no plegd binary at $binary (cargo build --release --bin plegd, or set PLEGD_BINARY)"
+  command -v jq >/dev/null || die "--plegd needs jq (apt-get install jq)"
   "${CONTAINERD[@]}" import-binary "$binary" "$PLEGD_IMAGE" 8>&- 9>&-
-  mkdir -p "$overlay" "$RUN/plegd"
-  cat >"$overlay/kustomization.yaml" <<YAML
-# $dir on the cluster of tests/cluster/cluster.sh.
-apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-resources:
-  - $(realpath --relative-to="$overlay" "$dir")
-images:
-  - name: plegd
-    newName: ${PLEGD_IMAGE%:*}
-    newTag: ${PLEGD_IMAGE##*:}
-patches:
-  - patch: |-
-      apiVersion: apps/v1
-      kind: DaemonSet
-      metadata:
-        name: plegd
-        namespace: plegd-system
-      spec:
-        template:
-          spec:
-            containers:
-              - name: plegd
-                imagePullPolicy: Never
-                env:
-                  - name: KUBERNETES_SERVICE_HOST
-                    value: "$NODE_IP"
-                  - name: KUBERNETES_SERVICE_PORT
-                    value: "$APISERVER_PORT"
-            volumes:
-              - name: cri-socket-dir
-                hostPath:
-                  path: $CLUSTER/containerd
-              - name: plegd-run
-                hostPath:
-                  path: $RUN/plegd
-YAML
-  kubectl_admin apply -k "$overlay" >&2
+  mkdir -p "$RUN/plegd"
+  kubectl_admin kustomize "$dir" | kubectl_admin create --dry-run=client -o json -f - \
+    | jq -s '{apiVersion: "v1", kind: "List", items: .}' >"$RUN/plegd-overlay.json" || die "--plegd: could not render $dir"
+  jq --arg containerd "$CLUSTER/containerd" --arg plegd_run "$RUN/plegd" --arg kubelet_root "$RUN/kubelet" \
+    --arg pod_logs "$RUN/pod-logs" --arg image "$PLEGD_IMAGE" --arg apiserver_host "$NODE_IP" \
+    --arg apiserver_port "$APISERVER_PORT" "$PLEGD_ON_CLUSTER" "$RUN/plegd-overlay.json" >"$RUN/plegd.json" \
+    || die "--plegd: could not move $dir onto this cluster (see $RUN/plegd-overlay.json)"
+  jq -e '.items[] | select(.kind == "DaemonSet" and .metadata.name == "plegd")' "$RUN/plegd.json" >/dev/null \
+    || die "--plegd: $dir has no DaemonSet named plegd"
+  kubectl_admin apply -f "$RUN/plegd.json" >&2
   if ! kubectl_admin -n plegd-system rollout status ds/plegd --timeout=120s >&2; then
     kubectl_admin -n plegd-system get pods -o wide >&2 || true
+    kubectl_admin -n plegd-system get events --sort-by=.lastTimestamp >&2 || true
     kubectl_admin -n plegd-system logs ds/plegd --tail=20 >&2 || true
     die "plegd's DaemonSet did not roll out within 120 s"
   fi
