@@ -420,6 +420,14 @@ resolvConf: /etc/resolv.conf
 YAML
 }
 
+# plegd_binary: the plegd to run in the cluster, checked before anything starts.
+plegd_binary() {
+  local binary=${PLEGD_BINARY:-$REPO/target/release/plegd}
+  [ -x "$binary" ] || die "--plegd: no plegd binary at $binary (cargo build --release --bin plegd, or set PLEGD_BINARY)"
+  command -v jq >/dev/null || die "--plegd needs jq (apt-get install jq)"
+  echo "$binary"
+}
+
 # plegd_overlay OVERLAY: the kustomization directory OVERLAY names.
 plegd_overlay() {
   local dir
@@ -457,9 +465,8 @@ def kubelet_path: . == "/var/lib/kubelet" or startswith("/var/lib/kubelet/") or 
 # deploy_plegd DIR: plegd's image imported offline, the overlay in DIR applied as PLEGD_ON_CLUSTER
 # moves it, and its DaemonSet rolled out.
 deploy_plegd() {
-  local dir=$1 binary=${PLEGD_BINARY:-$REPO/target/release/plegd}
-  [ -x "$binary" ] || die "--plegd: no plegd binary at $binary (cargo build --release --bin plegd, or set PLEGD_BINARY)"
-  command -v jq >/dev/null || die "--plegd needs jq (apt-get install jq)"
+  local dir=$1 binary
+  binary=$(plegd_binary)
   "${CONTAINERD[@]}" import-binary "$binary" "$PLEGD_IMAGE" 8>&- 9>&-
   mkdir -p "$RUN/plegd"
   kubectl_admin kustomize "$dir" | kubectl_admin create --dry-run=client -o json -f - \
@@ -485,7 +492,7 @@ start() {
   while [ $# -gt 0 ]; do
     case "$1" in
       --plegd) [ $# -ge 2 ] || die "--plegd needs an overlay (conditions, full, shadow or a directory)"
-        plegd=$(plegd_overlay "$2"); shift 2 ;;
+        plegd=$(plegd_overlay "$2"); plegd_binary >/dev/null; shift 2 ;;
       *) die "start: unknown argument '$1' (usage: start [--plegd OVERLAY])" ;;
     esac
   done
