@@ -245,6 +245,12 @@ check_versions() {
 # ---------------------------------------------------------------------------------------------
 # certificates
 
+# ossl ARGS...: openssl, its complaint shown when it fails.
+ossl() {
+  local err
+  err=$(openssl "$@" 2>&1 >/dev/null) || die "openssl $1 failed: $err"
+}
+
 # cert NAME SUBJECT [SANS [CA]]: $RUN/pki/NAME.{key,crt}, signed by the cluster's CA (or pki/CA).
 cert() {
   local name=$1 subject=$2 sans=${3:-} ca=${4:-ca} pki="$RUN/pki" ext
@@ -259,10 +265,10 @@ cert() {
       echo "extendedKeyUsage = clientAuth"
     fi
   } >"$ext"
-  openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$pki/$name.key" \
-    -subj "$subject" -out "$pki/$name.csr" 2>/dev/null
-  openssl x509 -req -in "$pki/$name.csr" -CA "$pki/$ca.crt" -CAkey "$pki/$ca.key" -CAcreateserial \
-    -days 30 -sha256 -extfile "$ext" -out "$pki/$name.crt" 2>/dev/null
+  ossl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$pki/$name.key" \
+    -subj "$subject" -out "$pki/$name.csr"
+  ossl x509 -req -in "$pki/$name.csr" -CA "$pki/$ca.crt" -CAkey "$pki/$ca.key" -CAcreateserial \
+    -days 30 -sha256 -extfile "$ext" -out "$pki/$name.crt"
   rm -f "$ext" "$pki/$name.csr"
 }
 
@@ -270,9 +276,9 @@ certificates() {
   local pki="$RUN/pki"
   mkdir -p "$pki"
   chmod 700 "$pki"
-  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$pki/ca.key" \
+  ossl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$pki/ca.key" \
     -subj "/CN=plegd-cluster-ca" -days 30 -sha256 -out "$pki/ca.crt" \
-    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" 2>/dev/null
+    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature"
   cert apiserver "/CN=kube-apiserver" \
     "IP:127.0.0.1,IP:$NODE_IP,IP:$SERVICE_IP,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
   cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client"
@@ -285,13 +291,13 @@ certificates() {
   cert scheduler-server "/CN=kube-scheduler" "IP:127.0.0.1,DNS:localhost"
   # The front proxy: kube-apiserver's client identity towards aggregated apiservers, and the CA
   # every component trusts request headers from.
-  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$pki/front-proxy-ca.key" \
+  ossl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$pki/front-proxy-ca.key" \
     -subj "/CN=plegd-cluster-front-proxy-ca" -days 30 -sha256 -out "$pki/front-proxy-ca.crt" \
-    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" 2>/dev/null
+    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature"
   cert front-proxy-client "/CN=front-proxy-client" "" front-proxy-ca
   # The service account token signing key.
-  openssl genrsa -out "$pki/sa.key" 2048 2>/dev/null
-  openssl rsa -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null
+  ossl genrsa -out "$pki/sa.key" 2048
+  ossl rsa -in "$pki/sa.key" -pubout -out "$pki/sa.pub"
 }
 
 # kubeconfig NAME: $RUN/NAME.kubeconfig with the client certificate pki/NAME.
