@@ -17,7 +17,8 @@
 #
 # Everything lives under $PLEGD_CONTAINERD_DIR (default /var/lib/plegd-test/containerd): its own
 # root, state, sockets and CNI config, so it never touches a containerd the machine already runs.
-# Pods get IPs from a CNI bridge (plegd0, 10.234.0.0/24, no masquerade, no gateway: no iptables).
+# Pods get IPs from a CNI bridge (plegd0, 10.234.0.0/24, no masquerade, no gateway unless
+# PLEGD_CNI_GATEWAY=true: no iptables).
 # Needs root and Linux. Nothing is pulled: the image is built locally from busybox-static and a
 # static pause binary.
 set -euo pipefail
@@ -27,6 +28,9 @@ SOCK="$DIR/containerd.sock"
 IMAGE=${PLEGD_TEST_IMAGE:-plegd.test/busybox:1}
 BRIDGE=${PLEGD_CNI_BRIDGE:-plegd0}
 SUBNET=${PLEGD_CNI_SUBNET:-10.234.0.0/24}
+# true: the bridge takes the subnet's first address and is the pods' default route (the bridge
+# plugin then turns on net.ipv4.ip_forward), for a kubelet probing pods and pods reaching the node.
+GATEWAY=${PLEGD_CNI_GATEWAY:-false}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=tests/support/private-apt.sh
 . "$HERE/../support/private-apt.sh"
@@ -74,6 +78,11 @@ use_debian_containerd() {
   fi
   export PATH="$root/root/usr/bin:$PATH"
 }
+
+case "$GATEWAY" in
+  true|false) ;;
+  *) die "PLEGD_CNI_GATEWAY must be true or false, not '$GATEWAY'" ;;
+esac
 
 case "$VERSION" in
   2.1) SUITE=sid ;;
@@ -259,7 +268,8 @@ write_config() {
     {
       "type": "bridge",
       "bridge": "$BRIDGE",
-      "isGateway": false,
+      "isGateway": $GATEWAY,
+      "isDefaultGateway": $GATEWAY,
       "ipMasq": false,
       "ipam": {"type": "host-local", "subnet": "$SUBNET", "dataDir": "$DIR/cni/ipam"}
     }

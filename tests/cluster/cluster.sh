@@ -1,0 +1,703 @@
+#!/usr/bin/env bash
+# A one-node Kubernetes cluster built from Kubernetes' own code, on this machine, for plegd's
+# tests against a real kubelet.
+#
+#   tests/cluster/cluster.sh modules  # only resolve and download the Go modules the build needs
+#   tests/cluster/cluster.sh build    # kube-apiserver, kube-controller-manager, kube-scheduler,
+#                                     # kubelet, kubectl and etcd, built once per version (cached)
+#   tests/cluster/cluster.sh start [--plegd OVERLAY]
+#                                     # build, then certificates, etcd, the control plane, a
+#                                     # containerd of its own and the kubelet; waits for the node
+#                                     # to be Ready; prints the admin kubeconfig's path last.
+#                                     # --plegd: plegd beside the kubelet, as deploy/OVERLAY installs
+#                                     # it (conditions, full, shadow, or a kustomization directory),
+#                                     # its image made offline from PLEGD_BINARY
+#                                     # (target/release/plegd)
+#   tests/cluster/cluster.sh stop     # stop everything, remove its processes, mounts, cgroups,
+#                                     # interfaces, sysctls and state
+#   tests/cluster/cluster.sh kubectl ARGS...   # kubectl as the cluster's admin
+#
+# The Kubernetes commands come from the k8s.io/kubernetes module at PLEGD_K8S_VERSION (1.37.2)
+# through the Go module proxy, in one binary (tests/cluster/kubernetes/main.go) with a symlink per
+# command, built as Kubernetes' own release is (CGO_ENABLED=0, -trimpath, its build tags, the
+# version stamped); etcd at the version kubeadm of that release names, from
+# go.etcd.io/etcd/server/v3 (tests/cluster/etcd/main.go). Modules, build cache and binaries stay
+# under $PLEGD_CLUSTER_DIR (/var/lib/plegd-test/cluster); the running cluster under its run/.
+#
+# The node: named PLEGD_NODE_NAME (default: the host name), its IP (PLEGD_CLUSTER_NODE_IP,
+# 10.236.0.1) on an interface of its own, plegdk8s-node (traffic stays on this machine; the kubelet
+# refuses a loopback node IP), pods on the CNI bridge plegdk8s0 (10.236.1.0/24, the bridge their
+# gateway: the kubelet probes them, they reach the node's IP), services in 10.236.128.0/24 (no
+# kube-proxy: service IPs do not route; a pod reaches kube-apiserver at the node's IP). containerd is
+# tests/containerd/containerd.sh's 2.1 with a directory of its own ($PLEGD_CLUSTER_DIR/containerd),
+# never the one the other tests use. The kubelet writes sysctls and creates cgroups
+# (/plegd-cluster in each hierarchy) on the machine: run this on CI and test machines only.
+# Needs root and Linux.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+PLEGD_IMAGE=plegd.test/plegd:dev
+K8S_VERSION=${PLEGD_K8S_VERSION:-1.37.2}
+CLUSTER=${PLEGD_CLUSTER_DIR:-/var/lib/plegd-test/cluster}
+BIN="$CLUSTER/bin/v$K8S_VERSION"
+RUN="$CLUSTER/run"
+NODE=${PLEGD_NODE_NAME:-$(hostname | tr '[:upper:]' '[:lower:]')}
+NODE_IP=${PLEGD_CLUSTER_NODE_IP:-10.236.0.1}
+NODE_LINK=plegdk8s-node
+POD_BRIDGE=plegdk8s0
+POD_SUBNET=10.236.1.0/24
+SERVICE_RANGE=10.236.128.0/24
+SERVICE_IP=10.236.128.1
+APISERVER_PORT=${PLEGD_CLUSTER_APISERVER_PORT:-16443}
+ETCD_PORT=${PLEGD_CLUSTER_ETCD_PORT:-24790}
+CGROUP_ROOT=/plegd-cluster
+CONTAINERD=(env PLEGD_CONTAINERD_DIR="$CLUSTER/containerd" PLEGD_CONTAINERD_VERSION=2.1
+  PLEGD_CNI_BRIDGE="$POD_BRIDGE" PLEGD_CNI_SUBNET="$POD_SUBNET" PLEGD_CNI_GATEWAY=true "$HERE/../containerd/containerd.sh")
+COMMANDS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
+# The sysctls the kubelet sets when it does not only check them (protectKernelDefaults: false), and
+# the forwarding the CNI bridge plugin turns on for the pods' gateway.
+SYSCTLS=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops kernel.keys.root_maxkeys
+  kernel.keys.root_maxbytes net.ipv4.ip_forward)
+# Directories the kubelet creates whatever its root directory (its device plugin socket, its
+# container log links): removed by stop when they did not exist before start.
+MACHINE_PATHS=(/var/lib/kubelet /var/log/containers /var/log/pods /usr/libexec/kubernetes /etc/kubernetes /run/kubernetes)
+# Where the CNI plugins cache each sandbox's result (containerd gives them no other directory); other
+# containerd instances share it, so only this cluster's sandboxes' files go.
+CNI_CACHE=/var/lib/cni
+# The chains the kubelet creates: to tell the iptables mode in use, and KUBE-FIREWALL (jumped to
+# from INPUT and OUTPUT) against martian packets to 127.0.0.0/8.
+IPTABLES_CHAINS=(mangle:KUBE-IPTABLES-HINT mangle:KUBE-KUBELET-CANARY nat:KUBE-KUBELET-CANARY filter:KUBE-KUBELET-CANARY
+  filter:KUBE-FIREWALL)
+
+log() { echo "cluster.sh: $*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+need_root() {
+  [ "$(uname -s)" = Linux ] || die "a kubelet needs Linux"
+  [ "$(id -u)" = 0 ] || die "a kubelet needs root (run as root)"
+}
+
+# ---------------------------------------------------------------------------------------------
+# build
+
+# goenv COMMAND...: Go with this directory's own module and build caches. The toolchain is the
+# machine's when it is new enough for the go.mod at hand, else the one go.mod names, through the
+# module proxy (GOTOOLCHAIN=auto).
+goenv() {
+  env GOMODCACHE="$CLUSTER/gomod" GOCACHE="$CLUSTER/gocache" GOFLAGS="-modcacherw -buildvcs=false" \
+    GOTOOLCHAIN=auto CGO_ENABLED=0 GO111MODULE=on "$@"
+}
+
+# download MODULE@VERSION: the module into the cache; prints its go.mod's path.
+download() {
+  local json
+  json=$(goenv go mod download -json "$1") || die "the Go module proxy refused $1 (go mod download -json $1): $json"
+  if echo "$json" | grep -q '"Error"'; then
+    die "the Go module proxy refused $1 (go mod download -json $1): $(echo "$json" | grep '"Error"')"
+  fi
+  echo "$json" | sed -n 's/^\s*"GoMod": "\(.*\)",\?$/\1/p'
+}
+
+# go_directives GOMOD: its go and godebug lines (a godebug block too).
+go_directives() {
+  grep -E '^go [0-9]' "$1"
+  sed -n '/^godebug (/,/^)/p; /^godebug [^(]/p' "$1"
+}
+
+# etcd_version: the etcd kubeadm of this release deploys (DefaultEtcdVersion, "3.7.0-0" -> 3.7.0).
+etcd_version() {
+  local dir="$CLUSTER/gomod/k8s.io/kubernetes@v$K8S_VERSION"
+  [ -d "$dir" ] || download "k8s.io/kubernetes@v$K8S_VERSION" >/dev/null
+  sed -n 's/^\s*DefaultEtcdVersion = "\([0-9.]*\)-[0-9]*"$/\1/p' "$dir/cmd/kubeadm/app/constants/constants.go" \
+    | grep . || die "no DefaultEtcdVersion in k8s.io/kubernetes@v$K8S_VERSION's cmd/kubeadm/app/constants/constants.go"
+}
+
+# The Kubernetes module: k8s.io/kubernetes with each of its staging modules (which its own go.mod
+# replaces with ./staging/src/..., a replacement a dependent module does not inherit) replaced by
+# the published tag of this release.
+kubernetes_module() {
+  local src=$1 gomod staging_version
+  gomod=$(download "k8s.io/kubernetes@v$K8S_VERSION")
+  staging_version="v0.${K8S_VERSION#*.}"
+  mkdir -p "$src"
+  {
+    echo "module plegd.test/cluster/kubernetes"
+    echo
+    go_directives "$gomod"
+    echo
+    echo "require k8s.io/kubernetes v$K8S_VERSION"
+    echo
+    echo "replace ("
+    sed -n '/^replace (/,/^)/p' "$gomod" | awk -v v="$staging_version" \
+      '$2 == "=>" && $3 ~ /^\.\/staging\// { printf "\t%s => %s %s\n", $1, $1, v }'
+    echo ")"
+  } >"$src/go.mod"
+  grep -q "=> k8s.io/api $staging_version" "$src/go.mod" || die "no staging modules found in $gomod"
+  cp "$HERE/kubernetes/main.go" "$src/main.go"
+  log "resolving k8s.io/kubernetes v$K8S_VERSION's modules ($(grep -c ' => ' "$src/go.mod") staging modules at $staging_version)"
+  (cd "$src" && goenv go mod tidy) || die "go mod tidy failed in $src (run it there to see which module the proxy refuses)"
+}
+
+etcd_module() {
+  local src=$1 version=$2 gomod
+  gomod=$(download "go.etcd.io/etcd/server/v3@v$version")
+  mkdir -p "$src"
+  {
+    echo "module plegd.test/cluster/etcd"
+    echo
+    go_directives "$gomod"
+    echo
+    echo "require go.etcd.io/etcd/server/v3 v$version"
+  } >"$src/go.mod"
+  cp "$HERE/etcd/main.go" "$src/main.go"
+  log "resolving go.etcd.io/etcd/server/v3 v$version's modules"
+  (cd "$src" && goenv go mod tidy) || die "go mod tidy failed in $src (run it there to see which module the proxy refuses)"
+}
+
+# The -X flags of Kubernetes' hack/lib/version.sh: without them every command reports
+# v0.0.0-master, and so does the node's kubeletVersion. The build date is the release's commit
+# time, as the module proxy records it.
+version_ldflags() {
+  local info major minor date flags="" pkg
+  info="$CLUSTER/gomod/cache/download/k8s.io/kubernetes/@v/v$K8S_VERSION.info"
+  date=$(sed -n 's/.*"Time":"\([^"]*\)".*/\1/p' "$info")
+  [ -n "$date" ] || date=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+  major=${K8S_VERSION%%.*}
+  minor=$(echo "$K8S_VERSION" | cut -d. -f2)
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    flags+=" -X $pkg.gitVersion=v$K8S_VERSION -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor"
+    flags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=$date"
+  done
+  echo "$flags"
+}
+
+# modules: the Kubernetes and etcd modules resolved and downloaded, nothing compiled.
+modules() {
+  local etcd
+  etcd=$(etcd_version)
+  kubernetes_module "$CLUSTER/src/kubernetes-v$K8S_VERSION"
+  etcd_module "$CLUSTER/src/etcd-v$etcd" "$etcd"
+  # go mod tidy fetches go.mod files only where it can; the build needs every package's source.
+  (cd "$CLUSTER/src/kubernetes-v$K8S_VERSION" && goenv go mod download) || die "go mod download failed in $CLUSTER/src/kubernetes-v$K8S_VERSION"
+  (cd "$CLUSTER/src/etcd-v$etcd" && goenv go mod download) || die "go mod download failed in $CLUSTER/src/etcd-v$etcd"
+}
+
+# sources: what the binaries are built from here, as .complete records it.
+sources() { cat "$HERE/kubernetes/main.go" "$HERE/etcd/main.go" | sha256sum | cut -d' ' -f1; }
+
+# built: the binaries of this version exist, from these sources.
+built() {
+  [ -f "$BIN/.complete" ] && [ -x "$BIN/kubernetes" ] && [ -x "$BIN/etcd" ] || return 1
+  [ "$(cat "$BIN/.complete")" = "$(sources)" ] || return 1
+  local c
+  for c in "${COMMANDS[@]}"; do [ -L "$BIN/$c" ] || return 1; done
+}
+
+# One build or download at a time: two Go builds of this size at once only slow each other down.
+build_lock() {
+  mkdir -p "$CLUSTER"
+  exec 8>"$CLUSTER/build.lock"
+  flock 8
+}
+
+build() {
+  build_lock
+  if built; then return; fi
+  command -v go >/dev/null || die "no go on PATH (Kubernetes $K8S_VERSION builds with Go 1.26 or newer, or with the toolchain its go.mod names)"
+  local start=$SECONDS etcd src tags=selinux,notest,grpcnotrace
+  etcd=$(etcd_version)
+  src="$CLUSTER/src/kubernetes-v$K8S_VERSION"
+  modules
+  log "modules ready after $((SECONDS - start))s; building (about 11 min on 2 cores the first time)"
+  mkdir -p "$BIN"
+  rm -f "$BIN/.complete"
+  local t=$SECONDS
+  (cd "$src" && goenv nice -n 10 go build -trimpath -tags "$tags" -ldflags "-s -w$(version_ldflags)" \
+    -o "$BIN/kubernetes.tmp" .) || die "building k8s.io/kubernetes v$K8S_VERSION failed (in $src)"
+  mv "$BIN/kubernetes.tmp" "$BIN/kubernetes"
+  log "built $BIN/kubernetes in $((SECONDS - t))s ($(du -h "$BIN/kubernetes" | cut -f1))"
+  t=$SECONDS
+  (cd "$CLUSTER/src/etcd-v$etcd" && goenv nice -n 10 go build -trimpath -ldflags "-s -w" -o "$BIN/etcd.tmp" .) \
+    || die "building etcd v$etcd failed (in $CLUSTER/src/etcd-v$etcd)"
+  mv "$BIN/etcd.tmp" "$BIN/etcd"
+  log "built $BIN/etcd in $((SECONDS - t))s ($(du -h "$BIN/etcd" | cut -f1))"
+  local c
+  for c in "${COMMANDS[@]}"; do ln -sfn kubernetes "$BIN/$c"; done
+  check_versions "$etcd"
+  sources >"$BIN/.complete"
+  log "built Kubernetes v$K8S_VERSION and etcd v$etcd in $((SECONDS - start))s: $BIN"
+}
+
+# check_versions ETCD_VERSION: each command reports the version it was built as.
+check_versions() {
+  local c out
+  for c in kube-apiserver kube-controller-manager kube-scheduler kubelet; do
+    out=$("$BIN/$c" --version 2>&1) || die "$c --version failed: $out"
+    [ "$out" = "Kubernetes v$K8S_VERSION" ] || die "$c --version says '$out', not 'Kubernetes v$K8S_VERSION'"
+  done
+  out=$("$BIN/kubectl" version --client 2>&1) || die "kubectl version --client failed: $out"
+  echo "$out" | grep -qx "Client Version: v$K8S_VERSION" || die "kubectl version --client says '$out'"
+  out=$("$BIN/etcd" --version 2>&1) || die "etcd --version failed: $out"
+  echo "$out" | grep -qx "etcd Version: $1" || die "etcd --version says '$out', not etcd Version: $1"
+}
+
+# ---------------------------------------------------------------------------------------------
+# certificates
+
+# ossl ARGS...: openssl, its complaint shown when it fails.
+ossl() {
+  local err
+  err=$(openssl "$@" 2>&1 >/dev/null) || die "openssl $1 failed: $err"
+}
+
+# cert NAME SUBJECT [SANS [CA]]: $RUN/pki/NAME.{key,crt}, signed by the cluster's CA (or pki/CA).
+cert() {
+  local name=$1 subject=$2 sans=${3:-} ca=${4:-ca} pki="$RUN/pki" ext
+  ext=$(mktemp)
+  {
+    echo "basicConstraints = critical, CA:FALSE"
+    echo "keyUsage = critical, digitalSignature, keyEncipherment"
+    if [ -n "$sans" ]; then
+      echo "extendedKeyUsage = serverAuth, clientAuth"
+      echo "subjectAltName = $sans"
+    else
+      echo "extendedKeyUsage = clientAuth"
+    fi
+  } >"$ext"
+  ossl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$pki/$name.key" \
+    -subj "$subject" -out "$pki/$name.csr"
+  ossl x509 -req -in "$pki/$name.csr" -CA "$pki/$ca.crt" -CAkey "$pki/$ca.key" -CAcreateserial \
+    -days 30 -sha256 -extfile "$ext" -out "$pki/$name.crt"
+  rm -f "$ext" "$pki/$name.csr"
+}
+
+certificates() {
+  local pki="$RUN/pki"
+  mkdir -p "$pki"
+  chmod 700 "$pki"
+  ossl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$pki/ca.key" \
+    -subj "/CN=plegd-cluster-ca" -days 30 -sha256 -out "$pki/ca.crt" \
+    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature"
+  cert apiserver "/CN=kube-apiserver" \
+    "IP:127.0.0.1,IP:$NODE_IP,IP:$SERVICE_IP,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+  cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client"
+  cert admin "/O=system:masters/CN=admin"
+  cert controller-manager "/CN=system:kube-controller-manager"
+  cert scheduler "/CN=system:kube-scheduler"
+  cert kubelet "/O=system:nodes/CN=system:node:$NODE"
+  cert kubelet-server "/CN=$NODE" "IP:$NODE_IP,DNS:$NODE"
+  cert controller-manager-server "/CN=kube-controller-manager" "IP:127.0.0.1,DNS:localhost"
+  cert scheduler-server "/CN=kube-scheduler" "IP:127.0.0.1,DNS:localhost"
+  # The front proxy: kube-apiserver's client identity towards aggregated apiservers, and the CA
+  # every component trusts request headers from.
+  ossl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$pki/front-proxy-ca.key" \
+    -subj "/CN=plegd-cluster-front-proxy-ca" -days 30 -sha256 -out "$pki/front-proxy-ca.crt" \
+    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature"
+  cert front-proxy-client "/CN=front-proxy-client" "" front-proxy-ca
+  # The service account token signing key.
+  ossl genrsa -out "$pki/sa.key" 2048
+  ossl rsa -in "$pki/sa.key" -pubout -out "$pki/sa.pub"
+}
+
+# kubeconfig NAME: $RUN/NAME.kubeconfig with the client certificate pki/NAME.
+kubeconfig() {
+  cat >"$RUN/$1.kubeconfig" <<KUBECONFIG
+apiVersion: v1
+kind: Config
+clusters:
+- name: plegd-cluster
+  cluster:
+    server: https://$NODE_IP:$APISERVER_PORT
+    certificate-authority: $RUN/pki/ca.crt
+users:
+- name: $1
+  user:
+    client-certificate: $RUN/pki/$1.crt
+    client-key: $RUN/pki/$1.key
+contexts:
+- name: $1
+  context: {cluster: plegd-cluster, user: $1}
+current-context: $1
+KUBECONFIG
+}
+
+# ---------------------------------------------------------------------------------------------
+# start and stop
+
+wait_for() { # wait_for WHAT SECONDS PIDNAME COMMAND...: until COMMAND succeeds, while PIDNAME lives
+  local what=$1 seconds=$2 pidname=$3; shift 3
+  local deadline=$((SECONDS + seconds))
+  until "$@" >/dev/null 2>&1; do
+    if [ -n "$pidname" ] && ! kill -0 "$(cat "$RUN/$pidname.pid")" 2>/dev/null; then
+      tail -20 "$RUN/$pidname.log" >&2
+      die "$pidname exited (log: $RUN/$pidname.log)"
+    fi
+    [ $SECONDS -lt $deadline ] || die "$what not within ${seconds}s (logs in $RUN)"
+    sleep 0.2
+  done
+}
+
+# spawn NAME COMMAND...: COMMAND in a session of its own, logging to $RUN/NAME.log.
+spawn() {
+  local name=$1; shift
+  # fd 9 holds the start/stop lock and fd 8 the build lock: the cluster's processes must not
+  # inherit them.
+  setsid "$@" >>"$RUN/$name.log" 2>&1 </dev/null 8>&- 9>&- &
+  echo $! >"$RUN/$name.pid"
+}
+
+# kubectl as the admin, its discovery cache in the run directory (not ~/.kube/cache).
+kubectl_admin() { "$BIN/kubectl" --kubeconfig "$RUN/admin.kubeconfig" --cache-dir "$RUN/kubectl-cache" "$@"; }
+
+healthz() { # healthz URL: 200 with the admin certificate
+  curl -sf --cacert "$RUN/pki/ca.crt" --cert "$RUN/pki/admin.crt" --key "$RUN/pki/admin.key" "$1"
+}
+
+node_ready() {
+  [ "$(kubectl_admin get node "$NODE" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]
+}
+
+running() {
+  local name
+  for name in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet; do
+    [ -f "$RUN/$name.pid" ] && kill -0 "$(cat "$RUN/$name.pid")" 2>/dev/null || return 1
+  done
+}
+
+lock() {
+  mkdir -p "$CLUSTER"
+  exec 9>"$CLUSTER/run.lock"
+  flock 9
+}
+
+# What the kubelet changes on the machine, as it was: restored by stop.
+save_machine_state() {
+  local s t c p
+  : >"$RUN/sysctls"
+  for s in "${SYSCTLS[@]}"; do echo "$s=$(sysctl -n "$s")" >>"$RUN/sysctls"; done
+  : >"$RUN/iptables-chains"
+  if command -v iptables >/dev/null; then
+    for c in "${IPTABLES_CHAINS[@]}"; do
+      for t in iptables ip6tables; do
+        "$t" -w -t "${c%%:*}" -S "${c#*:}" >/dev/null 2>&1 || echo "$t ${c%%:*} ${c#*:}" >>"$RUN/iptables-chains"
+      done
+    done
+  fi
+  : >"$RUN/created-paths"
+  for p in "${MACHINE_PATHS[@]}"; do [ -e "$p" ] || echo "$p" >>"$RUN/created-paths"; done
+  [ -e "$CNI_CACHE" ] || touch "$RUN/created-cni-cache"
+}
+
+kubelet_config() {
+  mkdir -p "$RUN/manifests" "$RUN/pod-logs" "$RUN/kubelet"
+  cat >"$RUN/kubelet.yaml" <<YAML
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: $NODE_IP
+port: 10250
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: 10248
+containerRuntimeEndpoint: unix://$CONTAINERD_SOCK
+cgroupDriver: cgroupfs
+cgroupRoot: $CGROUP_ROOT
+# This machine is cgroup v1, which kubelets from 1.35 on refuse unless told.
+failCgroupV1: false
+failSwapOn: false
+# An overlay root has no rootfs info for the kubelet to account local storage by.
+localStorageCapacityIsolation: false
+# The offline images are never pulled again: never evict pods or remove images for space.
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard:
+  memory.available: "0%"
+  nodefs.available: "0%"
+  nodefs.inodesFree: "0%"
+  imagefs.available: "0%"
+  imagefs.inodesFree: "0%"
+protectKernelDefaults: false
+staticPodPath: $RUN/manifests
+podLogsDir: $RUN/pod-logs
+volumePluginDir: $RUN/kubelet/volume-plugins
+rotateCertificates: false
+serverTLSBootstrap: false
+tlsCertFile: $RUN/pki/kubelet-server.crt
+tlsPrivateKeyFile: $RUN/pki/kubelet-server.key
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: true}
+  x509: {clientCAFile: $RUN/pki/ca.crt}
+authorization:
+  mode: Webhook
+clusterDomain: cluster.local
+resolvConf: /etc/resolv.conf
+YAML
+}
+
+# plegd_binary: the plegd to run in the cluster, checked before anything starts.
+plegd_binary() {
+  local binary=${PLEGD_BINARY:-$REPO/target/release/plegd}
+  [ -x "$binary" ] || die "--plegd: no plegd binary at $binary (cargo build --release --bin plegd, or set PLEGD_BINARY)"
+  command -v jq >/dev/null || die "--plegd needs jq (apt-get install jq)"
+  echo "$binary"
+}
+
+# plegd_overlay OVERLAY: the kustomization directory OVERLAY names.
+plegd_overlay() {
+  local dir
+  if [ -f "$REPO/deploy/$1/kustomization.yaml" ]; then dir="$REPO/deploy/$1"
+  elif [ -f "$1/kustomization.yaml" ]; then dir=$(cd "$1" && pwd)
+  else die "--plegd: '$1' is neither one of deploy/'s overlays (conditions, full, shadow) nor a kustomization directory"
+  fi
+  echo "$dir"
+}
+
+# The plegd DaemonSet as the overlay renders it, moved onto this cluster: the node paths it mounts
+# become this cluster's (its containerd's socket directory, a run directory of its own, and the
+# kubelet's root and pod log directories, mounted at the same paths since the runtime reports
+# them), kube-apiserver at the node's IP (no kube-proxy serves the service IP), the image the one
+# imported here and never pulled.
+PLEGD_ON_CLUSTER='
+def node_path:
+  if . == "/run/containerd" then $containerd
+  elif . == "/run/plegd" then $plegd_run
+  elif . == "/var/lib/kubelet" or startswith("/var/lib/kubelet/") then $kubelet_root + .[16:]
+  elif . == "/var/log/pods" or startswith("/var/log/pods/") then $pod_logs + .[13:]
+  else . end;
+def kubelet_path: . == "/var/lib/kubelet" or startswith("/var/lib/kubelet/") or . == "/var/log/pods" or startswith("/var/log/pods/");
+.items |= map(
+  if .kind == "DaemonSet" and .metadata.name == "plegd" then
+    .spec.template.spec.volumes |= map(if .hostPath then .hostPath.path |= node_path else . end)
+    | .spec.template.spec.containers |= map(
+        .image = $image
+        | .imagePullPolicy = "Never"
+        | .volumeMounts |= map(if .mountPath | kubelet_path then .mountPath |= node_path else . end)
+        | .env = ([(.env // [])[] | select(.name != "KUBERNETES_SERVICE_HOST" and .name != "KUBERNETES_SERVICE_PORT")]
+            + [{name: "KUBERNETES_SERVICE_HOST", value: $apiserver_host}, {name: "KUBERNETES_SERVICE_PORT", value: $apiserver_port}]))
+  else . end)'
+
+# deploy_plegd DIR: plegd's image imported offline, the overlay in DIR applied as PLEGD_ON_CLUSTER
+# moves it, and its DaemonSet rolled out.
+deploy_plegd() {
+  local dir=$1 binary
+  binary=$(plegd_binary)
+  "${CONTAINERD[@]}" import-binary "$binary" "$PLEGD_IMAGE" 8>&- 9>&-
+  mkdir -p "$RUN/plegd"
+  kubectl_admin kustomize "$dir" | kubectl_admin create --dry-run=client -o json -f - \
+    | jq -s '{apiVersion: "v1", kind: "List", items: .}' >"$RUN/plegd-overlay.json" || die "--plegd: could not render $dir"
+  jq --arg containerd "$CLUSTER/containerd" --arg plegd_run "$RUN/plegd" --arg kubelet_root "$RUN/kubelet" \
+    --arg pod_logs "$RUN/pod-logs" --arg image "$PLEGD_IMAGE" --arg apiserver_host "$NODE_IP" \
+    --arg apiserver_port "$APISERVER_PORT" "$PLEGD_ON_CLUSTER" "$RUN/plegd-overlay.json" >"$RUN/plegd.json" \
+    || die "--plegd: could not move $dir onto this cluster (see $RUN/plegd-overlay.json)"
+  jq -e '.items[] | select(.kind == "DaemonSet" and .metadata.name == "plegd")' "$RUN/plegd.json" >/dev/null \
+    || die "--plegd: $dir has no DaemonSet named plegd"
+  kubectl_admin apply -f "$RUN/plegd.json" >&2
+  if ! kubectl_admin -n plegd-system rollout status ds/plegd --timeout=120s >&2; then
+    kubectl_admin -n plegd-system get pods -o wide >&2 || true
+    kubectl_admin -n plegd-system get events --sort-by=.lastTimestamp >&2 || true
+    kubectl_admin -n plegd-system logs ds/plegd --tail=20 >&2 || true
+    die "plegd's DaemonSet did not roll out within 120 s"
+  fi
+  log "plegd ($dir, $binary) running beside the kubelet"
+}
+
+start() {
+  local plegd=""
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --plegd) [ $# -ge 2 ] || die "--plegd needs an overlay (conditions, full, shadow or a directory)"
+        plegd=$(plegd_overlay "$2"); plegd_binary >/dev/null; shift 2 ;;
+      *) die "start: unknown argument '$1' (usage: start [--plegd OVERLAY])" ;;
+    esac
+  done
+  need_root
+  build
+  lock
+  if running && healthz "https://$NODE_IP:$APISERVER_PORT/readyz" >/dev/null 2>&1 && node_ready; then
+    log "already running (node $NODE Ready)"
+    if [ -n "$plegd" ]; then deploy_plegd "$plegd"; fi
+    echo "$RUN/admin.kubeconfig"
+    return
+  fi
+  stop_locked
+  local t0=$SECONDS
+  mkdir -p "$RUN"
+  save_machine_state
+
+  # The node's address: a private /32 on an interface of its own, a dummy one, or a bridge with
+  # no ports where the kernel has no dummy driver.
+  ip link add "$NODE_LINK" type dummy 2>/dev/null || ip link add "$NODE_LINK" type bridge \
+    || die "could not create the interface $NODE_LINK (neither dummy nor bridge)"
+  ip addr add "$NODE_IP/32" dev "$NODE_LINK"
+  ip link set "$NODE_LINK" up
+
+  # The kubelet dials the runtime first and takes its cgroup driver from it.
+  CONTAINERD_SOCK=$("${CONTAINERD[@]}" start 8>&- 9>&- | tail -1) || die "containerd did not start"
+
+  certificates
+  local name
+  for name in admin controller-manager scheduler kubelet; do kubeconfig "$name"; done
+
+  spawn etcd "$BIN/etcd" --name "$NODE" --data-dir "$RUN/etcd" \
+    --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+    --listen-peer-urls "http://127.0.0.1:$((ETCD_PORT + 1))" \
+    --initial-advertise-peer-urls "http://127.0.0.1:$((ETCD_PORT + 1))" \
+    --initial-cluster "$NODE=http://127.0.0.1:$((ETCD_PORT + 1))" --log-level warn
+  wait_for "etcd's /health" 30 etcd curl -sf "http://127.0.0.1:$ETCD_PORT/health"
+
+  cat >"$RUN/audit-policy.yaml" <<YAML
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+YAML
+  spawn kube-apiserver "$BIN/kube-apiserver" \
+    --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
+    --bind-address "$NODE_IP" --advertise-address "$NODE_IP" --secure-port "$APISERVER_PORT" \
+    --tls-cert-file "$RUN/pki/apiserver.crt" --tls-private-key-file "$RUN/pki/apiserver.key" \
+    --client-ca-file "$RUN/pki/ca.crt" \
+    --authorization-mode Node,RBAC \
+    --enable-admission-plugins NodeRestriction \
+    --enable-priority-and-fairness=true \
+    --allow-privileged=true \
+    --service-cluster-ip-range "$SERVICE_RANGE" \
+    --service-account-issuer https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file "$RUN/pki/sa.pub" --service-account-signing-key-file "$RUN/pki/sa.key" \
+    --kubelet-client-certificate "$RUN/pki/apiserver-kubelet-client.crt" \
+    --kubelet-client-key "$RUN/pki/apiserver-kubelet-client.key" \
+    --kubelet-certificate-authority "$RUN/pki/ca.crt" --kubelet-preferred-address-types InternalIP \
+    --requestheader-client-ca-file "$RUN/pki/front-proxy-ca.crt" --requestheader-allowed-names front-proxy-client \
+    --requestheader-username-headers X-Remote-User --requestheader-group-headers X-Remote-Group \
+    --requestheader-extra-headers-prefix X-Remote-Extra- \
+    --proxy-client-cert-file "$RUN/pki/front-proxy-client.crt" --proxy-client-key-file "$RUN/pki/front-proxy-client.key" \
+    --audit-policy-file "$RUN/audit-policy.yaml" --audit-log-path "$RUN/audit.log" \
+    --audit-log-maxsize 100 --audit-log-maxbackup 1
+  wait_for "kube-apiserver's /readyz" 120 kube-apiserver healthz "https://$NODE_IP:$APISERVER_PORT/readyz"
+
+  spawn kube-controller-manager "$BIN/kube-controller-manager" \
+    --kubeconfig "$RUN/controller-manager.kubeconfig" \
+    --authentication-kubeconfig "$RUN/controller-manager.kubeconfig" \
+    --authorization-kubeconfig "$RUN/controller-manager.kubeconfig" \
+    --bind-address 127.0.0.1 --leader-elect=false --controllers '*' \
+    --tls-cert-file "$RUN/pki/controller-manager-server.crt" --tls-private-key-file "$RUN/pki/controller-manager-server.key" \
+    --use-service-account-credentials=true \
+    --flex-volume-plugin-dir "$RUN/controller-manager/volume-plugins" \
+    --service-account-private-key-file "$RUN/pki/sa.key" --root-ca-file "$RUN/pki/ca.crt" \
+    --cluster-signing-cert-file "$RUN/pki/ca.crt" --cluster-signing-key-file "$RUN/pki/ca.key"
+  spawn kube-scheduler "$BIN/kube-scheduler" \
+    --kubeconfig "$RUN/scheduler.kubeconfig" \
+    --authentication-kubeconfig "$RUN/scheduler.kubeconfig" \
+    --authorization-kubeconfig "$RUN/scheduler.kubeconfig" \
+    --tls-cert-file "$RUN/pki/scheduler-server.crt" --tls-private-key-file "$RUN/pki/scheduler-server.key" \
+    --bind-address 127.0.0.1 --leader-elect=false
+
+  # The kubelet's cgroups live under a root of their own in each hierarchy, removed by stop.
+  local h
+  for h in /sys/fs/cgroup/*/; do
+    [ -L "${h%/}" ] || [ "$(basename "$h")" = unified ] || mkdir -p "$h${CGROUP_ROOT#/}"
+  done
+  kubelet_config
+  spawn kubelet "$BIN/kubelet" --config "$RUN/kubelet.yaml" --kubeconfig "$RUN/kubelet.kubeconfig" \
+    --root-dir "$RUN/kubelet" --cert-dir "$RUN/kubelet/pki" --hostname-override "$NODE" --node-ip "$NODE_IP"
+  wait_for "node $NODE Ready" 120 kubelet node_ready
+  wait_for "kube-controller-manager's /healthz" 30 kube-controller-manager healthz https://127.0.0.1:10257/healthz
+  wait_for "kube-scheduler's /healthz" 30 kube-scheduler healthz https://127.0.0.1:10259/healthz
+  wait_for "the default service account" 60 kube-controller-manager kubectl_admin get serviceaccount default
+  log "node $NODE Ready after $((SECONDS - t0))s:"
+  kubectl_admin get nodes -o wide >&2
+  if [ -n "$plegd" ]; then deploy_plegd "$plegd"; fi
+  echo "$RUN/admin.kubeconfig"
+}
+
+# stop_processes NAME...: TERM, then KILL after 10 s, the processes (and their sessions) in
+# $RUN/NAME.pid, all at once.
+stop_processes() {
+  local name pid pids=()
+  for name in "$@"; do
+    [ -f "$RUN/$name.pid" ] || continue
+    pid=$(cat "$RUN/$name.pid")
+    rm -f "$RUN/$name.pid"
+    kill -0 "$pid" 2>/dev/null || continue
+    kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+    pids+=("$pid")
+  done
+  for pid in "${pids[@]}"; do
+    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+  done
+}
+
+stop_locked() {
+  local m h s t table chain p
+  # The kubelet first: it would restart the pods containerd.sh removes.
+  stop_processes kubelet
+  if [ -d "$CLUSTER/containerd" ]; then
+    # containerd.sh kills the sandboxes without a CNI DEL: their cached results stay behind.
+    local id
+    for id in $(ls "$CLUSTER/containerd/root/io.containerd.grpc.v1.cri/sandboxes" 2>/dev/null); do
+      rm -f "$CNI_CACHE"/results/*-"$id"-*
+    done
+    "${CONTAINERD[@]}" stop 8>&- 9>&- || log "containerd.sh stop failed"
+    rm -rf "$CLUSTER/containerd"
+  fi
+  # etcd last: kube-apiserver's graceful shutdown waits on it.
+  stop_processes kube-scheduler kube-controller-manager kube-apiserver
+  stop_processes etcd
+  # The kubelet's mounts (its root directory, bind-mounted shared onto itself, and the pods'
+  # volumes), deepest first.
+  for m in $(findmnt -rn -o TARGET | { grep -E "^$RUN(/|$)" || true; } | sort -r); do
+    umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || log "could not unmount $m"
+  done
+  # Pod cgroups (children first), then the root of each hierarchy.
+  for h in /sys/fs/cgroup/*/; do
+    [ -d "$h${CGROUP_ROOT#/}" ] || continue
+    find "$h${CGROUP_ROOT#/}" -depth -type d -exec rmdir {} \; 2>/dev/null || true
+    [ ! -d "$h${CGROUP_ROOT#/}" ] || log "could not remove the cgroup $h${CGROUP_ROOT#/} (processes left in it?)"
+  done
+  ip link del "$NODE_LINK" 2>/dev/null || true
+  ip link del "$POD_BRIDGE" 2>/dev/null || true
+  if [ -f "$RUN/sysctls" ]; then
+    while IFS= read -r s; do sysctl -qw "$s" || log "could not restore $s"; done <"$RUN/sysctls"
+  fi
+  if [ -f "$RUN/iptables-chains" ]; then
+    while read -r t table chain; do
+      # The rules that jump to it first, then the chain.
+      "$t" -w -t "$table" -S 2>/dev/null | { grep -E "^-A [A-Z]+ .*-j $chain( |$)" || true; } \
+        | while read -r _ rule; do
+          # shellcheck disable=SC2086 # the rule's words, as iptables -S printed them
+          "$t" -w -t "$table" -D $rule 2>/dev/null || true
+        done
+      "$t" -w -t "$table" -F "$chain" 2>/dev/null || true
+      "$t" -w -t "$table" -X "$chain" 2>/dev/null || true
+    done <"$RUN/iptables-chains"
+  fi
+  # The kubelet links each container's log into /var/log/containers.
+  if [ -d /var/log/containers ]; then
+    find /var/log/containers -maxdepth 1 -type l -lname "$RUN/*" -delete 2>/dev/null || true
+  fi
+  if [ -f "$RUN/created-paths" ]; then
+    while IFS= read -r p; do rm -rf "$p"; done <"$RUN/created-paths"
+  fi
+  if [ -f "$RUN/created-cni-cache" ]; then
+    rmdir "$CNI_CACHE/results" "$CNI_CACHE" 2>/dev/null || true
+  fi
+  rm -rf "$RUN"
+}
+
+stop() {
+  need_root
+  lock
+  stop_locked
+  log "stopped and cleaned $RUN"
+}
+
+case "${1:-}" in
+  modules) build_lock; modules ;;
+  build) build ;;
+  start) shift; start "$@" ;;
+  stop) stop ;;
+  kubectl) shift; [ -f "$RUN/admin.kubeconfig" ] || die "no cluster is running (start it first)"; kubectl_admin "$@" ;;
+  *) echo "usage: $0 modules|build|start|stop|kubectl ARGS..." >&2; exit 2 ;;
+esac
