@@ -149,9 +149,17 @@ func TestBootstrapDiscovery(t *testing.T) {
 			{"", "get", "/versions", "", false},
 			{"", "create", "selfsubjectaccessreviews.authorization.k8s.io", "", true},
 			{"", "create", "selfsubjectrulesreviews.authorization.k8s.io", "", true},
-			{"", "create", "subjectaccessreviews.authorization.k8s.io", "", false},
 		})
 	}
+	// The reviews that guard plegd's /metrics: plegd's own ClusterRole grants them, discovery does not.
+	runRBACChecks(t, a, serviceAccountUser("plegd-system", "plegd"), []rbacCheck{
+		{"", "create", "subjectaccessreviews.authorization.k8s.io", "", true},
+		{"", "create", "tokenreviews.authentication.k8s.io", "", true},
+	})
+	runRBACChecks(t, a, &user.DefaultInfo{Name: "alice", Groups: []string{user.AllAuthenticated}}, []rbacCheck{
+		{"", "create", "subjectaccessreviews.authorization.k8s.io", "", false},
+		{"", "create", "tokenreviews.authentication.k8s.io", "", false},
+	})
 	anonymous := &user.DefaultInfo{Name: user.Anonymous, Groups: []string{user.AllUnauthenticated}}
 	runRBACChecks(t, a, anonymous, []rbacCheck{
 		{"", "get", "/version", "", true},
