@@ -540,7 +540,7 @@ impl Metrics {
             .inc_by(changes);
     }
 
-    /// Count an exit of a container of the pod `uid` (see [`ExitSeries`]).
+    /// Count an exit of a container of the pod `uid` (see `ExitSeries`).
     pub fn count_container_exit(&self, uid: &str, namespace: &str, pod: &str, container: &str, reason: &str) {
         let label = ExitLabel {
             namespace: namespace.to_owned(),

@@ -96,7 +96,7 @@ const MAX_UNLOCATABLE: usize = 4096;
 /// records had it already, or the event changes no CRI state) is *quiet* for this long: an event
 /// for it then gets the sparse end of the schedule ([`first_attempt`]), not 60 probes 2 ms apart.
 /// Without it, a stream of empty events for a few containers kept the dispatcher probing them, or
-/// relisting everything (see [`BATCH_PROBES`]), every 2 ms.
+/// relisting everything (see `BATCH_PROBES`), every 2 ms.
 pub const QUIET_FOR: Duration = Duration::from_secs(60);
 /// At most this many quiet targets are remembered (then the memory starts over).
 const MAX_QUIET: usize = 4096;
@@ -106,7 +106,7 @@ const MAX_QUIET: usize = 4096;
 const QUIET_FIRST_WAIT: Duration = Duration::from_millis(128);
 
 /// Where a fresh trigger starts `target`'s schedule (pure): at the beginning, or for a quiet
-/// target at its first wait of [`QUIET_FIRST_WAIT`] or more.
+/// target at its first wait of `QUIET_FIRST_WAIT` or more.
 pub fn first_attempt(target: &Target, quiet: bool) -> usize {
     if !quiet {
         return 0;
