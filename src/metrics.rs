@@ -108,6 +108,9 @@ struct ExitSeries {
     holders: HashMap<ExitLabel, usize>,
     /// The cap was reached (and said so once).
     capped: bool,
+    /// When the earliest pod that left did (or earlier): before it plus [`EXIT_SERIES_LINGER`],
+    /// there is nothing to drop, and the relist that asks pays nothing.
+    earliest_left: Option<SystemTime>,
 }
 
 #[derive(Debug, Default)]
@@ -129,6 +132,7 @@ impl ExitSeries {
             pods: HashMap::new(),
             holders: HashMap::new(),
             capped: false,
+            earliest_left: None,
         }
     }
 
@@ -169,13 +173,18 @@ impl ExitSeries {
 
     fn pod_left(&mut self, uid: &str, at: SystemTime) {
         if let Some(pod) = self.pods.get_mut(uid) {
-            pod.left_at.get_or_insert(at);
+            let left = *pod.left_at.get_or_insert(at);
+            self.earliest_left = Some(self.earliest_left.map_or(left, |e| e.min(left)));
         }
     }
 
     /// Forget the pods that left at least [`EXIT_SERIES_LINGER`] before `now`; the series none of
     /// the remaining pods holds are removed from `family`.
     fn drop_departed(&mut self, family: &Family<ExitLabel, Counter>, now: SystemTime) {
+        let is_due = |left: SystemTime| now.duration_since(left).unwrap_or_default() >= EXIT_SERIES_LINGER;
+        if !self.earliest_left.is_some_and(is_due) {
+            return;
+        }
         let due = |p: &PodExits| {
             p.left_at
                 .is_some_and(|at| now.duration_since(at).unwrap_or_default() >= EXIT_SERIES_LINGER)
@@ -202,6 +211,8 @@ impl ExitSeries {
         if self.holders.len() < self.max {
             self.capped = false;
         }
+        // A pod that came back since it left no longer counts (its `left_at` is gone).
+        self.earliest_left = self.pods.values().filter_map(|p| p.left_at).min();
     }
 }
 
