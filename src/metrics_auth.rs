@@ -319,6 +319,9 @@ mod tests {
         assert_eq!(bearer_token(Some(&header("Basic abc"))), None);
         assert_eq!(bearer_token(Some(&header("Bearer "))), None);
         assert_eq!(bearer_token(None), None);
+        // Bytes that are not visible ASCII (a token is base64url): no token, never a panic.
+        let odd = HeaderValue::from_bytes("Bearer jeton-é\u{1F600}".as_bytes()).unwrap();
+        assert_eq!(bearer_token(Some(&odd)), None);
         let long = format!("Bearer {}", "a".repeat(MAX_TOKEN_BYTES + 1));
         assert_eq!(bearer_token(Some(&header(&long))), None);
     }
