@@ -16,6 +16,13 @@
 #   tests/cluster/cluster.sh stop     # stop everything, remove its processes, mounts, cgroups,
 #                                     # interfaces, sysctls and state
 #   tests/cluster/cluster.sh kubectl ARGS...   # kubectl as the cluster's admin
+#   tests/cluster/cluster.sh restart COMPONENT  # containerd (killed, its pods live on, started
+#                                     # again), kubelet, kube-apiserver, etcd,
+#                                     # kube-controller-manager or kube-scheduler (stopped and
+#                                     # started with the same flags); returns when it serves again
+#   tests/cluster/cluster.sh remove-plegd  # the plegd install removed, the cluster left running
+#   tests/cluster/cluster.sh compact  # etcd compacted to its newest revision: watches older than
+#                                     # that are answered 410 Gone
 #
 # The Kubernetes commands come from the k8s.io/kubernetes module at PLEGD_K8S_VERSION (1.37.2)
 # through the Go module proxy, in one binary (tests/cluster/kubernetes/main.go) with a symlink per
@@ -54,6 +61,9 @@ ETCD_PORT=${PLEGD_CLUSTER_ETCD_PORT:-24790}
 CGROUP_ROOT=/plegd-cluster
 CONTAINERD=(env PLEGD_CONTAINERD_DIR="$CLUSTER/containerd" PLEGD_CONTAINERD_VERSION=2.1
   PLEGD_CNI_BRIDGE="$POD_BRIDGE" PLEGD_CNI_SUBNET="$POD_SUBNET" PLEGD_CNI_GATEWAY=true "$HERE/../containerd/containerd.sh")
+# The Prometheus operator whose CRDs an install with components/pod-monitor or components/alerts
+# needs (the newest version of its module the Go module proxy serves).
+PROMETHEUS_OPERATOR_VERSION=${PLEGD_PROMETHEUS_OPERATOR_VERSION:-v0.85.0}
 COMMANDS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
 # The sysctls the kubelet sets when it does not only check them (protectKernelDefaults: false), and
 # the forwarding the CNI bridge plugin turns on for the pods' gateway.
@@ -345,6 +355,8 @@ spawn() {
   # inherit them.
   setsid "$@" >>"$RUN/$name.log" 2>&1 </dev/null 8>&- 9>&- &
   echo $! >"$RUN/$name.pid"
+  # The command line, for restart.
+  printf '%s\0' "$@" >"$RUN/$name.cmd"
 }
 
 # kubectl as the admin, its discovery cache in the run directory (not ~/.kube/cache).
@@ -456,7 +468,8 @@ plegd_overlay() {
 # The plegd DaemonSet as the overlay renders it, moved onto this cluster: the node paths it mounts
 # become this cluster's (its containerd's socket directory, a run directory of its own, and the
 # kubelet's root and pod log directories, mounted at the same paths since the runtime reports
-# them), kube-apiserver at the node's IP (no kube-proxy serves the service IP), the image the one
+# them, and named to plegd as a kubelet with another --root-dir and podLogsDir needs),
+# kube-apiserver at the node's IP (no kube-proxy serves the service IP), the image the one
 # imported here and never pulled.
 PLEGD_ON_CLUSTER='
 def node_path:
@@ -473,9 +486,32 @@ def kubelet_path: . == "/var/lib/kubelet" or startswith("/var/lib/kubelet/") or 
         .image = $image
         | .imagePullPolicy = "Never"
         | .volumeMounts |= map(if .mountPath | kubelet_path then .mountPath |= node_path else . end)
-        | .env = ([(.env // [])[] | select(.name != "KUBERNETES_SERVICE_HOST" and .name != "KUBERNETES_SERVICE_PORT")]
-            + [{name: "KUBERNETES_SERVICE_HOST", value: $apiserver_host}, {name: "KUBERNETES_SERVICE_PORT", value: $apiserver_port}]))
+        | .env = ([(.env // [])[] | select(.name | IN("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "PLEGD_KUBELET_ROOT_DIR", "PLEGD_POD_LOGS_DIR") | not)]
+            + [{name: "KUBERNETES_SERVICE_HOST", value: $apiserver_host}, {name: "KUBERNETES_SERVICE_PORT", value: $apiserver_port},
+               {name: "PLEGD_KUBELET_ROOT_DIR", value: $kubelet_root}, {name: "PLEGD_POD_LOGS_DIR", value: $pod_logs}]))
   else . end)'
+
+# install_crds INSTALL_YAML: the custom resource definitions of the kinds the install has and the
+# cluster lacks: the Prometheus operator's PodMonitor and PrometheusRule (components/pod-monitor,
+# components/alerts), as the operator's own module at PROMETHEUS_OPERATOR_VERSION ships them
+# (example/prometheus-operator-crd), through the Go module proxy.
+install_crds() {
+  local kind file dir=""
+  for kind in PodMonitor PrometheusRule; do
+    grep -qx "kind: $kind" "$1" || continue
+    case $kind in
+      PodMonitor) file=monitoring.coreos.com_podmonitors.yaml ;;
+      PrometheusRule) file=monitoring.coreos.com_prometheusrules.yaml ;;
+    esac
+    if [ -z "$dir" ]; then
+      download "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION" >/dev/null
+      dir="$CLUSTER/gomod/github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION/example/prometheus-operator-crd"
+    fi
+    [ -f "$dir/$file" ] || die "no $file in $dir"
+    kubectl_admin apply --server-side -f "$dir/$file" >&2
+    kubectl_admin wait --for condition=Established --timeout=60s -f "$dir/$file" >&2
+  done
+}
 
 # deploy_plegd DIR: plegd's image imported offline, the overlay in DIR applied as PLEGD_ON_CLUSTER
 # moves it, and its DaemonSet rolled out.
@@ -484,14 +520,25 @@ deploy_plegd() {
   binary=$(plegd_binary)
   "${CONTAINERD[@]}" import-binary "$binary" "$PLEGD_IMAGE" 8>&- 9>&-
   mkdir -p "$RUN/plegd"
-  kubectl_admin kustomize "$dir" | kubectl_admin create --dry-run=client -o json -f - \
-    | jq -s '{apiVersion: "v1", kind: "List", items: .}' >"$RUN/plegd-overlay.json" || die "--plegd: could not render $dir"
+  kubectl_admin kustomize "$dir" >"$RUN/plegd-overlay.yaml" || die "--plegd: could not render $dir"
+  # Before the objects are read: kubectl knows no kind whose definition is not installed.
+  install_crds "$RUN/plegd-overlay.yaml"
+  kubectl_admin create --dry-run=client -o json -f "$RUN/plegd-overlay.yaml" \
+    | jq -s '{apiVersion: "v1", kind: "List", items: .}' >"$RUN/plegd-overlay.json" || die "--plegd: could not read $dir's objects"
   jq --arg containerd "$CLUSTER/containerd" --arg plegd_run "$RUN/plegd" --arg kubelet_root "$RUN/kubelet" \
     --arg pod_logs "$RUN/pod-logs" --arg image "$PLEGD_IMAGE" --arg apiserver_host "$NODE_IP" \
-    --arg apiserver_port "$APISERVER_PORT" "$PLEGD_ON_CLUSTER" "$RUN/plegd-overlay.json" >"$RUN/plegd.json" \
+    --arg apiserver_port "$APISERVER_PORT" "$PLEGD_ON_CLUSTER" "$RUN/plegd-overlay.json" >"$RUN/plegd.json.new" \
     || die "--plegd: could not move $dir onto this cluster (see $RUN/plegd-overlay.json)"
-  jq -e '.items[] | select(.kind == "DaemonSet" and .metadata.name == "plegd")' "$RUN/plegd.json" >/dev/null \
+  jq -e '.items[] | select(.kind == "DaemonSet" and .metadata.name == "plegd")' "$RUN/plegd.json.new" >/dev/null \
     || die "--plegd: $dir has no DaemonSet named plegd"
+  # Another install than the one running: the one running goes first, every object of it (an
+  # apply alone would leave its policies, roles and arguments behind).
+  if [ -f "$RUN/plegd.json" ] && ! cmp -s "$RUN/plegd.json" "$RUN/plegd.json.new"; then
+    log "removing the plegd install that runs now"
+    kubectl_admin delete -f "$RUN/plegd.json" --ignore-not-found --wait=true --timeout=180s >&2 \
+      || die "could not remove the plegd install that runs now ($RUN/plegd.json)"
+  fi
+  mv "$RUN/plegd.json.new" "$RUN/plegd.json"
   kubectl_admin apply -f "$RUN/plegd.json" >&2
   if ! kubectl_admin -n plegd-system rollout status ds/plegd --timeout=120s >&2; then
     kubectl_admin -n plegd-system get pods -o wide >&2 || true
@@ -693,11 +740,69 @@ stop() {
   log "stopped and cleaned $RUN"
 }
 
+# restart COMPONENT: as the usage says.
+restart() {
+  need_root
+  lock
+  running || die "restart: no cluster is running (start it first)"
+  local name=$1 cmd
+  case "$name" in
+    containerd)
+      CONTAINERD_SOCK=$("${CONTAINERD[@]}" socket)
+      "${CONTAINERD[@]}" kill 8>&- 9>&-
+      "${CONTAINERD[@]}" start 8>&- 9>&- >/dev/null || die "containerd did not start again"
+      wait_for "the kubelet's runtime Ready" 60 kubelet node_ready
+      ;;
+    etcd|kube-apiserver|kube-controller-manager|kube-scheduler|kubelet)
+      [ -f "$RUN/$name.cmd" ] || die "restart: no command line recorded for $name ($RUN/$name.cmd)"
+      mapfile -d '' -t cmd <"$RUN/$name.cmd"
+      stop_processes "$name"
+      spawn "$name" "${cmd[@]}"
+      case "$name" in
+        etcd) wait_for "etcd's /health" 30 etcd curl -sf "http://127.0.0.1:$ETCD_PORT/health" ;;
+        kube-apiserver) wait_for "kube-apiserver's /readyz" 120 kube-apiserver healthz "https://$NODE_IP:$APISERVER_PORT/readyz" ;;
+        kube-controller-manager) wait_for "kube-controller-manager's /healthz" 60 "$name" healthz https://127.0.0.1:10257/healthz ;;
+        kube-scheduler) wait_for "kube-scheduler's /healthz" 60 "$name" healthz https://127.0.0.1:10259/healthz ;;
+        kubelet) wait_for "the kubelet's /healthz" 60 kubelet curl -sf http://127.0.0.1:10248/healthz
+          wait_for "node $NODE Ready" 60 kubelet node_ready ;;
+      esac
+      ;;
+    *) die "restart: unknown component '$name' (containerd, kubelet, kube-apiserver, etcd, kube-controller-manager, kube-scheduler)" ;;
+  esac
+  log "$name restarted"
+}
+
+# remove_plegd: the plegd install that runs, if any, removed (every object of it).
+remove_plegd() {
+  need_root
+  lock
+  [ -f "$RUN/plegd.json" ] || { log "no plegd install to remove"; return; }
+  kubectl_admin delete -f "$RUN/plegd.json" --ignore-not-found --wait=true --timeout=180s >&2 \
+    || die "could not remove the plegd install ($RUN/plegd.json)"
+  rm -f "$RUN/plegd.json"
+  log "plegd removed"
+}
+
+# compact: etcd's history compacted up to its newest revision.
+compact() {
+  need_root
+  running || die "compact: no cluster is running (start it first)"
+  local rev
+  rev=$(curl -sf -X POST "http://127.0.0.1:$ETCD_PORT/v3/kv/range" -d '{"key":"AA=="}' | jq -r .header.revision) \
+    || die "compact: could not read etcd's revision"
+  curl -sf -X POST "http://127.0.0.1:$ETCD_PORT/v3/kv/compaction" -d "{\"revision\":\"$rev\",\"physical\":true}" >/dev/null \
+    || die "compact: etcd refused to compact to revision $rev"
+  log "etcd compacted to revision $rev"
+}
+
 case "${1:-}" in
   modules) build_lock; modules ;;
   build) build ;;
   start) shift; start "$@" ;;
   stop) stop ;;
   kubectl) shift; [ -f "$RUN/admin.kubeconfig" ] || die "no cluster is running (start it first)"; kubectl_admin "$@" ;;
-  *) echo "usage: $0 modules|build|start|stop|kubectl ARGS..." >&2; exit 2 ;;
+  restart) [ $# -eq 2 ] || die "usage: $0 restart COMPONENT"; restart "$2" ;;
+  compact) compact ;;
+  remove-plegd) remove_plegd ;;
+  *) echo "usage: $0 modules|build|start|stop|kubectl ARGS...|restart COMPONENT|compact|remove-plegd" >&2; exit 2 ;;
 esac

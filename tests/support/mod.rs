@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod apiserver;
+pub mod cluster;
 pub mod containerd;
 pub mod daemon;
 pub mod fake_cri;

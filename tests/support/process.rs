@@ -133,7 +133,12 @@ pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
 
 /// [`http_get`] with `token` as its bearer token, if any.
 pub fn http_get_as(port: u16, path: &str, token: Option<&str>) -> Option<(u16, String)> {
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    http_get_at(std::net::SocketAddr::from(([127, 0, 0, 1], port)), path, token)
+}
+
+/// [`http_get_as`] at any address (a pod's, say).
+pub fn http_get_at(address: std::net::SocketAddr, path: &str, token: Option<&str>) -> Option<(u16, String)> {
+    let mut stream = std::net::TcpStream::connect_timeout(&address, Duration::from_secs(10)).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
     let authorization = token
         .map(|t| format!("Authorization: Bearer {t}\r\n"))

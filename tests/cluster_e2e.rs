@@ -1,0 +1,450 @@
+//! plegd as the kubelet runs it: deploy/'s installs applied with kubectl to a real Kubernetes
+//! 1.37 cluster (tests/cluster/cluster.sh: kube-apiserver, kube-controller-manager,
+//! kube-scheduler, kubelet and etcd built from Kubernetes' own code; or a kind cluster through
+//! deploy/kind/e2e.sh), its image run by the kubelet, its pods and tokens and admission policies the
+//! cluster's own. Runs when `PLEGD_CLUSTER_E2E=1` (tests/run.sh); one test at a time.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Event, Pod, Secret};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+use support::cluster::{CONDITION, Cluster, NAMESPACE, cluster, condition, pod};
+use support::process::{http_get_at, metric};
+
+/// Every optional component of deploy/ (the admission policies are in the overlays already).
+const EVERY_COMPONENT: [&str; 5] = ["events", "pod-monitor", "grafana-dashboard", "alerts", "network-policy"];
+const WAIT: Duration = Duration::from_secs(90);
+
+/// Poll `get` until `cond` holds of what it returns; panics with the last value after `timeout`.
+async fn eventually<T: std::fmt::Debug, F, Fut>(what: &str, timeout: Duration, mut get: F, cond: impl Fn(&T) -> bool) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = T>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        let value = get().await;
+        if cond(&value) {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}; last seen: {value:#?}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+async fn get(pods: &Api<Pod>, name: &str) -> Pod {
+    pods.get(name).await.unwrap_or_else(|e| panic!("get pod {name}: {e}"))
+}
+
+/// Wait for plegd's condition on `name` to have `status` (and a message containing `message`).
+async fn wait_condition(pods: &Api<Pod>, name: &str, status: &str, message: &str) -> Pod {
+    eventually(
+        &format!("{CONDITION}={status} on {name}"),
+        WAIT,
+        || get(pods, name),
+        |p| {
+            condition(p, CONDITION).is_some_and(|c| {
+                c.status == status && c.message.as_deref().unwrap_or_default().contains(message)
+            })
+        },
+    )
+    .await
+}
+
+/// plegd's pod on `node`, once Running and Ready.
+async fn ready_plegd(cluster: &Cluster, node: &str) -> Pod {
+    eventually(
+        "plegd's pod Ready",
+        WAIT,
+        || async {
+            cluster
+                .plegd_pods()
+                .await
+                .into_iter()
+                .find(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node) && p.metadata.deletion_timestamp.is_none())
+        },
+        |p| p.as_ref().is_some_and(|p| condition(p, "Ready").is_some_and(|c| c.status == "True")),
+    )
+    .await
+    .unwrap()
+}
+
+fn restarts(pod: &Pod) -> i32 {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|c| c.first())
+        .map_or(0, |c| c.restart_count)
+}
+
+/// GET /metrics on plegd's pod, with `token` if any: (status, body).
+async fn scrape(plegd: &Pod, token: Option<String>) -> (u16, String) {
+    let ip: std::net::IpAddr = plegd
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.as_deref())
+        .expect("plegd's pod has an IP")
+        .parse()
+        .expect("an IP");
+    tokio::task::spawn_blocking(move || {
+        http_get_at((ip, 9808).into(), "/metrics", token.as_deref()).expect("an answer from plegd's /metrics")
+    })
+    .await
+    .unwrap()
+}
+
+/// The token deploy/components/pod-monitor gives Prometheus (its Secret, once the token controller
+/// has filled it).
+async fn metrics_reader_token(cluster: &Cluster) -> String {
+    let secrets: Api<Secret> = Api::namespaced(cluster.client.clone(), NAMESPACE);
+    let secret = eventually(
+        "the metrics reader's token",
+        WAIT,
+        || async { secrets.get_opt("plegd-metrics-reader").await.ok().flatten() },
+        |s| s.as_ref().and_then(|s| s.data.as_ref()).is_some_and(|d| d.contains_key("token")),
+    )
+    .await
+    .unwrap();
+    String::from_utf8(secret.data.unwrap()["token"].0.clone()).expect("a token")
+}
+
+/// Every pod bound to `node`.
+async fn pods_on(cluster: &Cluster, node: &str) -> Vec<Pod> {
+    Api::<Pod>::all(cluster.client.clone())
+        .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
+        .await
+        .expect("list pods")
+        .items
+}
+
+fn key(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or_default(),
+        pod.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// The conditions install with every optional component: plegd's pod Running and Ready under the
+/// kubelet's probes, its metrics scraped through the pod with the metrics reader's token, its
+/// condition on every pod of the node (its own included), Kubernetes Events with the exit code
+/// and the termination message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conditions_with_every_component() {
+    let Some(cluster) = cluster().await else { return };
+    cluster.install("conditions", &EVERY_COMPONENT).await;
+    let node = cluster.node().await;
+    let plegd = ready_plegd(&cluster, &node).await;
+
+    // The objects of each component are in the cluster (the Prometheus operator's CRDs installed
+    // for PodMonitor and PrometheusRule).
+    let objects = cluster
+        .kubectl(&["-n", NAMESPACE, "get", "podmonitors,prometheusrules,networkpolicies,configmaps", "-o", "name"])
+        .await;
+    for expected in [
+        "podmonitor.monitoring.coreos.com/plegd",
+        "prometheusrule.monitoring.coreos.com/plegd",
+        "networkpolicy.networking.k8s.io/plegd",
+        "configmap/plegd-grafana-dashboard",
+    ] {
+        assert!(objects.lines().any(|l| l == expected), "{expected} missing: {objects}");
+    }
+
+    // /metrics through the pod: the metrics reader's token is let in, no token is not.
+    let token = metrics_reader_token(&cluster).await;
+    let (code, body) = scrape(&plegd, None).await;
+    assert_eq!(code, 401, "{body}");
+    let (code, body) = eventually("a scrape with the metrics reader's token", WAIT, || scrape(&plegd, Some(token.clone())), |(code, _)| *code == 200).await;
+    assert!(body.contains("# TYPE plegd_pleg_relist_duration_seconds"), "{code} {body}");
+
+    let pods = cluster.namespace("e2e-conditions").await;
+    let pp = PostParams::default();
+    pods.create(&pp, &pod("sleeper", &node, "sleep 3600")).await.unwrap();
+    pods.create(
+        &pp,
+        &pod("failer", &node, "echo 'bye from failer' > /dev/termination-log; sleep 3; exit 3"),
+    )
+    .await
+    .unwrap();
+    wait_condition(&pods, "sleeper", "True", "").await;
+    wait_condition(&pods, "failer", "False", "container main exited with code 3").await;
+    // The kubelet's own status beside it.
+    eventually("the kubelet's Failed phase", WAIT, || get(&pods, "failer"), |p| {
+        p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed")
+    })
+    .await;
+
+    // Every pod of the node has plegd's condition, plegd's own pod included.
+    let all = eventually("plegd's condition on every pod of the node", WAIT, || pods_on(&cluster, &node), |pods| {
+        pods.iter().all(|p| condition(p, CONDITION).is_some())
+    })
+    .await;
+    let keys: Vec<String> = all.iter().map(key).collect();
+    assert!(keys.contains(&key(&plegd)), "plegd's own pod: {keys:?}");
+
+    // The Kubernetes Event of the exit, with its code and the termination message.
+    let events: Api<Event> = Api::namespaced(cluster.client.clone(), "e2e-conditions");
+    let events = eventually("plegd's ContainerDied event for failer", WAIT, || async { events.list(&ListParams::default()).await.unwrap().items }, |events| {
+        events.iter().any(|e| e.reason.as_deref() == Some("ContainerDied") && e.involved_object.name.as_deref() == Some("failer"))
+    })
+    .await;
+    let died = events
+        .iter()
+        .find(|e| e.reason.as_deref() == Some("ContainerDied"))
+        .unwrap();
+    let message = died.message.as_deref().unwrap_or_default();
+    assert!(
+        message.contains("container main exited with code 3") && message.contains("bye from failer"),
+        "{died:#?}"
+    );
+    assert_eq!(restarts(&ready_plegd(&cluster, &node).await), 0, "plegd's probes pass: it is never restarted");
+}
+
+/// The real admission policies with a real token's node-name claim: plegd's token (bound to its
+/// pod, so to its node) may write its condition on a pod of its node, and nothing on a pod of
+/// another node, nor another condition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_to_a_pod_of_another_node_is_refused() {
+    let Some(cluster) = cluster().await else { return };
+    cluster.install("conditions", &EVERY_COMPONENT).await;
+    let node = cluster.node().await;
+    let plegd = ready_plegd(&cluster, &node).await;
+    let pods = cluster.namespace("e2e-other-node").await;
+    let pp = PostParams::default();
+    pods.create(&pp, &pod("here", &node, "sleep 3600")).await.unwrap();
+    // Bound to a node that does not exist: never run, and not ours.
+    pods.create(&pp, &pod("elsewhere", "plegd-e2e-elsewhere", "sleep 3600")).await.unwrap();
+    wait_condition(&pods, "here", "True", "").await;
+
+    let token = cluster.plegd_token("Pod", plegd.metadata.name.as_deref().unwrap()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let as_plegd = support::cluster::client_from(&cluster.kubeconfig_with_token(dir.path(), &token)).await;
+    let plegd_pods: Api<Pod> = Api::namespaced(as_plegd, "e2e-other-node");
+    let condition_patch = |kind: &str| {
+        json!({"status": {"conditions": [{"type": kind, "status": "False", "reason": "E2E", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}})
+    };
+    let patch = |name: &'static str, body: Value| {
+        let plegd_pods = plegd_pods.clone();
+        async move {
+            plegd_pods
+                .patch_status(name, &PatchParams::default(), &Patch::Strategic(body))
+                .await
+        }
+    };
+    let refused = patch("elsewhere", condition_patch(CONDITION)).await.expect_err("a pod of another node");
+    let kube::Error::Api(status) = &refused else { panic!("{refused:?}") };
+    assert!(
+        status.code == 403 && status.message.contains("plegd-own-node-only"),
+        "refused by the node policy: {status:?}"
+    );
+    let refused = patch("here", condition_patch("Ready")).await.expect_err("another condition");
+    let kube::Error::Api(status) = &refused else { panic!("{refused:?}") };
+    assert!(
+        status.code == 403 && status.message.contains("plegd-conditions-only"),
+        "refused by the conditions policy: {status:?}"
+    );
+    // Its own condition on its own node's pod goes through (plegd writes it back right after).
+    patch("here", condition_patch(CONDITION)).await.expect("plegd's condition on its node's pod");
+    wait_condition(&pods, "here", "True", "").await;
+}
+
+/// `kubectl rollout restart`: the new plegd takes over without flapping what the old one wrote,
+/// and follows what happens after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollout_restart_keeps_the_conditions() {
+    let Some(cluster) = cluster().await else { return };
+    cluster.install("conditions", &EVERY_COMPONENT).await;
+    let node = cluster.node().await;
+    let old = ready_plegd(&cluster, &node).await;
+    let pods = cluster.namespace("e2e-rollout").await;
+    let pp = PostParams::default();
+    pods.create(&pp, &pod("before", &node, "sleep 3600")).await.unwrap();
+    let before = wait_condition(&pods, "before", "True", "").await;
+    let since = condition(&before, CONDITION).unwrap().last_transition_time.clone();
+
+    cluster.kubectl(&["-n", NAMESPACE, "rollout", "restart", "ds/plegd"]).await;
+    cluster.kubectl(&["-n", NAMESPACE, "rollout", "status", "ds/plegd", "--timeout=180s"]).await;
+    let new = ready_plegd(&cluster, &node).await;
+    assert_ne!(new.metadata.uid, old.metadata.uid, "a new pod");
+    // The new plegd's own pod gets its condition; the old pod's condition was not flipped.
+    wait_condition(&cluster_pods(&cluster, NAMESPACE), new.metadata.name.as_deref().unwrap(), "True", "").await;
+    let after = get(&pods, "before").await;
+    let c = condition(&after, CONDITION).unwrap();
+    assert_eq!((c.status.as_str(), &c.last_transition_time), ("True", &since), "{after:#?}");
+    pods.create(&pp, &pod("after", &node, "sleep 1; exit 5")).await.unwrap();
+    wait_condition(&pods, "after", "False", "exited with code 5").await;
+}
+
+fn cluster_pods(cluster: &Cluster, namespace: &str) -> Api<Pod> {
+    Api::namespaced(cluster.client.clone(), namespace)
+}
+
+/// The node's containerd restarted under plegd: plegd stays up (no restart of its pod), and sees
+/// the pods that run on and the exits after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn containerd_restarted_under_plegd() {
+    restarted_under_plegd("containerd", "e2e-containerd").await;
+}
+
+/// The kubelet restarted under plegd: the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubelet_restarted_under_plegd() {
+    restarted_under_plegd("kubelet", "e2e-kubelet").await;
+}
+
+async fn restarted_under_plegd(component: &str, namespace: &str) {
+    let Some(cluster) = cluster().await else { return };
+    cluster.install("conditions", &EVERY_COMPONENT).await;
+    let node = cluster.node().await;
+    let plegd = ready_plegd(&cluster, &node).await;
+    let pods = cluster.namespace(namespace).await;
+    let pp = PostParams::default();
+    pods.create(&pp, &pod("survivor", &node, "sleep 3600")).await.unwrap();
+    let survivor = wait_condition(&pods, "survivor", "True", "").await;
+    let since = condition(&survivor, CONDITION).unwrap().last_transition_time.clone();
+
+    cluster.restart(component).await;
+    pods.create(&pp, &pod("after", &node, "sleep 1; exit 4")).await.unwrap();
+    wait_condition(&pods, "after", "False", "container main exited with code 4").await;
+    let survivor = get(&pods, "survivor").await;
+    let c = condition(&survivor, CONDITION).unwrap();
+    assert_eq!((c.status.as_str(), &c.last_transition_time), ("True", &since), "{survivor:#?}");
+    let now = ready_plegd(&cluster, &node).await;
+    assert_eq!(now.metadata.uid, plegd.metadata.uid, "the same plegd pod");
+    assert_eq!(restarts(&now), restarts(&plegd), "plegd was not restarted: {now:#?}");
+}
+
+/// The shadow install: plegd computes every status beside the kubelet, writes none, and counts
+/// the fields where the apiserver's differ from its own — here one made to differ.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shadow_counts_differences_and_writes_nothing() {
+    let Some(cluster) = cluster().await else { return };
+    cluster.install("shadow", &["pod-monitor"]).await;
+    let node = cluster.node().await;
+    let plegd = ready_plegd(&cluster, &node).await;
+    let token = metrics_reader_token(&cluster).await;
+    let pods = cluster.namespace("e2e-shadow").await;
+    let pp = PostParams::default();
+    pods.create(&pp, &pod("sleeper", &node, "sleep 3600")).await.unwrap();
+    pods.create(&pp, &pod("failer", &node, "sleep 1; exit 3")).await.unwrap();
+    eventually("the kubelet's Failed phase", WAIT, || get(&pods, "failer"), |p| {
+        p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed")
+    })
+    .await;
+    eventually("the kubelet's Ready sleeper", WAIT, || get(&pods, "sleeper"), |p| {
+        condition(p, "Ready").is_some_and(|c| c.status == "True")
+    })
+    .await;
+    // What the kubelet wrote, compared: the differences plegd counts for the kubelet's own
+    // statuses (issue-free if none).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (_, before) = scrape(&plegd, Some(token.clone())).await;
+    let differences = |body: &str| -> f64 {
+        body.lines()
+            .filter(|l| l.starts_with("plegd_shadow_differences_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    eprintln!(
+        "shadow differences from the kubelet's statuses: {:?}",
+        before.lines().filter(|l| l.starts_with("plegd_shadow_differences_total{")).collect::<Vec<_>>()
+    );
+    // A status made to differ: a restart count no container had (the kubelet puts it right at
+    // its next sync; plegd has compared by then).
+    let mut sleeper = get(&pods, "sleeper").await;
+    let statuses = sleeper.status.as_mut().unwrap().container_statuses.as_mut().unwrap();
+    statuses[0].restart_count = 7;
+    pods.replace_status("sleeper", &pp, &sleeper)
+        .await
+        .expect("the admin writes a wrong status");
+    let (_, after) = eventually("a difference counted", WAIT, || scrape(&plegd, Some(token.clone())), |(_, body)| {
+        body.contains("plegd_shadow_differences_total{field=\"containerStatuses\"}") && differences(body) > differences(&before)
+    })
+    .await;
+    assert!(after.contains("# TYPE plegd_shadow_differences_total counter"), "{after}");
+    // Nothing written: no condition of plegd's on any pod, no status write counted.
+    for p in pods_on(&cluster, &node).await {
+        assert!(condition(&p, CONDITION).is_none(), "{}", key(&p));
+    }
+    assert_eq!(metric(&after, "plegd_status_writes_total{result=\"ok\"}"), None, "{after}");
+}
+
+/// Full mode where no kubelet runs the pods: a Node object with no kubelet, its pods run through
+/// CRI on a containerd of the test's own, plegd (as the systemd unit runs it, with a token bound
+/// to that Node) writes their whole status past the real admission policies and deletes them when
+/// finished.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_mode_on_a_node_without_a_kubelet() {
+    let Some(cluster) = cluster().await else { return };
+    let Some(cd) = support::containerd::containerd().await else { return };
+    // No DaemonSet: it would put a plegd pod on the new node, which nothing runs. deploy/full's
+    // RBAC and admission policy alone.
+    cluster.remove_plegd().await;
+    let dir = tempfile::tempdir().unwrap();
+    let rendered = cluster
+        .kubectl(&["kustomize", &format!("{}/deploy/full", env!("CARGO_MANIFEST_DIR"))])
+        .await;
+    let objects: Vec<Value> = serde_saphyr::from_multiple(&rendered).expect("deploy/full renders");
+    let objects: Vec<Value> = objects.into_iter().filter(|o| o["kind"] != "DaemonSet").collect();
+    let file = dir.path().join("full-without-daemonset.json");
+    std::fs::write(&file, json!({"apiVersion": "v1", "kind": "List", "items": objects}).to_string()).unwrap();
+    let file = file.display().to_string();
+    cluster.kubectl(&["apply", "-f", &file]).await;
+
+    let node = "plegd-e2e-no-kubelet";
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(cluster.client.clone());
+    let _ = nodes.delete(node, &DeleteParams::default()).await;
+    nodes
+        .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": node}})).unwrap())
+        .await
+        .expect("a Node object");
+    let token = cluster.plegd_token("Node", node).await;
+    let kubeconfig = cluster.kubeconfig_with_token(dir.path(), &token);
+    let metrics = std::sync::Arc::new(plegd::metrics::Metrics::new());
+    let daemon = support::daemon::spawn(
+        support::daemon::options(&cd.socket, kubeconfig, node, plegd::status::StatusMode::Full),
+        metrics.clone(),
+    );
+
+    let pods = cluster.namespace(support::containerd::TEST_NAMESPACE).await;
+    let mut object = pod("job", node, "unused");
+    object.spec.as_mut().unwrap().host_network = Some(true);
+    let created = pods.create(&PostParams::default(), &object).await.unwrap();
+    let uid = created.metadata.uid.clone().unwrap();
+    let sandbox = cd.run_pod_as("job", support::containerd::TEST_NAMESPACE, &uid, true, None).await;
+    let ctr = cd.run_container(&sandbox, "main", "sleep 3; exit 0").await;
+    let running = eventually("Running, written by plegd", WAIT, || get(&pods, "job"), |p| {
+        p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+    })
+    .await;
+    let cs = &running.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0];
+    assert_eq!(cs.container_id.as_deref(), Some(format!("containerd://{ctr}").as_str()));
+    assert!(cs.state.as_ref().unwrap().running.is_some(), "{cs:#?}");
+    let done = eventually("Succeeded, written by plegd", WAIT, || get(&pods, "job"), |p| {
+        p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded")
+    })
+    .await;
+    let terminated = done.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0]
+        .state
+        .as_ref()
+        .unwrap()
+        .terminated
+        .clone()
+        .unwrap();
+    assert_eq!((terminated.exit_code, terminated.reason.as_deref()), (0, Some("Completed")));
+
+    // Deleted by a user: plegd removes it once its sandbox is stopped.
+    pods.delete("job", &DeleteParams::default()).await.expect("a deletion request");
+    cd.stop_pod(&sandbox).await;
+    eventually("the pod removed by plegd", WAIT, || async { pods.get_opt("job").await.unwrap() }, Option::is_none).await;
+    assert!(metrics.encode().contains("plegd_pod_deletions_total{result=\"ok\"} 1"));
+
+    daemon.stop().await;
+    cd.cleanup(&sandbox).await;
+    let _ = nodes.delete(node, &DeleteParams::default()).await;
+    cluster.kubectl(&["delete", "--ignore-not-found", "-f", &file]).await;
+}

@@ -1,0 +1,276 @@
+//! A real Kubernetes cluster for the end-to-end suite (tests/cluster_e2e.rs): by default the
+//! one-node cluster of tests/cluster/cluster.sh (kube-apiserver, kube-controller-manager,
+//! kube-scheduler, kubelet and etcd built from Kubernetes' own code, on this machine); any other
+//! script with the same commands (`start --plegd DIR`, `kubectl ARGS...`, `restart COMPONENT`,
+//! `remove-plegd`) in `PLEGD_CLUSTER_SCRIPT`, such as deploy/kind/e2e.sh's for a kind cluster.
+//!
+//! The suite runs when `PLEGD_CLUSTER_E2E=1` (tests/run.sh sets it, after building plegd's
+//! release binary); without it every test says loudly that it was skipped. The cluster is one per
+//! machine: the tests take a lock (one at a time) and leave it running for the next; `cluster.sh
+//! stop` removes it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use serde_json::{Value, json};
+
+/// The condition plegd writes in conditions mode.
+pub const CONDITION: &str = "plegd.io/ContainersRunning";
+/// The image every test pod runs (imported offline into the cluster's containerd).
+pub const IMAGE: &str = "plegd.test/busybox:1";
+/// plegd's namespace and service account, as deploy/ names them.
+pub const NAMESPACE: &str = "plegd-system";
+
+pub struct Cluster {
+    script: PathBuf,
+    pub kubeconfig: PathBuf,
+    pub client: kube::Client,
+    /// Held while the test runs: one test at a time on the cluster.
+    _lock: std::fs::File,
+}
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The cluster, or None (said loudly) when the suite is not asked for.
+pub async fn cluster() -> Option<Cluster> {
+    if std::env::var("PLEGD_CLUSTER_E2E").map_or(true, |v| v != "1") {
+        eprintln!(
+            "\n!!!!!!!! CLUSTER END-TO-END TESTS SKIPPED: set PLEGD_CLUSTER_E2E=1 (tests/run.sh does) to run them on a real cluster !!!!!!!!\n"
+        );
+        return None;
+    }
+    let script = std::env::var_os("PLEGD_CLUSTER_SCRIPT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join("tests/cluster/cluster.sh"));
+    let lock_path = std::env::temp_dir().join("plegd-cluster-e2e.lock");
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .expect("the suite's lock file");
+    // One test at a time: each installs what it needs and restarts what it tests.
+    tokio::task::spawn_blocking({
+        let lock = lock.try_clone().expect("lock file");
+        move || rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive).expect("flock")
+    })
+    .await
+    .expect("lock task");
+    let out = run(Command::new("bash").arg(&script).arg("start"));
+    let kubeconfig = PathBuf::from(last_line(&out));
+    let client = client_from(&kubeconfig).await;
+    Some(Cluster {
+        script,
+        kubeconfig,
+        client,
+        _lock: lock,
+    })
+}
+
+fn last_line(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .trim()
+        .to_owned()
+}
+
+/// `command`, which must succeed; its output.
+fn run(command: &mut Command) -> Output {
+    let out = command.output().unwrap_or_else(|e| panic!("run {command:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{command:?} failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+pub async fn client_from(kubeconfig: &Path) -> kube::Client {
+    let kc = Kubeconfig::read_from(kubeconfig).expect("kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .expect("kube config");
+    kube::Client::try_from(config).expect("kube client")
+}
+
+impl Cluster {
+    /// plegd installed as `kubectl apply -k` installs deploy/`overlay` with `components` (names
+    /// under deploy/components) added; returns when its DaemonSet is rolled out. Another install
+    /// than the one running replaces it.
+    pub async fn install(&self, overlay: &str, components: &[&str]) {
+        let dir = kustomization(overlay, components);
+        let script = self.script.clone();
+        tokio::task::spawn_blocking(move || run(Command::new("bash").arg(script).args(["start", "--plegd"]).arg(dir)))
+            .await
+            .expect("install task");
+    }
+
+    /// No plegd on the cluster (its install removed, if any).
+    pub async fn remove_plegd(&self) {
+        let script = self.script.clone();
+        tokio::task::spawn_blocking(move || run(Command::new("bash").arg(script).arg("remove-plegd")))
+            .await
+            .expect("remove task");
+    }
+
+    /// `kubectl ARGS` as the cluster's admin; its standard output.
+    pub async fn kubectl(&self, args: &[&str]) -> String {
+        let script = self.script.clone();
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        let out = tokio::task::spawn_blocking(move || run(Command::new("bash").arg(script).arg("kubectl").args(args)))
+            .await
+            .expect("kubectl task");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// `restart COMPONENT` (containerd, kubelet, kube-apiserver, etcd, ...).
+    pub async fn restart(&self, component: &str) {
+        let script = self.script.clone();
+        let component = component.to_owned();
+        tokio::task::spawn_blocking(move || run(Command::new("bash").arg(script).args(["restart", &component])))
+            .await
+            .expect("restart task");
+    }
+
+    /// etcd's history compacted to its newest revision.
+    pub async fn compact(&self) {
+        let script = self.script.clone();
+        tokio::task::spawn_blocking(move || run(Command::new("bash").arg(script).arg("compact")))
+            .await
+            .expect("compact task");
+    }
+
+    /// plegd's pods (one per node with a kubelet).
+    pub async fn plegd_pods(&self) -> Vec<Pod> {
+        Api::<Pod>::namespaced(self.client.clone(), NAMESPACE)
+            .list(&ListParams::default().labels("app.kubernetes.io/name=plegd"))
+            .await
+            .expect("list plegd's pods")
+            .items
+    }
+
+    /// The node whose kubelet runs plegd's first pod: where the tests run theirs.
+    pub async fn node(&self) -> String {
+        let pods = self.plegd_pods().await;
+        let pod = pods.first().expect("plegd runs on a node");
+        pod.spec.as_ref().and_then(|s| s.node_name.clone()).expect("plegd's pod is bound")
+    }
+
+    /// A namespace of the test's own, made anew (an earlier run's removed first).
+    pub async fn namespace(&self, name: &str) -> Api<Pod> {
+        let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(self.client.clone());
+        if namespaces.get_opt(name).await.expect("get namespace").is_some() {
+            let _ = namespaces.delete(name, &DeleteParams::default()).await;
+            super::wait_for(&format!("namespace {name} gone"), Duration::from_secs(120), || {
+                let namespaces = namespaces.clone();
+                async move { namespaces.get_opt(name).await.ok().flatten().is_none() }
+            })
+            .await;
+        }
+        let ns = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+        namespaces.create(&PostParams::default(), &ns).await.expect("create namespace");
+        // The service account controller makes `default` in it; pods wait for it.
+        let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(self.client.clone(), name);
+        super::wait_for("the namespace's default service account", Duration::from_secs(60), || {
+            let accounts = accounts.clone();
+            async move { accounts.get_opt("default").await.ok().flatten().is_some() }
+        })
+        .await;
+        Api::namespaced(self.client.clone(), name)
+    }
+
+    /// A token of plegd's service account, bound to `kind` (Pod or Node) `name`, as TokenRequest
+    /// issues it (the node-name claim plegd's admission policy checks comes with it).
+    pub async fn plegd_token(&self, kind: &str, name: &str) -> String {
+        self.kubectl(&[
+            "-n",
+            NAMESPACE,
+            "create",
+            "token",
+            "plegd",
+            "--bound-object-kind",
+            kind,
+            "--bound-object-name",
+            name,
+            "--duration",
+            "1h",
+        ])
+        .await
+        .trim()
+        .to_owned()
+    }
+
+    /// A kubeconfig in `dir` for the cluster's apiserver with `token`.
+    pub fn kubeconfig_with_token(&self, dir: &Path, token: &str) -> PathBuf {
+        let mut kc: Value = serde_saphyr::from_str(&std::fs::read_to_string(&self.kubeconfig).unwrap()).unwrap();
+        kc["users"] = json!([{"name": "token", "user": {"token": token}}]);
+        let context = kc["current-context"].as_str().unwrap().to_owned();
+        for c in kc["contexts"].as_array_mut().unwrap() {
+            if c["name"] == context.as_str() {
+                c["context"]["user"] = json!("token");
+            }
+        }
+        // The admin kubeconfig may name its CA by path; a path stays valid.
+        let path = dir.join("token.kubeconfig");
+        std::fs::write(&path, serde_json::to_string(&kc).unwrap()).unwrap();
+        path
+    }
+}
+
+/// A pod on `node` that runs `script` in the test image, never restarted.
+pub fn pod(name: &str, node: &str, script: &str) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "nodeName": node,
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "main",
+                "image": IMAGE,
+                "imagePullPolicy": "Never",
+                "command": ["sh", "-c", script],
+            }],
+        },
+    }))
+    .unwrap()
+}
+
+/// The status condition `kind` of `pod`, if any.
+pub fn condition<'a>(pod: &'a Pod, kind: &str) -> Option<&'a k8s_openapi::api::core::v1::PodCondition> {
+    pod.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == kind)
+}
+
+/// A kustomization directory (under the test target directory) that installs deploy/`overlay` with
+/// `components`, as a user's own overlay would.
+fn kustomization(overlay: &str, components: &[&str]) -> PathBuf {
+    let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("cluster-install-{overlay}-{}", components.join("-")));
+    std::fs::create_dir_all(&root).unwrap();
+    let root = root.canonicalize().unwrap();
+    // kustomize takes no absolute path: the repository's directories, relative to `root`.
+    let up = "../".repeat(root.components().count() - 1);
+    let repo = repo().canonicalize().unwrap();
+    let from_root = |relative: &str| format!("{up}{}/{relative}", repo.display().to_string().trim_start_matches('/'));
+    let mut text = format!(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - {}\n",
+        from_root(&format!("deploy/{overlay}"))
+    );
+    if !components.is_empty() {
+        text.push_str("components:\n");
+        for component in components {
+            text.push_str(&format!("  - {}\n", from_root(&format!("deploy/components/{component}"))));
+        }
+    }
+    std::fs::write(root.join("kustomization.yaml"), text).unwrap();
+    root
+}
