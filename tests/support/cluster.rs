@@ -29,6 +29,8 @@ pub struct Cluster {
     script: PathBuf,
     pub kubeconfig: PathBuf,
     pub client: kube::Client,
+    /// `kubectl` arguments run when the test ends, passed or not (what it made goes).
+    cleanups: std::sync::Mutex<Vec<Vec<String>>>,
     /// Held while the test runs: one test at a time on the cluster.
     _lock: std::fs::File,
 }
@@ -65,12 +67,28 @@ pub async fn cluster() -> Option<Cluster> {
     let out = run(Command::new("bash").arg(&script).arg("start"));
     let kubeconfig = PathBuf::from(last_line(&out));
     let client = client_from(&kubeconfig).await;
-    Some(Cluster {
+    let cluster = Cluster {
         script,
         kubeconfig,
         client,
+        cleanups: Default::default(),
         _lock: lock,
-    })
+    };
+    // Node objects an interrupted test left: the DaemonSet would wait for a pod on each.
+    cluster.kubectl(&["delete", "nodes", "-l", E2E_LABEL, "--ignore-not-found"]).await;
+    Some(cluster)
+}
+
+/// The label of every object the tests make outside their namespaces.
+pub const E2E_LABEL: &str = "plegd.test/e2e";
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let cleanups = std::mem::take(&mut *self.cleanups.lock().unwrap_or_else(|e| e.into_inner()));
+        for args in cleanups.into_iter().rev() {
+            let _ = Command::new("bash").arg(&self.script).arg("kubectl").args(&args).output();
+        }
+    }
 }
 
 fn last_line(out: &Output) -> String {
@@ -166,7 +184,16 @@ impl Cluster {
         pod.spec.as_ref().and_then(|s| s.node_name.clone()).expect("plegd's pod is bound")
     }
 
-    /// A namespace of the test's own, made anew (an earlier run's removed first).
+    /// Run `kubectl ARGS` when the test ends, passed or not.
+    pub fn on_exit(&self, args: &[&str]) {
+        self.cleanups
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(args.iter().map(|a| a.to_string()).collect());
+    }
+
+    /// A namespace of the test's own, made anew (an earlier run's removed first), removed when the
+    /// test ends.
     pub async fn namespace(&self, name: &str) -> Api<Pod> {
         let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(self.client.clone());
         if namespaces.get_opt(name).await.expect("get namespace").is_some() {
@@ -179,6 +206,7 @@ impl Cluster {
         }
         let ns = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
         namespaces.create(&PostParams::default(), &ns).await.expect("create namespace");
+        self.on_exit(&["delete", "namespace", name, "--wait=false", "--ignore-not-found"]);
         // The service account controller makes `default` in it; pods wait for it.
         let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(self.client.clone(), name);
         super::wait_for("the namespace's default service account", Duration::from_secs(60), || {
