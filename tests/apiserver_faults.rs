@@ -97,15 +97,15 @@ fn sent_at(r: &Logged, held: Duration) -> std::time::SystemTime {
 async fn too_many_requests_are_waited_out_and_nothing_is_lost() {
     let cri = FakeServer::start().await;
     let api = Apiserver::start_with(Options {
-        args: vec!["--max-mutating-requests-inflight=1".into()],
+        throttle_plegd: true,
         ..Options::default()
     })
     .await;
     let dir = tempfile::tempdir().unwrap();
     let pods = 12;
     let uids = bind_pods(&cri, &api, "busy", pods).await;
-    // Each of plegd's requests holds its seat for 200 ms, as on a slow storage: with one seat for
-    // writes, plegd's four writers meet 429s.
+    // Each of plegd's writes holds its seat for 200 ms, as on a slow storage: with priority and
+    // fairness leaving plegd one request at a time, its four writers meet 429s.
     let held = Duration::from_millis(200);
     api.set_delay(Some(held)).await;
     let plegd = start_plegd(&api, &cri, "busy", dir.path());

@@ -5,6 +5,7 @@
 #   tests/cluster/cluster.sh modules  # only resolve and download the Go modules the build needs
 #   tests/cluster/cluster.sh build    # kube-apiserver, kube-controller-manager, kube-scheduler,
 #                                     # kubelet, kubectl and etcd, built once per version (cached)
+#   tests/cluster/cluster.sh bin      # build, then print the directory of the binaries
 #   tests/cluster/cluster.sh start [--plegd OVERLAY]
 #                                     # build, then certificates, etcd, the control plane, a
 #                                     # containerd of its own and the kubelet; waits for the node
@@ -798,11 +799,12 @@ compact() {
 case "${1:-}" in
   modules) build_lock; modules ;;
   build) build ;;
+  bin) build >&2; echo "$BIN" ;;
   start) shift; start "$@" ;;
   stop) stop ;;
   kubectl) shift; [ -f "$RUN/admin.kubeconfig" ] || die "no cluster is running (start it first)"; kubectl_admin "$@" ;;
   restart) [ $# -eq 2 ] || die "usage: $0 restart COMPONENT"; restart "$2" ;;
   compact) compact ;;
   remove-plegd) remove_plegd ;;
-  *) echo "usage: $0 modules|build|start|stop|kubectl ARGS...|restart COMPONENT|compact|remove-plegd" >&2; exit 2 ;;
+  *) echo "usage: $0 modules|build|bin|start|stop|kubectl ARGS...|restart COMPONENT|compact|remove-plegd" >&2; exit 2 ;;
 esac

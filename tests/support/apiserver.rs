@@ -1,22 +1,32 @@
-//! A test apiserver built from Kubernetes' own code (tests/apiserver/: k8s.io/apiserver 1.36 on
-//! etcd), one per test: its own etcd (data on tmpfs) and server on free loopback ports, started and
-//! stopped with the test. Everything a test checks of the apiserver — list, watch, resourceVersions,
-//! 410 Gone after compaction, field selectors, strategic merge patches, uid preconditions, graceful
-//! deletion, admission, RBAC, the typed round trip of what is stored — is the real machinery's.
+//! kube-apiserver for the tests: Kubernetes' own, v1.37.2 (built by tests/cluster/cluster.sh from
+//! k8s.io/kubernetes, cached), one per test on its own etcd (data on tmpfs) and free loopback
+//! ports, started and stopped with the test. Node and RBAC authorization, the default admission
+//! plugins with NodeRestriction, priority and fairness, service account tokens signed by the
+//! server: everything a test checks of the apiserver is the real one's. No controller runs beside
+//! it (no controller manager, no scheduler): pods are bound by the tests, namespaces get their
+//! `default` service account from the tests.
 //!
-//! Identities (bearer tokens): `admin` (system:masters), plegd's service account with the
-//! node-name claim of each node in [`Options::plegd_nodes`], and a kubelet (`system:node:<node>`).
-//! RBAC comes from [`Options::rbac`] (deploy/'s RBAC files by default). The server records every
-//! request ([`Apiserver::requests`]) and can inject the few faults it cannot produce by itself
-//! ([`Apiserver::set_delay`] and friends, tests/apiserver/testhooks.go); a restart
-//! ([`Apiserver::set_down`]) and compaction ([`Apiserver::compact`]) are real.
+//! Identities (bearer tokens): `admin` (system:masters, a static token), plegd's service account
+//! with a token bound to the Node object of each node it is asked for (TokenRequest: the
+//! `authentication.kubernetes.io/node-name` claim plegd's admission policy checks comes with it),
+//! a token of the same account bound to nothing, the metrics reader's account, and a stand-in for
+//! a kubelet's status writes (a static token in a group of its own that
+//! tests/support/rbac-kubelet.yaml lets write pod statuses: the Node authorizer would hold a real
+//! node's credentials to its own node's pods). RBAC comes from [`Options::rbac`] (deploy/'s RBAC
+//! files by default), applied with kubectl. Every request is in the server's audit log
+//! ([`Apiserver::requests`]).
 //!
-//! The server binary is built by `tests/apiserver/apiserver.sh build` (tests/run.sh does it first;
-//! a test builds it itself when it is missing).
+//! Faults: a restart ([`Apiserver::set_down`]) and compaction ([`Apiserver::compact`]) are real;
+//! watches refused ([`Apiserver::set_fail_watches`]) are RBAC's answer once plegd's role loses
+//! `watch`; throttling is priority and fairness ([`Options::throttle_plegd`]: 429 with
+//! Retry-After). What kube-apiserver answers only as an admission webhook tells it — a slow write
+//! ([`Apiserver::set_delay`]), a 500 ([`Apiserver::set_status_patch_500`]), a 409
+//! ([`Apiserver::set_status_patch_conflicts`]) — comes from the one hand-written piece here: a
+//! validating admission webhook ([`faults`]) registered for plegd's pod writes once a test asks
+//! for a fault.
 
 #![allow(dead_code)]
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -33,25 +43,22 @@ use super::request_info;
 
 pub const NODE_CLAIM: &str = "authentication.kubernetes.io/node-name";
 pub const PLEGD_USER: &str = "system:serviceaccount:plegd-system:plegd";
+const ADMIN_USER: &str = "plegd-test-admin";
+/// The stand-in for a kubelet's status writes (tests/support/rbac-kubelet.yaml).
+pub const KUBELET_USER: &str = "plegd-test-kubelet";
+const KUBELET_GROUP: &str = "plegd-test:kubelets";
 
-/// One request as the server saw it.
-#[derive(Debug, Clone, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
+/// One request as the server's audit log has it.
+#[derive(Debug, Clone)]
 pub struct Logged {
     pub method: String,
     pub path: String,
     pub query: String,
-    /// Who made it: the user its bearer token stands for.
+    /// Who made it: the user its credentials stand for.
     pub user: String,
     pub status: u16,
-    /// When its status line was ready.
-    #[serde(rename = "atNanos", deserialize_with = "nanos")]
+    /// When its answer started (a watch) or was complete (anything else).
     pub at: SystemTime,
-}
-
-fn nanos<'de, D: serde::Deserializer<'de>>(d: D) -> Result<SystemTime, D::Error> {
-    let n: u64 = serde::Deserialize::deserialize(d)?;
-    Ok(SystemTime::UNIX_EPOCH + Duration::from_nanos(n))
 }
 
 impl Logged {
@@ -59,27 +66,86 @@ impl Logged {
     pub fn authorization(&self) -> Option<String> {
         request_info::authorization(&self.method, &self.path, &self.query)
     }
+
+    /// One line of the audit log, if it is the line that completes a request (its first answer
+    /// for a watch, which completes only when it ends).
+    fn from_audit(line: &str, seen: &mut std::collections::HashSet<String>) -> Option<Self> {
+        let event: Value = serde_json::from_str(line).ok()?;
+        let stage = event["stage"].as_str()?;
+        if !matches!(stage, "ResponseStarted" | "ResponseComplete" | "Panic") {
+            return None;
+        }
+        if !seen.insert(event["auditID"].as_str()?.to_owned()) {
+            return None;
+        }
+        let verb = event["verb"].as_str()?;
+        let method = match verb {
+            "get" | "list" | "watch" => "GET",
+            "create" => "POST",
+            "update" => "PUT",
+            "patch" => "PATCH",
+            "delete" | "deletecollection" => "DELETE",
+            // Non-resource requests: the verb is the method.
+            other => return Some(Self::with_method(&event, &other.to_uppercase(), stage)),
+        };
+        Some(Self::with_method(&event, method, stage))
+    }
+
+    fn with_method(event: &Value, method: &str, stage: &str) -> Self {
+        let uri = event["requestURI"].as_str().unwrap_or_default();
+        let (path, query) = uri.split_once('?').unwrap_or((uri, ""));
+        let status = match stage {
+            "Panic" => 500,
+            _ => event["responseStatus"]["code"].as_u64().unwrap_or(0) as u16,
+        };
+        let at = event["stageTimestamp"]
+            .as_str()
+            .and_then(parse_rfc3339)
+            .unwrap_or(SystemTime::UNIX_EPOCH);
+        Self {
+            method: method.to_owned(),
+            path: path.to_owned(),
+            query: query.to_owned(),
+            user: event["user"]["username"].as_str().unwrap_or_default().to_owned(),
+            status,
+            at,
+        }
+    }
 }
 
-/// The faults the server injects (tests/apiserver/testhooks.go).
-#[derive(Debug, Clone, Default, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-struct Faults {
-    delay_millis: u64,
-    status_patch500: bool,
-    fail_watches: bool,
-    status_patch_conflicts: u32,
+/// An RFC 3339 UTC time with fractional seconds, as the audit log writes it.
+fn parse_rfc3339(text: &str) -> Option<SystemTime> {
+    let text = text.strip_suffix('Z')?;
+    let (date, time) = text.split_once('T')?;
+    let mut d = date.split('-').map(|p| p.parse::<i64>());
+    let (y, m, day) = (d.next()?.ok()?, d.next()?.ok()?, d.next()?.ok()?);
+    let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
+    let mut t = hms.split(':').map(|p| p.parse::<i64>());
+    let (h, min, sec) = (t.next()?.ok()?, t.next()?.ok()?, t.next()?.ok()?);
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (m + if m > 2 { -3 } else { 9 }) + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146097 + doe - 719468;
+    let secs = days * 86400 + h * 3600 + min * 60 + sec;
+    let nanos: u32 = format!("{frac:0<9}")[..9].parse().ok()?;
+    Some(SystemTime::UNIX_EPOCH + Duration::new(u64::try_from(secs).ok()?, nanos))
 }
 
 /// How to start the server.
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// Nodes whose plegd (the service account, its token bound to that node) gets a token.
+    /// Nodes whose plegd gets a token from the start (others get one when asked for).
     pub plegd_nodes: Vec<String>,
     /// RBAC manifests, relative to the repository.
     pub rbac: Vec<String>,
-    /// More flags for the server (e.g. `--max-mutating-requests-inflight=1`).
+    /// More flags for kube-apiserver.
     pub args: Vec<String>,
+    /// Priority and fairness holds plegd's requests to a level of their own with no seat to lend
+    /// or borrow and no queue: past what runs at once, 429 with Retry-After.
+    pub throttle_plegd: bool,
 }
 
 impl Default for Options {
@@ -94,11 +160,12 @@ impl Default for Options {
                 "deploy/full/rbac-full-mode.yaml",
                 "deploy/components/events/rbac-events.yaml",
                 "deploy/components/pod-monitor/metrics-reader.yaml",
-                "tests/apiserver/rbac-kubelet.yaml",
+                "tests/support/rbac-kubelet.yaml",
             ]
             .map(str::to_owned)
             .into(),
             args: Vec::new(),
+            throttle_plegd: false,
         }
     }
 }
@@ -111,6 +178,7 @@ pub enum Identity {
     Plegd(String),
     /// plegd's service account with a token bound to no node (no node-name claim).
     PlegdWithoutNodeClaim,
+    /// The stand-in for a kubelet's status writes ([`KUBELET_USER`]).
     Kubelet,
     /// The service account deploy/components/pod-monitor gives Prometheus to read /metrics with.
     MetricsReader,
@@ -123,16 +191,18 @@ pub struct Apiserver {
     etcd: Mutex<Option<Child>>,
     server: Mutex<Option<Child>>,
     server_args: Vec<String>,
-    /// Token → identity; new plegd identities are added as tests ask for them (the server reads
-    /// its token file again when it changes).
-    tokens: Mutex<BTreeMap<String, Identity>>,
+    /// Identity → token, made as tests ask for them.
+    tokens: Mutex<Vec<(Identity, String)>>,
     client: kube::Client,
     /// Every version of every pod, as a watch from the start saw them (resourceVersion order).
     history: Arc<Mutex<Vec<Value>>>,
     watch: tokio::task::JoinHandle<()>,
-    faults: Mutex<Faults>,
-    /// The request log of the server's earlier runs (before a restart).
-    earlier_requests: Mutex<Vec<Logged>>,
+    /// The admission webhook that injects faults, once a test asks for one.
+    faults: tokio::sync::Mutex<Option<faults::Webhook>>,
+    /// plegd's ClusterRole as deploy/ has it, while its `watch` is taken away.
+    watchless_role: Mutex<Option<Value>>,
+    /// Requests before this many audit log bytes are forgotten ([`Apiserver::clear_log`]).
+    log_start: Mutex<u64>,
     /// Namespaces known to exist.
     namespaces: Mutex<std::collections::BTreeSet<String>>,
 }
@@ -157,36 +227,30 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn packages_dir() -> PathBuf {
-    std::env::var_os("PLEGD_PACKAGES_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/var/lib/plegd-test"))
-}
-
-/// The server binary, built first when it is missing or older than its sources.
-fn server_binary() -> PathBuf {
+/// The Kubernetes binaries tests/cluster/cluster.sh builds (once per version, cached), built
+/// first when missing.
+fn binaries() -> PathBuf {
     static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     BUILT
         .get_or_init(|| {
-            let status = Command::new("bash")
-                .arg(repo().join("tests/apiserver/apiserver.sh"))
-                .arg("build")
-                .stdout(Stdio::null())
-                .status()
-                .expect("run tests/apiserver/apiserver.sh build");
+            let out = Command::new("bash")
+                .arg(repo().join("tests/cluster/cluster.sh"))
+                .arg("bin")
+                .stderr(Stdio::inherit())
+                .output()
+                .expect("run tests/cluster/cluster.sh bin");
             assert!(
-                status.success(),
-                "building the test apiserver failed: run `bash tests/apiserver/apiserver.sh build` to see why"
+                out.status.success(),
+                "building kube-apiserver failed: run `bash tests/cluster/cluster.sh build` to see why"
             );
-            packages_dir().join("apiserver/build/bin/plegd-test-apiserver")
+            PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
         })
         .clone()
 }
 
-/// kubectl 1.36, from the packages tests/apiserver/apiserver.sh unpacks.
+/// kubectl v1.37.2, built with kube-apiserver.
 pub fn kubectl() -> PathBuf {
-    server_binary();
-    packages_dir().join("apiserver/root/usr/bin/kubectl")
+    binaries().join("kubectl")
 }
 
 fn free_port() -> u16 {
@@ -220,6 +284,20 @@ fn log_file(dir: &Path, name: &str) -> std::fs::File {
         .expect("log file")
 }
 
+/// `command`, which must succeed; its standard output.
+fn run(command: &mut Command) -> String {
+    let out = command.output().unwrap_or_else(|e| panic!("run {command:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{command:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n";
+
 impl Apiserver {
     /// A server with the default options.
     pub async fn start() -> Self {
@@ -228,22 +306,31 @@ impl Apiserver {
 
     pub async fn start_with(options: Options) -> Self {
         // A free port is free when asked for, not necessarily when the server binds it: another
-        // test's server may take it between the two (then this one fails to bind, and its client
-        // meets the other's certificate). Such a start is tried again on other ports.
-        for attempt in 1.. {
-            let me = Self::start_once(&options).await;
-            match me.try_wait_ready(Duration::from_secs(60)).await {
-                Ok(()) => return me,
-                Err(why) if attempt < 3 && me.lost_its_port(&why) => {
-                    eprintln!("test apiserver: port taken by another ({why}); starting again on other ports");
+        // test's server may take it between the two. Such a start is tried again on other ports.
+        let me = 'started: {
+            for attempt in 1.. {
+                let me = Self::start_once(&options).await;
+                match me.try_wait_ready(Duration::from_secs(90)).await {
+                    Ok(()) => break 'started me,
+                    Err(why) if attempt < 3 && me.lost_its_port(&why) => {
+                        eprintln!("test apiserver: port taken by another ({why}); starting again on other ports");
+                    }
+                    Err(why) => panic!(
+                        "kube-apiserver did not become ready in 90s: {why}\n{}",
+                        me.log_tail()
+                    ),
                 }
-                Err(why) => panic!(
-                    "the test apiserver did not become ready in 60s: {why}\n{}",
-                    me.log_tail()
-                ),
             }
+            unreachable!("the loop breaks or panics")
+        };
+        me.kubectl_apply_files(&options.rbac);
+        if options.throttle_plegd {
+            me.kubectl_apply(&throttle_objects());
         }
-        unreachable!("the loop returns or panics")
+        for node in &options.plegd_nodes {
+            me.token_for(&Identity::Plegd(node.clone()));
+        }
+        me
     }
 
     /// Whether a start failed because its port was someone else's.
@@ -252,8 +339,7 @@ impl Apiserver {
     }
 
     async fn start_once(options: &Options) -> Self {
-        let binary = server_binary();
-        let etcd = packages_dir().join("apiserver/root/usr/bin/etcd");
+        let bin = binaries();
         let dir = tempfile::Builder::new()
             .prefix("plegd-apiserver-")
             .tempdir_in(if Path::new("/dev/shm").is_dir() {
@@ -263,7 +349,7 @@ impl Apiserver {
             })
             .expect("state dir");
         let (port, etcd_port, peer_port) = (free_port(), free_port(), free_port());
-        let etcd_child = Command::new(&etcd)
+        let etcd_child = Command::new(bin.join("etcd"))
             .args(["--name", "plegd-test", "--log-level", "warn"])
             .arg("--data-dir")
             .arg(dir.path().join("etcd"))
@@ -278,33 +364,52 @@ impl Apiserver {
             .stdout(Stdio::null())
             .stderr(log_file(dir.path(), "etcd.log"))
             .spawn()
-            .unwrap_or_else(|e| panic!("start etcd {}: {e}", etcd.display()));
+            .unwrap_or_else(|e| panic!("start etcd: {e}"));
 
-        let mut tokens = BTreeMap::new();
+        // Service account tokens: an ECDSA key of this server's own.
+        let d = dir.path();
+        run(Command::new("openssl")
+            .args(["ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out"])
+            .arg(d.join("sa.key")));
+        run(Command::new("openssl")
+            .args(["ec", "-pubout", "-in"])
+            .arg(d.join("sa.key"))
+            .arg("-out")
+            .arg(d.join("sa.pub"))
+            .stderr(Stdio::null()));
         let admin = token();
-        tokens.insert(admin.clone(), Identity::Admin);
-        tokens.insert(token(), Identity::Kubelet);
-        for node in &options.plegd_nodes {
-            tokens.insert(token(), Identity::Plegd(node.clone()));
-        }
-        write_tokens(dir.path(), &tokens);
-
-        let rbac: Vec<String> = options
-            .rbac
-            .iter()
-            .map(|f| repo().join(f).display().to_string())
-            .collect();
+        let kubelet = token();
+        std::fs::write(
+            d.join("tokens.csv"),
+            format!(
+                "{admin},{ADMIN_USER},{ADMIN_USER},\"system:masters\"\n{kubelet},{KUBELET_USER},{KUBELET_USER},\"{KUBELET_GROUP}\"\n"
+            ),
+        )
+        .unwrap();
+        std::fs::write(d.join("audit-policy.yaml"), AUDIT_POLICY).unwrap();
+        let path = |name: &str| d.join(name).display().to_string();
         let mut server_args = vec![
             format!("--etcd-servers=http://127.0.0.1:{etcd_port}"),
+            "--bind-address=127.0.0.1".into(),
             format!("--secure-port={port}"),
-            format!("--cert-dir={}", dir.path().display()),
-            format!("--token-file={}", dir.path().join("tokens.json").display()),
-            format!("--rbac={}", rbac.join(",")),
+            format!("--cert-dir={}", d.display()),
+            format!("--token-auth-file={}", path("tokens.csv")),
+            "--authorization-mode=Node,RBAC".into(),
+            "--enable-admission-plugins=NodeRestriction".into(),
+            "--enable-priority-and-fairness=true".into(),
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+            format!("--service-account-key-file={}", path("sa.pub")),
+            format!("--service-account-signing-key-file={}", path("sa.key")),
+            "--service-cluster-ip-range=10.0.0.0/24".into(),
+            format!("--audit-policy-file={}", path("audit-policy.yaml")),
+            format!("--audit-log-path={}", path("audit.log")),
+            // Every event written before the request's answer is complete.
+            "--audit-log-mode=blocking".into(),
         ];
         server_args.extend(options.args.iter().cloned());
-        let server = Self::spawn_server(&binary, &server_args, dir.path(), &Faults::default());
-        let ca = dir.path().join("apiserver.crt");
-        let admin_kc = write_kubeconfig(dir.path(), "admin", port, &admin, &ca);
+        let server = Self::spawn_server(&bin, &server_args, d);
+        let ca = d.join("apiserver.crt");
+        let admin_kc = write_kubeconfig(d, "admin", port, &admin, &ca);
         let client = client_for(&admin_kc, &ca).await;
         let history = Arc::new(Mutex::new(Vec::new()));
         Self {
@@ -313,32 +418,31 @@ impl Apiserver {
             etcd: Mutex::new(Some(etcd_child)),
             server: Mutex::new(Some(server)),
             server_args,
-            tokens: Mutex::new(tokens),
+            tokens: Mutex::new(vec![(Identity::Admin, admin), (Identity::Kubelet, kubelet)]),
             client: client.clone(),
             watch: tokio::spawn(record_pods(client, history.clone())),
             history,
-            faults: Mutex::default(),
-            earlier_requests: Mutex::default(),
+            faults: Default::default(),
+            watchless_role: Mutex::default(),
+            log_start: Mutex::default(),
             namespaces: Mutex::default(),
             dir,
         }
     }
 
-    /// Start the server with `faults` in force from its first request.
-    fn spawn_server(binary: &Path, args: &[String], dir: &Path, faults: &Faults) -> Child {
-        Command::new(binary)
+    fn spawn_server(bin: &Path, args: &[String], dir: &Path) -> Child {
+        Command::new(bin.join("kube-apiserver"))
             .args(args)
-            .env("PLEGD_TEST_FAULTS", serde_json::to_string(faults).unwrap())
             .stdout(Stdio::null())
             .stderr(log_file(dir, "apiserver.log"))
             .spawn()
-            .unwrap_or_else(|e| panic!("start {}: {e}", binary.display()))
+            .unwrap_or_else(|e| panic!("start kube-apiserver: {e}"))
     }
 
     async fn wait_ready(&self, timeout: Duration) {
         if let Err(why) = self.try_wait_ready(timeout).await {
             panic!(
-                "the test apiserver did not become ready in {timeout:?}: {why}\n{}",
+                "kube-apiserver did not become ready in {timeout:?}: {why}\n{}",
                 self.log_tail()
             );
         }
@@ -351,7 +455,6 @@ impl Apiserver {
                 .client
                 .request_text(http::Request::get("/readyz").body(Vec::new()).unwrap())
                 .await;
-            // The namespaces a fresh apiserver creates come with readiness (a post-start hook).
             match ready {
                 Ok(_) => return Ok(()),
                 // Another server's certificate: no use waiting.
@@ -376,6 +479,49 @@ impl Apiserver {
         out
     }
 
+    /// `kubectl ARGS` as the admin, with `input` on its standard input; its standard output.
+    fn kubectl_as_admin(&self, args: &[&str], input: Option<&str>) -> String {
+        let kubeconfig = self.dir.path().join("admin.kubeconfig");
+        let mut child = Command::new(kubectl())
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .arg("--cache-dir")
+            .arg(self.dir.path().join("kubectl-cache"))
+            .args(args)
+            .stdin(if input.is_some() { Stdio::piped() } else { Stdio::null() })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run kubectl");
+        if let Some(input) = input {
+            use std::io::Write;
+            child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        }
+        let out = child.wait_with_output().expect("kubectl");
+        assert!(
+            out.status.success(),
+            "kubectl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn kubectl_apply_files(&self, files: &[String]) {
+        if files.is_empty() {
+            return;
+        }
+        let mut args = vec!["apply".to_owned()];
+        for f in files {
+            args.push("-f".into());
+            args.push(repo().join(f).display().to_string());
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        self.kubectl_as_admin(&args, None);
+    }
+
+    fn kubectl_apply(&self, objects: &Value) {
+        self.kubectl_as_admin(&["apply", "-f", "-"], Some(&objects.to_string()));
+    }
     /// The server's port on the loopback.
     pub fn port(&self) -> u16 {
         self.port
@@ -410,18 +556,50 @@ impl Apiserver {
         write_kubeconfig(dir, &name, port, &token, &self.dir.path().join("apiserver.crt"))
     }
 
-    /// The bearer token of `identity` (made and given to the server the first time).
+    /// The bearer token of `identity`: plegd's and the metrics reader's from TokenRequest the
+    /// first time (plegd's bound to the Node object of its node, made if missing).
     pub fn token_for(&self, identity: &Identity) -> String {
-        let mut tokens = lock(&self.tokens);
-        match tokens.iter().find(|(_, i)| *i == identity) {
-            Some((t, _)) => t.clone(),
-            None => {
-                let t = token();
-                tokens.insert(t.clone(), identity.clone());
-                write_tokens(self.dir.path(), &tokens);
-                t
-            }
+        if let Some((_, t)) = lock(&self.tokens).iter().find(|(i, _)| i == identity) {
+            return t.clone();
         }
+        let created = match identity {
+            Identity::Admin | Identity::Kubelet => unreachable!("static tokens, made at start"),
+            Identity::Plegd(node) => {
+                self.ensure_service_accounts();
+                self.kubectl_apply(&json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}));
+                self.create_token("plegd", Some(node))
+            }
+            Identity::PlegdWithoutNodeClaim => {
+                self.ensure_service_accounts();
+                self.create_token("plegd", None)
+            }
+            Identity::MetricsReader => {
+                self.ensure_service_accounts();
+                self.create_token("plegd-metrics-reader", None)
+            }
+        };
+        lock(&self.tokens).push((identity.clone(), created.clone()));
+        created
+    }
+
+    /// plegd's namespace and service accounts (deploy/'s RBAC files have them; a test with RBAC of
+    /// its own may not).
+    fn ensure_service_accounts(&self) {
+        let account = |name: &str| json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": "plegd-system"}});
+        self.kubectl_apply(&json!({"apiVersion": "v1", "kind": "List", "items": [
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "plegd-system"}},
+            account("plegd"),
+            account("plegd-metrics-reader"),
+        ]}));
+    }
+
+    /// A token of service account `plegd-system/account`, bound to Node `node` if any.
+    fn create_token(&self, account: &str, node: Option<&str>) -> String {
+        let mut args = vec!["-n", "plegd-system", "create", "token", account, "--duration", "48h"];
+        if let Some(node) = node {
+            args.extend(["--bound-object-kind", "Node", "--bound-object-name", node]);
+        }
+        self.kubectl_as_admin(&args, None).trim().to_owned()
     }
 
     /// A client as `admin`.
@@ -480,8 +658,9 @@ impl Apiserver {
         serde_json::to_value(patched).expect("json")
     }
 
-    /// The namespace, created unless this handle made sure of it already (namespaces are not
-    /// deleted by the tests).
+    /// The namespace with its `default` service account (what the service account controller
+    /// makes, which pods need), created unless this handle made sure of it already (namespaces are
+    /// not deleted by the tests).
     pub async fn ensure_namespace(&self, name: &str) {
         if lock(&self.namespaces).contains(name) {
             return;
@@ -492,6 +671,13 @@ impl Apiserver {
             Ok(_) => {}
             Err(kube::Error::Api(s)) if s.code == 409 => {}
             Err(e) => panic!("create namespace {name}: {e}"),
+        }
+        let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(self.client.clone(), name);
+        let account = serde_json::from_value(json!({"metadata": {"name": "default"}})).unwrap();
+        match accounts.create(&PostParams::default(), &account).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => panic!("create service account {name}/default: {e}"),
         }
         lock(&self.namespaces).insert(name.to_owned());
     }
@@ -612,34 +798,14 @@ impl Apiserver {
             .collect()
     }
 
-    async fn hook(&self, method: &str, path: &str, body: Vec<u8>) -> String {
-        let request = http::Request::builder()
-            .method(method)
-            .uri(path)
-            .header("content-type", "application/json")
-            .body(body)
-            .unwrap();
-        self.client
-            .request_text(request)
-            .await
-            .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
-    }
-
-    /// Every request the server answered (the hooks' own excepted), oldest first, over all its
-    /// runs.
+    /// Every request the server answered, oldest first, over all its runs (since
+    /// [`Apiserver::clear_log`]), as its audit log has them.
     pub async fn requests(&self) -> Vec<Logged> {
-        let mut all = lock(&self.earlier_requests).clone();
-        if lock(&self.server).is_some() {
-            all.extend(self.current_requests().await);
-        }
-        all
-    }
-
-    async fn current_requests(&self) -> Vec<Logged> {
-        let text = self.hook("GET", "/plegd-test/requests", Vec::new()).await;
-        serde_json::from_str::<Option<Vec<Logged>>>(&text)
-            .expect("request log")
-            .unwrap_or_default()
+        let start = *lock(&self.log_start);
+        let text = std::fs::read(self.dir.path().join("audit.log")).unwrap_or_default();
+        let text = String::from_utf8_lossy(&text[(start as usize).min(text.len())..]).into_owned();
+        let mut seen = std::collections::HashSet::new();
+        text.lines().filter_map(|l| Logged::from_audit(l, &mut seen)).collect()
     }
 
     /// How many status PATCHes plegd's service account has sent (answered or not).
@@ -656,49 +822,97 @@ impl Apiserver {
         self.requests().await.into_iter().filter(|r| r.user == user).collect()
     }
 
+    /// Forget the requests so far.
     pub async fn clear_log(&self) {
-        lock(&self.earlier_requests).clear();
-        self.hook("DELETE", "/plegd-test/requests", Vec::new()).await;
+        let size = std::fs::metadata(self.dir.path().join("audit.log")).map_or(0, |m| m.len());
+        *lock(&self.log_start) = size;
     }
 
-    async fn put_faults(&self, change: impl FnOnce(&mut Faults)) {
-        let faults = {
-            let mut f = lock(&self.faults);
-            change(&mut f);
-            f.clone()
-        };
-        self.hook("PUT", "/plegd-test/faults", serde_json::to_vec(&faults).unwrap())
-            .await;
+    /// The fault webhook, registered (and answering) first if it is not yet.
+    async fn faults(&self) -> tokio::sync::MutexGuard<'_, Option<faults::Webhook>> {
+        let mut guard = self.faults.lock().await;
+        if guard.is_none() {
+            let webhook = faults::Webhook::start(self.dir.path()).await;
+            self.kubectl_apply(&webhook.configuration());
+            self.kubectl_apply(&faults::probe_pod());
+            webhook.wait_registered(&self.client).await;
+            *guard = Some(webhook);
+        }
+        guard
     }
 
-    /// Delay every request before it is served, but the test's own (as admin), which observe.
+    /// Hold each of plegd's pod writes (status PATCHes, DELETEs) for `delay` in admission.
     pub async fn set_delay(&self, delay: Option<Duration>) {
-        self.put_faults(|f| f.delay_millis = delay.map_or(0, |d| d.as_millis() as u64))
-            .await;
+        self.faults().await.as_ref().unwrap().set(|f| f.delay = delay.unwrap_or_default());
     }
 
+    /// plegd's status PATCHes answered 500 (the webhook says so).
     pub async fn set_status_patch_500(&self, on: bool) {
-        self.put_faults(|f| f.status_patch500 = on).await;
+        self.faults().await.as_ref().unwrap().set(|f| f.status_patch_500 = on);
     }
 
-    /// Watches answered 500 (clients do not retry those on their own, unlike a 503). Watches
+    /// The next `count` status PATCHes of plegd's answered 409 Conflict.
+    pub async fn set_status_patch_conflicts(&self, count: u32) {
+        self.faults().await.as_ref().unwrap().set(|f| f.status_patch_conflicts = count);
+    }
+
+    /// plegd's watches refused (403: its ClusterRole loses `watch`; lists still answer). Watches
     /// already open stay open: restart the server ([`Apiserver::set_down`]) to cut them.
     pub async fn set_fail_watches(&self, on: bool) {
-        self.put_faults(|f| f.fail_watches = on).await;
-    }
-
-    /// The next `count` status PATCHes answered 409 Conflict.
-    pub async fn set_status_patch_conflicts(&self, count: u32) {
-        self.put_faults(|f| f.status_patch_conflicts = count).await;
-    }
-
-    /// Stop the server (etcd keeps running: nothing stored is lost; open watches end, requests
-    /// fail), or start it again on the same port.
-    pub async fn set_down(&self, down: bool) {
-        if down && lock(&self.server).is_some() {
-            let log = self.current_requests().await;
-            lock(&self.earlier_requests).extend(log);
+        let roles: Api<DynamicObject> = Api::all_with(self.client.clone(), &cluster_role_resource());
+        let mut saved = lock(&self.watchless_role).take();
+        if on && saved.is_none() {
+            let role = roles.get("plegd").await.expect("plegd's ClusterRole");
+            let original = serde_json::to_value(&role).unwrap();
+            let mut rules = original["rules"].clone();
+            for rule in rules.as_array_mut().expect("rules") {
+                if let Some(verbs) = rule["verbs"].as_array_mut() {
+                    verbs.retain(|v| v != "watch");
+                }
+            }
+            roles
+                .patch("plegd", &PatchParams::default(), &Patch::Merge(json!({"rules": rules})))
+                .await
+                .expect("take watch from plegd's ClusterRole");
+            saved = Some(original);
+        } else if !on && let Some(original) = saved.take() {
+            roles
+                .patch("plegd", &PatchParams::default(), &Patch::Merge(json!({"rules": original["rules"]})))
+                .await
+                .expect("give plegd's ClusterRole its watch back");
         }
+        *lock(&self.watchless_role) = saved;
+        // In force once RBAC's authorizer says so.
+        let want_allowed = !on;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let review: Value = self
+                .client
+                .request(
+                    http::Request::post("/apis/authorization.k8s.io/v1/subjectaccessreviews")
+                        .header("content-type", "application/json")
+                        .body(
+                            json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+                                "spec": {"user": PLEGD_USER, "groups": ["system:serviceaccounts", "system:serviceaccounts:plegd-system", "system:authenticated"],
+                                         "resourceAttributes": {"verb": "watch", "resource": "pods"}}})
+                            .to_string()
+                            .into_bytes(),
+                        )
+                        .unwrap(),
+                )
+                .await
+                .expect("a SubjectAccessReview");
+            if review["status"]["allowed"].as_bool() == Some(want_allowed) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "RBAC did not take plegd's watch change: {review}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Stop kube-apiserver (etcd keeps running: nothing stored is lost; open watches end, requests
+    /// fail), or start it again on the same port with the same flags.
+    pub async fn set_down(&self, down: bool) {
         {
             let mut server = lock(&self.server);
             if down {
@@ -709,17 +923,10 @@ impl Apiserver {
                 return;
             }
             if server.is_none() {
-                // The faults live in the server: it starts with them in force.
-                let faults = lock(&self.faults).clone();
-                *server = Some(Self::spawn_server(
-                    &server_binary(),
-                    &self.server_args,
-                    self.dir.path(),
-                    &faults,
-                ));
+                *server = Some(Self::spawn_server(&binaries(), &self.server_args, self.dir.path()));
             }
         }
-        self.wait_ready(Duration::from_secs(60)).await;
+        self.wait_ready(Duration::from_secs(90)).await;
     }
 
     /// Compact etcd up to its current revision: a watch or list from an older resourceVersion
@@ -780,30 +987,6 @@ fn pod_resource() -> ApiResource {
     }
 }
 
-/// The server's token file: one entry per identity (tests/apiserver/tokens.go).
-fn write_tokens(dir: &Path, tokens: &BTreeMap<String, Identity>) {
-    let entries: Vec<Value> = tokens
-        .iter()
-        .map(|(t, identity)| match identity {
-            Identity::Admin => json!({"token": t, "user": "plegd-test-admin", "groups": ["system:masters"]}),
-            Identity::Kubelet => json!({"token": t, "user": "system:node:kubelet-node", "groups": ["system:nodes"]}),
-            Identity::Plegd(node) => json!({"token": t, "user": PLEGD_USER,
-                "groups": ["system:serviceaccounts", "system:serviceaccounts:plegd-system"],
-                "extra": {NODE_CLAIM: [node]}}),
-            Identity::PlegdWithoutNodeClaim => json!({"token": t, "user": PLEGD_USER,
-                "groups": ["system:serviceaccounts", "system:serviceaccounts:plegd-system"]}),
-            Identity::MetricsReader => {
-                json!({"token": t, "user": "system:serviceaccount:plegd-system:plegd-metrics-reader",
-                "groups": ["system:serviceaccounts", "system:serviceaccounts:plegd-system"]})
-            }
-        })
-        .collect();
-    let path = dir.join("tokens.json");
-    let tmp = dir.join("tokens.json.tmp");
-    std::fs::write(&tmp, json!({"tokens": entries}).to_string()).expect("tokens");
-    std::fs::rename(&tmp, &path).expect("tokens");
-}
-
 fn write_kubeconfig(dir: &Path, name: &str, port: u16, token: &str, ca: &Path) -> PathBuf {
     let path = dir.join(format!("{name}.kubeconfig"));
     let text = format!(
@@ -818,7 +1001,7 @@ async fn client_for(kubeconfig: &Path, ca: &Path) -> kube::Client {
     // The server writes its certificate as it starts.
     let deadline = Instant::now() + Duration::from_secs(60);
     while !ca.exists() {
-        assert!(Instant::now() < deadline, "the test apiserver wrote no certificate");
+        assert!(Instant::now() < deadline, "kube-apiserver wrote no certificate");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let kc = Kubeconfig::read_from(kubeconfig).expect("kubeconfig");
@@ -855,5 +1038,225 @@ async fn record_pods(client: kube::Client, history: Arc<Mutex<Vec<Value>>>) {
         {
             h.push(value);
         }
+    }
+}
+
+fn cluster_role_resource() -> ApiResource {
+    ApiResource {
+        group: "rbac.authorization.k8s.io".into(),
+        version: "v1".into(),
+        api_version: "rbac.authorization.k8s.io/v1".into(),
+        kind: "ClusterRole".into(),
+        plural: "clusterroles".into(),
+    }
+}
+
+/// Priority and fairness for [`Options::throttle_plegd`]: plegd's requests in a level of their
+/// own with one nominal seat (the least a level with shares gets is what its share of the server's
+/// 600 rounds up to; no share at all leaves it one request at a time), nothing lent or borrowed,
+/// no queue: a request past what runs is answered 429 with Retry-After.
+fn throttle_objects() -> Value {
+    json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "PriorityLevelConfiguration",
+         "metadata": {"name": "plegd-test-throttled"},
+         "spec": {"type": "Limited", "limited": {"nominalConcurrencyShares": 0, "lendablePercent": 0,
+                  "borrowingLimitPercent": 0, "limitResponse": {"type": "Reject"}}}},
+        {"apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "FlowSchema",
+         "metadata": {"name": "plegd-test-throttled"},
+         "spec": {"priorityLevelConfiguration": {"name": "plegd-test-throttled"}, "matchingPrecedence": 500,
+                  "distinguisherMethod": {"type": "ByUser"},
+                  "rules": [{"subjects": [{"kind": "ServiceAccount", "serviceAccount": {"namespace": "plegd-system", "name": "plegd"}}],
+                             "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"], "clusterScope": true, "namespaces": ["*"]}]}]}},
+    ]})
+}
+
+/// The admission webhook that makes kube-apiserver answer plegd's pod writes as a test asks: late,
+/// 500, or 409. kube-apiserver calls it for plegd's CREATE, UPDATE (a PATCH is one) and DELETE of
+/// pods and their status, and for the admin's dry-run status writes (the probe that tells it is
+/// registered); it answers as [`Faults`] says, over TLS with a certificate made here.
+pub mod faults {
+    use std::path::Path;
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+
+    use kube::api::{Api, DynamicObject, Patch, PatchParams};
+    use serde_json::{Value, json};
+
+    use super::{ADMIN_USER, PLEGD_USER, lock, pod_resource, run};
+
+    const PROBE_POD: &str = "plegd-test-webhook-probe";
+
+    #[derive(Debug, Clone, Default)]
+    pub struct Faults {
+        pub delay: Duration,
+        pub status_patch_500: bool,
+        pub status_patch_conflicts: u32,
+    }
+
+    #[derive(Default)]
+    struct State {
+        faults: Faults,
+        probed: bool,
+    }
+
+    pub struct Webhook {
+        port: u16,
+        ca_bundle: String,
+        state: Arc<Mutex<State>>,
+        task: tokio::task::JoinHandle<()>,
+    }
+
+    impl Drop for Webhook {
+        fn drop(&mut self) {
+            self.task.abort();
+        }
+    }
+
+    /// A pod no node runs, for the probe's dry-run writes (with the service account pods need).
+    pub fn probe_pod() -> Value {
+        json!({"apiVersion": "v1", "kind": "List", "items": [
+            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": "kube-public"}},
+            {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": PROBE_POD, "namespace": "kube-public"},
+             "spec": {"containers": [{"name": "c", "image": "plegd.test/none:1"}]}},
+        ]})
+    }
+
+    struct TlsListener {
+        tcp: tokio::net::TcpListener,
+        acceptor: tokio_rustls::TlsAcceptor,
+    }
+
+    impl axum::serve::Listener for TlsListener {
+        type Io = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
+        type Addr = std::net::SocketAddr;
+
+        async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+            loop {
+                let Ok((stream, addr)) = self.tcp.accept().await else { continue };
+                if let Ok(tls) = self.acceptor.accept(stream).await {
+                    return (tls, addr);
+                }
+            }
+        }
+
+        fn local_addr(&self) -> std::io::Result<Self::Addr> {
+            self.tcp.local_addr()
+        }
+    }
+
+    impl Webhook {
+        pub async fn start(dir: &Path) -> Self {
+            use rustls::pki_types::pem::PemObject;
+            let (cert, key) = (dir.join("webhook.crt"), dir.join("webhook.key"));
+            run(std::process::Command::new("openssl")
+                .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2"])
+                .args(["-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1", "-keyout"])
+                .arg(&key)
+                .arg("-out")
+                .arg(&cert)
+                .stderr(std::process::Stdio::null()));
+            let certs: Vec<_> = rustls::pki_types::CertificateDer::pem_file_iter(&cert)
+                .expect("webhook certificate")
+                .collect::<Result<_, _>>()
+                .expect("webhook certificate");
+            let key = rustls::pki_types::PrivateKeyDer::from_pem_file(&key).expect("webhook key");
+            let config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()
+                .expect("TLS versions")
+                .with_no_client_auth()
+                .with_single_cert(certs, key)
+                .expect("webhook TLS config");
+            let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("webhook port");
+            let port = tcp.local_addr().unwrap().port();
+            let listener = TlsListener {
+                tcp,
+                acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(config)),
+            };
+            let state = Arc::new(Mutex::new(State::default()));
+            let app = axum::Router::new()
+                .route("/", axum::routing::post(review))
+                .with_state(state.clone());
+            let task = tokio::spawn(async move {
+                let _ = axum::serve(listener, app).await;
+            });
+            use base64::Engine;
+            Self {
+                port,
+                ca_bundle: base64::engine::general_purpose::STANDARD.encode(std::fs::read(&cert).unwrap()),
+                state,
+                task,
+            }
+        }
+
+        pub fn set(&self, change: impl FnOnce(&mut Faults)) {
+            change(&mut lock(&self.state).faults);
+        }
+
+        /// The ValidatingWebhookConfiguration that sends plegd's pod writes here.
+        pub fn configuration(&self) -> Value {
+            json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+                "metadata": {"name": "plegd-test-faults"},
+                "webhooks": [{
+                    "name": "faults.plegd.test",
+                    "clientConfig": {"url": format!("https://127.0.0.1:{}/", self.port), "caBundle": self.ca_bundle},
+                    "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE", "DELETE"],
+                               "resources": ["pods", "pods/status"]}],
+                    "matchConditions": [{"name": "plegd-or-probe", "expression":
+                        format!("request.userInfo.username == '{PLEGD_USER}' || (request.dryRun == true && request.userInfo.username == '{ADMIN_USER}')")}],
+                    "sideEffects": "None",
+                    "admissionReviewVersions": ["v1"],
+                    "failurePolicy": "Fail",
+                    "timeoutSeconds": 30,
+                }]})
+        }
+
+        /// Until kube-apiserver calls the webhook: dry-run status writes of the probe pod as admin.
+        pub async fn wait_registered(&self, client: &kube::Client) {
+            let pods: Api<DynamicObject> = Api::namespaced_with(client.clone(), "kube-public", &pod_resource());
+            let params = PatchParams {
+                dry_run: true,
+                ..PatchParams::default()
+            };
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while !lock(&self.state).probed {
+                let _ = pods
+                    .patch_status(PROBE_POD, &params, &Patch::Merge(json!({"status": {"message": "probe"}})))
+                    .await;
+                assert!(Instant::now() < deadline, "kube-apiserver never called the fault webhook");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+
+    async fn review(
+        axum::extract::State(state): axum::extract::State<Arc<Mutex<State>>>,
+        axum::Json(review): axum::Json<Value>,
+    ) -> axum::Json<Value> {
+        let request = &review["request"];
+        let uid = request["uid"].clone();
+        let status_write = request["subResource"] == "status" && request["operation"] == "UPDATE";
+        let (delay, refusal) = {
+            let mut state = lock(&state);
+            if request["userInfo"]["username"] != PLEGD_USER {
+                state.probed = true;
+                (Duration::ZERO, None)
+            } else if status_write && state.faults.status_patch_500 {
+                (state.faults.delay, Some((500, "InternalError", "the test made this status write fail")))
+            } else if status_write && state.faults.status_patch_conflicts > 0 {
+                state.faults.status_patch_conflicts -= 1;
+                (state.faults.delay, Some((409, "Conflict", "the test made this status write conflict")))
+            } else {
+                (state.faults.delay, None)
+            }
+        };
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        let response = match refusal {
+            None => json!({"uid": uid, "allowed": true}),
+            Some((code, reason, message)) => json!({"uid": uid, "allowed": false,
+                "status": {"code": code, "reason": reason, "message": message}}),
+        };
+        axum::Json(json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}))
     }
 }
