@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # plegd's main job, end to end on this machine: bring up an isolated containerd — the machine's own
 # when it is 2.x, else containerd 2.1 from Debian unstable's package unpacked privately (the
-# machine's packages untouched) — and an apiserver built from Kubernetes' own code on etcd
-# (tests/apiserver; Go, etcd and kubectl from Debian's packages, unpacked privately), and run a short
-# pod workload through them. Both halves of plegd are shown as they happen: the pod lifecycle events
-# of `plegd watch` (stdout), and the pod status `plegd run --status-mode full` writes for the same
-# pods, as `kubectl get pods --watch` follows it (`kubectl:` lines on stderr, beside the workload's
-# own `workload:` lines). Cleans up when it ends. Needs root and Rust; the first run downloads and
-# builds for a few minutes.
+# machine's packages untouched) — and a Kubernetes 1.37 control plane built from Kubernetes' own code
+# (tests/cluster/cluster.sh: kube-apiserver, controller manager, scheduler and a kubelet of its own,
+# built once through the Go module proxy), and run a short pod workload through them on
+# `demo-node`, a node no kubelet runs: plegd writes its pods' whole status, as on such a node. Both
+# halves of plegd are shown as they happen: the pod lifecycle events of `plegd watch` (stdout), and
+# the pod status `plegd run --status-mode full` writes for the same pods, as `kubectl get pods
+# --watch` follows it (`kubectl:` lines on stderr, beside the workload's own `workload:` lines).
+# The cluster is tests/cluster/cluster.sh's: one started by hand is stopped at the end. Cleans up when it ends. Needs root, Go and Rust; the first run builds
+# Kubernetes (about 11 minutes on 2 cores) and plegd (a few minutes), later runs take under a minute.
 # PLEGD_CONTAINERD_VERSION=2.1|1.7|1.6|system picks one explicitly.
 #
 #   bash deploy/demo.sh            # text events
@@ -16,12 +18,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 OUTPUT=${OUTPUT:-text}
 NODE=demo-node
-# The apiserver's own state and ports: not those of `tests/apiserver/apiserver.sh start` by hand.
-export PLEGD_APISERVER_DIR=${PLEGD_APISERVER_DIR:-/dev/shm/plegd-demo-apiserver}
-export PLEGD_APISERVER_PORT=${PLEGD_APISERVER_PORT:-16443}
-export PLEGD_ETCD_PORT=${PLEGD_ETCD_PORT:-23890}
-export PLEGD_NODE_NAME=$NODE
-
 command -v cargo >/dev/null || { echo "demo: cargo is needed (https://rustup.rs)" >&2; exit 1; }
 bash tests/containerd/containerd.sh install
 if [ -z "${PLEGD_CONTAINERD_VERSION:-}" ]; then
@@ -32,24 +28,37 @@ if [ -z "${PLEGD_CONTAINERD_VERSION:-}" ]; then
 fi
 export PLEGD_CONTAINERD_VERSION
 echo "== containerd: $PLEGD_CONTAINERD_VERSION ($( [ "$PLEGD_CONTAINERD_VERSION" = system ] && echo "this machine's" || echo "fetched from Debian's packages, unpacked privately"))" >&2
-echo "== the apiserver: k8s.io/apiserver 1.36 on etcd (tests/apiserver/apiserver.sh)" >&2
-bash tests/apiserver/apiserver.sh build
+echo "== Kubernetes v1.37.2 (tests/cluster/cluster.sh; the first run builds it, about 11 minutes)" >&2
+bash tests/cluster/cluster.sh build
 # A debug build: it is made in about half the time of a release build, and the demo asks little of
 # it. For a node, build with `cargo build --release`.
 echo "== building plegd (debug; the first build takes a few minutes)" >&2
 cargo build --workspace --bins
 SOCK=$(bash tests/containerd/containerd.sh start)
+RUN=$(mktemp -d)
 PIDS=()
+KUBECTL() { bash tests/cluster/cluster.sh kubectl "$@"; }
 cleanup() {
   for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
-  bash tests/apiserver/apiserver.sh stop
+  bash tests/cluster/cluster.sh stop
   bash tests/containerd/containerd.sh stop
+  rm -rf "$RUN"
 }
 trap cleanup EXIT
-bash tests/apiserver/apiserver.sh start >/dev/null
-RUN=$PLEGD_APISERVER_DIR
-KUBECTL() { bash tests/apiserver/apiserver.sh kubectl "$@"; }
+ADMIN=$(bash tests/cluster/cluster.sh start | tail -1)
+# plegd's rights in full mode (deploy/full without its DaemonSet: no kubelet runs demo-node), the
+# node object, and plegd's token bound to it (its node-name claim is what the admission policy checks).
+KUBECTL kustomize deploy/full | KUBECTL apply -f - --dry-run=client -o json \
+  | jq '{apiVersion: "v1", kind: "List", items: [(.items // [.])[] | select(.kind != "DaemonSet")]}' >"$RUN/full.json"
+KUBECTL apply -f "$RUN/full.json" >/dev/null
+echo '{"apiVersion": "v1", "kind": "Node", "metadata": {"name": "'"$NODE"'"}}' | KUBECTL apply -f - >/dev/null
+TOKEN=$(KUBECTL -n plegd-system create token plegd --bound-object-kind Node --bound-object-name "$NODE" --duration 1h)
+jq -n --arg server "$(KUBECTL config view --raw -o jsonpath='{.clusters[0].cluster.server}')" \
+  --arg ca "$(KUBECTL config view --raw -o jsonpath='{.clusters[0].cluster.certificate-authority}')" --arg token "$TOKEN" \
+  '{apiVersion: "v1", kind: "Config", clusters: [{name: "demo", cluster: {server: $server, "certificate-authority": $ca}}],
+    users: [{name: "plegd", user: {token: $token}}], contexts: [{name: "plegd", context: {cluster: "demo", user: "plegd"}}],
+    "current-context": "plegd"}' >"$RUN/plegd.kubeconfig"
 KUBECTL create namespace plegd-test >/dev/null
 
 echo "== kubectl get pods --namespace plegd-test --watch --output-watch-events" >&2
@@ -65,7 +74,7 @@ target/debug/plegd watch --cri-socket "$SOCK" --relist-period 1s --output "$OUTP
 PIDS+=($!)
 sleep 1
 status=0
-target/debug/workload "$SOCK" "$RUN/admin.kubeconfig" || status=$?
+target/debug/workload "$SOCK" "$ADMIN" || status=$?
 sleep 2
 if [ "$status" != 0 ]; then
   echo "== the workload failed; plegd run's log:" >&2

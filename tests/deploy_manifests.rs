@@ -242,18 +242,19 @@ fn every_install_keeps_plegd_least_privileged_and_node_critical() {
             socket_mount["mountPath"].as_str(),
             "--cri-socket is inside the mounted directory"
         );
-        // Full mode reads termination messages: the kubelet's pod directory and the pod logs,
-        // read-only, at their own paths; no other mode mounts them.
-        let full = *modes[0] == "--status-mode=full";
+        // Full mode and the events component read termination messages (the status, the
+        // ContainerDied event): the kubelet's pod directory and the pod logs, read-only, at their
+        // own paths; no other install mounts them.
+        let reads_messages = *modes[0] == "--status-mode=full" || args.contains(&"--emit-events");
         for (volume_name, host) in [("kubelet-pods", "/var/lib/kubelet/pods"), ("pod-logs", "/var/log/pods")] {
             match (volume(volume_name), mount(volume_name)) {
                 (Some(v), Some(m)) => {
-                    assert!(full, "{name}: {volume_name} outside full mode");
+                    assert!(reads_messages, "{name}: {volume_name} outside full mode and events");
                     assert_eq!(v["hostPath"]["path"], host);
                     assert_eq!(m["mountPath"], host);
                     assert_eq!(m["readOnly"], true);
                 }
-                (None, None) => assert!(!full, "{name}: full mode without {volume_name}"),
+                (None, None) => assert!(!reads_messages, "{name}: full mode or events without {volume_name}"),
                 _ => panic!("{name}: {volume_name} mounted without its volume, or the other way round"),
             }
         }

@@ -37,7 +37,7 @@
 # refuses a loopback node IP), pods on the CNI bridge plegdk8s0 (10.236.1.0/24, the bridge their
 # gateway: the kubelet probes them, they reach the node's IP), services in 10.236.128.0/24 (no
 # kube-proxy: service IPs do not route; a pod reaches kube-apiserver at the node's IP). containerd is
-# tests/containerd/containerd.sh's 2.1 with a directory of its own ($PLEGD_CLUSTER_DIR/containerd),
+# tests/containerd/containerd.sh's 2.1 (PLEGD_CLUSTER_CONTAINERD_VERSION=1.7 for 1.7) with a directory of its own ($PLEGD_CLUSTER_DIR/containerd),
 # never the one the other tests use. The kubelet writes sysctls and creates cgroups
 # (/plegd-cluster in each hierarchy) on the machine: run this on CI and test machines only.
 # Needs root and Linux.
@@ -60,7 +60,7 @@ SERVICE_IP=10.236.128.1
 APISERVER_PORT=${PLEGD_CLUSTER_APISERVER_PORT:-16443}
 ETCD_PORT=${PLEGD_CLUSTER_ETCD_PORT:-24790}
 CGROUP_ROOT=/plegd-cluster
-CONTAINERD=(env PLEGD_CONTAINERD_DIR="$CLUSTER/containerd" PLEGD_CONTAINERD_VERSION=2.1
+CONTAINERD=(env PLEGD_CONTAINERD_DIR="$CLUSTER/containerd" PLEGD_CONTAINERD_VERSION="${PLEGD_CLUSTER_CONTAINERD_VERSION:-2.1}"
   PLEGD_CNI_BRIDGE="$POD_BRIDGE" PLEGD_CNI_SUBNET="$POD_SUBNET" PLEGD_CNI_GATEWAY=true "$HERE/../containerd/containerd.sh")
 # The Prometheus operator whose CRDs an install with components/pod-monitor or components/alerts
 # needs (the newest version of its module the Go module proxy serves).

@@ -24,8 +24,8 @@ pub const OVERLAYS: [&str; 3] = ["conditions", "full", "shadow"];
 pub const OPTIONAL_COMPONENTS: [&str; 5] = ["events", "pod-monitor", "grafana-dashboard", "alerts", "network-policy"];
 
 /// An install as `kubectl apply -k` makes it: overlay `deploy/<overlay>` with `components` (names
-/// under deploy/components) added, rendered by kustomize (kubectl's, from the test apiserver's
-/// toolchain: tests/apiserver/apiserver.sh installs it). Returns the rendered YAML, written to a
+/// under deploy/components) added, rendered by kustomize (kubectl 1.37's, built by
+/// tests/cluster/cluster.sh). Returns the rendered YAML, written to a
 /// file in `dir`, and its documents.
 pub fn render(overlay: &str, components: &[&str], dir: &std::path::Path) -> (PathBuf, Vec<Value>) {
     let root = dir.join(format!("install-{overlay}-{}", components.join("-")));
@@ -49,9 +49,8 @@ pub fn render(overlay: &str, components: &[&str], dir: &std::path::Path) -> (Pat
         }
     }
     std::fs::write(root.join("kustomization.yaml"), kustomization).unwrap();
-    let out = std::process::Command::new("bash")
-        .arg(path("tests/apiserver/apiserver.sh"))
-        .args(["kubectl", "kustomize"])
+    let out = std::process::Command::new(kubectl())
+        .arg("kustomize")
         .arg(&root)
         .output()
         .expect("run kubectl kustomize");
@@ -65,6 +64,18 @@ pub fn render(overlay: &str, components: &[&str], dir: &std::path::Path) -> (Pat
     std::fs::write(&rendered, &text).unwrap();
     let documents = serde_saphyr::from_multiple(&text).unwrap_or_else(|e| panic!("rendered {overlay}: {e}"));
     (rendered, documents)
+}
+
+/// kubectl v1.37.2, as tests/cluster/cluster.sh builds it (once per version, cached).
+pub fn kubectl() -> PathBuf {
+    let out = std::process::Command::new("bash")
+        .arg(path("tests/cluster/cluster.sh"))
+        .arg("bin")
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .expect("run tests/cluster/cluster.sh bin");
+    assert!(out.status.success(), "building kubectl failed: run `bash tests/cluster/cluster.sh build` to see why");
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("kubectl")
 }
 
 /// `relative` (e.g. "deploy/base/rbac.yaml") under the repository.
