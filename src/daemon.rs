@@ -586,6 +586,7 @@ pub async fn run_controlled(
         runtime_name: version.runtime_name.clone(),
         node_ips: options.sync.node_ips.clone(),
         recursive_read_only_handlers,
+        stop_signals: options.sync.stop_signals,
     };
     let sync_loop = SyncLoop::new(
         pleg.handle(),

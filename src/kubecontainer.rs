@@ -140,6 +140,10 @@ pub struct RuntimeContainerStatus {
     /// The identity the container's first process started with, when the runtime reports it
     /// (containerd 2.x does; `toKubeContainerUser`).
     pub user: Option<RuntimeContainerUser>,
+    /// The signal that stops the container, by its API name (`SIGTERM`, `SIGRTMIN+1`), when the
+    /// runtime reports one (`runtimeSignalToString`); None for CRI's `RUNTIME_DEFAULT` (a runtime
+    /// that does not report it) or a value outside CRI's enum.
+    pub stop_signal: Option<String>,
 }
 
 /// The resources a runtime reports it applied to a container, in the kubelet's units

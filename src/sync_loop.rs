@@ -71,6 +71,8 @@ pub struct SyncConfig {
     pub resync: Duration,
     /// How often state of pods that are gone is dropped.
     pub housekeeping: Duration,
+    /// Write containers' `stopSignal` (`--container-stop-signals`).
+    pub stop_signals: bool,
 }
 
 impl Default for SyncConfig {
@@ -81,6 +83,7 @@ impl Default for SyncConfig {
             tick: Duration::from_secs(1),
             resync: Duration::from_secs(10),
             housekeeping: Duration::from_secs(2),
+            stop_signals: false,
         }
     }
 }
@@ -845,6 +848,7 @@ mod tests {
                 runtime_name: "containerd".into(),
                 node_ips: vec!["192.0.2.10".into()],
                 recursive_read_only_handlers: Some(Vec::new()),
+                stop_signals: false,
             };
             let sync = SyncLoop::new(
                 pleg.handle(),

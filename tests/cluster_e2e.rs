@@ -13,14 +13,19 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 use support::cluster::{CONDITION, Cluster, NAMESPACE, cluster, condition, pod};
-use support::process::{http_get_at, metric};
+use support::process::metric;
 
 /// Every optional component of deploy/ (the admission policies are in the overlays already).
 const EVERY_COMPONENT: [&str; 5] = ["events", "pod-monitor", "grafana-dashboard", "alerts", "network-policy"];
 const WAIT: Duration = Duration::from_secs(90);
 
 /// Poll `get` until `cond` holds of what it returns; panics with the last value after `timeout`.
-async fn eventually<T: std::fmt::Debug, F, Fut>(what: &str, timeout: Duration, mut get: F, cond: impl Fn(&T) -> bool) -> T
+async fn eventually<T: std::fmt::Debug, F, Fut>(
+    what: &str,
+    timeout: Duration,
+    mut get: F,
+    cond: impl Fn(&T) -> bool,
+) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = T>,
@@ -31,7 +36,10 @@ where
         if cond(&value) {
             return value;
         }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}; last seen: {value:#?}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}; last seen: {value:#?}"
+        );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
@@ -47,9 +55,8 @@ async fn wait_condition(pods: &Api<Pod>, name: &str, status: &str, message: &str
         WAIT,
         || get(pods, name),
         |p| {
-            condition(p, CONDITION).is_some_and(|c| {
-                c.status == status && c.message.as_deref().unwrap_or_default().contains(message)
-            })
+            condition(p, CONDITION)
+                .is_some_and(|c| c.status == status && c.message.as_deref().unwrap_or_default().contains(message))
         },
     )
     .await
@@ -61,13 +68,15 @@ async fn ready_plegd(cluster: &Cluster, node: &str) -> Pod {
         "plegd's pod Ready",
         WAIT,
         || async {
-            cluster
-                .plegd_pods()
-                .await
-                .into_iter()
-                .find(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node) && p.metadata.deletion_timestamp.is_none())
+            cluster.plegd_pods().await.into_iter().find(|p| {
+                p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node)
+                    && p.metadata.deletion_timestamp.is_none()
+            })
         },
-        |p| p.as_ref().is_some_and(|p| condition(p, "Ready").is_some_and(|c| c.status == "True")),
+        |p| {
+            p.as_ref()
+                .is_some_and(|p| condition(p, "Ready").is_some_and(|c| c.status == "True"))
+        },
     )
     .await
     .unwrap()
@@ -81,20 +90,68 @@ fn restarts(pod: &Pod) -> i32 {
         .map_or(0, |c| c.restart_count)
 }
 
-/// GET /metrics on plegd's pod, with `token` if any: (status, body).
-async fn scrape(plegd: &Pod, token: Option<String>) -> (u16, String) {
-    let ip: std::net::IpAddr = plegd
+/// GET /metrics on plegd's pod from a pod in the `monitoring` namespace on plegd's node (where
+/// Prometheus runs, as components/network-policy lets in), with `token` if any: (status, body).
+/// Through a pod, as Prometheus scrapes: a kind cluster's pod network is not the host's.
+async fn scrape(cluster: &Cluster, plegd: &Pod, token: Option<String>) -> (u16, String) {
+    static SCRAPES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let ip = plegd
         .status
         .as_ref()
-        .and_then(|s| s.pod_ip.as_deref())
-        .expect("plegd's pod has an IP")
-        .parse()
-        .expect("an IP");
-    tokio::task::spawn_blocking(move || {
-        http_get_at((ip, 9808).into(), "/metrics", token.as_deref()).expect("an answer from plegd's /metrics")
-    })
-    .await
-    .unwrap()
+        .and_then(|s| s.pod_ip.clone())
+        .expect("plegd's pod has an IP");
+    let node = plegd
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .expect("plegd's pod is bound");
+    let monitoring = cluster_pods(cluster, "monitoring");
+    let name = format!("scrape-{}", SCRAPES.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    let header = if token.is_some() {
+        "--header \"Authorization: Bearer $TOKEN\""
+    } else {
+        ""
+    };
+    let mut scraper = pod(
+        &name,
+        &node,
+        &format!("busybox wget -S -q -O - {header} http://{ip}:9808/metrics 2>&1; true"),
+    );
+    scraper.spec.as_mut().unwrap().containers[0].env = Some(vec![
+        serde_json::from_value(json!({"name": "TOKEN", "value": token.unwrap_or_default()})).unwrap(),
+    ]);
+    let _ = monitoring.delete(&name, &DeleteParams::default().grace_period(0)).await;
+    monitoring
+        .create(&PostParams::default(), &scraper)
+        .await
+        .expect("the scraper pod");
+    eventually(
+        "the scraper done",
+        WAIT,
+        || get(&monitoring, &name),
+        |p| {
+            matches!(
+                p.status.as_ref().and_then(|s| s.phase.as_deref()),
+                Some("Succeeded" | "Failed")
+            )
+        },
+    )
+    .await;
+    let out = monitoring
+        .logs(&name, &Default::default())
+        .await
+        .expect("the scraper's log");
+    let _ = monitoring.delete(&name, &DeleteParams::default().grace_period(0)).await;
+    let code = out
+        .lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix("HTTP/1.1 ")
+                .or_else(|| l.split("HTTP/1.1 ").nth(1))
+        })
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no HTTP status in the scraper's output: {out}"));
+    (code, out)
 }
 
 /// The token deploy/components/pod-monitor gives Prometheus (its Secret, once the token controller
@@ -105,7 +162,11 @@ async fn metrics_reader_token(cluster: &Cluster) -> String {
         "the metrics reader's token",
         WAIT,
         || async { secrets.get_opt("plegd-metrics-reader").await.ok().flatten() },
-        |s| s.as_ref().and_then(|s| s.data.as_ref()).is_some_and(|d| d.contains_key("token")),
+        |s| {
+            s.as_ref()
+                .and_then(|s| s.data.as_ref())
+                .is_some_and(|d| d.contains_key("token"))
+        },
     )
     .await
     .unwrap();
@@ -143,7 +204,14 @@ async fn conditions_with_every_component() {
     // The objects of each component are in the cluster (the Prometheus operator's CRDs installed
     // for PodMonitor and PrometheusRule).
     let objects = cluster
-        .kubectl(&["-n", NAMESPACE, "get", "podmonitors,prometheusrules,networkpolicies,configmaps", "-o", "name"])
+        .kubectl(&[
+            "-n",
+            NAMESPACE,
+            "get",
+            "podmonitors,prometheusrules,networkpolicies,configmaps",
+            "-o",
+            "name",
+        ])
         .await;
     for expected in [
         "podmonitor.monitoring.coreos.com/plegd",
@@ -156,41 +224,68 @@ async fn conditions_with_every_component() {
 
     // /metrics through the pod: the metrics reader's token is let in, no token is not.
     let token = metrics_reader_token(&cluster).await;
-    let (code, body) = scrape(&plegd, None).await;
+    cluster.namespace("monitoring").await;
+    let (code, body) = scrape(&cluster, &plegd, None).await;
     assert_eq!(code, 401, "{body}");
-    let (code, body) = eventually("a scrape with the metrics reader's token", WAIT, || scrape(&plegd, Some(token.clone())), |(code, _)| *code == 200).await;
-    assert!(body.contains("# TYPE plegd_pleg_relist_duration_seconds"), "{code} {body}");
+    let (code, body) = eventually(
+        "a scrape with the metrics reader's token",
+        WAIT,
+        || scrape(&cluster, &plegd, Some(token.clone())),
+        |(code, _)| *code == 200,
+    )
+    .await;
+    assert!(
+        body.contains("# TYPE plegd_pleg_relist_duration_seconds"),
+        "{code} {body}"
+    );
 
     let pods = cluster.namespace("e2e-conditions").await;
     let pp = PostParams::default();
     pods.create(&pp, &pod("sleeper", &node, "sleep 3600")).await.unwrap();
     pods.create(
         &pp,
-        &pod("failer", &node, "echo 'bye from failer' > /dev/termination-log; sleep 3; exit 3"),
+        &pod(
+            "failer",
+            &node,
+            "echo 'bye from failer' > /dev/termination-log; sleep 3; exit 3",
+        ),
     )
     .await
     .unwrap();
     wait_condition(&pods, "sleeper", "True", "").await;
     wait_condition(&pods, "failer", "False", "container main exited with code 3").await;
     // The kubelet's own status beside it.
-    eventually("the kubelet's Failed phase", WAIT, || get(&pods, "failer"), |p| {
-        p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed")
-    })
+    eventually(
+        "the kubelet's Failed phase",
+        WAIT,
+        || get(&pods, "failer"),
+        |p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed"),
+    )
     .await;
 
     // Every pod of the node has plegd's condition, plegd's own pod included.
-    let all = eventually("plegd's condition on every pod of the node", WAIT, || pods_on(&cluster, &node), |pods| {
-        pods.iter().all(|p| condition(p, CONDITION).is_some())
-    })
+    let all = eventually(
+        "plegd's condition on every pod of the node",
+        WAIT,
+        || pods_on(&cluster, &node),
+        |pods| pods.iter().all(|p| condition(p, CONDITION).is_some()),
+    )
     .await;
     let keys: Vec<String> = all.iter().map(key).collect();
     assert!(keys.contains(&key(&plegd)), "plegd's own pod: {keys:?}");
 
     // The Kubernetes Event of the exit, with its code and the termination message.
     let events: Api<Event> = Api::namespaced(cluster.client.clone(), "e2e-conditions");
-    let events = eventually("plegd's ContainerDied event for failer", WAIT, || async { events.list(&ListParams::default()).await.unwrap().items }, |events| {
-        events.iter().any(|e| e.reason.as_deref() == Some("ContainerDied") && e.involved_object.name.as_deref() == Some("failer"))
-    })
+    let events = eventually(
+        "plegd's ContainerDied event for failer",
+        WAIT,
+        || async { events.list(&ListParams::default()).await.unwrap().items },
+        |events| {
+            events.iter().any(|e| {
+                e.reason.as_deref() == Some("ContainerDied") && e.involved_object.name.as_deref() == Some("failer")
+            })
+        },
+    )
     .await;
     let died = events
         .iter()
@@ -201,7 +296,11 @@ async fn conditions_with_every_component() {
         message.contains("container main exited with code 3") && message.contains("bye from failer"),
         "{died:#?}"
     );
-    assert_eq!(restarts(&ready_plegd(&cluster, &node).await), 0, "plegd's probes pass: it is never restarted");
+    assert_eq!(
+        restarts(&ready_plegd(&cluster, &node).await),
+        0,
+        "plegd's probes pass: it is never restarted"
+    );
 }
 
 /// The real admission policies with a real token's node-name claim: plegd's token (bound to its
@@ -217,16 +316,18 @@ async fn a_write_to_a_pod_of_another_node_is_refused() {
     let pp = PostParams::default();
     pods.create(&pp, &pod("here", &node, "sleep 3600")).await.unwrap();
     // Bound to a node that does not exist: never run, and not ours.
-    pods.create(&pp, &pod("elsewhere", "plegd-e2e-elsewhere", "sleep 3600")).await.unwrap();
+    pods.create(&pp, &pod("elsewhere", "plegd-e2e-elsewhere", "sleep 3600"))
+        .await
+        .unwrap();
     wait_condition(&pods, "here", "True", "").await;
 
-    let token = cluster.plegd_token("Pod", plegd.metadata.name.as_deref().unwrap()).await;
+    let token = cluster
+        .plegd_token("Pod", plegd.metadata.name.as_deref().unwrap())
+        .await;
     let dir = tempfile::tempdir().unwrap();
     let as_plegd = support::cluster::client_from(&cluster.kubeconfig_with_token(dir.path(), &token)).await;
     let plegd_pods: Api<Pod> = Api::namespaced(as_plegd, "e2e-other-node");
-    let condition_patch = |kind: &str| {
-        json!({"status": {"conditions": [{"type": kind, "status": "False", "reason": "E2E", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}})
-    };
+    let condition_patch = |kind: &str| json!({"status": {"conditions": [{"type": kind, "status": "False", "reason": "E2E", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
     let patch = |name: &'static str, body: Value| {
         let plegd_pods = plegd_pods.clone();
         async move {
@@ -235,20 +336,30 @@ async fn a_write_to_a_pod_of_another_node_is_refused() {
                 .await
         }
     };
-    let refused = patch("elsewhere", condition_patch(CONDITION)).await.expect_err("a pod of another node");
-    let kube::Error::Api(status) = &refused else { panic!("{refused:?}") };
+    let refused = patch("elsewhere", condition_patch(CONDITION))
+        .await
+        .expect_err("a pod of another node");
+    let kube::Error::Api(status) = &refused else {
+        panic!("{refused:?}")
+    };
     assert!(
         status.code == 403 && status.message.contains("plegd-own-node-only"),
         "refused by the node policy: {status:?}"
     );
-    let refused = patch("here", condition_patch("Ready")).await.expect_err("another condition");
-    let kube::Error::Api(status) = &refused else { panic!("{refused:?}") };
+    let refused = patch("here", condition_patch("Ready"))
+        .await
+        .expect_err("another condition");
+    let kube::Error::Api(status) = &refused else {
+        panic!("{refused:?}")
+    };
     assert!(
         status.code == 403 && status.message.contains("plegd-conditions-only"),
         "refused by the conditions policy: {status:?}"
     );
     // Its own condition on its own node's pod goes through (plegd writes it back right after).
-    patch("here", condition_patch(CONDITION)).await.expect("plegd's condition on its node's pod");
+    patch("here", condition_patch(CONDITION))
+        .await
+        .expect("plegd's condition on its node's pod");
     wait_condition(&pods, "here", "True", "").await;
 }
 
@@ -266,15 +377,29 @@ async fn a_rollout_restart_keeps_the_conditions() {
     let before = wait_condition(&pods, "before", "True", "").await;
     let since = condition(&before, CONDITION).unwrap().last_transition_time.clone();
 
-    cluster.kubectl(&["-n", NAMESPACE, "rollout", "restart", "ds/plegd"]).await;
-    cluster.kubectl(&["-n", NAMESPACE, "rollout", "status", "ds/plegd", "--timeout=180s"]).await;
+    cluster
+        .kubectl(&["-n", NAMESPACE, "rollout", "restart", "ds/plegd"])
+        .await;
+    cluster
+        .kubectl(&["-n", NAMESPACE, "rollout", "status", "ds/plegd", "--timeout=180s"])
+        .await;
     let new = ready_plegd(&cluster, &node).await;
     assert_ne!(new.metadata.uid, old.metadata.uid, "a new pod");
     // The new plegd's own pod gets its condition; the old pod's condition was not flipped.
-    wait_condition(&cluster_pods(&cluster, NAMESPACE), new.metadata.name.as_deref().unwrap(), "True", "").await;
+    wait_condition(
+        &cluster_pods(&cluster, NAMESPACE),
+        new.metadata.name.as_deref().unwrap(),
+        "True",
+        "",
+    )
+    .await;
     let after = get(&pods, "before").await;
     let c = condition(&after, CONDITION).unwrap();
-    assert_eq!((c.status.as_str(), &c.last_transition_time), ("True", &since), "{after:#?}");
+    assert_eq!(
+        (c.status.as_str(), &c.last_transition_time),
+        ("True", &since),
+        "{after:#?}"
+    );
     pods.create(&pp, &pod("after", &node, "sleep 1; exit 5")).await.unwrap();
     wait_condition(&pods, "after", "False", "exited with code 5").await;
 }
@@ -312,7 +437,11 @@ async fn restarted_under_plegd(component: &str, namespace: &str) {
     wait_condition(&pods, "after", "False", "container main exited with code 4").await;
     let survivor = get(&pods, "survivor").await;
     let c = condition(&survivor, CONDITION).unwrap();
-    assert_eq!((c.status.as_str(), &c.last_transition_time), ("True", &since), "{survivor:#?}");
+    assert_eq!(
+        (c.status.as_str(), &c.last_transition_time),
+        ("True", &since),
+        "{survivor:#?}"
+    );
     let now = ready_plegd(&cluster, &node).await;
     assert_eq!(now.metadata.uid, plegd.metadata.uid, "the same plegd pod");
     assert_eq!(restarts(&now), restarts(&plegd), "plegd was not restarted: {now:#?}");
@@ -330,7 +459,14 @@ async fn shadow_counts_differences_and_writes_nothing() {
     let node = cluster.node().await;
     let plegd = ready_plegd(&cluster, &node).await;
     let token = metrics_reader_token(&cluster).await;
-    let (_, before) = eventually("a scrape", WAIT, || scrape(&plegd, Some(token.clone())), |(code, _)| *code == 200).await;
+    cluster.namespace("monitoring").await;
+    let (_, before) = eventually(
+        "a scrape",
+        WAIT,
+        || scrape(&cluster, &plegd, Some(token.clone())),
+        |(code, _)| *code == 200,
+    )
+    .await;
     let differences = |body: &str| -> f64 {
         body.lines()
             .filter(|l| l.starts_with("plegd_shadow_differences_total{"))
@@ -340,29 +476,50 @@ async fn shadow_counts_differences_and_writes_nothing() {
     let pods = cluster.namespace("e2e-shadow").await;
     let pp = PostParams::default();
     pods.create(&pp, &pod("sleeper", &node, "sleep 3600")).await.unwrap();
-    pods.create(&pp, &pod("failer", &node, "sleep 2; exit 3")).await.unwrap();
-    eventually("the kubelet's Failed phase", WAIT, || get(&pods, "failer"), |p| {
-        p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed")
-    })
+    pods.create(&pp, &pod("failer", &node, "sleep 2; exit 3"))
+        .await
+        .unwrap();
+    eventually(
+        "the kubelet's Failed phase",
+        WAIT,
+        || get(&pods, "failer"),
+        |p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed"),
+    )
     .await;
-    eventually("the kubelet's Ready sleeper", WAIT, || get(&pods, "sleeper"), |p| {
-        condition(p, "Ready").is_some_and(|c| c.status == "True")
-    })
+    eventually(
+        "the kubelet's Ready sleeper",
+        WAIT,
+        || get(&pods, "sleeper"),
+        |p| condition(p, "Ready").is_some_and(|c| c.status == "True"),
+    )
     .await;
-    let (_, after) = eventually("differences counted", WAIT, || scrape(&plegd, Some(token.clone())), |(_, body)| {
-        differences(body) > differences(&before)
-    })
+    let (_, after) = eventually(
+        "differences counted",
+        WAIT,
+        || scrape(&cluster, &plegd, Some(token.clone())),
+        |(_, body)| differences(body) > differences(&before),
+    )
     .await;
     eprintln!(
         "shadow differences counted: {:#?}",
-        after.lines().filter(|l| l.starts_with("plegd_shadow_differences_total{")).collect::<Vec<_>>()
+        after
+            .lines()
+            .filter(|l| l.starts_with("plegd_shadow_differences_total{"))
+            .collect::<Vec<_>>()
     );
-    assert!(after.contains("# TYPE plegd_shadow_differences_total counter"), "{after}");
+    assert!(
+        after.contains("# TYPE plegd_shadow_differences_total counter"),
+        "{after}"
+    );
     // Nothing written: no condition of plegd's on any pod, no status write counted.
     for p in pods_on(&cluster, &node).await {
         assert!(condition(&p, CONDITION).is_none(), "{}", key(&p));
     }
-    assert_eq!(metric(&after, "plegd_status_writes_total{result=\"ok\"}"), Some(0.0), "{after}");
+    assert_eq!(
+        metric(&after, "plegd_status_writes_total{result=\"ok\"}"),
+        Some(0.0),
+        "{after}"
+    );
 }
 
 /// Full mode where no kubelet runs the pods: a Node object with no kubelet, its pods run through
@@ -372,7 +529,9 @@ async fn shadow_counts_differences_and_writes_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn full_mode_on_a_node_without_a_kubelet() {
     let Some(cluster) = cluster().await else { return };
-    let Some(cd) = support::containerd::containerd().await else { return };
+    let Some(cd) = support::containerd::containerd().await else {
+        return;
+    };
     // No DaemonSet: it would put a plegd pod on the new node, which nothing runs. deploy/full's
     // RBAC and admission policy alone.
     cluster.remove_plegd().await;
@@ -383,7 +542,11 @@ async fn full_mode_on_a_node_without_a_kubelet() {
     let objects: Vec<Value> = serde_saphyr::from_multiple(&rendered).expect("deploy/full renders");
     let objects: Vec<Value> = objects.into_iter().filter(|o| o["kind"] != "DaemonSet").collect();
     let file = dir.path().join("full-without-daemonset.json");
-    std::fs::write(&file, json!({"apiVersion": "v1", "kind": "List", "items": objects}).to_string()).unwrap();
+    std::fs::write(
+        &file,
+        json!({"apiVersion": "v1", "kind": "List", "items": objects}).to_string(),
+    )
+    .unwrap();
     let file = file.display().to_string();
     cluster.kubectl(&["apply", "-f", &file]).await;
     cluster.on_exit(&["delete", "--ignore-not-found", "-f", &file]);
@@ -394,7 +557,10 @@ async fn full_mode_on_a_node_without_a_kubelet() {
     nodes
         .create(
             &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": node, "labels": {support::cluster::E2E_LABEL: "true"}}})).unwrap(),
+            &serde_json::from_value(
+                json!({"metadata": {"name": node, "labels": {support::cluster::E2E_LABEL: "true"}}}),
+            )
+            .unwrap(),
         )
         .await
         .expect("a Node object");
@@ -412,18 +578,26 @@ async fn full_mode_on_a_node_without_a_kubelet() {
     object.spec.as_mut().unwrap().host_network = Some(true);
     let created = pods.create(&PostParams::default(), &object).await.unwrap();
     let uid = created.metadata.uid.clone().unwrap();
-    let sandbox = cd.run_pod_as("job", support::containerd::TEST_NAMESPACE, &uid, true, None).await;
+    let sandbox = cd
+        .run_pod_as("job", support::containerd::TEST_NAMESPACE, &uid, true, None)
+        .await;
     let ctr = cd.run_container(&sandbox, "main", "sleep 3; exit 0").await;
-    let running = eventually("Running, written by plegd", WAIT, || get(&pods, "job"), |p| {
-        p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-    })
+    let running = eventually(
+        "Running, written by plegd",
+        WAIT,
+        || get(&pods, "job"),
+        |p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"),
+    )
     .await;
     let cs = &running.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0];
     assert_eq!(cs.container_id.as_deref(), Some(format!("containerd://{ctr}").as_str()));
     assert!(cs.state.as_ref().unwrap().running.is_some(), "{cs:#?}");
-    let done = eventually("Succeeded, written by plegd", WAIT, || get(&pods, "job"), |p| {
-        p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded")
-    })
+    let done = eventually(
+        "Succeeded, written by plegd",
+        WAIT,
+        || get(&pods, "job"),
+        |p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded"),
+    )
     .await;
     let terminated = done.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0]
         .state
@@ -432,7 +606,10 @@ async fn full_mode_on_a_node_without_a_kubelet() {
         .terminated
         .clone()
         .unwrap();
-    assert_eq!((terminated.exit_code, terminated.reason.as_deref()), (0, Some("Completed")));
+    assert_eq!(
+        (terminated.exit_code, terminated.reason.as_deref()),
+        (0, Some("Completed"))
+    );
     cd.cleanup(&sandbox).await;
 
     // A running pod deleted by a user (a grace period: the apiserver leaves it to its node): plegd
@@ -441,20 +618,36 @@ async fn full_mode_on_a_node_without_a_kubelet() {
     object.spec.as_mut().unwrap().host_network = Some(true);
     let created = pods.create(&PostParams::default(), &object).await.unwrap();
     let uid = created.metadata.uid.clone().unwrap();
-    let sandbox = cd.run_pod_as("server", support::containerd::TEST_NAMESPACE, &uid, true, None).await;
+    let sandbox = cd
+        .run_pod_as("server", support::containerd::TEST_NAMESPACE, &uid, true, None)
+        .await;
     let ctr = cd.run_container(&sandbox, "main", "sleep 600").await;
-    eventually("Running, written by plegd", WAIT, || get(&pods, "server"), |p| {
-        p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-    })
+    eventually(
+        "Running, written by plegd",
+        WAIT,
+        || get(&pods, "server"),
+        |p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"),
+    )
     .await;
-    pods.delete("server", &DeleteParams::default()).await.expect("a deletion request");
+    pods.delete("server", &DeleteParams::default())
+        .await
+        .expect("a deletion request");
     cd.stop_container(&ctr, 0).await;
-    eventually("the final status, written by plegd", WAIT, || get(&pods, "server"), |p| {
-        p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed")
-    })
+    eventually(
+        "the final status, written by plegd",
+        WAIT,
+        || get(&pods, "server"),
+        |p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed"),
+    )
     .await;
     cd.stop_pod(&sandbox).await;
-    eventually("the pod removed by plegd", WAIT, || async { pods.get_opt("server").await.unwrap() }, Option::is_none).await;
+    eventually(
+        "the pod removed by plegd",
+        WAIT,
+        || async { pods.get_opt("server").await.unwrap() },
+        Option::is_none,
+    )
+    .await;
     // The DELETE is counted once its answer is back, which can be just after the pod is gone.
     support::wait_until("the deletion counted", Duration::from_secs(5), || {
         metrics.encode().contains("plegd_pod_deletions_total{result=\"ok\"} 1")

@@ -1,47 +1,93 @@
 #!/usr/bin/env bash
-# plegd in a real cluster: create a kind cluster, build and load plegd's image, deploy it as a
-# DaemonSet beside the kubelets, run test pods, and check plegd's events and conditions with kubectl.
-# Needs docker, kind and kubectl (and network access for the base images). Deletes the cluster at the end.
+# plegd's end-to-end suite (tests/cluster_e2e.rs) in a kind cluster: the same assertions the tests
+# make on tests/cluster/cluster.sh's node built from Kubernetes' own code, on kind's node (a
+# container around the same processes) where Docker is available.
 #
-#   bash deploy/kind/e2e.sh
+#   bash deploy/kind/e2e.sh           # create the cluster, build and load the images, run the suite,
+#                                     # delete the cluster
+#
+# Needs docker, kind (v0.31.0 or newer), kubectl, jq, Go (the Prometheus operator's CRDs come from
+# its Go module) and Rust, and network access for kind's node image. The suite calls this script
+# back with the commands it needs of a cluster, the same as tests/cluster/cluster.sh's:
+#
+#   deploy/kind/e2e.sh start [--plegd DIR]   # prints the kubeconfig's path last; with --plegd, the
+#                                             # kustomization DIR installed (the one before removed)
+#   deploy/kind/e2e.sh kubectl ARGS...
+#   deploy/kind/e2e.sh restart containerd|kubelet   # on every node (systemd inside kind's nodes)
+#   deploy/kind/e2e.sh remove-plegd
 set -euo pipefail
-cd "$(dirname "$0")/../.."
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
 CLUSTER=${CLUSTER:-plegd-e2e}
-NS=plegd-e2e
-for tool in docker kind kubectl; do
-  command -v "$tool" >/dev/null || { echo "e2e.sh: $tool is needed" >&2; exit 1; }
-done
+STATE=${PLEGD_KIND_STATE:-$REPO/target/kind-e2e}
+KUBECONFIG_FILE="$STATE/kubeconfig"
+PROMETHEUS_OPERATOR_VERSION=${PLEGD_PROMETHEUS_OPERATOR_VERSION:-v0.85.0}
 
-kind create cluster --name "$CLUSTER" --config deploy/kind/cluster.yaml --wait 180s
-trap 'kind delete cluster --name "$CLUSTER"' EXIT
-docker build -f deploy/Containerfile -t plegd:dev .
-kind load docker-image plegd:dev --name "$CLUSTER"
-kubectl apply -k deploy/conditions
-kubectl -n plegd-system rollout status ds/plegd --timeout=180s
+log() { echo "e2e.sh: $*" >&2; }
+die() { log "error: $*"; exit 1; }
+k() { kubectl --kubeconfig "$KUBECONFIG_FILE" "$@"; }
 
-kubectl create namespace "$NS"
-# Follow the events of the plegd on the worker before anything runs there.
-worker=$(kubectl get nodes -l '!node-role.kubernetes.io/control-plane' -o jsonpath='{.items[0].metadata.name}')
-plegd_pod=$(kubectl -n plegd-system get pods -l app.kubernetes.io/name=plegd --field-selector "spec.nodeName=$worker" -o name)
-events=$(mktemp)
-kubectl -n plegd-system exec "$plegd_pod" -- plegd events --namespace "$NS" --output json >"$events" &
-follower=$!
+# install_crds YAML: the Prometheus operator's CRDs of the kinds the install has (as cluster.sh).
+install_crds() {
+  local kind file dir
+  for kind in PodMonitor PrometheusRule; do
+    grep -qx "kind: $kind" "$1" || continue
+    case $kind in
+      PodMonitor) file=monitoring.coreos.com_podmonitors.yaml ;;
+      PrometheusRule) file=monitoring.coreos.com_prometheusrules.yaml ;;
+    esac
+    dir=$(go mod download -json "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION" | jq -r .Dir)
+    k apply --server-side -f "$dir/example/prometheus-operator-crd/$file" >&2
+    k wait --for condition=Established --timeout=60s -f "$dir/example/prometheus-operator-crd/$file" >&2
+  done
+}
 
-overrides='{"spec":{"nodeName":"'"$worker"'"}}'
-kubectl -n "$NS" run sleeper --image=busybox:1.36 --restart=Never --overrides="$overrides" -- sleep 3600
-kubectl -n "$NS" run failer --image=busybox:1.36 --restart=Never --overrides="$overrides" -- sh -c 'sleep 5; exit 3'
+deploy_plegd() {
+  local dir=$1
+  mkdir -p "$STATE"
+  k kustomize "$dir" >"$STATE/plegd.yaml.new"
+  install_crds "$STATE/plegd.yaml.new"
+  if [ -f "$STATE/plegd.yaml" ] && ! cmp -s "$STATE/plegd.yaml" "$STATE/plegd.yaml.new"; then
+    k delete -f "$STATE/plegd.yaml" --ignore-not-found --wait=true --timeout=180s >&2
+  fi
+  mv "$STATE/plegd.yaml.new" "$STATE/plegd.yaml"
+  k apply -f "$STATE/plegd.yaml" >&2
+  k -n plegd-system rollout status ds/plegd --timeout=180s >&2
+}
 
-kubectl -n "$NS" wait pod/sleeper --for=condition=plegd.io/ContainersRunning=True --timeout=180s
-kubectl -n "$NS" wait pod/failer --for=condition=plegd.io/ContainersRunning=False --timeout=180s
-message=$(kubectl -n "$NS" get pod failer -o jsonpath='{.status.conditions[?(@.type=="plegd.io/ContainersRunning")].message}')
-[[ "$message" == *"exited with code 3"* ]] || { echo "e2e.sh: unexpected condition message: $message" >&2; exit 1; }
-# The kubelet's own status is untouched by plegd in conditions mode.
-kubectl -n "$NS" wait pod/failer --for=jsonpath='{.status.phase}'=Failed --timeout=60s
-
-sleep 2
-kill "$follower" 2>/dev/null || true
-grep -q '"type":"ContainerDied".*"pod":"failer".*"exit_code":3' "$events" \
-  || { echo "e2e.sh: no ContainerDied for failer in plegd events:" >&2; cat "$events" >&2; exit 1; }
-grep -q '"type":"ContainerStarted".*"pod":"sleeper"' "$events" \
-  || { echo "e2e.sh: no ContainerStarted for sleeper" >&2; cat "$events" >&2; exit 1; }
-echo "e2e.sh: plegd events and conditions as expected"
+case "${1:-}" in
+  start)
+    [ -f "$KUBECONFIG_FILE" ] || die "no kind cluster of this script's (run bash deploy/kind/e2e.sh)"
+    if [ "${2:-}" = --plegd ]; then deploy_plegd "${3:?--plegd needs a kustomization directory}"; fi
+    echo "$KUBECONFIG_FILE"
+    ;;
+  kubectl) shift; k "$@" ;;
+  restart)
+    case "${2:-}" in
+      # On every node: the suite's node is one of them.
+      containerd|kubelet)
+        for n in $(kind get nodes --name "$CLUSTER"); do docker exec "$n" systemctl restart "$2"; done
+        k wait --for condition=Ready nodes --all --timeout=120s >&2 ;;
+      *) die "restart: containerd or kubelet (kind's node cannot restart its control plane alone)" ;;
+    esac
+    ;;
+  remove-plegd)
+    if [ -f "$STATE/plegd.yaml" ]; then k delete -f "$STATE/plegd.yaml" --ignore-not-found --wait=true >&2; rm -f "$STATE/plegd.yaml"; fi
+    ;;
+  "")
+    for tool in docker kind kubectl jq go cargo; do
+      command -v "$tool" >/dev/null || die "$tool is needed"
+    done
+    mkdir -p "$STATE"
+    kind create cluster --name "$CLUSTER" --config "$REPO/deploy/kind/cluster.yaml" --kubeconfig "$KUBECONFIG_FILE" --wait 180s
+    trap 'kind delete cluster --name "$CLUSTER"; rm -rf "$STATE"' EXIT
+    # plegd's image, and the suite's test image (busybox and a pause binary, as the local
+    # cluster's containerd has it), loaded into the node: nothing is pulled.
+    docker build -f "$REPO/deploy/Containerfile" -t plegd:dev "$REPO"
+    kind load docker-image plegd:dev --name "$CLUSTER"
+    kind load image-archive "$(bash "$REPO/tests/containerd/containerd.sh" image)" --name "$CLUSTER"
+    cd "$REPO"
+    if ! cargo nextest --version >/dev/null 2>&1; then cargo install cargo-nextest --locked; fi
+    PLEGD_CLUSTER_E2E=1 PLEGD_CLUSTER_SCRIPT="$REPO/deploy/kind/e2e.sh" cargo nextest run --test cluster_e2e
+    ;;
+  *) echo "usage: $0 [start [--plegd DIR] | kubectl ARGS... | restart containerd|kubelet | remove-plegd]" >&2; exit 2 ;;
+esac

@@ -314,6 +314,10 @@ pub struct RunArgs {
     /// Publish Kubernetes Events when a container dies or is OOM-killed.
     #[arg(long)]
     pub emit_events: bool,
+    /// Full mode: write each container's `stopSignal` as the runtime reports it, as a kubelet with
+    /// the ContainerStopSignals feature gate on does (alpha and off by default in Kubernetes 1.37).
+    #[arg(long, env = "PLEGD_CONTAINER_STOP_SIGNALS", hide_env_values = true)]
+    pub container_stop_signals: bool,
     /// Status writers working in parallel (1 to 64).
     #[arg(long, value_name = "N", default_value_t = 4, value_parser = number_in(range::STATUS_WRITERS))]
     pub status_writers: usize,
@@ -443,6 +447,7 @@ impl RunArgs {
             sync: SyncConfig {
                 mode: self.status_mode,
                 node_ips: self.node_ip.iter().filter(|ip| !ip.is_empty()).cloned().collect(),
+                stop_signals: self.container_stop_signals,
                 ..SyncConfig::default()
             },
             emit_events: self.emit_events,

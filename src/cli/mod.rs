@@ -253,6 +253,7 @@ mod tests {
             "--status-mode",
             "full",
             "--emit-events",
+            "--container-stop-signals",
         ])
         .unwrap();
         let Command::Run(r) = cli.command else { panic!("run") };
@@ -261,6 +262,14 @@ mod tests {
         assert_eq!(o.sync.node_ips, ["192.0.2.1", "fd00::1"]);
         assert_eq!(o.sync.mode, StatusMode::Full);
         assert!(o.emit_events);
+        assert!(o.sync.stop_signals);
+        let Command::Run(r) = parse(&["plegd", "run", "--node-name", "n1"]).unwrap().command else {
+            panic!("run")
+        };
+        assert!(
+            !r.daemon_options().unwrap().sync.stop_signals,
+            "off by default, as the 1.37 kubelet's gate"
+        );
         let err = parse(&["plegd", "run", "--status-mode", "everything"]).unwrap_err();
         assert!(err.contains("--status-mode"), "{err}");
         let err = parse(&["plegd", "run", "--status-qps", "0"]).unwrap_err();

@@ -505,6 +505,7 @@ mod tests {
                 restart_count: 0,
                 resources: None,
                 user: None,
+                stop_signal: None,
             }],
             ..RuntimePodStatus::default()
         };

@@ -59,6 +59,8 @@ pub enum BadData {
     EmptyId,
     /// A state value outside the CRI enum; the item is kept with state unknown.
     UnknownState { id: String, value: i32 },
+    /// A stop signal outside the CRI enum; the container is kept without one.
+    UnknownSignal { id: String, value: i32 },
     /// An id reported twice (by two sandboxes, two containers, or one of each); the first is kept.
     DuplicateId { id: String },
     /// A negative timestamp; treated as unset.
@@ -88,6 +90,7 @@ impl BadData {
             BadData::MissingSandboxMetadata { .. } => "missing_sandbox_metadata",
             BadData::EmptyId => "empty_id",
             BadData::UnknownState { .. } => "unknown_state",
+            BadData::UnknownSignal { .. } => "unknown_signal",
             BadData::DuplicateId { .. } => "duplicate_id",
             BadData::BadTimestamp { .. } => "bad_timestamp",
             BadData::NotUtf8 { .. } | BadData::NotUtf8Field { .. } => "not_utf8",
@@ -102,6 +105,7 @@ impl BadData {
             BadData::MissingPodUid { container_id: id }
             | BadData::MissingSandboxMetadata { sandbox_id: id }
             | BadData::UnknownState { id, .. }
+            | BadData::UnknownSignal { id, .. }
             | BadData::DuplicateId { id }
             | BadData::BadTimestamp { id, .. }
             | BadData::NotUtf8 { id }
@@ -128,6 +132,9 @@ impl std::fmt::Display for BadData {
                     f,
                     "{id} has state {value}, which is not a CRI v1 value; taken as unknown"
                 )
+            }
+            BadData::UnknownSignal { id, value } => {
+                write!(f, "{id} has stop signal {value}, which is not a CRI v1 value; left out")
             }
             BadData::DuplicateId { id } => write!(f, "id {id} reported twice; the first is kept"),
             BadData::BadTimestamp { id, value } => {
@@ -451,7 +458,102 @@ pub fn container_status(mut status: cri::ContainerStatus, bad: &mut Vec<BadData>
                 supplemental_groups: l.supplemental_groups,
             }),
         }),
+        // Set from the runtime's answer by the caller (`stop_signal`): CRI's message of the
+        // k8s-cri crate predates the field.
+        stop_signal: None,
     }
+}
+
+/// The API's names of CRI's `Signal` values, by number from 1 (`SIGNAL_SIGABRT`) to 65
+/// (`SIGNAL_SIGRTMAX`): cri-api v0.37.2 api.proto and the kubelet's `signalNameToRuntimeEnum`
+/// (pkg/kubelet/kuberuntime/helpers.go), whose keys are what `stopSignal` holds. 0 is
+/// `SIGNAL_RUNTIME_DEFAULT`.
+const SIGNALS: [&str; 65] = [
+    "SIGABRT",
+    "SIGALRM",
+    "SIGBUS",
+    "SIGCHLD",
+    "SIGCLD",
+    "SIGCONT",
+    "SIGFPE",
+    "SIGHUP",
+    "SIGILL",
+    "SIGINT",
+    "SIGIO",
+    "SIGIOT",
+    "SIGKILL",
+    "SIGPIPE",
+    "SIGPOLL",
+    "SIGPROF",
+    "SIGPWR",
+    "SIGQUIT",
+    "SIGSEGV",
+    "SIGSTKFLT",
+    "SIGSTOP",
+    "SIGSYS",
+    "SIGTERM",
+    "SIGTRAP",
+    "SIGTSTP",
+    "SIGTTIN",
+    "SIGTTOU",
+    "SIGURG",
+    "SIGUSR1",
+    "SIGUSR2",
+    "SIGVTALRM",
+    "SIGWINCH",
+    "SIGXCPU",
+    "SIGXFSZ",
+    "SIGRTMIN",
+    "SIGRTMIN+1",
+    "SIGRTMIN+2",
+    "SIGRTMIN+3",
+    "SIGRTMIN+4",
+    "SIGRTMIN+5",
+    "SIGRTMIN+6",
+    "SIGRTMIN+7",
+    "SIGRTMIN+8",
+    "SIGRTMIN+9",
+    "SIGRTMIN+10",
+    "SIGRTMIN+11",
+    "SIGRTMIN+12",
+    "SIGRTMIN+13",
+    "SIGRTMIN+14",
+    "SIGRTMIN+15",
+    "SIGRTMAX-14",
+    "SIGRTMAX-13",
+    "SIGRTMAX-12",
+    "SIGRTMAX-11",
+    "SIGRTMAX-10",
+    "SIGRTMAX-9",
+    "SIGRTMAX-8",
+    "SIGRTMAX-7",
+    "SIGRTMAX-6",
+    "SIGRTMAX-5",
+    "SIGRTMAX-4",
+    "SIGRTMAX-3",
+    "SIGRTMAX-2",
+    "SIGRTMAX-1",
+    "SIGRTMAX",
+];
+
+/// A container's stop signal as CRI's `Signal` number gives it, by its API name; None for
+/// `SIGNAL_RUNTIME_DEFAULT` (0: the runtime does not say) and, as bad data, for a number outside
+/// the enum (never a guess: the kubelet would write an empty name there).
+pub fn stop_signal(id: &str, value: i32, bad: &mut Vec<BadData>) -> Option<String> {
+    if value == 0 {
+        return None;
+    }
+    let name = value
+        .checked_sub(1)
+        .and_then(|i| usize::try_from(i).ok())
+        .and_then(|i| SIGNALS.get(i));
+    if name.is_none() {
+        bad.push(BadData::UnknownSignal {
+            id: id.to_owned(),
+            value,
+        });
+    }
+    name.map(|n| (*n).to_owned())
 }
 
 /// CFS shares worth one CPU, and the least the kernel accepts (`cm.SharesPerCPU`, `cm.MinShares`).
@@ -695,6 +797,42 @@ mod tests {
         assert_eq!(shares_to_milli_cpu(i64::MAX), 9_007_199_254_740_992_000);
         assert_eq!(quota_to_milli_cpu(i64::MAX, 1), i64::MAX);
         assert_eq!(quota_to_milli_cpu(i64::MIN, 1), i64::MIN);
+    }
+
+    /// CRI's `Signal` by number, to the names the API and the kubelet's `signalNameToRuntimeEnum`
+    /// use: the ends of each run of the enum, the real-time ones with their offsets.
+    #[test]
+    fn stop_signals_by_number() {
+        let mut bad = Vec::new();
+        for (value, want) in [
+            (1, Some("SIGABRT")),
+            (13, Some("SIGKILL")),
+            (18, Some("SIGQUIT")),
+            (23, Some("SIGTERM")),
+            (34, Some("SIGXFSZ")),
+            (35, Some("SIGRTMIN")),
+            (36, Some("SIGRTMIN+1")),
+            (50, Some("SIGRTMIN+15")),
+            (51, Some("SIGRTMAX-14")),
+            (64, Some("SIGRTMAX-1")),
+            (65, Some("SIGRTMAX")),
+            (0, None),
+        ] {
+            assert_eq!(stop_signal("c1", value, &mut bad).as_deref(), want, "{value}");
+        }
+        assert!(bad.is_empty(), "{bad:?}");
+        for value in [66, -1, i32::MIN, i32::MAX] {
+            assert_eq!(stop_signal("c1", value, &mut bad), None, "{value}");
+        }
+        assert_eq!(bad.len(), 4);
+        assert!(
+            bad.iter().all(|b| b.kind() == "unknown_signal" && b.id() == "c1"),
+            "{bad:?}"
+        );
+        assert_eq!(
+            bad[0].to_string(),
+            "c1 has stop signal 66, which is not a CRI v1 value; left out"
+        );
     }
 
     #[test]

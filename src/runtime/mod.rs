@@ -662,13 +662,14 @@ impl Runtime for CriRuntime {
         }
         let mut plans = Vec::new();
         for (c, listed) in containers.into_iter().zip(&pod.containers) {
-            if let Some(c) = c? {
-                let c = statuses::container_status(&listed.id, &c, &mut bad);
+            if let Some(answer) = c? {
+                let c = statuses::container_status(&listed.id, &answer, &mut bad);
                 if let Some(plan) = termination::plan(&c) {
                     plans.push((status.container_statuses.len(), plan));
                 }
                 let mut c = convert::container_status(c, &mut bad);
                 c.sandbox_id.clone_from(&listed.sandbox_id);
+                c.stop_signal = convert::stop_signal(&listed.id, answer.stop_signal, &mut bad);
                 status.container_statuses.push(c);
             }
         }

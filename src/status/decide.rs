@@ -34,6 +34,8 @@ pub struct NodeFacts {
     /// The runtime handlers that support recursive read-only mounts, as the runtime reported them
     /// at start; None when it could not be asked.
     pub recursive_read_only_handlers: Option<Vec<String>>,
+    /// Write containers' `stopSignal` (the kubelet's ContainerStopSignals feature gate).
+    pub stop_signals: bool,
 }
 
 /// plegd's own last write of a pod's status: what the apiserver answered the PATCH with, and the
@@ -172,6 +174,7 @@ pub fn decide(
         runtime_name: &node.runtime_name,
         node_ips: &node.node_ips,
         recursive_read_only_handlers: node.recursive_read_only_handlers.as_deref(),
+        stop_signals: node.stop_signals,
         now,
     });
     let deadline = (!matches!(generated.phase.as_deref(), Some("Succeeded" | "Failed")))
@@ -452,6 +455,7 @@ mod tests {
             runtime_name: "containerd".into(),
             node_ips: vec!["192.0.2.10".into()],
             recursive_read_only_handlers: Some(Vec::new()),
+            stop_signals: false,
         }
     }
 

@@ -230,6 +230,9 @@ pub fn set_runtime_fields(
     old: Option<&ContainerStatus>,
 ) {
     status.user = runtime.user.as_ref().map(api_user);
+    // `convertToAPIContainerStatuses` copies it as it is; [`super::generate`] drops it unless the
+    // ContainerStopSignals gate's equivalent is on.
+    status.stop_signal = runtime.stop_signal.clone();
     status.resources = Some(status_resources(allocated, runtime, status, old));
     status.allocated_resources = allocated.and_then(|a| a.requests.clone());
 }
@@ -335,6 +338,7 @@ mod tests {
             restart_count: 0,
             resources: applied,
             user: None,
+            stop_signal: None,
         }
     }
 

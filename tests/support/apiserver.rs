@@ -296,7 +296,8 @@ fn run(command: &mut Command) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n";
+const AUDIT_POLICY: &str =
+    "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n";
 
 impl Apiserver {
     /// A server with the default options.
@@ -315,10 +316,7 @@ impl Apiserver {
                     Err(why) if attempt < 3 && me.lost_its_port(&why) => {
                         eprintln!("test apiserver: port taken by another ({why}); starting again on other ports");
                     }
-                    Err(why) => panic!(
-                        "kube-apiserver did not become ready in 90s: {why}\n{}",
-                        me.log_tail()
-                    ),
+                    Err(why) => panic!("kube-apiserver did not become ready in 90s: {why}\n{}", me.log_tail()),
                 }
             }
             unreachable!("the loop breaks or panics")
@@ -843,7 +841,11 @@ impl Apiserver {
 
     /// Hold each of plegd's pod writes (status PATCHes, DELETEs) for `delay` in admission.
     pub async fn set_delay(&self, delay: Option<Duration>) {
-        self.faults().await.as_ref().unwrap().set(|f| f.delay = delay.unwrap_or_default());
+        self.faults()
+            .await
+            .as_ref()
+            .unwrap()
+            .set(|f| f.delay = delay.unwrap_or_default());
     }
 
     /// plegd's status PATCHes answered 500 (the webhook says so).
@@ -853,7 +855,11 @@ impl Apiserver {
 
     /// The next `count` status PATCHes of plegd's answered 409 Conflict.
     pub async fn set_status_patch_conflicts(&self, count: u32) {
-        self.faults().await.as_ref().unwrap().set(|f| f.status_patch_conflicts = count);
+        self.faults()
+            .await
+            .as_ref()
+            .unwrap()
+            .set(|f| f.status_patch_conflicts = count);
     }
 
     /// plegd's watches refused (403: its ClusterRole loses `watch`; lists still answer). Watches
@@ -877,7 +883,11 @@ impl Apiserver {
             saved = Some(original);
         } else if !on && let Some(original) = saved.take() {
             roles
-                .patch("plegd", &PatchParams::default(), &Patch::Merge(json!({"rules": original["rules"]})))
+                .patch(
+                    "plegd",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"rules": original["rules"]})),
+                )
                 .await
                 .expect("give plegd's ClusterRole its watch back");
         }
@@ -905,7 +915,10 @@ impl Apiserver {
             if review["status"]["allowed"].as_bool() == Some(want_allowed) {
                 return;
             }
-            assert!(Instant::now() < deadline, "RBAC did not take plegd's watch change: {review}");
+            assert!(
+                Instant::now() < deadline,
+                "RBAC did not take plegd's watch change: {review}"
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
@@ -1132,7 +1145,9 @@ pub mod faults {
 
         async fn accept(&mut self) -> (Self::Io, Self::Addr) {
             loop {
-                let Ok((stream, addr)) = self.tcp.accept().await else { continue };
+                let Ok((stream, addr)) = self.tcp.accept().await else {
+                    continue;
+                };
                 if let Ok(tls) = self.acceptor.accept(stream).await {
                     return (tls, addr);
                 }
@@ -1149,8 +1164,24 @@ pub mod faults {
             use rustls::pki_types::pem::PemObject;
             let (cert, key) = (dir.join("webhook.crt"), dir.join("webhook.key"));
             run(std::process::Command::new("openssl")
-                .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2"])
-                .args(["-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1", "-keyout"])
+                .args([
+                    "req",
+                    "-x509",
+                    "-newkey",
+                    "ec",
+                    "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1",
+                    "-nodes",
+                    "-days",
+                    "2",
+                ])
+                .args([
+                    "-subj",
+                    "/CN=127.0.0.1",
+                    "-addext",
+                    "subjectAltName=IP:127.0.0.1",
+                    "-keyout",
+                ])
                 .arg(&key)
                 .arg("-out")
                 .arg(&cert)
@@ -1160,13 +1191,16 @@ pub mod faults {
                 .collect::<Result<_, _>>()
                 .expect("webhook certificate");
             let key = rustls::pki_types::PrivateKeyDer::from_pem_file(&key).expect("webhook key");
-            let config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-                .with_safe_default_protocol_versions()
-                .expect("TLS versions")
-                .with_no_client_auth()
-                .with_single_cert(certs, key)
-                .expect("webhook TLS config");
-            let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("webhook port");
+            let config =
+                rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                    .with_safe_default_protocol_versions()
+                    .expect("TLS versions")
+                    .with_no_client_auth()
+                    .with_single_cert(certs, key)
+                    .expect("webhook TLS config");
+            let tcp = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("webhook port");
             let port = tcp.local_addr().unwrap().port();
             let listener = TlsListener {
                 tcp,
@@ -1195,19 +1229,19 @@ pub mod faults {
         /// The ValidatingWebhookConfiguration that sends plegd's pod writes here.
         pub fn configuration(&self) -> Value {
             json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
-                "metadata": {"name": "plegd-test-faults"},
-                "webhooks": [{
-                    "name": "faults.plegd.test",
-                    "clientConfig": {"url": format!("https://127.0.0.1:{}/", self.port), "caBundle": self.ca_bundle},
-                    "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE", "DELETE"],
-                               "resources": ["pods", "pods/status"]}],
-                    "matchConditions": [{"name": "plegd-or-probe", "expression":
-                        format!("request.userInfo.username == '{PLEGD_USER}' || (request.dryRun == true && request.userInfo.username == '{ADMIN_USER}')")}],
-                    "sideEffects": "None",
-                    "admissionReviewVersions": ["v1"],
-                    "failurePolicy": "Fail",
-                    "timeoutSeconds": 30,
-                }]})
+            "metadata": {"name": "plegd-test-faults"},
+            "webhooks": [{
+                "name": "faults.plegd.test",
+                "clientConfig": {"url": format!("https://127.0.0.1:{}/", self.port), "caBundle": self.ca_bundle},
+                "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE", "DELETE"],
+                           "resources": ["pods", "pods/status"]}],
+                "matchConditions": [{"name": "plegd-or-probe", "expression":
+                    format!("request.userInfo.username == '{PLEGD_USER}' || (request.dryRun == true && request.userInfo.username == '{ADMIN_USER}')")}],
+                "sideEffects": "None",
+                "admissionReviewVersions": ["v1"],
+                "failurePolicy": "Fail",
+                "timeoutSeconds": 30,
+            }]})
         }
 
         /// Until kube-apiserver calls the webhook: dry-run status writes of the probe pod as admin.
@@ -1220,9 +1254,16 @@ pub mod faults {
             let deadline = Instant::now() + Duration::from_secs(30);
             while !lock(&self.state).probed {
                 let _ = pods
-                    .patch_status(PROBE_POD, &params, &Patch::Merge(json!({"status": {"message": "probe"}})))
+                    .patch_status(
+                        PROBE_POD,
+                        &params,
+                        &Patch::Merge(json!({"status": {"message": "probe"}})),
+                    )
                     .await;
-                assert!(Instant::now() < deadline, "kube-apiserver never called the fault webhook");
+                assert!(
+                    Instant::now() < deadline,
+                    "kube-apiserver never called the fault webhook"
+                );
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
@@ -1241,10 +1282,16 @@ pub mod faults {
                 state.probed = true;
                 (Duration::ZERO, None)
             } else if status_write && state.faults.status_patch_500 {
-                (state.faults.delay, Some((500, "InternalError", "the test made this status write fail")))
+                (
+                    state.faults.delay,
+                    Some((500, "InternalError", "the test made this status write fail")),
+                )
             } else if status_write && state.faults.status_patch_conflicts > 0 {
                 state.faults.status_patch_conflicts -= 1;
-                (state.faults.delay, Some((409, "Conflict", "the test made this status write conflict")))
+                (
+                    state.faults.delay,
+                    Some((409, "Conflict", "the test made this status write conflict")),
+                )
             } else {
                 (state.faults.delay, None)
             }

@@ -75,7 +75,9 @@ pub async fn cluster() -> Option<Cluster> {
         _lock: lock,
     };
     // Node objects an interrupted test left: the DaemonSet would wait for a pod on each.
-    cluster.kubectl(&["delete", "nodes", "-l", E2E_LABEL, "--ignore-not-found"]).await;
+    cluster
+        .kubectl(&["delete", "nodes", "-l", E2E_LABEL, "--ignore-not-found"])
+        .await;
     Some(cluster)
 }
 
@@ -86,7 +88,11 @@ impl Drop for Cluster {
     fn drop(&mut self) {
         let cleanups = std::mem::take(&mut *self.cleanups.lock().unwrap_or_else(|e| e.into_inner()));
         for args in cleanups.into_iter().rev() {
-            let _ = Command::new("bash").arg(&self.script).arg("kubectl").args(&args).output();
+            let _ = Command::new("bash")
+                .arg(&self.script)
+                .arg("kubectl")
+                .args(&args)
+                .output();
         }
     }
 }
@@ -181,7 +187,10 @@ impl Cluster {
     pub async fn node(&self) -> String {
         let pods = self.plegd_pods().await;
         let pod = pods.first().expect("plegd runs on a node");
-        pod.spec.as_ref().and_then(|s| s.node_name.clone()).expect("plegd's pod is bound")
+        pod.spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .expect("plegd's pod is bound")
     }
 
     /// Run `kubectl ARGS` when the test ends, passed or not.
@@ -205,14 +214,21 @@ impl Cluster {
             .await;
         }
         let ns = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
-        namespaces.create(&PostParams::default(), &ns).await.expect("create namespace");
+        namespaces
+            .create(&PostParams::default(), &ns)
+            .await
+            .expect("create namespace");
         self.on_exit(&["delete", "namespace", name, "--wait=false", "--ignore-not-found"]);
         // The service account controller makes `default` in it; pods wait for it.
         let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(self.client.clone(), name);
-        super::wait_for("the namespace's default service account", Duration::from_secs(60), || {
-            let accounts = accounts.clone();
-            async move { accounts.get_opt("default").await.ok().flatten().is_some() }
-        })
+        super::wait_for(
+            "the namespace's default service account",
+            Duration::from_secs(60),
+            || {
+                let accounts = accounts.clone();
+                async move { accounts.get_opt("default").await.ok().flatten().is_some() }
+            },
+        )
         .await;
         Api::namespaced(self.client.clone(), name)
     }
@@ -276,13 +292,19 @@ pub fn pod(name: &str, node: &str, script: &str) -> Pod {
 
 /// The status condition `kind` of `pod`, if any.
 pub fn condition<'a>(pod: &'a Pod, kind: &str) -> Option<&'a k8s_openapi::api::core::v1::PodCondition> {
-    pod.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == kind)
+    pod.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == kind)
 }
 
 /// A kustomization directory (under the test target directory) that installs deploy/`overlay` with
 /// `components`, as a user's own overlay would.
 fn kustomization(overlay: &str, components: &[&str]) -> PathBuf {
-    let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("cluster-install-{overlay}-{}", components.join("-")));
+    let root =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("cluster-install-{overlay}-{}", components.join("-")));
     std::fs::create_dir_all(&root).unwrap();
     let root = root.canonicalize().unwrap();
     // kustomize takes no absolute path: the repository's directories, relative to `root`.
@@ -296,7 +318,10 @@ fn kustomization(overlay: &str, components: &[&str]) -> PathBuf {
     if !components.is_empty() {
         text.push_str("components:\n");
         for component in components {
-            text.push_str(&format!("  - {}\n", from_root(&format!("deploy/components/{component}"))));
+            text.push_str(&format!(
+                "  - {}\n",
+                from_root(&format!("deploy/components/{component}"))
+            ));
         }
     }
     std::fs::write(root.join("kustomization.yaml"), text).unwrap();

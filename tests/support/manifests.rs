@@ -74,7 +74,10 @@ pub fn kubectl() -> PathBuf {
         .stderr(std::process::Stdio::inherit())
         .output()
         .expect("run tests/cluster/cluster.sh bin");
-    assert!(out.status.success(), "building kubectl failed: run `bash tests/cluster/cluster.sh build` to see why");
+    assert!(
+        out.status.success(),
+        "building kubectl failed: run `bash tests/cluster/cluster.sh build` to see why"
+    );
     PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("kubectl")
 }
 

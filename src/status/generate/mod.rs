@@ -70,6 +70,8 @@ pub struct StatusInput<'a> {
     pub node_ips: &'a [String],
     /// The runtime handlers that support recursive read-only mounts; None when unknown.
     pub recursive_read_only_handlers: Option<&'a [String]>,
+    /// Write containers' `stopSignal`, as a kubelet with the ContainerStopSignals gate on does.
+    pub stop_signals: bool,
     pub now: SystemTime,
 }
 
@@ -1221,6 +1223,15 @@ pub fn generate_api_pod_status(input: &StatusInput<'_>) -> PodStatus {
         recursive_read_only,
     );
     truncate_messages(&mut [&mut container_list, &mut init_list, &mut ephemeral_list]);
+    if !input.stop_signals {
+        for status in container_list
+            .iter_mut()
+            .chain(&mut init_list)
+            .chain(&mut ephemeral_list)
+        {
+            status.stop_signal = None;
+        }
+    }
 
     let all: Vec<ContainerStatus> = container_list.iter().chain(init_list.iter()).cloned().collect();
     let has_initialized = any_active_regular_container_started(pod, input.runtime);

@@ -368,6 +368,7 @@ pub(crate) fn runtime_status(
         restart_count: 0,
         resources: None,
         user: None,
+        stop_signal: None,
     }
 }
 
@@ -385,8 +386,61 @@ fn status_of(pod: &ApiPod, runtime: &RuntimePodStatus, now: SystemTime) -> PodSt
         runtime_name: "containerd",
         node_ips: &["192.0.2.10".to_owned()],
         recursive_read_only_handlers: Some(&[]),
+        stop_signals: false,
         now,
     })
+}
+
+/// `stopSignal` as `convertToAPIContainerStatuses` copies it with ContainerStopSignals on (a
+/// running and an exited container, a regular and an init one), and not at all with it off, the
+/// 1.37 default; a runtime that reports none leaves it out either way.
+#[test]
+fn stop_signals_only_with_the_gate() {
+    let init = ApiContainer {
+        name: "setup".into(),
+        ..spec_container("setup")
+    };
+    let pod = pod_with(&["app", "side"], vec![init], "Always");
+    let with_signal = |name: &str, id: &str, state, signal: Option<&str>| RuntimeContainerStatus {
+        stop_signal: signal.map(str::to_owned),
+        ..runtime_status(name, id, state, 10)
+    };
+    let runtime = RuntimePodStatus {
+        id: "u1".into(),
+        container_statuses: vec![
+            with_signal("setup", "c0", RuntimeContainerState::Exited, Some("SIGRTMIN+3")),
+            with_signal("app", "c1", RuntimeContainerState::Running, Some("SIGTERM")),
+            with_signal("side", "c2", RuntimeContainerState::Running, None),
+        ],
+        sandbox_statuses: vec![ready_sandbox("10.1.0.5")],
+        ..RuntimePodStatus::default()
+    };
+    let signals = |on: bool| {
+        let s = generate(&StatusInput {
+            pod: &pod,
+            runtime: &runtime,
+            runtime_name: "containerd",
+            node_ips: &["192.0.2.10".to_owned()],
+            recursive_read_only_handlers: Some(&[]),
+            stop_signals: on,
+            now: at(100),
+        });
+        let all = s
+            .init_container_statuses
+            .unwrap()
+            .into_iter()
+            .chain(s.container_statuses.unwrap());
+        all.map(|c| (c.name, c.stop_signal)).collect::<Vec<_>>()
+    };
+    assert_eq!(
+        signals(true),
+        [
+            ("setup".to_owned(), Some("SIGRTMIN+3".to_owned())),
+            ("app".to_owned(), Some("SIGTERM".to_owned())),
+            ("side".to_owned(), None),
+        ]
+    );
+    assert!(signals(false).iter().all(|(_, s)| s.is_none()), "{:?}", signals(false));
 }
 
 #[test]
@@ -475,6 +529,7 @@ fn observed_generation_is_the_pods_generation() {
             runtime_name: "containerd".into(),
             node_ips: Vec::new(),
             recursive_read_only_handlers: Some(Vec::new()),
+            stop_signals: false,
         };
         let decision = crate::status::decide::decide(mode, &node, &pod, None, &runtime, at(100));
         let crate::status::decide::Action::Write { status: desired, .. } = decision.action else {
@@ -700,6 +755,7 @@ fn volume_mounts_from_the_spec_then_as_they_were() {
             runtime_name: "containerd",
             node_ips: &[],
             recursive_read_only_handlers: handlers,
+            stop_signals: false,
             now: at(100),
         })
     };
@@ -1105,6 +1161,7 @@ fn with_ips(pod: &ApiPod, cri: &[&str], node: &[String]) -> (PodStatus, Vec<Stri
         runtime_name: "containerd",
         node_ips: node,
         recursive_read_only_handlers: Some(&[]),
+        stop_signals: false,
         now: at(1),
     });
     let got = s
@@ -2400,6 +2457,7 @@ fn upstream_generate_api_pod_status() {
             runtime_name: "",
             node_ips: &node_ips,
             recursive_read_only_handlers: Some(&[]),
+            stop_signals: false,
             now: at(10),
         });
         let name = case.name;
