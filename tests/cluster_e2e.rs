@@ -447,6 +447,39 @@ async fn restarted_under_plegd(component: &str, namespace: &str) {
     assert_eq!(restarts(&now), restarts(&plegd), "plegd was not restarted: {now:#?}");
 }
 
+/// etcd restarted, its history compacted and kube-apiserver restarted under a running plegd: the
+/// informer's watch is cut and too old to resume (410 Gone), it lists again, and nothing is missed
+/// — neither an exit while its watch was down nor a pod created after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_restarted_and_compacted_under_plegd() {
+    let Some(cluster) = cluster().await else { return };
+    cluster.install("conditions", &EVERY_COMPONENT).await;
+    let node = cluster.node().await;
+    let plegd = ready_plegd(&cluster, &node).await;
+    let pods = cluster.namespace("e2e-etcd").await;
+    let pp = PostParams::default();
+    pods.create(&pp, &pod("before", &node, "sleep 3600")).await.unwrap();
+    // Exits about when the apiserver goes away: its write waits for it, whenever it falls.
+    pods.create(&pp, &pod("during", &node, "sleep 12; exit 6")).await.unwrap();
+    let before = wait_condition(&pods, "before", "True", "").await;
+    wait_condition(&pods, "during", "True", "").await;
+    let since = condition(&before, CONDITION).unwrap().last_transition_time.clone();
+
+    cluster.restart("etcd").await;
+    cluster.compact().await;
+    // A new watch cache, past everything plegd has seen: its watch cannot resume.
+    cluster.restart("kube-apiserver").await;
+    pods.create(&pp, &pod("after", &node, "sleep 1; exit 7")).await.unwrap();
+    wait_condition(&pods, "during", "False", "container main exited with code 6").await;
+    wait_condition(&pods, "after", "False", "container main exited with code 7").await;
+    let b = get(&pods, "before").await;
+    let c = condition(&b, CONDITION).unwrap();
+    assert_eq!((c.status.as_str(), &c.last_transition_time), ("True", &since), "{b:#?}");
+    let now = ready_plegd(&cluster, &node).await;
+    assert_eq!(now.metadata.uid, plegd.metadata.uid, "the same plegd pod");
+    assert_eq!(restarts(&now), restarts(&plegd), "plegd was not restarted: {now:#?}");
+}
+
 /// The shadow install: plegd computes every status beside the kubelet, writes none, and counts
 /// the fields where the apiserver's status differs from its own. Here the kubelet's lag: plegd
 /// sees a container exit from containerd's event within milliseconds, the kubelet at its next

@@ -14,6 +14,8 @@
 #                                             # kustomization DIR installed (the one before removed)
 #   deploy/kind/e2e.sh kubectl ARGS...
 #   deploy/kind/e2e.sh restart containerd|kubelet   # on every node (systemd inside kind's nodes)
+#   deploy/kind/e2e.sh restart etcd|kube-apiserver  # the control plane's static pod, started again
+#   deploy/kind/e2e.sh compact                      # etcd compacted to its newest revision
 #   deploy/kind/e2e.sh remove-plegd
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
@@ -67,8 +69,22 @@ case "${1:-}" in
       containerd|kubelet)
         for n in $(kind get nodes --name "$CLUSTER"); do docker exec "$n" systemctl restart "$2"; done
         k wait --for condition=Ready nodes --all --timeout=120s >&2 ;;
-      *) die "restart: containerd or kubelet (kind's node cannot restart its control plane alone)" ;;
+      # Static pods of the control-plane node: their container stopped, the kubelet starts a new one.
+      etcd|kube-apiserver)
+        cp=$(kind get nodes --name "$CLUSTER" | grep control-plane | head -1)
+        docker exec "$cp" sh -c "crictl stop \$(crictl ps --name '^$2\$' -q)" >&2
+        sleep 2
+        until k get --raw /readyz >/dev/null 2>&1; do sleep 1; done ;;
+      *) die "restart: containerd, kubelet, etcd or kube-apiserver" ;;
     esac
+    ;;
+  compact)
+    cp=$(kind get nodes --name "$CLUSTER" | grep control-plane | head -1)
+    docker exec "$cp" sh -c '
+      id=$(crictl ps --name "^etcd$" -q)
+      ctl="crictl exec $id etcdctl --endpoints https://127.0.0.1:2379 --cacert /etc/kubernetes/pki/etcd/ca.crt --cert /etc/kubernetes/pki/etcd/server.crt --key /etc/kubernetes/pki/etcd/server.key"
+      rev=$($ctl endpoint status --write-out fields | sed -n "s/^\"Revision\" : //p")
+      $ctl compact "$rev" --physical' >&2
     ;;
   remove-plegd)
     if [ -f "$STATE/plegd.yaml" ]; then k delete -f "$STATE/plegd.yaml" --ignore-not-found --wait=true >&2; rm -f "$STATE/plegd.yaml"; fi
@@ -89,5 +105,5 @@ case "${1:-}" in
     if ! cargo nextest --version >/dev/null 2>&1; then cargo install cargo-nextest --locked; fi
     PLEGD_CLUSTER_E2E=1 PLEGD_CLUSTER_SCRIPT="$REPO/deploy/kind/e2e.sh" cargo nextest run --test cluster_e2e
     ;;
-  *) echo "usage: $0 [start [--plegd DIR] | kubectl ARGS... | restart containerd|kubelet | remove-plegd]" >&2; exit 2 ;;
+  *) echo "usage: $0 [start [--plegd DIR] | kubectl ARGS... | restart COMPONENT | compact | remove-plegd]" >&2; exit 2 ;;
 esac
