@@ -22,24 +22,18 @@ REPO=$(cd "$(dirname "$0")/../.." && pwd)
 CLUSTER=${CLUSTER:-plegd-e2e}
 STATE=${PLEGD_KIND_STATE:-$REPO/target/kind-e2e}
 KUBECONFIG_FILE="$STATE/kubeconfig"
-PROMETHEUS_OPERATOR_VERSION=${PLEGD_PROMETHEUS_OPERATOR_VERSION:-v0.85.0}
 
 log() { echo "e2e.sh: $*" >&2; }
 die() { log "error: $*"; exit 1; }
 k() { kubectl --kubeconfig "$KUBECONFIG_FILE" "$@"; }
 
-# install_crds YAML: the Prometheus operator's CRDs of the kinds the install has (as cluster.sh).
+# install_crds YAML: the Prometheus operator's CRDs of the kinds the install has (tests/cluster/cluster.sh
+# finds them).
 install_crds() {
-  local kind file dir
-  for kind in PodMonitor PrometheusRule; do
-    grep -qx "kind: $kind" "$1" || continue
-    case $kind in
-      PodMonitor) file=monitoring.coreos.com_podmonitors.yaml ;;
-      PrometheusRule) file=monitoring.coreos.com_prometheusrules.yaml ;;
-    esac
-    dir=$(go mod download -json "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION" | jq -r .Dir)
-    k apply --server-side -f "$dir/example/prometheus-operator-crd/$file" >&2
-    k wait --for condition=Established --timeout=60s -f "$dir/example/prometheus-operator-crd/$file" >&2
+  local f
+  for f in $(bash "$REPO/tests/cluster/cluster.sh" operator-crds "$1"); do
+    k apply --server-side -f "$f" >&2
+    k wait --for condition=Established --timeout=60s -f "$f" >&2
   done
 }
 

@@ -22,6 +22,8 @@
 #                                     # kube-controller-manager or kube-scheduler (stopped and
 #                                     # started with the same flags); returns when it serves again
 #   tests/cluster/cluster.sh remove-plegd  # the plegd install removed, the cluster left running
+#   tests/cluster/cluster.sh operator-crds INSTALL_YAML  # the Prometheus operator's CRD files the
+#                                     # rendered install needs (PodMonitor, PrometheusRule)
 #   tests/cluster/cluster.sh compact  # etcd compacted to its newest revision: watches older than
 #                                     # that are answered 410 Gone
 #
@@ -492,11 +494,12 @@ def kubelet_path: . == "/var/lib/kubelet" or startswith("/var/lib/kubelet/") or 
                {name: "PLEGD_KUBELET_ROOT_DIR", value: $kubelet_root}, {name: "PLEGD_POD_LOGS_DIR", value: $pod_logs}]))
   else . end)'
 
-# install_crds INSTALL_YAML: the custom resource definitions of the kinds the install has and the
-# cluster lacks: the Prometheus operator's PodMonitor and PrometheusRule (components/pod-monitor,
-# components/alerts), as the operator's own module at PROMETHEUS_OPERATOR_VERSION ships them
-# (example/prometheus-operator-crd), through the Go module proxy.
-install_crds() {
+# operator_crds INSTALL_YAML: the paths of the custom resource definitions of the kinds the
+# install has that a cluster lacks: the Prometheus operator's PodMonitor and PrometheusRule
+# (components/pod-monitor, components/alerts), as the operator's own module at
+# PROMETHEUS_OPERATOR_VERSION ships them (example/prometheus-operator-crd), through the Go module
+# proxy. deploy/kind/e2e.sh uses them too.
+operator_crds() {
   local kind file dir=""
   for kind in PodMonitor PrometheusRule; do
     grep -qx "kind: $kind" "$1" || continue
@@ -509,8 +512,16 @@ install_crds() {
       dir="$CLUSTER/gomod/github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION/example/prometheus-operator-crd"
     fi
     [ -f "$dir/$file" ] || die "no $file in $dir"
-    kubectl_admin apply --server-side -f "$dir/$file" >&2
-    kubectl_admin wait --for condition=Established --timeout=60s -f "$dir/$file" >&2
+    echo "$dir/$file"
+  done
+}
+
+# install_crds INSTALL_YAML: operator_crds installed, and established.
+install_crds() {
+  local f
+  for f in $(operator_crds "$1"); do
+    kubectl_admin apply --server-side -f "$f" >&2
+    kubectl_admin wait --for condition=Established --timeout=60s -f "$f" >&2
   done
 }
 
@@ -806,5 +817,6 @@ case "${1:-}" in
   restart) [ $# -eq 2 ] || die "usage: $0 restart COMPONENT"; restart "$2" ;;
   compact) compact ;;
   remove-plegd) remove_plegd ;;
-  *) echo "usage: $0 modules|build|bin|start|stop|kubectl ARGS...|restart COMPONENT|compact|remove-plegd" >&2; exit 2 ;;
+  operator-crds) [ $# -eq 2 ] || die "usage: $0 operator-crds INSTALL_YAML"; operator_crds "$2" ;;
+  *) echo "usage: $0 modules|build|bin|start|stop|kubectl ARGS...|restart COMPONENT|compact|remove-plegd|operator-crds INSTALL_YAML" >&2; exit 2 ;;
 esac

@@ -132,46 +132,40 @@ impl Cluster {
     /// under deploy/components) added; returns when its DaemonSet is rolled out. Another install
     /// than the one running replaces it.
     pub async fn install(&self, overlay: &str, components: &[&str]) {
-        let dir = kustomization(overlay, components);
+        let root =
+            Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("cluster-install-{overlay}-{}", components.join("-")));
+        let dir = super::manifests::kustomization(&root, overlay, components);
+        self.script(&["start", "--plegd", &dir.display().to_string()]).await;
+    }
+
+    /// The cluster script with `args`, which must succeed; its standard output.
+    async fn script(&self, args: &[&str]) -> String {
         let script = self.script.clone();
-        tokio::task::spawn_blocking(move || run(Command::new("bash").arg(script).args(["start", "--plegd"]).arg(dir)))
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        let out = tokio::task::spawn_blocking(move || run(Command::new("bash").arg(script).args(args)))
             .await
-            .expect("install task");
+            .expect("the cluster script's task");
+        String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
     /// No plegd on the cluster (its install removed, if any).
     pub async fn remove_plegd(&self) {
-        let script = self.script.clone();
-        tokio::task::spawn_blocking(move || run(Command::new("bash").arg(script).arg("remove-plegd")))
-            .await
-            .expect("remove task");
+        self.script(&["remove-plegd"]).await;
     }
 
     /// `kubectl ARGS` as the cluster's admin; its standard output.
     pub async fn kubectl(&self, args: &[&str]) -> String {
-        let script = self.script.clone();
-        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-        let out = tokio::task::spawn_blocking(move || run(Command::new("bash").arg(script).arg("kubectl").args(args)))
-            .await
-            .expect("kubectl task");
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        self.script(&[&["kubectl"], args].concat()).await
     }
 
     /// `restart COMPONENT` (containerd, kubelet, kube-apiserver, etcd, ...).
     pub async fn restart(&self, component: &str) {
-        let script = self.script.clone();
-        let component = component.to_owned();
-        tokio::task::spawn_blocking(move || run(Command::new("bash").arg(script).args(["restart", &component])))
-            .await
-            .expect("restart task");
+        self.script(&["restart", component]).await;
     }
 
     /// etcd's history compacted to its newest revision.
     pub async fn compact(&self) {
-        let script = self.script.clone();
-        tokio::task::spawn_blocking(move || run(Command::new("bash").arg(script).arg("compact")))
-            .await
-            .expect("compact task");
+        self.script(&["compact"]).await;
     }
 
     /// plegd's pods (one per node with a kubelet).
@@ -298,32 +292,4 @@ pub fn condition<'a>(pod: &'a Pod, kind: &str) -> Option<&'a k8s_openapi::api::c
         .as_ref()?
         .iter()
         .find(|c| c.type_ == kind)
-}
-
-/// A kustomization directory (under the test target directory) that installs deploy/`overlay` with
-/// `components`, as a user's own overlay would.
-fn kustomization(overlay: &str, components: &[&str]) -> PathBuf {
-    let root =
-        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("cluster-install-{overlay}-{}", components.join("-")));
-    std::fs::create_dir_all(&root).unwrap();
-    let root = root.canonicalize().unwrap();
-    // kustomize takes no absolute path: the repository's directories, relative to `root`.
-    let up = "../".repeat(root.components().count() - 1);
-    let repo = repo().canonicalize().unwrap();
-    let from_root = |relative: &str| format!("{up}{}/{relative}", repo.display().to_string().trim_start_matches('/'));
-    let mut text = format!(
-        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - {}\n",
-        from_root(&format!("deploy/{overlay}"))
-    );
-    if !components.is_empty() {
-        text.push_str("components:\n");
-        for component in components {
-            text.push_str(&format!(
-                "  - {}\n",
-                from_root(&format!("deploy/components/{component}"))
-            ));
-        }
-    }
-    std::fs::write(root.join("kustomization.yaml"), text).unwrap();
-    root
 }

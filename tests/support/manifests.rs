@@ -28,27 +28,11 @@ pub const OPTIONAL_COMPONENTS: [&str; 5] = ["events", "pod-monitor", "grafana-da
 /// tests/cluster/cluster.sh). Returns the rendered YAML, written to a
 /// file in `dir`, and its documents.
 pub fn render(overlay: &str, components: &[&str], dir: &std::path::Path) -> (PathBuf, Vec<Value>) {
-    let root = dir.join(format!("install-{overlay}-{}", components.join("-")));
-    std::fs::create_dir_all(&root).unwrap();
-    // kustomize takes no absolute path: the repository's directories, relative to `root`.
-    let root = root.canonicalize().unwrap();
-    let repo = std::path::Path::new(&path("")).canonicalize().unwrap();
-    let up = "../".repeat(root.components().count() - 1);
-    let from_root = |relative: &str| format!("{up}{}/{relative}", repo.display().to_string().trim_start_matches('/'));
-    let mut kustomization = format!(
-        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - {}\n",
-        from_root(&format!("deploy/{overlay}"))
+    let root = kustomization(
+        &dir.join(format!("install-{overlay}-{}", components.join("-"))),
+        overlay,
+        components,
     );
-    if !components.is_empty() {
-        kustomization.push_str("components:\n");
-        for component in components {
-            kustomization.push_str(&format!(
-                "  - {}\n",
-                from_root(&format!("deploy/components/{component}"))
-            ));
-        }
-    }
-    std::fs::write(root.join("kustomization.yaml"), kustomization).unwrap();
     let out = std::process::Command::new(kubectl())
         .arg("kustomize")
         .arg(&root)
@@ -79,6 +63,33 @@ pub fn kubectl() -> PathBuf {
         "building kubectl failed: run `bash tests/cluster/cluster.sh build` to see why"
     );
     PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("kubectl")
+}
+
+/// A kustomization in directory `root` (made if missing) that installs deploy/`overlay` with
+/// `components` (names under deploy/components), as a user's own overlay would; returns `root`,
+/// canonical.
+pub fn kustomization(root: &std::path::Path, overlay: &str, components: &[&str]) -> PathBuf {
+    std::fs::create_dir_all(root).unwrap();
+    let root = root.canonicalize().unwrap();
+    // kustomize takes no absolute path: the repository's directories, relative to `root`.
+    let repo = std::path::Path::new(&path("")).canonicalize().unwrap();
+    let up = "../".repeat(root.components().count() - 1);
+    let from_root = |relative: &str| format!("{up}{}/{relative}", repo.display().to_string().trim_start_matches('/'));
+    let mut text = format!(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - {}\n",
+        from_root(&format!("deploy/{overlay}"))
+    );
+    if !components.is_empty() {
+        text.push_str("components:\n");
+        for component in components {
+            text.push_str(&format!(
+                "  - {}\n",
+                from_root(&format!("deploy/components/{component}"))
+            ));
+        }
+    }
+    std::fs::write(root.join("kustomization.yaml"), text).unwrap();
+    root
 }
 
 /// `relative` (e.g. "deploy/base/rbac.yaml") under the repository.

@@ -380,13 +380,18 @@ pub(crate) fn ready_sandbox(ip: &str) -> SandboxStatus {
 }
 
 fn status_of(pod: &ApiPod, runtime: &RuntimePodStatus, now: SystemTime) -> PodStatus {
+    status_with(pod, runtime, now, false)
+}
+
+/// [`status_of`], with the stop signals the runtime reports written or not.
+fn status_with(pod: &ApiPod, runtime: &RuntimePodStatus, now: SystemTime, stop_signals: bool) -> PodStatus {
     generate(&StatusInput {
         pod,
         runtime,
         runtime_name: "containerd",
         node_ips: &["192.0.2.10".to_owned()],
         recursive_read_only_handlers: Some(&[]),
-        stop_signals: false,
+        stop_signals,
         now,
     })
 }
@@ -416,15 +421,7 @@ fn stop_signals_only_with_the_gate() {
         ..RuntimePodStatus::default()
     };
     let signals = |on: bool| {
-        let s = generate(&StatusInput {
-            pod: &pod,
-            runtime: &runtime,
-            runtime_name: "containerd",
-            node_ips: &["192.0.2.10".to_owned()],
-            recursive_read_only_handlers: Some(&[]),
-            stop_signals: on,
-            now: at(100),
-        });
+        let s = status_with(&pod, &runtime, at(100), on);
         let all = s
             .init_container_statuses
             .unwrap()
