@@ -62,6 +62,17 @@ async fn wait_condition(pods: &Api<Pod>, name: &str, status: &str, message: &str
     .await
 }
 
+/// Pod `name` once its phase is `phase` (whoever wrote it).
+async fn wait_phase(pods: &Api<Pod>, name: &str, phase: &str) -> Pod {
+    eventually(
+        &format!("{name} {phase}"),
+        WAIT,
+        || get(pods, name),
+        |p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some(phase),
+    )
+    .await
+}
+
 /// plegd's pod on `node`, once Running and Ready.
 async fn ready_plegd(cluster: &Cluster, node: &str) -> Pod {
     eventually(
@@ -154,6 +165,21 @@ async fn scrape(cluster: &Cluster, plegd: &Pod, token: Option<String>) -> (u16, 
     (code, out)
 }
 
+/// The metrics reader's token, and a 200 scrape with it (the `monitoring` namespace made for the
+/// scraper).
+async fn scraped(cluster: &Cluster, plegd: &Pod) -> (String, String) {
+    let token = metrics_reader_token(cluster).await;
+    cluster.namespace("monitoring").await;
+    let (_, body) = eventually(
+        "a scrape with the metrics reader's token",
+        WAIT,
+        || scrape(cluster, plegd, Some(token.clone())),
+        |(code, _)| *code == 200,
+    )
+    .await;
+    (token, body)
+}
+
 /// The token deploy/components/pod-monitor gives Prometheus (its Secret, once the token controller
 /// has filled it).
 async fn metrics_reader_token(cluster: &Cluster) -> String {
@@ -190,16 +216,44 @@ fn key(pod: &Pod) -> String {
     )
 }
 
+/// What most tests start from: the conditions install with every optional component, plegd Ready
+/// on the node, and a namespace of the test's own.
+struct Setup {
+    cluster: Cluster,
+    node: String,
+    plegd: Pod,
+    pods: Api<Pod>,
+}
+
+async fn conditions_install(namespace: &str) -> Option<Setup> {
+    let cluster = cluster().await?;
+    cluster.install("conditions", &EVERY_COMPONENT).await;
+    let node = cluster.node().await;
+    let plegd = ready_plegd(&cluster, &node).await;
+    let pods = cluster.namespace(namespace).await;
+    Some(Setup {
+        cluster,
+        node,
+        plegd,
+        pods,
+    })
+}
+
 /// The conditions install with every optional component: plegd's pod Running and Ready under the
 /// kubelet's probes, its metrics scraped through the pod with the metrics reader's token, its
 /// condition on every pod of the node (its own included), Kubernetes Events with the exit code
 /// and the termination message.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conditions_with_every_component() {
-    let Some(cluster) = cluster().await else { return };
-    cluster.install("conditions", &EVERY_COMPONENT).await;
-    let node = cluster.node().await;
-    let plegd = ready_plegd(&cluster, &node).await;
+    let Some(Setup {
+        cluster,
+        node,
+        plegd,
+        pods,
+    }) = conditions_install("e2e-conditions").await
+    else {
+        return;
+    };
 
     // The objects of each component are in the cluster (the Prometheus operator's CRDs installed
     // for PodMonitor and PrometheusRule).
@@ -223,23 +277,11 @@ async fn conditions_with_every_component() {
     }
 
     // /metrics through the pod: the metrics reader's token is let in, no token is not.
-    let token = metrics_reader_token(&cluster).await;
-    cluster.namespace("monitoring").await;
+    let (_, body) = scraped(&cluster, &plegd).await;
+    assert!(body.contains("# TYPE plegd_pleg_relist_duration_seconds"), "{body}");
     let (code, body) = scrape(&cluster, &plegd, None).await;
     assert_eq!(code, 401, "{body}");
-    let (code, body) = eventually(
-        "a scrape with the metrics reader's token",
-        WAIT,
-        || scrape(&cluster, &plegd, Some(token.clone())),
-        |(code, _)| *code == 200,
-    )
-    .await;
-    assert!(
-        body.contains("# TYPE plegd_pleg_relist_duration_seconds"),
-        "{code} {body}"
-    );
 
-    let pods = cluster.namespace("e2e-conditions").await;
     let pp = PostParams::default();
     pods.create(&pp, &pod("sleeper", &node, "sleep 3600")).await.unwrap();
     pods.create(
@@ -255,13 +297,7 @@ async fn conditions_with_every_component() {
     wait_condition(&pods, "sleeper", "True", "").await;
     wait_condition(&pods, "failer", "False", "container main exited with code 3").await;
     // The kubelet's own status beside it.
-    eventually(
-        "the kubelet's Failed phase",
-        WAIT,
-        || get(&pods, "failer"),
-        |p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed"),
-    )
-    .await;
+    wait_phase(&pods, "failer", "Failed").await;
 
     // Every pod of the node has plegd's condition, plegd's own pod included.
     let all = eventually(
@@ -308,11 +344,15 @@ async fn conditions_with_every_component() {
 /// another node, nor another condition.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_to_a_pod_of_another_node_is_refused() {
-    let Some(cluster) = cluster().await else { return };
-    cluster.install("conditions", &EVERY_COMPONENT).await;
-    let node = cluster.node().await;
-    let plegd = ready_plegd(&cluster, &node).await;
-    let pods = cluster.namespace("e2e-other-node").await;
+    let Some(Setup {
+        cluster,
+        node,
+        plegd,
+        pods,
+    }) = conditions_install("e2e-other-node").await
+    else {
+        return;
+    };
     let pp = PostParams::default();
     pods.create(&pp, &pod("here", &node, "sleep 3600")).await.unwrap();
     // Bound to a node that does not exist: never run, and not ours.
@@ -336,26 +376,19 @@ async fn a_write_to_a_pod_of_another_node_is_refused() {
                 .await
         }
     };
-    let refused = patch("elsewhere", condition_patch(CONDITION))
-        .await
-        .expect_err("a pod of another node");
-    let kube::Error::Api(status) = &refused else {
-        panic!("{refused:?}")
+    // Refused with 403 by the policy `by`.
+    let refused_by = async |name: &'static str, kind: &str, by: &str| {
+        let refused = patch(name, condition_patch(kind)).await.expect_err(by);
+        let kube::Error::Api(status) = &refused else {
+            panic!("{refused:?}")
+        };
+        assert!(
+            status.code == 403 && status.message.contains(by),
+            "refused by {by}: {status:?}"
+        );
     };
-    assert!(
-        status.code == 403 && status.message.contains("plegd-own-node-only"),
-        "refused by the node policy: {status:?}"
-    );
-    let refused = patch("here", condition_patch("Ready"))
-        .await
-        .expect_err("another condition");
-    let kube::Error::Api(status) = &refused else {
-        panic!("{refused:?}")
-    };
-    assert!(
-        status.code == 403 && status.message.contains("plegd-conditions-only"),
-        "refused by the conditions policy: {status:?}"
-    );
+    refused_by("elsewhere", CONDITION, "plegd-own-node-only").await;
+    refused_by("here", "Ready", "plegd-conditions-only").await;
     // Its own condition on its own node's pod goes through (plegd writes it back right after).
     patch("here", condition_patch(CONDITION))
         .await
@@ -367,11 +400,15 @@ async fn a_write_to_a_pod_of_another_node_is_refused() {
 /// and follows what happens after it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rollout_restart_keeps_the_conditions() {
-    let Some(cluster) = cluster().await else { return };
-    cluster.install("conditions", &EVERY_COMPONENT).await;
-    let node = cluster.node().await;
-    let old = ready_plegd(&cluster, &node).await;
-    let pods = cluster.namespace("e2e-rollout").await;
+    let Some(Setup {
+        cluster,
+        node,
+        plegd: old,
+        pods,
+    }) = conditions_install("e2e-rollout").await
+    else {
+        return;
+    };
     let pp = PostParams::default();
     pods.create(&pp, &pod("before", &node, "sleep 3600")).await.unwrap();
     let before = wait_condition(&pods, "before", "True", "").await;
@@ -438,11 +475,15 @@ async fn etcd_restarted_and_compacted_under_plegd() {
 /// condition written before keeps its transition time, an exit about when the fault is made and
 /// one after it are both written.
 async fn survives(namespace: &str, fault: impl AsyncFnOnce(&Cluster)) {
-    let Some(cluster) = cluster().await else { return };
-    cluster.install("conditions", &EVERY_COMPONENT).await;
-    let node = cluster.node().await;
-    let plegd = ready_plegd(&cluster, &node).await;
-    let pods = cluster.namespace(namespace).await;
+    let Some(Setup {
+        cluster,
+        node,
+        plegd,
+        pods,
+    }) = conditions_install(namespace).await
+    else {
+        return;
+    };
     let pp = PostParams::default();
     pods.create(&pp, &pod("survivor", &node, "sleep 3600")).await.unwrap();
     // Exits about when the fault is made: its write lands whenever the fault lets it.
@@ -480,15 +521,7 @@ async fn shadow_counts_differences_and_writes_nothing() {
     cluster.install("shadow", &["pod-monitor"]).await;
     let node = cluster.node().await;
     let plegd = ready_plegd(&cluster, &node).await;
-    let token = metrics_reader_token(&cluster).await;
-    cluster.namespace("monitoring").await;
-    let (_, before) = eventually(
-        "a scrape",
-        WAIT,
-        || scrape(&cluster, &plegd, Some(token.clone())),
-        |(code, _)| *code == 200,
-    )
-    .await;
+    let (token, before) = scraped(&cluster, &plegd).await;
     let differences = |body: &str| -> f64 {
         body.lines()
             .filter(|l| l.starts_with("plegd_shadow_differences_total{"))
@@ -501,13 +534,7 @@ async fn shadow_counts_differences_and_writes_nothing() {
     pods.create(&pp, &pod("failer", &node, "sleep 2; exit 3"))
         .await
         .unwrap();
-    eventually(
-        "the kubelet's Failed phase",
-        WAIT,
-        || get(&pods, "failer"),
-        |p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed"),
-    )
-    .await;
+    wait_phase(&pods, "failer", "Failed").await;
     eventually(
         "the kubelet's Ready sleeper",
         WAIT,
@@ -596,31 +623,25 @@ async fn full_mode_on_a_node_without_a_kubelet() {
     );
 
     let pods = cluster.namespace(support::containerd::TEST_NAMESPACE).await;
-    let mut object = pod("job", node, "unused");
-    object.spec.as_mut().unwrap().host_network = Some(true);
-    let created = pods.create(&PostParams::default(), &object).await.unwrap();
-    let uid = created.metadata.uid.clone().unwrap();
-    let sandbox = cd
-        .run_pod_as("job", support::containerd::TEST_NAMESPACE, &uid, true, None)
-        .await;
-    let ctr = cd.run_container(&sandbox, "main", "sleep 3; exit 0").await;
-    let running = eventually(
-        "Running, written by plegd",
-        WAIT,
-        || get(&pods, "job"),
-        |p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"),
-    )
-    .await;
+    // A pod bound to the node in the apiserver, its sandbox and container run through CRI with the
+    // uid the apiserver gave it; once plegd has written it Running.
+    let run = async |name: &str, script: &str| {
+        let mut object = pod(name, node, "unused");
+        object.spec.as_mut().unwrap().host_network = Some(true);
+        let created = pods.create(&PostParams::default(), &object).await.unwrap();
+        let uid = created.metadata.uid.clone().unwrap();
+        let sandbox = cd
+            .run_pod_as(name, support::containerd::TEST_NAMESPACE, &uid, true, None)
+            .await;
+        let ctr = cd.run_container(&sandbox, "main", script).await;
+        let running = wait_phase(&pods, name, "Running").await;
+        (sandbox, ctr, running)
+    };
+    let (sandbox, ctr, running) = run("job", "sleep 3; exit 0").await;
     let cs = &running.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0];
     assert_eq!(cs.container_id.as_deref(), Some(format!("containerd://{ctr}").as_str()));
     assert!(cs.state.as_ref().unwrap().running.is_some(), "{cs:#?}");
-    let done = eventually(
-        "Succeeded, written by plegd",
-        WAIT,
-        || get(&pods, "job"),
-        |p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded"),
-    )
-    .await;
+    let done = wait_phase(&pods, "job", "Succeeded").await;
     let terminated = done.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0]
         .state
         .as_ref()
@@ -636,32 +657,12 @@ async fn full_mode_on_a_node_without_a_kubelet() {
 
     // A running pod deleted by a user (a grace period: the apiserver leaves it to its node): plegd
     // writes its final status once its container is stopped, and removes it once its sandbox is.
-    let mut object = pod("server", node, "unused");
-    object.spec.as_mut().unwrap().host_network = Some(true);
-    let created = pods.create(&PostParams::default(), &object).await.unwrap();
-    let uid = created.metadata.uid.clone().unwrap();
-    let sandbox = cd
-        .run_pod_as("server", support::containerd::TEST_NAMESPACE, &uid, true, None)
-        .await;
-    let ctr = cd.run_container(&sandbox, "main", "sleep 600").await;
-    eventually(
-        "Running, written by plegd",
-        WAIT,
-        || get(&pods, "server"),
-        |p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"),
-    )
-    .await;
+    let (sandbox, ctr, _) = run("server", "sleep 600").await;
     pods.delete("server", &DeleteParams::default())
         .await
         .expect("a deletion request");
     cd.stop_container(&ctr, 0).await;
-    eventually(
-        "the final status, written by plegd",
-        WAIT,
-        || get(&pods, "server"),
-        |p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed"),
-    )
-    .await;
+    wait_phase(&pods, "server", "Failed").await;
     cd.stop_pod(&sandbox).await;
     eventually(
         "the pod removed by plegd",
