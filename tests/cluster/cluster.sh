@@ -468,12 +468,13 @@ plegd_overlay() {
   echo "$dir"
 }
 
-# The plegd DaemonSet as the overlay renders it, moved onto this cluster: the node paths it mounts
-# become this cluster's (its containerd's socket directory, a run directory of its own, and the
-# kubelet's root and pod log directories, mounted at the same paths since the runtime reports
-# them, and named to plegd as a kubelet with another --root-dir and podLogsDir needs),
-# kube-apiserver at the node's IP (no kube-proxy serves the service IP), the image the one
-# imported here and never pulled.
+# The plegd DaemonSet as the install renders it, moved onto this cluster's layout, which a static
+# component cannot say (the paths depend on PLEGD_CLUSTER_DIR, and a mount's path is its merge
+# key): the node paths it mounts become this cluster's (its containerd's socket directory, a run
+# directory of its own, and — where the install mounts them — the kubelet's root and pod log
+# directories, mounted at the same paths since the runtime reports them, and named to plegd as a
+# kubelet with another --root-dir and podLogsDir needs), and kube-apiserver at the node's IP (no
+# kube-proxy serves the service IP). The image is tests/cluster/local-image's.
 PLEGD_ON_CLUSTER='
 def node_path:
   if . == "/run/containerd" then $containerd
@@ -486,9 +487,7 @@ def kubelet_path: . == "/var/lib/kubelet" or startswith("/var/lib/kubelet/") or 
   if .kind == "DaemonSet" and .metadata.name == "plegd" then
     .spec.template.spec.volumes |= map(if .hostPath then .hostPath.path |= node_path else . end)
     | .spec.template.spec.containers |= map(
-        .image = $image
-        | .imagePullPolicy = "Never"
-        | .volumeMounts |= map(if .mountPath | kubelet_path then .mountPath |= node_path else . end)
+        .volumeMounts |= map(if .mountPath | kubelet_path then .mountPath |= node_path else . end)
         | .env = ([(.env // [])[] | select(.name | IN("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "PLEGD_KUBELET_ROOT_DIR", "PLEGD_POD_LOGS_DIR") | not)]
             + [{name: "KUBERNETES_SERVICE_HOST", value: $apiserver_host}, {name: "KUBERNETES_SERVICE_PORT", value: $apiserver_port},
                {name: "PLEGD_KUBELET_ROOT_DIR", value: $kubelet_root}, {name: "PLEGD_POD_LOGS_DIR", value: $pod_logs}]))
@@ -532,13 +531,18 @@ deploy_plegd() {
   binary=$(plegd_binary)
   "${CONTAINERD[@]}" import-binary "$binary" "$PLEGD_IMAGE" 8>&- 9>&-
   mkdir -p "$RUN/plegd"
-  kubectl_admin kustomize "$dir" >"$RUN/plegd-overlay.yaml" || die "--plegd: could not render $dir"
+  # The install as given, with the component a local image needs (tests/cluster/local-image).
+  mkdir -p "$RUN/plegd-install"
+  printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - %s\ncomponents:\n  - %s\n' \
+    "$(realpath --relative-to "$RUN/plegd-install" "$dir")" "$(realpath --relative-to "$RUN/plegd-install" "$HERE/local-image")" \
+    >"$RUN/plegd-install/kustomization.yaml"
+  kubectl_admin kustomize "$RUN/plegd-install" >"$RUN/plegd-overlay.yaml" || die "--plegd: could not render $dir"
   # Before the objects are read: kubectl knows no kind whose definition is not installed.
   install_crds "$RUN/plegd-overlay.yaml"
   kubectl_admin create --dry-run=client -o json -f "$RUN/plegd-overlay.yaml" \
     | jq -s '{apiVersion: "v1", kind: "List", items: .}' >"$RUN/plegd-overlay.json" || die "--plegd: could not read $dir's objects"
   jq --arg containerd "$CLUSTER/containerd" --arg plegd_run "$RUN/plegd" --arg kubelet_root "$RUN/kubelet" \
-    --arg pod_logs "$RUN/pod-logs" --arg image "$PLEGD_IMAGE" --arg apiserver_host "$NODE_IP" \
+    --arg pod_logs "$RUN/pod-logs" --arg apiserver_host "$NODE_IP" \
     --arg apiserver_port "$APISERVER_PORT" "$PLEGD_ON_CLUSTER" "$RUN/plegd-overlay.json" >"$RUN/plegd.json.new" \
     || die "--plegd: could not move $dir onto this cluster (see $RUN/plegd-overlay.json)"
   jq -e '.items[] | select(.kind == "DaemonSet" and .metadata.name == "plegd")' "$RUN/plegd.json.new" >/dev/null \
