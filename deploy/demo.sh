@@ -8,7 +8,9 @@
 # halves of plegd are shown as they happen: the pod lifecycle events of `plegd watch` (stdout), and
 # the pod status `plegd run --status-mode full` writes for the same pods, as `kubectl get pods
 # --watch` follows it (`kubectl:` lines on stderr, beside the workload's own `workload:` lines).
-# The cluster is tests/cluster/cluster.sh's: one started by hand is stopped at the end. Cleans up when it ends. Needs root, Go and Rust; the first run builds
+# Then plegd as the DaemonSet the node's kubelet runs (deploy/conditions), its condition on a pod
+# the kubelet runs (`daemonset:` lines). The cluster is tests/cluster/cluster.sh's: one started by
+# hand is stopped at the end. Cleans up when it ends. Needs root, Go and Rust; the first run builds
 # Kubernetes (about 11 minutes on 2 cores) and plegd (a few minutes), later runs take under a minute.
 # PLEGD_CONTAINERD_VERSION=2.1|1.7|1.6|system picks one explicitly.
 #
@@ -79,5 +81,23 @@ sleep 2
 if [ "$status" != 0 ]; then
   echo "== the workload failed; plegd run's log:" >&2
   tail -n 40 "$RUN/plegd-run.log" >&2
+  exit "$status"
 fi
-exit "$status"
+for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+
+# Part two: plegd as the DaemonSet the node's kubelet runs (deploy/conditions, its image made from
+# this build), writing its condition beside the kubelet's status. demo-node goes first: no kubelet
+# would ever run the DaemonSet's pod there.
+KUBECTL delete node "$NODE" >/dev/null
+echo "== kubectl apply -k deploy/conditions: plegd beside the kubelet (its image from target/debug/plegd)" >&2
+PLEGD_BINARY=target/debug/plegd bash tests/cluster/cluster.sh start --plegd conditions >/dev/null
+KUBELET_NODE=$(KUBECTL -n plegd-system get pods -o jsonpath='{.items[0].spec.nodeName}')
+KUBECTL create namespace demo >/dev/null
+KUBECTL -n demo run failer --image=plegd.test/busybox:1 --image-pull-policy=Never --restart=Never \
+  --overrides='{"spec": {"nodeName": "'"$KUBELET_NODE"'"}}' --command -- sh -c 'sleep 2; exit 3' >/dev/null
+echo "== kubectl -n demo run failer -- sh -c 'sleep 2; exit 3' (on $KUBELET_NODE, run by its kubelet)" >&2
+KUBECTL -n demo wait pod/failer --for=condition=plegd.io/ContainersRunning=False --timeout=90s >/dev/null
+KUBECTL -n demo wait pod/failer --for=jsonpath='{.status.phase}'=Failed --timeout=90s >/dev/null
+KUBECTL -n demo get pod failer -o jsonpath='{range .status.conditions[*]}  daemonset:  {.type}={.status} {.reason} {.message}{"\n"}{end}' >&2
+echo "  daemonset:  phase=$(KUBECTL -n demo get pod failer -o jsonpath='{.status.phase}') (the kubelet's)" >&2
+exit 0

@@ -1,7 +1,8 @@
 //! deploy/demo.sh, run as a user runs it (non-interactively, JSON events), on a containerd instance
 //! of its own of the version the suite runs: what its narration says happened must be what plegd
 //! reported — the lifecycle events of `plegd watch` on stdout, and the pod status `plegd run`
-//! wrote to the test apiserver as `kubectl get pods --watch` showed it (`kubectl:` lines on stderr).
+//! wrote to kube-apiserver as `kubectl get pods --watch` showed it (`kubectl:` lines on stderr),
+//! then plegd as the DaemonSet beside the kubelet (`daemonset:` lines).
 
 mod support;
 
@@ -156,6 +157,12 @@ async fn the_demo_shows_what_happened() {
             "{pod}'s sandbox removed: {context}"
         );
     }
+    // Part two: plegd as the DaemonSet beside the kubelet, its condition on the kubelet's pod.
+    assert!(
+        stderr.contains("  daemonset:  plegd.io/ContainersRunning=False ContainerDied container main exited with code 3"),
+        "{context}"
+    );
+    assert!(stderr.contains("  daemonset:  phase=Failed (the kubelet's)"), "{context}");
     // Nothing is coloured when NO_COLOR is set.
     assert!(!stderr.contains('\x1b'), "{context}");
 }
