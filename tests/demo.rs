@@ -159,10 +159,15 @@ async fn the_demo_shows_what_happened() {
     }
     // Part two: plegd as the DaemonSet beside the kubelet, its condition on the kubelet's pod.
     assert!(
-        stderr.contains("  daemonset:  plegd.io/ContainersRunning=False ContainerDied container main exited with code 3"),
+        stderr.contains(
+            "  daemonset:  plegd.io/ContainersRunning=False ContainerDied container failer exited with code 3"
+        ),
         "{context}"
     );
-    assert!(stderr.contains("  daemonset:  phase=Failed (the kubelet's)"), "{context}");
+    assert!(
+        stderr.contains("  daemonset:  phase=Failed (the kubelet's)"),
+        "{context}"
+    );
     // Nothing is coloured when NO_COLOR is set.
     assert!(!stderr.contains('\x1b'), "{context}");
 }
