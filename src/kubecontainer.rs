@@ -143,7 +143,7 @@ pub struct RuntimeContainerStatus {
     /// The signal that stops the container, by its API name (`SIGTERM`, `SIGRTMIN+1`), when the
     /// runtime reports one (`runtimeSignalToString`); None for CRI's `RUNTIME_DEFAULT` (a runtime
     /// that does not report it) or a value outside CRI's enum.
-    pub stop_signal: Option<String>,
+    pub stop_signal: Option<&'static str>,
 }
 
 /// The resources a runtime reports it applied to a container, in the kubelet's units

@@ -68,7 +68,8 @@ case "${1:-}" in
         cp=$(kind get nodes --name "$CLUSTER" | grep control-plane | head -1)
         docker exec "$cp" sh -c "crictl stop \$(crictl ps --name '^$2\$' -q)" >&2
         sleep 2
-        until k get --raw /readyz >/dev/null 2>&1; do sleep 1; done ;;
+        for _ in $(seq 1 120); do k get --raw /readyz >/dev/null 2>&1 && break; sleep 1; done
+        k get --raw /readyz >/dev/null || die "restart: the apiserver is not ready 120 s after $2 restarted" ;;
       *) die "restart: containerd, kubelet, etcd or kube-apiserver" ;;
     esac
     ;;

@@ -539,7 +539,7 @@ const SIGNALS: [&str; 65] = [
 /// A container's stop signal as CRI's `Signal` number gives it, by its API name; None for
 /// `SIGNAL_RUNTIME_DEFAULT` (0: the runtime does not say) and, as bad data, for a number outside
 /// the enum (never a guess: the kubelet would write an empty name there).
-pub fn stop_signal(id: &str, value: i32, bad: &mut Vec<BadData>) -> Option<String> {
+pub fn stop_signal(id: &str, value: i32, bad: &mut Vec<BadData>) -> Option<&'static str> {
     if value == 0 {
         return None;
     }
@@ -553,7 +553,7 @@ pub fn stop_signal(id: &str, value: i32, bad: &mut Vec<BadData>) -> Option<Strin
             value,
         });
     }
-    name.map(|n| (*n).to_owned())
+    name.copied()
 }
 
 /// CFS shares worth one CPU, and the least the kernel accepts (`cm.SharesPerCPU`, `cm.MinShares`).
@@ -818,7 +818,7 @@ mod tests {
             (65, Some("SIGRTMAX")),
             (0, None),
         ] {
-            assert_eq!(stop_signal("c1", value, &mut bad).as_deref(), want, "{value}");
+            assert_eq!(stop_signal("c1", value, &mut bad), want, "{value}");
         }
         assert!(bad.is_empty(), "{bad:?}");
         for value in [66, -1, i32::MIN, i32::MAX] {

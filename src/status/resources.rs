@@ -232,7 +232,7 @@ pub fn set_runtime_fields(
     status.user = runtime.user.as_ref().map(api_user);
     // `convertToAPIContainerStatuses` copies it as it is; [`super::generate`] drops it unless the
     // ContainerStopSignals gate's equivalent is on.
-    status.stop_signal = runtime.stop_signal.clone();
+    status.stop_signal = runtime.stop_signal.map(str::to_owned);
     status.resources = Some(status_resources(allocated, runtime, status, old));
     status.allocated_resources = allocated.and_then(|a| a.requests.clone());
 }

@@ -406,8 +406,8 @@ fn stop_signals_only_with_the_gate() {
         ..spec_container("setup")
     };
     let pod = pod_with(&["app", "side"], vec![init], "Always");
-    let with_signal = |name: &str, id: &str, state, signal: Option<&str>| RuntimeContainerStatus {
-        stop_signal: signal.map(str::to_owned),
+    let with_signal = |name: &str, id: &str, state, signal: Option<&'static str>| RuntimeContainerStatus {
+        stop_signal: signal,
         ..runtime_status(name, id, state, 10)
     };
     let runtime = RuntimePodStatus {
