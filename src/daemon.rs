@@ -24,6 +24,7 @@ use crate::pleg::{self, EventHub, GenericPleg, PlegConfig, PlegHandle, StreamSta
 use crate::runtime::{CriOptions, CriRuntime, RuntimeError};
 use crate::status::decide::NodeFacts;
 use crate::status::manager::{ManagerConfig, StatusManager};
+use crate::status::report::StatusReports;
 use crate::supervise::{StageEnded, StageHealth, Stages};
 use crate::sync_loop::{SyncConfig, SyncLoop};
 use crate::triggers::{self, TriggerMode, TriggerOptions};
@@ -511,6 +512,7 @@ pub async fn run_controlled(
         metrics.clone(),
     );
     intake.spawn("informer", informer_stage);
+    let reports = StatusReports::default();
     let manager = StatusManager::new(
         client.clone(),
         informer.store.clone(),
@@ -523,7 +525,10 @@ pub async fn run_controlled(
     }
     if let Some(path) = &options.api_socket {
         let limit = crate::listen::connection_limit(observe::MAX_API_CONNECTIONS, fd_limit);
-        output.spawn("observation-api", observe::serve(path, hub, metrics.clone(), limit)?);
+        output.spawn(
+            "observation-api",
+            observe::serve(path, hub, reports.clone(), metrics.clone(), limit)?,
+        );
     }
     let health = Arc::new(DaemonHealth {
         pleg: pleg.handle(),
@@ -596,6 +601,7 @@ pub async fn run_controlled(
         options.sync.clone(),
         node,
         metrics,
+        reports,
     );
     pipeline.spawn("sync-loop", sync_loop.run(sync_events, changes));
     if let Some(started) = started {

@@ -58,6 +58,7 @@ use crate::recorder::EventSender;
 use crate::status::StatusMode;
 use crate::status::decide::{Action, NodeFacts, decide, informer_change_matters};
 use crate::status::manager::StatusManager;
+use crate::status::report::{StatusReport, StatusReports};
 
 /// Settings of the syncLoop.
 #[derive(Debug, Clone)]
@@ -155,6 +156,8 @@ pub struct SyncLoop {
     /// What statuses are generated with: the node's IPs and what the runtime said at start.
     node: NodeFacts,
     metrics: Arc<Metrics>,
+    /// Each pod's latest generated status, for followers (`plegd status`).
+    reports: StatusReports,
     /// The pods bound to this node, by their apiserver uid.
     pods: HashMap<String, Tracked>,
     /// Mirror pods by the runtime uid of their static pod (the kubelet pod manager's
@@ -177,6 +180,7 @@ impl SyncLoop {
         config: SyncConfig,
         node: NodeFacts,
         metrics: Arc<Metrics>,
+        reports: StatusReports,
     ) -> Self {
         Self {
             pleg,
@@ -186,6 +190,7 @@ impl SyncLoop {
             config,
             node,
             metrics,
+            reports,
             pods: HashMap::new(),
             mirrors: HashMap::new(),
             to_wait: Vec::new(),
@@ -313,6 +318,7 @@ impl SyncLoop {
             self.mirrors.remove(&tracked.runtime_uid);
         }
         self.manager.forget(uid);
+        self.reports.remove(uid);
     }
 
     fn on_pod_change(&mut self, change: PodChange) {
@@ -340,7 +346,7 @@ impl SyncLoop {
                     .seen
                     .as_deref()
                     .zip(current.as_deref())
-                    .is_none_or(|(old, new)| informer_change_matters(old, new));
+                    .is_none_or(|(old, new)| informer_change_matters(self.config.mode, old, new));
                 tracked.seen = current;
                 let synced_at = if matters {
                     debug!(pod = %tracked.key, "informer change that matters to the status; syncing from the cached runtime status");
@@ -496,17 +502,39 @@ impl SyncLoop {
             SystemTime::now(),
         );
         tracked.deadline = decision.deadline;
+        if let Some(generated) = decision.generated {
+            self.reports.put(
+                uid,
+                StatusReport {
+                    pod: pod.clone(),
+                    status: *generated,
+                    generated_at: SystemTime::now(),
+                    runtime_read_at: entry.modified,
+                },
+            );
+        }
         let handed_over = match decision.action {
             Action::Skip(skip) => {
                 warn!(pod = %tracked.key, error = %skip, "status update on pod aborted");
                 return;
             }
             Action::Shadow { differences } => {
-                for field in &differences {
+                // What plegd cannot know is not its difference (`compare::UNKNOWABLE`).
+                let fields: Vec<String> = differences
+                    .iter()
+                    .filter(|d| d.unknowable.is_none())
+                    .map(|d| d.field())
+                    .collect();
+                for field in &fields {
                     self.metrics.count_shadow_difference(field);
                 }
-                if !differences.is_empty() {
-                    info!(pod = %tracked.key, fields = ?differences, "shadow: plegd's status differs from the apiserver's");
+                if !fields.is_empty() {
+                    let paths: Vec<&str> = differences
+                        .iter()
+                        .filter(|d| d.unknowable.is_none())
+                        .map(|d| d.path.as_str())
+                        .collect();
+                    info!(pod = %tracked.key, fields = ?paths, "shadow: plegd's status differs from the apiserver's");
                 }
                 return;
             }
@@ -858,6 +886,7 @@ mod tests {
                 config,
                 node,
                 metrics.clone(),
+                StatusReports::default(),
             );
             let (changes, changes_rx) = mpsc::channel(8);
             let running = tokio::spawn(sync.run(events, changes_rx));

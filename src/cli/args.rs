@@ -122,6 +122,25 @@ pub enum Command {
     Run(Box<RunArgs>),
     /// Follow the lifecycle events of a running `plegd run`.
     Events(EventsArgs),
+    /// Follow the pod statuses a running `plegd run` generates, and how each differs from the
+    /// apiserver's (in shadow mode: from what the kubelet wrote).
+    Status(StatusArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// The daemon's API socket.
+    #[arg(long, value_name = "PATH", default_value = crate::observe::DEFAULT_API_SOCKET, env = "PLEGD_API_SOCKET", hide_env_values = true)]
+    pub socket: PathBuf,
+    /// Only pods in this namespace.
+    #[arg(long, short = 'n')]
+    pub namespace: Option<String>,
+    /// Only pods with this name.
+    #[arg(long)]
+    pub pod: Option<String>,
+    /// Line format on stdout: text says what differs; json carries the whole generated status.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
 }
 
 #[derive(Debug, Args)]
@@ -470,7 +489,7 @@ impl Cli {
         match &self.command {
             Command::Watch(args) => args.watch_options().map(drop),
             Command::Run(args) => args.check(),
-            Command::Events(_) => Ok(()),
+            Command::Events(_) | Command::Status(_) => Ok(()),
         }
     }
 }

@@ -70,6 +70,17 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 () = shutdown_signal() => {}
             }
         }
+        Command::Status(args) => {
+            let request = crate::observe::api::StatusServiceWatchRequest {
+                namespace: args.namespace.unwrap_or_default(),
+                pod: args.pod.unwrap_or_default(),
+            };
+            let follow = crate::observe::follow_statuses(&args.socket, request, args.output, std::io::stdout());
+            tokio::select! {
+                result = follow => result?,
+                () = shutdown_signal() => {}
+            }
+        }
         Command::Run(args) => {
             let metrics = std::sync::Arc::new(crate::metrics::Metrics::new());
             let options = args.daemon_options().map_err(anyhow::Error::msg)?;

@@ -1,6 +1,7 @@
 //! The observation API: `server`, the `plegd.v1.EventsService` gRPC service (on a unix socket),
-//! streams the lifecycle events the PLEG's fan-out publishes (`pleg::EventHub`) to subscribers;
-//! `client`: `plegd events`, one such subscriber. A slow subscriber never slows the PLEG: it falls
+//! streams the lifecycle events the PLEG's fan-out publishes (`pleg::EventHub`) to subscribers, and
+//! `plegd.v1.StatusService` the statuses the syncLoop generates (`status::report`); `client`:
+//! `plegd events` and `plegd status`, such subscribers. A slow subscriber never slows the PLEG: it falls
 //! behind the broadcast's ring buffer, misses events, and is told how many (a `lagged` item), also
 //! counted. This file holds what they share: the API's form of an event and the subscription filter.
 
@@ -11,8 +12,8 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use crate::pleg::{PodLifecycleEvent, PodLifecycleEventType};
 
-pub use client::{FollowError, follow};
-pub use server::{ApiError, EventsApi, MAX_API_CONNECTIONS, check_socket_path, serve};
+pub use client::{FollowError, follow, follow_statuses};
+pub use server::{ApiError, EventsApi, MAX_API_CONNECTIONS, StatusApi, check_socket_path, serve};
 
 /// The generated `plegd.v1` API. (A stream item is an event or a lag notice; boxing the event
 /// would cost an allocation per item for nothing.)
@@ -21,7 +22,9 @@ pub mod api {
     tonic::include_proto!("plegd.v1");
 }
 
-use api::{LifecycleEvent, WatchRequest};
+use api::{LifecycleEvent, StatusServiceWatchRequest, WatchRequest};
+
+use crate::status::report::StatusReport;
 
 /// Default place of the API socket.
 pub const DEFAULT_API_SOCKET: &str = "/run/plegd/plegd.sock";
@@ -39,11 +42,7 @@ pub fn to_api(event: &PodLifecycleEvent) -> LifecycleEvent {
         exit_code: event.exit_code,
         reason: event.reason.clone().unwrap_or_default(),
         message: event.message.clone().unwrap_or_default(),
-        timestamp_unix_nanos: event
-            .timestamp
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_nanos() as i64,
+        timestamp_unix_nanos: unix_nanos(event.timestamp),
     }
 }
 
@@ -77,6 +76,42 @@ pub fn matches(filter: &WatchRequest, event: &PodLifecycleEvent) -> bool {
     (filter.namespace.is_empty() || event.namespace.as_deref() == Some(filter.namespace.as_str()))
         && (filter.pod.is_empty() || event.pod.as_deref() == Some(filter.pod.as_str()))
         && (filter.types.is_empty() || filter.types.iter().any(|t| t == event.kind.as_str()))
+}
+
+fn unix_nanos(t: std::time::SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos() as i64
+}
+
+/// A status report in the API's form.
+pub fn report_to_api(report: &StatusReport) -> api::StatusReport {
+    let meta = &report.pod.metadata;
+    let json = |v: &serde_json::Value| v.to_string();
+    api::StatusReport {
+        namespace: meta.namespace.clone().unwrap_or_default(),
+        pod: meta.name.clone().unwrap_or_default(),
+        pod_uid: meta.uid.clone().unwrap_or_default(),
+        resource_version: meta.resource_version.clone().unwrap_or_default(),
+        status_json: serde_json::to_string(&report.status).unwrap_or_default(),
+        differences: report
+            .differences()
+            .iter()
+            .map(|d| api::Difference {
+                path: d.path.clone(),
+                apiserver_json: json(&d.apiserver),
+                plegd_json: json(&d.plegd),
+                unknowable: d.unknowable.unwrap_or_default().to_owned(),
+            })
+            .collect(),
+        generated_at_unix_nanos: unix_nanos(report.generated_at),
+        runtime_read_at_unix_nanos: unix_nanos(report.runtime_read_at),
+    }
+}
+
+/// Whether `report` passes a status subscriber's filters.
+pub fn report_matches(filter: &StatusServiceWatchRequest, report: &StatusReport) -> bool {
+    let meta = &report.pod.metadata;
+    (filter.namespace.is_empty() || meta.namespace.as_deref() == Some(filter.namespace.as_str()))
+        && (filter.pod.is_empty() || meta.name.as_deref() == Some(filter.pod.as_str()))
 }
 
 #[cfg(test)]

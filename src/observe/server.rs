@@ -1,5 +1,6 @@
-//! The `plegd.v1.EventsService` gRPC service on a unix socket: each subscriber gets the hub's events that
-//! pass its filters, and is told how many it missed when it reads too slowly. A subscriber never
+//! The observation API's gRPC services on a unix socket: `plegd.v1.EventsService` (each subscriber gets the
+//! hub's events that pass its filters) and `plegd.v1.StatusService` (each pod's latest generated status,
+//! then each new one); a subscriber is told how many items it missed when it reads too slowly. A subscriber never
 //! slows the PLEG down: a slow one misses events, the PLEG does not wait for it.
 
 use std::path::{Path, PathBuf};
@@ -14,11 +15,16 @@ use tonic::{Request, Response, Status};
 use tracing::{info, warn};
 
 use super::api::events_service_server::{EventsService, EventsServiceServer};
-use super::api::{Lagged, WatchRequest, WatchResponse, watch_response};
-use super::{kind_from, matches, to_api};
+use super::api::status_service_server::{StatusService, StatusServiceServer};
+use super::api::{
+    Lagged, StatusServiceWatchRequest, StatusServiceWatchResponse, WatchRequest, WatchResponse,
+    status_service_watch_response, watch_response,
+};
+use super::{kind_from, matches, report_matches, report_to_api, to_api};
 use crate::listen::{ACCEPT_ERROR_PAUSE, Admission, ConnectionLimit, WhenFull};
 use crate::metrics::Metrics;
 use crate::pleg::EventHub;
+use crate::status::report::StatusReports;
 use crate::supervise::Stage;
 
 /// The `plegd.v1.EventsService` service.
@@ -60,6 +66,54 @@ impl EventsService for EventsApi {
                 }
             });
         Ok(Response::new(Box::pin(stream)))
+    }
+}
+
+/// The `plegd.v1.StatusService` service.
+pub struct StatusApi {
+    reports: StatusReports,
+    metrics: Arc<Metrics>,
+}
+
+type StatusStream = Pin<Box<dyn tokio_stream::Stream<Item = Result<StatusServiceWatchResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl StatusService for StatusApi {
+    type WatchStream = StatusStream;
+
+    async fn watch(&self, request: Request<StatusServiceWatchRequest>) -> Result<Response<StatusStream>, Status> {
+        use futures_util::StreamExt;
+        use status_service_watch_response::Item;
+        let filter = request.into_inner();
+        let (latest, reports) = self.reports.follow();
+        let metrics = self.metrics.clone();
+        fn respond(item: status_service_watch_response::Item) -> Result<StatusServiceWatchResponse, Status> {
+            Ok(StatusServiceWatchResponse { item: Some(item) })
+        }
+        let first: Vec<_> = latest
+            .iter()
+            .filter(|r| report_matches(&filter, r))
+            .map(|r| respond(Item::Report(report_to_api(r))))
+            .collect();
+        // As for events: polled by the connection as the client reads; a slow client lags.
+        let rest = futures_util::stream::unfold(
+            (reports, filter, metrics),
+            |(mut reports, filter, metrics)| async move {
+                loop {
+                    let item = match reports.recv().await {
+                        Ok(report) if report_matches(&filter, &report) => Item::Report(report_to_api(&report)),
+                        Ok(_) => continue,
+                        Err(broadcast::error::RecvError::Lagged(missed)) => {
+                            metrics.observer_lagged.inc_by(missed);
+                            Item::Lagged(Lagged { missed })
+                        }
+                        Err(broadcast::error::RecvError::Closed) => return None,
+                    };
+                    return Some((respond(item), (reports, filter, metrics)));
+                }
+            },
+        );
+        Ok(Response::new(Box::pin(futures_util::stream::iter(first).chain(rest))))
     }
 }
 
@@ -130,7 +184,13 @@ const MAX_STREAMS_PER_CONNECTION: u32 = 16;
 /// Serve the observation API on `path`: a socket left by an earlier plegd is replaced, any other
 /// file refused; the directory is created owner-only; at most `max_connections` at once, and a
 /// peer that stops answering HTTP/2 pings is dropped. Returns the server's stage.
-pub fn serve(path: &Path, hub: EventHub, metrics: Arc<Metrics>, max_connections: usize) -> Result<Stage, ApiError> {
+pub fn serve(
+    path: &Path,
+    hub: EventHub,
+    reports: StatusReports,
+    metrics: Arc<Metrics>,
+    max_connections: usize,
+) -> Result<Stage, ApiError> {
     use futures_util::StreamExt;
     use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -180,6 +240,10 @@ pub fn serve(path: &Path, hub: EventHub, metrics: Arc<Metrics>, max_connections:
             }
         }
     });
+    let statuses = StatusServiceServer::new(StatusApi {
+        reports,
+        metrics: metrics.clone(),
+    });
     let service = EventsServiceServer::new(EventsApi { hub, metrics });
     Ok(Box::pin(async move {
         if let Err(error) = tonic::transport::Server::builder()
@@ -187,6 +251,7 @@ pub fn serve(path: &Path, hub: EventHub, metrics: Arc<Metrics>, max_connections:
             .http2_keepalive_interval(Some(Duration::from_secs(30)))
             .http2_keepalive_timeout(Some(Duration::from_secs(10)))
             .add_service(service)
+            .add_service(statuses)
             .serve_with_incoming(incoming)
             .await
         {

@@ -12,9 +12,10 @@
 use std::borrow::Cow;
 use std::time::SystemTime;
 
-use k8s_openapi::api::core::v1::{ContainerStatus, PodCondition, PodStatus};
+use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
 
 use super::StatusMode;
+use super::compare::{Difference, Probed, differences};
 use super::generate::{
     CONTAINERS_RUNNING, DISRUPTION_TARGET, IllegalTransition, KUBELET_CONDITIONS, StatusInput, active_deadline,
     check_container_state_transition, containers_running_condition, generate, observed_generation, pod_can_be_deleted,
@@ -85,7 +86,7 @@ pub enum Action {
     },
     /// Shadow mode: nothing is written; these fields of the generated status differ from the
     /// apiserver's.
-    Shadow { differences: Vec<String> },
+    Shadow { differences: Vec<Difference> },
     /// Nothing is written, for this reason.
     Skip(Skip),
 }
@@ -136,6 +137,9 @@ pub struct Decision {
     /// Whether the status was generated from the informer's copy of the pod (not from plegd's own
     /// newer write): only then do the same inputs give the same status next time.
     pub from_informer: bool,
+    /// The kubelet-equivalent status plegd generated (whatever the mode writes of it); None when
+    /// nothing was generated.
+    pub generated: Option<Box<PodStatus>>,
 }
 
 /// Decide what plegd writes for `pod` (the informer's copy) from its runtime status `runtime`, read
@@ -156,6 +160,7 @@ pub fn decide(
             action: Action::Skip(skip),
             deadline: None,
             from_informer,
+            generated: None,
         };
     }
     // Generate from plegd's own last write while the informer has not caught up with it (only then
@@ -181,23 +186,23 @@ pub fn decide(
         .then(|| active_deadline(&base, generated.start_time.as_ref()))
         .flatten()
         .filter(|deadline| *deadline > now);
-    let decision = |action| Decision {
+    let decision = |action, generated: PodStatus| Decision {
         action,
         deadline,
         from_informer,
+        generated: Some(Box::new(generated)),
     };
     if mode.checks_state_transitions()
         && let Err(illegal) =
             check_container_state_transition(base.status.as_ref().unwrap_or(&Default::default()), &generated, &base)
     {
-        return decision(Action::Skip(illegal.into()));
+        return decision(Action::Skip(illegal.into()), generated);
     }
     let status = match mode {
         StatusMode::Shadow => {
             let actual = pod.status.clone().unwrap_or_default();
-            return decision(Action::Shadow {
-                differences: shadow_differences(&actual, &generated),
-            });
+            let differences = differences(&actual, &generated, &Probed::of(pod));
+            return decision(Action::Shadow { differences }, generated);
         }
         StatusMode::Conditions => conditions_status(&base, &generated, now),
         StatusMode::Full => full_status(&base, generated.clone(), now),
@@ -205,10 +210,13 @@ pub fn decide(
     let delete_when_written = mode.deletes_finished_pods()
         && pod.metadata.deletion_timestamp.is_some()
         && pod_can_be_deleted(&base, runtime, generated.phase.as_deref());
-    decision(Action::Write {
-        status: Box::new(status),
-        delete_when_written,
-    })
+    decision(
+        Action::Write {
+            status: Box::new(status),
+            delete_when_written,
+        },
+        generated,
+    )
 }
 
 /// Whether the informer's `new` copy of a pod changes what [`decide`] makes of the same runtime
@@ -217,9 +225,11 @@ pub fn decide(
 /// spec change (containers, restart policy, readiness gates, the deadline, ...), or another static
 /// pod behind a mirror pod. The syncLoop syncs such a change at once from the runtime status it has
 /// cached; any other change (plegd's own writes coming back, someone else's status) waits for a
-/// newer runtime status, as the kubelet's pod workers do.
-pub fn informer_change_matters(old: &ApiPod, new: &ApiPod) -> bool {
-    old.metadata.uid != new.metadata.uid
+/// newer runtime status, as the kubelet's pod workers do. In shadow mode a new status is compared at
+/// once: it is what plegd compares with (the kubelet's write).
+pub fn informer_change_matters(mode: StatusMode, old: &ApiPod, new: &ApiPod) -> bool {
+    (mode == StatusMode::Shadow && old.status != new.status)
+        || old.metadata.uid != new.metadata.uid
         || old.metadata.generation != new.metadata.generation
         || old.metadata.deletion_timestamp != new.metadata.deletion_timestamp
         || old.is_mirror() != new.is_mirror()
@@ -345,102 +355,6 @@ pub fn merge_condition(conditions: &mut Vec<PodCondition>, mut condition: PodCon
     }
 }
 
-fn state_kind(s: &ContainerStatus) -> &'static str {
-    match s.state.as_ref() {
-        Some(st) if st.running.is_some() => "running",
-        Some(st) if st.terminated.is_some() => "terminated",
-        Some(st) if st.waiting.is_some() => "waiting",
-        _ => "none",
-    }
-}
-
-/// Shadow mode: the fields where plegd's `computed` status differs from the apiserver's `actual`
-/// one, as paths (`phase`, `conditions[Ready].status`, `containerStatuses[app].restartCount`, …).
-/// Timestamps and messages are not compared: they differ by construction between two writers.
-pub fn shadow_differences(actual: &PodStatus, computed: &PodStatus) -> Vec<String> {
-    let mut out = Vec::new();
-    let cmp = |out: &mut Vec<String>, path: String, a: String, b: String| {
-        if a != b {
-            out.push(path);
-        }
-    };
-    cmp(
-        &mut out,
-        "phase".into(),
-        format!("{:?}", actual.phase),
-        format!("{:?}", computed.phase),
-    );
-    cmp(
-        &mut out,
-        "podIP".into(),
-        format!("{:?}", actual.pod_ip),
-        format!("{:?}", computed.pod_ip),
-    );
-    for c in computed.conditions.as_deref().unwrap_or_default() {
-        if c.type_ == CONTAINERS_RUNNING {
-            continue;
-        }
-        let a = actual
-            .conditions
-            .as_deref()
-            .unwrap_or_default()
-            .iter()
-            .find(|x| x.type_ == c.type_);
-        cmp(
-            &mut out,
-            format!("conditions[{}].status", c.type_),
-            format!("{:?}", a.map(|x| &x.status)),
-            format!("{:?}", Some(&c.status)),
-        );
-    }
-    let lists = [
-        (
-            "containerStatuses",
-            &actual.container_statuses,
-            &computed.container_statuses,
-        ),
-        (
-            "initContainerStatuses",
-            &actual.init_container_statuses,
-            &computed.init_container_statuses,
-        ),
-    ];
-    for (name, a_list, c_list) in lists {
-        for c in c_list.as_deref().unwrap_or_default() {
-            let Some(a) = a_list.as_deref().unwrap_or_default().iter().find(|x| x.name == c.name) else {
-                out.push(format!("{name}[{}]", c.name));
-                continue;
-            };
-            let p = |f: &str| format!("{name}[{}].{f}", c.name);
-            cmp(&mut out, p("state"), state_kind(a).into(), state_kind(c).into());
-            cmp(&mut out, p("ready"), a.ready.to_string(), c.ready.to_string());
-            cmp(
-                &mut out,
-                p("restartCount"),
-                a.restart_count.to_string(),
-                c.restart_count.to_string(),
-            );
-            cmp(
-                &mut out,
-                p("containerID"),
-                format!("{:?}", a.container_id),
-                format!("{:?}", c.container_id),
-            );
-            let code = |s: &ContainerStatus| {
-                format!(
-                    "{:?}",
-                    s.state
-                        .as_ref()
-                        .and_then(|st| st.terminated.as_ref())
-                        .map(|t| t.exit_code)
-                )
-            };
-            cmp(&mut out, p("exitCode"), code(a), code(c));
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -538,11 +452,9 @@ mod tests {
         let Action::Shadow { differences } = &shadow.action else {
             panic!("shadow writes nothing: {shadow:?}")
         };
-        assert!(differences.contains(&"phase".to_owned()), "{differences:?}");
-        assert!(
-            differences.contains(&"containerStatuses[app]".to_owned()),
-            "{differences:?}"
-        );
+        let paths: Vec<&str> = differences.iter().map(|d| d.path.as_str()).collect();
+        assert!(paths.contains(&"phase"), "{paths:?}");
+        assert!(paths.contains(&"containerStatuses[app]"), "{paths:?}");
     }
 
     /// Only full mode deletes, and only a deleted pod that is finished with nothing of it ready.
@@ -724,7 +636,7 @@ mod tests {
             let mut new = old.clone();
             new.metadata.resource_version = Some("11".into());
             change(&mut new);
-            informer_change_matters(&old, &new)
+            informer_change_matters(StatusMode::Full, &old, &new)
         };
         type Change = fn(&mut ApiPod);
         let table: [(&str, Change, bool); 9] = [
@@ -768,6 +680,11 @@ mod tests {
         for (case, change, matters) in table {
             assert_eq!(changed(change), matters, "{case}");
         }
+        // Shadow mode compares with the apiserver's status: someone's new status is compared at once.
+        let mut written = old.clone();
+        written.status.as_mut().unwrap().phase = Some("Running".into());
+        assert!(informer_change_matters(StatusMode::Shadow, &old, &written));
+        assert!(!informer_change_matters(StatusMode::Conditions, &old, &written));
     }
 
     #[test]

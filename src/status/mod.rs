@@ -1,9 +1,11 @@
 //! The status stage: what plegd writes back to the apiserver, and how.
 //!
+//! - [`compare`] (pure): two statuses of a pod compared field by field (shadow mode, `plegd status`).
 //! - [`decide`] (pure): what is written for a pod, per [`StatusMode`]: a status to write, a comparison
 //!   (shadow mode), or nothing and why.
 //! - [`generate`] (pure): the kubelet-equivalent status of a pod.
 //! - [`resources`] (pure): the resources and user of a container status.
+//! - [`report`]: the status last generated for each pod, for followers (`plegd status`).
 //! - [`patch`] (pure): the strategic merge patch from the apiserver's status to the desired one.
 //! - [`semantic`] (pure): a status as the apiserver stores it, so that statuses compare as typed values.
 //! - [`manager`] (I/O): the newest status wanted per pod, deduplicated, on a keyed work queue,
@@ -12,10 +14,12 @@
 //!
 //! What is written depends on [`StatusMode`]; what each mode implies is said by its methods here.
 
+pub mod compare;
 pub mod decide;
 pub mod generate;
 pub mod manager;
 pub mod patch;
+pub mod report;
 pub mod resources;
 pub mod semantic;
 

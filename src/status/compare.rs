@@ -1,0 +1,407 @@
+//! Two statuses of one pod compared field by field, as typed values: the apiserver's (what the kubelet
+//! wrote) and plegd's computed one. Used by shadow mode (counted and logged) and by the status stream
+//! of the observation API (`plegd status`). Pure; no I/O.
+//!
+//! Both sides are first brought to the form the apiserver stores ([`semantic::canonical`]), so a
+//! difference is one the apiserver would keep. Lists whose items have a key are matched by it
+//! (conditions by `type`, container statuses by `name`, IPs by `ip`, volume mounts by `mountPath`),
+//! so a path names what differs: `conditions[Ready].status`,
+//! `containerStatuses[app].state.terminated.exitCode`.
+//!
+//! Some fields are set from the kubelet's own actions, which the runtime keeps no record of; plegd
+//! cannot know them ([`UNKNOWABLE`]). Such a difference is reported with its reason and is not a
+//! plegd bug: shadow mode does not count it.
+
+use k8s_openapi::api::core::v1::PodStatus;
+use serde_json::Value;
+
+use super::generate::CONTAINERS_RUNNING;
+use super::semantic::canonical;
+
+/// One field where the two statuses differ.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Difference {
+    /// Where: `phase`, `conditions[Ready].status`, `containerStatuses[app].restartCount`, …
+    pub path: String,
+    /// The apiserver's value (`null`: absent).
+    pub apiserver: Value,
+    /// plegd's value (`null`: absent).
+    pub plegd: Value,
+    /// Why plegd cannot know this field, if it cannot (see [`UNKNOWABLE`]).
+    pub unknowable: Option<&'static str>,
+}
+
+impl Difference {
+    /// The path without container names, for a metric label of bounded cardinality:
+    /// `containerStatuses[*].restartCount`. Condition types are kept.
+    pub fn field(&self) -> String {
+        let mut out = String::with_capacity(self.path.len());
+        let mut rest = self.path.as_str();
+        while let Some(open) = rest.find('[') {
+            let (head, tail) = rest.split_at(open);
+            out.push_str(head);
+            let Some(close) = tail.find(']') else {
+                out.push_str(tail);
+                return out;
+            };
+            if head.ends_with("conditions") {
+                out.push_str(&tail[..=close]);
+            } else {
+                out.push_str("[*]");
+            }
+            rest = &tail[close + 1..];
+        }
+        out.push_str(rest);
+        out
+    }
+}
+
+/// The waiting reasons the kubelet sets from its own actions (pkg/kubelet/images/types.go,
+/// pkg/kubelet/container/sync_result.go, kuberuntime's back-off): image pulls, back-off, a failed
+/// create or start, hooks. The runtime keeps no record of them.
+pub const KUBELET_WAITING_REASONS: &[&str] = &[
+    "CrashLoopBackOff",
+    "ImagePullBackOff",
+    "ErrImagePull",
+    "ErrImageNeverPull",
+    "InvalidImageName",
+    "RegistryUnavailable",
+    "SignatureValidationFailed",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+    "PreCreateHookError",
+    "PreStartHookError",
+    "PostStartHookError",
+    "RunContainerError",
+    "KillContainerError",
+    "VerifyNonRootError",
+];
+
+/// Fields plegd cannot know, each with its reason: the kubelet sets them from what it did, not from
+/// anything the runtime reports. README ("What plegd cannot know") lists the same.
+pub const UNKNOWABLE: &[(&str, &str)] = &[
+    (
+        "waiting",
+        "a waiting reason the kubelet sets from its own actions (image pull, back-off, a failed create or start, a hook); the runtime keeps no record of it",
+    ),
+    (
+        "probe",
+        "readiness and startup come from the kubelet's probes of a container that declares them",
+    ),
+];
+
+fn reason(kind: &str) -> &'static str {
+    UNKNOWABLE
+        .iter()
+        .find(|(k, _)| *k == kind)
+        .map(|(_, r)| *r)
+        .unwrap_or("unknown")
+}
+
+/// The key of a list item, for the lists that have one.
+fn key_of(list: &str, item: &Value) -> Option<String> {
+    let field = match list {
+        "conditions" => "type",
+        "containerStatuses" | "initContainerStatuses" | "ephemeralContainerStatuses" | "resourceClaimStatuses" => {
+            "name"
+        }
+        "podIPs" | "hostIPs" => "ip",
+        "volumeMounts" => "mountPath",
+        _ => return None,
+    };
+    item.get(field).and_then(Value::as_str).map(str::to_owned)
+}
+
+fn walk(path: &str, list_name: &str, a: &Value, b: &Value, out: &mut Vec<(String, Value, Value)>) {
+    // An absent keyed list is an empty one: its items are what differs.
+    let empty = Value::Array(Vec::new());
+    let (a, b) = match (a, b) {
+        (Value::Null, Value::Array(_)) => (&empty, b),
+        (Value::Array(_), Value::Null) => (a, &empty),
+        _ => (a, b),
+    };
+    match (a, b) {
+        (Value::Object(a), Value::Object(b)) => {
+            let mut keys: Vec<&String> = a.keys().chain(b.keys()).collect();
+            keys.sort();
+            keys.dedup();
+            for key in keys {
+                let sub = if path.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{path}.{key}")
+                };
+                walk(
+                    &sub,
+                    key,
+                    a.get(key).unwrap_or(&Value::Null),
+                    b.get(key).unwrap_or(&Value::Null),
+                    out,
+                );
+            }
+        }
+        (Value::Array(items_a), Value::Array(items_b))
+            if items_a.iter().chain(items_b).all(|i| key_of(list_name, i).is_some()) =>
+        {
+            let keyed = |items: &Vec<Value>| -> Vec<(String, Value)> {
+                items
+                    .iter()
+                    .map(|i| (key_of(list_name, i).unwrap_or_default(), i.clone()))
+                    .collect()
+            };
+            let (ka, kb) = (keyed(items_a), keyed(items_b));
+            let mut keys: Vec<&String> = ka.iter().chain(&kb).map(|(k, _)| k).collect();
+            keys.dedup();
+            let mut seen = std::collections::BTreeSet::new();
+            for key in keys {
+                if !seen.insert(key.clone()) {
+                    continue;
+                }
+                let find = |items: &[(String, Value)]| items.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
+                let (x, y) = (find(&ka), find(&kb));
+                let sub = format!("{path}[{key}]");
+                match (x, y) {
+                    (Some(x), Some(y)) => walk(&sub, "", &x, &y, out),
+                    (x, y) => out.push((sub, x.unwrap_or(Value::Null), y.unwrap_or(Value::Null))),
+                }
+            }
+            // Order matters to a reader of a list too (the kubelet sorts container statuses).
+            let order = |items: &[(String, Value)]| items.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>();
+            let (oa, ob) = (order(&ka), order(&kb));
+            let common =
+                |o: &[String], other: &[String]| o.iter().filter(|k| other.contains(k)).cloned().collect::<Vec<_>>();
+            if common(&oa, &ob) != common(&ob, &oa) {
+                out.push((format!("{path}.order"), Value::from(oa), Value::from(ob)));
+            }
+        }
+        (a, b) if a != b => out.push((path.to_owned(), a.clone(), b.clone())),
+        _ => {}
+    }
+}
+
+/// What of the pod's spec the comparison needs: which containers have probes.
+#[derive(Debug, Clone, Default)]
+pub struct Probed {
+    /// Containers (any kind) with a readiness probe.
+    pub readiness: Vec<String>,
+    /// Containers (any kind) with a startup probe.
+    pub startup: Vec<String>,
+}
+
+impl Probed {
+    /// The probed containers of `pod`.
+    pub fn of(pod: &crate::pod::ApiPod) -> Probed {
+        let mut probed = Probed::default();
+        for c in pod.spec.containers.iter().chain(&pod.spec.init_containers) {
+            if c.readiness_probe {
+                probed.readiness.push(c.name.clone());
+            }
+            if c.startup_probe {
+                probed.startup.push(c.name.clone());
+            }
+        }
+        probed
+    }
+}
+
+/// Why the difference at `path` is one plegd cannot know (`apiserver_status`: the apiserver's side).
+fn unknowable(path: &str, probed: &Probed, apiserver_status: &Value) -> Option<&'static str> {
+    let container = |prefix: &str| -> Option<String> {
+        let rest = path.strip_prefix(prefix)?.strip_prefix('[')?;
+        Some(rest[..rest.find(']')?].to_owned())
+    };
+    let name = ["containerStatuses", "initContainerStatuses"]
+        .iter()
+        .find_map(|p| container(p));
+    if let Some(name) = &name {
+        let field = path.rsplit_once("].").map(|(_, f)| f).unwrap_or_default();
+        if (field == "ready" && probed.readiness.contains(name))
+            || (field == "started" && probed.startup.contains(name))
+        {
+            return Some(reason("probe"));
+        }
+        if field.starts_with("state.waiting") {
+            // The apiserver's waiting reason for this container, wherever in its state the difference is.
+            let list = path.split('[').next().unwrap_or_default();
+            let waiting_reason = apiserver_status
+                .get(list)
+                .and_then(Value::as_array)
+                .and_then(|items| {
+                    items
+                        .iter()
+                        .find(|i| i.get("name").and_then(Value::as_str) == Some(name))
+                })
+                .and_then(|i| i.pointer("/state/waiting/reason"))
+                .and_then(Value::as_str);
+            if waiting_reason.is_some_and(|r| KUBELET_WAITING_REASONS.contains(&r)) {
+                return Some(reason("waiting"));
+            }
+        }
+    }
+    // Readiness a probe decides makes ContainersReady and Ready the prober's too.
+    if !probed.readiness.is_empty()
+        && (path.starts_with("conditions[Ready].") || path.starts_with("conditions[ContainersReady]."))
+    {
+        return Some(reason("probe"));
+    }
+    None
+}
+
+/// Where plegd's `computed` status differs from the apiserver's `actual` one (module doc). plegd's
+/// own condition (`plegd.io/ContainersRunning`) is left out: the kubelet never writes it.
+pub fn differences(actual: &PodStatus, computed: &PodStatus, probed: &Probed) -> Vec<Difference> {
+    let without_own = |s: &PodStatus| {
+        let mut s = canonical(s);
+        if let Some(conditions) = s.conditions.as_mut() {
+            conditions.retain(|c| c.type_ != CONTAINERS_RUNNING);
+            if conditions.is_empty() {
+                s.conditions = None;
+            }
+        }
+        serde_json::to_value(s).unwrap_or(Value::Null)
+    };
+    let (a, b) = (without_own(actual), without_own(computed));
+    let mut raw = Vec::new();
+    walk("", "", &a, &b, &mut raw);
+    raw.into_iter()
+        .map(|(path, apiserver, plegd)| Difference {
+            unknowable: unknowable(&path, probed, &a),
+            path,
+            apiserver,
+            plegd,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn status(v: Value) -> PodStatus {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn paths(d: &[Difference]) -> Vec<&str> {
+        d.iter().map(|d| d.path.as_str()).collect()
+    }
+
+    #[test]
+    fn equal_statuses_have_no_difference() {
+        let s = status(json!({
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-11-25T01:00:00Z"}],
+            "containerStatuses": [{"name": "app", "ready": true, "restartCount": 0, "image": "busybox", "imageID": "x",
+                "state": {"running": {"startedAt": "2026-11-25T01:00:00Z"}}}],
+        }));
+        assert!(differences(&s, &s, &Probed::default()).is_empty());
+    }
+
+    /// What the apiserver stores alike is alike: empty strings, empty lists, `lastState: {}`.
+    #[test]
+    fn stored_forms_compare_equal() {
+        let a = status(json!({"phase": "Running", "message": "", "podIPs": [],
+            "containerStatuses": [{"name": "app", "ready": false, "restartCount": 0, "image": "i", "imageID": "", "lastState": {}}]}));
+        let b = status(json!({"phase": "Running",
+            "containerStatuses": [{"name": "app", "ready": false, "restartCount": 0, "image": "i", "imageID": ""}]}));
+        assert_eq!(differences(&a, &b, &Probed::default()), vec![]);
+    }
+
+    /// Keyed lists are matched by key, and a path names the item and the field.
+    #[test]
+    fn paths_name_the_item_and_the_field() {
+        let a = status(json!({
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True"}, {"type": "PodScheduled", "status": "True"}],
+            "containerStatuses": [
+                {"name": "a", "ready": true, "restartCount": 0, "image": "i", "imageID": "",
+                 "state": {"terminated": {"exitCode": 1}}},
+                {"name": "b", "ready": true, "restartCount": 2, "image": "i", "imageID": ""}],
+            "podIPs": [{"ip": "10.0.0.1"}],
+        }));
+        let b = status(json!({
+            "phase": "Failed",
+            "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "False", "reason": "PodFailed"}],
+            "containerStatuses": [
+                {"name": "a", "ready": true, "restartCount": 0, "image": "i", "imageID": "",
+                 "state": {"terminated": {"exitCode": 2}}},
+                {"name": "b", "ready": true, "restartCount": 3, "image": "i", "imageID": ""},
+                {"name": "c", "ready": false, "restartCount": 0, "image": "i", "imageID": ""}],
+        }));
+        let d = differences(&a, &b, &Probed::default());
+        assert_eq!(
+            paths(&d),
+            vec![
+                "conditions[Ready].reason",
+                "conditions[Ready].status",
+                "conditions.order",
+                "containerStatuses[a].state.terminated.exitCode",
+                "containerStatuses[b].restartCount",
+                "containerStatuses[c]",
+                "phase",
+                "podIPs[10.0.0.1]",
+            ]
+        );
+        assert_eq!(d[3].apiserver, json!(1));
+        assert_eq!(d[3].plegd, json!(2));
+        assert_eq!(d[5].apiserver, Value::Null);
+        assert!(d.iter().all(|d| d.unknowable.is_none()));
+        assert_eq!(d[3].field(), "containerStatuses[*].state.terminated.exitCode");
+        assert_eq!(d[0].field(), "conditions[Ready].reason");
+        assert_eq!(d[7].field(), "podIPs[*]");
+    }
+
+    #[test]
+    fn plegds_own_condition_is_not_compared() {
+        let a = status(json!({"conditions": [{"type": "Ready", "status": "True"}]}));
+        let b = status(
+            json!({"conditions": [{"type": "Ready", "status": "True"}, {"type": CONTAINERS_RUNNING, "status": "True"}]}),
+        );
+        assert!(differences(&a, &b, &Probed::default()).is_empty());
+    }
+
+    /// The kubelet's back-off and probes are its own: reported, with why plegd cannot know them.
+    #[test]
+    fn what_only_the_kubelet_knows_is_marked() {
+        let a = status(json!({
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "containerStatuses": [
+                {"name": "crash", "ready": false, "restartCount": 1, "image": "i", "imageID": "",
+                 "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 10s"}}},
+                {"name": "web", "ready": true, "restartCount": 0, "image": "i", "imageID": ""},
+                {"name": "other", "ready": true, "restartCount": 0, "image": "i", "imageID": "",
+                 "state": {"waiting": {"reason": "ContainerCreating"}}}],
+        }));
+        let b = status(json!({
+            "conditions": [{"type": "Ready", "status": "False"}],
+            "containerStatuses": [
+                {"name": "crash", "ready": false, "restartCount": 1, "image": "i", "imageID": "",
+                 "state": {"waiting": {"reason": "ContainerCreating"}}},
+                {"name": "web", "ready": false, "restartCount": 0, "image": "i", "imageID": ""},
+                {"name": "other", "ready": true, "restartCount": 0, "image": "i", "imageID": "",
+                 "state": {"waiting": {"reason": "PodInitializing"}}}],
+        }));
+        let probed = Probed {
+            readiness: vec!["web".into()],
+            startup: vec![],
+        };
+        let d = differences(&a, &b, &probed);
+        let marked: Vec<(&str, bool)> = d.iter().map(|d| (d.path.as_str(), d.unknowable.is_some())).collect();
+        assert_eq!(
+            marked,
+            vec![
+                ("conditions[Ready].status", true),
+                ("containerStatuses[crash].state.waiting.message", true),
+                ("containerStatuses[crash].state.waiting.reason", true),
+                ("containerStatuses[web].ready", true),
+                ("containerStatuses[other].state.waiting.reason", false),
+            ]
+        );
+        // Without the probe, the same readiness difference is plegd's to explain.
+        let d = differences(&a, &b, &Probed::default());
+        assert!(
+            d.iter()
+                .any(|d| d.path == "containerStatuses[web].ready" && d.unknowable.is_none())
+        );
+    }
+}

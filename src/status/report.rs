@@ -1,0 +1,159 @@
+//! Status reports: the kubelet-equivalent status the syncLoop last generated for each pod, and the
+//! apiserver's copy (the informer's) it was generated against, for whoever follows them
+//! (`plegd status`, the observation API's `StatusService`). A follower gets every pod's latest
+//! report, then each new one; one that reads too slowly misses reports and is told how many, never
+//! slowing the syncLoop. How the two statuses differ is computed for followers only
+//! ([`StatusReport::differences`]).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use k8s_openapi::api::core::v1::PodStatus;
+use tokio::sync::broadcast;
+
+use super::compare::{Difference, Probed, differences};
+use crate::pod::ApiPod;
+
+/// One generated status of one pod.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StatusReport {
+    /// The informer's copy of the pod the status was generated against.
+    pub pod: Arc<ApiPod>,
+    /// The kubelet-equivalent status plegd generated (in conditions and shadow mode, what it would
+    /// write in full mode).
+    pub status: PodStatus,
+    /// When it was generated.
+    pub generated_at: SystemTime,
+    /// When the runtime status it was generated from was read (the start of the read).
+    pub runtime_read_at: SystemTime,
+}
+
+impl StatusReport {
+    /// Where the generated status differs from the apiserver's copy.
+    pub fn differences(&self) -> Vec<Difference> {
+        let apiserver = self.pod.status.clone().unwrap_or_default();
+        differences(&apiserver, &self.status, &Probed::of(&self.pod))
+    }
+
+    fn same_inputs(&self, other: &StatusReport) -> bool {
+        self.pod.metadata.resource_version == other.pod.metadata.resource_version && self.status == other.status
+    }
+}
+
+/// Reports kept for a follower that reads more slowly than they come.
+const CAPACITY: usize = 1024;
+
+struct Inner {
+    /// The latest report of each pod, by uid.
+    latest: HashMap<String, Arc<StatusReport>>,
+    sender: broadcast::Sender<Arc<StatusReport>>,
+}
+
+/// Where the syncLoop puts reports; cloned into the observation API to follow them.
+#[derive(Clone)]
+pub struct StatusReports {
+    inner: Arc<Mutex<Inner>>,
+}
+
+impl Default for StatusReports {
+    fn default() -> Self {
+        Self {
+            inner: Arc::new(Mutex::new(Inner {
+                latest: HashMap::new(),
+                sender: broadcast::channel(CAPACITY).0,
+            })),
+        }
+    }
+}
+
+impl StatusReports {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // A panic elsewhere while holding the lock leaves a map that is still whole.
+        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Keep `report` as its pod's latest; followers get it unless it was generated from the same
+    /// inputs with the same result as the one before.
+    pub fn put(&self, uid: &str, report: StatusReport) {
+        let mut inner = self.lock();
+        let unchanged = inner.latest.get(uid).is_some_and(|old| old.same_inputs(&report));
+        let report = Arc::new(report);
+        inner.latest.insert(uid.to_owned(), report.clone());
+        if !unchanged && inner.sender.receiver_count() > 0 {
+            let _ = inner.sender.send(report);
+        }
+    }
+
+    /// The pod is gone: forget its report.
+    pub fn remove(&self, uid: &str) {
+        self.lock().latest.remove(uid);
+    }
+
+    /// Every pod's latest report, and the reports from then on.
+    pub fn follow(&self) -> (Vec<Arc<StatusReport>>, broadcast::Receiver<Arc<StatusReport>>) {
+        let inner = self.lock();
+        (inner.latest.values().cloned().collect(), inner.sender.subscribe())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(rv: &str, phase: &str) -> StatusReport {
+        let mut pod = ApiPod::default();
+        pod.metadata.resource_version = Some(rv.into());
+        StatusReport {
+            pod: Arc::new(pod),
+            status: PodStatus {
+                phase: Some(phase.into()),
+                ..PodStatus::default()
+            },
+            generated_at: SystemTime::UNIX_EPOCH,
+            runtime_read_at: SystemTime::UNIX_EPOCH,
+        }
+    }
+
+    /// A follower gets the latest of each pod first, then each change; a report from the same
+    /// inputs with the same result is not sent again; a removed pod is not in the snapshot.
+    #[test]
+    fn followers_get_the_latest_then_changes() {
+        let reports = StatusReports::default();
+        reports.put("a", report("1", "Pending"));
+        reports.put("a", report("2", "Running"));
+        reports.put("b", report("1", "Running"));
+        reports.put("c", report("1", "Running"));
+        reports.remove("c");
+        let (snapshot, mut rx) = reports.follow();
+        let mut phases: Vec<_> = snapshot
+            .iter()
+            .map(|r| {
+                (
+                    r.pod.metadata.resource_version.clone().unwrap(),
+                    r.status.phase.clone().unwrap(),
+                )
+            })
+            .collect();
+        phases.sort();
+        assert_eq!(
+            phases,
+            vec![("1".into(), "Running".into()), ("2".into(), "Running".into())]
+        );
+        reports.put("a", report("2", "Running"));
+        reports.put("a", report("3", "Running"));
+        reports.put("b", report("1", "Succeeded"));
+        let got: Vec<_> = std::iter::from_fn(|| rx.try_recv().ok())
+            .map(|r| {
+                (
+                    r.pod.metadata.resource_version.clone().unwrap(),
+                    r.status.phase.clone().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![("3".into(), "Running".into()), ("1".into(), "Succeeded".into())]
+        );
+    }
+}
