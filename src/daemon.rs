@@ -601,8 +601,8 @@ pub async fn run_controlled(
         options.sync.clone(),
         node,
         metrics,
-        reports,
-    );
+    )
+    .reporting_to(reports);
     pipeline.spawn("sync-loop", sync_loop.run(sync_events, changes));
     if let Some(started) = started {
         let stages = stage_health.started();

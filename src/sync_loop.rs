@@ -180,7 +180,6 @@ impl SyncLoop {
         config: SyncConfig,
         node: NodeFacts,
         metrics: Arc<Metrics>,
-        reports: StatusReports,
     ) -> Self {
         Self {
             pleg,
@@ -190,13 +189,19 @@ impl SyncLoop {
             config,
             node,
             metrics,
-            reports,
+            reports: StatusReports::default(),
             pods: HashMap::new(),
             mirrors: HashMap::new(),
             to_wait: Vec::new(),
             unhealthy_backoff: ExponentialBackoff::constant(Duration::from_millis(100), Duration::from_secs(5)),
             skip_until: None,
         }
+    }
+
+    /// Keep each pod's generated status in `reports` (for `plegd status`).
+    pub fn reporting_to(mut self, reports: StatusReports) -> Self {
+        self.reports = reports;
+        self
     }
 
     /// Run until the lifecycle events end (at shutdown, once the fan-out has handed over what the
@@ -886,7 +891,6 @@ mod tests {
                 config,
                 node,
                 metrics.clone(),
-                StatusReports::default(),
             );
             let (changes, changes_rx) = mpsc::channel(8);
             let running = tokio::spawn(sync.run(events, changes_rx));

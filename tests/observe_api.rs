@@ -10,6 +10,7 @@ use plegd::observe::api::events_service_client::EventsServiceClient;
 use plegd::observe::api::{WatchRequest, watch_response};
 use plegd::pleg::EventHub;
 use plegd::pleg::{PodLifecycleEvent, PodLifecycleEventType as E};
+use plegd::status::report::{StatusReport, StatusReports};
 
 fn event(kind: E, ns: &str, pod: &str, n: usize) -> PodLifecycleEvent {
     PodLifecycleEvent {
@@ -44,7 +45,8 @@ async fn filters_and_a_slow_consumer() {
     let path = dir.path().join("api").join("plegd.sock");
     let hub = EventHub::new(256);
     let metrics = Arc::new(Metrics::new());
-    let _server = tokio::spawn(observe::serve(&path, hub.clone(), metrics.clone(), 8).expect("serve"));
+    let _server =
+        tokio::spawn(observe::serve(&path, hub.clone(), StatusReports::default(), metrics.clone(), 8).expect("serve"));
 
     let mut c = client(&path).await;
     let request = WatchRequest {
@@ -113,11 +115,101 @@ async fn filters_and_a_slow_consumer() {
     assert_eq!(bad.code(), tonic::Code::InvalidArgument);
 }
 
+fn report(namespace: &str, name: &str, rv: &str, api_phase: &str, phase: &str) -> StatusReport {
+    let mut pod = plegd::pod::ApiPod::default();
+    pod.metadata.namespace = Some(namespace.into());
+    pod.metadata.name = Some(name.into());
+    pod.metadata.uid = Some(format!("uid-{name}"));
+    pod.metadata.resource_version = Some(rv.into());
+    pod.status = Some(k8s_openapi::api::core::v1::PodStatus {
+        phase: Some(api_phase.into()),
+        ..Default::default()
+    });
+    StatusReport {
+        pod: Arc::new(pod),
+        status: k8s_openapi::api::core::v1::PodStatus {
+            phase: Some(phase.into()),
+            ..Default::default()
+        },
+        generated_at: SystemTime::now(),
+        runtime_read_at: SystemTime::now(),
+    }
+}
+
+/// `plegd status` against a served StatusService: each pod's latest report first, then new ones,
+/// filtered, with what differs from the apiserver's copy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_reports_are_followed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("plegd.sock");
+    let reports = StatusReports::default();
+    let metrics = Arc::new(Metrics::new());
+    let _server = tokio::spawn(observe::serve(&path, EventHub::new(8), reports.clone(), metrics, 8).expect("serve"));
+    reports.put("uid-web", report("prod", "web", "7", "Running", "Running"));
+    reports.put("uid-db", report("dev", "db", "3", "Running", "Running"));
+
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    /// Complete lines, sent as they are written.
+    struct Lines(tokio::sync::mpsc::UnboundedSender<String>, String);
+    impl std::io::Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.1.push_str(&String::from_utf8_lossy(buf));
+            while let Some(end) = self.1.find('\n') {
+                let line: String = self.1.drain(..=end).collect();
+                let _ = self.0.send(line);
+            }
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let request = observe::api::StatusServiceWatchRequest {
+        namespace: "prod".into(),
+        pod: String::new(),
+    };
+    let socket = path.clone();
+    let follow = tokio::spawn(async move {
+        observe::follow_statuses(
+            &socket,
+            request,
+            plegd::print::OutputFormat::Json,
+            Lines(tx, String::new()),
+        )
+        .await
+    });
+    let next = async |rx: &mut tokio::sync::mpsc::UnboundedReceiver<String>| -> serde_json::Value {
+        let line = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await
+            .expect("a report within 10 s")
+            .expect("the follower ended");
+        serde_json::from_str(line.trim()).unwrap_or_else(|e| panic!("{line}: {e}"))
+    };
+    let first = next(&mut rx).await;
+    assert_eq!(
+        (first["pod"].as_str(), first["resourceVersion"].as_str()),
+        (Some("web"), Some("7"))
+    );
+    assert_eq!(first["differences"], serde_json::json!([]));
+    // A new report of the same pod differs from its apiserver copy; the other namespace's is filtered.
+    reports.put("uid-db", report("dev", "db", "4", "Running", "Failed"));
+    reports.put("uid-web", report("prod", "web", "8", "Running", "Succeeded"));
+    let second = next(&mut rx).await;
+    assert_eq!(second["resourceVersion"], "8");
+    assert_eq!(second["status"]["phase"], "Succeeded");
+    assert_eq!(
+        second["differences"],
+        serde_json::json!([{"path": "phase", "apiserver": "Running", "plegd": "Succeeded"}])
+    );
+    follow.abort();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_a_stale_socket_is_replaced() {
     let dir = tempfile::tempdir().unwrap();
     let metrics = Arc::new(Metrics::new());
-    let serve = |path: &std::path::Path| observe::serve(path, EventHub::new(8), metrics.clone(), 8);
+    let serve =
+        |path: &std::path::Path| observe::serve(path, EventHub::new(8), StatusReports::default(), metrics.clone(), 8);
 
     // A regular file where the socket would go: refused, and left as it was.
     let file = dir.path().join("data.sock");

@@ -99,11 +99,12 @@ pub async fn follow_statuses(
             Err(status) => return Err(FollowError::Broken(status)),
         };
         match item {
-            Some(status_service_watch_response::Item::Report(report)) => {
-                if !print(&mut out, &crate::print::format_report(&report, format))? {
-                    return Ok(());
-                }
+            Some(status_service_watch_response::Item::Report(report))
+                if !print(&mut out, &crate::print::format_report(&report, format))? =>
+            {
+                return Ok(());
             }
+            Some(status_service_watch_response::Item::Report(_)) => {}
             Some(status_service_watch_response::Item::Lagged(Lagged { missed })) => {
                 eprintln!("plegd status: missed {missed} status reports (reading too slowly)");
             }
