@@ -474,7 +474,8 @@ plegd_overlay() {
 # directory of its own, and — where the install mounts them — the kubelet's root and pod log
 # directories, mounted at the same paths since the runtime reports them, and named to plegd as a
 # kubelet with another --root-dir and podLogsDir needs), and kube-apiserver at the node's IP (no
-# kube-proxy serves the service IP). The image is tests/cluster/local-image's.
+# kube-proxy serves the service IP). The image is tests/cluster/local-image's; the pod template names
+# the binary in it by its digest, so that a new binary rolls plegd's pods.
 PLEGD_ON_CLUSTER='
 def node_path:
   if . == "/run/containerd" then $containerd
@@ -491,7 +492,10 @@ def kubelet_path: . == "/var/lib/kubelet" or startswith("/var/lib/kubelet/") or 
         | .env = ([(.env // [])[] | select(.name | IN("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "PLEGD_KUBELET_ROOT_DIR", "PLEGD_POD_LOGS_DIR") | not)]
             + [{name: "KUBERNETES_SERVICE_HOST", value: $apiserver_host}, {name: "KUBERNETES_SERVICE_PORT", value: $apiserver_port},
                {name: "PLEGD_KUBELET_ROOT_DIR", value: $kubelet_root}, {name: "PLEGD_POD_LOGS_DIR", value: $pod_logs}]))
+    | .spec.template.metadata.annotations[$binary_key] = $binary
   else . end)'
+# The same install, whatever plegd binary its image holds.
+WITHOUT_BINARY='.items |= map(if .kind == "DaemonSet" then del(.spec.template.metadata.annotations["plegd.test/binary-sha256"]) else . end)'
 
 # operator_crds INSTALL_YAML: the paths of the custom resource definitions of the kinds the
 # install has that a cluster lacks: the Prometheus operator's PodMonitor and PrometheusRule
@@ -542,14 +546,15 @@ deploy_plegd() {
   kubectl_admin create --dry-run=client -o json -f "$RUN/plegd-overlay.yaml" \
     | jq -s '{apiVersion: "v1", kind: "List", items: .}' >"$RUN/plegd-overlay.json" || die "--plegd: could not read $dir's objects"
   jq --arg containerd "$CLUSTER/containerd" --arg plegd_run "$RUN/plegd" --arg kubelet_root "$RUN/kubelet" \
-    --arg pod_logs "$RUN/pod-logs" --arg apiserver_host "$NODE_IP" \
+    --arg pod_logs "$RUN/pod-logs" --arg apiserver_host "$NODE_IP" --arg binary "$(sha256sum "$binary" | cut -c1-64)" --arg binary_key plegd.test/binary-sha256 \
     --arg apiserver_port "$APISERVER_PORT" "$PLEGD_ON_CLUSTER" "$RUN/plegd-overlay.json" >"$RUN/plegd.json.new" \
     || die "--plegd: could not move $dir onto this cluster (see $RUN/plegd-overlay.json)"
   jq -e '.items[] | select(.kind == "DaemonSet" and .metadata.name == "plegd")' "$RUN/plegd.json.new" >/dev/null \
     || die "--plegd: $dir has no DaemonSet named plegd"
   # Another install than the one running: the one running goes first, every object of it (an
   # apply alone would leave its policies, roles and arguments behind).
-  if [ -f "$RUN/plegd.json" ] && ! cmp -s "$RUN/plegd.json" "$RUN/plegd.json.new"; then
+  # (A new binary alone is no other install: its digest in the pod template rolls the pods.)
+  if [ -f "$RUN/plegd.json" ] && ! cmp -s <(jq "$WITHOUT_BINARY" "$RUN/plegd.json") <(jq "$WITHOUT_BINARY" "$RUN/plegd.json.new"); then
     log "removing the plegd install that runs now"
     kubectl_admin delete -f "$RUN/plegd.json" --ignore-not-found --wait=true --timeout=180s >&2 \
       || die "could not remove the plegd install that runs now ($RUN/plegd.json)"

@@ -24,6 +24,11 @@ pub const CONDITION: &str = "plegd.io/ContainersRunning";
 pub const IMAGE: &str = "plegd.test/busybox:1";
 /// plegd's namespace and service account, as deploy/ names them.
 pub const NAMESPACE: &str = "plegd-system";
+/// Where tests/cluster/cluster.sh keeps what runs on the node: plegd's run directory (its API
+/// socket, `/run/plegd` in the pod), the kubelet's static pod directory and the cluster's containerd.
+pub const PLEGD_API_SOCKET: &str = "/var/lib/plegd-test/cluster/run/plegd/plegd.sock";
+pub const STATIC_PODS: &str = "/var/lib/plegd-test/cluster/run/manifests";
+pub const CONTAINERD_SOCKET: &str = "/var/lib/plegd-test/cluster/containerd/containerd.sock";
 
 pub struct Cluster {
     script: PathBuf,

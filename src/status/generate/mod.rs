@@ -39,11 +39,14 @@ pub const CONTAINERS_RUNNING: &str = "plegd.io/ContainersRunning";
 
 pub const POD_RESIZE_PENDING: &str = "PodResizePending";
 pub const POD_RESIZE_IN_PROGRESS: &str = "PodResizeInProgress";
+/// A pod restarting all its containers after one exited under a `RestartAllContainers` rule
+/// (RestartAllContainersOnContainerExits, beta and on in 1.37).
+pub const ALL_CONTAINERS_RESTARTING: &str = "AllContainersRestarting";
 
-/// Conditions the kubelet owns (`PodConditionsByKubelet`, 1.33+); every other type belongs to
-/// someone else. The resize conditions are the kubelet's own record of resizes it is making: plegd
-/// resizes nothing, so in `full` mode it writes none and keeps none.
-pub const KUBELET_CONDITIONS: [&str; 7] = [
+/// Conditions the kubelet owns (`PodConditionsByKubelet`, 1.37 with its default gates); every other
+/// type belongs to someone else. The resize conditions are the kubelet's own record of resizes it
+/// is making: plegd resizes nothing, so in `full` mode it writes none and keeps none.
+pub const KUBELET_CONDITIONS: [&str; 8] = [
     POD_SCHEDULED,
     POD_READY_TO_START_CONTAINERS,
     INITIALIZED,
@@ -51,7 +54,20 @@ pub const KUBELET_CONDITIONS: [&str; 7] = [
     READY,
     POD_RESIZE_PENDING,
     POD_RESIZE_IN_PROGRESS,
+    ALL_CONTAINERS_RESTARTING,
 ];
+
+/// PodReadyToStartContainers False: the reason, and the message per cause `PodSandboxChanged`
+/// finds (pkg/kubelet/types/constants.go, 1.37).
+pub const POD_SANDBOX_NOT_READY: &str = "PodSandboxNotReady";
+pub const NO_POD_SANDBOX: &str = "no pod sandbox exists";
+pub const MULTIPLE_SANDBOXES: &str = "multiple pod sandboxes are ready and need to be reconciled";
+pub const SANDBOX_NOT_READY: &str = "pod sandbox is not ready";
+pub const NETWORK_NAMESPACE_MODE_CHANGED: &str = "network namespace mode changed and sandbox needs to be recreated";
+pub const NO_IP_ADDRESS: &str = "pod sandbox has no IP address";
+
+/// The message of a container the kubelet removed to restart all containers.
+pub const RESTARTING_ALL_CONTAINERS_MESSAGE: &str = "The container is removed because RestartAllContainers in place";
 
 /// Termination messages of all containers together stay within this many bytes.
 pub const MAX_TERMINATION_MESSAGES: usize = 12 * 1024;
@@ -371,8 +387,14 @@ pub fn any_active_regular_container_started(pod: &ApiPod, runtime: &RuntimePodSt
         .any(|s| pod.spec.containers.iter().any(|c| c.name == s.name))
 }
 
-/// `GeneratePodInitializedCondition`.
-pub fn initialized_condition(pod: &ApiPod, statuses: Option<&[ContainerStatus]>, phase: &str) -> PodCondition {
+/// `GeneratePodInitializedCondition` (1.37): once the old status said Initialized, it stays so
+/// (RestartAllContainersOnContainerExits: a pod restarting in place re-runs its init containers).
+pub fn initialized_condition(
+    pod: &ApiPod,
+    old_conditions: &[PodCondition],
+    statuses: Option<&[ContainerStatus]>,
+    phase: &str,
+) -> PodCondition {
     let init = &pod.spec.init_containers;
     // No statuses at all (nil upstream, not an empty list) with init containers to wait for.
     let statuses = match statuses {
@@ -411,7 +433,10 @@ pub fn initialized_condition(pod: &ApiPod, statuses: Option<&[ContainerStatus]>,
     if !incomplete.is_empty() {
         messages.push(format!("containers with incomplete status: {}", go_list(&incomplete)));
     }
-    if messages.is_empty() {
+    let was_initialized = old_conditions
+        .iter()
+        .any(|c| c.type_ == INITIALIZED && c.status == "True");
+    if messages.is_empty() || was_initialized {
         condition(INITIALIZED, true, None, None)
     } else {
         condition(
@@ -423,27 +448,113 @@ pub fn initialized_condition(pod: &ApiPod, statuses: Option<&[ContainerStatus]>,
     }
 }
 
-/// `GeneratePodReadyToStartContainersCondition` (1.36: no reason or message) from
-/// `PodSandboxChanged`: True when the newest sandbox is ready, no other sandbox is, its network
-/// namespace is the pod's, and, unless the pod uses the host's network, the network status it
-/// reports (if it reports one at all) has an IP.
-pub fn ready_to_start_containers_condition(pod: &ApiPod, runtime: &RuntimePodStatus) -> PodCondition {
+/// `PodSandboxChanged` (pkg/kubelet/kuberuntime/util/util.go, 1.37): why the pod needs a new
+/// sandbox, checked in upstream's order; None when it needs none. A sandbox that reports no network
+/// status at all is not taken to lack an IP.
+pub fn pod_sandbox_changed(pod: &ApiPod, runtime: &RuntimePodStatus) -> Option<&'static str> {
     let host_network = pod.spec.host_network;
-    let ready_count = runtime
+    let Some(newest) = runtime.sandbox_statuses.first() else {
+        return Some(NO_POD_SANDBOX);
+    };
+    let ready = runtime
         .sandbox_statuses
         .iter()
         .filter(|s| s.state == SandboxState::Ready)
         .count();
-    let ok = match runtime.sandbox_statuses.first() {
-        Some(newest) => {
-            newest.state == SandboxState::Ready
-                && ready_count == 1
-                && newest.host_network == host_network
-                && (host_network || !newest.no_primary_ip)
-        }
-        None => false,
+    if ready > 1 {
+        Some(MULTIPLE_SANDBOXES)
+    } else if newest.state != SandboxState::Ready {
+        Some(SANDBOX_NOT_READY)
+    } else if newest.host_network != host_network {
+        Some(NETWORK_NAMESPACE_MODE_CHANGED)
+    } else if !host_network && newest.no_primary_ip {
+        Some(NO_IP_ADDRESS)
+    } else {
+        None
+    }
+}
+
+/// `GeneratePodReadyToStartContainersCondition` (1.37): True when the pod needs no new sandbox;
+/// else False, reason PodSandboxNotReady, the cause as its message.
+pub fn ready_to_start_containers_condition(pod: &ApiPod, runtime: &RuntimePodStatus) -> PodCondition {
+    match pod_sandbox_changed(pod, runtime) {
+        None => condition(POD_READY_TO_START_CONTAINERS, true, None, None),
+        Some(why) => condition(
+            POD_READY_TO_START_CONTAINERS,
+            false,
+            Some(POD_SANDBOX_NOT_READY),
+            Some(why.to_owned()),
+        ),
+    }
+}
+
+/// `ShouldAllContainersRestart` (pkg/kubelet/container/helpers.go, 1.37): the old status says all
+/// containers are restarting, or a container (init or regular) whose newest runtime instance
+/// exited, or whose old status is terminated, matches a `RestartAllContainers` rule.
+pub fn should_all_containers_restart(pod: &ApiPod, runtime: &RuntimePodStatus, old: &PodStatus) -> bool {
+    let restarting = old
+        .conditions
+        .iter()
+        .flatten()
+        .any(|c| c.type_ == ALL_CONTAINERS_RESTARTING && c.status == "True");
+    if restarting {
+        return true;
+    }
+    let restarts_all = |c: &ApiContainer, code: i32| {
+        matching_restart_rule(c, code).is_some_and(|r| r.action == "RestartAllContainers")
     };
-    condition(POD_READY_TO_START_CONTAINERS, ok, None, None)
+    let old_statuses = old
+        .init_container_statuses
+        .iter()
+        .flatten()
+        .chain(old.container_statuses.iter().flatten());
+    let old_statuses: Vec<&ContainerStatus> = old_statuses.collect();
+    pod.spec.init_containers.iter().chain(&pod.spec.containers).any(|c| {
+        let newest = runtime
+            .container_statuses
+            .iter()
+            .filter(|s| s.name == c.name)
+            .max_by_key(|s| s.created_at);
+        if newest.is_some_and(|s| s.state == RuntimeContainerState::Exited && restarts_all(c, s.exit_code)) {
+            return true;
+        }
+        old_statuses
+            .iter()
+            .filter(|s| s.name == c.name)
+            .filter_map(|s| terminated(s))
+            .any(|t| restarts_all(c, t.exit_code))
+    })
+}
+
+/// `GenerateAllContainersRestartingCondition` (1.37), for a pod with a `RestartAllContainers`
+/// rule: True while its containers are being removed to restart; it carries no observedGeneration.
+pub fn all_containers_restarting_condition(
+    pod: &ApiPod,
+    runtime: &RuntimePodStatus,
+    old: &PodStatus,
+    phase: &str,
+) -> PodCondition {
+    match phase {
+        SUCCEEDED => return condition(ALL_CONTAINERS_RESTARTING, false, Some("PodCompleted"), None),
+        FAILED => return condition(ALL_CONTAINERS_RESTARTING, false, Some("PodFailed"), None),
+        _ => {}
+    }
+    let cleaned_up = !runtime.container_statuses.iter().any(|s| {
+        pod.spec
+            .init_containers
+            .iter()
+            .chain(&pod.spec.containers)
+            .any(|c| c.name == s.name)
+    });
+    if !should_all_containers_restart(pod, runtime, old) || cleaned_up {
+        return condition(ALL_CONTAINERS_RESTARTING, false, None, None);
+    }
+    condition(
+        ALL_CONTAINERS_RESTARTING,
+        true,
+        Some("RestartAllContainersStarted"),
+        Some("container exited with restart policy rule".to_owned()),
+    )
 }
 
 /// plegd's `plegd.io/ContainersRunning`: True when every regular container runs. Otherwise the first
@@ -504,8 +615,16 @@ pub fn containers_running_condition(pod: &ApiPod, statuses: &[ContainerStatus]) 
     }
 }
 
-/// One runtime status in API form (`convertContainerStatus`).
-fn convert(cs: &RuntimeContainerStatus, old: Option<&ContainerStatus>, runtime_name: &str) -> ContainerStatus {
+/// One runtime status in API form (`convertContainerStatus`, 1.37 with
+/// RestartAllContainersOnContainerExits on): from the old status of the name come its volume mounts,
+/// a restart count never lower, and its last termination (the old state's when the container id
+/// changed, else the old last state) — the runtime may no longer hold the instance that ended.
+fn convert(
+    cs: &RuntimeContainerStatus,
+    old: Option<&ContainerStatus>,
+    runtime_name: &str,
+    pod_restarting: bool,
+) -> ContainerStatus {
     let container_id = format!("{runtime_name}://{}", cs.id);
     let mut status = ContainerStatus {
         name: cs.name.clone(),
@@ -517,13 +636,34 @@ fn convert(cs: &RuntimeContainerStatus, old: Option<&ContainerStatus>, runtime_n
         volume_mounts: old.and_then(|o| o.volume_mounts.clone()),
         ..ContainerStatus::default()
     };
-    let state = match cs.state {
-        RuntimeContainerState::Running => ContainerState {
-            running: Some(ContainerStateRunning {
-                started_at: Some(runtime_time(cs.started_at)),
-            }),
+    if let Some(old) = old {
+        status.restart_count = status.restart_count.max(old.restart_count);
+        let last = if old.container_id != status.container_id {
+            terminated(old).or_else(|| last_terminated(old))
+        } else {
+            last_terminated(old)
+        };
+        status.last_state = last.map(|t| ContainerState {
+            terminated: Some(t.clone()),
             ..ContainerState::default()
-        },
+        });
+    }
+    let state = match cs.state {
+        RuntimeContainerState::Running => {
+            // A new instance after a terminated one the runtime did not count.
+            if let Some(old) = old
+                && terminated(old).is_some()
+                && old.restart_count >= cs.restart_count as i32
+            {
+                status.restart_count = old.restart_count + 1;
+            }
+            ContainerState {
+                running: Some(ContainerStateRunning {
+                    started_at: Some(runtime_time(cs.started_at)),
+                }),
+                ..ContainerState::default()
+            }
+        }
         RuntimeContainerState::Created => ContainerState {
             waiting: Some(ContainerStateWaiting::default()),
             ..ContainerState::default()
@@ -545,7 +685,14 @@ fn convert(cs: &RuntimeContainerStatus, old: Option<&ContainerStatus>, runtime_n
             ContainerState {
                 terminated: Some(ContainerStateTerminated {
                     exit_code: 137,
-                    reason: Some(CONTAINER_STATUS_UNKNOWN.to_owned()),
+                    reason: Some(
+                        if pod_restarting {
+                            RESTARTING_ALL_CONTAINERS
+                        } else {
+                            CONTAINER_STATUS_UNKNOWN
+                        }
+                        .to_owned(),
+                    ),
                     message: Some("The container could not be located when the pod was terminated".to_owned()),
                     ..ContainerStateTerminated::default()
                 }),
@@ -558,11 +705,6 @@ fn convert(cs: &RuntimeContainerStatus, old: Option<&ContainerStatus>, runtime_n
         },
     };
     status.state = Some(state);
-    // A restart count never goes down, even if the runtime lost the history it counted from
-    // (as upstream does when it keeps the old count).
-    if let Some(old) = old {
-        status.restart_count = status.restart_count.max(old.restart_count);
-    }
     status
 }
 
@@ -679,6 +821,7 @@ fn container_statuses(
     runtime: &RuntimePodStatus,
     runtime_name: &str,
     recursive_read_only: Option<bool>,
+    pod_restarting: bool,
 ) -> Vec<ContainerStatus> {
     let deleting = pod.metadata.deletion_timestamp.is_some();
     let default_reason = if pod.spec.init_containers.is_empty() {
@@ -719,6 +862,32 @@ fn container_statuses(
             continue;
         }
         let Some(old) = find(previous, &c.name) else { continue };
+        // Removed by the kubelet to restart all containers: waiting, its last state says so.
+        if pod_restarting && !waiting(old) {
+            let Some(status) = statuses.get_mut(c.name.as_str()) else {
+                continue;
+            };
+            let removed = |reason: &str| (reason.to_owned(), RESTARTING_ALL_CONTAINERS_MESSAGE.to_owned());
+            let (reason, message) = removed(RESTARTING_ALL_CONTAINERS);
+            status.state = Some(ContainerState {
+                waiting: Some(ContainerStateWaiting {
+                    reason: Some(reason.clone()),
+                    message: Some(message.clone()),
+                }),
+                ..ContainerState::default()
+            });
+            status.last_state = Some(ContainerState {
+                terminated: Some(ContainerStateTerminated {
+                    exit_code: 137,
+                    reason: Some(reason),
+                    message: Some(message),
+                    ..ContainerStateTerminated::default()
+                }),
+                ..ContainerState::default()
+            });
+            status.restart_count = old.restart_count + 1;
+            continue;
+        }
         if terminated(old).is_some() || !running(old) {
             continue;
         }
@@ -763,7 +932,7 @@ fn container_statuses(
             continue;
         }
         let old = find(previous, &cs.name);
-        let mut status = convert(cs, old, runtime_name);
+        let mut status = convert(cs, old, runtime_name, pod_restarting);
         if *count == 0 {
             // Every container the runtime reported, of any kind (`GetContainerSpec`; ephemeral
             // containers have no resources: `{}`).
@@ -928,7 +1097,7 @@ fn conditions(
     // Readiness gates are conditions others own: read from the old status.
     let mut out = vec![
         ready_to_start_containers_condition(pod, runtime),
-        initialized_condition(pod, statuses, phase),
+        initialized_condition(pod, old_conditions, statuses, phase),
         ready_condition(pod, old_conditions, statuses, phase),
         containers_ready_condition(pod, statuses, phase),
         condition(POD_SCHEDULED, true, None, None),
@@ -936,6 +1105,11 @@ fn conditions(
     let generation = observed_generation(pod);
     for c in &mut out {
         c.observed_generation = generation;
+    }
+    if all_containers_could_restart(pod) {
+        out.push(all_containers_restarting_condition(pod, runtime, old, phase));
+    }
+    for c in &mut out {
         set_transition_time(c, old_conditions, now);
     }
     out
@@ -945,6 +1119,10 @@ fn conditions(
 /// `status.observedGeneration` and each condition the kubelet writes carry the pod's
 /// `metadata.generation` (`CalculatePodStatusObservedGeneration`). A pod without one (0) gets none.
 pub fn observed_generation(pod: &ApiPod) -> Option<i64> {
+    // A mirror pod's status is its static pod's, whose spec (a file) has no generation.
+    if pod.is_mirror() {
+        return None;
+    }
     pod.metadata.generation.filter(|g| *g != 0)
 }
 
@@ -1194,6 +1372,7 @@ pub fn generate_api_pod_status(input: &StatusInput<'_>) -> PodStatus {
     let has_init = !init.is_empty();
     let ephemeral = &spec.ephemeral_containers;
     let recursive_read_only = supports_recursive_read_only(pod, input.runtime, input.recursive_read_only_handlers);
+    let pod_restarting = should_all_containers_restart(pod, input.runtime, old);
 
     let mut container_list = container_statuses(
         pod,
@@ -1203,6 +1382,7 @@ pub fn generate_api_pod_status(input: &StatusInput<'_>) -> PodStatus {
         input.runtime,
         input.runtime_name,
         recursive_read_only,
+        pod_restarting,
     );
     let mut init_list = container_statuses(
         pod,
@@ -1212,6 +1392,7 @@ pub fn generate_api_pod_status(input: &StatusInput<'_>) -> PodStatus {
         input.runtime,
         input.runtime_name,
         recursive_read_only,
+        pod_restarting,
     );
     let mut ephemeral_list = container_statuses(
         pod,
@@ -1221,6 +1402,7 @@ pub fn generate_api_pod_status(input: &StatusInput<'_>) -> PodStatus {
         input.runtime,
         input.runtime_name,
         recursive_read_only,
+        pod_restarting,
     );
     truncate_messages(&mut [&mut container_list, &mut init_list, &mut ephemeral_list]);
     if !input.stop_signals {

@@ -308,6 +308,7 @@ fn initialized_condition_cases() {
     let pod = pod_with(&["a"], vec![spec_container("i1"), spec_container("i2")], "Always");
     let c = initialized_condition(
         &pod,
+        &[],
         Some(&[
             completed_init("i1"),
             // A running init container is not ready (it is done once it exited with 0).
@@ -324,21 +325,27 @@ fn initialized_condition_cases() {
         ("False", Some("ContainersNotInitialized"))
     );
     assert_eq!(c.message.as_deref(), Some("containers with incomplete status: [i2]"));
-    let c = initialized_condition(&pod, Some(&[completed_init("i1")]), PENDING);
+    let c = initialized_condition(&pod, &[], Some(&[completed_init("i1")]), PENDING);
     assert_eq!(c.message.as_deref(), Some("containers with unknown status: [i2]"));
     let c = initialized_condition(
         &pod,
+        &[],
         Some(&[completed_init("i1"), completed_init("i2"), running_status("a")]),
         RUNNING,
     );
     assert_eq!(c.status, "True");
     // A regular container that started means initialized, whatever the init containers say now.
-    let c = initialized_condition(&pod, Some(&[waiting_status("i1", None), running_status("a")]), RUNNING);
+    let c = initialized_condition(
+        &pod,
+        &[],
+        Some(&[waiting_status("i1", None), running_status("a")]),
+        RUNNING,
+    );
     assert_eq!(c.status, "True");
-    let c = initialized_condition(&pod, None, PENDING);
+    let c = initialized_condition(&pod, &[], None, PENDING);
     assert_eq!(c.reason.as_deref(), Some("UnknownContainerStatuses"));
     // An empty list is not "no statuses": each init container is of unknown status.
-    let c = initialized_condition(&pod, Some(&[]), PENDING);
+    let c = initialized_condition(&pod, &[], Some(&[]), PENDING);
     assert_eq!(c.reason.as_deref(), Some("ContainersNotInitialized"));
 }
 
@@ -1340,14 +1347,15 @@ fn upstream_host_network_pod_ips() {
 fn initialized_is_pod_completed_once_succeeded() {
     let pod = pod_with(&["a"], vec![spec_container("i1")], "Never");
     let statuses = [completed_init("i1"), terminated_status("a", 0)];
-    let c = initialized_condition(&pod, Some(&statuses), SUCCEEDED);
+    let c = initialized_condition(&pod, &[], Some(&statuses), SUCCEEDED);
     assert_eq!((c.status.as_str(), c.reason.as_deref()), ("True", Some("PodCompleted")));
     // Running: a started regular container means initialized, with no reason.
-    let c = initialized_condition(&pod, Some(&[completed_init("i1"), running_status("a")]), RUNNING);
+    let c = initialized_condition(&pod, &[], Some(&[completed_init("i1"), running_status("a")]), RUNNING);
     assert_eq!((c.status.as_str(), c.reason.as_deref()), ("True", None));
     // A waiting container with a last termination has not "started" (upstream looks at the state).
     let c = initialized_condition(
         &pod,
+        &[],
         Some(&[waiting_status("i1", None), waiting_status("a", Some(1))]),
         PENDING,
     );
@@ -2273,7 +2281,8 @@ fn upstream_generate_api_pod_status() {
     };
     let completed = |reason: &'static str| -> Option<Vec<(&str, &str, Option<&str>)>> {
         Some(vec![
-            (POD_READY_TO_START_CONTAINERS, "False", None),
+            // 1.37: no sandbox in these cases ("no pod sandbox exists").
+            (POD_READY_TO_START_CONTAINERS, "False", Some(POD_SANDBOX_NOT_READY)),
             (INITIALIZED, "True", Some(reason)),
             (READY, "False", Some(reason)),
             (CONTAINERS_READY, "False", Some(reason)),
@@ -2594,7 +2603,7 @@ fn upstream_condition_tables() {
     ];
     for (i, (init, statuses, phase, status, reason)) in initialized.into_iter().enumerate() {
         let statuses: Option<Vec<_>> = statuses.map(|s| s.iter().map(|(n, r)| ready_only(n, *r)).collect());
-        let c = initialized_condition(&pod(&[], init, &[]), statuses.as_deref(), phase);
+        let c = initialized_condition(&pod(&[], init, &[]), &[], statuses.as_deref(), phase);
         assert_eq!(c.type_, INITIALIZED);
         assert_eq!(
             (c.status == "True", c.reason.as_deref()),

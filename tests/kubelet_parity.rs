@@ -1,0 +1,600 @@
+//! plegd's status against the real kubelet's, on one node: plegd in shadow mode beside the kubelet
+//! 1.37 of tests/cluster/cluster.sh, both over the node's containerd, a battery of pods covering what
+//! plegd claims to reproduce. One watcher of the apiserver sees each status the kubelet writes;
+//! plegd's `StatusService` (what `plegd status` follows) gives each status plegd generates.
+//!
+//! Settled parity: after each kubelet write that stays the pod's newest for [`QUIET`] (the kubelet has
+//! nothing more to write), plegd's status generated against that write must equal it, as typed
+//! values, field by field — but for the fields only the kubelet can know (`compare::UNKNOWABLE`).
+//! Transients: for each kubelet write, when plegd first generated the same status, before or after
+//! it; printed as a table (and kept in the test's scratch directory).
+//!
+//! Runs when `PLEGD_CLUSTER_E2E=1` (tests/run.sh), one test at a time with tests/cluster_e2e.rs, on
+//! tests/cluster/cluster.sh's node (it reads plegd's socket, the static pod directory and containerd
+//! there).
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
+use serde_json::{Value, json};
+
+use plegd::observe::api::status_service_client::StatusServiceClient;
+use plegd::observe::api::{StatusServiceWatchRequest, status_service_watch_response};
+use plegd::status::compare::{Probed, differences};
+use support::cluster::{CONTAINERD_SOCKET, IMAGE, PLEGD_API_SOCKET, STATIC_PODS, cluster};
+
+const NS: &str = "parity";
+/// A kubelet write that stays the newest this long is settled: the kubelet relists every second
+/// and writes a change within about one more.
+const QUIET: Duration = Duration::from_secs(5);
+/// plegd's status against a write is the one it generated within this long of the write.
+const REACTION: Duration = Duration::from_secs(2);
+/// The longest the battery runs before every pod has done what it is for.
+const BATTERY: Duration = Duration::from_secs(240);
+
+/// A status the kubelet wrote, as the watcher saw it.
+#[derive(Debug, Clone)]
+struct Written {
+    at: Instant,
+    rv: String,
+    status: PodStatus,
+}
+
+/// A status plegd generated, as its StatusService sent it.
+#[derive(Debug, Clone)]
+struct Generated {
+    at: Instant,
+    rv: String,
+    status: PodStatus,
+}
+
+#[derive(Default)]
+struct Timelines {
+    kubelet: BTreeMap<String, Vec<Written>>,
+    plegd: BTreeMap<String, Vec<Generated>>,
+    /// The newest copy of each pod.
+    pods: BTreeMap<String, Pod>,
+}
+
+type Shared = Arc<Mutex<Timelines>>;
+
+fn c(name: &str, script: &str) -> Value {
+    json!({"name": name, "image": IMAGE, "imagePullPolicy": "Never", "command": ["sh", "-c", script]})
+}
+
+fn pod(name: &str, node: &str, policy: &str, spec: Value) -> Pod {
+    let mut v = json!({
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"nodeName": node, "restartPolicy": policy, "terminationGracePeriodSeconds": 2},
+    });
+    for (k, val) in spec.as_object().unwrap() {
+        v["spec"][k] = val.clone();
+    }
+    serde_json::from_value(v).unwrap()
+}
+
+fn phase(p: &Pod) -> &str {
+    p.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or_default()
+}
+
+fn restarts(p: &Pod) -> i32 {
+    let s = p.status.as_ref();
+    s.and_then(|s| s.container_statuses.as_ref())
+        .into_iter()
+        .chain(s.and_then(|s| s.init_container_statuses.as_ref()))
+        .flatten()
+        .map(|c| c.restart_count)
+        .max()
+        .unwrap_or(0)
+}
+
+fn running(p: &Pod) -> bool {
+    phase(p) == "Running"
+        && p.status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .is_some_and(|cs| cs.iter().all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some())))
+}
+
+fn terminal(p: &Pod) -> bool {
+    matches!(phase(p), "Succeeded" | "Failed")
+}
+
+/// One pod of the battery: what it is, and when it has done what it is for.
+struct Scenario {
+    pod: Pod,
+    done: fn(&Pod) -> bool,
+}
+
+fn battery(node: &str) -> Vec<Scenario> {
+    let sleep = "sleep 3600";
+    let marker = |code: u8| format!("if [ -f /data/m ]; then sleep 3600; fi; touch /data/m; sleep 2; exit {code}");
+    let data = json!([{"name": "data", "emptyDir": {}}]);
+    let with_data = |mut c: Value| {
+        c["volumeMounts"] = json!([{"name": "data", "mountPath": "/data"}]);
+        c
+    };
+    let mut out = Vec::new();
+    let mut add = |name: &str, policy: &str, spec: Value, done: fn(&Pod) -> bool| {
+        out.push(Scenario {
+            pod: pod(name, node, policy, spec),
+            done,
+        })
+    };
+    // Restart policies, exits 0 and non-zero.
+    for (policy, code) in [
+        ("Always", 0),
+        ("Always", 3),
+        ("OnFailure", 0),
+        ("OnFailure", 3),
+        ("Never", 0),
+        ("Never", 3),
+    ] {
+        let name = format!("{}-exit{code}", policy.to_lowercase());
+        let done: fn(&Pod) -> bool = match (policy, code) {
+            ("Always", _) | ("OnFailure", 3) => |p| restarts(p) >= 2,
+            _ => terminal,
+        };
+        add(
+            &name,
+            policy,
+            json!({"containers": [c("main", &format!("sleep 2; exit {code}"))]}),
+            done,
+        );
+    }
+    // A container's own restartPolicy and restartPolicyRules.
+    let mut own = c("main", "sleep 2; exit 1");
+    own["restartPolicy"] = json!("Always");
+    add("container-policy", "Never", json!({"containers": [own]}), |p| {
+        restarts(p) >= 2
+    });
+    let mut rules = with_data(c("main", &marker(42)));
+    rules["restartPolicy"] = json!("Never");
+    rules["restartPolicyRules"] = json!([{"action": "Restart", "exitCodes": {"operator": "In", "values": [42]}}]);
+    add(
+        "restart-rules",
+        "Never",
+        json!({"containers": [rules], "volumes": data}),
+        |p| restarts(p) >= 1 && running(p),
+    );
+    // RestartAllContainers on a container's exit.
+    let mut trigger = with_data(c("trigger", &marker(43)));
+    trigger["restartPolicy"] = json!("Never");
+    trigger["restartPolicyRules"] =
+        json!([{"action": "RestartAllContainers", "exitCodes": {"operator": "In", "values": [43]}}]);
+    add(
+        "restart-all",
+        "Never",
+        json!({"containers": [trigger, c("other", sleep)], "volumes": data}),
+        |p| restarts(p) >= 1 && running(p),
+    );
+    // Init containers that succeed and fail.
+    add(
+        "init-ok",
+        "Always",
+        json!({"initContainers": [c("init", "sleep 1")], "containers": [c("main", sleep)]}),
+        running,
+    );
+    add(
+        "init-fail",
+        "Never",
+        json!({"initContainers": [c("init", "sleep 1; exit 7")], "containers": [c("main", sleep)]}),
+        terminal,
+    );
+    // Sidecars: starting and stopping with the pod, restarting.
+    let mut sidecar = c("sidecar", sleep);
+    sidecar["restartPolicy"] = json!("Always");
+    add(
+        "sidecar-stops",
+        "Never",
+        json!({"initContainers": [sidecar.clone()], "containers": [c("main", "sleep 4; exit 0")]}),
+        terminal,
+    );
+    let mut flaky = c("sidecar", "sleep 2; exit 1");
+    flaky["restartPolicy"] = json!("Always");
+    add(
+        "sidecar-restarts",
+        "Never",
+        json!({"initContainers": [flaky], "containers": [c("main", sleep)]}),
+        |p| restarts(p) >= 2,
+    );
+    // An OOM kill.
+    let mut hog = c(
+        "main",
+        "sleep 1; a=$(head -c 200000000 /dev/zero | tr '\\000' x); sleep 3600",
+    );
+    hog["resources"] = json!({"limits": {"memory": "32Mi"}});
+    add("oom", "Never", json!({"containers": [hog]}), terminal);
+    // Termination messages: from the file, and from the log on failure.
+    add(
+        "message-file",
+        "Never",
+        json!({"containers": [c("main", "echo 'bye from the file' > /dev/termination-log; sleep 1; exit 2")]}),
+        terminal,
+    );
+    let mut logs = c("main", "echo 'bye from the log'; sleep 1; exit 4");
+    logs["terminationMessagePolicy"] = json!("FallbackToLogsOnError");
+    add("message-logs", "Never", json!({"containers": [logs]}), terminal);
+    // activeDeadlineSeconds.
+    add(
+        "deadline",
+        "Always",
+        json!({"activeDeadlineSeconds": 8, "containers": [c("main", sleep)]}),
+        terminal,
+    );
+    // A container that is created and never starts.
+    let mut missing = c("main", "");
+    missing["command"] = json!(["/no/such/binary"]);
+    add("never-starts", "Never", json!({"containers": [missing]}), terminal);
+    // Host network and pod network; requests and limits.
+    add(
+        "host-network",
+        "Always",
+        json!({"hostNetwork": true, "containers": [c("main", sleep)]}),
+        running,
+    );
+    let mut sized = c("main", sleep);
+    sized["resources"] =
+        json!({"requests": {"cpu": "50m", "memory": "16Mi"}, "limits": {"cpu": "100m", "memory": "64Mi"}});
+    add(
+        "pod-network-resources",
+        "Always",
+        json!({"containers": [sized]}),
+        running,
+    );
+    // A readiness gate (set True by the test once the pod runs).
+    add(
+        "readiness-gate",
+        "Always",
+        json!({"readinessGates": [{"conditionType": "plegd.test/gate"}], "containers": [c("main", sleep)]}),
+        |p| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        },
+    );
+    // A sandbox that dies under running containers (killed by the test once the pod runs).
+    add(
+        "sandbox-dies",
+        "Always",
+        json!({"containers": [c("main", sleep)]}),
+        |p| restarts(p) >= 1 && running(p),
+    );
+    // Deletion with a grace period (deleted by the test once the pod runs; a finalizer keeps the
+    // object so that its last status can be compared).
+    let mut graceful = pod(
+        "graceful",
+        node,
+        "Always",
+        json!({"terminationGracePeriodSeconds": 5,
+               "containers": [c("main", "trap 'sleep 1; exit 0' TERM; sleep 3600 & wait")]}),
+    );
+    graceful.metadata.finalizers = Some(vec!["plegd.test/keep".into()]);
+    out.push(Scenario {
+        pod: graceful,
+        done: terminal,
+    });
+    out
+}
+
+/// The static pod (its mirror pod in the apiserver is `static-<node>`).
+fn static_pod_manifest() -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "static", "namespace": NS},
+        "spec": {"containers": [c("main", "sleep 3600")], "terminationGracePeriodSeconds": 1},
+    })
+}
+
+/// Removes the static pod's manifest when the test ends.
+struct StaticPod(PathBuf);
+impl Drop for StaticPod {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Follow the kubelet's writes to the namespace's pods.
+fn watch_kubelet(pods: Api<Pod>, shared: Shared) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut stream = watcher(pods, watcher::Config::default()).boxed();
+        while let Some(event) = stream.next().await {
+            let pod = match event {
+                Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => p,
+                _ => continue,
+            };
+            let at = Instant::now();
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            let mut t = shared.lock().unwrap();
+            let status = pod.status.clone().unwrap_or_default();
+            let timeline = t.kubelet.entry(name.clone()).or_default();
+            if timeline.last().is_none_or(|w| w.status != status) {
+                timeline.push(Written {
+                    at,
+                    rv: pod.metadata.resource_version.clone().unwrap_or_default(),
+                    status,
+                });
+            }
+            t.pods.insert(name, pod);
+        }
+    })
+}
+
+/// Follow plegd's generated statuses of the namespace's pods.
+fn watch_plegd(shared: Shared) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let options = plegd::runtime::CriOptions::default();
+        let channel = plegd::runtime::unix_channel(
+            std::path::Path::new(PLEGD_API_SOCKET),
+            options.connect_timeout,
+            options.backoff.clone(),
+            None,
+        );
+        let mut client = StatusServiceClient::new(channel);
+        let request = StatusServiceWatchRequest {
+            namespace: NS.into(),
+            pod: String::new(),
+        };
+        let mut stream = client.watch(request).await.expect("plegd's StatusService").into_inner();
+        while let Some(response) = stream.message().await.expect("plegd's status stream") {
+            let Some(status_service_watch_response::Item::Report(report)) = response.item else {
+                panic!("plegd's status stream lagged: {response:?}")
+            };
+            let status: PodStatus = serde_json::from_str(&report.status_json).expect("a PodStatus");
+            shared
+                .lock()
+                .unwrap()
+                .plegd
+                .entry(report.pod.clone())
+                .or_default()
+                .push(Generated {
+                    at: Instant::now(),
+                    rv: report.resource_version,
+                    status,
+                });
+        }
+    })
+}
+
+/// The knowable differences between the kubelet's and plegd's status of `pod`.
+fn knowable(pod: Option<&Pod>, kubelet: &PodStatus, plegd: &PodStatus) -> Vec<plegd::status::compare::Difference> {
+    let probed = pod
+        .map(|p| Probed::of(&plegd::pod::ApiPod::from(p.clone())))
+        .unwrap_or_default();
+    differences(kubelet, plegd, &probed)
+        .into_iter()
+        .filter(|d| d.unknowable.is_none())
+        .collect()
+}
+
+fn ms(d: f64) -> String {
+    format!("{d:.0}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plegd_in_shadow_mode_matches_the_kubelet() {
+    let Some(cluster) = cluster().await else { return };
+    cluster.install("shadow", &[]).await;
+    let node = cluster.node().await;
+    let pods = cluster.namespace(NS).await;
+    let shared: Shared = Default::default();
+    let kubelet_watch = watch_kubelet(pods.clone(), shared.clone());
+    let plegd_watch = watch_plegd(shared.clone());
+
+    let scenarios = battery(&node);
+    for s in &scenarios {
+        pods.create(&PostParams::default(), &s.pod)
+            .await
+            .unwrap_or_else(|e| panic!("create {}: {e}", s.pod.metadata.name.as_deref().unwrap_or_default()));
+    }
+    cluster.on_exit(&[
+        "-n",
+        NS,
+        "patch",
+        "pod",
+        "graceful",
+        "--type=json",
+        "-p",
+        r#"[{"op":"remove","path":"/metadata/finalizers"}]"#,
+    ]);
+    let manifest = PathBuf::from(STATIC_PODS).join("plegd-parity-static.json");
+    std::fs::write(&manifest, static_pod_manifest().to_string()).expect("write the static pod");
+    let _static_pod = StaticPod(manifest);
+    let mirror = format!("static-{node}");
+
+    // Drive the battery until every pod has done what it is for.
+    let started = Instant::now();
+    let (mut gated, mut deleted, mut killed) = (false, false, false);
+    loop {
+        let current = shared.lock().unwrap().pods.clone();
+        let get = |name: &str| current.get(name);
+        if !gated && get("readiness-gate").is_some_and(running) {
+            let patch = json!({"status": {"conditions": [{"type": "plegd.test/gate", "status": "True"}]}});
+            pods.patch_status("readiness-gate", &PatchParams::default(), &Patch::Strategic(patch))
+                .await
+                .expect("set the readiness gate");
+            gated = true;
+        }
+        if !deleted && get("graceful").is_some_and(running) {
+            pods.delete("graceful", &DeleteParams::default())
+                .await
+                .expect("delete graceful");
+            deleted = true;
+        }
+        if !killed && let Some(p) = get("sandbox-dies").filter(|p| running(p) && restarts(p) == 0) {
+            kill_sandbox(p.metadata.uid.as_deref().unwrap_or_default()).await;
+            killed = true;
+        }
+        let pending: Vec<&str> = scenarios
+            .iter()
+            .filter(|s| !get(s.pod.metadata.name.as_deref().unwrap()).is_some_and(|p| (s.done)(p)))
+            .map(|s| s.pod.metadata.name.as_deref().unwrap())
+            .chain((!get(&mirror).is_some_and(running)).then_some("static"))
+            .collect();
+        if pending.is_empty() {
+            break;
+        }
+        assert!(
+            started.elapsed() < BATTERY,
+            "not done after {BATTERY:?}: {pending:?}\n{:#?}",
+            pending
+                .iter()
+                .map(|n| (n, get(n).and_then(|p| p.status.clone())))
+                .collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    // Every pod's last write settles.
+    tokio::time::sleep(QUIET + REACTION).await;
+    let end = Instant::now();
+    kubelet_watch.abort();
+    plegd_watch.abort();
+
+    let t = shared.lock().unwrap();
+    let mut failures = Vec::new();
+    let mut report = String::from(
+        "pod                      writes  same  plegd-first  lead-median-ms  lead-min-ms  lead-max-ms  settled\n",
+    );
+    let mut all_leads = Vec::new();
+    for (name, writes) in &t.kubelet {
+        let generated = t.plegd.get(name).map(Vec::as_slice).unwrap_or_default();
+        let pod = t.pods.get(name);
+        // Settled points.
+        let mut settled = 0;
+        for (i, w) in writes.iter().enumerate() {
+            let until = writes.get(i + 1).map_or(end, |n| n.at);
+            if until.duration_since(w.at) < QUIET {
+                continue;
+            }
+            let Some(g) = generated.iter().rfind(|g| g.rv == w.rv && g.at <= w.at + REACTION) else {
+                failures.push(format!(
+                    "{name}: no status of plegd's against the kubelet's write rv={}",
+                    w.rv
+                ));
+                continue;
+            };
+            settled += 1;
+            let diff = knowable(pod, &w.status, &g.status);
+            if !diff.is_empty() {
+                failures.push(format!(
+                    "{name} rv={}: plegd differs from the kubelet:\n{}\nkubelet: {}\nplegd:   {}",
+                    w.rv,
+                    diff.iter()
+                        .map(|d| format!("  {}: kubelet={} plegd={}", d.path, d.apiserver, d.plegd))
+                        .collect::<Vec<_>>()
+                        .join("\n"),
+                    serde_json::to_string(&w.status).unwrap(),
+                    serde_json::to_string(&g.status).unwrap(),
+                ));
+            }
+        }
+        if settled == 0 {
+            failures.push(format!("{name}: never settled ({} writes)", writes.len()));
+        }
+        // Transients: when plegd first generated what the kubelet wrote (timestamps of each
+        // writer's own clock aside), between the write before and the write after.
+        let mut leads = Vec::new();
+        for (i, w) in writes.iter().enumerate().skip(1) {
+            let from = writes[i - 1].at;
+            let to = writes.get(i + 1).map_or(end, |n| n.at);
+            let same = generated.iter().find(|g| {
+                g.at >= from
+                    && g.at < to
+                    && knowable(pod, &w.status, &g.status)
+                        .iter()
+                        .all(|d| d.path.ends_with("lastTransitionTime") || d.path.ends_with("lastProbeTime"))
+            });
+            if let Some(g) = same {
+                // Positive: plegd first.
+                leads.push(signed_ms(w.at, g.at));
+            }
+        }
+        all_leads.extend(&leads);
+        let mut sorted = leads.clone();
+        sorted.sort_by(f64::total_cmp);
+        let median = sorted.get(sorted.len() / 2).copied();
+        report.push_str(&format!(
+            "{name:<24} {:>6}  {:>4}  {:>11}  {:>14}  {:>11}  {:>11}  {settled}\n",
+            writes.len() - 1,
+            leads.len(),
+            leads.iter().filter(|l| **l > 0.0).count(),
+            median.map_or("-".into(), ms),
+            sorted.first().map_or("-".into(), |v| ms(*v)),
+            sorted.last().map_or("-".into(), |v| ms(*v)),
+        ));
+    }
+    all_leads.sort_by(f64::total_cmp);
+    if !all_leads.is_empty() {
+        report.push_str(&format!(
+            "all: {} changes, plegd first in {}, median lead {} ms\n",
+            all_leads.len(),
+            all_leads.iter().filter(|l| **l > 0.0).count(),
+            ms(all_leads[all_leads.len() / 2])
+        ));
+    }
+    eprintln!("\nplegd beside the kubelet: who wrote each status first (lead > 0: plegd first)\n{report}");
+    let _ = std::fs::write(
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("kubelet-parity-transients.txt"),
+        &report,
+    );
+    for name in scenarios
+        .iter()
+        .filter_map(|s| s.pod.metadata.name.as_deref())
+        .chain([mirror.as_str()])
+    {
+        if !t.kubelet.contains_key(name) {
+            failures.push(format!("{name}: the kubelet never wrote its status"));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
+}
+
+/// `kubelet` − `plegd`, in milliseconds: positive when plegd was first.
+fn signed_ms(kubelet: Instant, plegd: Instant) -> f64 {
+    if kubelet >= plegd {
+        kubelet.duration_since(plegd).as_secs_f64() * 1000.0
+    } else {
+        -(plegd.duration_since(kubelet).as_secs_f64() * 1000.0)
+    }
+}
+
+/// Kill the sandbox (pause) task of the pod `uid` in the cluster's containerd, under its running
+/// containers.
+async fn kill_sandbox(uid: &str) {
+    let ctr = |args: Vec<String>| async move {
+        let out = tokio::process::Command::new("ctr")
+            .args(["-a", CONTAINERD_SOCKET, "-n", "k8s.io"])
+            .args(&args)
+            .output()
+            .await
+            .expect("ctr");
+        assert!(
+            out.status.success(),
+            "ctr {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let filter = format!("labels.\"io.kubernetes.pod.uid\"=={uid},labels.\"io.cri-containerd.kind\"==sandbox");
+    let ids = ctr(vec!["containers".into(), "ls".into(), "-q".into(), filter]).await;
+    let id = ids
+        .lines()
+        .next()
+        .unwrap_or_else(|| panic!("no sandbox of pod {uid}"))
+        .to_owned();
+    ctr(vec!["tasks".into(), "kill".into(), "-s".into(), "SIGKILL".into(), id]).await;
+}
