@@ -5,10 +5,12 @@
 //! carries volumes, env, commands, resources, affinity and tolerations plegd never looks at.
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
     Container, ContainerRestartRule, EphemeralContainer, Pod, PodStatus, ResourceRequirements, VolumeMount,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use kube::core::NamespaceResourceScope;
@@ -142,6 +144,10 @@ pub struct ApiPodSpec {
     pub containers: Vec<ApiContainer>,
     pub init_containers: Vec<ApiContainer>,
     pub ephemeral_containers: Vec<ApiContainer>,
+    /// Pod-level resources (PodLevelResources), if any.
+    pub resources: Option<Box<ResourceRequirements>>,
+    /// What running the pod costs beyond its containers (its RuntimeClass's overhead).
+    pub overhead: Option<BTreeMap<String, Quantity>>,
 }
 
 /// The annotation the kubelet puts on the mirror pod of a static pod (`kubetypes.ConfigMirrorAnnotationKey`);
@@ -189,6 +195,8 @@ impl From<Pod> for ApiPod {
                 .into_iter()
                 .map(ApiContainer::from)
                 .collect(),
+            resources: s.resources.map(Box::new),
+            overhead: s.overhead,
         });
         Self {
             metadata,

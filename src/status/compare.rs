@@ -88,6 +88,10 @@ pub const UNKNOWABLE: &[(&str, &str)] = &[
         "probe",
         "readiness and startup come from the kubelet's probes of a container that declares them",
     ),
+    (
+        "cgroup",
+        "while a pod runs, the kubelet reads its pod-level resources back from the pod's cgroup, which the CRI does not report",
+    ),
 ];
 
 fn reason(kind: &str) -> &'static str {
@@ -237,6 +241,9 @@ fn unknowable(path: &str, probed: &Probed, apiserver_status: &Value) -> Option<&
                 return Some(reason("waiting"));
             }
         }
+    }
+    if path == "resources" || path.starts_with("resources.") {
+        return Some(reason("cgroup"));
     }
     // Readiness a probe decides makes ContainersReady and Ready the prober's too.
     if !probed.readiness.is_empty()

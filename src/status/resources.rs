@@ -13,6 +13,7 @@ use k8s_openapi::api::core::v1::{ContainerStatus, ContainerUser, LinuxContainerU
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::kubecontainer::{RuntimeContainerState, RuntimeContainerStatus, RuntimeContainerUser};
+use crate::pod::{ApiContainer, ApiPodSpec};
 
 /// `cm.MinShares`: a CPU request at or below this many millicores is the kernel's floor.
 const MIN_SHARES_MILLI: i64 = 2;
@@ -73,8 +74,6 @@ pub fn status_resources(
     }
     resources
 }
-
-type ResourceList = BTreeMap<String, Quantity>;
 
 /// `preserveOldResourcesValue`: `name` as the old status had it, if it had it.
 fn preserve(list: &mut ResourceList, name: &str, old: Option<&ResourceList>) {
@@ -235,6 +234,161 @@ pub fn set_runtime_fields(
     status.stop_signal = runtime.stop_signal.map(str::to_owned);
     status.resources = Some(status_resources(allocated, runtime, status, old));
     status.allocated_resources = allocated.and_then(|a| a.requests.clone());
+}
+
+/// A resource list of the API, by name.
+pub type ResourceList = BTreeMap<String, Quantity>;
+
+/// A quantity as a number (millis) and the format its string was in (`Quantity.Format`), for
+/// the sums and maxima of pod-level resources. None when it does not parse.
+fn amount(q: &Quantity) -> Option<(i128, bool)> {
+    let binary = ["Ki", "Mi", "Gi", "Ti", "Pi", "Ei"]
+        .iter()
+        .any(|s| q.0.trim().ends_with(s));
+    milli_value(&q.0).map(|m| (i128::from(m), binary))
+}
+
+/// A sum or maximum written back as Go writes it: in the format of the quantity it started from.
+fn quantity(milli: i128, binary: bool) -> Quantity {
+    if binary
+        && milli % 1000 == 0
+        && let Ok(bytes) = i64::try_from(milli / 1000)
+    {
+        return Quantity(format_binary(bytes));
+    }
+    Quantity(format_decimal(milli, -3))
+}
+
+/// `addResourceList`: `add` added into `list`, name by name. A quantity that does not parse is
+/// left out of a sum (it was refused by the apiserver's validation anyway).
+fn add_list(list: &mut ResourceList, add: &ResourceList) {
+    for (name, q) in add {
+        match list.get(name) {
+            None => {
+                list.insert(name.clone(), q.clone());
+            }
+            Some(have) => {
+                if let (Some((a, binary)), Some((b, _))) = (amount(have), amount(q)) {
+                    list.insert(name.clone(), quantity(a + b, binary));
+                }
+            }
+        }
+    }
+}
+
+/// `maxResourceList`: each of `other`'s quantities that is larger replaces `list`'s.
+fn max_list(list: &mut ResourceList, other: &ResourceList) {
+    for (name, q) in other {
+        let larger = match list.get(name) {
+            None => true,
+            Some(have) => matches!((amount(q), amount(have)), (Some((a, _)), Some((b, _))) if a > b),
+        };
+        if larger {
+            list.insert(name.clone(), q.clone());
+        }
+    }
+}
+
+/// `aggregateContainerResourcesByFn` over the spec (`resourcehelper`, component-helpers 1.37):
+/// regular containers and sidecars add up; an init container counts with the sidecars started
+/// before it, and the pod needs at least the largest of those.
+fn aggregate(spec: &ApiPodSpec, of: impl Fn(&ResourceRequirements) -> Option<&ResourceList>) -> ResourceList {
+    let list_of = |c: &ApiContainer| c.resources.as_deref().and_then(&of).cloned().unwrap_or_default();
+    let mut result = ResourceList::new();
+    for c in &spec.containers {
+        add_list(&mut result, &list_of(c));
+    }
+    let mut sidecars = ResourceList::new();
+    let mut init = ResourceList::new();
+    for c in &spec.init_containers {
+        let own = list_of(c);
+        let during = if c.is_restartable_init() {
+            add_list(&mut result, &own);
+            add_list(&mut sidecars, &own);
+            sidecars.clone()
+        } else {
+            let mut combined = own;
+            add_list(&mut combined, &sidecars);
+            combined
+        };
+        max_list(&mut init, &during);
+    }
+    max_list(&mut result, &init);
+    result
+}
+
+/// `IsSupportedPodLevelResource`: cpu, memory and hugepages.
+fn pod_level(name: &str) -> bool {
+    matches!(name, "cpu" | "memory") || name.starts_with("hugepages-")
+}
+
+/// The pod-level quantities of `list` plegd applies (supported ones only).
+fn pod_level_of(list: Option<&ResourceList>) -> impl Iterator<Item = (&String, &Quantity)> {
+    list.into_iter().flatten().filter(|(name, _)| pod_level(name))
+}
+
+/// `resourcehelper.PodRequests` (PodLevelResources on, no DRA): the containers' requests
+/// aggregated, pod-level requests where set, plus the pod's overhead.
+pub fn pod_requests(spec: &ApiPodSpec) -> ResourceList {
+    let mut requests = aggregate(spec, |r| r.requests.as_ref());
+    let pod = spec.resources.as_deref();
+    for (name, q) in pod_level_of(pod.and_then(|r| r.requests.as_ref())) {
+        requests.insert(name.clone(), q.clone());
+    }
+    if let Some(overhead) = &spec.overhead {
+        add_list(&mut requests, overhead);
+    }
+    requests
+}
+
+/// `resourcehelper.PodLimits`: the containers' limits aggregated, pod-level limits where set
+/// (when any pod-level resource is), plus the overhead on each limit that is not zero.
+pub fn pod_limits(spec: &ApiPodSpec) -> ResourceList {
+    let mut limits = aggregate(spec, |r| r.limits.as_ref());
+    let pod = spec.resources.as_deref();
+    let pod_level_set = pod_level_of(pod.and_then(|r| r.requests.as_ref()))
+        .chain(pod_level_of(pod.and_then(|r| r.limits.as_ref())))
+        .next()
+        .is_some();
+    if pod_level_set {
+        for (name, q) in pod_level_of(pod.and_then(|r| r.limits.as_ref())) {
+            limits.insert(name.clone(), q.clone());
+        }
+    }
+    for (name, q) in spec.overhead.iter().flatten() {
+        if let Some(limit) = limits.get(name)
+            && amount(limit).is_some_and(|(v, _)| v != 0)
+        {
+            let mut add = ResourceList::new();
+            add.insert(name.clone(), q.clone());
+            add_list(&mut limits, &add);
+        }
+    }
+    limits
+}
+
+/// The pod-level `status.resources` and `status.allocatedResources` (InPlacePodLevelResourcesVerticalScaling,
+/// on in 1.37): `allocatedResources` is the pod's requests; `resources`, while the apiserver's copy
+/// of the pod is not Running, its effective allocation (`getEffectiveAllocatedResources`). While it
+/// runs, the kubelet reads `resources` back from the pod's cgroup, which the CRI does not report:
+/// plegd keeps what `old` holds.
+pub fn pod_status_resources(
+    spec: &ApiPodSpec,
+    old_phase: Option<&str>,
+    old: Option<&ResourceRequirements>,
+) -> (Option<ResourceRequirements>, Option<ResourceList>) {
+    let requests = pod_requests(spec);
+    let allocated = (!requests.is_empty()).then(|| requests.clone());
+    if old_phase == Some("Running") {
+        return (old.cloned(), allocated);
+    }
+    let limits = pod_limits(spec);
+    let resources = ResourceRequirements {
+        requests: (!requests.is_empty()).then_some(requests),
+        limits: (!limits.is_empty()).then_some(limits),
+        ..spec.resources.as_deref().cloned().unwrap_or_default()
+    };
+    (Some(resources), allocated)
 }
 
 #[cfg(test)]

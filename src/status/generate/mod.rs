@@ -1484,6 +1484,8 @@ pub fn generate_api_pod_status(input: &StatusInput<'_>) -> PodStatus {
         status.host_ips = Some(host_ips.into_iter().map(|ip| HostIP { ip }).collect());
     }
     status.start_time = old.start_time.clone().or_else(|| Some(api_time(input.now)));
+    (status.resources, status.allocated_resources) =
+        resources::pod_status_resources(spec, old.phase.as_deref(), old.resources.as_ref());
     status.container_statuses = Some(container_list);
     status.init_container_statuses = (has_init || old.init_container_statuses.is_some()).then_some(init_list);
     status.ephemeral_container_statuses =
