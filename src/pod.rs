@@ -374,6 +374,11 @@ mod tests {
                     image: Some("busybox".into()),
                     ..EphemeralContainer::default()
                 }]),
+                resources: Some(ResourceRequirements {
+                    limits: Some([("memory".to_owned(), Quantity("1Gi".into()))].into()),
+                    ..ResourceRequirements::default()
+                }),
+                overhead: Some([("cpu".to_owned(), Quantity("10m".into()))].into()),
                 ..PodSpec::default()
             }),
             status: Some(PodStatus {
@@ -424,6 +429,11 @@ mod tests {
                     image: "busybox".into(),
                     ..ApiContainer::default()
                 }],
+                resources: Some(Box::new(ResourceRequirements {
+                    limits: Some([("memory".to_owned(), Quantity("1Gi".into()))].into()),
+                    ..ResourceRequirements::default()
+                })),
+                overhead: Some([("cpu".to_owned(), Quantity("10m".into()))].into()),
             }
         );
         assert!(kept.spec.init_containers[0].is_restartable_init());

@@ -867,8 +867,10 @@ fn container_statuses(
             let Some(status) = statuses.get_mut(c.name.as_str()) else {
                 continue;
             };
-            let removed = |reason: &str| (reason.to_owned(), RESTARTING_ALL_CONTAINERS_MESSAGE.to_owned());
-            let (reason, message) = removed(RESTARTING_ALL_CONTAINERS);
+            let (reason, message) = (
+                RESTARTING_ALL_CONTAINERS.to_owned(),
+                RESTARTING_ALL_CONTAINERS_MESSAGE.to_owned(),
+            );
             status.state = Some(ContainerState {
                 waiting: Some(ContainerStateWaiting {
                     reason: Some(reason.clone()),
@@ -1577,9 +1579,11 @@ pub fn merge_pod_status(old: &PodStatus, mut new: PodStatus, could_have_running:
 /// Of Kubernetes 1.36's additions: the getPhase tables of container restart policies and rules
 /// (`TestPodPhaseWithContainerRestartPolicy`, `…InitContainers`, `TestPodPhaseWithRestartAllContainers`),
 /// `TestContainerHasRestartablePolicy` and `TestFindMatchingContainerRestartRule` (util_test.go),
-/// `TestResolveRecursiveReadOnly` and `TestActiveDeadlineHandler`, every case. Not expressed:
-/// `TestConvertToAPIContainerStatuses`' RestartAllContainers rows and the AllContainersRestarting
-/// condition (the kubelet removing and restarting containers, which plegd does not do),
+/// `TestResolveRecursiveReadOnly` and `TestActiveDeadlineHandler`, every case. Of 1.37's: the
+/// PodReadyToStartContainers rows with their reasons and messages, the new ContainersReady and
+/// Initialized rows, `TestGenerateAllContainersRestartingCondition`, and
+/// `TestConvertToAPIContainerStatuses`' rows with RestartAllContainersOnContainerExits on (the
+/// kubelet removes the containers; plegd reports what that leaves). Not expressed:
 /// `TestConvertToAPIContainerStatusesWithImageVolumeDigest` (ImageVolumeWithDigest, alpha), and
 /// `TestIsContainerRestartable` (the kubelet's cgroup decision; plegd has none). Upstream has no
 /// observedGeneration table beyond `CalculatePodStatusObservedGeneration`'s gate cases (locked on

@@ -2631,40 +2631,345 @@ fn upstream_condition_tables() {
         created_at: 0,
         ..ready_sandbox("10.0.0.9")
     };
-    for (name, sandboxes, want) in [
-        ("Empty pod status", vec![], false),
-        ("Pod sandbox status not ready", vec![not_ready.clone()], false),
+    let pod_network_mode = SandboxStatus {
+        host_network: false,
+        ..ready_sandbox("10.0.0.10")
+    };
+    // 1.37's TestGeneratePodReadyToStartContainersCondition (reason and message of each row), and
+    // TestPodSandboxChanged's other rows.
+    let mut host_network_pod = pod(&[], &[], &[]);
+    host_network_pod.spec.host_network = true;
+    let plain = pod(&[], &[], &[]);
+    for (name, the_pod, sandboxes, want) in [
+        ("Empty pod status", &plain, vec![], Some(NO_POD_SANDBOX)),
+        (
+            "Pod sandbox status not ready",
+            &plain,
+            vec![not_ready.clone()],
+            Some(SANDBOX_NOT_READY),
+        ),
+        (
+            "Pod with multiple ready sandboxes",
+            &plain,
+            vec![ready_sandbox("10.0.0.10"), older_ready.clone()],
+            Some(MULTIPLE_SANDBOXES),
+        ),
+        (
+            "Pod sandbox status ready but network namespace mode changed",
+            &host_network_pod,
+            vec![pod_network_mode],
+            Some(NETWORK_NAMESPACE_MODE_CHANGED),
+        ),
         (
             "Pod sandbox status ready but no IP configured",
+            &plain,
             vec![ready_no_ip],
-            false,
+            Some(NO_IP_ADDRESS),
         ),
         (
             "Pod sandbox status ready and IP configured",
+            &plain,
             vec![ready_sandbox("10.0.0.10")],
-            true,
+            None,
         ),
-        // The rest of PodSandboxChanged's branches.
-        ("ready, no network status reported", vec![ready_no_network], true),
         (
-            "two ready sandboxes",
-            vec![ready_sandbox("10.0.0.10"), older_ready.clone()],
-            false,
+            "ready, no network status reported",
+            &plain,
+            vec![ready_no_network],
+            None,
         ),
         (
             "newest not ready, an older one ready",
+            &plain,
             vec![not_ready.clone(), older_ready],
-            false,
+            Some(SANDBOX_NOT_READY),
+        ),
+        (
+            "two not ready sandboxes",
+            &plain,
+            vec![not_ready.clone(), not_ready.clone()],
+            Some(SANDBOX_NOT_READY),
         ),
     ] {
         let runtime = RuntimePodStatus {
             sandbox_statuses: sandboxes,
             ..RuntimePodStatus::default()
         };
-        let c = ready_to_start_containers_condition(&pod(&[], &[], &[]), &runtime);
+        let c = ready_to_start_containers_condition(the_pod, &runtime);
         assert_eq!(c.type_, POD_READY_TO_START_CONTAINERS);
-        assert_eq!(c.status == "True", want, "{name}");
+        let expected = match want {
+            None => (true, None, None),
+            Some(message) => (false, Some(POD_SANDBOX_NOT_READY.to_owned()), Some(message.to_owned())),
+        };
+        assert_eq!((c.status == "True", c.reason, c.message), expected, "{name}");
     }
+}
+
+/// 1.37's new rows of `TestGenerateContainersReadyCondition` (sidecars) and
+/// `TestGeneratePodInitializedCondition` (sidecars, a terminated regular container, and an
+/// Initialized pod staying so), and `TestGenerateAllContainersRestartingCondition`, every case.
+#[test]
+fn upstream_condition_tables_1_37() {
+    let status = |name: &str, ready: bool, started: Option<bool>, state: Option<ContainerState>| ContainerStatus {
+        name: name.into(),
+        ready,
+        started,
+        state,
+        ..ContainerStatus::default()
+    };
+    let sidecar = |name: &str| ApiContainer {
+        restart_policy: Some("Always".into()),
+        ..spec_container(name)
+    };
+    let with_sidecars = |names: &[&str]| pod_with(&["regular-1"], names.iter().map(|n| sidecar(n)).collect(), "Always");
+    let r = |n: &str| status(n, true, None, None);
+    let u = |n: &str| status(n, false, None, None);
+    for (i, (sidecars, statuses, want)) in [
+        (
+            &["restartable-init-1"][..],
+            vec![r("regular-1")],
+            Some("containers with unknown status: [restartable-init-1]"),
+        ),
+        (
+            &["restartable-init-1", "restartable-init-2"][..],
+            vec![r("restartable-init-1"), r("restartable-init-2"), r("regular-1")],
+            None,
+        ),
+        (
+            &["restartable-init-1", "restartable-init-2"][..],
+            vec![r("restartable-init-1"), r("regular-1")],
+            Some("containers with unknown status: [restartable-init-2]"),
+        ),
+        (
+            &["restartable-init-1", "restartable-init-2"][..],
+            vec![r("restartable-init-1"), u("restartable-init-2"), r("regular-1")],
+            Some("containers with unready status: [restartable-init-2]"),
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let c = containers_ready_condition(&with_sidecars(sidecars), Some(&statuses), RUNNING);
+        let expected = match want {
+            None => (true, None, None),
+            Some(m) => (false, Some("ContainersNotReady".to_owned()), Some(m.to_owned())),
+        };
+        assert_eq!(
+            (c.status == "True", c.reason, c.message),
+            expected,
+            "ContainersReady case {}",
+            i + 7
+        );
+    }
+
+    let one_sidecar = pod_with(&["regular"], vec![sidecar("1234")], "Always");
+    let one_init = pod_with(&["regular"], vec![spec_container("1234")], "Always");
+    let running_state = || {
+        Some(ContainerState {
+            running: Some(ContainerStateRunning::default()),
+            ..ContainerState::default()
+        })
+    };
+    let waiting_state = || {
+        Some(ContainerState {
+            waiting: Some(ContainerStateWaiting::default()),
+            ..ContainerState::default()
+        })
+    };
+    let terminated_state = || {
+        Some(ContainerState {
+            terminated: Some(ContainerStateTerminated::default()),
+            ..ContainerState::default()
+        })
+    };
+    let was_initialized = vec![condition(INITIALIZED, true, None, None)];
+    for (case, the_pod, old, statuses, phase, want) in [
+        (
+            "7",
+            &one_sidecar,
+            vec![],
+            vec![status("1234", false, Some(false), None)],
+            PENDING,
+            (false, Some("ContainersNotInitialized")),
+        ),
+        (
+            "8",
+            &one_sidecar,
+            vec![],
+            vec![status("1234", false, Some(true), None)],
+            RUNNING,
+            (true, None),
+        ),
+        (
+            "9",
+            &one_sidecar,
+            vec![],
+            vec![
+                status("1234", false, Some(false), None),
+                status("regular", false, None, running_state()),
+            ],
+            RUNNING,
+            (true, None),
+        ),
+        (
+            "10",
+            &one_init,
+            vec![],
+            vec![
+                status("1234", false, None, waiting_state()),
+                status("regular", false, None, terminated_state()),
+            ],
+            RUNNING,
+            (true, None),
+        ),
+        (
+            "was initialized, init waiting again",
+            &one_init,
+            was_initialized.clone(),
+            vec![
+                status("1234", false, None, waiting_state()),
+                status("regular", false, None, waiting_state()),
+            ],
+            RUNNING,
+            (true, None),
+        ),
+        (
+            "never initialized, init waiting",
+            &one_init,
+            vec![],
+            vec![
+                status("1234", false, None, waiting_state()),
+                status("regular", false, None, waiting_state()),
+            ],
+            RUNNING,
+            (false, Some("ContainersNotInitialized")),
+        ),
+    ] {
+        let c = initialized_condition(the_pod, &old, Some(&statuses), phase);
+        assert_eq!(
+            (c.status == "True", c.reason.as_deref()),
+            want,
+            "Initialized case {case}"
+        );
+    }
+
+    // TestGenerateAllContainersRestartingCondition: a `trigger` container restarts all on exit 42.
+    let mut pod = pod_with(&["container1", "trigger"], vec![], "Always");
+    pod.spec.containers[1].restart_policy = Some("Never".into());
+    pod.spec.containers[1].restart_policy_rules = vec![ContainerRestartRule {
+        action: "RestartAllContainers".into(),
+        exit_codes: Some(k8s_openapi::api::core::v1::ContainerRestartRuleOnExitCodes {
+            operator: "In".into(),
+            values: Some(vec![42]),
+        }),
+    }]
+    .into();
+    let exited = |name: &str, id: &str, code: i32| RuntimeContainerStatus {
+        exit_code: code,
+        ..runtime_status(name, id, RuntimeContainerState::Exited, 10)
+    };
+    let runtime_of = |statuses: Vec<RuntimeContainerStatus>| RuntimePodStatus {
+        container_statuses: statuses,
+        ..RuntimePodStatus::default()
+    };
+    let restarting = PodStatus {
+        conditions: Some(vec![condition(ALL_CONTAINERS_RESTARTING, true, None, None)]),
+        ..PodStatus::default()
+    };
+    let started = (
+        true,
+        Some("RestartAllContainersStarted"),
+        Some("container exited with restart policy rule"),
+    );
+    for (name, runtime, old, phase, want) in [
+        (
+            "pod pending",
+            runtime_of(vec![]),
+            PodStatus::default(),
+            PENDING,
+            (false, None, None),
+        ),
+        (
+            "pod failed",
+            runtime_of(vec![]),
+            PodStatus::default(),
+            FAILED,
+            (false, Some("PodFailed"), None),
+        ),
+        (
+            "pod succeeded",
+            runtime_of(vec![]),
+            PodStatus::default(),
+            SUCCEEDED,
+            (false, Some("PodCompleted"), None),
+        ),
+        (
+            "container triggers RestartAllContainers rule",
+            runtime_of(vec![
+                runtime_status("container1", "c1", RuntimeContainerState::Running, 10),
+                exited("trigger", "c2", 42),
+            ]),
+            PodStatus::default(),
+            RUNNING,
+            started,
+        ),
+        (
+            "container triggers RestartAllContainers rule, cleaning up",
+            runtime_of(vec![exited("container1", "c1", 0), exited("trigger", "c2", 42)]),
+            restarting.clone(),
+            RUNNING,
+            started,
+        ),
+        (
+            "container triggers RestartAllContainers rule, cleaned up",
+            runtime_of(vec![]),
+            restarting.clone(),
+            PENDING,
+            (false, None, None),
+        ),
+        (
+            "another exit code",
+            runtime_of(vec![exited("trigger", "c2", 1)]),
+            PodStatus::default(),
+            RUNNING,
+            (false, None, None),
+        ),
+    ] {
+        let c = all_containers_restarting_condition(&pod, &runtime, &old, phase);
+        assert_eq!(c.type_, ALL_CONTAINERS_RESTARTING);
+        assert_eq!(c.observed_generation, None, "{name}");
+        assert_eq!(
+            (c.status == "True", c.reason.as_deref(), c.message.as_deref()),
+            want,
+            "{name}"
+        );
+    }
+    // The condition is generated last, only for a pod with such a rule, without observedGeneration.
+    pod.metadata.generation = Some(3);
+    let runtime = runtime_of(vec![
+        runtime_status("container1", "c1", RuntimeContainerState::Running, 10),
+        exited("trigger", "c2", 42),
+    ]);
+    let s = status_of(&pod, &runtime, at(100));
+    let conditions = s.conditions.unwrap();
+    let last = conditions.last().unwrap();
+    assert_eq!(
+        (last.type_.as_str(), last.status.as_str(), last.observed_generation),
+        (ALL_CONTAINERS_RESTARTING, "True", None)
+    );
+    assert!(
+        conditions[..conditions.len() - 1]
+            .iter()
+            .all(|c| c.observed_generation == Some(3))
+    );
+    let plain = pod_with(&["app"], vec![], "Always");
+    let s = status_of(&plain, &runtime_of(vec![]), at(100));
+    assert!(
+        !s.conditions
+            .unwrap()
+            .iter()
+            .any(|c| c.type_ == ALL_CONTAINERS_RESTARTING)
+    );
 }
 /// Upstream's `TestMergePodStatus` (status_manager_test.go), every case. Conditions compare by
 /// type, status and reason, as upstream's `conditionsEqual` does.
@@ -2911,4 +3216,279 @@ fn upstream_terminate_pod_and_terminate_pod_waiting() {
         }
         assert_eq!((status.phase, status.message), (first.phase, first.message), "{name}");
     }
+}
+
+/// 1.37's `TestConvertToAPIContainerStatuses` rows with RestartAllContainersOnContainerExits on
+/// (rows 3–11): the old status keeps what the runtime no longer holds, and a pod restarting all
+/// its containers shows them removed (`podRestarting` given, as upstream injects it). Compared:
+/// state, last state and restart count.
+#[test]
+fn upstream_convert_to_api_container_statuses_1_37() {
+    let pod = pod_with(&["containerA", "containerB"], vec![], "Always");
+    let terminated_with = |name: &str, code: i32, restarts: i32| ContainerStatus {
+        restart_count: restarts,
+        ..terminated_status(name, code)
+    };
+    let running_old = |name: &str, restarts: i32| ContainerStatus {
+        name: name.into(),
+        restart_count: restarts,
+        container_id: Some(format!("containerd://{name}")),
+        state: Some(ContainerState {
+            running: Some(ContainerStateRunning::default()),
+            ..ContainerState::default()
+        }),
+        ..ContainerStatus::default()
+    };
+    let waiting_removed = |name: &str, restarts: i32| ContainerStatus {
+        name: name.into(),
+        restart_count: restarts,
+        state: Some(ContainerState {
+            waiting: Some(ContainerStateWaiting {
+                reason: Some(RESTARTING_ALL_CONTAINERS.into()),
+                message: Some(RESTARTING_ALL_CONTAINERS_MESSAGE.into()),
+            }),
+            ..ContainerState::default()
+        }),
+        last_state: Some(ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                exit_code: 137,
+                reason: Some(RESTARTING_ALL_CONTAINERS.into()),
+                message: Some(RESTARTING_ALL_CONTAINERS_MESSAGE.into()),
+                ..ContainerStateTerminated::default()
+            }),
+            ..ContainerState::default()
+        }),
+        ..ContainerStatus::default()
+    };
+    let exited = |name: &str, id: &str, code: i32| RuntimeContainerStatus {
+        exit_code: code,
+        ..runtime_status(name, id, RuntimeContainerState::Exited, 10)
+    };
+    let running = |name: &str, id: &str| runtime_status(name, id, RuntimeContainerState::Running, 10);
+    // (state kind, its waiting reason, its exit code), (last state reason, exit code), restart count
+    type Seen = (
+        &'static str,
+        Option<String>,
+        Option<i32>,
+        Option<(Option<String>, i32)>,
+        i32,
+    );
+    let seen = |s: &ContainerStatus| -> Seen {
+        let st = s.state.clone().unwrap_or_default();
+        let (kind, reason, code) = if let Some(t) = st.terminated {
+            // The reason of an exit is the runtime's: not what these rows are about.
+            ("terminated", None, Some(t.exit_code))
+        } else if let Some(w) = st.waiting {
+            ("waiting", w.reason, None)
+        } else {
+            ("running", None, None)
+        };
+        let last = last_terminated(s).map(|t| (t.reason.clone(), t.exit_code));
+        (kind, reason, code, last, s.restart_count)
+    };
+    let removed: Seen = (
+        "waiting",
+        Some(RESTARTING_ALL_CONTAINERS.into()),
+        None,
+        Some((Some(RESTARTING_ALL_CONTAINERS.into()), 137)),
+        1,
+    );
+    let error = |_code: i32| -> Option<String> { None };
+    let cases: Vec<(&str, Vec<ContainerStatus>, Vec<RuntimeContainerStatus>, bool, [Seen; 2])> = vec![
+        (
+            "no current status, keeping previous restartCount",
+            vec![
+                terminated_with("containerA", -1, 5),
+                terminated_with("containerB", -1, 5),
+            ],
+            vec![],
+            false,
+            [
+                ("terminated", error(-1), Some(-1), None, 5),
+                ("terminated", error(-1), Some(-1), None, 5),
+            ],
+        ),
+        (
+            "currently running with lower restartCount",
+            vec![
+                terminated_with("containerA", -1, 5),
+                terminated_with("containerB", -1, 5),
+            ],
+            vec![running("containerA", "a2"), running("containerB", "b2")],
+            false,
+            [
+                ("running", None, None, Some((error(-1), -1)), 6),
+                ("running", None, None, Some((error(-1), -1)), 6),
+            ],
+        ),
+        (
+            "containerB dies and triggers RestartAllContainers in place",
+            vec![running_old("containerA", 0), running_old("containerB", 0)],
+            vec![
+                running("containerA", "containerA"),
+                exited("containerB", "containerB", 42),
+            ],
+            true,
+            [
+                ("running", None, None, None, 0),
+                ("terminated", error(42), Some(42), None, 0),
+            ],
+        ),
+        (
+            "containerA killed",
+            vec![running_old("containerA", 0), terminated_with("containerB", 42, 0)],
+            vec![exited("containerA", "containerA", 137)],
+            true,
+            [("terminated", error(137), Some(137), None, 0), removed.clone()],
+        ),
+        (
+            "containerA killed then removed",
+            vec![
+                terminated_with("containerA", 137, 0),
+                terminated_with("containerB", 42, 0),
+            ],
+            vec![],
+            true,
+            [removed.clone(), removed.clone()],
+        ),
+        (
+            "containerA killed and removed together",
+            vec![running_old("containerA", 0), terminated_with("containerB", 42, 0)],
+            vec![],
+            true,
+            [removed.clone(), removed.clone()],
+        ),
+        (
+            "containerA rerun",
+            vec![waiting_removed("containerA", 1), terminated_with("containerB", 42, 0)],
+            vec![running("containerA", "containerA-new")],
+            true,
+            [
+                (
+                    "running",
+                    None,
+                    None,
+                    Some((Some(RESTARTING_ALL_CONTAINERS.into()), 137)),
+                    1,
+                ),
+                removed.clone(),
+            ],
+        ),
+        (
+            "containerA succeeded",
+            vec![running_old("containerA", 1), terminated_with("containerB", 42, 0)],
+            vec![exited("containerA", "containerA", 0)],
+            true,
+            [("terminated", error(0), Some(0), None, 1), removed.clone()],
+        ),
+        (
+            "containerA failed",
+            vec![running_old("containerA", 1), terminated_with("containerB", 42, 0)],
+            vec![exited("containerA", "containerA", 1)],
+            true,
+            [("terminated", error(1), Some(1), None, 1), removed.clone()],
+        ),
+    ];
+    for (name, old, runtime, restarting, want) in cases {
+        let runtime = RuntimePodStatus {
+            container_statuses: runtime,
+            ..RuntimePodStatus::default()
+        };
+        let got = container_statuses(
+            &pod,
+            &pod.spec.containers,
+            ListKind::Regular,
+            &old,
+            &runtime,
+            "containerd",
+            Some(false),
+            restarting,
+        );
+        let got: Vec<Seen> = got.iter().map(seen).collect();
+        assert_eq!(got, want.to_vec(), "{name}");
+    }
+}
+
+/// `resourcehelper.PodRequests` / `PodLimits` (component-helpers 1.37) and the pod-level status
+/// resources: sidecars add up, an init container counts with the sidecars before it, pod-level
+/// resources win, overhead is added (to limits only where one is set), and while the pod runs (or
+/// once it ended) the resources read back by the kubelet are kept.
+#[test]
+fn pod_level_resources() {
+    use k8s_openapi::api::core::v1::ResourceRequirements;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    let list = |items: &[(&str, &str)]| -> resources::ResourceList {
+        items
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), Quantity((*v).to_owned())))
+            .collect()
+    };
+    let sized = |name: &str, requests: &[(&str, &str)], limits: &[(&str, &str)]| ApiContainer {
+        resources: Some(Box::new(ResourceRequirements {
+            requests: (!requests.is_empty()).then(|| list(requests)),
+            limits: (!limits.is_empty()).then(|| list(limits)),
+            ..ResourceRequirements::default()
+        })),
+        ..spec_container(name)
+    };
+    let mut spec = ApiPodSpec {
+        containers: vec![
+            sized("a", &[("cpu", "100m"), ("memory", "16Mi")], &[("memory", "64Mi")]),
+            sized("b", &[("cpu", "900m"), ("memory", "16Mi")], &[]),
+        ],
+        init_containers: vec![
+            ApiContainer {
+                restart_policy: Some("Always".into()),
+                ..sized("sidecar", &[("cpu", "500m")], &[])
+            },
+            sized("init", &[("cpu", "2"), ("memory", "1Gi")], &[]),
+        ],
+        ..ApiPodSpec::default()
+    };
+    // Regular 1 cpu + sidecar 500m = 1500m; init 2 + sidecar 500m = 2500m is larger.
+    assert_eq!(
+        resources::pod_requests(&spec),
+        list(&[("cpu", "2500m"), ("memory", "1Gi")])
+    );
+    assert_eq!(resources::pod_limits(&spec), list(&[("memory", "64Mi")]));
+    spec.overhead = Some(list(&[("cpu", "10m"), ("memory", "1Mi")]));
+    assert_eq!(
+        resources::pod_requests(&spec),
+        list(&[("cpu", "2510m"), ("memory", "1025Mi")])
+    );
+    assert_eq!(
+        resources::pod_limits(&spec),
+        list(&[("memory", "65Mi")]),
+        "overhead only on limits set"
+    );
+    spec.overhead = None;
+    spec.resources = Some(Box::new(ResourceRequirements {
+        requests: Some(list(&[("cpu", "3")])),
+        limits: Some(list(&[("cpu", "4"), ("memory", "2Gi")])),
+        ..ResourceRequirements::default()
+    }));
+    assert_eq!(resources::pod_requests(&spec), list(&[("cpu", "3"), ("memory", "1Gi")]));
+    assert_eq!(resources::pod_limits(&spec), list(&[("cpu", "4"), ("memory", "2Gi")]));
+
+    // Before the pod runs: its effective allocation; while it runs and once it ended: kept.
+    let kept = ResourceRequirements {
+        limits: Some(list(&[("memory", "9007199254740988Ki")])),
+        ..ResourceRequirements::default()
+    };
+    let best_effort = ApiPodSpec {
+        containers: vec![spec_container("app")],
+        ..ApiPodSpec::default()
+    };
+    let (resources, allocated) = resources::pod_status_resources(&best_effort, Some(PENDING), Some(&kept));
+    assert_eq!((resources, allocated), (Some(ResourceRequirements::default()), None));
+    for phase in [RUNNING, SUCCEEDED, FAILED] {
+        let (resources, _) = resources::pod_status_resources(&best_effort, Some(phase), Some(&kept));
+        assert_eq!(resources.as_ref(), Some(&kept), "{phase}");
+    }
+    let (resources, allocated) = resources::pod_status_resources(&spec, None, None);
+    assert_eq!(allocated, Some(list(&[("cpu", "3"), ("memory", "1Gi")])));
+    assert_eq!(
+        resources.unwrap().limits,
+        Some(list(&[("cpu", "4"), ("memory", "2Gi")]))
+    );
 }
