@@ -3,7 +3,7 @@
 # from k8s.io/kubernetes v1.37.2, clippy and the docs (warnings as errors), unit tests, fake-CRI
 # tests and the real-containerd tests, the latter on containerd 2.1 (the default) and again on 1.7
 # (PLEGD_CONTAINERD_VERSIONS="2.1 1.7" to change), and plegd as a DaemonSet in a real one-node
-# cluster (tests/cluster_e2e.rs).
+# cluster (tests/cluster_e2e.rs) and beside its kubelet (tests/kubelet_parity.rs).
 # Installs what it needs on a fresh Debian machine (as root): runc, CNI plugins, busybox-static and
 # protoc from the distribution's packages, containerd 2.1 and 1.7 from Debian's unstable and 13
 # packages unpacked privately; starts an isolated containerd (tests/containerd/containerd.sh) for
@@ -64,12 +64,17 @@ run_tests --workspace
 
 # plegd installed as deploy/ installs it into a real one-node cluster (kube-apiserver,
 # controller-manager, scheduler, kubelet on a containerd of its own), from this checkout's release
-# binary: tests/cluster_e2e.rs, one test at a time. The cluster is removed afterwards.
+# binary: tests/cluster_e2e.rs, one test at a time; then plegd's status against the kubelet's on
+# that node (tests/kubelet_parity.rs), on containerd 2.1 and again on 1.7. The cluster is removed
+# afterwards.
 if [ ${#VERSIONS[@]} -gt 0 ]; then
-  echo "=== plegd in a real Kubernetes 1.37 node (tests/cluster_e2e.rs) ===" >&2
+  echo "=== plegd in a real Kubernetes 1.37 node (tests/cluster_e2e.rs, tests/kubelet_parity.rs) ===" >&2
   cargo build --release --bin plegd
   trap 'bash tests/cluster/cluster.sh stop; bash tests/containerd/containerd.sh stop' EXIT
-  PLEGD_CLUSTER_E2E=1 run_tests --test cluster_e2e
+  PLEGD_CLUSTER_E2E=1 run_tests --test cluster_e2e --test kubelet_parity
+  bash tests/cluster/cluster.sh stop
+  echo "=== plegd beside the kubelet on containerd 1.7 (tests/kubelet_parity.rs) ===" >&2
+  PLEGD_CLUSTER_CONTAINERD_VERSION=1.7 PLEGD_CLUSTER_E2E=1 run_tests --test kubelet_parity
   bash tests/cluster/cluster.sh stop
 fi
 

@@ -813,16 +813,29 @@ fn any_regular_container_created(pod: &ApiPod, runtime: &RuntimePodStatus) -> bo
 /// `convertToAPIContainerStatuses` for one list of containers, then what the prober manager's
 /// `UpdatePodStatus` sets (`started`, `ready`). Regular and ephemeral statuses come out sorted by
 /// name, init container statuses in spec order (the status manager's `normalizeStatus`).
+/// What converting a pod's container statuses needs besides the lists: the runtime's name, whether
+/// its handler supports recursive read-only mounts, and whether the pod restarts all containers
+/// (`ShouldAllContainersRestart`).
+#[derive(Clone, Copy)]
+struct Conversion<'a> {
+    runtime_name: &'a str,
+    recursive_read_only: Option<bool>,
+    pod_restarting: bool,
+}
+
 fn container_statuses(
     pod: &ApiPod,
     specs: &[ApiContainer],
     kind: ListKind,
     previous: &[ContainerStatus],
     runtime: &RuntimePodStatus,
-    runtime_name: &str,
-    recursive_read_only: Option<bool>,
-    pod_restarting: bool,
+    conversion: Conversion<'_>,
 ) -> Vec<ContainerStatus> {
+    let Conversion {
+        runtime_name,
+        recursive_read_only,
+        pod_restarting,
+    } = conversion;
     let deleting = pod.metadata.deletion_timestamp.is_some();
     let default_reason = if pod.spec.init_containers.is_empty() {
         "ContainerCreating"
@@ -1374,7 +1387,11 @@ pub fn generate_api_pod_status(input: &StatusInput<'_>) -> PodStatus {
     let has_init = !init.is_empty();
     let ephemeral = &spec.ephemeral_containers;
     let recursive_read_only = supports_recursive_read_only(pod, input.runtime, input.recursive_read_only_handlers);
-    let pod_restarting = should_all_containers_restart(pod, input.runtime, old);
+    let conversion = Conversion {
+        runtime_name: input.runtime_name,
+        recursive_read_only,
+        pod_restarting: should_all_containers_restart(pod, input.runtime, old),
+    };
 
     let mut container_list = container_statuses(
         pod,
@@ -1382,9 +1399,7 @@ pub fn generate_api_pod_status(input: &StatusInput<'_>) -> PodStatus {
         ListKind::Regular,
         old.container_statuses.as_deref().unwrap_or_default(),
         input.runtime,
-        input.runtime_name,
-        recursive_read_only,
-        pod_restarting,
+        conversion,
     );
     let mut init_list = container_statuses(
         pod,
@@ -1392,9 +1407,7 @@ pub fn generate_api_pod_status(input: &StatusInput<'_>) -> PodStatus {
         ListKind::Init,
         old.init_container_statuses.as_deref().unwrap_or_default(),
         input.runtime,
-        input.runtime_name,
-        recursive_read_only,
-        pod_restarting,
+        conversion,
     );
     let mut ephemeral_list = container_statuses(
         pod,
@@ -1402,9 +1415,7 @@ pub fn generate_api_pod_status(input: &StatusInput<'_>) -> PodStatus {
         ListKind::Ephemeral,
         old.ephemeral_container_statuses.as_deref().unwrap_or_default(),
         input.runtime,
-        input.runtime_name,
-        recursive_read_only,
-        pod_restarting,
+        conversion,
     );
     truncate_messages(&mut [&mut container_list, &mut init_list, &mut ephemeral_list]);
     if !input.stop_signals {

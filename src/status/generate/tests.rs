@@ -3400,9 +3400,11 @@ fn upstream_convert_to_api_container_statuses_1_37() {
             ListKind::Regular,
             &old,
             &runtime,
-            "containerd",
-            Some(false),
-            restarting,
+            Conversion {
+                runtime_name: "containerd",
+                recursive_read_only: Some(false),
+                pod_restarting: restarting,
+            },
         );
         let got: Vec<Seen> = got.iter().map(seen).collect();
         assert_eq!(got, want.to_vec(), "{name}");
