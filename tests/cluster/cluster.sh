@@ -34,6 +34,9 @@
 # go.etcd.io/etcd/server/v3 (tests/cluster/etcd/main.go). Modules, build cache and binaries stay
 # under $PLEGD_CLUSTER_DIR (/var/lib/plegd-test/cluster); the running cluster under its run/.
 #
+# The kubelet's feature gates: PLEGD_CLUSTER_KUBELET_FEATURE_GATES (NAME=true|false,...), e.g.
+# EventedPLEG=true; a running cluster's kubelet is restarted with other ones by start.
+#
 # The node: named PLEGD_NODE_NAME (default: the host name), its IP (PLEGD_CLUSTER_NODE_IP,
 # 10.236.0.1) on an interface of its own, plegdk8s-node (traffic stays on this machine; the kubelet
 # refuses a loopback node IP), pods on the CNI bridge plegdk8s0 (10.236.1.0/24, the bridge their
@@ -448,6 +451,21 @@ authorization:
 clusterDomain: cluster.local
 resolvConf: /etc/resolv.conf
 YAML
+  kubelet_feature_gates >>"$RUN/kubelet.yaml"
+}
+
+# The kubelet's feature gates from PLEGD_CLUSTER_KUBELET_FEATURE_GATES (NAME=true|false, comma
+# separated; e.g. EventedPLEG=true), as KubeletConfiguration's featureGates.
+kubelet_feature_gates() {
+  local gates=${PLEGD_CLUSTER_KUBELET_FEATURE_GATES:-} gate
+  [ -n "$gates" ] || return 0
+  echo "featureGates:"
+  IFS=, read -ra gates <<<"$gates"
+  for gate in "${gates[@]}"; do
+    [[ $gate =~ ^[A-Za-z0-9]+=(true|false)$ ]] \
+      || die "PLEGD_CLUSTER_KUBELET_FEATURE_GATES: '$gate' is not NAME=true or NAME=false"
+    echo "  ${gate%%=*}: ${gate#*=}"
+  done
 }
 
 # plegd_binary: the plegd to run in the cluster, checked before anything starts.
@@ -580,10 +598,20 @@ start() {
     esac
   done
   need_root
+  kubelet_feature_gates >/dev/null
   build
   lock
   if running && healthz "https://$NODE_IP:$APISERVER_PORT/readyz" >/dev/null 2>&1 && node_ready; then
     log "already running (node $NODE Ready)"
+    # Other kubelet feature gates than it runs with: the kubelet restarts with them.
+    local was
+    was=$(cat "$RUN/kubelet.yaml")
+    CONTAINERD_SOCK=$("${CONTAINERD[@]}" socket)
+    kubelet_config
+    if [ "$was" != "$(cat "$RUN/kubelet.yaml")" ]; then
+      log "the kubelet's configuration changed (PLEGD_CLUSTER_KUBELET_FEATURE_GATES): restarting it"
+      restart kubelet
+    fi
     if [ -n "$plegd" ]; then deploy_plegd "$plegd"; fi
     echo "$RUN/admin.kubeconfig"
     return

@@ -1,0 +1,611 @@
+//! plegd beside the real kubelet 1.37 on one node (tests/cluster/cluster.sh: kube-apiserver, kubelet
+//! and the rest built from Kubernetes' own code, containerd 2.1 or 1.7), over the same churn, in one
+//! run: how fast each makes a change visible, and what each costs.
+//!
+//! Churn, per pass: `--pods` (100) pods started at once, their containers killed one by one
+//! (`--spread-ms`, 200 ms apart), the pods deleted; the same number started again and their
+//! containers killed in one burst (one `kill -9` of every process). Then `--idle-secs` (60) of
+//! quiet with the pods running.
+//!
+//! Latency, from the CRI's `startedAt` / `finishedAt` of each container, to what one watcher sees:
+//!   floor    the CRI state (one ListContainers every 5 ms shows RUNNING / EXITED);
+//!   kubelet  the kubelet's container status (running / terminated) on the apiserver;
+//!   plegd    plegd's `plegd.io/ContainersRunning` condition (conditions mode) on the apiserver;
+//!   computed plegd's generated status as its StatusService (`plegd status`) reports it.
+//! Cost: the requests each makes to kube-apiserver (its audit log), kube-apiserver's CPU with and
+//! without plegd over the same churn, and the CPU and memory of the kubelet and of plegd.
+//!
+//! Passes: `defaults` (the kubelet as it ships), `evented` (its EventedPLEG gate on), `kubelet-only`
+//! (no plegd: the apiserver's cost without it). Needs root; takes ~10 minutes.
+//!
+//!     cargo bench --bench kubelet_side_by_side
+//!     cargo bench --bench kubelet_side_by_side -- --pods 50 --passes defaults,kubelet-only
+//!     PLEGD_CLUSTER_CONTAINERD_VERSION=1.7 cargo bench --bench kubelet_side_by_side
+
+#[path = "args.rs"]
+mod args;
+#[allow(dead_code)]
+#[path = "../support/mod.rs"]
+mod support;
+#[path = "stats.rs"]
+mod stats;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use futures_util::{StreamExt, TryStreamExt};
+use k8s_cri::v1 as cri;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::runtime::watcher;
+use serde_json::{Value, json};
+
+use args::arg;
+use plegd::observe::api::status_service_client::StatusServiceClient;
+use plegd::observe::api::{StatusServiceWatchRequest, status_service_watch_response};
+use stats::percentile;
+use support::cluster::{CONTAINERD_SOCKET, IMAGE, PLEGD_API_SOCKET, client_from};
+use support::process::{clock_ticks, cpu_ticks, rss_mib};
+
+const NS: &str = "side-by-side";
+const CONDITION: &str = "plegd.io/ContainersRunning";
+const RUN: &str = "/var/lib/plegd-test/cluster/run";
+const PLEGD_USER: &str = "system:serviceaccount:plegd-system:plegd";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Change {
+    Started,
+    Exited,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Seer {
+    Floor,
+    Kubelet,
+    Plegd,
+    Computed,
+}
+
+impl Seer {
+    fn name(self) -> &'static str {
+        match self {
+            Seer::Floor => "CRI-state floor",
+            Seer::Kubelet => "kubelet: container status",
+            Seer::Plegd => "plegd: condition (conditions mode)",
+            Seer::Computed => "plegd: computed status (shadow)",
+        }
+    }
+}
+
+/// When each seer first saw each change of each pod: (pod, change, seer) → time.
+type Seen = Arc<Mutex<HashMap<(String, Change, Seer), SystemTime>>>;
+
+fn see(seen: &Seen, pod: &str, change: Change, seer: Seer) {
+    seen.lock()
+        .unwrap()
+        .entry((pod.to_owned(), change, seer))
+        .or_insert_with(SystemTime::now);
+}
+
+fn script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/cluster/cluster.sh")
+}
+
+/// `cluster.sh ARGS` with the kubelet's feature gates; its last line of output.
+fn cluster_sh(args: &[&str], gates: &str) -> String {
+    let out = Command::new("bash")
+        .arg(script())
+        .args(args)
+        .env("PLEGD_CLUSTER_KUBELET_FEATURE_GATES", gates)
+        .env("PLEGD_BINARY", env!("CARGO_BIN_EXE_plegd"))
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .expect("run tests/cluster/cluster.sh");
+    assert!(out.status.success(), "cluster.sh {args:?} failed");
+    String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or_default().trim().to_owned()
+}
+
+fn pid_of(name: &str) -> Option<u32> {
+    std::fs::read_to_string(format!("{RUN}/{name}.pid")).ok()?.trim().parse().ok()
+}
+
+/// plegd's process (in its pod), if it runs.
+fn plegd_pid() -> Option<u32> {
+    let out = Command::new("pgrep").args(["-f", "^/usr/local/bin/plegd run"]).output().ok()?;
+    String::from_utf8_lossy(&out.stdout).lines().next()?.trim().parse().ok()
+}
+
+fn pod(name: &str, node: &str) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "nodeName": node,
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "main", "image": IMAGE, "imagePullPolicy": "Never", "command": ["sleep", "3600"]}],
+        },
+    }))
+    .unwrap()
+}
+
+/// The kubelet's writes and plegd's condition, from one watch of the namespace.
+fn watch_apiserver(pods: Api<Pod>, seen: Seen) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut stream = watcher(pods, watcher::Config::default()).boxed();
+        while let Some(event) = stream.next().await {
+            let Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) = event else {
+                continue;
+            };
+            let name = p.metadata.name.clone().unwrap_or_default();
+            let status = p.status.unwrap_or_default();
+            let state = status
+                .container_statuses
+                .iter()
+                .flatten()
+                .find(|c| c.name == "main")
+                .and_then(|c| c.state.clone())
+                .unwrap_or_default();
+            if state.running.is_some() || state.terminated.is_some() {
+                see(&seen, &name, Change::Started, Seer::Kubelet);
+            }
+            if state.terminated.is_some() {
+                see(&seen, &name, Change::Exited, Seer::Kubelet);
+            }
+            if let Some(c) = status.conditions.iter().flatten().find(|c| c.type_ == CONDITION) {
+                if c.status == "True" {
+                    see(&seen, &name, Change::Started, Seer::Plegd);
+                } else if seen.lock().unwrap().contains_key(&(name.clone(), Change::Started, Seer::Plegd)) {
+                    see(&seen, &name, Change::Exited, Seer::Plegd);
+                }
+            }
+        }
+    })
+}
+
+/// plegd's generated statuses, from its StatusService.
+fn watch_computed(seen: Seen) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let options = plegd::runtime::CriOptions::default();
+        let channel =
+            plegd::runtime::unix_channel(Path::new(PLEGD_API_SOCKET), options.connect_timeout, options.backoff.clone(), None);
+        let mut client = StatusServiceClient::new(channel);
+        let request = StatusServiceWatchRequest {
+            namespace: NS.into(),
+            pod: String::new(),
+        };
+        let mut stream = client.watch(request).await.expect("plegd's StatusService").into_inner();
+        while let Ok(Some(response)) = stream.message().await {
+            let Some(status_service_watch_response::Item::Report(report)) = response.item else {
+                eprintln!("plegd's status stream lagged");
+                continue;
+            };
+            let status: Value = serde_json::from_str(&report.status_json).unwrap_or_default();
+            let main = status["containerStatuses"]
+                .as_array()
+                .and_then(|l| l.iter().find(|c| c["name"] == "main"))
+                .cloned()
+                .unwrap_or_default();
+            if !main["state"]["running"].is_null() || !main["state"]["terminated"].is_null() {
+                see(&seen, &report.pod, Change::Started, Seer::Computed);
+            }
+            if !main["state"]["terminated"].is_null() {
+                see(&seen, &report.pod, Change::Exited, Seer::Computed);
+            }
+        }
+    })
+}
+
+/// The CRI state: one ListContainers of the namespace's containers every 5 ms. Also which
+/// container runs each pod.
+fn watch_floor(
+    mut client: cri::runtime_service_client::RuntimeServiceClient<tonic::transport::Channel>,
+    seen: Seen,
+    ids: Arc<Mutex<HashMap<String, String>>>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let filter = cri::ContainerFilter {
+            label_selector: [("io.kubernetes.pod.namespace".to_owned(), NS.to_owned())].into(),
+            ..Default::default()
+        };
+        loop {
+            let listed = client
+                .list_containers(cri::ListContainersRequest {
+                    filter: Some(filter.clone()),
+                })
+                .await;
+            if let Ok(listed) = listed {
+                for c in listed.into_inner().containers {
+                    let Some(pod) = c.labels.get("io.kubernetes.pod.name").cloned() else {
+                        continue;
+                    };
+                    ids.lock().unwrap().insert(pod.clone(), c.id.clone());
+                    if c.state == cri::ContainerState::ContainerRunning as i32
+                        || c.state == cri::ContainerState::ContainerExited as i32
+                    {
+                        see(&seen, &pod, Change::Started, Seer::Floor);
+                    }
+                    if c.state == cri::ContainerState::ContainerExited as i32 {
+                        see(&seen, &pod, Change::Exited, Seer::Floor);
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+}
+
+/// The processes of the namespace's containers: container id → pid (`ctr tasks ls`).
+fn task_pids() -> HashMap<String, String> {
+    let out = Command::new("ctr")
+        .args(["-a", CONTAINERD_SOCKET, "-n", "k8s.io", "tasks", "ls"])
+        .output()
+        .expect("ctr tasks ls");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            Some((f.next()?.to_owned(), f.next()?.to_owned()))
+        })
+        .collect()
+}
+
+/// CPU seconds and RSS of the processes that matter.
+#[derive(Debug, Default, Clone)]
+struct Usage {
+    cpu: BTreeMap<&'static str, f64>,
+    rss: BTreeMap<&'static str, f64>,
+}
+
+fn usage() -> Usage {
+    let mut u = Usage::default();
+    let procs = [
+        ("kube-apiserver", pid_of("kube-apiserver")),
+        ("etcd", pid_of("etcd")),
+        ("kubelet", pid_of("kubelet")),
+        ("plegd", plegd_pid()),
+    ];
+    for (name, pid) in procs {
+        if let Some(pid) = pid {
+            u.cpu.insert(name, cpu_ticks(pid) / clock_ticks());
+            u.rss.insert(name, rss_mib(pid));
+        }
+    }
+    u
+}
+
+/// What a user asked of the apiserver, by kind, from the audit log's lines from `offset` on.
+fn requests(offset: u64) -> (BTreeMap<String, BTreeMap<&'static str, usize>>, u64) {
+    let path = format!("{RUN}/audit.log");
+    let text = std::fs::read(&path).unwrap_or_default();
+    let end = text.len() as u64;
+    let text = String::from_utf8_lossy(&text[(offset as usize).min(text.len())..]).into_owned();
+    let mut by: BTreeMap<String, BTreeMap<&'static str, usize>> = BTreeMap::new();
+    for line in text.lines() {
+        let Ok(e) = serde_json::from_str::<Value>(line) else { continue };
+        if e["stage"] != "ResponseComplete" && e["stage"] != "ResponseStarted" {
+            continue;
+        }
+        // A watch logs ResponseStarted and, when it ends, ResponseComplete: count it once.
+        if e["verb"] == "watch" && e["stage"] == "ResponseComplete" {
+            continue;
+        }
+        let user = e["user"]["username"].as_str().unwrap_or_default();
+        let who = if user == PLEGD_USER {
+            "plegd".to_owned()
+        } else if user.starts_with("system:node:") {
+            "kubelet".to_owned()
+        } else {
+            continue;
+        };
+        let resource = e["objectRef"]["resource"].as_str().unwrap_or_default();
+        let sub = e["objectRef"]["subresource"].as_str().unwrap_or_default();
+        let verb = e["verb"].as_str().unwrap_or_default();
+        let kind = match (verb, resource, sub) {
+            ("patch" | "update", "pods", "status") => "pod status writes",
+            (_, "leases", _) => "Lease reads and writes",
+            ("patch" | "update", "nodes", "status") => "node status writes",
+            ("watch", _, _) => "watches",
+            ("list", _, _) => "LISTs",
+            ("get", _, _) => "GETs",
+            (_, "events", _) => "Events",
+            _ => "other",
+        };
+        *by.entry(who).or_default().entry(kind).or_default() += 1;
+    }
+    (by, end)
+}
+
+fn audit_end() -> u64 {
+    std::fs::metadata(format!("{RUN}/audit.log")).map(|m| m.len()).unwrap_or(0)
+}
+
+/// One churn round: `n` pods started, their containers killed (`burst`: at once, else `spread`
+/// apart), every change seen; returns each pod's container's CRI times.
+async fn churn(
+    pods: &Api<Pod>,
+    node: &str,
+    n: usize,
+    round: &str,
+    burst: bool,
+    spread: Duration,
+    seen: &Seen,
+    ids: &Arc<Mutex<HashMap<String, String>>>,
+    containerd: &support::containerd::Containerd,
+) -> Vec<(String, SystemTime, SystemTime)> {
+    let names: Vec<String> = (0..n).map(|i| format!("{round}-{i:03}")).collect();
+    futures_util::stream::iter(names.clone())
+        .map(|name| async move { pods.create(&PostParams::default(), &pod(&name, node)).await })
+        .buffer_unordered(16)
+        .try_collect::<Vec<_>>()
+        .await
+        .expect("create the pods");
+    let all_saw = |change: Change| {
+        let seen = seen.clone();
+        let names = names.clone();
+        move || {
+            let seen = seen.lock().unwrap();
+            names.iter().all(|p| {
+                [Seer::Floor, Seer::Kubelet, Seer::Plegd, Seer::Computed]
+                    .iter()
+                    .all(|s| seen.contains_key(&(p.clone(), change, *s)))
+            })
+        }
+    };
+    support::wait_until("every start seen by all", Duration::from_secs(600), all_saw(Change::Started)).await;
+    // Let the starts settle before the exits.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let by_pod = ids.lock().unwrap().clone();
+    let pids = task_pids();
+    let targets: Vec<String> = names
+        .iter()
+        .filter_map(|p| pids.get(by_pod.get(p)?).cloned())
+        .collect();
+    assert_eq!(targets.len(), n, "a process for every container");
+    if burst {
+        let status = Command::new("kill").arg("-9").args(&targets).status().expect("kill");
+        assert!(status.success());
+    } else {
+        for pid in &targets {
+            let _ = Command::new("kill").args(["-9", pid]).status();
+            tokio::time::sleep(spread).await;
+        }
+    }
+    support::wait_until("every exit seen by all", Duration::from_secs(600), all_saw(Change::Exited)).await;
+    let mut times = Vec::new();
+    for p in &names {
+        let id = by_pod[p].clone();
+        let (started, finished) = containerd.container_times(&id).await;
+        times.push((p.clone(), started, finished));
+    }
+    pods.delete_collection(&DeleteParams::default().grace_period(0), &ListParams::default())
+        .await
+        .expect("delete the pods");
+    support::wait_for("the pods gone", Duration::from_secs(600), || async {
+        pods.list(&ListParams::default()).await.map(|l| l.items.is_empty()).unwrap_or(false)
+    })
+    .await;
+    times
+}
+
+fn row(name: &str, mut ms: Vec<f64>) -> Option<f64> {
+    if ms.is_empty() {
+        println!("| {name} | 0 | — | — | — |");
+        return None;
+    }
+    ms.sort_by(f64::total_cmp);
+    let p50 = percentile(&ms, 0.5);
+    println!(
+        "| {name} | {} | {:.0} | {:.0} | {:.0} |",
+        ms.len(),
+        p50,
+        percentile(&ms, 0.99),
+        ms.last().unwrap()
+    );
+    Some(p50)
+}
+
+fn since(t: SystemTime, from: SystemTime) -> f64 {
+    match t.duration_since(from) {
+        Ok(d) => d.as_secs_f64() * 1000.0,
+        Err(e) => -(e.duration().as_secs_f64() * 1000.0),
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let n: usize = arg("--pods").unwrap_or(100);
+    let spread = Duration::from_millis(arg("--spread-ms").unwrap_or(200));
+    let idle = Duration::from_secs(arg("--idle-secs").unwrap_or(60));
+    let passes: String = arg("--passes").unwrap_or_else(|| "defaults,evented,kubelet-only".to_owned());
+    println!(
+        "kubelet 1.37.2 and plegd {} on one node, containerd {}, {n} pods per round",
+        env!("CARGO_PKG_VERSION"),
+        std::env::var("PLEGD_CLUSTER_CONTAINERD_VERSION").unwrap_or_else(|_| "2.1".into())
+    );
+    let mut apiserver_cpu: BTreeMap<String, f64> = BTreeMap::new();
+    for pass in passes.split(',') {
+        let (gates, with_plegd) = match pass {
+            "defaults" => ("", true),
+            "evented" => ("EventedPLEG=true", true),
+            "kubelet-only" => ("", false),
+            other => panic!("--passes: unknown pass {other:?} (defaults, evented, kubelet-only)"),
+        };
+        println!("\n## pass: {pass}\n");
+        let kubeconfig = if with_plegd {
+            cluster_sh(&["start", "--plegd", "conditions"], gates)
+        } else {
+            let k = cluster_sh(&["start"], gates);
+            cluster_sh(&["remove-plegd"], gates);
+            k
+        };
+        let client = client_from(Path::new(&kubeconfig)).await;
+        let node = {
+            let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+            nodes.list(&ListParams::default()).await.unwrap().items[0].metadata.name.clone().unwrap()
+        };
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        if namespaces.get_opt(NS).await.unwrap().is_none() {
+            namespaces
+                .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": NS}})).unwrap())
+                .await
+                .unwrap();
+        }
+        let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(client.clone(), NS);
+        support::wait_for("the default service account", Duration::from_secs(60), || async {
+            accounts.get_opt("default").await.ok().flatten().is_some()
+        })
+        .await;
+        let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+        let seen: Seen = Default::default();
+        let ids = Arc::new(Mutex::new(HashMap::new()));
+        let containerd = support::containerd::Containerd::at(PathBuf::from(CONTAINERD_SOCKET));
+        let cri_client = plegd::runtime::CriRuntime::new(
+            Path::new(CONTAINERD_SOCKET),
+            &plegd::runtime::CriOptions::default(),
+            Arc::new(plegd::metrics::Metrics::new()),
+        )
+        .client();
+        let mut tasks = vec![
+            watch_apiserver(pods.clone(), seen.clone()),
+            watch_floor(cri_client, seen.clone(), ids.clone()),
+        ];
+        if with_plegd {
+            tasks.push(watch_computed(seen.clone()));
+        } else {
+            // Nothing of plegd's to wait for: mark it seen as the kubelet's.
+            let seen = seen.clone();
+            tasks.push(tokio::spawn(async move {
+                loop {
+                    {
+                        let mut s = seen.lock().unwrap();
+                        let kubelet: Vec<_> =
+                            s.iter().filter(|((_, _, w), _)| *w == Seer::Kubelet).map(|(k, v)| (k.clone(), *v)).collect();
+                        for ((p, c, _), t) in kubelet {
+                            s.entry((p.clone(), c, Seer::Plegd)).or_insert(t);
+                            s.entry((p, c, Seer::Computed)).or_insert(t);
+                        }
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }));
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+
+        let (audit_from, before, started) = (audit_end(), usage(), Instant::now());
+        let mut times = churn(&pods, &node, n, &format!("{pass}-spread"), false, spread, &seen, &ids, &containerd).await;
+        let spread_count = times.len();
+        times.extend(churn(&pods, &node, n, &format!("{pass}-burst"), true, spread, &seen, &ids, &containerd).await);
+        let churn_secs = started.elapsed().as_secs_f64();
+        let (churn_requests, audit_mid) = requests(audit_from);
+        let after = usage();
+
+        // Idle: pods running, nothing changing.
+        let idle_names: Vec<String> = (0..n.min(100)).map(|i| format!("{pass}-idle-{i:03}")).collect();
+        for name in &idle_names {
+            pods.create(&PostParams::default(), &pod(name, &node)).await.unwrap();
+        }
+        support::wait_until("the idle pods seen running", Duration::from_secs(600), || {
+            let s = seen.lock().unwrap();
+            idle_names.iter().all(|p| s.contains_key(&(p.clone(), Change::Started, Seer::Kubelet)))
+        })
+        .await;
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let (idle_audit, idle_before) = (audit_end(), usage());
+        tokio::time::sleep(idle).await;
+        let (idle_requests, _) = requests(idle_audit);
+        let idle_after = usage();
+        let _ = audit_mid;
+        pods.delete_collection(&DeleteParams::default().grace_period(0), &ListParams::default())
+            .await
+            .unwrap();
+        support::wait_for("the idle pods gone", Duration::from_secs(600), || async {
+            pods.list(&ListParams::default()).await.map(|l| l.items.is_empty()).unwrap_or(false)
+        })
+        .await;
+        for t in tasks {
+            t.abort();
+        }
+
+        // Latency.
+        let seen = seen.lock().unwrap().clone();
+        let seers: &[Seer] = if with_plegd {
+            &[Seer::Floor, Seer::Kubelet, Seer::Plegd, Seer::Computed]
+        } else {
+            &[Seer::Floor, Seer::Kubelet]
+        };
+        for (label, change, range) in [
+            ("pod starts (from startedAt)", Change::Started, 0..times.len()),
+            ("exits, spread (from finishedAt)", Change::Exited, 0..spread_count),
+            ("exits, one burst (from finishedAt)", Change::Exited, spread_count..times.len()),
+        ] {
+            println!("{label}, ms:\n\n| seen by | n | p50 | p99 | max |\n|---|---|---|---|---|");
+            let mut medians = BTreeMap::new();
+            for seer in seers {
+                let ms: Vec<f64> = times[range.clone()]
+                    .iter()
+                    .filter_map(|(p, started, finished)| {
+                        let from = if change == Change::Started { *started } else { *finished };
+                        seen.get(&(p.clone(), change, *seer)).map(|t| since(*t, from))
+                    })
+                    .collect();
+                if let Some(p50) = row(seer.name(), ms) {
+                    medians.insert(*seer, p50);
+                }
+            }
+            if let (Some(k), Some(p)) = (medians.get(&Seer::Kubelet), medians.get(&Seer::Plegd)) {
+                println!("\nkubelet p50 / plegd p50: {:.1}×\n", k / p.max(1.0));
+            } else {
+                println!();
+            }
+        }
+
+        // Cost.
+        println!("churn: {churn_secs:.0} s; CPU seconds over it, and RSS after:\n");
+        println!("| process | CPU s (churn) | CPU s/min (idle) | RSS MiB |\n|---|---|---|---|");
+        for name in ["kube-apiserver", "etcd", "kubelet", "plegd"] {
+            let (Some(b), Some(a)) = (before.cpu.get(name), after.cpu.get(name)) else {
+                continue;
+            };
+            let idle_cpu = idle_after.cpu.get(name).zip(idle_before.cpu.get(name)).map(|(a, b)| a - b);
+            println!(
+                "| {name} | {:.2} | {} | {:.0} |",
+                a - b,
+                idle_cpu.map_or("—".into(), |c| format!("{:.3}", c * 60.0 / idle.as_secs_f64())),
+                idle_after.rss.get(name).copied().unwrap_or_default()
+            );
+        }
+        apiserver_cpu.insert(
+            pass.to_owned(),
+            after.cpu.get("kube-apiserver").copied().unwrap_or_default()
+                - before.cpu.get("kube-apiserver").copied().unwrap_or_default(),
+        );
+        for (title, by, secs) in [
+            ("requests over the churn", &churn_requests, churn_secs),
+            ("requests while idle, per minute", &idle_requests, idle.as_secs_f64() / 60.0),
+        ] {
+            println!("\n{title}:\n\n| kind | kubelet | plegd |\n|---|---|---|");
+            let kinds: std::collections::BTreeSet<&str> = by.values().flat_map(|m| m.keys().copied()).collect();
+            let per = |who: &str, kind: &str| {
+                let n = by.get(who).and_then(|m| m.get(kind)).copied().unwrap_or(0) as f64;
+                if title.contains("per minute") {
+                    format!("{:.1}", n / secs)
+                } else {
+                    format!("{n:.0}")
+                }
+            };
+            for kind in kinds {
+                println!("| {kind} | {} | {} |", per("kubelet", kind), per("plegd", kind));
+            }
+        }
+    }
+    if let (Some(with), Some(without)) = (apiserver_cpu.get("defaults"), apiserver_cpu.get("kubelet-only")) {
+        println!(
+            "\nkube-apiserver CPU over the same churn: {with:.2} s with plegd, {without:.2} s without: plegd's share {:.2} s",
+            with - without
+        );
+    }
+}
