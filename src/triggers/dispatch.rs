@@ -23,6 +23,8 @@ pub struct Pending {
     pub all: bool,
     pub pods: Vec<PodUid>,
     pub containers: Vec<String>,
+    /// Containers named by a [`Trigger::ContainerSettled`] (also in `containers`).
+    pub settled: HashSet<String>,
     seen: HashSet<Trigger>,
 }
 
@@ -36,7 +38,17 @@ impl Pending {
         match trigger {
             Trigger::All => self.all = true,
             Trigger::Pod(uid) => self.pods.push(uid),
-            Trigger::Container(id) => self.containers.push(id),
+            Trigger::Container(id) => {
+                if !self.containers.contains(&id) {
+                    self.containers.push(id);
+                }
+            }
+            Trigger::ContainerSettled(id) => {
+                if !self.containers.contains(&id) {
+                    self.containers.push(id.clone());
+                }
+                self.settled.insert(id);
+            }
         }
     }
 
@@ -128,6 +140,8 @@ pub struct Rechecks {
     /// next check finds may be the earlier trigger's, not the newer one's (a start seen late,
     /// then the exit), so their schedule starts over rather than ending there.
     joined: std::collections::HashSet<Target>,
+    /// Targets whose current schedule a fresh trigger has pulled forward already ([`Rechecks::pull`]).
+    pulled: std::collections::HashSet<Target>,
     /// A re-check was not scheduled for want of room.
     overflowed: bool,
 }
@@ -144,6 +158,7 @@ impl Rechecks {
         let joined = self.joined.remove(target);
         if changed {
             self.quiet.remove(target);
+            self.pulled.remove(target);
             if joined
                 && self.due.len() < MAX_RECHECKS
                 && let Some(wait) = recheck_delay(target, 0)
@@ -156,6 +171,7 @@ impl Rechecks {
             Some(_) if self.due.len() >= MAX_RECHECKS => self.overflowed = true,
             Some(wait) => self.due.push((now + wait, target.clone(), attempt + 1)),
             None => {
+                self.pulled.remove(target);
                 if let (None, Some(id)) = (&target.pod, &target.container) {
                     if self.unlocatable.len() >= MAX_UNLOCATABLE {
                         self.unlocatable.clear();
@@ -184,6 +200,25 @@ impl Rechecks {
         if self.waiting(target) {
             self.joined.insert(target.clone());
         }
+    }
+
+    /// A settling trigger ([`Trigger::ContainerSettled`]) for `target`, which waits for a re-check:
+    /// the first one in its schedule pulls the check forward to now, with the fine probes again
+    /// (returns true, and the target is no longer due: the caller checks it at attempt 0); any
+    /// later one only joins. containerd publishes `/tasks/delete` within milliseconds of its CRI
+    /// plugin's EXITED, while `/tasks/exit` can lead it by seconds in a burst: waiting for the
+    /// schedule's next check cost up to its longest wait (512 ms). Once per schedule keeps a
+    /// stream of such events for one container from probing it every 2 ms for as long as it lasts.
+    pub fn pull(&mut self, target: &Target) -> bool {
+        if !self.waiting(target) {
+            return false;
+        }
+        self.joined.insert(target.clone());
+        if !self.pulled.insert(target.clone()) {
+            return false;
+        }
+        self.due.retain(|(_, t, _)| t != target);
+        true
     }
 
     /// Whether `target`'s last schedule, within [`QUIET_FOR`], ran out without a change.
@@ -330,11 +365,14 @@ pub async fn dispatch<R: Runtime, C: Clock>(
             pending.add(Trigger::All);
         }
         // Fresh triggers are checked at once and start a schedule (a quiet target's sparse end of
-        // one), unless their target waits for a re-check already: they join that. Due re-checks
+        // one), unless their target waits for a re-check already: they join that, except that the
+        // first settling trigger of a schedule pulls its check forward with the fine probes again
+        // (`Rechecks::pull`). Due re-checks
         // continue theirs. Each target is checked at most once a round.
         let mut targets: Vec<(Target, usize, bool)> = Vec::new();
         let now = tokio::time::Instant::now();
         let mut fresh = Vec::new();
+        let settled = std::mem::take(&mut pending.settled);
         for id in std::mem::take(&mut pending.containers) {
             // An id no record has (a new pod, or a new container) is located in the runtime,
             // unless it was looked for in vain a moment ago.
@@ -353,12 +391,22 @@ pub async fn dispatch<R: Runtime, C: Clock>(
             container: None,
         }));
         for target in fresh {
+            let settles = target.container.as_ref().is_some_and(|id| settled.contains(id));
             if rechecks.waiting(&target) {
-                rechecks.join(&target);
-                metrics.count_trigger_relist("skipped");
+                if settles && rechecks.pull(&target) {
+                    targets.push((target, 0, true));
+                } else {
+                    rechecks.join(&target);
+                    metrics.count_trigger_relist("skipped");
+                }
                 continue;
             }
-            let attempt = first_attempt(&target, rechecks.quiet(&target, now));
+            // The CRI state follows a settling event at once: fine probes even for a quiet target.
+            let attempt = if settles {
+                0
+            } else {
+                first_attempt(&target, rechecks.quiet(&target, now))
+            };
             targets.push((target, attempt, true));
         }
         for (target, attempt) in rechecks.take_due(tokio::time::Instant::now()) {
@@ -466,6 +514,40 @@ mod tests {
         assert!(!r.waiting(&target));
     }
 
+    /// The second event of a container whose schedule is in its long waits (containerd's
+    /// `/tasks/delete`, when the CRI state follows): checked at once, with the fine probes again;
+    /// the events after it in the same schedule only join. A new schedule may be pulled again.
+    #[test]
+    fn a_trigger_pulls_a_waiting_check_forward_once_per_schedule() {
+        let t0 = tokio::time::Instant::now();
+        let target = Target {
+            pod: Some("u1".into()),
+            container: Some("c1".into()),
+        };
+        let mut r = Rechecks::default();
+        // Deep in the schedule: the next check is 512 ms away.
+        r.after_check(&target, false, 66, t0);
+        assert_eq!(r.next_due(), Some(t0 + Duration::from_millis(512)));
+        assert!(r.pull(&target), "the first trigger pulls the check forward");
+        assert!(!r.waiting(&target), "checked now by the caller");
+        // That check finds nothing yet: the fine probes again.
+        r.after_check(&target, false, 0, t0);
+        assert_eq!(r.next_due(), Some(t0 + Duration::from_millis(2)));
+        assert!(!r.pull(&target), "once per schedule");
+        assert!(r.waiting(&target));
+        // A change ends the schedule (and, joined, starts a new one, which may be pulled again).
+        r.take_due(t0 + Duration::from_millis(2));
+        r.after_check(&target, true, 1, t0 + Duration::from_millis(2));
+        assert!(r.waiting(&target));
+        assert!(r.pull(&target));
+        // Nothing waiting: nothing to pull.
+        let other = Target {
+            pod: Some("u2".into()),
+            container: None,
+        };
+        assert!(!r.pull(&other));
+    }
+
     #[test]
     fn rechecks_follow_the_schedule_and_stop_at_a_change() {
         let t0 = tokio::time::Instant::now();
@@ -537,6 +619,9 @@ mod tests {
     struct SteadyRuntime {
         pods: usize,
         calls: Arc<std::sync::Mutex<std::collections::HashMap<&'static str, usize>>>,
+        /// From then on, the runtime shows every container exited (a CRI state that lags the
+        /// container's exit).
+        exits_at: Option<tokio::time::Instant>,
     }
 
     impl SteadyRuntime {
@@ -548,13 +633,21 @@ mod tests {
             self.calls.lock().unwrap().get(call).copied().unwrap_or_default()
         }
 
-        fn pod(i: usize) -> crate::kubecontainer::RuntimePod {
+        fn state(&self) -> crate::kubecontainer::RuntimeContainerState {
+            match self.exits_at {
+                Some(at) if tokio::time::Instant::now() >= at => crate::kubecontainer::RuntimeContainerState::Exited,
+                _ => crate::kubecontainer::RuntimeContainerState::Running,
+            }
+        }
+
+        fn pod(&self, i: usize) -> crate::kubecontainer::RuntimePod {
             use crate::kubecontainer::{RuntimeContainer, RuntimeContainerState, RuntimePod};
-            let item = |id: String, sandbox_id: String| RuntimeContainer {
+            let state = self.state();
+            let item = |id: String, sandbox_id: String, state| RuntimeContainer {
                 id,
                 sandbox_id,
                 name: "app".into(),
-                state: RuntimeContainerState::Running,
+                state,
                 created_at: 1,
                 attempt: 0,
             };
@@ -562,8 +655,8 @@ mod tests {
                 id: format!("u{i}"),
                 name: format!("p{i}"),
                 namespace: "default".into(),
-                containers: vec![item(format!("c{i}"), format!("s{i}"))],
-                sandboxes: vec![item(format!("s{i}"), String::new())],
+                containers: vec![item(format!("c{i}"), format!("s{i}"), state)],
+                sandboxes: vec![item(format!("s{i}"), String::new(), RuntimeContainerState::Running)],
             }
         }
     }
@@ -571,7 +664,7 @@ mod tests {
     impl Runtime for SteadyRuntime {
         async fn list_pods(&self) -> Result<Vec<crate::kubecontainer::RuntimePod>, crate::runtime::RuntimeError> {
             self.count("list_pods");
-            Ok((0..self.pods).map(Self::pod).collect())
+            Ok((0..self.pods).map(|i| self.pod(i)).collect())
         }
 
         async fn list_pod(
@@ -579,7 +672,7 @@ mod tests {
             uid: &str,
         ) -> Result<Option<crate::kubecontainer::RuntimePod>, crate::runtime::RuntimeError> {
             self.count("list_pod");
-            Ok((0..self.pods).map(Self::pod).find(|p| p.id == uid))
+            Ok((0..self.pods).map(|i| self.pod(i)).find(|p| p.id == uid))
         }
 
         async fn pod_status(
@@ -599,7 +692,7 @@ mod tests {
             _: crate::runtime::IdKind,
         ) -> Result<Option<crate::kubecontainer::RuntimeContainerState>, crate::runtime::RuntimeError> {
             self.count("probe_state");
-            Ok(Some(crate::kubecontainer::RuntimeContainerState::Running))
+            Ok(Some(self.state()))
         }
 
         async fn locate(&self, _: &str) -> Result<Option<PodUid>, crate::runtime::RuntimeError> {
@@ -658,6 +751,55 @@ mod tests {
         let relists = eight.calls("list_pods") - 1;
         assert!(relists <= BOUND, "{relists} complete relists for eight containers");
         assert!(calls <= 8 * BOUND, "{calls} calls for eight containers, 80,000 events");
+    }
+
+    /// How long after the CRI state shows a container's exit the PLEG says so, when the exit's
+    /// `/tasks/exit` came `lead` before it and its `/tasks/delete` (settling) one millisecond
+    /// before it. In a burst containerd's CRI state lags `/tasks/exit` by seconds, and then either
+    /// the exit's schedule waits in its long re-checks (up to 512 ms) or has run out (the target is
+    /// quiet: its next check 128 ms after the first).
+    async fn exit_seen_after(lead: Duration) -> Duration {
+        let t0 = tokio::time::Instant::now();
+        let flip = t0 + lead;
+        let runtime = SteadyRuntime {
+            pods: 1,
+            exits_at: Some(flip),
+            ..Default::default()
+        };
+        let (pleg, mut events) = GenericPleg::new(
+            runtime,
+            crate::clock::SystemClock,
+            Arc::new(Metrics::new()),
+            crate::pleg::PlegConfig::default(),
+        );
+        let pleg = Arc::new(pleg);
+        pleg.relist().await.unwrap();
+        let (sender, receiver) = crate::triggers::trigger_queue(64);
+        let dispatcher = tokio::spawn(dispatch(pleg.clone(), receiver, Arc::new(Metrics::new())));
+        sender.send(Trigger::Container("c0".into()));
+        tokio::time::sleep_until(flip - Duration::from_millis(1)).await;
+        sender.send(Trigger::ContainerSettled("c0".into()));
+        let seen = loop {
+            let event = events.recv().await.expect("an event");
+            if event.kind == crate::pleg::PodLifecycleEventType::ContainerDied {
+                break tokio::time::Instant::now();
+            }
+        };
+        drop(sender);
+        dispatcher.abort();
+        seen.duration_since(flip)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_settling_event_is_followed_by_fine_probes() {
+        // The exit's schedule waits 512 ms at about 0.6–1.1 s; it is over by 1.2 s.
+        for lead in [Duration::from_millis(700), Duration::from_millis(1500)] {
+            let late = exit_seen_after(lead).await;
+            assert!(
+                late <= Duration::from_millis(4),
+                "exit seen {late:?} after the CRI state, {lead:?} after /tasks/exit"
+            );
+        }
     }
 
     #[test]

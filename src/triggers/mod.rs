@@ -61,6 +61,12 @@ pub use streams::{SUBSCRIBED_AFTER, UNUSABLE_AFTER, replayed, run_source};
 pub enum Trigger {
     /// Relist the pod that owns this container or sandbox id (a full relist if no pod record has it).
     Container(String),
+    /// As [`Trigger::Container`], from an event the runtime's CRI state follows at once (containerd's
+    /// `/tasks/delete` and `/containers/delete`: its CRI plugin marks the container exited right
+    /// after deleting its task), where `/tasks/exit` can lead the CRI state by seconds in a burst.
+    /// Only *when* to look differs: the container is probed at once and every 2 ms, even if a
+    /// re-check of it is already scheduled later. Nothing of the event is taken for state.
+    ContainerSettled(String),
     /// Relist this pod.
     Pod(PodUid),
     /// Relist everything.

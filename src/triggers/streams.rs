@@ -9,7 +9,7 @@ use tracing::{debug, info, warn};
 
 use crate::metrics::Metrics;
 use crate::pleg::{StreamState, TriggerHealth};
-use crate::runtime::events::{EventStream, RuntimeEvent, cri_events_go_to_one_subscriber};
+use crate::runtime::events::{EventStream, EventSubject, RuntimeEvent, cri_events_go_to_one_subscriber};
 use crate::runtime::{CriRuntime, RuntimeVersion};
 
 use super::{Source, Trigger, TriggerMode, TriggerOptions, TriggerSender};
@@ -149,7 +149,10 @@ async fn containerd_subscription(
                 link.delivered = true;
                 metrics.count_trigger(Source::Containerd.as_str());
                 if let Some(subject) = event.subject {
-                    let trigger = Trigger::from(subject);
+                    let trigger = match subject {
+                        EventSubject::Container(id) if settles(&event.topic) => Trigger::ContainerSettled(id),
+                        subject => Trigger::from(subject),
+                    };
                     debug!(source = "containerd", topic = %event.topic, ?trigger, "trigger");
                     sender.send(trigger);
                 }
@@ -158,6 +161,12 @@ async fn containerd_subscription(
             Err(status) => return StreamEnd::Failed(status),
         }
     }
+}
+
+/// Whether the runtime's CRI state follows a containerd event of `topic` at once (see
+/// [`Trigger::ContainerSettled`]).
+pub fn settles(topic: &str) -> bool {
+    matches!(topic, "/tasks/delete" | "/containers/delete")
 }
 
 /// Whether a CRI event happened before the subscription that delivered it: containerd 2.x keeps

@@ -24,11 +24,11 @@
 
 #[path = "args.rs"]
 mod args;
+#[path = "stats.rs"]
+mod stats;
 #[allow(dead_code)]
 #[path = "../support/mod.rs"]
 mod support;
-#[path = "stats.rs"]
-mod stats;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -105,16 +105,28 @@ fn cluster_sh(args: &[&str], gates: &str) -> String {
         .output()
         .expect("run tests/cluster/cluster.sh");
     assert!(out.status.success(), "cluster.sh {args:?} failed");
-    String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or_default().trim().to_owned()
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .trim()
+        .to_owned()
 }
 
 fn pid_of(name: &str) -> Option<u32> {
-    std::fs::read_to_string(format!("{RUN}/{name}.pid")).ok()?.trim().parse().ok()
+    std::fs::read_to_string(format!("{RUN}/{name}.pid"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// plegd's process (in its pod), if it runs.
 fn plegd_pid() -> Option<u32> {
-    let out = Command::new("pgrep").args(["-f", "^/usr/local/bin/plegd run"]).output().ok()?;
+    let out = Command::new("pgrep")
+        .args(["-f", "^/usr/local/bin/plegd run"])
+        .output()
+        .ok()?;
     String::from_utf8_lossy(&out.stdout).lines().next()?.trim().parse().ok()
 }
 
@@ -157,7 +169,11 @@ fn watch_apiserver(pods: Api<Pod>, seen: Seen) -> tokio::task::JoinHandle<()> {
             if let Some(c) = status.conditions.iter().flatten().find(|c| c.type_ == CONDITION) {
                 if c.status == "True" {
                     see(&seen, &name, Change::Started, Seer::Plegd);
-                } else if seen.lock().unwrap().contains_key(&(name.clone(), Change::Started, Seer::Plegd)) {
+                } else if seen
+                    .lock()
+                    .unwrap()
+                    .contains_key(&(name.clone(), Change::Started, Seer::Plegd))
+                {
                     see(&seen, &name, Change::Exited, Seer::Plegd);
                 }
             }
@@ -169,8 +185,12 @@ fn watch_apiserver(pods: Api<Pod>, seen: Seen) -> tokio::task::JoinHandle<()> {
 fn watch_computed(seen: Seen) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let options = plegd::runtime::CriOptions::default();
-        let channel =
-            plegd::runtime::unix_channel(Path::new(PLEGD_API_SOCKET), options.connect_timeout, options.backoff.clone(), None);
+        let channel = plegd::runtime::unix_channel(
+            Path::new(PLEGD_API_SOCKET),
+            options.connect_timeout,
+            options.backoff.clone(),
+            None,
+        );
         let mut client = StatusServiceClient::new(channel);
         let request = StatusServiceWatchRequest {
             namespace: NS.into(),
@@ -285,7 +305,9 @@ fn requests(offset: u64) -> (BTreeMap<String, BTreeMap<&'static str, usize>>, u6
     let text = String::from_utf8_lossy(&text[(offset as usize).min(text.len())..]).into_owned();
     let mut by: BTreeMap<String, BTreeMap<&'static str, usize>> = BTreeMap::new();
     for line in text.lines() {
-        let Ok(e) = serde_json::from_str::<Value>(line) else { continue };
+        let Ok(e) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
         if e["stage"] != "ResponseComplete" && e["stage"] != "ResponseStarted" {
             continue;
         }
@@ -320,7 +342,9 @@ fn requests(offset: u64) -> (BTreeMap<String, BTreeMap<&'static str, usize>>, u6
 }
 
 fn audit_end() -> u64 {
-    std::fs::metadata(format!("{RUN}/audit.log")).map(|m| m.len()).unwrap_or(0)
+    std::fs::metadata(format!("{RUN}/audit.log"))
+        .map(|m| m.len())
+        .unwrap_or(0)
 }
 
 /// One churn round: `n` pods started, their containers killed (`burst`: at once, else `spread`
@@ -355,15 +379,17 @@ async fn churn(
             })
         }
     };
-    support::wait_until("every start seen by all", Duration::from_secs(600), all_saw(Change::Started)).await;
+    support::wait_until(
+        "every start seen by all",
+        Duration::from_secs(600),
+        all_saw(Change::Started),
+    )
+    .await;
     // Let the starts settle before the exits.
     tokio::time::sleep(Duration::from_secs(5)).await;
     let by_pod = ids.lock().unwrap().clone();
     let pids = task_pids();
-    let targets: Vec<String> = names
-        .iter()
-        .filter_map(|p| pids.get(by_pod.get(p)?).cloned())
-        .collect();
+    let targets: Vec<String> = names.iter().filter_map(|p| pids.get(by_pod.get(p)?).cloned()).collect();
     assert_eq!(targets.len(), n, "a process for every container");
     if burst {
         let status = Command::new("kill").arg("-9").args(&targets).status().expect("kill");
@@ -374,7 +400,12 @@ async fn churn(
             tokio::time::sleep(spread).await;
         }
     }
-    support::wait_until("every exit seen by all", Duration::from_secs(600), all_saw(Change::Exited)).await;
+    support::wait_until(
+        "every exit seen by all",
+        Duration::from_secs(600),
+        all_saw(Change::Exited),
+    )
+    .await;
     let mut times = Vec::new();
     for p in &names {
         let id = by_pod[p].clone();
@@ -385,7 +416,10 @@ async fn churn(
         .await
         .expect("delete the pods");
     support::wait_for("the pods gone", Duration::from_secs(600), || async {
-        pods.list(&ListParams::default()).await.map(|l| l.items.is_empty()).unwrap_or(false)
+        pods.list(&ListParams::default())
+            .await
+            .map(|l| l.items.is_empty())
+            .unwrap_or(false)
     })
     .await;
     times
@@ -445,12 +479,19 @@ async fn main() {
         let client = client_from(Path::new(&kubeconfig)).await;
         let node = {
             let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
-            nodes.list(&ListParams::default()).await.unwrap().items[0].metadata.name.clone().unwrap()
+            nodes.list(&ListParams::default()).await.unwrap().items[0]
+                .metadata
+                .name
+                .clone()
+                .unwrap()
         };
         let namespaces: Api<Namespace> = Api::all(client.clone());
         if namespaces.get_opt(NS).await.unwrap().is_none() {
             namespaces
-                .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": NS}})).unwrap())
+                .create(
+                    &PostParams::default(),
+                    &serde_json::from_value(json!({"metadata": {"name": NS}})).unwrap(),
+                )
                 .await
                 .unwrap();
         }
@@ -482,8 +523,11 @@ async fn main() {
                 loop {
                     {
                         let mut s = seen.lock().unwrap();
-                        let kubelet: Vec<_> =
-                            s.iter().filter(|((_, _, w), _)| *w == Seer::Kubelet).map(|(k, v)| (k.clone(), *v)).collect();
+                        let kubelet: Vec<_> = s
+                            .iter()
+                            .filter(|((_, _, w), _)| *w == Seer::Kubelet)
+                            .map(|(k, v)| (k.clone(), *v))
+                            .collect();
                         for ((p, c, _), t) in kubelet {
                             s.entry((p.clone(), c, Seer::Plegd)).or_insert(t);
                             s.entry((p, c, Seer::Computed)).or_insert(t);
@@ -496,9 +540,33 @@ async fn main() {
         tokio::time::sleep(Duration::from_secs(2)).await;
 
         let (audit_from, before, started) = (audit_end(), usage(), Instant::now());
-        let mut times = churn(&pods, &node, n, &format!("{pass}-spread"), false, spread, &seen, &ids, &containerd).await;
+        let mut times = churn(
+            &pods,
+            &node,
+            n,
+            &format!("{pass}-spread"),
+            false,
+            spread,
+            &seen,
+            &ids,
+            &containerd,
+        )
+        .await;
         let spread_count = times.len();
-        times.extend(churn(&pods, &node, n, &format!("{pass}-burst"), true, spread, &seen, &ids, &containerd).await);
+        times.extend(
+            churn(
+                &pods,
+                &node,
+                n,
+                &format!("{pass}-burst"),
+                true,
+                spread,
+                &seen,
+                &ids,
+                &containerd,
+            )
+            .await,
+        );
         let churn_secs = started.elapsed().as_secs_f64();
         let (churn_requests, audit_mid) = requests(audit_from);
         let after = usage();
@@ -510,7 +578,9 @@ async fn main() {
         }
         support::wait_until("the idle pods seen running", Duration::from_secs(600), || {
             let s = seen.lock().unwrap();
-            idle_names.iter().all(|p| s.contains_key(&(p.clone(), Change::Started, Seer::Kubelet)))
+            idle_names
+                .iter()
+                .all(|p| s.contains_key(&(p.clone(), Change::Started, Seer::Kubelet)))
         })
         .await;
         tokio::time::sleep(Duration::from_secs(10)).await;
@@ -523,7 +593,10 @@ async fn main() {
             .await
             .unwrap();
         support::wait_for("the idle pods gone", Duration::from_secs(600), || async {
-            pods.list(&ListParams::default()).await.map(|l| l.items.is_empty()).unwrap_or(false)
+            pods.list(&ListParams::default())
+                .await
+                .map(|l| l.items.is_empty())
+                .unwrap_or(false)
         })
         .await;
         for t in tasks {
@@ -540,7 +613,11 @@ async fn main() {
         for (label, change, range) in [
             ("pod starts (from startedAt)", Change::Started, 0..times.len()),
             ("exits, spread (from finishedAt)", Change::Exited, 0..spread_count),
-            ("exits, one burst (from finishedAt)", Change::Exited, spread_count..times.len()),
+            (
+                "exits, one burst (from finishedAt)",
+                Change::Exited,
+                spread_count..times.len(),
+            ),
         ] {
             println!("{label}, ms:\n\n| seen by | n | p50 | p99 | max |\n|---|---|---|---|---|");
             let mut medians = BTreeMap::new();
@@ -570,7 +647,11 @@ async fn main() {
             let (Some(b), Some(a)) = (before.cpu.get(name), after.cpu.get(name)) else {
                 continue;
             };
-            let idle_cpu = idle_after.cpu.get(name).zip(idle_before.cpu.get(name)).map(|(a, b)| a - b);
+            let idle_cpu = idle_after
+                .cpu
+                .get(name)
+                .zip(idle_before.cpu.get(name))
+                .map(|(a, b)| a - b);
             println!(
                 "| {name} | {:.2} | {} | {:.0} |",
                 a - b,
@@ -585,7 +666,11 @@ async fn main() {
         );
         for (title, by, secs) in [
             ("requests over the churn", &churn_requests, churn_secs),
-            ("requests while idle, per minute", &idle_requests, idle.as_secs_f64() / 60.0),
+            (
+                "requests while idle, per minute",
+                &idle_requests,
+                idle.as_secs_f64() / 60.0,
+            ),
         ] {
             println!("\n{title}:\n\n| kind | kubelet | plegd |\n|---|---|---|");
             let kinds: std::collections::BTreeSet<&str> = by.values().flat_map(|m| m.keys().copied()).collect();
