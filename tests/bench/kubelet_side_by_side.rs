@@ -26,7 +26,6 @@
 mod args;
 #[path = "stats.rs"]
 mod stats;
-#[allow(dead_code)]
 #[path = "../support/mod.rs"]
 mod support;
 
@@ -347,19 +346,29 @@ fn audit_end() -> u64 {
         .unwrap_or(0)
 }
 
+/// What a churn round works with.
+struct Churn<'a> {
+    pods: &'a Api<Pod>,
+    node: &'a str,
+    n: usize,
+    spread: Duration,
+    seen: &'a Seen,
+    ids: &'a Arc<Mutex<HashMap<String, String>>>,
+    containerd: &'a support::containerd::Containerd,
+}
+
 /// One churn round: `n` pods started, their containers killed (`burst`: at once, else `spread`
 /// apart), every change seen; returns each pod's container's CRI times.
-async fn churn(
-    pods: &Api<Pod>,
-    node: &str,
-    n: usize,
-    round: &str,
-    burst: bool,
-    spread: Duration,
-    seen: &Seen,
-    ids: &Arc<Mutex<HashMap<String, String>>>,
-    containerd: &support::containerd::Containerd,
-) -> Vec<(String, SystemTime, SystemTime)> {
+async fn churn(c: &Churn<'_>, round: &str, burst: bool) -> Vec<(String, SystemTime, SystemTime)> {
+    let Churn {
+        pods,
+        node,
+        n,
+        spread,
+        seen,
+        ids,
+        containerd,
+    } = *c;
     let names: Vec<String> = (0..n).map(|i| format!("{round}-{i:03}")).collect();
     futures_util::stream::iter(names.clone())
         .map(|name| async move { pods.create(&PostParams::default(), &pod(&name, node)).await })
@@ -540,33 +549,18 @@ async fn main() {
         tokio::time::sleep(Duration::from_secs(2)).await;
 
         let (audit_from, before, started) = (audit_end(), usage(), Instant::now());
-        let mut times = churn(
-            &pods,
-            &node,
+        let round = Churn {
+            pods: &pods,
+            node: &node,
             n,
-            &format!("{pass}-spread"),
-            false,
             spread,
-            &seen,
-            &ids,
-            &containerd,
-        )
-        .await;
+            seen: &seen,
+            ids: &ids,
+            containerd: &containerd,
+        };
+        let mut times = churn(&round, &format!("{pass}-spread"), false).await;
         let spread_count = times.len();
-        times.extend(
-            churn(
-                &pods,
-                &node,
-                n,
-                &format!("{pass}-burst"),
-                true,
-                spread,
-                &seen,
-                &ids,
-                &containerd,
-            )
-            .await,
-        );
+        times.extend(churn(&round, &format!("{pass}-burst"), true).await);
         let churn_secs = started.elapsed().as_secs_f64();
         let (churn_requests, audit_mid) = requests(audit_from);
         let after = usage();
