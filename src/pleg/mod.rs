@@ -151,6 +151,18 @@ impl RelistState {
 }
 
 /// What one pass over one pod did.
+/// What a pod's sync needs from its records, taken before its status is read.
+struct SyncWork {
+    /// The pod as the relist found it (None: gone).
+    current: Option<RuntimePod>,
+    events: Vec<PodLifecycleEvent>,
+    /// It was marked for re-inspection (its last status read failed).
+    reinspect: bool,
+}
+
+/// Status reads a relist runs side by side (of the pods it found changed).
+const STATUS_READS_AT_ONCE: usize = 16;
+
 enum PodOutcome {
     Unchanged,
     /// The status was read; `changed` says whether any container or sandbox changed state.
@@ -417,6 +429,7 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
     ) -> Result<(), RuntimeError> {
         let started = std::time::Instant::now();
         let pods = self.runtime.list_pods().await?;
+        let listed = started.elapsed();
         self.health.relisted(start, started);
         self.metrics.last_seen.set(
             start
@@ -447,12 +460,36 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
                 .filter(|u| !state.records.contains_key(*u))
                 .cloned(),
         );
+        // The status reads of the pods that changed run side by side (a burst of exits changes
+        // many pods in one relist; read one after the other, the last pod's events waited for every
+        // read before it); each pod's events go out as soon as its own read is done.
         let mut needs_reinspection = HashSet::new();
-        for uid in uids {
-            if let PodOutcome::RefreshFailed = self.sync_record(state, &uid, start, missed_by).await {
+        let mut reads = futures_util::stream::FuturesUnordered::new();
+        let prepared: Vec<(SyncWork, PodUid)> = uids
+            .into_iter()
+            .filter_map(|uid| Some((self.prepare_sync(state, &uid, start)?, uid)))
+            .collect();
+        let mut waiting = prepared.into_iter();
+        loop {
+            while reads.len() < STATUS_READS_AT_ONCE {
+                let Some((work, uid)) = waiting.next() else { break };
+                reads.push(async move {
+                    let status = self.update_cache(&uid, work.current.as_ref()).await;
+                    (uid, work, status)
+                });
+            }
+            let Some((uid, work, status)) = futures_util::StreamExt::next(&mut reads).await else {
+                break;
+            };
+            if let PodOutcome::RefreshFailed = self.finish_sync(state, &uid, work, status, start, missed_by) {
                 needs_reinspection.insert(uid);
             }
         }
+        debug!(
+            list_ms = listed.as_secs_f64() * 1e3,
+            total_ms = started.elapsed().as_secs_f64() * 1e3,
+            "relist"
+        );
         // From now on a container seen exited exited while plegd looked.
         self.health.first_relist_done(start);
         self.metrics.drop_departed_exit_series(start);
@@ -495,24 +532,55 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
         start: SystemTime,
         missed_by: Option<&'static str>,
     ) -> PodOutcome {
+        let Some(work) = self.prepare_sync(state, uid, start) else {
+            return PodOutcome::Unchanged;
+        };
+        let status = self.update_cache(uid, work.current.as_ref()).await;
+        self.finish_sync(state, uid, work, status, start, missed_by)
+    }
+
+    /// The first step of [`Self::sync_record`]: the pod's events from its records, and whether
+    /// its status is to be read (None: nothing to do; a record of nothing is dropped).
+    fn prepare_sync(&self, state: &mut RelistState, uid: &str, start: SystemTime) -> Option<SyncWork> {
         let record = state.records.get(uid);
         let old = record.and_then(|r| r.old.as_ref());
         let current = record.and_then(|r| r.current.as_ref());
-        let mut events = compute_events(old, current, start);
-        let changed = !events.is_empty();
+        let events = compute_events(old, current, start);
         let reinspect = state.reinspect.contains(uid);
         let has_undelivered = state.undelivered.contains_key(uid);
         if events.is_empty() && !reinspect && !has_undelivered {
             if old.is_none() && current.is_none() {
                 state.records.remove(uid);
             }
-            return PodOutcome::Unchanged;
+            return None;
         }
         // Only a pod that changed pays for a copy of its record.
-        let current = current.cloned();
-        let current = current.as_ref();
+        Some(SyncWork {
+            current: current.cloned(),
+            events,
+            reinspect,
+        })
+    }
 
-        let status = match self.update_cache(uid, current).await {
+    /// The last step of [`Self::sync_record`], once the pod's status was read (`status`): the
+    /// record advanced and the events sent, or, if the read failed, nothing (re-inspected next time).
+    fn finish_sync(
+        &self,
+        state: &mut RelistState,
+        uid: &str,
+        work: SyncWork,
+        status: Result<Option<RuntimePodStatus>, RuntimeError>,
+        start: SystemTime,
+        missed_by: Option<&'static str>,
+    ) -> PodOutcome {
+        let SyncWork {
+            current,
+            mut events,
+            reinspect,
+        } = work;
+        let current = current.as_ref();
+        let changed = !events.is_empty();
+        let status = match status {
             Ok(status) => status,
             Err(error) => {
                 self.metrics.pod_status_refresh_errors.inc();
@@ -612,6 +680,7 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
     }
 
     /// `updateCache`: read the pod's status into the cache; a pod that is gone loses its entry.
+    /// Concurrent reads of different pods are fine: each writes its own entry.
     async fn update_cache(
         &self,
         uid: &str,

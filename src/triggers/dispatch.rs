@@ -432,6 +432,7 @@ pub async fn dispatch<R: Runtime, C: Clock>(
                 debug!(error = %error, "triggered relist failed; the periodic relist will retry");
             }
             let now = tokio::time::Instant::now();
+            debug!(probes = batched.len(), all = pending.all, "trigger batch relist");
             for (target, attempt, before) in batched {
                 // A relist that failed ends the schedules: the periodic relist owns a runtime that
                 // does not answer (as a failed pod relist does below).
@@ -441,6 +442,7 @@ pub async fn dispatch<R: Runtime, C: Clock>(
         }
         for (mut target, attempt, fresh) in targets {
             let changed = check(&pleg, &mut target, fresh, &metrics).await;
+            debug!(pod = ?target.pod, container = ?target.container, attempt, fresh, changed, "trigger check");
             rechecks.after_check(&target, changed, attempt, tokio::time::Instant::now());
         }
         if rechecks.take_overflowed() {

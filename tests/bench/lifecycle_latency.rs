@@ -3,8 +3,8 @@
 //! given, one after the other in one run:
 //!   (b)  plegd with containerd-event triggers, relisting every 30 s;
 //!   (b2) plegd with CRI GetContainerEvents triggers, relisting every 30 s (containerd ≥ 1.7);
-//!   (d)  the CRI-state floor: PodSandboxStatus / ContainerStatus polled every millisecond until
-//!        the sandbox is READY, the container RUNNING, then EXITED.
+//!   (d)  the CRI-state floor: ListPodSandbox and ListContainers polled every 2 ms until the
+//!        sandbox is READY, the container RUNNING, then EXITED.
 //! Latency is measured from the moment each change is requested (RunPodSandbox, StartContainer
 //! returning) or, for exits, from the container's CRI finishedAt; the figure that matters is the
 //! distance of (b) and (b2) from (d), per change. Needs root (each version runs as a private
@@ -15,8 +15,7 @@
 //!
 //! With `--burst N`, N pods are started first, each with one container, and the containers are
 //! timed to exit within `--window-ms` (1000) of each other, evenly spread: a burst of exits, each
-//! measured as above against the floor (an id joins the poller's list 50 ms before its exit is
-//! due, so that the poller walks a few ids at a time, not all N).
+//! measured as above against the floor.
 //!
 //!     cargo bench --bench lifecycle_latency -- --burst 100               # 2.1 then 1.7
 
@@ -70,7 +69,9 @@ async fn observe_plegd(socket: &std::path::Path, mode: TriggerMode, seen: Seen) 
     tasks
 }
 
-/// (d): every watched id polled every millisecond until CRI reports its next state.
+/// (d): the CRI state, every 2 ms: one ListContainers and one ListPodSandbox answer for every
+/// watched id at once (polling each id with its own status call, one after the other, was late by
+/// a whole sweep of the ids when a burst put 100 of them on the list).
 fn observe_floor(
     client: cri::runtime_service_client::RuntimeServiceClient<tonic::transport::Channel>,
     watch: Arc<Mutex<Vec<(Change, String)>>>,
@@ -79,44 +80,41 @@ fn observe_floor(
     tokio::spawn(async move {
         loop {
             let watched: Vec<(Change, String)> = watch.lock().unwrap().clone();
+            if watched.is_empty() {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                continue;
+            }
+            let (mut c1, mut c2) = (client.clone(), client.clone());
+            let (containers, sandboxes) = tokio::join!(
+                c1.list_containers(cri::ListContainersRequest { filter: None }),
+                c2.list_pod_sandbox(cri::ListPodSandboxRequest { filter: None }),
+            );
+            let now = SystemTime::now();
+            let containers: HashMap<String, i32> = containers
+                .map(|r| r.into_inner().containers.into_iter().map(|c| (c.id, c.state)).collect())
+                .unwrap_or_default();
+            let sandboxes: HashMap<String, i32> = sandboxes
+                .map(|r| r.into_inner().items.into_iter().map(|s| (s.id, s.state)).collect())
+                .unwrap_or_default();
             for (change, id) in watched {
                 let reached = match change {
-                    Change::SandboxStarted => client
-                        .clone()
-                        .pod_sandbox_status(cri::PodSandboxStatusRequest {
-                            pod_sandbox_id: id.clone(),
-                            verbose: false,
-                        })
-                        .await
-                        .ok()
-                        .and_then(|r| r.into_inner().status)
-                        .is_some_and(|s| s.state == cri::PodSandboxState::SandboxReady as i32),
-                    Change::Started | Change::Exited => client
-                        .clone()
-                        .container_status(cri::ContainerStatusRequest {
-                            container_id: id.clone(),
-                            verbose: false,
-                        })
-                        .await
-                        .ok()
-                        .and_then(|r| r.into_inner().status)
-                        .is_some_and(|s| {
-                            let running = s.state == cri::ContainerState::ContainerRunning as i32;
-                            let exited = s.state == cri::ContainerState::ContainerExited as i32;
-                            if change == Change::Started {
-                                running || exited
-                            } else {
-                                exited
-                            }
-                        }),
+                    Change::SandboxStarted => sandboxes
+                        .get(&id)
+                        .is_some_and(|s| *s == cri::PodSandboxState::SandboxReady as i32),
+                    Change::Started => containers.get(&id).is_some_and(|s| {
+                        *s == cri::ContainerState::ContainerRunning as i32
+                            || *s == cri::ContainerState::ContainerExited as i32
+                    }),
+                    Change::Exited => containers
+                        .get(&id)
+                        .is_some_and(|s| *s == cri::ContainerState::ContainerExited as i32),
                 };
                 if reached {
-                    let now = SystemTime::now();
                     seen.lock().unwrap().entry((change, id.clone())).or_insert(now);
                     watch.lock().unwrap().retain(|w| *w != (change, id.clone()));
                 }
             }
-            tokio::time::sleep(Duration::from_millis(1)).await;
+            tokio::time::sleep(Duration::from_millis(2)).await;
         }
     })
 }
@@ -289,8 +287,8 @@ async fn run(version: &str, pods: usize) {
     drop(instance);
 }
 
-/// Each exit's id is put on the floor's watch list 50 ms before the exit is due, so that the
-/// poller (one call at a time, as for the other changes) walks a few ids, not all of them.
+/// Each exit's id is put on the floor's watch list 50 ms before the exit is due (an id on the list
+/// before its start was seen would take that start for its exit).
 fn watch_exits_when_due(
     exits: Vec<(tokio::time::Instant, String)>,
     watch: Arc<Mutex<Vec<(Change, String)>>>,
@@ -362,6 +360,8 @@ async fn burst(version: &str, n: usize, window: Duration) {
     println!("| exit, observer | n | p50 ms | p99 ms | max ms |\n|---|---|---|---|---|");
     let mut rows: [Vec<f64>; 5] = Default::default();
     let mut missed = Vec::new();
+    // The exits (b) saw latest above the floor, for a look at their timeline.
+    let mut worst: Vec<(f64, String, SystemTime, SystemTime)> = Vec::new();
     for (id, finished_at) in ids.iter().zip(&finished) {
         let at = |seen: &Seen| seen.lock().unwrap().get(&(Change::Exited, id.clone())).copied();
         let ms = |t: SystemTime| t.duration_since(*finished_at).unwrap_or_default().as_secs_f64() * 1e3;
@@ -378,6 +378,9 @@ async fn burst(version: &str, n: usize, window: Duration) {
                 Some(b) => {
                     rows[total].push(ms(b));
                     rows[above].push(ms(b) - ms(d));
+                    if observer == "(b)" {
+                        worst.push((ms(b) - ms(d), id.clone(), d, b));
+                    }
                 }
                 None => missed.push(format!("{observer} {id}")),
             }
@@ -400,11 +403,25 @@ async fn burst(version: &str, n: usize, window: Duration) {
     for m in missed.iter().take(10) {
         println!("  {m}");
     }
+    worst.sort_by(|a, b| b.0.total_cmp(&a.0));
+    for (late, id, d, b) in worst.iter().take(3) {
+        let t = |t: &SystemTime| humantime::format_rfc3339_micros(*t);
+        println!("(b) {late:.1} ms after the floor: {id} (floor {}, (b) {})", t(d), t(b));
+    }
     drop(instance);
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
+    // PLEGD_BENCH_LOG=FILE: the relisters' debug log (triggers, checks), for a look at a slow exit.
+    if let Some(path) = std::env::var_os("PLEGD_BENCH_LOG") {
+        let file = std::fs::File::create(path).expect("PLEGD_BENCH_LOG");
+        tracing_subscriber::fmt()
+            .with_env_filter("plegd::triggers=debug,plegd::pleg=debug")
+            .with_writer(std::sync::Mutex::new(file))
+            .with_ansi(false)
+            .init();
+    }
     let pods: usize = arg("--pods").unwrap_or(30);
     let versions: String = arg("--containerd").unwrap_or_else(|| "2.1,1.7".into());
     let burst_of: Option<usize> = arg("--burst");
