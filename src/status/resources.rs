@@ -371,7 +371,7 @@ pub fn pod_limits(spec: &ApiPodSpec) -> ResourceList {
 /// on in 1.37): `allocatedResources` is the pod's requests; `resources`, while the apiserver's copy
 /// of the pod is not Running, its effective allocation (`getEffectiveAllocatedResources`). While it
 /// runs, the kubelet reads `resources` back from the pod's cgroup, which the CRI does not report:
-/// plegd keeps what `old` holds, as it does once the pod is terminal.
+/// plegd keeps what `old` holds.
 pub fn pod_status_resources(
     spec: &ApiPodSpec,
     old_phase: Option<&str>,
@@ -379,9 +379,7 @@ pub fn pod_status_resources(
 ) -> (Option<ResourceRequirements>, Option<ResourceList>) {
     let requests = pod_requests(spec);
     let allocated = (!requests.is_empty()).then(|| requests.clone());
-    // A terminal pod's status is generated once by the kubelet (its pod worker stops syncing it):
-    // what was written for it stays.
-    if matches!(old_phase, Some("Running" | "Succeeded" | "Failed")) {
+    if old_phase == Some("Running") {
         return (old.cloned(), allocated);
     }
     let limits = pod_limits(spec);

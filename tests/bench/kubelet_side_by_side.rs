@@ -627,6 +627,17 @@ async fn main() {
                     medians.insert(*seer, p50);
                 }
             }
+            // Each change: how long after the CRI state showed it each seer saw it.
+            for seer in &seers[1..] {
+                let ms: Vec<f64> = times[range.clone()]
+                    .iter()
+                    .filter_map(|(p, _, _)| {
+                        let floor = seen.get(&(p.clone(), change, Seer::Floor))?;
+                        seen.get(&(p.clone(), change, *seer)).map(|t| since(*t, *floor))
+                    })
+                    .collect();
+                row(&format!("{} − floor, per change", seer.name()), ms);
+            }
             if let (Some(k), Some(p)) = (medians.get(&Seer::Kubelet), medians.get(&Seer::Plegd)) {
                 println!("\nkubelet p50 / plegd p50: {:.1}×\n", k / p.max(1.0));
             } else {

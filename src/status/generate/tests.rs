@@ -1850,10 +1850,24 @@ fn finished_pods_end_with_terminate_pod() {
         b.restart_count, 0,
         "a deleted pod's vanished container is not a restart"
     );
-    // Generated again from that status: the same.
+    // Generated again from that status: the same, but for the pod-level resources, which a pod
+    // that is no longer Running takes from its allocation (`{}`: none) — and then stay.
     let mut again = pod.clone();
     again.status = Some(s.clone());
-    assert_eq!(status_of(&again, &runtime, at(80)), s);
+    let regenerated = status_of(&again, &runtime, at(80));
+    assert_eq!(
+        regenerated.resources,
+        Some(k8s_openapi::api::core::v1::ResourceRequirements::default())
+    );
+    assert_eq!(
+        PodStatus {
+            resources: None,
+            ..regenerated.clone()
+        },
+        s
+    );
+    again.status = Some(regenerated.clone());
+    assert_eq!(status_of(&again, &runtime, at(90)), regenerated);
 }
 
 /// The end of a pod: a container that is only created, in a sandbox that is stopped, can never
@@ -3481,16 +3495,146 @@ fn pod_level_resources() {
         containers: vec![spec_container("app")],
         ..ApiPodSpec::default()
     };
-    let (resources, allocated) = resources::pod_status_resources(&best_effort, Some(PENDING), Some(&kept));
-    assert_eq!((resources, allocated), (Some(ResourceRequirements::default()), None));
-    for phase in [RUNNING, SUCCEEDED, FAILED] {
-        let (resources, _) = resources::pod_status_resources(&best_effort, Some(phase), Some(&kept));
-        assert_eq!(resources.as_ref(), Some(&kept), "{phase}");
+    for phase in [PENDING, SUCCEEDED, FAILED] {
+        let (resources, allocated) = resources::pod_status_resources(&best_effort, Some(phase), Some(&kept));
+        assert_eq!(
+            (resources, allocated),
+            (Some(ResourceRequirements::default()), None),
+            "{phase}"
+        );
     }
+    let (resources, _) = resources::pod_status_resources(&best_effort, Some(RUNNING), Some(&kept));
+    assert_eq!(resources.as_ref(), Some(&kept));
     let (resources, allocated) = resources::pod_status_resources(&spec, None, None);
     assert_eq!(allocated, Some(list(&[("cpu", "3"), ("memory", "1Gi")])));
     assert_eq!(
         resources.unwrap().limits,
         Some(list(&[("cpu", "4"), ("memory", "2Gi")]))
     );
+}
+
+/// 1.37's `Test_generateAPIPodStatus` rows with InPlacePodLevelResourcesVerticalScaling (on): the
+/// pod-level `resources` and `allocatedResources` (rows "pending pod", "succeeded pod", "pod with
+/// init containers", "no resources set", "only CPU set", "only Memory set", "0 values for CPU and
+/// Memory"). While the pod runs, upstream's `resources` is the pod cgroup's, which plegd does not
+/// read (kept as it was: not compared here).
+#[test]
+fn upstream_pod_level_resources_1_37() {
+    use k8s_openapi::api::core::v1::ResourceRequirements;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    let list = |items: &[(&str, &str)]| -> Option<resources::ResourceList> {
+        (!items.is_empty()).then(|| {
+            items
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), Quantity((*v).to_owned())))
+                .collect()
+        })
+    };
+    let req = |requests: &[(&str, &str)], limits: &[(&str, &str)]| ResourceRequirements {
+        requests: list(requests),
+        limits: list(limits),
+        ..ResourceRequirements::default()
+    };
+    let sized = |name: &str, r: ResourceRequirements| ApiContainer {
+        resources: Some(Box::new(r)),
+        ..spec_container(name)
+    };
+    let both = [("cpu", "100m"), ("memory", "100Mi")];
+    let limits = [("cpu", "200m"), ("memory", "200Mi")];
+    // (row, spec, API phase, pod resources (None: kept as it was), allocatedResources)
+    let rows: Vec<(
+        &str,
+        ApiPodSpec,
+        &str,
+        Option<ResourceRequirements>,
+        Option<resources::ResourceList>,
+    )> = vec![
+        (
+            "pending pod",
+            ApiPodSpec {
+                containers: vec![sized("A", req(&both, &limits))],
+                resources: Some(Box::new(req(&both, &limits))),
+                ..ApiPodSpec::default()
+            },
+            PENDING,
+            Some(req(&both, &limits)),
+            list(&both),
+        ),
+        (
+            "succeeded pod",
+            ApiPodSpec {
+                containers: vec![sized("A", req(&both, &[]))],
+                resources: Some(Box::new(req(&both, &[]))),
+                ..ApiPodSpec::default()
+            },
+            SUCCEEDED,
+            Some(req(&both, &[])),
+            list(&both),
+        ),
+        (
+            "pod with init containers",
+            ApiPodSpec {
+                init_containers: vec![sized("initA", req(&both, &[]))],
+                containers: vec![sized("A", req(&[("cpu", "200m"), ("memory", "200Mi")], &[]))],
+                resources: Some(Box::new(req(&[("cpu", "200m"), ("memory", "200Mi")], &[]))),
+                ..ApiPodSpec::default()
+            },
+            RUNNING,
+            None,
+            list(&[("cpu", "200m"), ("memory", "200Mi")]),
+        ),
+        (
+            "no resources set",
+            ApiPodSpec {
+                containers: vec![spec_container("A"), spec_container("B")],
+                ..ApiPodSpec::default()
+            },
+            RUNNING,
+            None,
+            None,
+        ),
+        (
+            "only CPU set",
+            ApiPodSpec {
+                containers: vec![sized("A", req(&[("cpu", "100m")], &[]))],
+                resources: Some(Box::new(req(&[("cpu", "100m")], &[]))),
+                ..ApiPodSpec::default()
+            },
+            RUNNING,
+            None,
+            list(&[("cpu", "100m")]),
+        ),
+        (
+            "only Memory set",
+            ApiPodSpec {
+                containers: vec![sized("A", req(&[("memory", "100Mi")], &[]))],
+                resources: Some(Box::new(req(&[("memory", "100Mi")], &[]))),
+                ..ApiPodSpec::default()
+            },
+            RUNNING,
+            None,
+            list(&[("memory", "100Mi")]),
+        ),
+        (
+            "0 values for CPU and Memory",
+            ApiPodSpec {
+                containers: vec![sized("A", req(&[("cpu", "0"), ("memory", "0")], &[]))],
+                resources: Some(Box::new(req(&[("cpu", "0"), ("memory", "0")], &[]))),
+                ..ApiPodSpec::default()
+            },
+            RUNNING,
+            None,
+            list(&[("cpu", "0"), ("memory", "0")]),
+        ),
+    ];
+    let was = req(&[("cpu", "1")], &[]);
+    for (row, spec, phase, want_resources, want_allocated) in rows {
+        let (resources, allocated) = resources::pod_status_resources(&spec, Some(phase), Some(&was));
+        assert_eq!(allocated, want_allocated, "{row}: allocatedResources");
+        assert_eq!(
+            resources,
+            Some(want_resources.unwrap_or_else(|| was.clone())),
+            "{row}: resources"
+        );
+    }
 }
