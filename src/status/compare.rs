@@ -2,7 +2,7 @@
 //! wrote) and plegd's computed one. Used by shadow mode (counted and logged) and by the status stream
 //! of the observation API (`plegd status`). Pure; no I/O.
 //!
-//! Both sides are first brought to the form the apiserver stores ([`semantic::canonical`]), so a
+//! Both sides are first brought to the form the apiserver stores ([`super::semantic::canonical`]), so a
 //! difference is one the apiserver would keep. Lists whose items have a key are matched by it
 //! (conditions by `type`, container statuses by `name`, IPs by `ip`, volume mounts by `mountPath`),
 //! so a path names what differs: `conditions[Ready].status`,
