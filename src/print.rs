@@ -1,5 +1,5 @@
-//! How a lifecycle event (`plegd watch`, `plegd events`) or a status report (`plegd status`) is
-//! printed: one line of text, or one JSON object. Every string in an event came from the runtime: none may
+//! How a lifecycle event is printed: one line of text, or one JSON object. `plegd watch` and
+//! `plegd events` both print with it (and `plegd status` with its helpers). Every string in an event came from the runtime: none may
 //! break a line or reach a terminal with its control characters.
 
 use crate::pleg::PodLifecycleEvent;
@@ -52,72 +52,6 @@ pub fn format_event(event: &PodLifecycleEvent, format: OutputFormat) -> String {
                 // Quoted: a message has spaces, and its own quotes and backslashes are escaped.
                 line.push_str("  message=");
                 line.push_str(&format!("{:?}", message));
-            }
-            line
-        }
-    }
-}
-
-/// One status report (`plegd status`) as a line, without the newline: text says whether plegd's
-/// status agrees with the apiserver's and, if not, each difference; JSON carries the whole generated
-/// status.
-pub fn format_report(report: &crate::observe::api::StatusReport, format: OutputFormat) -> String {
-    let nanos = |n: i64| std::time::UNIX_EPOCH + std::time::Duration::from_nanos(n.max(0) as u64);
-    match format {
-        OutputFormat::Json => {
-            let parse = |s: &str| serde_json::from_str::<serde_json::Value>(s).unwrap_or(serde_json::Value::Null);
-            let differences: Vec<serde_json::Value> = report
-                .differences
-                .iter()
-                .map(|d| {
-                    let mut v = serde_json::json!({
-                        "path": d.path,
-                        "apiserver": parse(&d.apiserver_json),
-                        "plegd": parse(&d.plegd_json),
-                    });
-                    if !d.unknowable.is_empty() {
-                        v["unknowable"] = d.unknowable.clone().into();
-                    }
-                    v
-                })
-                .collect();
-            serde_json::json!({
-                "namespace": report.namespace,
-                "pod": report.pod,
-                "podUID": report.pod_uid,
-                "resourceVersion": report.resource_version,
-                "generatedAt": humantime::format_rfc3339_nanos(nanos(report.generated_at_unix_nanos)).to_string(),
-                "runtimeReadAt": humantime::format_rfc3339_nanos(nanos(report.runtime_read_at_unix_nanos)).to_string(),
-                "status": parse(&report.status_json),
-                "differences": differences,
-            })
-            .to_string()
-        }
-        OutputFormat::Text => {
-            let mut line = format!(
-                "{}  {}/{}  rv={}",
-                humantime::format_rfc3339_millis(nanos(report.generated_at_unix_nanos)),
-                printable(&report.namespace),
-                printable(&report.pod),
-                printable(&report.resource_version)
-            );
-            let known: Vec<_> = report.differences.iter().filter(|d| d.unknowable.is_empty()).collect();
-            let unknowable = report.differences.len() - known.len();
-            if known.is_empty() {
-                line.push_str("  agrees");
-            } else {
-                line.push_str("  differs:");
-                for d in known {
-                    line.push_str(&format!(
-                        "  {} apiserver={} plegd={}",
-                        printable(&d.path),
-                        printable(&d.apiserver_json),
-                        printable(&d.plegd_json)
-                    ));
-                }
-            }
-            if unknowable > 0 {
-                line.push_str(&format!("  (+{unknowable} only the kubelet can know)"));
             }
             line
         }
@@ -191,47 +125,5 @@ mod tests {
         );
         let json: serde_json::Value = serde_json::from_str(&format_event(&event, OutputFormat::Json)).unwrap();
         assert_eq!(json["message"], "panic: \"boom\"\nat main.go:3\u{1b}[2J");
-    }
-
-    #[test]
-    fn a_report_says_what_differs_on_one_line() {
-        use crate::observe::api::{Difference, StatusReport};
-        let report = StatusReport {
-            namespace: "ns".into(),
-            pod: "web\nx".into(),
-            pod_uid: "u1".into(),
-            resource_version: "42".into(),
-            status_json: r#"{"phase":"Running"}"#.into(),
-            differences: vec![
-                Difference {
-                    path: "phase".into(),
-                    apiserver_json: r#""Pending""#.into(),
-                    plegd_json: r#""Running""#.into(),
-                    unknowable: String::new(),
-                },
-                Difference {
-                    path: "containerStatuses[app].state.waiting.reason".into(),
-                    apiserver_json: r#""CrashLoopBackOff""#.into(),
-                    plegd_json: "null".into(),
-                    unknowable: "back-off".into(),
-                },
-            ],
-            generated_at_unix_nanos: 0,
-            runtime_read_at_unix_nanos: 0,
-        };
-        let line = format_report(&report, OutputFormat::Text);
-        assert_eq!(
-            line,
-            r#"1970-01-01T00:00:00.000Z  ns/web\nx  rv=42  differs:  phase apiserver="Pending" plegd="Running"  (+1 only the kubelet can know)"#
-        );
-        let json: serde_json::Value = serde_json::from_str(&format_report(&report, OutputFormat::Json)).unwrap();
-        assert_eq!(json["status"]["phase"], "Running");
-        assert_eq!(json["differences"][1]["unknowable"], "back-off");
-        assert_eq!(json["differences"][0]["apiserver"], "Pending");
-        let agreeing = StatusReport {
-            differences: vec![],
-            ..report
-        };
-        assert!(format_report(&agreeing, OutputFormat::Text).ends_with("rv=42  agrees"));
     }
 }

@@ -242,14 +242,18 @@ fn every_install_keeps_plegd_least_privileged_and_node_critical() {
             socket_mount["mountPath"].as_str(),
             "--cri-socket is inside the mounted directory"
         );
-        // Full mode and the events component read termination messages (the status, the
-        // ContainerDied event): the kubelet's pod directory and the pod logs, read-only, at their
-        // own paths; no other install mounts them.
-        let reads_messages = *modes[0] == "--status-mode=full" || args.contains(&"--emit-events");
+        // Full and shadow mode and the events component read termination messages (the status
+        // written or compared with the kubelet's, the ContainerDied event): the kubelet's pod
+        // directory and the pod logs, read-only, at their own paths; no other install mounts them.
+        let reads_messages =
+            matches!(*modes[0], "--status-mode=full" | "--status-mode=shadow") || args.contains(&"--emit-events");
         for (volume_name, host) in [("kubelet-pods", "/var/lib/kubelet/pods"), ("pod-logs", "/var/log/pods")] {
             match (volume(volume_name), mount(volume_name)) {
                 (Some(v), Some(m)) => {
-                    assert!(reads_messages, "{name}: {volume_name} outside full mode and events");
+                    assert!(
+                        reads_messages,
+                        "{name}: {volume_name} outside full and shadow mode and events"
+                    );
                     assert_eq!(v["hostPath"]["path"], host);
                     assert_eq!(m["mountPath"], host);
                     assert_eq!(m["readOnly"], true);

@@ -9,6 +9,7 @@ use super::api::{
     self, Lagged, StatusServiceWatchRequest, WatchRequest, status_service_watch_response, watch_response,
 };
 use super::from_api;
+use crate::print::OutputFormat;
 
 /// Why `plegd events` stopped.
 #[derive(Debug, thiserror::Error)]
@@ -28,7 +29,7 @@ pub enum FollowError {
 pub async fn follow(
     socket: &Path,
     request: WatchRequest,
-    format: crate::print::OutputFormat,
+    format: OutputFormat,
     mut out: impl std::io::Write,
 ) -> Result<(), FollowError> {
     let mut client = api::events_service_client::EventsServiceClient::new(channel(socket)?);
@@ -51,6 +52,72 @@ pub async fn follow(
                 eprintln!("plegd events: missed {missed} events (reading too slowly)");
             }
             None => {}
+        }
+    }
+}
+
+/// One status report (`plegd status`) as a line, without the newline: text says whether plegd's
+/// status agrees with the apiserver's and, if not, each difference; JSON carries the whole generated
+/// status.
+pub fn format_report(report: &api::StatusReport, format: OutputFormat) -> String {
+    let nanos = |n: i64| std::time::UNIX_EPOCH + std::time::Duration::from_nanos(n.max(0) as u64);
+    match format {
+        OutputFormat::Json => {
+            let parse = |s: &str| serde_json::from_str::<serde_json::Value>(s).unwrap_or(serde_json::Value::Null);
+            let differences: Vec<serde_json::Value> = report
+                .differences
+                .iter()
+                .map(|d| {
+                    let mut v = serde_json::json!({
+                        "path": d.path,
+                        "apiserver": parse(&d.apiserver_json),
+                        "plegd": parse(&d.plegd_json),
+                    });
+                    if !d.unknowable.is_empty() {
+                        v["unknowable"] = d.unknowable.clone().into();
+                    }
+                    v
+                })
+                .collect();
+            serde_json::json!({
+                "namespace": report.namespace,
+                "pod": report.pod,
+                "podUID": report.pod_uid,
+                "resourceVersion": report.resource_version,
+                "generatedAt": humantime::format_rfc3339_nanos(nanos(report.generated_at_unix_nanos)).to_string(),
+                "runtimeReadAt": humantime::format_rfc3339_nanos(nanos(report.runtime_read_at_unix_nanos)).to_string(),
+                "status": parse(&report.status_json),
+                "differences": differences,
+            })
+            .to_string()
+        }
+        OutputFormat::Text => {
+            let mut line = format!(
+                "{}  {}/{}  rv={}",
+                humantime::format_rfc3339_millis(nanos(report.generated_at_unix_nanos)),
+                crate::print::printable(&report.namespace),
+                crate::print::printable(&report.pod),
+                crate::print::printable(&report.resource_version)
+            );
+            let known: Vec<_> = report.differences.iter().filter(|d| d.unknowable.is_empty()).collect();
+            let unknowable = report.differences.len() - known.len();
+            if known.is_empty() {
+                line.push_str("  agrees");
+            } else {
+                line.push_str("  differs:");
+                for d in known {
+                    line.push_str(&format!(
+                        "  {} apiserver={} plegd={}",
+                        crate::print::printable(&d.path),
+                        crate::print::printable(&d.apiserver_json),
+                        crate::print::printable(&d.plegd_json)
+                    ));
+                }
+            }
+            if unknowable > 0 {
+                line.push_str(&format!("  (+{unknowable} only the kubelet can know)"));
+            }
+            line
         }
     }
 }
@@ -86,7 +153,7 @@ fn print(out: &mut impl std::io::Write, line: &str) -> Result<bool, FollowError>
 pub async fn follow_statuses(
     socket: &Path,
     request: StatusServiceWatchRequest,
-    format: crate::print::OutputFormat,
+    format: OutputFormat,
     mut out: impl std::io::Write,
 ) -> Result<(), FollowError> {
     let mut client = api::status_service_client::StatusServiceClient::new(channel(socket)?);
@@ -100,7 +167,7 @@ pub async fn follow_statuses(
         };
         match item {
             Some(status_service_watch_response::Item::Report(report))
-                if !print(&mut out, &crate::print::format_report(&report, format))? =>
+                if !print(&mut out, &format_report(&report, format))? =>
             {
                 return Ok(());
             }
@@ -110,5 +177,53 @@ pub async fn follow_statuses(
             }
             None => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_report_says_what_differs_on_one_line() {
+        use crate::observe::api::{Difference, StatusReport};
+        use crate::print::OutputFormat;
+        let report = StatusReport {
+            namespace: "ns".into(),
+            pod: "web\nx".into(),
+            pod_uid: "u1".into(),
+            resource_version: "42".into(),
+            status_json: r#"{"phase":"Running"}"#.into(),
+            differences: vec![
+                Difference {
+                    path: "phase".into(),
+                    apiserver_json: r#""Pending""#.into(),
+                    plegd_json: r#""Running""#.into(),
+                    unknowable: String::new(),
+                },
+                Difference {
+                    path: "containerStatuses[app].state.waiting.reason".into(),
+                    apiserver_json: r#""CrashLoopBackOff""#.into(),
+                    plegd_json: "null".into(),
+                    unknowable: "back-off".into(),
+                },
+            ],
+            generated_at_unix_nanos: 0,
+            runtime_read_at_unix_nanos: 0,
+        };
+        let line = format_report(&report, OutputFormat::Text);
+        assert_eq!(
+            line,
+            r#"1970-01-01T00:00:00.000Z  ns/web\nx  rv=42  differs:  phase apiserver="Pending" plegd="Running"  (+1 only the kubelet can know)"#
+        );
+        let json: serde_json::Value = serde_json::from_str(&format_report(&report, OutputFormat::Json)).unwrap();
+        assert_eq!(json["status"]["phase"], "Running");
+        assert_eq!(json["differences"][1]["unknowable"], "back-off");
+        assert_eq!(json["differences"][0]["apiserver"], "Pending");
+        let agreeing = StatusReport {
+            differences: vec![],
+            ..report
+        };
+        assert!(format_report(&agreeing, OutputFormat::Text).ends_with("rv=42  agrees"));
     }
 }
