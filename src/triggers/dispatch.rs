@@ -25,6 +25,8 @@ pub struct Pending {
     pub containers: Vec<String>,
     /// Containers named by a [`Trigger::ContainerSettled`] (also in `containers`).
     pub settled: HashSet<String>,
+    /// The ids in `containers`, for a lookup that stays cheap in a burst.
+    named: HashSet<String>,
     seen: HashSet<Trigger>,
 }
 
@@ -39,12 +41,12 @@ impl Pending {
             Trigger::All => self.all = true,
             Trigger::Pod(uid) => self.pods.push(uid),
             Trigger::Container(id) => {
-                if !self.containers.contains(&id) {
+                if self.named.insert(id.clone()) {
                     self.containers.push(id);
                 }
             }
             Trigger::ContainerSettled(id) => {
-                if !self.containers.contains(&id) {
+                if self.named.insert(id.clone()) {
                     self.containers.push(id.clone());
                 }
                 self.settled.insert(id);
@@ -168,7 +170,11 @@ impl Rechecks {
             return;
         }
         match recheck_delay(target, attempt) {
-            Some(_) if self.due.len() >= MAX_RECHECKS => self.overflowed = true,
+            Some(_) if self.due.len() >= MAX_RECHECKS => {
+                // Dropped: nothing of its schedule is kept.
+                self.pulled.remove(target);
+                self.overflowed = true;
+            }
             Some(wait) => self.due.push((now + wait, target.clone(), attempt + 1)),
             None => {
                 self.pulled.remove(target);
@@ -200,6 +206,17 @@ impl Rechecks {
         if self.waiting(target) {
             self.joined.insert(target.clone());
         }
+    }
+
+    /// Marks of schedules that no longer wait (a target located and keyed anew, a schedule dropped
+    /// for want of room) are let go: `joined` and `pulled` only ever hold waiting targets.
+    fn forget_stale_marks(&mut self) {
+        if self.joined.len() + self.pulled.len() <= 2 * self.due.len() + 64 {
+            return;
+        }
+        let waiting: HashSet<&Target> = self.due.iter().map(|(_, t, _)| t).collect();
+        self.joined.retain(|t| waiting.contains(t));
+        self.pulled.retain(|t| waiting.contains(t));
     }
 
     /// A settling trigger ([`Trigger::ContainerSettled`]) for `target`, which waits for a re-check:
@@ -246,6 +263,7 @@ impl Rechecks {
 
     /// Take the targets whose re-check is due, with their attempt counts.
     pub fn take_due(&mut self, now: tokio::time::Instant) -> Vec<(Target, usize)> {
+        self.forget_stale_marks();
         let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.due)
             .into_iter()
             .partition(|(t, _, _)| *t <= now);
@@ -548,6 +566,38 @@ mod tests {
             container: None,
         };
         assert!(!r.pull(&other));
+    }
+
+    /// A target joined while it waited to be located is keyed anew once found: its mark does not
+    /// stay behind for good (one per new container id would grow without end).
+    #[test]
+    fn marks_of_targets_no_longer_waiting_are_let_go() {
+        let t0 = tokio::time::Instant::now();
+        let mut r = Rechecks::default();
+        for i in 0..200 {
+            let unlocated = Target {
+                pod: None,
+                container: Some(format!("c{i}")),
+            };
+            r.after_check(&unlocated, false, 0, t0);
+            assert!(r.pull(&unlocated), "a settling event pulls it");
+            r.after_check(&unlocated, false, 0, t0);
+            r.join(&unlocated);
+            let due = r.take_due(t0 + Duration::from_millis(2));
+            assert_eq!(due.len(), 1);
+            // Located: checked and finished under its new key.
+            let located = Target {
+                pod: Some(format!("u{i}")),
+                container: Some(format!("c{i}")),
+            };
+            r.after_check(&located, true, 1, t0 + Duration::from_millis(2));
+        }
+        r.take_due(t0 + Duration::from_secs(1));
+        assert!(
+            r.joined.len() + r.pulled.len() <= 64,
+            "{} marks kept",
+            r.joined.len() + r.pulled.len()
+        );
     }
 
     #[test]

@@ -628,7 +628,8 @@ fn convert(
     let container_id = format!("{runtime_name}://{}", cs.id);
     let mut status = ContainerStatus {
         name: cs.name.clone(),
-        restart_count: cs.restart_count as i32,
+        // A count from the runtime beyond what the API holds stays at the API's largest.
+        restart_count: i32::try_from(cs.restart_count).unwrap_or(i32::MAX),
         image: cs.image.clone(),
         image_id: cs.image_ref.clone(),
         container_id: Some(container_id.clone()),
@@ -653,9 +654,9 @@ fn convert(
             // A new instance after a terminated one the runtime did not count.
             if let Some(old) = old
                 && terminated(old).is_some()
-                && old.restart_count >= cs.restart_count as i32
+                && old.restart_count >= i32::try_from(cs.restart_count).unwrap_or(i32::MAX)
             {
-                status.restart_count = old.restart_count + 1;
+                status.restart_count = old.restart_count.saturating_add(1);
             }
             ContainerState {
                 running: Some(ContainerStateRunning {
@@ -681,7 +682,7 @@ fn convert(
             ..ContainerState::default()
         },
         RuntimeContainerState::Unknown if old.is_some_and(running) => {
-            status.restart_count = old.map_or(0, |o| o.restart_count) + 1;
+            status.restart_count = old.map_or(0, |o| o.restart_count).saturating_add(1);
             ContainerState {
                 terminated: Some(ContainerStateTerminated {
                     exit_code: 137,
@@ -900,7 +901,7 @@ fn container_statuses(
                 }),
                 ..ContainerState::default()
             });
-            status.restart_count = old.restart_count + 1;
+            status.restart_count = old.restart_count.saturating_add(1);
             continue;
         }
         if terminated(old).is_some() || !running(old) {
@@ -930,7 +931,7 @@ fn container_statuses(
             ..ContainerState::default()
         });
         if !deleting {
-            status.restart_count += 1;
+            status.restart_count = status.restart_count.saturating_add(1);
         }
     }
 
