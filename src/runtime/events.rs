@@ -93,8 +93,11 @@ impl EventStream {
 /// a container that does not change, so it is not subscribed to ([`containerd_filters`]) and read
 /// as naming nothing here.
 pub fn containerd_subject(topic: &str, payload: &[u8]) -> Option<String> {
-    use containerd_client::events::{ContainerDelete, TaskDelete, TaskExit, TaskStart};
+    use containerd_client::events::{ContainerCreate, ContainerDelete, TaskDelete, TaskExit, TaskStart};
     let id = match topic {
+        // A container created and not started (CRI CREATED): a state the status shows (waiting, with
+        // its id), which no task event announces.
+        "/containers/create" => ContainerCreate::decode(payload).ok()?.id,
         "/tasks/start" => TaskStart::decode(payload).ok()?.container_id,
         // The exit of an exec'd process (id != container id) changes nothing.
         "/tasks/exit" => {
@@ -117,10 +120,16 @@ pub fn containerd_subject(topic: &str, payload: &[u8]) -> Option<String> {
 
 /// The containerd event filters for `namespace` (each one an AND; the list an OR).
 pub fn containerd_filters(namespace: &str) -> Vec<String> {
-    ["/tasks/start", "/tasks/exit", "/tasks/delete", "/containers/delete"]
-        .iter()
-        .map(|topic| format!("namespace=={namespace},topic==\"{topic}\""))
-        .collect()
+    [
+        "/tasks/start",
+        "/tasks/exit",
+        "/tasks/delete",
+        "/containers/create",
+        "/containers/delete",
+    ]
+    .iter()
+    .map(|topic| format!("namespace=={namespace},topic==\"{topic}\""))
+    .collect()
 }
 
 /// What a CRI container event names: its pod when the event carries the sandbox's uid, else the
@@ -183,7 +192,7 @@ mod tests {
     }
     #[test]
     fn containerd_events_name_containers_only() {
-        use containerd_client::events::{ContainerDelete, TaskExit, TaskStart};
+        use containerd_client::events::{ContainerCreate, ContainerDelete, TaskExit, TaskStart};
         let start = TaskStart {
             container_id: "c1".into(),
             pid: 7,
@@ -209,6 +218,12 @@ mod tests {
             None,
             "an exec'd process ending changes nothing"
         );
+        let create = ContainerCreate {
+            id: "c3".into(),
+            ..Default::default()
+        }
+        .encode_to_vec();
+        assert_eq!(containerd_subject("/containers/create", &create), Some("c3".into()));
         let delete = ContainerDelete { id: "c2".into() }.encode_to_vec();
         assert_eq!(containerd_subject("/containers/delete", &delete), Some("c2".into()));
         assert_eq!(containerd_subject("/images/create", &delete), None);
@@ -225,7 +240,7 @@ mod tests {
     #[test]
     fn filters_are_per_topic_in_the_namespace() {
         let f = containerd_filters("k8s.io");
-        assert_eq!(f.len(), 4);
+        assert_eq!(f.len(), 5);
         assert_eq!(f[1], "namespace==k8s.io,topic==\"/tasks/exit\"");
     }
 

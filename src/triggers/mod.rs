@@ -7,7 +7,7 @@
 //!
 //! Sources:
 //! - **containerd**: containerd's own events service (`/tasks/start|exit|delete`,
-//!   `/containers/delete` in namespace `k8s.io`). It broadcasts to every subscriber, so it is safe
+//!   `/containers/create|delete` in namespace `k8s.io`). It broadcasts to every subscriber, so it is safe
 //!   beside a kubelet. `/tasks/oom` is left out: an OOM kill changes no container's CRI state by
 //!   itself (see `runtime::events::containerd_subject`).
 //! - **cri**: CRI `GetContainerEvents` (containerd ≥ 1.7, CRI-O). On containerd 1.7 each event goes
