@@ -35,12 +35,10 @@ pub async fn follow(
     let mut client = api::events_service_client::EventsServiceClient::new(channel(socket)?);
     let mut stream = client.watch(request).await.map_err(FollowError::Refused)?.into_inner();
     loop {
-        let item = match stream.message().await {
-            Ok(Some(response)) => response.item,
-            Ok(None) => return Ok(()),
-            Err(status) if status.code() == tonic::Code::Unavailable => return Ok(()),
-            Err(status) => return Err(FollowError::Broken(status)),
+        let Some(item) = next_message(&mut stream).await? else {
+            return Ok(());
         };
+        let item = item.item;
         match item {
             Some(watch_response::Item::Event(event)) => {
                 let Some(event) = from_api(&event) else { continue };
@@ -122,6 +120,16 @@ pub fn format_report(report: &api::StatusReport, format: OutputFormat) -> String
     }
 }
 
+/// The next item of a stream from the daemon; None when the daemon ended it or went away.
+async fn next_message<T>(stream: &mut tonic::Streaming<T>) -> Result<Option<T>, FollowError> {
+    match stream.message().await {
+        Ok(Some(response)) => Ok(Some(response)),
+        Ok(None) => Ok(None),
+        Err(status) if status.code() == tonic::Code::Unavailable => Ok(None),
+        Err(status) => Err(FollowError::Broken(status)),
+    }
+}
+
 /// A channel to the daemon's API socket.
 fn channel(socket: &Path) -> Result<tonic::transport::Channel, FollowError> {
     if !socket.exists() {
@@ -159,12 +167,10 @@ pub async fn follow_statuses(
     let mut client = api::status_service_client::StatusServiceClient::new(channel(socket)?);
     let mut stream = client.watch(request).await.map_err(FollowError::Refused)?.into_inner();
     loop {
-        let item = match stream.message().await {
-            Ok(Some(response)) => response.item,
-            Ok(None) => return Ok(()),
-            Err(status) if status.code() == tonic::Code::Unavailable => return Ok(()),
-            Err(status) => return Err(FollowError::Broken(status)),
+        let Some(item) = next_message(&mut stream).await? else {
+            return Ok(());
         };
+        let item = item.item;
         match item {
             Some(status_service_watch_response::Item::Report(report))
                 if !print(&mut out, &format_report(&report, format))? =>
