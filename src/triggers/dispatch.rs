@@ -25,6 +25,8 @@ pub struct Pending {
     pub containers: Vec<String>,
     /// Containers named by a [`Trigger::ContainerSettled`] (also in `containers`).
     pub settled: HashSet<String>,
+    /// Containers named by a [`Trigger::ContainerExited`] (also in `containers`).
+    pub exited: HashSet<String>,
     /// The ids in `containers`, for a lookup that stays cheap in a burst.
     named: HashSet<String>,
     seen: HashSet<Trigger>,
@@ -50,6 +52,12 @@ impl Pending {
                     self.containers.push(id.clone());
                 }
                 self.settled.insert(id);
+            }
+            Trigger::ContainerExited(id) => {
+                if self.named.insert(id.clone()) {
+                    self.containers.push(id.clone());
+                }
+                self.exited.insert(id);
             }
         }
     }
@@ -320,11 +328,12 @@ async fn check<R: Runtime, C: Clock>(
             }
         };
     };
+    let mut probed = false;
     if let Some(id) = &target.container {
         metrics.count_trigger_relist("probe");
         match pleg.probe(&pod, id).await {
             Ok(false) => return false,
-            Ok(true) => {}
+            Ok(true) => probed = true,
             // The runtime did not answer: let the relist below find out, or the periodic one.
             Err(error) => debug!(pod = %pod, container = %id, error = %error, "probe failed"),
         }
@@ -334,7 +343,16 @@ async fn check<R: Runtime, C: Clock>(
     } else {
         "recheck"
     });
-    match pleg.relist_pod(&pod).await {
+    // A probe that found its container changed: the pod is read from its records' ids (no list).
+    let relisted = if probed {
+        pleg.refresh_pods(std::slice::from_ref(&pod))
+            .await
+            .pop()
+            .map_or(Ok(false), |(_, result)| result)
+    } else {
+        pleg.relist_pod(&pod).await
+    };
+    match relisted {
         Ok(changed) => changed,
         Err(error) => {
             debug!(pod = %pod, error = %error, "triggered pod relist failed; the periodic relist will retry");
@@ -391,6 +409,7 @@ pub async fn dispatch<R: Runtime, C: Clock>(
         let now = tokio::time::Instant::now();
         let mut fresh = Vec::new();
         let settled = std::mem::take(&mut pending.settled);
+        let exited = std::mem::take(&mut pending.exited);
         for id in std::mem::take(&mut pending.containers) {
             // An id no record has (a new pod, or a new container) is located in the runtime,
             // unless it was looked for in vain a moment ago.
@@ -420,10 +439,12 @@ pub async fn dispatch<R: Runtime, C: Clock>(
                 continue;
             }
             // The CRI state follows a settling event at once: fine probes even for a quiet target.
+            // It follows an exit only at its settling event: until then, the sparse schedule.
+            let exits = target.container.as_ref().is_some_and(|id| exited.contains(id));
             let attempt = if settles {
                 0
             } else {
-                first_attempt(&target, rechecks.quiet(&target, now))
+                first_attempt(&target, exits || rechecks.quiet(&target, now))
             };
             targets.push((target, attempt, true));
         }
@@ -731,9 +752,47 @@ mod tests {
             &self,
             pod: &crate::kubecontainer::RuntimePod,
         ) -> Result<crate::kubecontainer::RuntimePodStatus, crate::runtime::RuntimeError> {
+            use crate::kubecontainer::{RuntimeContainerStatus, SandboxState, SandboxStatus};
             self.count("pod_status");
+            let state = self.state();
             Ok(crate::kubecontainer::RuntimePodStatus {
                 id: pod.id.clone(),
+                container_statuses: pod
+                    .containers
+                    .iter()
+                    .map(|c| RuntimeContainerStatus {
+                        id: c.id.clone(),
+                        sandbox_id: c.sandbox_id.clone(),
+                        name: c.name.clone(),
+                        state,
+                        created_at: None,
+                        started_at: None,
+                        finished_at: None,
+                        exit_code: 0,
+                        image: String::new(),
+                        image_ref: String::new(),
+                        reason: String::new(),
+                        message: String::new(),
+                        restart_count: 0,
+                        resources: None,
+                        user: None,
+                        stop_signal: None,
+                    })
+                    .collect(),
+                sandbox_statuses: pod
+                    .sandboxes
+                    .iter()
+                    .map(|s| SandboxStatus {
+                        id: s.id.clone(),
+                        state: SandboxState::Ready,
+                        created_at: s.created_at,
+                        attempt: 0,
+                        ips: vec![],
+                        host_network: false,
+                        no_primary_ip: false,
+                        runtime_handler: String::new(),
+                    })
+                    .collect(),
                 ..Default::default()
             })
         }
@@ -810,7 +869,7 @@ mod tests {
     /// before it. In a burst containerd's CRI state lags `/tasks/exit` by seconds, and then either
     /// the exit's schedule waits in its long re-checks (up to 512 ms) or has run out (the target is
     /// quiet: its next check 128 ms after the first).
-    async fn exit_seen_after(lead: Duration) -> Duration {
+    async fn exit_seen_after(lead: Duration) -> (Duration, SteadyRuntime) {
         let t0 = tokio::time::Instant::now();
         let flip = t0 + lead;
         let runtime = SteadyRuntime {
@@ -819,7 +878,7 @@ mod tests {
             ..Default::default()
         };
         let (pleg, mut events) = GenericPleg::new(
-            runtime,
+            runtime.clone(),
             crate::clock::SystemClock,
             Arc::new(Metrics::new()),
             crate::pleg::PlegConfig::default(),
@@ -828,8 +887,9 @@ mod tests {
         pleg.relist().await.unwrap();
         let (sender, receiver) = crate::triggers::trigger_queue(64);
         let dispatcher = tokio::spawn(dispatch(pleg.clone(), receiver, Arc::new(Metrics::new())));
-        sender.send(Trigger::Container("c0".into()));
+        sender.send(Trigger::ContainerExited("c0".into()));
         tokio::time::sleep_until(flip - Duration::from_millis(1)).await;
+        let before_settling = runtime.calls("probe_state");
         sender.send(Trigger::ContainerSettled("c0".into()));
         let seen = loop {
             let event = events.recv().await.expect("an event");
@@ -839,18 +899,27 @@ mod tests {
         };
         drop(sender);
         dispatcher.abort();
-        seen.duration_since(flip)
+        assert!(
+            before_settling <= 4,
+            "{before_settling} probes between /tasks/exit and /tasks/delete, {lead:?} apart"
+        );
+        (seen.duration_since(flip), runtime)
     }
 
+    /// An exit is seen within milliseconds of its settling event however long the CRI state took
+    /// after `/tasks/exit` (before, during and after the exit's sparse checks), and until the
+    /// settling event its container costs a check at once and three sparse ones, not a probe
+    /// every 2 ms; the pod is then read from its records' ids, without a list.
     #[tokio::test(start_paused = true)]
     async fn a_settling_event_is_followed_by_fine_probes() {
-        // The exit's schedule waits 512 ms at about 0.6–1.1 s; it is over by 1.2 s.
-        for lead in [Duration::from_millis(700), Duration::from_millis(1500)] {
-            let late = exit_seen_after(lead).await;
+        for lead in [30, 130, 700, 1500].map(Duration::from_millis) {
+            let (late, runtime) = exit_seen_after(lead).await;
             assert!(
                 late <= Duration::from_millis(4),
                 "exit seen {late:?} after the CRI state, {lead:?} after /tasks/exit"
             );
+            assert_eq!(runtime.calls("list_pod"), 0, "{lead:?}");
+            assert_eq!(runtime.calls("list_pods"), 1, "the first relist only ({lead:?})");
         }
     }
 

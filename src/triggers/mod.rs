@@ -67,6 +67,13 @@ pub enum Trigger {
     /// Only *when* to look differs: the container is probed at once and every 2 ms, even if a
     /// re-check of it is already scheduled later. Nothing of the event is taken for state.
     ContainerSettled(String),
+    /// As [`Trigger::Container`], from containerd's `/tasks/exit`: the container's process ended,
+    /// and the runtime's CRI state shows it only once its CRI plugin has deleted the task (the
+    /// settling `/tasks/delete` that follows), which in a burst of exits is seconds later. The
+    /// container is checked at once, then sparsely ([`dispatch::first_attempt`] as for a quiet
+    /// target): the fine probes wait for the settling event. Probed every 2 ms from the exit, a
+    /// burst of 100 kept 100 probes due at once, each round one complete relist.
+    ContainerExited(String),
     /// Relist this pod.
     Pod(PodUid),
     /// Relist everything.
