@@ -27,7 +27,7 @@ use crate::cache::CacheWriter;
 use crate::clock::{self, Clock};
 use crate::kubecontainer::{PodUid, RuntimeContainerState, RuntimePod, RuntimePodStatus};
 use crate::metrics::{KindLabel, Metrics, StateLabel};
-use crate::runtime::{IdKind, Runtime, RuntimeError};
+use crate::runtime::{Runtime, RuntimeError};
 
 mod events;
 mod fan_out;
@@ -357,27 +357,6 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
             .iter()
             .find(|(_, r)| has(&r.current) || has(&r.old))
             .map(|(uid, _)| uid.clone())
-    }
-
-    /// Whether the runtime's state of container (or sandbox) `id` differs from what pod `uid`'s
-    /// record says, by one cheap status call. The records are not held during the call.
-    pub async fn probe(&self, uid: &str, id: &str) -> Result<bool, RuntimeError> {
-        let (recorded, kind) = {
-            let state = self.state.lock().await;
-            let record = state.records.get(uid);
-            let pod = record.and_then(|r| r.current.as_ref().or(r.old.as_ref()));
-            let sandbox = record
-                .into_iter()
-                .flat_map(|r| [r.current.as_ref(), r.old.as_ref()])
-                .flatten()
-                .any(|p| p.find_sandbox(id).is_some());
-            (
-                pleg_state(pod, id),
-                if sandbox { IdKind::Sandbox } else { IdKind::Container },
-            )
-        };
-        let actual = self.runtime.probe_state(id, kind).await?;
-        Ok(actual.map_or(PlegContainerState::NonExistent, PlegContainerState::from) != recorded)
     }
 
     /// What pod `uid`'s record says of container or sandbox `id`.
