@@ -176,6 +176,17 @@ struct SyncWork {
     reinspect: bool,
 }
 
+/// A pod read from the ids its records hold, not taken in yet ([`GenericPleg::read_pod`]).
+#[derive(Debug)]
+pub struct PodRead {
+    uid: PodUid,
+    /// The pod as its records held it when the read began.
+    base: RuntimePod,
+    /// Taken before the read.
+    timestamp: SystemTime,
+    read: Result<RuntimePodStatus, RuntimeError>,
+}
+
 /// Status reads a relist runs side by side (of the pods it found changed).
 const STATUS_READS_AT_ONCE: usize = 16;
 
@@ -502,85 +513,81 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
     /// re-inspected by the next relist anyway.
     pub async fn relist_pod(&self, uid: &str) -> Result<bool, RuntimeError> {
         let mut state = self.state.lock().await;
-        self.relist_pod_locked(&mut state, uid).await
-    }
-
-    async fn relist_pod_locked(&self, state: &mut RelistState, uid: &str) -> Result<bool, RuntimeError> {
         let start = self.stamp();
         let pod = self.runtime.list_pod(uid).await?;
         state.records.entry(uid.to_owned()).or_default().current = pod;
-        let outcome = self.sync_record(state, uid, start, None).await;
+        let outcome = self.sync_record(&mut state, uid, start, None).await;
         Ok(state.settle(uid, outcome))
     }
 
-    /// Relist pods from the ids their records hold: each pod's sandboxes and containers read by
-    /// status calls ([`Runtime::pod_status`]), [`STATUS_READS_AT_ONCE`] pods side by side, and no
-    /// list. What a probe found changed needs no more. containerd answers every list, even one
-    /// filtered by a pod's label, by going through all its containers, each under its own lock:
-    /// in a burst of 100 exits (each written to disk under that lock) one list took 65–185 ms,
-    /// where a status call waits for its own container only. An id the records do not have yet
-    /// (a container created since) is not seen here: its own event locates it, and the periodic
-    /// relist lists everything. A pod with no record of a sandbox is relisted by
-    /// [`Self::relist_pod`]'s lists. Returns, per pod, what `relist_pod` would.
-    pub async fn refresh_pods(&self, uids: &[PodUid]) -> Vec<(PodUid, Result<bool, RuntimeError>)> {
-        let mut state = self.state.lock().await;
-        let start = self.stamp();
-        let mut results = Vec::with_capacity(uids.len());
-        let (mut known, mut unknown) = (Vec::new(), Vec::new());
-        for uid in uids {
-            let base = state
+    /// Read pod `uid` from the ids its records hold: its sandboxes' and containers' status calls
+    /// ([`Runtime::pod_status`]), no list, and the records not held meanwhile, so that reads of
+    /// many pods run side by side; [`Self::apply_read`] then takes the result in. containerd
+    /// answers every list, even one filtered by a pod's label, by going through all its
+    /// containers, and in a burst of 100 exits took 100–250 ms for any call: a probe read this way
+    /// is the pod's status read too, and a slow answer delays its own pod only. An id the records
+    /// do not have yet (a container created since) is not seen here: its own event locates it, and
+    /// the periodic relist lists everything. None when the records hold no sandbox of the pod: it
+    /// is to be relisted ([`Self::relist_pod`]).
+    pub async fn read_pod(&self, uid: &str) -> Option<PodRead> {
+        let base = {
+            let state = self.state.lock().await;
+            state
                 .records
                 .get(uid)
                 .and_then(|r| r.current.as_ref().or(r.old.as_ref()))
-                .filter(|p| !p.sandboxes.is_empty());
-            match base {
-                Some(base) => known.push((uid.clone(), base.clone())),
-                None => unknown.push(uid.clone()),
+                .filter(|p| !p.sandboxes.is_empty())?
+                .clone()
+        };
+        // Taken before the read: the status is at least this fresh.
+        let timestamp = self.stamp();
+        let read = self.runtime.pod_status(&base).await;
+        Some(PodRead {
+            uid: uid.to_owned(),
+            base,
+            timestamp,
+            read,
+        })
+    }
+
+    /// Take in a [`Self::read_pod`]: the pod as its statuses show it becomes its current record,
+    /// compared, cached and its events sent, as a relist of the pod does. A read during which
+    /// another relist moved the pod's records is dropped (it may be older than what they hold
+    /// now; that relist has sent what it found). Returns what [`Self::relist_pod`] returns; a
+    /// failed read is its error, and changes nothing.
+    pub async fn apply_read(&self, read: PodRead) -> Result<bool, RuntimeError> {
+        let PodRead {
+            uid,
+            base,
+            timestamp,
+            read,
+        } = read;
+        let status = read?;
+        let mut state = self.state.lock().await;
+        let unmoved = state
+            .records
+            .get(&uid)
+            .and_then(|r| r.current.as_ref().or(r.old.as_ref()))
+            .is_some_and(|p| *p == base);
+        if !unmoved {
+            return Ok(false);
+        }
+        let start = self.stamp();
+        state.records.entry(uid.clone()).or_default().current = pod_from_statuses(&base, &status);
+        let outcome = match self.prepare_sync(&mut state, &uid, start) {
+            None => PodOutcome::Unchanged,
+            Some(work) => {
+                let status = match work.current {
+                    Some(_) => self.cache_status(&uid, Ok(status), timestamp).map(Some),
+                    None => {
+                        self.cache.delete(&uid, start);
+                        Ok(None)
+                    }
+                };
+                self.finish_sync(&mut state, &uid, work, status, start, None)
             }
-        }
-        let mut reads = futures_util::stream::FuturesUnordered::new();
-        let mut waiting = known.into_iter();
-        loop {
-            while reads.len() < STATUS_READS_AT_ONCE {
-                let Some((uid, base)) = waiting.next() else { break };
-                reads.push(async move {
-                    // Taken before the read: the status is at least this fresh.
-                    let timestamp = self.stamp();
-                    let read = self.runtime.pod_status(&base).await;
-                    (uid, base, timestamp, read)
-                });
-            }
-            let Some((uid, base, timestamp, read)) = futures_util::StreamExt::next(&mut reads).await else {
-                break;
-            };
-            let result = match read {
-                Ok(status) => {
-                    let current = pod_from_statuses(&base, &status);
-                    state.records.entry(uid.clone()).or_default().current = current;
-                    let outcome = match self.prepare_sync(&mut state, &uid, start) {
-                        None => PodOutcome::Unchanged,
-                        Some(work) => {
-                            let status = match work.current {
-                                Some(_) => self.cache_status(&uid, Ok(status), timestamp).map(Some),
-                                None => {
-                                    self.cache.delete(&uid, self.stamp());
-                                    Ok(None)
-                                }
-                            };
-                            self.finish_sync(&mut state, &uid, work, status, start, None)
-                        }
-                    };
-                    Ok(state.settle(&uid, outcome))
-                }
-                Err(error) => Err(error),
-            };
-            results.push((uid, result));
-        }
-        for uid in unknown {
-            let result = self.relist_pod_locked(&mut state, &uid).await;
-            results.push((uid, result));
-        }
-        results
+        };
+        Ok(state.settle(&uid, outcome))
     }
 
     /// Compare, refresh, advance and send for one pod (the body of the relist loop). Changes found

@@ -210,6 +210,23 @@ impl Rechecks {
         }
     }
 
+    /// A fresh trigger for `target`, whose probe is in flight, joins its schedule (as [`Self::join`]).
+    pub fn join_in_flight(&mut self, target: &Target) {
+        self.joined.insert(target.clone());
+    }
+
+    /// A settling trigger for `target`, whose probe is in flight: true the first time in its
+    /// schedule (as [`Self::pull`]), when a read that finds nothing starts the fine probes over.
+    pub fn pull_in_flight(&mut self, target: &Target) -> bool {
+        self.joined.insert(target.clone());
+        self.pulled.insert(target.clone())
+    }
+
+    /// `target`'s re-check number `attempt`, due now, waits for a free probe slot.
+    pub fn defer(&mut self, target: Target, attempt: usize, now: tokio::time::Instant) {
+        self.due.push((now, target, attempt));
+    }
+
     /// Marks of schedules that no longer wait (a target located and keyed anew, a schedule dropped
     /// for want of room) are let go: `joined` and `pulled` only ever hold waiting targets.
     fn forget_stale_marks(&mut self) {
@@ -346,24 +363,127 @@ async fn recorded<R: Runtime, C: Clock>(pleg: &GenericPleg<R, C>, target: &Targe
     pleg.recorded_state(pod, id).await
 }
 
-/// Serve triggers until every sender is gone: wait for one (or for a re-check to be due), take
-/// everything else already queued, map container ids to pods, then check each target once (the
-/// probes of known pods side by side; everything relisted once for [`Trigger::All`]).
+/// Reads of probed pods in flight at once, at most (see [`dispatch`]).
+pub const PROBES_IN_FLIGHT: usize = 32;
+
+/// What a probe's read said of its target, once taken in.
+struct Probed {
+    target: Target,
+    attempt: usize,
+    fresh: bool,
+    changed: bool,
+}
+
+/// Probes of known containers, each one a read of its pod from the ids its records hold (no list;
+/// the read that finds a change is the pod's status read too), run as tasks of their own side by
+/// side, [`PROBES_IN_FLIGHT`] at most: a slow runtime answer delays its own target only. In a
+/// burst of 100 exits containerd took 100–250 ms for any call; probes made one after the other,
+/// or a round of them awaited together, made the last of them wait for all the others.
+#[derive(Default)]
+struct Probes {
+    tasks: tokio::task::JoinSet<Probed>,
+    in_flight: HashSet<Target>,
+    /// Each task's target, for a task that panicked.
+    ids: std::collections::HashMap<tokio::task::Id, Target>,
+    /// Targets in flight that a settling trigger named meanwhile: if their read finds nothing,
+    /// the fine probes start over (as [`Rechecks::pull`] does for a waiting target).
+    settled: HashSet<Target>,
+}
+
+impl Probes {
+    fn has_room(&self) -> bool {
+        self.tasks.len() < PROBES_IN_FLIGHT
+    }
+
+    fn start<R: Runtime, C: Clock>(&mut self, pleg: &Arc<GenericPleg<R, C>>, target: Target, attempt: usize, fresh: bool) {
+        self.in_flight.insert(target.clone());
+        let pleg = pleg.clone();
+        let key = target.clone();
+        let task = self.tasks.spawn(async move {
+            let before = recorded(&pleg, &target).await;
+            let pod = target.pod.clone().unwrap_or_default();
+            let result = match pleg.read_pod(&pod).await {
+                Some(read) => pleg.apply_read(read).await,
+                // No record of a sandbox: the pod is listed.
+                None => pleg.relist_pod(&pod).await,
+            };
+            // A read that failed ends the schedule: the periodic relist owns a runtime that does
+            // not answer (as a failed pod relist does in `check`).
+            let changed = match result {
+                Ok(_) => recorded(&pleg, &target).await != before,
+                Err(error) => {
+                    debug!(pod = %pod, error = %error, "triggered pod read failed; the periodic relist will retry");
+                    true
+                }
+            };
+            Probed {
+                target,
+                attempt,
+                fresh,
+                changed,
+            }
+        });
+        self.ids.insert(task.id(), key);
+    }
+
+    /// A finished probe's target back on its schedule.
+    fn finish(&mut self, done: Result<(tokio::task::Id, Probed), tokio::task::JoinError>, rechecks: &mut Rechecks) {
+        let Probed {
+            target,
+            attempt,
+            fresh,
+            changed,
+        } = match done {
+            Ok((id, probed)) => {
+                self.ids.remove(&id);
+                probed
+            }
+            Err(error) => {
+                // A probe task that panicked: its target's schedule ends (the periodic relist
+                // covers it); the others go on.
+                tracing::error!(error = %error, "a probe task failed");
+                if let Some(target) = self.ids.remove(&error.id()) {
+                    self.in_flight.remove(&target);
+                    self.settled.remove(&target);
+                    rechecks.after_check(&target, true, 0, tokio::time::Instant::now());
+                }
+                return;
+            }
+        };
+        self.in_flight.remove(&target);
+        let settled = self.settled.remove(&target);
+        debug!(pod = ?target.pod, container = ?target.container, attempt, fresh, changed, "trigger probe");
+        // Named by a settling trigger meanwhile: fine probes from the start.
+        let attempt = if settled && !changed { 0 } else { attempt };
+        rechecks.after_check(&target, changed, attempt, tokio::time::Instant::now());
+    }
+}
+
+/// Serve triggers until every sender is gone: wait for one (or for a re-check to be due, or a
+/// probe to finish), take everything else already queued, map container ids to pods, then check
+/// each target once: probes of known pods as tasks side by side ([`Probes`]), locates and pod
+/// relists in turn, everything relisted once for [`Trigger::All`].
 pub async fn dispatch<R: Runtime, C: Clock>(
     pleg: Arc<GenericPleg<R, C>>,
     mut queue: TriggerReceiver,
     metrics: Arc<Metrics>,
 ) {
     let mut rechecks = Rechecks::default();
+    let mut probes = Probes::default();
     loop {
         let mut pending = Pending::default();
-        let next_due = rechecks.next_due();
+        // Due re-checks wait while every probe slot is taken.
+        let next_due = rechecks.next_due().filter(|_| probes.has_room());
         tokio::select! {
             trigger = queue.rx.recv() => match trigger {
                 Some(trigger) => pending.add(trigger),
                 None => return,
             },
             () = tokio::time::sleep_until(next_due.unwrap_or_else(tokio::time::Instant::now)), if next_due.is_some() => {}
+            Some(done) = probes.tasks.join_next_with_id(), if !probes.tasks.is_empty() => probes.finish(done, &mut rechecks),
+        }
+        while let Some(done) = probes.tasks.try_join_next_with_id() {
+            probes.finish(done, &mut rechecks);
         }
         while let Ok(more) = queue.rx.try_recv() {
             pending.add(more);
@@ -374,8 +494,8 @@ pub async fn dispatch<R: Runtime, C: Clock>(
         // Fresh triggers are checked at once and start a schedule (a quiet target's sparse end of
         // one), unless their target waits for a re-check already: they join that, except that the
         // first settling trigger of a schedule pulls its check forward with the fine probes again
-        // (`Rechecks::pull`). Due re-checks
-        // continue theirs. Each target is checked at most once a round.
+        // (`Rechecks::pull`). A target being probed right now is joined the same way. Due
+        // re-checks continue theirs. Each target is checked at most once a round.
         let mut targets: Vec<(Target, usize, bool)> = Vec::new();
         let now = tokio::time::Instant::now();
         let mut fresh = Vec::new();
@@ -400,6 +520,14 @@ pub async fn dispatch<R: Runtime, C: Clock>(
         }));
         for target in fresh {
             let settles = target.container.as_ref().is_some_and(|id| settled.contains(id));
+            if probes.in_flight.contains(&target) {
+                rechecks.join_in_flight(&target);
+                if settles && rechecks.pull_in_flight(&target) {
+                    probes.settled.insert(target);
+                }
+                metrics.count_trigger_relist("skipped");
+                continue;
+            }
             if rechecks.waiting(&target) {
                 if settles && rechecks.pull(&target) {
                     targets.push((target, 0, true));
@@ -424,58 +552,31 @@ pub async fn dispatch<R: Runtime, C: Clock>(
                 targets.push((target, attempt, false));
             }
         }
-        // Containers of known pods are probed by reading their pods from the records' ids, all of
-        // the round's side by side (`GenericPleg::refresh_pods`): the read that finds a change is
-        // the pod's status read too, and one slow runtime answer delays the round by itself, not
-        // once per probe. In a burst of 100 exits containerd took 100–250 ms for any call; probed
-        // one after the other, then relisted, the last of a round waited for all.
-        let (probes, rest): (Vec<_>, Vec<_>) = targets.into_iter().partition(|(t, _, _)| is_probe(t));
-        targets = rest;
-        if !probes.is_empty() {
-            let mut before = Vec::with_capacity(probes.len());
-            let (mut pods, mut seen) = (Vec::new(), HashSet::new());
-            for (target, _, _) in &probes {
+        let mut started = 0;
+        let now = tokio::time::Instant::now();
+        for (target, attempt, fresh) in targets {
+            if !is_probe(&target) {
+                let mut target = target;
+                let changed = check(&pleg, &mut target, fresh, &metrics).await;
+                debug!(pod = ?target.pod, container = ?target.container, attempt, fresh, changed, "trigger check");
+                rechecks.after_check(&target, changed, attempt, tokio::time::Instant::now());
+            } else if probes.has_room() {
                 metrics.count_trigger_relist("probe");
-                before.push(recorded(&pleg, target).await);
-                if let Some(pod) = &target.pod
-                    && seen.insert(pod)
-                {
-                    pods.push(pod.clone());
-                }
+                probes.start(&pleg, target, attempt, fresh);
+                started += 1;
+            } else {
+                // Every slot taken: due again as soon as one frees.
+                rechecks.defer(target, attempt, now);
             }
-            if pods.len() > 1 {
-                metrics.count_trigger_relist("batch");
-            }
-            let failed: HashSet<PodUid> = pleg
-                .refresh_pods(&pods)
-                .await
-                .into_iter()
-                .filter_map(|(pod, result)| {
-                    let error = result.err()?;
-                    debug!(pod = %pod, error = %error, "triggered pod read failed; the periodic relist will retry");
-                    Some(pod)
-                })
-                .collect();
-            let now = tokio::time::Instant::now();
-            for ((target, attempt, fresh), before) in probes.into_iter().zip(before) {
-                // A read that failed ends the schedule: the periodic relist owns a runtime that does
-                // not answer (as a failed pod relist does in `check`).
-                let changed = target.pod.as_ref().is_some_and(|p| failed.contains(p))
-                    || recorded(&pleg, &target).await != before;
-                debug!(pod = ?target.pod, container = ?target.container, attempt, fresh, changed, "trigger probe");
-                rechecks.after_check(&target, changed, attempt, now);
-            }
+        }
+        if started > 1 {
+            metrics.count_trigger_relist("batch");
         }
         if pending.all {
             metrics.count_trigger_relist("all");
             if let Err(error) = pleg.relist().await {
                 debug!(error = %error, "triggered relist failed; the periodic relist will retry");
             }
-        }
-        for (mut target, attempt, fresh) in targets {
-            let changed = check(&pleg, &mut target, fresh, &metrics).await;
-            debug!(pod = ?target.pod, container = ?target.container, attempt, fresh, changed, "trigger check");
-            rechecks.after_check(&target, changed, attempt, tokio::time::Instant::now());
         }
         if rechecks.take_overflowed() {
             // One complete relist for every re-check there was no room for.
