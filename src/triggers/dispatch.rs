@@ -287,6 +287,9 @@ impl Rechecks {
             .into_iter()
             .partition(|(t, _, _)| *t <= now);
         self.due = later;
+        // Longest due first: a re-check deferred for want of a probe slot is not overtaken again.
+        let mut due = due;
+        due.sort_by_key(|(t, _, _)| *t);
         due.into_iter().map(|(_, target, attempt)| (target, attempt)).collect()
     }
 
@@ -363,8 +366,11 @@ async fn recorded<R: Runtime, C: Clock>(pleg: &GenericPleg<R, C>, target: &Targe
     pleg.recorded_state(pod, id).await
 }
 
-/// Reads of probed pods in flight at once, at most (see [`dispatch`]).
-pub const PROBES_IN_FLIGHT: usize = 32;
+/// Reads of probed pods in flight at once, at most (see [`dispatch`]): more than the kubelet's
+/// default `maxPods` (110), so that a burst on a full node probes every pod at once. With 32, a
+/// burst of 100 exits on containerd 2.1 (each read 25–250 ms) left re-checks waiting 650 ms for a
+/// slot.
+pub const PROBES_IN_FLIGHT: usize = 128;
 
 /// What a probe's read said of its target, once taken in.
 struct Probed {
@@ -372,6 +378,8 @@ struct Probed {
     attempt: usize,
     fresh: bool,
     changed: bool,
+    /// How long the probe took, from its start to its result taken in.
+    took: Duration,
 }
 
 /// Probes of known containers, each one a read of its pod from the ids its records hold (no list;
@@ -400,6 +408,7 @@ impl Probes {
         let pleg = pleg.clone();
         let key = target.clone();
         let task = self.tasks.spawn(async move {
+            let started = tokio::time::Instant::now();
             let before = recorded(&pleg, &target).await;
             let pod = target.pod.clone().unwrap_or_default();
             let result = match pleg.read_pod(&pod).await {
@@ -421,6 +430,7 @@ impl Probes {
                 attempt,
                 fresh,
                 changed,
+                took: started.elapsed(),
             }
         });
         self.ids.insert(task.id(), key);
@@ -433,6 +443,7 @@ impl Probes {
             attempt,
             fresh,
             changed,
+            took,
         } = match done {
             Ok((id, probed)) => {
                 self.ids.remove(&id);
@@ -452,7 +463,7 @@ impl Probes {
         };
         self.in_flight.remove(&target);
         let settled = self.settled.remove(&target);
-        debug!(pod = ?target.pod, container = ?target.container, attempt, fresh, changed, "trigger probe");
+        debug!(pod = ?target.pod, container = ?target.container, attempt, fresh, changed, took_ms = took.as_secs_f64() * 1e3, "trigger probe");
         // Named by a settling trigger meanwhile: fine probes from the start.
         let attempt = if settled && !changed { 0 } else { attempt };
         rechecks.after_check(&target, changed, attempt, tokio::time::Instant::now());

@@ -48,6 +48,8 @@ enum Change {
 }
 
 type Seen = Arc<Mutex<HashMap<(Change, String), SystemTime>>>;
+/// The floor's polls: when each was sent, and its round trip in ms.
+type Polls = Arc<Mutex<Vec<(SystemTime, f64)>>>;
 
 async fn observe_plegd(socket: &std::path::Path, mode: TriggerMode, seen: Seen) -> Vec<tokio::task::JoinHandle<()>> {
     let (mut tasks, mut events) = observer::start_plegd(socket, mode, Duration::from_secs(30)).await;
@@ -72,10 +74,13 @@ async fn observe_plegd(socket: &std::path::Path, mode: TriggerMode, seen: Seen) 
 /// (d): the CRI state, every 2 ms: one ListContainers and one ListPodSandbox answer for every
 /// watched id at once (polling each id with its own status call, one after the other, was late by
 /// a whole sweep of the ids when a burst put 100 of them on the list).
+/// Each poll's (sent, round trip in ms) goes to `polls`: the floor's own resolution (a change is
+/// somewhere between the poll before the one that saw it and that one's answer).
 fn observe_floor(
     client: cri::runtime_service_client::RuntimeServiceClient<tonic::transport::Channel>,
     watch: Arc<Mutex<Vec<(Change, String)>>>,
     seen: Seen,
+    polls: Polls,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
@@ -85,11 +90,16 @@ fn observe_floor(
                 continue;
             }
             let (mut c1, mut c2) = (client.clone(), client.clone());
+            let sent = SystemTime::now();
             let (containers, sandboxes) = tokio::join!(
                 c1.list_containers(cri::ListContainersRequest { filter: None }),
                 c2.list_pod_sandbox(cri::ListPodSandboxRequest { filter: None }),
             );
             let now = SystemTime::now();
+            polls
+                .lock()
+                .unwrap()
+                .push((sent, now.duration_since(sent).unwrap_or_default().as_secs_f64() * 1e3));
             let containers: HashMap<String, i32> = containers
                 .map(|r| r.into_inner().containers.into_iter().map(|c| (c.id, c.state)).collect())
                 .unwrap_or_default();
@@ -144,6 +154,7 @@ struct Observed {
     by_containerd: Seen,
     by_cri: Seen,
     floor: Seen,
+    polls: Polls,
     watch: Arc<Mutex<Vec<(Change, String)>>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -162,7 +173,8 @@ async fn observed(name: &str, version: &str, octet: u8) -> Observed {
     if with_cri {
         tasks.extend(observe_plegd(&cd.socket, TriggerMode::Cri, by_cri.clone()).await);
     }
-    tasks.push(observe_floor(cd.client.clone(), watch.clone(), floor.clone()));
+    let polls = Polls::default();
+    tasks.push(observe_floor(cd.client.clone(), watch.clone(), floor.clone(), polls.clone()));
     // Both streams connect on their first event (CRI's call returns only then).
     let warmup = cd.run_pod("warmup", true).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -175,6 +187,7 @@ async fn observed(name: &str, version: &str, octet: u8) -> Observed {
         by_containerd,
         by_cri,
         floor,
+        polls,
         watch,
         tasks,
     }
@@ -191,6 +204,7 @@ async fn run(version: &str, pods: usize) {
         floor,
         watch,
         tasks,
+        ..
     } = observed("life", version, 238).await;
     let cd = instance.handle.clone();
 
@@ -310,6 +324,7 @@ async fn burst(version: &str, n: usize, window: Duration) {
         by_containerd,
         by_cri,
         floor,
+        polls,
         watch,
         mut tasks,
     } = observed("burst", version, 239).await;
@@ -402,6 +417,26 @@ async fn burst(version: &str, n: usize, window: Duration) {
     );
     for m in missed.iter().take(10) {
         println!("  {m}");
+    }
+    // The floor's resolution while it watched the burst: each exit it saw lies between the poll
+    // before and that poll's answer.
+    let floor_last = floor.lock().unwrap().values().max().copied().unwrap_or(last);
+    let mut trips: Vec<f64> = polls
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(sent, _)| *sent >= first && *sent <= floor_last)
+        .map(|(_, ms)| *ms)
+        .collect();
+    trips.sort_by(f64::total_cmp);
+    if !trips.is_empty() {
+        println!(
+            "the floor's polls (ListContainers ∥ ListPodSandbox) while the burst lasted: {} polls, round trip p50 {:.1} / p99 {:.1} / max {:.1} ms",
+            trips.len(),
+            percentile(&trips, 0.5),
+            percentile(&trips, 0.99),
+            trips[trips.len() - 1]
+        );
     }
     worst.sort_by(|a, b| b.0.total_cmp(&a.0));
     for (late, id, d, b) in worst.iter().take(3) {
