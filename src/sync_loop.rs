@@ -115,6 +115,9 @@ struct Tracked {
     /// The informer's copy the loop last heard of, to tell what the next change changed. Shared
     /// with the informer's store until the pod changes again.
     seen: Option<Arc<ApiPod>>,
+    /// When (on the PLEG's clock) the informer last brought a new status of the pod; the epoch
+    /// before. Shadow mode counts a difference only from a runtime status read after it.
+    status_seen_at: SystemTime,
 }
 
 impl Tracked {
@@ -130,6 +133,7 @@ impl Tracked {
             failed_syncs: 0,
             deadline: None,
             seen: None,
+            status_seen_at: SystemTime::UNIX_EPOCH,
         }
     }
 }
@@ -352,6 +356,11 @@ impl SyncLoop {
                     .as_deref()
                     .zip(current.as_deref())
                     .is_none_or(|(old, new)| informer_change_matters(self.config.mode, old, new));
+                if let (Some(old), Some(new)) = (&tracked.seen, &current)
+                    && old.status != new.status
+                {
+                    tracked.status_seen_at = self.pleg.stamp();
+                }
                 tracked.seen = current;
                 let synced_at = if matters {
                     debug!(pod = %tracked.key, "informer change that matters to the status; syncing from the cached runtime status");
@@ -507,7 +516,10 @@ impl SyncLoop {
             SystemTime::now(),
         );
         tracked.deadline = decision.deadline;
-        if let Some(generated) = decision.generated {
+        // A status the writer refuses (an illegal transition) is not shown as plegd's.
+        if let Some(generated) = decision.generated
+            && !matches!(decision.action, Action::Skip(_))
+        {
             self.reports.put(
                 uid,
                 StatusReport {
@@ -524,11 +536,24 @@ impl SyncLoop {
                 return;
             }
             Action::Shadow { differences } => {
+                // A status someone wrote after plegd's runtime read (the kubelet saw a change
+                // first) is compared again, and counted, from a read after it: plegd's lag is not
+                // its difference. The report above already shows it.
+                if entry.modified < tracked.status_seen_at {
+                    debug!(pod = %tracked.key, "shadow: the apiserver's status is newer than plegd's runtime read; compared again from a newer one");
+                    tracked.wanted = Some(tracked.wanted.map_or(tracked.status_seen_at, |w| w.min(tracked.status_seen_at)));
+                    if !tracked.waiting {
+                        tracked.waiting = true;
+                        self.to_wait
+                            .push((uid.to_owned(), tracked.runtime_uid.clone(), tracked.status_seen_at));
+                    }
+                    return;
+                }
                 // What plegd cannot know is not its difference (`compare::UNKNOWABLE`).
                 let fields: Vec<String> = differences
                     .iter()
                     .filter(|d| d.unknowable.is_none())
-                    .map(|d| d.field())
+                    .map(|d| d.field().to_owned())
                     .collect();
                 for field in &fields {
                     self.metrics.count_shadow_difference(field);

@@ -201,6 +201,14 @@ async fn status_reports_are_followed() {
         second["differences"],
         serde_json::json!([{"path": "phase", "apiserver": "Running", "plegd": "Succeeded"}])
     );
+    // A pod that goes is said to go (the other namespace's is filtered).
+    reports.remove("uid-db");
+    reports.remove("uid-web");
+    let gone = next(&mut rx).await;
+    assert_eq!(
+        gone,
+        serde_json::json!({"removed": {"namespace": "prod", "pod": "web", "podUID": "uid-web"}})
+    );
     follow.abort();
 }
 

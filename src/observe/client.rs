@@ -120,6 +120,22 @@ pub fn format_report(report: &api::StatusReport, format: OutputFormat) -> String
     }
 }
 
+/// One line for a pod whose status is no longer followed.
+pub fn format_removed(removed: &api::StatusRemoved, format: OutputFormat) -> String {
+    match format {
+        OutputFormat::Json => serde_json::json!({
+            "removed": {"namespace": removed.namespace, "pod": removed.pod, "podUID": removed.pod_uid},
+        })
+        .to_string(),
+        OutputFormat::Text => format!(
+            "{}  {}/{}  removed",
+            humantime::format_rfc3339_millis(std::time::SystemTime::now()),
+            crate::print::printable(&removed.namespace),
+            crate::print::printable(&removed.pod)
+        ),
+    }
+}
+
 /// The next item of a stream from the daemon; None when the daemon ended it or went away.
 async fn next_message<T>(stream: &mut tonic::Streaming<T>) -> Result<Option<T>, FollowError> {
     match stream.message().await {
@@ -178,8 +194,16 @@ pub async fn follow_statuses(
                 return Ok(());
             }
             Some(status_service_watch_response::Item::Report(_)) => {}
+            Some(status_service_watch_response::Item::Removed(removed))
+                if !print(&mut out, &format_removed(&removed, format))? =>
+            {
+                return Ok(());
+            }
+            Some(status_service_watch_response::Item::Removed(_)) => {}
             Some(status_service_watch_response::Item::Lagged(Lagged { missed })) => {
-                eprintln!("plegd status: missed {missed} status reports (reading too slowly)");
+                eprintln!(
+                    "plegd status: missed {missed} status reports (reading too slowly); every pod's latest follows again"
+                );
             }
             None => {}
         }

@@ -109,7 +109,12 @@ pub fn report_to_api(report: &StatusReport) -> api::StatusReport {
 
 /// Whether `report` passes a status subscriber's filters.
 pub fn report_matches(filter: &StatusServiceWatchRequest, report: &StatusReport) -> bool {
-    let meta = &report.pod.metadata;
+    pod_matches(filter, &report.pod)
+}
+
+/// Whether pod `pod` passes a status subscriber's filters.
+pub fn pod_matches(filter: &StatusServiceWatchRequest, pod: &crate::pod::ApiPod) -> bool {
+    let meta = &pod.metadata;
     (filter.namespace.is_empty() || meta.namespace.as_deref() == Some(filter.namespace.as_str()))
         && (filter.pod.is_empty() || meta.name.as_deref() == Some(filter.pod.as_str()))
 }

@@ -1,6 +1,7 @@
 //! The observation API's gRPC services on a unix socket: `plegd.v1.EventsService` (each subscriber gets the
 //! hub's events that pass its filters) and `plegd.v1.StatusService` (each pod's latest generated status,
-//! then each new one); a subscriber is told how many items it missed when it reads too slowly. A subscriber never
+//! then each new one and each pod that goes); a subscriber is told how many items it missed when it
+//! reads too slowly (a status subscriber then gets every pod's latest status again). A subscriber never
 //! slows the PLEG down: a slow one misses events, the PLEG does not wait for it.
 
 use std::path::{Path, PathBuf};
@@ -17,14 +18,14 @@ use tracing::{info, warn};
 use super::api::events_service_server::{EventsService, EventsServiceServer};
 use super::api::status_service_server::{StatusService, StatusServiceServer};
 use super::api::{
-    Lagged, StatusServiceWatchRequest, StatusServiceWatchResponse, WatchRequest, WatchResponse,
+    Lagged, StatusRemoved, StatusServiceWatchRequest, StatusServiceWatchResponse, WatchRequest, WatchResponse,
     status_service_watch_response, watch_response,
 };
-use super::{kind_from, matches, report_matches, report_to_api, to_api};
+use super::{kind_from, matches, pod_matches, report_matches, report_to_api, to_api};
 use crate::listen::{ACCEPT_ERROR_PAUSE, Admission, ConnectionLimit, WhenFull};
 use crate::metrics::Metrics;
 use crate::pleg::EventHub;
-use crate::status::report::StatusReports;
+use crate::status::report::{Followed, StatusReports};
 use crate::supervise::Stage;
 
 /// The `plegd.v1.EventsService` service.
@@ -82,39 +83,77 @@ impl StatusService for StatusApi {
     type WatchStream = StatusStream;
 
     async fn watch(&self, request: Request<StatusServiceWatchRequest>) -> Result<Response<StatusStream>, Status> {
-        use futures_util::StreamExt;
-        use status_service_watch_response::Item;
         let filter = request.into_inner();
-        let (latest, reports) = self.reports.follow();
-        let metrics = self.metrics.clone();
-        fn respond(item: status_service_watch_response::Item) -> Result<StatusServiceWatchResponse, Status> {
-            Ok(StatusServiceWatchResponse { item: Some(item) })
-        }
-        let first: Vec<_> = latest
-            .iter()
-            .filter(|r| report_matches(&filter, r))
-            .map(|r| respond(Item::Report(report_to_api(r))))
-            .collect();
-        // As for events: polled by the connection as the client reads; a slow client lags.
-        let rest = futures_util::stream::unfold(
-            (reports, filter, metrics),
-            |(mut reports, filter, metrics)| async move {
-                loop {
-                    let item = match reports.recv().await {
-                        Ok(report) if report_matches(&filter, &report) => Item::Report(report_to_api(&report)),
-                        Ok(_) => continue,
-                        Err(broadcast::error::RecvError::Lagged(missed)) => {
-                            metrics.observer_lagged.inc_by(missed);
-                            Item::Lagged(Lagged { missed })
-                        }
-                        Err(broadcast::error::RecvError::Closed) => return None,
-                    };
-                    return Some((respond(item), (reports, filter, metrics)));
-                }
-            },
-        );
-        Ok(Response::new(Box::pin(futures_util::stream::iter(first).chain(rest))))
+        let (latest, receiver) = self.reports.follow();
+        let state = Following {
+            queued: snapshot(&filter, &latest),
+            reports: self.reports.clone(),
+            receiver,
+            filter,
+            metrics: self.metrics.clone(),
+        };
+        // As for events: polled by the connection as the client reads; a slow client lags, and
+        // then gets every pod's latest report again.
+        let stream = futures_util::stream::unfold(state, |mut s| async move {
+            let item = s.next().await?;
+            Some((Ok(StatusServiceWatchResponse { item: Some(item) }), s))
+        });
+        Ok(Response::new(Box::pin(stream)))
     }
+}
+
+/// One status subscriber's place: items to send, and what follows them.
+struct Following {
+    queued: std::collections::VecDeque<status_service_watch_response::Item>,
+    reports: StatusReports,
+    receiver: broadcast::Receiver<Followed>,
+    filter: StatusServiceWatchRequest,
+    metrics: Arc<Metrics>,
+}
+
+impl Following {
+    /// The subscriber's next item; None once plegd stops.
+    async fn next(&mut self) -> Option<status_service_watch_response::Item> {
+        use status_service_watch_response::Item;
+        loop {
+            if let Some(item) = self.queued.pop_front() {
+                return Some(item);
+            }
+            match self.receiver.recv().await {
+                Ok(Followed::Report(report)) if report_matches(&self.filter, &report) => {
+                    self.queued.push_back(Item::Report(report_to_api(&report)));
+                }
+                Ok(Followed::Removed { uid, pod }) if pod_matches(&self.filter, &pod) => {
+                    self.queued.push_back(Item::Removed(StatusRemoved {
+                        namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+                        pod: pod.metadata.name.clone().unwrap_or_default(),
+                        pod_uid: uid,
+                    }));
+                }
+                Ok(_) => {}
+                Err(broadcast::error::RecvError::Lagged(missed)) => {
+                    self.metrics.observer_lagged.inc_by(missed);
+                    let (latest, receiver) = self.reports.follow();
+                    self.receiver = receiver;
+                    self.queued.push_back(Item::Lagged(Lagged { missed }));
+                    self.queued.extend(snapshot(&self.filter, &latest));
+                }
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    }
+}
+
+/// Every pod's latest report that passes `filter`, as items.
+fn snapshot(
+    filter: &StatusServiceWatchRequest,
+    latest: &[Arc<crate::status::report::StatusReport>],
+) -> std::collections::VecDeque<status_service_watch_response::Item> {
+    latest
+        .iter()
+        .filter(|r| report_matches(filter, r))
+        .map(|r| status_service_watch_response::Item::Report(report_to_api(r)))
+        .collect()
 }
 
 /// Why the API socket cannot be served.
@@ -258,4 +297,81 @@ pub fn serve(
             warn!(error = %error, "observation API server failed");
         }
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use status_service_watch_response::Item;
+
+    fn report(namespace: &str, name: &str, rv: usize) -> crate::status::report::StatusReport {
+        let mut pod = crate::pod::ApiPod::default();
+        pod.metadata.namespace = Some(namespace.into());
+        pod.metadata.name = Some(name.into());
+        pod.metadata.resource_version = Some(rv.to_string());
+        crate::status::report::StatusReport {
+            pod: Arc::new(pod),
+            status: Default::default(),
+            generated_at: std::time::SystemTime::UNIX_EPOCH,
+            runtime_read_at: std::time::SystemTime::UNIX_EPOCH,
+        }
+    }
+
+    fn following(reports: &StatusReports, filter: StatusServiceWatchRequest) -> Following {
+        let (latest, receiver) = reports.follow();
+        Following {
+            queued: snapshot(&filter, &latest),
+            reports: reports.clone(),
+            receiver,
+            filter,
+            metrics: Arc::new(Metrics::new()),
+        }
+    }
+
+    fn named(item: &Item) -> String {
+        match item {
+            Item::Report(r) => format!("{}/{}@{}", r.namespace, r.pod, r.resource_version),
+            Item::Removed(r) => format!("removed {}/{}", r.namespace, r.pod),
+            Item::Lagged(l) => format!("lagged {}", l.missed),
+        }
+    }
+
+    /// A subscriber that read too slowly is told how many items it missed, then gets every pod's
+    /// latest report again: a pod whose only report it missed (db) is not left out.
+    #[tokio::test]
+    async fn a_lagging_subscriber_gets_every_pods_latest_again() {
+        let reports = StatusReports::default();
+        reports.put("web", report("prod", "web", 1));
+        let mut f = following(&reports, StatusServiceWatchRequest::default());
+        assert_eq!(named(&f.next().await.unwrap()), "prod/web@1");
+        reports.put("db", report("dev", "db", 1));
+        for rv in 2..3000 {
+            reports.put("web", report("prod", "web", rv));
+        }
+        let lagged = named(&f.next().await.unwrap());
+        assert!(lagged.starts_with("lagged "), "{lagged}");
+        let mut again = vec![named(&f.next().await.unwrap()), named(&f.next().await.unwrap())];
+        again.sort();
+        assert_eq!(again, ["dev/db@1", "prod/web@2999"]);
+        // Then only what comes next.
+        reports.remove("db");
+        assert_eq!(named(&f.next().await.unwrap()), "removed dev/db");
+    }
+
+    /// Filters apply to reports and removals alike.
+    #[tokio::test]
+    async fn filters_apply_to_removals() {
+        let reports = StatusReports::default();
+        reports.put("web", report("prod", "web", 1));
+        reports.put("db", report("dev", "db", 1));
+        let filter = StatusServiceWatchRequest {
+            namespace: "prod".into(),
+            pod: String::new(),
+        };
+        let mut f = following(&reports, filter);
+        assert_eq!(named(&f.next().await.unwrap()), "prod/web@1");
+        reports.remove("db");
+        reports.remove("web");
+        assert_eq!(named(&f.next().await.unwrap()), "removed prod/web");
+    }
 }

@@ -29,30 +29,27 @@ pub struct Difference {
     pub plegd: Value,
     /// Why plegd cannot know this field, if it cannot (see [`UNKNOWABLE`]).
     pub unknowable: Option<&'static str>,
+    /// The path with every list key but a condition's type as `[*]` (see [`Self::field`]).
+    field: String,
 }
 
 impl Difference {
-    /// The path without container names, for a metric label of bounded cardinality:
-    /// `containerStatuses[*].restartCount`. Condition types are kept.
-    pub fn field(&self) -> String {
-        let mut out = String::with_capacity(self.path.len());
-        let mut rest = self.path.as_str();
-        while let Some(open) = rest.find('[') {
-            let (head, tail) = rest.split_at(open);
-            out.push_str(head);
-            let Some(close) = tail.find(']') else {
-                out.push_str(tail);
-                return out;
-            };
-            if head.ends_with("conditions") {
-                out.push_str(&tail[..=close]);
-            } else {
-                out.push_str("[*]");
-            }
-            rest = &tail[close + 1..];
+    /// A difference at `path`, whose label ([`Self::field`]) is `field`.
+    fn new(path: String, field: String, apiserver: Value, plegd: Value, unknowable: Option<&'static str>) -> Self {
+        Difference {
+            path,
+            apiserver,
+            plegd,
+            unknowable,
+            field,
         }
-        out.push_str(rest);
-        out
+    }
+
+    /// The path without container names, IPs or mount paths, for a metric label of bounded
+    /// cardinality: `containerStatuses[*].restartCount`. Condition types are kept. Built beside
+    /// the path, not parsed from it: a key is anyone's text (a mount path may hold `]`).
+    pub fn field(&self) -> &str {
+        &self.field
     }
 }
 
@@ -116,7 +113,69 @@ fn key_of(list: &str, item: &Value) -> Option<String> {
     item.get(field).and_then(Value::as_str).map(str::to_owned)
 }
 
-fn walk(path: &str, list_name: &str, a: &Value, b: &Value, out: &mut Vec<(String, Value, Value)>) {
+/// Where the walk is: the path, its label template, and within a container's status, which
+/// container (list and name) and the path inside it.
+#[derive(Debug, Clone, Default)]
+struct At {
+    path: String,
+    field: String,
+    container: Option<(String, String)>,
+    /// The path inside the container's status, list keys as `[*]` (`state.terminated.exitCode`).
+    inner: String,
+}
+
+impl At {
+    fn key(&self, key: &str) -> At {
+        let join = |base: &str| {
+            if base.is_empty() {
+                key.to_owned()
+            } else {
+                format!("{base}.{key}")
+            }
+        };
+        At {
+            path: join(&self.path),
+            field: join(&self.field),
+            container: self.container.clone(),
+            inner: if self.container.is_some() {
+                join(&self.inner)
+            } else {
+                String::new()
+            },
+        }
+    }
+
+    fn item(&self, list: &str, key: &str) -> At {
+        let label = if list == "conditions" { format!("[{key}]") } else { "[*]".to_owned() };
+        let container = matches!(
+            list,
+            "containerStatuses" | "initContainerStatuses" | "ephemeralContainerStatuses"
+        ) && self.container.is_none();
+        At {
+            path: format!("{}[{key}]", self.path),
+            field: format!("{}{label}", self.field),
+            container: if container {
+                Some((list.to_owned(), key.to_owned()))
+            } else {
+                self.container.clone()
+            },
+            inner: if container {
+                String::new()
+            } else {
+                format!("{}[*]", self.inner)
+            },
+        }
+    }
+}
+
+/// One difference as the walk finds it.
+struct Raw {
+    at: At,
+    apiserver: Value,
+    plegd: Value,
+}
+
+fn walk(at: &At, list_name: &str, a: &Value, b: &Value, out: &mut Vec<Raw>) {
     // An absent keyed list is an empty one: its items are what differs.
     let empty = Value::Array(Vec::new());
     let (a, b) = match (a, b) {
@@ -124,19 +183,21 @@ fn walk(path: &str, list_name: &str, a: &Value, b: &Value, out: &mut Vec<(String
         (Value::Array(_), Value::Null) => (a, &empty),
         _ => (a, b),
     };
+    let mut push = |at: At, a: Value, b: Value| {
+        out.push(Raw {
+            at,
+            apiserver: a,
+            plegd: b,
+        })
+    };
     match (a, b) {
         (Value::Object(a), Value::Object(b)) => {
             let mut keys: Vec<&String> = a.keys().chain(b.keys()).collect();
             keys.sort();
             keys.dedup();
             for key in keys {
-                let sub = if path.is_empty() {
-                    key.clone()
-                } else {
-                    format!("{path}.{key}")
-                };
                 walk(
-                    &sub,
+                    &at.key(key),
                     key,
                     a.get(key).unwrap_or(&Value::Null),
                     b.get(key).unwrap_or(&Value::Null),
@@ -163,10 +224,14 @@ fn walk(path: &str, list_name: &str, a: &Value, b: &Value, out: &mut Vec<(String
                 }
                 let find = |items: &[(String, Value)]| items.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
                 let (x, y) = (find(&ka), find(&kb));
-                let sub = format!("{path}[{key}]");
+                let sub = at.item(list_name, key);
                 match (x, y) {
                     (Some(x), Some(y)) => walk(&sub, "", &x, &y, out),
-                    (x, y) => out.push((sub, x.unwrap_or(Value::Null), y.unwrap_or(Value::Null))),
+                    (x, y) => out.push(Raw {
+                        at: sub,
+                        apiserver: x.unwrap_or(Value::Null),
+                        plegd: y.unwrap_or(Value::Null),
+                    }),
                 }
             }
             // Order matters to a reader of a list too (the kubelet sorts container statuses).
@@ -175,10 +240,14 @@ fn walk(path: &str, list_name: &str, a: &Value, b: &Value, out: &mut Vec<(String
             let common =
                 |o: &[String], other: &[String]| o.iter().filter(|k| other.contains(k)).cloned().collect::<Vec<_>>();
             if common(&oa, &ob) != common(&ob, &oa) {
-                out.push((format!("{path}.order"), Value::from(oa), Value::from(ob)));
+                out.push(Raw {
+                    at: at.key("order"),
+                    apiserver: Value::from(oa),
+                    plegd: Value::from(ob),
+                });
             }
         }
-        (a, b) if a != b => out.push((path.to_owned(), a.clone(), b.clone())),
+        (a, b) if a != b => push(at.clone(), a.clone(), b.clone()),
         _ => {}
     }
 }
@@ -208,25 +277,24 @@ impl Probed {
     }
 }
 
-/// Why the difference at `path` is one plegd cannot know (`apiserver_status`: the apiserver's side).
-fn unknowable(path: &str, probed: &Probed, apiserver_status: &Value) -> Option<&'static str> {
-    let container = |prefix: &str| -> Option<String> {
-        let rest = path.strip_prefix(prefix)?.strip_prefix('[')?;
-        Some(rest[..rest.find(']')?].to_owned())
-    };
-    let name = ["containerStatuses", "initContainerStatuses"]
-        .iter()
-        .find_map(|p| container(p));
-    if let Some(name) = &name {
-        let field = path.rsplit_once("].").map(|(_, f)| f).unwrap_or_default();
+/// Why the difference at `at` is one plegd cannot know (`apiserver_status`: the apiserver's side).
+fn unknowable(at: &At, probed: &Probed, apiserver_status: &Value) -> Option<&'static str> {
+    if let Some((list, name)) = &at.container {
+        let field = at.inner.as_str();
         if (field == "ready" && probed.readiness.contains(name))
             || (field == "started" && probed.startup.contains(name))
         {
             return Some(reason("probe"));
         }
-        if field.starts_with("state.waiting") {
-            // The apiserver's waiting reason for this container, wherever in its state the difference is.
-            let list = path.split('[').next().unwrap_or_default();
+        // While the kubelet holds a container in a waiting reason of its own (a crash loop's
+        // back-off, an image pull, a failed create), it shows the newest instance's end as
+        // `lastState` and no `state.terminated`, where the runtime shows that instance
+        // terminated and the one before it as `lastState`: all of the container's state and
+        // last state are the kubelet's then.
+        let in_state = ["state", "lastState"]
+            .iter()
+            .any(|s| field == *s || field.starts_with(&format!("{s}.")));
+        if in_state {
             let waiting_reason = apiserver_status
                 .get(list)
                 .and_then(Value::as_array)
@@ -241,13 +309,17 @@ fn unknowable(path: &str, probed: &Probed, apiserver_status: &Value) -> Option<&
                 return Some(reason("waiting"));
             }
         }
+        return None;
     }
-    if path == "resources" || path.starts_with("resources.") {
+    // The kubelet reads a pod's resources back from its cgroup only once the pod runs; before,
+    // they are the spec's, which plegd computes as it does.
+    let running = apiserver_status.get("phase").and_then(Value::as_str) == Some("Running");
+    if running && (at.path == "resources" || at.path.starts_with("resources.")) {
         return Some(reason("cgroup"));
     }
     // Readiness a probe decides makes ContainersReady and Ready the prober's too.
     if !probed.readiness.is_empty()
-        && (path.starts_with("conditions[Ready].") || path.starts_with("conditions[ContainersReady]."))
+        && (at.path.starts_with("conditions[Ready].") || at.path.starts_with("conditions[ContainersReady]."))
     {
         return Some(reason("probe"));
     }
@@ -269,13 +341,11 @@ pub fn differences(actual: &PodStatus, computed: &PodStatus, probed: &Probed) ->
     };
     let (a, b) = (without_own(actual), without_own(computed));
     let mut raw = Vec::new();
-    walk("", "", &a, &b, &mut raw);
+    walk(&At::default(), "", &a, &b, &mut raw);
     raw.into_iter()
-        .map(|(path, apiserver, plegd)| Difference {
-            unknowable: unknowable(&path, probed, &a),
-            path,
-            apiserver,
-            plegd,
+        .map(|Raw { at, apiserver, plegd }| {
+            let unknowable = unknowable(&at, probed, &a);
+            Difference::new(at.path, at.field, apiserver, plegd, unknowable)
         })
         .collect()
 }
@@ -365,6 +435,73 @@ mod tests {
             json!({"conditions": [{"type": "Ready", "status": "True"}, {"type": CONTAINERS_RUNNING, "status": "True"}]}),
         );
         assert!(differences(&a, &b, &Probed::default()).is_empty());
+    }
+
+    /// A container crash-looping, as the kubelet writes it (waiting in back-off, the newest
+    /// instance's end as its last state) and as plegd's `convert` makes it from the runtime (the
+    /// newest instance terminated, the one before as its last state): every state and last-state
+    /// difference is the kubelet's; the restart count is still compared.
+    #[test]
+    fn a_crash_loop_is_the_kubelets_state() {
+        let term = |id: &str, code: i32, at: &str| {
+            json!({"terminated": {"exitCode": code, "reason": "Error", "containerID": id,
+                "startedAt": at, "finishedAt": at}})
+        };
+        let a = status(json!({"phase": "Running", "containerStatuses": [
+            {"name": "crash", "ready": false, "restartCount": 2, "image": "i", "imageID": "x", "containerID": "containerd://c3",
+             "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 20s restarting failed container"}},
+             "lastState": term("containerd://c3", 1, "2026-11-25T01:00:03Z")}]}));
+        let b = status(json!({"phase": "Running", "containerStatuses": [
+            {"name": "crash", "ready": false, "restartCount": 3, "image": "i", "imageID": "x", "containerID": "containerd://c3",
+             "state": term("containerd://c3", 1, "2026-11-25T01:00:03Z"),
+             "lastState": term("containerd://c2", 2, "2026-11-25T01:00:02Z")}]}));
+        let d = differences(&a, &b, &Probed::default());
+        let marked: Vec<(&str, bool)> = d.iter().map(|d| (d.path.as_str(), d.unknowable.is_some())).collect();
+        assert_eq!(
+            marked,
+            vec![
+                ("containerStatuses[crash].lastState.terminated.containerID", true),
+                ("containerStatuses[crash].lastState.terminated.exitCode", true),
+                ("containerStatuses[crash].lastState.terminated.finishedAt", true),
+                ("containerStatuses[crash].lastState.terminated.startedAt", true),
+                ("containerStatuses[crash].restartCount", false),
+                ("containerStatuses[crash].state.terminated", true),
+                ("containerStatuses[crash].state.waiting", true),
+            ]
+        );
+        // Not in a kubelet's waiting reason: the same last state is plegd's to explain.
+        let mut a2 = a.clone();
+        a2.container_statuses.as_mut().unwrap()[0].state = None;
+        let d = differences(&a2, &b, &Probed::default());
+        assert!(d.iter().any(|d| d.path.contains("lastState") && d.unknowable.is_none()));
+    }
+
+    /// Pod-level resources are read from the cgroup only once the pod runs: before, a difference
+    /// is plegd's.
+    #[test]
+    fn pod_resources_are_the_kubelets_only_while_the_pod_runs() {
+        let with = |phase: &str, cpu: &str| {
+            status(json!({"phase": phase, "resources": {"requests": {"cpu": cpu}}}))
+        };
+        let running = differences(&with("Running", "1"), &with("Running", "2"), &Probed::default());
+        assert_eq!(running.len(), 1);
+        assert!(running[0].unknowable.is_some());
+        let pending = differences(&with("Pending", "1"), &with("Pending", "2"), &Probed::default());
+        assert_eq!(pending.len(), 1);
+        assert_eq!(pending[0].unknowable, None);
+    }
+
+    /// A label never carries a key's text, whatever it holds.
+    #[test]
+    fn labels_carry_no_key_text() {
+        let mounts = |ro: bool| {
+            status(json!({"containerStatuses": [{"name": "a]b", "ready": false, "restartCount": 0, "image": "i",
+                "imageID": "", "volumeMounts": [{"name": "v", "mountPath": "/d].x[", "readOnly": ro}]}]}))
+        };
+        let d = differences(&mounts(true), &mounts(false), &Probed::default());
+        assert_eq!(d.len(), 1);
+        assert_eq!(d[0].path, "containerStatuses[a]b].volumeMounts[/d].x[].readOnly");
+        assert_eq!(d[0].field(), "containerStatuses[*].volumeMounts[*].readOnly");
     }
 
     /// The kubelet's back-off and probes are its own: reported, with why plegd cannot know them.

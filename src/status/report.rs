@@ -1,9 +1,9 @@
 //! Status reports: the kubelet-equivalent status the syncLoop last generated for each pod, and the
 //! apiserver's copy (the informer's) it was generated against, for whoever follows them
 //! (`plegd status`, the observation API's `StatusService`). A follower gets every pod's latest
-//! report, then each new one; one that reads too slowly misses reports and is told how many, never
-//! slowing the syncLoop. How the two statuses differ is computed for followers only
-//! ([`StatusReport::differences`]).
+//! report, then each new one and each pod that goes; one that reads too slowly misses some, is told
+//! how many and follows again from every pod's latest report, never slowing the syncLoop. How the
+//! two statuses differ is computed for followers only ([`StatusReport::differences`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -41,13 +41,23 @@ impl StatusReport {
     }
 }
 
+/// What a follower gets after every pod's latest report.
+#[derive(Debug, Clone)]
+pub enum Followed {
+    /// A pod's new report.
+    Report(Arc<StatusReport>),
+    /// A pod whose report was followed is gone (it left the node, or plegd no longer tracks it):
+    /// its uid, and the apiserver copy its last report was generated against.
+    Removed { uid: String, pod: Arc<ApiPod> },
+}
+
 /// Reports kept for a follower that reads more slowly than they come.
 const CAPACITY: usize = 1024;
 
 struct Inner {
     /// The latest report of each pod, by uid.
     latest: HashMap<String, Arc<StatusReport>>,
-    sender: broadcast::Sender<Arc<StatusReport>>,
+    sender: broadcast::Sender<Followed>,
 }
 
 /// Where the syncLoop puts reports; cloned into the observation API to follow them.
@@ -81,17 +91,25 @@ impl StatusReports {
         let report = Arc::new(report);
         inner.latest.insert(uid.to_owned(), report.clone());
         if !unchanged && inner.sender.receiver_count() > 0 {
-            let _ = inner.sender.send(report);
+            let _ = inner.sender.send(Followed::Report(report));
         }
     }
 
-    /// The pod is gone: forget its report.
+    /// The pod is gone: forget its report, and tell followers.
     pub fn remove(&self, uid: &str) {
-        self.lock().latest.remove(uid);
+        let mut inner = self.lock();
+        if let Some(last) = inner.latest.remove(uid)
+            && inner.sender.receiver_count() > 0
+        {
+            let _ = inner.sender.send(Followed::Removed {
+                uid: uid.to_owned(),
+                pod: last.pod.clone(),
+            });
+        }
     }
 
-    /// Every pod's latest report, and the reports from then on.
-    pub fn follow(&self) -> (Vec<Arc<StatusReport>>, broadcast::Receiver<Arc<StatusReport>>) {
+    /// Every pod's latest report, and what follows from then on.
+    pub fn follow(&self) -> (Vec<Arc<StatusReport>>, broadcast::Receiver<Followed>) {
         let inner = self.lock();
         (inner.latest.values().cloned().collect(), inner.sender.subscribe())
     }
@@ -143,17 +161,24 @@ mod tests {
         reports.put("a", report("2", "Running"));
         reports.put("a", report("3", "Running"));
         reports.put("b", report("1", "Succeeded"));
+        reports.remove("b");
+        reports.remove("never-reported");
         let got: Vec<_> = std::iter::from_fn(|| rx.try_recv().ok())
-            .map(|r| {
-                (
+            .map(|f| match f {
+                Followed::Report(r) => (
                     r.pod.metadata.resource_version.clone().unwrap(),
                     r.status.phase.clone().unwrap(),
-                )
+                ),
+                Followed::Removed { uid, .. } => ("removed".into(), uid),
             })
             .collect();
         assert_eq!(
             got,
-            vec![("3".into(), "Running".into()), ("1".into(), "Succeeded".into())]
+            vec![
+                ("3".into(), "Running".into()),
+                ("1".into(), "Succeeded".into()),
+                ("removed".into(), "b".into())
+            ]
         );
     }
 }
