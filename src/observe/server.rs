@@ -25,7 +25,7 @@ use super::{kind_from, matches, pod_matches, report_matches, report_to_api, to_a
 use crate::listen::{ACCEPT_ERROR_PAUSE, Admission, ConnectionLimit, WhenFull};
 use crate::metrics::Metrics;
 use crate::pleg::EventHub;
-use crate::status::report::{Followed, StatusReports};
+use crate::status::report::{Followed, StatusReport, StatusReports};
 use crate::supervise::Stage;
 
 /// The `plegd.v1.EventsService` service.
@@ -83,15 +83,7 @@ impl StatusService for StatusApi {
     type WatchStream = StatusStream;
 
     async fn watch(&self, request: Request<StatusServiceWatchRequest>) -> Result<Response<StatusStream>, Status> {
-        let filter = request.into_inner();
-        let (latest, receiver) = self.reports.follow();
-        let state = Following {
-            queued: snapshot(&filter, &latest),
-            reports: self.reports.clone(),
-            receiver,
-            filter,
-            metrics: self.metrics.clone(),
-        };
+        let state = Following::new(&self.reports, request.into_inner(), self.metrics.clone());
         // As for events: polled by the connection as the client reads; a slow client lags, and
         // then gets every pod's latest report again.
         let stream = futures_util::stream::unfold(state, |mut s| async move {
@@ -109,10 +101,39 @@ struct Following {
     receiver: broadcast::Receiver<Followed>,
     filter: StatusServiceWatchRequest,
     metrics: Arc<Metrics>,
+    /// The report last sent of each pod.
+    sent: std::collections::HashMap<String, Arc<StatusReport>>,
 }
 
 impl Following {
-    /// The subscriber's next item; None once plegd stops.
+    fn new(reports: &StatusReports, filter: StatusServiceWatchRequest, metrics: Arc<Metrics>) -> Self {
+        let (latest, receiver) = reports.follow();
+        let mut following = Following {
+            queued: Default::default(),
+            reports: reports.clone(),
+            receiver,
+            filter,
+            metrics,
+            sent: Default::default(),
+        };
+        following.queue_unsent(latest);
+        following
+    }
+
+    /// Queue the reports of `latest` that pass the filter and were not sent already.
+    fn queue_unsent(&mut self, latest: Vec<(String, Arc<StatusReport>)>) {
+        for (uid, report) in latest {
+            if report_matches(&self.filter, &report) && !self.sent.get(&uid).is_some_and(|s| Arc::ptr_eq(s, &report)) {
+                self.queued
+                    .push_back(status_service_watch_response::Item::Report(report_to_api(&report)));
+                self.sent.insert(uid, report);
+            }
+        }
+    }
+
+    /// The subscriber's next item; None once plegd stops. A report that a newer one of its pod
+    /// has replaced meanwhile is skipped (the newer one follows): a subscriber behind is sent each
+    /// pod's latest, not every step.
     async fn next(&mut self) -> Option<status_service_watch_response::Item> {
         use status_service_watch_response::Item;
         loop {
@@ -120,40 +141,34 @@ impl Following {
                 return Some(item);
             }
             match self.receiver.recv().await {
-                Ok(Followed::Report(report)) if report_matches(&self.filter, &report) => {
+                Ok(Followed::Report(uid, report))
+                    if report_matches(&self.filter, &report) && self.reports.is_latest(&uid, &report) =>
+                {
                     self.queued.push_back(Item::Report(report_to_api(&report)));
+                    self.sent.insert(uid, report);
                 }
-                Ok(Followed::Removed { uid, pod }) if pod_matches(&self.filter, &pod) => {
-                    self.queued.push_back(Item::Removed(StatusRemoved {
-                        namespace: pod.metadata.namespace.clone().unwrap_or_default(),
-                        pod: pod.metadata.name.clone().unwrap_or_default(),
-                        pod_uid: uid,
-                    }));
+                Ok(Followed::Removed { uid, pod }) => {
+                    if self.sent.remove(&uid).is_some() || pod_matches(&self.filter, &pod) {
+                        self.queued.push_back(Item::Removed(StatusRemoved {
+                            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+                            pod: pod.metadata.name.clone().unwrap_or_default(),
+                            pod_uid: uid,
+                        }));
+                    }
                 }
                 Ok(_) => {}
                 Err(broadcast::error::RecvError::Lagged(missed)) => {
+                    // Every pod's latest that was not sent yet: what the missed items held.
                     self.metrics.observer_lagged.inc_by(missed);
                     let (latest, receiver) = self.reports.follow();
                     self.receiver = receiver;
                     self.queued.push_back(Item::Lagged(Lagged { missed }));
-                    self.queued.extend(snapshot(&self.filter, &latest));
+                    self.queue_unsent(latest);
                 }
                 Err(broadcast::error::RecvError::Closed) => return None,
             }
         }
     }
-}
-
-/// Every pod's latest report that passes `filter`, as items.
-fn snapshot(
-    filter: &StatusServiceWatchRequest,
-    latest: &[Arc<crate::status::report::StatusReport>],
-) -> std::collections::VecDeque<status_service_watch_response::Item> {
-    latest
-        .iter()
-        .filter(|r| report_matches(filter, r))
-        .map(|r| status_service_watch_response::Item::Report(report_to_api(r)))
-        .collect()
 }
 
 /// Why the API socket cannot be served.
@@ -318,14 +333,7 @@ mod tests {
     }
 
     fn following(reports: &StatusReports, filter: StatusServiceWatchRequest) -> Following {
-        let (latest, receiver) = reports.follow();
-        Following {
-            queued: snapshot(&filter, &latest),
-            reports: reports.clone(),
-            receiver,
-            filter,
-            metrics: Arc::new(Metrics::new()),
-        }
+        Following::new(reports, filter, Arc::new(Metrics::new()))
     }
 
     fn named(item: &Item) -> String {
@@ -356,6 +364,19 @@ mod tests {
         // Then only what comes next.
         reports.remove("db");
         assert_eq!(named(&f.next().await.unwrap()), "removed dev/db");
+    }
+
+    /// A subscriber behind is sent each pod's latest report, not every step that led to it.
+    #[tokio::test]
+    async fn a_subscriber_behind_gets_each_pods_latest() {
+        let reports = StatusReports::default();
+        let mut f = following(&reports, StatusServiceWatchRequest::default());
+        for rv in 1..=3 {
+            reports.put("web", report("prod", "web", rv));
+        }
+        reports.put("db", report("dev", "db", 1));
+        assert_eq!(named(&f.next().await.unwrap()), "prod/web@3");
+        assert_eq!(named(&f.next().await.unwrap()), "dev/db@1");
     }
 
     /// Filters apply to reports and removals alike.

@@ -44,8 +44,8 @@ impl StatusReport {
 /// What a follower gets after every pod's latest report.
 #[derive(Debug, Clone)]
 pub enum Followed {
-    /// A pod's new report.
-    Report(Arc<StatusReport>),
+    /// A pod's new report, with the pod's uid.
+    Report(String, Arc<StatusReport>),
     /// A pod whose report was followed is gone (it left the node, or plegd no longer tracks it):
     /// its uid, and the apiserver copy its last report was generated against.
     Removed { uid: String, pod: Arc<ApiPod> },
@@ -91,7 +91,7 @@ impl StatusReports {
         let report = Arc::new(report);
         inner.latest.insert(uid.to_owned(), report.clone());
         if !unchanged && inner.sender.receiver_count() > 0 {
-            let _ = inner.sender.send(Followed::Report(report));
+            let _ = inner.sender.send(Followed::Report(uid.to_owned(), report));
         }
     }
 
@@ -108,10 +108,16 @@ impl StatusReports {
         }
     }
 
-    /// Every pod's latest report, and what follows from then on.
-    pub fn follow(&self) -> (Vec<Arc<StatusReport>>, broadcast::Receiver<Followed>) {
+    /// Every pod's latest report (with its uid), and what follows from then on.
+    pub fn follow(&self) -> (Vec<(String, Arc<StatusReport>)>, broadcast::Receiver<Followed>) {
         let inner = self.lock();
-        (inner.latest.values().cloned().collect(), inner.sender.subscribe())
+        let latest = inner.latest.iter().map(|(uid, r)| (uid.clone(), r.clone())).collect();
+        (latest, inner.sender.subscribe())
+    }
+
+    /// Whether `report` is still pod `uid`'s latest (a newer one has not replaced it).
+    pub fn is_latest(&self, uid: &str, report: &Arc<StatusReport>) -> bool {
+        self.lock().latest.get(uid).is_some_and(|latest| Arc::ptr_eq(latest, report))
     }
 }
 
@@ -146,7 +152,7 @@ mod tests {
         let (snapshot, mut rx) = reports.follow();
         let mut phases: Vec<_> = snapshot
             .iter()
-            .map(|r| {
+            .map(|(_, r)| {
                 (
                     r.pod.metadata.resource_version.clone().unwrap(),
                     r.status.phase.clone().unwrap(),
@@ -165,7 +171,7 @@ mod tests {
         reports.remove("never-reported");
         let got: Vec<_> = std::iter::from_fn(|| rx.try_recv().ok())
             .map(|f| match f {
-                Followed::Report(r) => (
+                Followed::Report(_, r) => (
                     r.pod.metadata.resource_version.clone().unwrap(),
                     r.status.phase.clone().unwrap(),
                 ),
