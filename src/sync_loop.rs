@@ -674,7 +674,7 @@ mod tests {
     use crate::pleg::{GenericPleg, PlegConfig};
     use crate::pod::MIRROR_POD_ANNOTATION;
     use crate::pod::{ApiPodSpec, NodeName};
-    use crate::runtime::{Runtime, RuntimeError};
+    use crate::runtime::{IdKind, Runtime, RuntimeError};
     use crate::status::generate::tests::{pod_with, ready_sandbox, runtime_status, sandbox};
     use crate::status::manager::ManagerConfig;
     use crate::status::manager::script::Script;
@@ -755,6 +755,10 @@ mod tests {
                 container_statuses: vec![runtime_status("app", "c1", self.state(), 10)],
                 sandbox_statuses: vec![sandbox],
             })
+        }
+
+        async fn probe_state(&self, _: &str, _: IdKind) -> Result<Option<RuntimeContainerState>, RuntimeError> {
+            Ok(None)
         }
 
         async fn locate(&self, _: &str) -> Result<Option<PodUid>, RuntimeError> {

@@ -27,7 +27,7 @@ use crate::cache::CacheWriter;
 use crate::clock::{self, Clock};
 use crate::kubecontainer::{PodUid, RuntimeContainerState, RuntimePod, RuntimePodStatus};
 use crate::metrics::{KindLabel, Metrics, StateLabel};
-use crate::runtime::{Runtime, RuntimeError};
+use crate::runtime::{IdKind, Runtime, RuntimeError};
 
 mod events;
 mod fan_out;
@@ -138,22 +138,6 @@ impl RelistState {
     }
 
     /// `podRecords.update`: old := current; a pod that no longer exists loses its record.
-    /// After one pod's sync: whether it changed (a pod whose status read failed counts as
-    /// changed, and is re-inspected by the next relist).
-    fn settle(&mut self, uid: &str, outcome: PodOutcome) -> bool {
-        match outcome {
-            PodOutcome::RefreshFailed => {
-                self.reinspect.insert(uid.to_owned());
-                true
-            }
-            PodOutcome::Refreshed { changed } => {
-                self.reinspect.remove(uid);
-                changed
-            }
-            PodOutcome::Unchanged => false,
-        }
-    }
-
     fn advance(&mut self, uid: &str) {
         if let Some(record) = self.records.get_mut(uid) {
             match record.current.take() {
@@ -174,17 +158,6 @@ struct SyncWork {
     events: Vec<PodLifecycleEvent>,
     /// It was marked for re-inspection (its last status read failed).
     reinspect: bool,
-}
-
-/// A pod read from the ids its records hold, not taken in yet ([`GenericPleg::read_pod`]).
-#[derive(Debug)]
-pub struct PodRead {
-    uid: PodUid,
-    /// The pod as its records held it when the read began.
-    base: RuntimePod,
-    /// Taken before the read.
-    timestamp: SystemTime,
-    read: Result<RuntimePodStatus, RuntimeError>,
 }
 
 /// Status reads a relist runs side by side (of the pods it found changed).
@@ -370,6 +343,27 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
             .map(|(uid, _)| uid.clone())
     }
 
+    /// Whether the runtime's state of container (or sandbox) `id` differs from what pod `uid`'s
+    /// record says, by one cheap status call. The records are not held during the call.
+    pub async fn probe(&self, uid: &str, id: &str) -> Result<bool, RuntimeError> {
+        let (recorded, kind) = {
+            let state = self.state.lock().await;
+            let record = state.records.get(uid);
+            let pod = record.and_then(|r| r.current.as_ref().or(r.old.as_ref()));
+            let sandbox = record
+                .into_iter()
+                .flat_map(|r| [r.current.as_ref(), r.old.as_ref()])
+                .flatten()
+                .any(|p| p.find_sandbox(id).is_some());
+            (
+                pleg_state(pod, id),
+                if sandbox { IdKind::Sandbox } else { IdKind::Container },
+            )
+        };
+        let actual = self.runtime.probe_state(id, kind).await?;
+        Ok(actual.map_or(PlegContainerState::NonExistent, PlegContainerState::from) != recorded)
+    }
+
     /// What pod `uid`'s record says of container or sandbox `id`.
     pub async fn recorded_state(&self, uid: &str, id: &str) -> PlegContainerState {
         let state = self.state.lock().await;
@@ -516,78 +510,17 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
         let start = self.stamp();
         let pod = self.runtime.list_pod(uid).await?;
         state.records.entry(uid.to_owned()).or_default().current = pod;
-        let outcome = self.sync_record(&mut state, uid, start, None).await;
-        Ok(state.settle(uid, outcome))
-    }
-
-    /// Read pod `uid` from the ids its records hold: its sandboxes' and containers' status calls
-    /// ([`Runtime::pod_status`]), no list, and the records not held meanwhile, so that reads of
-    /// many pods run side by side; [`Self::apply_read`] then takes the result in. containerd
-    /// answers every list, even one filtered by a pod's label, by going through all its
-    /// containers, and in a burst of 100 exits took 100–250 ms for any call: a probe read this way
-    /// is the pod's status read too, and a slow answer delays its own pod only. An id the records
-    /// do not have yet (a container created since) is not seen here: its own event locates it, and
-    /// the periodic relist lists everything. None when the records hold no sandbox of the pod: it
-    /// is to be relisted ([`Self::relist_pod`]).
-    pub async fn read_pod(&self, uid: &str) -> Option<PodRead> {
-        let base = {
-            let state = self.state.lock().await;
-            state
-                .records
-                .get(uid)
-                .and_then(|r| r.current.as_ref().or(r.old.as_ref()))
-                .filter(|p| !p.sandboxes.is_empty())?
-                .clone()
-        };
-        // Taken before the read: the status is at least this fresh.
-        let timestamp = self.stamp();
-        let read = self.runtime.pod_status(&base).await;
-        Some(PodRead {
-            uid: uid.to_owned(),
-            base,
-            timestamp,
-            read,
-        })
-    }
-
-    /// Take in a [`Self::read_pod`]: the pod as its statuses show it becomes its current record,
-    /// compared, cached and its events sent, as a relist of the pod does. A read during which
-    /// another relist moved the pod's records is dropped (it may be older than what they hold
-    /// now; that relist has sent what it found). Returns what [`Self::relist_pod`] returns; a
-    /// failed read is its error, and changes nothing.
-    pub async fn apply_read(&self, read: PodRead) -> Result<bool, RuntimeError> {
-        let PodRead {
-            uid,
-            base,
-            timestamp,
-            read,
-        } = read;
-        let status = read?;
-        let mut state = self.state.lock().await;
-        let unmoved = state
-            .records
-            .get(&uid)
-            .and_then(|r| r.current.as_ref().or(r.old.as_ref()))
-            .is_some_and(|p| *p == base);
-        if !unmoved {
-            return Ok(false);
-        }
-        let start = self.stamp();
-        state.records.entry(uid.clone()).or_default().current = pod_from_statuses(&base, &status);
-        let outcome = match self.prepare_sync(&mut state, &uid, start) {
-            None => PodOutcome::Unchanged,
-            Some(work) => {
-                let status = match work.current {
-                    Some(_) => self.cache_status(&uid, Ok(status), timestamp).map(Some),
-                    None => {
-                        self.cache.delete(&uid, start);
-                        Ok(None)
-                    }
-                };
-                self.finish_sync(&mut state, &uid, work, status, start, None)
+        Ok(match self.sync_record(&mut state, uid, start, None).await {
+            PodOutcome::RefreshFailed => {
+                state.reinspect.insert(uid.to_owned());
+                true
             }
-        };
-        Ok(state.settle(&uid, outcome))
+            PodOutcome::Refreshed { changed } => {
+                state.reinspect.remove(uid);
+                changed
+            }
+            PodOutcome::Unchanged => false,
+        })
     }
 
     /// Compare, refresh, advance and send for one pod (the body of the relist loop). Changes found
@@ -759,23 +692,11 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
         };
         // Taken before the read: the status is at least this fresh.
         let timestamp = self.stamp();
-        let read = self.runtime.pod_status(pod).await;
-        self.cache_status(uid, read, timestamp).map(Some)
-    }
-
-    /// A pod's status read (`timestamp`: taken before it) into the cache, the pod's IPs kept from
-    /// the cache's copy when its sandbox no longer reports them.
-    fn cache_status(
-        &self,
-        uid: &str,
-        read: Result<RuntimePodStatus, RuntimeError>,
-        timestamp: SystemTime,
-    ) -> Result<RuntimePodStatus, RuntimeError> {
-        match read {
+        match self.runtime.pod_status(pod).await {
             Ok(mut status) => {
                 status.ips = preserve_ips(&self.cache.get(uid).status, &status);
                 self.cache.set(uid, Ok(status.clone()), timestamp);
-                Ok(status)
+                Ok(Some(status))
             }
             Err(error) => {
                 self.cache.set(uid, Err(error.to_string()), timestamp);
@@ -895,113 +816,9 @@ pub fn preserve_ips(old: &RuntimePodStatus, new: &RuntimePodStatus) -> Vec<Strin
     old.ips.clone()
 }
 
-/// The pod a status read of `base`'s ids shows (pure): each sandbox and container still there,
-/// in the state its status gives (a sandbox's as a container state, as the lists give it); the
-/// ones gone left out; None when nothing is left.
-fn pod_from_statuses(base: &RuntimePod, status: &RuntimePodStatus) -> Option<RuntimePod> {
-    let containers: Vec<_> = base
-        .containers
-        .iter()
-        .filter_map(|c| {
-            let read = status.find_container(&c.id)?;
-            Some(crate::kubecontainer::RuntimeContainer {
-                state: read.state,
-                ..c.clone()
-            })
-        })
-        .collect();
-    let sandboxes: Vec<_> = base
-        .sandboxes
-        .iter()
-        .filter_map(|s| {
-            let read = status.sandbox_statuses.iter().find(|r| r.id == s.id)?;
-            Some(crate::kubecontainer::RuntimeContainer {
-                state: crate::runtime::convert::sandbox_as_container_state(read.state),
-                ..s.clone()
-            })
-        })
-        .collect();
-    if containers.is_empty() && sandboxes.is_empty() {
-        return None;
-    }
-    Some(RuntimePod {
-        containers,
-        sandboxes,
-        ..base.clone()
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_pod_from_its_statuses() {
-        use crate::kubecontainer::{RuntimeContainer, RuntimeContainerStatus, SandboxState, SandboxStatus};
-        let entry = |id: &str, sandbox_id: &str, state| RuntimeContainer {
-            id: id.into(),
-            sandbox_id: sandbox_id.into(),
-            name: if sandbox_id.is_empty() { String::new() } else { format!("n-{id}") },
-            state,
-            created_at: 7,
-            attempt: 1,
-        };
-        let base = RuntimePod {
-            id: "u1".into(),
-            name: "p".into(),
-            namespace: "ns".into(),
-            containers: vec![
-                entry("c1", "s1", RuntimeContainerState::Running),
-                entry("c2", "s1", RuntimeContainerState::Running),
-            ],
-            sandboxes: vec![entry("s1", "", RuntimeContainerState::Running)],
-        };
-        let container = |id: &str, state| RuntimeContainerStatus {
-            id: id.into(),
-            sandbox_id: "s1".into(),
-            name: format!("n-{id}"),
-            state,
-            created_at: None,
-            started_at: None,
-            finished_at: None,
-            exit_code: 1,
-            image: String::new(),
-            image_ref: String::new(),
-            reason: String::new(),
-            message: String::new(),
-            restart_count: 0,
-            resources: None,
-            user: None,
-            stop_signal: None,
-        };
-        let sandbox = |state| SandboxStatus {
-            id: "s1".into(),
-            state,
-            created_at: 0,
-            attempt: 0,
-            ips: vec![],
-            host_network: false,
-            no_primary_ip: false,
-            runtime_handler: String::new(),
-        };
-        // c1 exited, c2 removed, the sandbox stopped.
-        let status = RuntimePodStatus {
-            id: "u1".into(),
-            container_statuses: vec![container("c1", RuntimeContainerState::Exited)],
-            sandbox_statuses: vec![sandbox(SandboxState::NotReady)],
-            ..Default::default()
-        };
-        let pod = pod_from_statuses(&base, &status).unwrap();
-        assert_eq!(pod.containers, [entry("c1", "s1", RuntimeContainerState::Exited)]);
-        assert_eq!(pod.sandboxes, [entry("s1", "", RuntimeContainerState::Exited)]);
-        assert_eq!((pod.name.as_str(), pod.namespace.as_str()), ("p", "ns"));
-        // Nothing left: the pod is gone, as a list that finds nothing says.
-        let gone = RuntimePodStatus {
-            id: "u1".into(),
-            ..Default::default()
-        };
-        assert_eq!(pod_from_statuses(&base, &gone), None);
-    }
 
     #[test]
     fn preserve_ips_rules() {

@@ -26,7 +26,7 @@ use tonic::transport::{Channel, Endpoint, Uri};
 use tracing::{debug, info, warn};
 
 use crate::backoff::ExponentialBackoff;
-use crate::kubecontainer::{LABEL_POD_UID, PodUid, RuntimePod, RuntimePodStatus, SandboxState};
+use crate::kubecontainer::{LABEL_POD_UID, PodUid, RuntimeContainerState, RuntimePod, RuntimePodStatus, SandboxState};
 use crate::metrics::Metrics;
 use convert::BadData;
 
@@ -81,9 +81,25 @@ pub trait Runtime: Send + Sync + 'static {
     fn list_pod(&self, uid: &str) -> impl Future<Output = Result<Option<RuntimePod>, RuntimeError>> + Send;
     /// The full status of a pod whose sandboxes and containers were just listed.
     fn pod_status(&self, pod: &RuntimePod) -> impl Future<Output = Result<RuntimePodStatus, RuntimeError>> + Send;
+    /// The state of one container or sandbox by id, None if the runtime has no such id: a cheap
+    /// look (no list) used to notice that a runtime event's change has reached the CRI state. The
+    /// caller says which of the two the id is (its records know), so that the runtime is asked
+    /// the one question that can succeed.
+    fn probe_state(
+        &self,
+        id: &str,
+        kind: IdKind,
+    ) -> impl Future<Output = Result<Option<RuntimeContainerState>, RuntimeError>> + Send;
     /// The pod that owns container or sandbox `id`, None while the runtime lists no such id (a
     /// runtime's event can come before its CRI state lists what it names).
     fn locate(&self, id: &str) -> impl Future<Output = Result<Option<PodUid>, RuntimeError>> + Send;
+}
+
+/// Whether an id names a container or a pod sandbox (they share one id space in CRI).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdKind {
+    Container,
+    Sandbox,
 }
 
 /// A list item that is not protobuf of the expected shape: the status tonic gives an answer it
@@ -669,5 +685,21 @@ impl Runtime for CriRuntime {
             status.ips = newest.ips.clone();
         }
         Ok(status)
+    }
+
+    async fn probe_state(&self, id: &str, kind: IdKind) -> Result<Option<RuntimeContainerState>, RuntimeError> {
+        let mut bad = Vec::new();
+        let state = match kind {
+            IdKind::Container => self
+                .container_status(id)
+                .await?
+                .map(|s| convert::container_status(statuses::container_status(id, &s, &mut bad), &mut bad).state),
+            IdKind::Sandbox => self.sandbox_status(id).await?.map(|s| {
+                let s = statuses::sandbox_status(id, &s, &mut bad);
+                convert::sandbox_as_container_state(convert::sandbox_status(s, &mut bad).state)
+            }),
+        };
+        self.report(bad);
+        Ok(state)
     }
 }

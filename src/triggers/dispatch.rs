@@ -25,8 +25,6 @@ pub struct Pending {
     pub containers: Vec<String>,
     /// Containers named by a [`Trigger::ContainerSettled`] (also in `containers`).
     pub settled: HashSet<String>,
-    /// Containers named by a [`Trigger::ContainerExited`] (also in `containers`).
-    pub exited: HashSet<String>,
     /// The ids in `containers`, for a lookup that stays cheap in a burst.
     named: HashSet<String>,
     seen: HashSet<Trigger>,
@@ -52,12 +50,6 @@ impl Pending {
                     self.containers.push(id.clone());
                 }
                 self.settled.insert(id);
-            }
-            Trigger::ContainerExited(id) => {
-                if self.named.insert(id.clone()) {
-                    self.containers.push(id.clone());
-                }
-                self.exited.insert(id);
             }
         }
     }
@@ -97,6 +89,12 @@ pub fn recheck_delay(target: &Target, attempt: usize) -> Option<Duration> {
     Some(Duration::from_millis(ms))
 }
 
+/// When this many container probes are due at once (a burst of exits), one complete relist answers
+/// them all instead: two list calls instead of one status call each, every 2 ms, which in a burst
+/// of 100 exits kept the dispatcher busy for seconds and loaded the runtime that was still
+/// catching up with the exits.
+pub const BATCH_PROBES: usize = 8;
+
 /// At most this many targets wait for a re-check; past it a burst's further targets get one check
 /// each and a complete relist (one, however many) covers what their re-checks would have found.
 pub const MAX_RECHECKS: usize = 4096;
@@ -111,8 +109,8 @@ const MAX_UNLOCATABLE: usize = 4096;
 /// A target whose whole re-check schedule found no change (its events announced nothing: the
 /// records had it already, or the event changes no CRI state) is *quiet* for this long: an event
 /// for it then gets the sparse end of the schedule ([`first_attempt`]), not 60 probes 2 ms apart.
-/// Without it, a stream of empty events for a few containers kept the dispatcher probing them
-/// every 2 ms.
+/// Without it, a stream of empty events for a few containers kept the dispatcher probing them, or
+/// relisting everything (see `BATCH_PROBES`), every 2 ms.
 pub const QUIET_FOR: Duration = Duration::from_secs(60);
 /// At most this many quiet targets are remembered (then the memory starts over).
 const MAX_QUIET: usize = 4096;
@@ -210,23 +208,6 @@ impl Rechecks {
         }
     }
 
-    /// A fresh trigger for `target`, whose probe is in flight, joins its schedule (as [`Self::join`]).
-    pub fn join_in_flight(&mut self, target: &Target) {
-        self.joined.insert(target.clone());
-    }
-
-    /// A settling trigger for `target`, whose probe is in flight: true the first time in its
-    /// schedule (as [`Self::pull`]), when a read that finds nothing starts the fine probes over.
-    pub fn pull_in_flight(&mut self, target: &Target) -> bool {
-        self.joined.insert(target.clone());
-        self.pulled.insert(target.clone())
-    }
-
-    /// `target`'s re-check number `attempt`, due now, waits for a free probe slot.
-    pub fn defer(&mut self, target: Target, attempt: usize, now: tokio::time::Instant) {
-        self.due.push((now, target, attempt));
-    }
-
     /// Marks of schedules that no longer wait (a target located and keyed anew, a schedule dropped
     /// for want of room) are let go: `joined` and `pulled` only ever hold waiting targets.
     fn forget_stale_marks(&mut self) {
@@ -287,9 +268,6 @@ impl Rechecks {
             .into_iter()
             .partition(|(t, _, _)| *t <= now);
         self.due = later;
-        // Longest due first: a re-check deferred for want of a probe slot is not overtaken again.
-        let mut due = due;
-        due.sort_by_key(|(t, _, _)| *t);
         due.into_iter().map(|(_, target, attempt)| (target, attempt)).collect()
     }
 
@@ -302,11 +280,11 @@ impl Rechecks {
     }
 }
 
-/// One check of a target that is not a probe (those are read together, in `dispatch`): a target
-/// without a pod is located first (two lists filtered by its id); once found, its pod is relisted,
-/// and a container the relist saw only created is probed further, since the event was about its
-/// start. A pod target is relisted. Returns whether a change was found (the end of the target's
-/// schedule); `target` is updated once located.
+/// One check: a target without a pod is located first (two lists filtered by its id); once found,
+/// its pod is relisted, and a container the relist saw only created is probed further, since the
+/// event was about its start. A container target is probed (one status call) and its pod relisted
+/// only when the probe differs from the record; a pod target is relisted. Returns whether a
+/// change was found (the end of the target's schedule); `target` is updated once located.
 async fn check<R: Runtime, C: Clock>(
     pleg: &GenericPleg<R, C>,
     target: &mut Target,
@@ -342,7 +320,20 @@ async fn check<R: Runtime, C: Clock>(
             }
         };
     };
-    metrics.count_trigger_relist(if fresh { "pod" } else { "recheck" });
+    if let Some(id) = &target.container {
+        metrics.count_trigger_relist("probe");
+        match pleg.probe(&pod, id).await {
+            Ok(false) => return false,
+            Ok(true) => {}
+            // The runtime did not answer: let the relist below find out, or the periodic one.
+            Err(error) => debug!(pod = %pod, container = %id, error = %error, "probe failed"),
+        }
+    }
+    metrics.count_trigger_relist(if fresh || target.container.is_some() {
+        "pod"
+    } else {
+        "recheck"
+    });
     match pleg.relist_pod(&pod).await {
         Ok(changed) => changed,
         Err(error) => {
@@ -366,135 +357,24 @@ async fn recorded<R: Runtime, C: Clock>(pleg: &GenericPleg<R, C>, target: &Targe
     pleg.recorded_state(pod, id).await
 }
 
-/// Reads of probed pods in flight at once, at most (see [`dispatch`]): more than the kubelet's
-/// default `maxPods` (110), so that a burst on a full node probes every pod at once. With 32, a
-/// burst of 100 exits on containerd 2.1 (each read 25–250 ms) left re-checks waiting 650 ms for a
-/// slot.
-pub const PROBES_IN_FLIGHT: usize = 128;
-
-/// What a probe's read said of its target, once taken in.
-struct Probed {
-    target: Target,
-    attempt: usize,
-    fresh: bool,
-    changed: bool,
-    /// How long the probe took, from its start to its result taken in.
-    took: Duration,
-}
-
-/// Probes of known containers, each one a read of its pod from the ids its records hold (no list;
-/// the read that finds a change is the pod's status read too), run as tasks of their own side by
-/// side, [`PROBES_IN_FLIGHT`] at most: a slow runtime answer delays its own target only. In a
-/// burst of 100 exits containerd took 100–250 ms for any call; probes made one after the other,
-/// or a round of them awaited together, made the last of them wait for all the others.
-#[derive(Default)]
-struct Probes {
-    tasks: tokio::task::JoinSet<Probed>,
-    in_flight: HashSet<Target>,
-    /// Each task's target, for a task that panicked.
-    ids: std::collections::HashMap<tokio::task::Id, Target>,
-    /// Targets in flight that a settling trigger named meanwhile: if their read finds nothing,
-    /// the fine probes start over (as [`Rechecks::pull`] does for a waiting target).
-    settled: HashSet<Target>,
-}
-
-impl Probes {
-    fn has_room(&self) -> bool {
-        self.tasks.len() < PROBES_IN_FLIGHT
-    }
-
-    fn start<R: Runtime, C: Clock>(&mut self, pleg: &Arc<GenericPleg<R, C>>, target: Target, attempt: usize, fresh: bool) {
-        self.in_flight.insert(target.clone());
-        let pleg = pleg.clone();
-        let key = target.clone();
-        let task = self.tasks.spawn(async move {
-            let started = tokio::time::Instant::now();
-            let before = recorded(&pleg, &target).await;
-            let pod = target.pod.clone().unwrap_or_default();
-            let result = match pleg.read_pod(&pod).await {
-                Some(read) => pleg.apply_read(read).await,
-                // No record of a sandbox: the pod is listed.
-                None => pleg.relist_pod(&pod).await,
-            };
-            // A read that failed ends the schedule: the periodic relist owns a runtime that does
-            // not answer (as a failed pod relist does in `check`).
-            let changed = match result {
-                Ok(_) => recorded(&pleg, &target).await != before,
-                Err(error) => {
-                    debug!(pod = %pod, error = %error, "triggered pod read failed; the periodic relist will retry");
-                    true
-                }
-            };
-            Probed {
-                target,
-                attempt,
-                fresh,
-                changed,
-                took: started.elapsed(),
-            }
-        });
-        self.ids.insert(task.id(), key);
-    }
-
-    /// A finished probe's target back on its schedule.
-    fn finish(&mut self, done: Result<(tokio::task::Id, Probed), tokio::task::JoinError>, rechecks: &mut Rechecks) {
-        let Probed {
-            target,
-            attempt,
-            fresh,
-            changed,
-            took,
-        } = match done {
-            Ok((id, probed)) => {
-                self.ids.remove(&id);
-                probed
-            }
-            Err(error) => {
-                // A probe task that panicked: its target's schedule ends (the periodic relist
-                // covers it); the others go on.
-                tracing::error!(error = %error, "a probe task failed");
-                if let Some(target) = self.ids.remove(&error.id()) {
-                    self.in_flight.remove(&target);
-                    self.settled.remove(&target);
-                    rechecks.after_check(&target, true, 0, tokio::time::Instant::now());
-                }
-                return;
-            }
-        };
-        self.in_flight.remove(&target);
-        let settled = self.settled.remove(&target);
-        debug!(pod = ?target.pod, container = ?target.container, attempt, fresh, changed, took_ms = took.as_secs_f64() * 1e3, "trigger probe");
-        // Named by a settling trigger meanwhile: fine probes from the start.
-        let attempt = if settled && !changed { 0 } else { attempt };
-        rechecks.after_check(&target, changed, attempt, tokio::time::Instant::now());
-    }
-}
-
-/// Serve triggers until every sender is gone: wait for one (or for a re-check to be due, or a
-/// probe to finish), take everything else already queued, map container ids to pods, then check
-/// each target once: probes of known pods as tasks side by side ([`Probes`]), locates and pod
-/// relists in turn, everything relisted once for [`Trigger::All`].
+/// Serve triggers until every sender is gone: wait for one (or for a re-check to be due), take
+/// everything else already queued, map container ids to pods, then check each target once (or
+/// relist everything once; many probes due at once are answered by one complete relist).
 pub async fn dispatch<R: Runtime, C: Clock>(
     pleg: Arc<GenericPleg<R, C>>,
     mut queue: TriggerReceiver,
     metrics: Arc<Metrics>,
 ) {
     let mut rechecks = Rechecks::default();
-    let mut probes = Probes::default();
     loop {
         let mut pending = Pending::default();
-        // Due re-checks wait while every probe slot is taken.
-        let next_due = rechecks.next_due().filter(|_| probes.has_room());
+        let next_due = rechecks.next_due();
         tokio::select! {
             trigger = queue.rx.recv() => match trigger {
                 Some(trigger) => pending.add(trigger),
                 None => return,
             },
             () = tokio::time::sleep_until(next_due.unwrap_or_else(tokio::time::Instant::now)), if next_due.is_some() => {}
-            Some(done) = probes.tasks.join_next_with_id(), if !probes.tasks.is_empty() => probes.finish(done, &mut rechecks),
-        }
-        while let Some(done) = probes.tasks.try_join_next_with_id() {
-            probes.finish(done, &mut rechecks);
         }
         while let Ok(more) = queue.rx.try_recv() {
             pending.add(more);
@@ -505,13 +385,12 @@ pub async fn dispatch<R: Runtime, C: Clock>(
         // Fresh triggers are checked at once and start a schedule (a quiet target's sparse end of
         // one), unless their target waits for a re-check already: they join that, except that the
         // first settling trigger of a schedule pulls its check forward with the fine probes again
-        // (`Rechecks::pull`). A target being probed right now is joined the same way. Due
-        // re-checks continue theirs. Each target is checked at most once a round.
+        // (`Rechecks::pull`). Due re-checks
+        // continue theirs. Each target is checked at most once a round.
         let mut targets: Vec<(Target, usize, bool)> = Vec::new();
         let now = tokio::time::Instant::now();
         let mut fresh = Vec::new();
         let settled = std::mem::take(&mut pending.settled);
-        let exited = std::mem::take(&mut pending.exited);
         for id in std::mem::take(&mut pending.containers) {
             // An id no record has (a new pod, or a new container) is located in the runtime,
             // unless it was looked for in vain a moment ago.
@@ -531,14 +410,6 @@ pub async fn dispatch<R: Runtime, C: Clock>(
         }));
         for target in fresh {
             let settles = target.container.as_ref().is_some_and(|id| settled.contains(id));
-            if probes.in_flight.contains(&target) {
-                rechecks.join_in_flight(&target);
-                if settles && rechecks.pull_in_flight(&target) {
-                    probes.settled.insert(target);
-                }
-                metrics.count_trigger_relist("skipped");
-                continue;
-            }
             if rechecks.waiting(&target) {
                 if settles && rechecks.pull(&target) {
                     targets.push((target, 0, true));
@@ -549,12 +420,10 @@ pub async fn dispatch<R: Runtime, C: Clock>(
                 continue;
             }
             // The CRI state follows a settling event at once: fine probes even for a quiet target.
-            // It follows an exit only at its settling event: until then, the sparse schedule.
-            let exits = target.container.as_ref().is_some_and(|id| exited.contains(id));
             let attempt = if settles {
                 0
             } else {
-                first_attempt(&target, exits || rechecks.quiet(&target, now))
+                first_attempt(&target, rechecks.quiet(&target, now))
             };
             targets.push((target, attempt, true));
         }
@@ -563,31 +432,36 @@ pub async fn dispatch<R: Runtime, C: Clock>(
                 targets.push((target, attempt, false));
             }
         }
-        let mut started = 0;
-        let now = tokio::time::Instant::now();
-        for (target, attempt, fresh) in targets {
-            if !is_probe(&target) {
-                let mut target = target;
-                let changed = check(&pleg, &mut target, fresh, &metrics).await;
-                debug!(pod = ?target.pod, container = ?target.container, attempt, fresh, changed, "trigger check");
-                rechecks.after_check(&target, changed, attempt, tokio::time::Instant::now());
-            } else if probes.has_room() {
-                metrics.count_trigger_relist("probe");
-                probes.start(&pleg, target, attempt, fresh);
-                started += 1;
-            } else {
-                // Every slot taken: due again as soon as one frees.
-                rechecks.defer(target, attempt, now);
+        // Many probes due at once: what the records say of each before one complete relist, which
+        // a probe would have found different from the runtime's state.
+        let mut batched = Vec::new();
+        if targets.iter().filter(|(t, _, _)| is_probe(t)).count() >= BATCH_PROBES {
+            let (probes, rest): (Vec<_>, Vec<_>) = targets.into_iter().partition(|(t, _, _)| is_probe(t));
+            targets = rest;
+            for (target, attempt, _) in probes {
+                let recorded = recorded(&pleg, &target).await;
+                batched.push((target, attempt, recorded));
             }
         }
-        if started > 1 {
-            metrics.count_trigger_relist("batch");
-        }
-        if pending.all {
-            metrics.count_trigger_relist("all");
-            if let Err(error) = pleg.relist().await {
+        if pending.all || !batched.is_empty() {
+            metrics.count_trigger_relist(if pending.all { "all" } else { "batch" });
+            let relisted = pleg.relist().await;
+            if let Err(error) = &relisted {
                 debug!(error = %error, "triggered relist failed; the periodic relist will retry");
             }
+            let now = tokio::time::Instant::now();
+            debug!(probes = batched.len(), all = pending.all, "trigger batch relist");
+            for (target, attempt, before) in batched {
+                // A relist that failed ends the schedules: the periodic relist owns a runtime that
+                // does not answer (as a failed pod relist does below).
+                let changed = relisted.is_err() || recorded(&pleg, &target).await != before;
+                rechecks.after_check(&target, changed, attempt, now);
+            }
+        }
+        for (mut target, attempt, fresh) in targets {
+            let changed = check(&pleg, &mut target, fresh, &metrics).await;
+            debug!(pod = ?target.pod, container = ?target.container, attempt, fresh, changed, "trigger check");
+            rechecks.after_check(&target, changed, attempt, tokio::time::Instant::now());
         }
         if rechecks.take_overflowed() {
             // One complete relist for every re-check there was no room for.
@@ -857,49 +731,20 @@ mod tests {
             &self,
             pod: &crate::kubecontainer::RuntimePod,
         ) -> Result<crate::kubecontainer::RuntimePodStatus, crate::runtime::RuntimeError> {
-            use crate::kubecontainer::{RuntimeContainerStatus, SandboxState, SandboxStatus};
             self.count("pod_status");
-            let state = self.state();
             Ok(crate::kubecontainer::RuntimePodStatus {
                 id: pod.id.clone(),
-                container_statuses: pod
-                    .containers
-                    .iter()
-                    .map(|c| RuntimeContainerStatus {
-                        id: c.id.clone(),
-                        sandbox_id: c.sandbox_id.clone(),
-                        name: c.name.clone(),
-                        state,
-                        created_at: None,
-                        started_at: None,
-                        finished_at: None,
-                        exit_code: 0,
-                        image: String::new(),
-                        image_ref: String::new(),
-                        reason: String::new(),
-                        message: String::new(),
-                        restart_count: 0,
-                        resources: None,
-                        user: None,
-                        stop_signal: None,
-                    })
-                    .collect(),
-                sandbox_statuses: pod
-                    .sandboxes
-                    .iter()
-                    .map(|s| SandboxStatus {
-                        id: s.id.clone(),
-                        state: SandboxState::Ready,
-                        created_at: s.created_at,
-                        attempt: 0,
-                        ips: vec![],
-                        host_network: false,
-                        no_primary_ip: false,
-                        runtime_handler: String::new(),
-                    })
-                    .collect(),
                 ..Default::default()
             })
+        }
+
+        async fn probe_state(
+            &self,
+            _: &str,
+            _: crate::runtime::IdKind,
+        ) -> Result<Option<crate::kubecontainer::RuntimeContainerState>, crate::runtime::RuntimeError> {
+            self.count("probe_state");
+            Ok(Some(self.state()))
         }
 
         async fn locate(&self, _: &str) -> Result<Option<PodUid>, crate::runtime::RuntimeError> {
@@ -936,14 +781,15 @@ mod tests {
         }
         drop(sender);
         dispatcher.await.unwrap();
-        let calls = runtime.calls("pod_status") + runtime.calls("list_pod") + runtime.calls("list_pods") - 1;
+        let calls = runtime.calls("probe_state") + runtime.calls("list_pod") + runtime.calls("list_pods") - 1;
         (runtime, calls)
     }
 
     /// Events that announce nothing, however many, cost a bounded number of probes and relists:
     /// a target already waiting for a re-check is not started over by another event, and a target
     /// whose whole schedule found nothing gets a sparse one (four checks in a second) next time.
-    /// Eight containers named every millisecond once kept the dispatcher probing every 2 ms.
+    /// Eight containers named every millisecond once kept the dispatcher in complete relists
+    /// (eight probes due at once are answered by one) every 2 ms.
     #[tokio::test(start_paused = true)]
     async fn events_that_announce_nothing_cost_a_bounded_number_of_checks() {
         let (one, calls) = cost_of_a_flood(1).await;
@@ -954,7 +800,8 @@ mod tests {
         assert_eq!(one.calls("list_pods"), 1, "no complete relist for one container");
 
         let (eight, calls) = cost_of_a_flood(8).await;
-        assert_eq!(eight.calls("list_pods"), 1, "no complete relist for eight containers");
+        let relists = eight.calls("list_pods") - 1;
+        assert!(relists <= BOUND, "{relists} complete relists for eight containers");
         assert!(calls <= 8 * BOUND, "{calls} calls for eight containers, 80,000 events");
     }
 
@@ -963,7 +810,7 @@ mod tests {
     /// before it. In a burst containerd's CRI state lags `/tasks/exit` by seconds, and then either
     /// the exit's schedule waits in its long re-checks (up to 512 ms) or has run out (the target is
     /// quiet: its next check 128 ms after the first).
-    async fn exit_seen_after(lead: Duration) -> (Duration, SteadyRuntime) {
+    async fn exit_seen_after(lead: Duration) -> Duration {
         let t0 = tokio::time::Instant::now();
         let flip = t0 + lead;
         let runtime = SteadyRuntime {
@@ -972,7 +819,7 @@ mod tests {
             ..Default::default()
         };
         let (pleg, mut events) = GenericPleg::new(
-            runtime.clone(),
+            runtime,
             crate::clock::SystemClock,
             Arc::new(Metrics::new()),
             crate::pleg::PlegConfig::default(),
@@ -981,10 +828,8 @@ mod tests {
         pleg.relist().await.unwrap();
         let (sender, receiver) = crate::triggers::trigger_queue(64);
         let dispatcher = tokio::spawn(dispatch(pleg.clone(), receiver, Arc::new(Metrics::new())));
-        let first_relist = runtime.calls("pod_status");
-        sender.send(Trigger::ContainerExited("c0".into()));
+        sender.send(Trigger::Container("c0".into()));
         tokio::time::sleep_until(flip - Duration::from_millis(1)).await;
-        let before_settling = runtime.calls("pod_status") - first_relist;
         sender.send(Trigger::ContainerSettled("c0".into()));
         let seen = loop {
             let event = events.recv().await.expect("an event");
@@ -994,27 +839,18 @@ mod tests {
         };
         drop(sender);
         dispatcher.abort();
-        assert!(
-            before_settling <= 4,
-            "{before_settling} probes between /tasks/exit and /tasks/delete, {lead:?} apart"
-        );
-        (seen.duration_since(flip), runtime)
+        seen.duration_since(flip)
     }
 
-    /// An exit is seen within milliseconds of its settling event however long the CRI state took
-    /// after `/tasks/exit` (before, during and after the exit's sparse checks), and until the
-    /// settling event its container costs a check at once and three sparse ones, not a probe
-    /// every 2 ms; the pod is then read from its records' ids, without a list.
     #[tokio::test(start_paused = true)]
     async fn a_settling_event_is_followed_by_fine_probes() {
-        for lead in [30, 130, 700, 1500].map(Duration::from_millis) {
-            let (late, runtime) = exit_seen_after(lead).await;
+        // The exit's schedule waits 512 ms at about 0.6–1.1 s; it is over by 1.2 s.
+        for lead in [Duration::from_millis(700), Duration::from_millis(1500)] {
+            let late = exit_seen_after(lead).await;
             assert!(
                 late <= Duration::from_millis(4),
                 "exit seen {late:?} after the CRI state, {lead:?} after /tasks/exit"
             );
-            assert_eq!(runtime.calls("list_pod"), 0, "{lead:?}");
-            assert_eq!(runtime.calls("list_pods"), 1, "the first relist only ({lead:?})");
         }
     }
 

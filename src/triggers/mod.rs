@@ -17,11 +17,9 @@
 //!
 //! A runtime's event can be ahead of its CRI state (containerd 1.6 publishes `/tasks/exit` 20–70 ms
 //! before its CRI plugin reports the container exited). So an event that names a known container is
-//! checked by probing its pod: the status calls of the ids its records hold (no list; the read
-//! that finds a change is the pod's status read too), the probes due at once side by side; a probe
-//! or relist that finds no change is repeated on a schedule ([`recheck_delay`]) that ends at the
-//! first change, fine (every 2 ms) from the event the CRI state follows at once (containerd's
-//! `/tasks/delete`, not its `/tasks/exit`). No event source can
+//! checked by probing that one container's CRI state (one cheap status call), and its pod is
+//! relisted only when the probe differs from the record; a probe or relist that finds no change is
+//! repeated on a schedule ([`recheck_delay`]) that ends at the first change. No event source can
 //! keep plegd probing: an event for a target on a schedule joins it, and a target whose last
 //! schedule found nothing gets a sparse one ([`QUIET_FOR`]).
 //!
@@ -69,13 +67,6 @@ pub enum Trigger {
     /// Only *when* to look differs: the container is probed at once and every 2 ms, even if a
     /// re-check of it is already scheduled later. Nothing of the event is taken for state.
     ContainerSettled(String),
-    /// As [`Trigger::Container`], from containerd's `/tasks/exit`: the container's process ended,
-    /// and the runtime's CRI state shows it only once its CRI plugin has deleted the task (the
-    /// settling `/tasks/delete` that follows), which in a burst of exits is seconds later. The
-    /// container is checked at once, then sparsely (as a quiet target is): the fine probes wait
-    /// for the settling event. Probed every 2 ms from the exit, a burst of 100 kept 100 probes
-    /// due at once for as long as containerd took to catch up.
-    ContainerExited(String),
     /// Relist this pod.
     Pod(PodUid),
     /// Relist everything.

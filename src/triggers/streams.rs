@@ -151,7 +151,6 @@ async fn containerd_subscription(
                 if let Some(subject) = event.subject {
                     let trigger = match subject {
                         EventSubject::Container(id) if settles(&event.topic) => Trigger::ContainerSettled(id),
-                        EventSubject::Container(id) if event.topic == "/tasks/exit" => Trigger::ContainerExited(id),
                         subject => Trigger::from(subject),
                     };
                     debug!(source = "containerd", topic = %event.topic, ?trigger, "trigger");

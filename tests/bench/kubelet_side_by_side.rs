@@ -197,9 +197,13 @@ fn watch_computed(seen: Seen) -> tokio::task::JoinHandle<()> {
         };
         let mut stream = client.watch(request).await.expect("plegd's StatusService").into_inner();
         while let Ok(Some(response)) = stream.message().await {
-            let Some(status_service_watch_response::Item::Report(report)) = response.item else {
-                eprintln!("plegd's status stream lagged");
-                continue;
+            let report = match response.item {
+                Some(status_service_watch_response::Item::Report(report)) => report,
+                Some(status_service_watch_response::Item::Lagged(lagged)) => {
+                    eprintln!("plegd's status stream lagged: {} reports missed", lagged.missed);
+                    continue;
+                }
+                _ => continue,
             };
             let status: Value = serde_json::from_str(&report.status_json).unwrap_or_default();
             let main = status["containerStatuses"]

@@ -118,8 +118,6 @@ pub struct FakeState {
     pub delays: HashMap<String, Duration>,
     /// Method name → number of calls.
     pub calls: HashMap<String, u64>,
-    /// Method name → (calls in their scripted delay now, the most there ever were at once).
-    pub in_flight: HashMap<String, (u64, u64)>,
     /// Answer Version with Unimplemented (a runtime without CRI v1).
     pub no_v1: bool,
     pub runtime_name: String,
@@ -390,12 +388,6 @@ impl FakeCri {
         self.state().calls.get(method).copied().unwrap_or(0)
     }
 
-    /// The most calls of `method` that were in its scripted delay at once: whether the client
-    /// made them side by side.
-    pub fn peak_in_flight(&self, method: &str) -> u64 {
-        self.state().in_flight.get(method).map_or(0, |(_, peak)| *peak)
-    }
-
     /// Count the call, then apply the scripted delay and failure.
     async fn enter(&self, method: &str) -> Result<(), Status> {
         let (delay, failure) = {
@@ -404,16 +396,7 @@ impl FakeCri {
             (st.delays.get(method).copied(), st.failures.get(method).cloned())
         };
         if let Some(delay) = delay {
-            {
-                let mut st = self.state();
-                let (now, peak) = st.in_flight.entry(method.into()).or_default();
-                *now += 1;
-                *peak = (*peak).max(*now);
-            }
             tokio::time::sleep(delay).await;
-            if let Some((now, _)) = self.state().in_flight.get_mut(method) {
-                *now -= 1;
-            }
         }
         failure.map_or(Ok(()), Err)
     }
