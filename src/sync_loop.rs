@@ -539,7 +539,14 @@ impl SyncLoop {
                 // A status someone wrote after plegd's runtime read (the kubelet saw a change
                 // first) is compared again, and counted, from a read after it: plegd's lag is not
                 // its difference. The report above already shows it.
-                if entry.modified < tracked.status_seen_at {
+                // Fresh enough once the pod's entry, or the whole cache (a complete relist), is
+                // newer than the status's arrival: the wait below ends exactly then.
+                let stale = self
+                    .pleg
+                    .cache()
+                    .try_get_newer_than(&tracked.runtime_uid, tracked.status_seen_at)
+                    .is_none();
+                if stale {
                     debug!(pod = %tracked.key, "shadow: the apiserver's status is newer than plegd's runtime read; compared again from a newer one");
                     tracked.wanted = Some(tracked.wanted.map_or(tracked.status_seen_at, |w| w.min(tracked.status_seen_at)));
                     if !tracked.waiting {

@@ -346,8 +346,11 @@ fn watch_plegd(shared: Shared) -> tokio::task::JoinHandle<()> {
         };
         let mut stream = client.watch(request).await.expect("plegd's StatusService").into_inner();
         while let Some(response) = stream.message().await.expect("plegd's status stream") {
-            let Some(status_service_watch_response::Item::Report(report)) = response.item else {
-                panic!("plegd's status stream lagged: {response:?}")
+            let report = match response.item {
+                Some(status_service_watch_response::Item::Report(report)) => report,
+                // A deleted pod's report goes.
+                Some(status_service_watch_response::Item::Removed(_)) => continue,
+                _ => panic!("plegd's status stream lagged: {response:?}"),
             };
             let status: PodStatus = serde_json::from_str(&report.status_json).expect("a PodStatus");
             shared

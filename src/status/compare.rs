@@ -87,7 +87,7 @@ pub const UNKNOWABLE: &[(&str, &str)] = &[
     ),
     (
         "cgroup",
-        "while a pod runs, the kubelet reads its pod-level resources back from the pod's cgroup, which the CRI does not report",
+        "once a pod runs, the kubelet reads its pod-level resources back from the pod's cgroup, which the CRI does not report",
     ),
 ];
 
@@ -311,10 +311,10 @@ fn unknowable(at: &At, probed: &Probed, apiserver_status: &Value) -> Option<&'st
         }
         return None;
     }
-    // The kubelet reads a pod's resources back from its cgroup only once the pod runs; before,
-    // they are the spec's, which plegd computes as it does.
-    let running = apiserver_status.get("phase").and_then(Value::as_str) == Some("Running");
-    if running && (at.path == "resources" || at.path.starts_with("resources.")) {
+    // The kubelet reads a pod's resources back from its cgroup once the pod runs (and keeps them
+    // when it ends); before, they are the spec's, which plegd computes as it does.
+    let pending = apiserver_status.get("phase").and_then(Value::as_str) == Some("Pending");
+    if !pending && (at.path == "resources" || at.path.starts_with("resources.")) {
         return Some(reason("cgroup"));
     }
     // Readiness a probe decides makes ContainersReady and Ready the prober's too.
@@ -476,16 +476,18 @@ mod tests {
         assert!(d.iter().any(|d| d.path.contains("lastState") && d.unknowable.is_none()));
     }
 
-    /// Pod-level resources are read from the cgroup only once the pod runs: before, a difference
-    /// is plegd's.
+    /// Pod-level resources are read from the cgroup once the pod runs: while it is pending, a
+    /// difference is plegd's.
     #[test]
     fn pod_resources_are_the_kubelets_only_while_the_pod_runs() {
         let with = |phase: &str, cpu: &str| {
             status(json!({"phase": phase, "resources": {"requests": {"cpu": cpu}}}))
         };
-        let running = differences(&with("Running", "1"), &with("Running", "2"), &Probed::default());
-        assert_eq!(running.len(), 1);
-        assert!(running[0].unknowable.is_some());
+        for phase in ["Running", "Succeeded", "Failed"] {
+            let d = differences(&with(phase, "1"), &with(phase, "2"), &Probed::default());
+            assert_eq!(d.len(), 1);
+            assert!(d[0].unknowable.is_some(), "{phase}");
+        }
         let pending = differences(&with("Pending", "1"), &with("Pending", "2"), &Probed::default());
         assert_eq!(pending.len(), 1);
         assert_eq!(pending[0].unknowable, None);

@@ -83,14 +83,17 @@ impl StatusReports {
         self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Keep `report` as its pod's latest; followers get it unless it was generated from the same
-    /// inputs with the same result as the one before.
+    /// Keep `report` as its pod's latest, and send it to followers, unless it was generated from
+    /// the same inputs with the same result as the one kept.
     pub fn put(&self, uid: &str, report: StatusReport) {
         let mut inner = self.lock();
-        let unchanged = inner.latest.get(uid).is_some_and(|old| old.same_inputs(&report));
+        if inner.latest.get(uid).is_some_and(|old| old.same_inputs(&report)) {
+            // The one kept says the same (followers were sent it).
+            return;
+        }
         let report = Arc::new(report);
         inner.latest.insert(uid.to_owned(), report.clone());
-        if !unchanged && inner.sender.receiver_count() > 0 {
+        if inner.sender.receiver_count() > 0 {
             let _ = inner.sender.send(Followed::Report(uid.to_owned(), report));
         }
     }
@@ -115,10 +118,6 @@ impl StatusReports {
         (latest, inner.sender.subscribe())
     }
 
-    /// Whether `report` is still pod `uid`'s latest (a newer one has not replaced it).
-    pub fn is_latest(&self, uid: &str, report: &Arc<StatusReport>) -> bool {
-        self.lock().latest.get(uid).is_some_and(|latest| Arc::ptr_eq(latest, report))
-    }
 }
 
 #[cfg(test)]

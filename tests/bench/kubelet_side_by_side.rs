@@ -696,6 +696,9 @@ async fn main() {
             }
         }
     }
+    // The cluster stays up for a look; the plegd install goes (its admission policies would refuse
+    // another plegd's writes, a demo's in full mode for one).
+    cluster_sh(&["remove-plegd"], "");
     if let (Some(with), Some(without)) = (apiserver_cpu.get("defaults"), apiserver_cpu.get("kubelet-only")) {
         println!(
             "\nkube-apiserver CPU over the same churn: {with:.2} s with plegd, {without:.2} s without: plegd's share {:.2} s",
