@@ -548,7 +548,11 @@ impl SyncLoop {
                     .is_none();
                 if stale {
                     debug!(pod = %tracked.key, "shadow: the apiserver's status is newer than plegd's runtime read; compared again from a newer one");
-                    tracked.wanted = Some(tracked.wanted.map_or(tracked.status_seen_at, |w| w.min(tracked.status_seen_at)));
+                    tracked.wanted = Some(
+                        tracked
+                            .wanted
+                            .map_or(tracked.status_seen_at, |w| w.min(tracked.status_seen_at)),
+                    );
                     if !tracked.waiting {
                         tracked.waiting = true;
                         self.to_wait

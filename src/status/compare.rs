@@ -146,7 +146,11 @@ impl At {
     }
 
     fn item(&self, list: &str, key: &str) -> At {
-        let label = if list == "conditions" { format!("[{key}]") } else { "[*]".to_owned() };
+        let label = if list == "conditions" {
+            format!("[{key}]")
+        } else {
+            "[*]".to_owned()
+        };
         let container = matches!(
             list,
             "containerStatuses" | "initContainerStatuses" | "ephemeralContainerStatuses"
@@ -480,9 +484,7 @@ mod tests {
     /// difference is plegd's.
     #[test]
     fn pod_resources_are_the_kubelets_only_while_the_pod_runs() {
-        let with = |phase: &str, cpu: &str| {
-            status(json!({"phase": phase, "resources": {"requests": {"cpu": cpu}}}))
-        };
+        let with = |phase: &str, cpu: &str| status(json!({"phase": phase, "resources": {"requests": {"cpu": cpu}}}));
         for phase in ["Running", "Succeeded", "Failed"] {
             let d = differences(&with(phase, "1"), &with(phase, "2"), &Probed::default());
             assert_eq!(d.len(), 1);
@@ -497,8 +499,10 @@ mod tests {
     #[test]
     fn labels_carry_no_key_text() {
         let mounts = |ro: bool| {
-            status(json!({"containerStatuses": [{"name": "a]b", "ready": false, "restartCount": 0, "image": "i",
-                "imageID": "", "volumeMounts": [{"name": "v", "mountPath": "/d].x[", "readOnly": ro}]}]}))
+            status(
+                json!({"containerStatuses": [{"name": "a]b", "ready": false, "restartCount": 0, "image": "i",
+                "imageID": "", "volumeMounts": [{"name": "v", "mountPath": "/d].x[", "readOnly": ro}]}]}),
+            )
         };
         let d = differences(&mounts(true), &mounts(false), &Probed::default());
         assert_eq!(d.len(), 1);

@@ -117,7 +117,6 @@ impl StatusReports {
         let latest = inner.latest.iter().map(|(uid, r)| (uid.clone(), r.clone())).collect();
         (latest, inner.sender.subscribe())
     }
-
 }
 
 #[cfg(test)]

@@ -174,7 +174,12 @@ async fn observed(name: &str, version: &str, octet: u8) -> Observed {
         tasks.extend(observe_plegd(&cd.socket, TriggerMode::Cri, by_cri.clone()).await);
     }
     let polls = Polls::default();
-    tasks.push(observe_floor(cd.client.clone(), watch.clone(), floor.clone(), polls.clone()));
+    tasks.push(observe_floor(
+        cd.client.clone(),
+        watch.clone(),
+        floor.clone(),
+        polls.clone(),
+    ));
     // Both streams connect on their first event (CRI's call returns only then).
     let warmup = cd.run_pod("warmup", true).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
