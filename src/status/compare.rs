@@ -187,13 +187,10 @@ fn walk(at: &At, list_name: &str, a: &Value, b: &Value, out: &mut Vec<Raw>) {
         (Value::Array(_), Value::Null) => (a, &empty),
         _ => (a, b),
     };
-    let mut push = |at: At, a: Value, b: Value| {
-        out.push(Raw {
-            at,
-            apiserver: a,
-            plegd: b,
-        })
-    };
+    // Most of two statuses of one pod is equal: no path is built below an equal value.
+    if a == b {
+        return;
+    }
     match (a, b) {
         (Value::Object(a), Value::Object(b)) => {
             let mut keys: Vec<&String> = a.keys().chain(b.keys()).collect();
@@ -212,34 +209,24 @@ fn walk(at: &At, list_name: &str, a: &Value, b: &Value, out: &mut Vec<Raw>) {
         (Value::Array(items_a), Value::Array(items_b))
             if items_a.iter().chain(items_b).all(|i| key_of(list_name, i).is_some()) =>
         {
-            let keyed = |items: &Vec<Value>| -> Vec<(String, Value)> {
-                items
-                    .iter()
-                    .map(|i| (key_of(list_name, i).unwrap_or_default(), i.clone()))
-                    .collect()
-            };
-            let (ka, kb) = (keyed(items_a), keyed(items_b));
-            let mut keys: Vec<&String> = ka.iter().chain(&kb).map(|(k, _)| k).collect();
-            keys.dedup();
+            let (ka, kb) = (keyed(list_name, items_a), keyed(list_name, items_b));
             let mut seen = std::collections::BTreeSet::new();
-            for key in keys {
-                if !seen.insert(key.clone()) {
+            for key in ka.iter().chain(&kb).map(|(k, _)| k) {
+                if !seen.insert(key) {
                     continue;
                 }
-                let find = |items: &[(String, Value)]| items.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
-                let (x, y) = (find(&ka), find(&kb));
                 let sub = at.item(list_name, key);
-                match (x, y) {
-                    (Some(x), Some(y)) => walk(&sub, "", &x, &y, out),
+                match (find(&ka, key), find(&kb, key)) {
+                    (Some(x), Some(y)) => walk(&sub, "", x, y, out),
                     (x, y) => out.push(Raw {
                         at: sub,
-                        apiserver: x.unwrap_or(Value::Null),
-                        plegd: y.unwrap_or(Value::Null),
+                        apiserver: x.cloned().unwrap_or(Value::Null),
+                        plegd: y.cloned().unwrap_or(Value::Null),
                     }),
                 }
             }
             // Order matters to a reader of a list too (the kubelet sorts container statuses).
-            let order = |items: &[(String, Value)]| items.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>();
+            let order = |items: &[(String, &Value)]| items.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>();
             let (oa, ob) = (order(&ka), order(&kb));
             let common =
                 |o: &[String], other: &[String]| o.iter().filter(|k| other.contains(k)).cloned().collect::<Vec<_>>();
@@ -251,9 +238,22 @@ fn walk(at: &At, list_name: &str, a: &Value, b: &Value, out: &mut Vec<Raw>) {
                 });
             }
         }
-        (a, b) if a != b => push(at.clone(), a.clone(), b.clone()),
-        _ => {}
+        (a, b) => out.push(Raw {
+            at: at.clone(),
+            apiserver: a.clone(),
+            plegd: b.clone(),
+        }),
     }
+}
+
+/// The items of keyed list `list` with their keys.
+fn keyed<'v>(list: &str, items: &'v [Value]) -> Vec<(String, &'v Value)> {
+    items.iter().map(|i| (key_of(list, i).unwrap_or_default(), i)).collect()
+}
+
+/// The item of a keyed list with `key`.
+fn find<'v>(items: &[(String, &'v Value)], key: &str) -> Option<&'v Value> {
+    items.iter().find(|(k, _)| k == key).map(|(_, v)| *v)
 }
 
 /// What of the pod's spec the comparison needs: which containers have probes.

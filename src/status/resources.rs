@@ -97,7 +97,9 @@ fn set_cpu(list: &mut ResourceList, applied: Option<i64>, floor: i64, old: Optio
     }
 }
 
-const DECIMAL_SUFFIXES: [(i32, &str); 8] = [
+const DECIMAL_SUFFIXES: [(i32, &str); 10] = [
+    (-9, "n"),
+    (-6, "u"),
     (-3, "m"),
     (0, ""),
     (3, "k"),
@@ -149,6 +151,14 @@ pub fn format_binary(bytes: i64) -> String {
 /// `Quantity.MilliValue` (rounded up) of a quantity string, None when it does not parse. Values
 /// beyond i64 saturate. Only what the status needs: comparing a CPU quantity with a few millicores.
 pub fn milli_value(q: &str) -> Option<i64> {
+    let milli = scaled_value(q, -3)?;
+    Some(i64::try_from(milli).unwrap_or(if milli < 0 { i64::MIN } else { i64::MAX }))
+}
+
+/// A quantity string as a whole number of `10^scale` units, rounded up (toward zero for negative
+/// values), None when it does not parse; beyond i128 it saturates. At `scale` -9 this is the
+/// quantity exactly as `ParseQuantity` keeps it (it rounds anything finer up to a nano).
+fn scaled_value(q: &str, scale: i32) -> Option<i128> {
     let q = q.trim();
     let (negative, rest) = match q.as_bytes().first()? {
         b'-' => (true, &q[1..]),
@@ -189,9 +199,8 @@ pub fn milli_value(q: &str) -> Option<i64> {
     let kept = &significant[..significant.len().min(36)];
     exp10 += i32::try_from(significant.len() - kept.len()).ok()?;
     let mut mantissa: i128 = kept.parse().ok()?;
-    // Milli: one more factor of 10^3.
-    exp10 += 3;
-    let saturate = |negative: bool| Some(if negative { i64::MIN } else { i64::MAX });
+    exp10 -= scale;
+    let saturate = |negative: bool| Some(if negative { i128::MIN } else { i128::MAX });
     for _ in 0..exp2 {
         mantissa = match mantissa.checked_mul(2) {
             Some(m) => m,
@@ -214,8 +223,7 @@ pub fn milli_value(q: &str) -> Option<i64> {
             None => i128::from(!negative && mantissa > 0),
         };
     }
-    let signed = if negative { -mantissa } else { mantissa };
-    Some(i64::try_from(signed).unwrap_or(if negative { i64::MIN } else { i64::MAX }))
+    Some(if negative { -mantissa } else { mantissa })
 }
 
 /// The `user`, `resources` and `allocatedResources` of a status converted from the runtime, as
@@ -239,24 +247,29 @@ pub fn set_runtime_fields(
 /// A resource list of the API, by name.
 pub type ResourceList = BTreeMap<String, Quantity>;
 
-/// A quantity as a number (millis) and the format its string was in (`Quantity.Format`), for
-/// the sums and maxima of pod-level resources. None when it does not parse.
+/// Nanos in one unit.
+const NANO: i128 = 1_000_000_000;
+
+/// A quantity as a number (nanos: exact, as Go's `Quantity` holds it) and the format its string
+/// was in (`Quantity.Format`), for the sums and maxima of pod-level resources. None when it does
+/// not parse.
 fn amount(q: &Quantity) -> Option<(i128, bool)> {
     let binary = ["Ki", "Mi", "Gi", "Ti", "Pi", "Ei"]
         .iter()
         .any(|s| q.0.trim().ends_with(s));
-    milli_value(&q.0).map(|m| (i128::from(m), binary))
+    scaled_value(&q.0, -9).map(|nanos| (nanos, binary))
 }
 
-/// A sum or maximum written back as Go writes it: in the format of the quantity it started from.
-fn quantity(milli: i128, binary: bool) -> Quantity {
+/// A sum written back as Go's `Quantity.String` writes it: in the format of the quantity it
+/// started from, in DecimalSI when that is binary but the sum is not a whole number of bytes.
+fn quantity(nanos: i128, binary: bool) -> Quantity {
     if binary
-        && milli % 1000 == 0
-        && let Ok(bytes) = i64::try_from(milli / 1000)
+        && nanos % NANO == 0
+        && let Ok(bytes) = i64::try_from(nanos / NANO)
     {
         return Quantity(format_binary(bytes));
     }
-    Quantity(format_decimal(milli, -3))
+    Quantity(format_decimal(nanos, -9))
 }
 
 /// `addResourceList`: `add` added into `list`, name by name. A quantity that does not parse is
@@ -268,8 +281,10 @@ fn add_list(list: &mut ResourceList, add: &ResourceList) {
                 list.insert(name.clone(), q.clone());
             }
             Some(have) => {
-                if let (Some((a, binary)), Some((b, _))) = (amount(have), amount(q)) {
-                    list.insert(name.clone(), quantity(a + b, binary));
+                if let (Some((a, a_binary)), Some((b, b_binary))) = (amount(have), amount(q)) {
+                    // A zero takes the format of what is added to it.
+                    let binary = if a == 0 { b_binary } else { a_binary };
+                    list.insert(name.clone(), quantity(a.saturating_add(b), binary));
                 }
             }
         }
@@ -457,6 +472,38 @@ mod tests {
         ] {
             assert_eq!(milli_value(q), want, "{q:?}");
         }
+    }
+
+    /// `Quantity.Add` is exact (no rounding to millis) and keeps the first quantity's format (a
+    /// zero's is the added one's);
+    /// `String` writes binary sums that are not whole bytes in DecimalSI. Values from
+    /// `resource.MustParse(a).Add(resource.MustParse(b))` in Go.
+    #[test]
+    fn sums_are_exact_as_go_adds_quantities() {
+        let q = |s: &str| Quantity(s.to_owned());
+        for (a, b, want) in [
+            ("1n", "1n", "2n"),
+            ("1u", "1m", "1001u"),
+            ("100m", "1", "1100m"),
+            ("0.5", "0.25", "750m"),
+            ("1Mi", "1", "1048577"),
+            ("1Gi", "500m", "1073741824500m"),
+            ("1Mi", "1Mi", "2Mi"),
+            ("512", "512", "1024"),
+            ("0", "1Mi", "1Mi"),
+            ("1", "1Ki", "1025"),
+            ("0.0000000001", "0", "1n"),
+        ] {
+            let mut list = ResourceList::from([("cpu".to_owned(), q(a))]);
+            add_list(&mut list, &ResourceList::from([("cpu".to_owned(), q(b))]));
+            assert_eq!(list["cpu"], q(want), "{a} + {b}");
+        }
+        // A maximum compares exactly: 1m and 1000001n are the same number of millis rounded up.
+        let mut list = ResourceList::from([("cpu".to_owned(), q("1000001n"))]);
+        max_list(&mut list, &ResourceList::from([("cpu".to_owned(), q("1m"))]));
+        assert_eq!(list["cpu"], q("1000001n"));
+        max_list(&mut list, &ResourceList::from([("cpu".to_owned(), q("1000002n"))]));
+        assert_eq!(list["cpu"], q("1000002n"));
     }
 
     fn requirements(limits: &[(&str, &str)], requests: &[(&str, &str)]) -> ResourceRequirements {
