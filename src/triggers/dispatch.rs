@@ -25,6 +25,8 @@ pub struct Pending {
     pub containers: Vec<String>,
     /// Containers named by a [`Trigger::ContainerSettled`] (also in `containers`).
     pub settled: HashSet<String>,
+    /// Containers named only by a [`Trigger::ContainerAhead`] (also in `containers`).
+    pub ahead: HashSet<String>,
     /// The ids in `containers`, for a lookup that stays cheap in a burst.
     named: HashSet<String>,
     seen: HashSet<Trigger>,
@@ -41,6 +43,7 @@ impl Pending {
             Trigger::All => self.all = true,
             Trigger::Pod(uid) => self.pods.push(uid),
             Trigger::Container(id) => {
+                self.ahead.remove(&id);
                 if self.named.insert(id.clone()) {
                     self.containers.push(id);
                 }
@@ -49,7 +52,14 @@ impl Pending {
                 if self.named.insert(id.clone()) {
                     self.containers.push(id.clone());
                 }
+                self.ahead.remove(&id);
                 self.settled.insert(id);
+            }
+            Trigger::ContainerAhead(id) => {
+                if self.named.insert(id.clone()) {
+                    self.containers.push(id.clone());
+                    self.ahead.insert(id);
+                }
             }
         }
     }
@@ -391,11 +401,14 @@ pub async fn dispatch<R: Runtime, C: Clock>(
         let now = tokio::time::Instant::now();
         let mut fresh = Vec::new();
         let settled = std::mem::take(&mut pending.settled);
+        let ahead = std::mem::take(&mut pending.ahead);
         for id in std::mem::take(&mut pending.containers) {
             // An id no record has (a new pod, or a new container) is located in the runtime,
-            // unless it was looked for in vain a moment ago.
+            // unless it was looked for in vain a moment ago and the CRI state does not follow
+            // this event at once (a sandbox's `/tasks/start` can come after the sparse locates
+            // of its `/containers/create` ran out).
             let pod = pleg.pod_of(&id).await;
-            if pod.is_none() && rechecks.unlocatable(&id, now) {
+            if pod.is_none() && rechecks.unlocatable(&id, now) && !settled.contains(&id) {
                 metrics.count_trigger_relist("skipped");
                 continue;
             }
@@ -420,10 +433,13 @@ pub async fn dispatch<R: Runtime, C: Clock>(
                 continue;
             }
             // The CRI state follows a settling event at once: fine probes even for a quiet target.
+            // It follows an event ahead of it only at a settling one: until then, the sparse
+            // schedule.
+            let is_ahead = target.container.as_ref().is_some_and(|id| ahead.contains(id));
             let attempt = if settles {
                 0
             } else {
-                first_attempt(&target, rechecks.quiet(&target, now))
+                first_attempt(&target, is_ahead || rechecks.quiet(&target, now))
             };
             targets.push((target, attempt, true));
         }
@@ -674,6 +690,8 @@ mod tests {
         /// From then on, the runtime shows every container exited (a CRI state that lags the
         /// container's exit).
         exits_at: Option<tokio::time::Instant>,
+        /// Until then, the runtime lists no pod (a CRI state that lags a new pod's events).
+        listed_from: Option<tokio::time::Instant>,
     }
 
     impl SteadyRuntime {
@@ -683,6 +701,13 @@ mod tests {
 
         fn calls(&self, call: &str) -> usize {
             self.calls.lock().unwrap().get(call).copied().unwrap_or_default()
+        }
+
+        fn listed(&self) -> usize {
+            match self.listed_from {
+                Some(at) if tokio::time::Instant::now() < at => 0,
+                _ => self.pods,
+            }
         }
 
         fn state(&self) -> crate::kubecontainer::RuntimeContainerState {
@@ -716,7 +741,7 @@ mod tests {
     impl Runtime for SteadyRuntime {
         async fn list_pods(&self) -> Result<Vec<crate::kubecontainer::RuntimePod>, crate::runtime::RuntimeError> {
             self.count("list_pods");
-            Ok((0..self.pods).map(|i| self.pod(i)).collect())
+            Ok((0..self.listed()).map(|i| self.pod(i)).collect())
         }
 
         async fn list_pod(
@@ -724,7 +749,7 @@ mod tests {
             uid: &str,
         ) -> Result<Option<crate::kubecontainer::RuntimePod>, crate::runtime::RuntimeError> {
             self.count("list_pod");
-            Ok((0..self.pods).map(|i| self.pod(i)).find(|p| p.id == uid))
+            Ok((0..self.listed()).map(|i| self.pod(i)).find(|p| p.id == uid))
         }
 
         async fn pod_status(
@@ -747,9 +772,12 @@ mod tests {
             Ok(Some(self.state()))
         }
 
-        async fn locate(&self, _: &str) -> Result<Option<PodUid>, crate::runtime::RuntimeError> {
+        async fn locate(&self, id: &str) -> Result<Option<PodUid>, crate::runtime::RuntimeError> {
             self.count("locate");
-            Ok(None)
+            Ok((0..self.listed())
+                .map(|i| self.pod(i))
+                .find(|p| p.containers.iter().chain(&p.sandboxes).any(|c| c.id == id))
+                .map(|p| p.id))
         }
     }
 
@@ -806,11 +834,10 @@ mod tests {
     }
 
     /// How long after the CRI state shows a container's exit the PLEG says so, when the exit's
-    /// `/tasks/exit` came `lead` before it and its `/tasks/delete` (settling) one millisecond
-    /// before it. In a burst containerd's CRI state lags `/tasks/exit` by seconds, and then either
-    /// the exit's schedule waits in its long re-checks (up to 512 ms) or has run out (the target is
-    /// quiet: its next check 128 ms after the first).
-    async fn exit_seen_after(lead: Duration) -> Duration {
+    /// `/tasks/exit` (ahead) came `lead` before it and its `/tasks/delete` (settling) one
+    /// millisecond before it; and the runtime, to count what it was asked before the settling
+    /// event. In a burst containerd's CRI state lags `/tasks/exit` by seconds.
+    async fn exit_seen_after(lead: Duration) -> (Duration, usize) {
         let t0 = tokio::time::Instant::now();
         let flip = t0 + lead;
         let runtime = SteadyRuntime {
@@ -819,7 +846,7 @@ mod tests {
             ..Default::default()
         };
         let (pleg, mut events) = GenericPleg::new(
-            runtime,
+            runtime.clone(),
             crate::clock::SystemClock,
             Arc::new(Metrics::new()),
             crate::pleg::PlegConfig::default(),
@@ -828,28 +855,92 @@ mod tests {
         pleg.relist().await.unwrap();
         let (sender, receiver) = crate::triggers::trigger_queue(64);
         let dispatcher = tokio::spawn(dispatch(pleg.clone(), receiver, Arc::new(Metrics::new())));
-        sender.send(Trigger::Container("c0".into()));
+        sender.send(Trigger::ContainerAhead("c0".into()));
         tokio::time::sleep_until(flip - Duration::from_millis(1)).await;
+        let before_settling = runtime.calls("probe_state");
         sender.send(Trigger::ContainerSettled("c0".into()));
-        let seen = loop {
-            let event = events.recv().await.expect("an event");
-            if event.kind == crate::pleg::PodLifecycleEventType::ContainerDied {
-                break tokio::time::Instant::now();
+        let died = async {
+            loop {
+                let event = events.recv().await.expect("an event");
+                if event.kind == crate::pleg::PodLifecycleEventType::ContainerDied {
+                    break tokio::time::Instant::now();
+                }
             }
         };
+        let seen = tokio::time::timeout(Duration::from_secs(60), died)
+            .await
+            .unwrap_or_else(|_| panic!("no exit seen within 60 s ({lead:?})"));
         drop(sender);
         dispatcher.abort();
-        seen.duration_since(flip)
+        (seen.duration_since(flip), before_settling)
     }
 
+    /// An exit is seen within milliseconds of its settling event however long the CRI state took
+    /// after `/tasks/exit` (before, during and after the sparse checks), and until the settling
+    /// event its container costs a probe at once and a few sparse ones, not one every 2 ms.
     #[tokio::test(start_paused = true)]
-    async fn a_settling_event_is_followed_by_fine_probes() {
-        // The exit's schedule waits 512 ms at about 0.6–1.1 s; it is over by 1.2 s.
-        for lead in [Duration::from_millis(700), Duration::from_millis(1500)] {
-            let late = exit_seen_after(lead).await;
+    async fn an_exit_is_probed_sparsely_until_its_settling_event() {
+        for lead in [30, 130, 700, 1500].map(Duration::from_millis) {
+            let (late, probes) = exit_seen_after(lead).await;
             assert!(
                 late <= Duration::from_millis(4),
                 "exit seen {late:?} after the CRI state, {lead:?} after /tasks/exit"
+            );
+            assert!(
+                probes <= 4,
+                "{probes} probes between /tasks/exit and /tasks/delete, {lead:?} apart"
+            );
+        }
+    }
+
+    /// A new container is located at its `/containers/create` (ahead) and then sparsely, and
+    /// every 2 ms from its `/tasks/start` (settling), which the CRI state follows: seen within
+    /// milliseconds of being listed, also when the sparse locates ran out before the start (the
+    /// id was given up as unlocatable) — the settling event locates it again.
+    #[tokio::test(start_paused = true)]
+    async fn a_new_container_is_located_sparsely_until_it_starts() {
+        for lead in [20, 300, 1500].map(Duration::from_millis) {
+            let t0 = tokio::time::Instant::now();
+            let runtime = SteadyRuntime {
+                pods: 1,
+                listed_from: Some(t0 + lead),
+                ..Default::default()
+            };
+            let (pleg, mut events) = GenericPleg::new(
+                runtime.clone(),
+                crate::clock::SystemClock,
+                Arc::new(Metrics::new()),
+                crate::pleg::PlegConfig::default(),
+            );
+            let pleg = Arc::new(pleg);
+            pleg.relist().await.unwrap();
+            let (sender, receiver) = crate::triggers::trigger_queue(64);
+            let dispatcher = tokio::spawn(dispatch(pleg.clone(), receiver, Arc::new(Metrics::new())));
+            sender.send(Trigger::ContainerAhead("c0".into()));
+            tokio::time::sleep_until(t0 + lead - Duration::from_millis(1)).await;
+            let before_start = runtime.calls("locate");
+            sender.send(Trigger::ContainerSettled("c0".into()));
+            let started = async {
+                loop {
+                    let event = events.recv().await.expect("an event");
+                    if event.kind == crate::pleg::PodLifecycleEventType::ContainerStarted {
+                        break tokio::time::Instant::now();
+                    }
+                }
+            };
+            let seen = tokio::time::timeout(Duration::from_secs(60), started)
+                .await
+                .unwrap_or_else(|_| panic!("no start seen within 60 s ({lead:?})"));
+            drop(sender);
+            dispatcher.abort();
+            let late = seen.duration_since(t0 + lead);
+            assert!(
+                late <= Duration::from_millis(4),
+                "start seen {late:?} after the CRI state ({lead:?})"
+            );
+            assert!(
+                before_start <= 4,
+                "{before_start} locates before /tasks/start, {lead:?} after the create"
             );
         }
     }
@@ -876,5 +967,21 @@ mod tests {
         assert_eq!(p.containers, ["c1"]);
         assert!(!p.is_empty());
         assert!(Pending::default().is_empty());
+    }
+
+    /// An id is ahead only while every trigger that named it in the round was ahead.
+    #[test]
+    fn pending_keeps_an_id_ahead_only_if_nothing_else_named_it() {
+        let mut p = Pending::default();
+        p.add(Trigger::ContainerAhead("a".into()));
+        p.add(Trigger::ContainerAhead("b".into()));
+        p.add(Trigger::Container("c".into()));
+        p.add(Trigger::ContainerAhead("c".into()));
+        p.add(Trigger::ContainerSettled("b".into()));
+        assert_eq!(p.containers, ["a", "b", "c"]);
+        assert_eq!(p.ahead, HashSet::from(["a".to_owned()]));
+        assert_eq!(p.settled, HashSet::from(["b".to_owned()]));
+        p.add(Trigger::Container("a".into()));
+        assert!(p.ahead.is_empty());
     }
 }

@@ -62,11 +62,20 @@ pub enum Trigger {
     /// Relist the pod that owns this container or sandbox id (a full relist if no pod record has it).
     Container(String),
     /// As [`Trigger::Container`], from an event the runtime's CRI state follows at once (containerd's
-    /// `/tasks/delete` and `/containers/delete`: its CRI plugin marks the container exited right
-    /// after deleting its task), where `/tasks/exit` can lead the CRI state by seconds in a burst.
-    /// Only *when* to look differs: the container is probed at once and every 2 ms, even if a
-    /// re-check of it is already scheduled later. Nothing of the event is taken for state.
+    /// `/tasks/start`, `/tasks/delete` and `/containers/delete`: its CRI plugin marks the container
+    /// running right after starting its task, exited right after deleting it), where `/tasks/exit`
+    /// can lead the CRI state by seconds in a burst. Only *when* to look differs: the container is
+    /// probed (or located) at once and every 2 ms, even if a re-check of it is already scheduled
+    /// later. Nothing of the event is taken for state.
     ContainerSettled(String),
+    /// As [`Trigger::Container`], from an event the runtime's CRI state does not follow until a
+    /// settling one comes ([`Trigger::ContainerSettled`]): containerd's `/tasks/exit` (its CRI
+    /// plugin shows the container exited only once it has deleted the task: `/tasks/delete`) and
+    /// `/containers/create` (the container runs only at its `/tasks/start`). The container is
+    /// checked at once, then sparsely, as a quiet target ([`dispatch::first_attempt`]): the fine
+    /// probes wait for the settling event. Probed every 2 ms from `/tasks/exit`, one exit cost ~50
+    /// status calls on a loaded node (the CRI state came ~100 ms later), for nothing.
+    ContainerAhead(String),
     /// Relist this pod.
     Pod(PodUid),
     /// Relist everything.

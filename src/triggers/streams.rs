@@ -151,6 +151,7 @@ async fn containerd_subscription(
                 if let Some(subject) = event.subject {
                     let trigger = match subject {
                         EventSubject::Container(id) if settles(&event.topic) => Trigger::ContainerSettled(id),
+                        EventSubject::Container(id) if ahead(&event.topic) => Trigger::ContainerAhead(id),
                         subject => Trigger::from(subject),
                     };
                     debug!(source = "containerd", topic = %event.topic, ?trigger, "trigger");
@@ -166,7 +167,13 @@ async fn containerd_subscription(
 /// Whether the runtime's CRI state follows a containerd event of `topic` at once (see
 /// [`Trigger::ContainerSettled`]).
 pub fn settles(topic: &str) -> bool {
-    matches!(topic, "/tasks/delete" | "/containers/delete")
+    matches!(topic, "/tasks/start" | "/tasks/delete" | "/containers/delete")
+}
+
+/// Whether a containerd event of `topic` runs ahead of the runtime's CRI state until a settling
+/// event comes (see [`Trigger::ContainerAhead`]).
+pub fn ahead(topic: &str) -> bool {
+    matches!(topic, "/tasks/exit" | "/containers/create")
 }
 
 /// Whether a CRI event happened before the subscription that delivered it: containerd 2.x keeps
