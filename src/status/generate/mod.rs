@@ -173,7 +173,7 @@ fn restartable(container: &ApiContainer, pod: &ApiPod, t: &ContainerStateTermina
         || t.reason.as_deref() == Some(RESTARTING_ALL_CONTAINERS)
 }
 
-/// `getPhase` (Kubernetes 1.36, ContainerRestartRules on). `statuses` holds regular and init
+/// `getPhase` (kubelet 1.37, ContainerRestartRules on). `statuses` holds regular and init
 /// container statuses. A regular init container that failed and does not restart fails the pod;
 /// once every regular container stopped, the pod runs on while one of them restarts.
 pub fn get_phase(
@@ -265,7 +265,8 @@ pub fn get_phase(
     }
     if running_n == 0 && stopped > 0 && unknown == 0 {
         // A terminal pod's containers do not restart, whatever the policy (a static pod's phase
-        // is not made terminal here: upstream's TODO kubernetes#116484).
+        // is not made terminal here: upstream's TODO kubernetes#116484; plegd sees a static pod
+        // as its mirror pod).
         if pod_is_terminal && !is_mirror_pod(pod) {
             return if stopped == succeeded { SUCCEEDED } else { FAILED };
         }
@@ -1142,10 +1143,11 @@ pub fn observed_generation(pod: &ApiPod) -> Option<i64> {
     pod.metadata.generation.filter(|g| *g != 0)
 }
 
-/// Keep the previous lastTransitionTime while a condition's status is unchanged.
+/// `updateLastTransitionTime`: the previous lastTransitionTime while a condition's status is
+/// unchanged (as the old condition has it, even none), else now.
 pub fn set_transition_time(c: &mut PodCondition, old: &[PodCondition], now: SystemTime) {
     c.last_transition_time = match old.iter().find(|o| o.type_ == c.type_) {
-        Some(o) if o.status == c.status && o.last_transition_time.is_some() => o.last_transition_time.clone(),
+        Some(o) if o.status == c.status => o.last_transition_time.clone(),
         _ => Some(api_time(now)),
     };
 }

@@ -2137,110 +2137,112 @@ fn state_transitions_follow_container_restart_rules() {
     assert_eq!(check_container_state_transition(&old(1), &new, &pod), Ok(()));
 }
 
-/// Upstream's getPhase tables, every case: `TestPodPhaseWithRestartAlways`,
-/// `…AlwaysInitContainers`, `…AlwaysRestartableInitContainers`, `…AlwaysAndPodHasRun`,
-/// `…Never`, `…NeverInitContainers`, `…NeverRestartableInitContainers`, `…OnFailure`. The stored
-/// tables predate getPhase's `podHasInitialized` argument and computed it from the statuses
-/// (`HasAnyRegularContainerStarted`); so does this port. Regular containers are A and B
-/// (`…AndPodHasRun`: A only); X is the init container (a sidecar where the table says so), Y
-/// the sidecar of `…AndPodHasRun`.
+/// Upstream's getPhase tables (kubelet v1.37.2, kubelet_pods_test.go), every case:
+/// `TestPodPhaseWithRestartAlways`, `…AlwaysInitContainers`,
+/// `…AlwaysRestartableInitContainers`, `…AlwaysAndPodHasRun`, `…Never`, `…NeverInitContainers`,
+/// `…NeverRestartableInitContainers`, `…OnFailure`. Each row passes upstream's `podIsTerminal`
+/// and `podHasInitialized` arguments: the row's own where upstream's table has the field, else
+/// the `false` its loop passes. Regular containers are A and B (`…AndPodHasRun`: A only); X is
+/// the init container (a sidecar where the table says so), Y the sidecar of `…AndPodHasRun`.
 #[test]
 fn upstream_pod_phase_tables() {
-    type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], bool, &'a str);
+    // (name, statuses, podIsTerminal, podHasInitialized, phase)
+    type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], bool, bool, &'a str);
     #[rustfmt::skip]
     let tables: [(&str, &str, Vec<ApiContainer>, &[&str], &[Case]); 8] = [
         ("RestartAlways", "Always", vec![], &["A", "B"], &[
-            ("waiting", &[], false, PENDING),
-            ("all running", &[("A", "R"), ("B", "R")], false, RUNNING),
-            ("all stopped with restart always", &[("A", "T0"), ("B", "T0")], false, RUNNING),
-            ("all succeeded with restart always, but the pod is terminal", &[("A", "T0"), ("B", "T0")], true, SUCCEEDED),
-            ("all stopped with restart always, but the pod is terminal", &[("A", "T0"), ("B", "T1")], true, FAILED),
-            ("mixed state #1 with restart always", &[("A", "R"), ("B", "T0")], false, RUNNING),
-            ("mixed state #2 with restart always", &[("A", "R")], false, PENDING),
-            ("mixed state #3 with restart always", &[("A", "R"), ("B", "W")], false, PENDING),
-            ("backoff crashloop container with restart always", &[("A", "R"), ("B", "WL0")], false, RUNNING),
+            ("waiting", &[], false, false, PENDING),
+            ("all running", &[("A", "R"), ("B", "R")], false, false, RUNNING),
+            ("all stopped with restart always", &[("A", "T0"), ("B", "T0")], false, false, RUNNING),
+            ("all succeeded with restart always, but the pod is terminal", &[("A", "T0"), ("B", "T0")], true, false, SUCCEEDED),
+            ("all stopped with restart always, but the pod is terminal", &[("A", "T0"), ("B", "T1")], true, false, FAILED),
+            ("mixed state #1 with restart always", &[("A", "R"), ("B", "T0")], false, false, RUNNING),
+            ("mixed state #2 with restart always", &[("A", "R")], false, false, PENDING),
+            ("mixed state #3 with restart always", &[("A", "R"), ("B", "W")], false, false, PENDING),
+            ("backoff crashloop container with restart always", &[("A", "R"), ("B", "WL0")], false, false, RUNNING),
         ]),
         ("RestartAlwaysInitContainers", "Always", vec![spec_container("X")], &["A", "B"], &[
-            ("empty, waiting", &[], false, PENDING),
-            ("init container running", &[("X", "R")], false, PENDING),
-            ("init container terminated non-zero", &[("X", "T1")], false, PENDING),
-            ("init container waiting, terminated zero", &[("X", "WL0")], false, PENDING),
-            ("init container waiting, terminated non-zero", &[("X", "WL1")], false, PENDING),
-            ("init container waiting, not terminated", &[("X", "W")], false, PENDING),
-            ("init container succeeded", &[("X", "T0"), ("A", "R"), ("B", "R")], false, RUNNING),
+            ("empty, waiting", &[], false, false, PENDING),
+            ("init container running", &[("X", "R")], false, false, PENDING),
+            ("init container terminated non-zero", &[("X", "T1")], false, false, PENDING),
+            ("init container waiting, terminated zero", &[("X", "WL0")], false, false, PENDING),
+            ("init container waiting, terminated non-zero", &[("X", "WL1")], false, false, PENDING),
+            ("init container waiting, not terminated", &[("X", "W")], false, false, PENDING),
+            ("init container succeeded", &[("X", "T0"), ("A", "R"), ("B", "R")], false, false, RUNNING),
         ]),
         ("RestartAlwaysRestartableInitContainers", "Always", vec![sidecar("X")], &["A", "B"], &[
-            ("empty, waiting", &[], false, PENDING),
-            ("restartable init container running", &[("X", "R")], false, PENDING),
-            ("restartable init container stopped", &[("X", "T0")], false, PENDING),
-            ("restartable init container waiting, terminated zero", &[("X", "WL0")], false, PENDING),
-            ("restartable init container waiting, terminated non-zero", &[("X", "WL1")], false, PENDING),
-            ("restartable init container waiting, not terminated", &[("X", "W")], false, PENDING),
-            ("restartable init container started, 1/2 regular container running", &[("X", "S"), ("A", "R")], false, PENDING),
-            ("restartable init container started, all regular containers running", &[("X", "S"), ("A", "R"), ("B", "R")], false, RUNNING),
-            ("restartable init container running, all regular containers running", &[("X", "R"), ("A", "R"), ("B", "R")], false, RUNNING),
-            ("restartable init container stopped, all regular containers running", &[("X", "T0"), ("A", "R"), ("B", "R")], false, RUNNING),
-            ("backoff crashloop restartable init container, all regular containers running", &[("X", "WL0"), ("A", "R"), ("B", "R")], false, RUNNING),
-            ("all regular containers succeeded and restartable init container failed with restart always, but the pod is terminal", &[("X", "T1"), ("A", "T0"), ("B", "T0")], true, SUCCEEDED),
-            ("all regular containers succeeded and restartable init container succeeded with restart always, but the pod is terminal", &[("X", "T0"), ("A", "T0"), ("B", "T0")], true, SUCCEEDED),
+            ("empty, waiting", &[], false, false, PENDING),
+            ("restartable init container running", &[("X", "R")], false, false, PENDING),
+            ("restartable init container stopped", &[("X", "T0")], false, false, PENDING),
+            ("restartable init container waiting, terminated zero", &[("X", "WL0")], false, false, PENDING),
+            ("restartable init container waiting, terminated non-zero", &[("X", "WL1")], false, false, PENDING),
+            ("restartable init container waiting, not terminated", &[("X", "W")], false, false, PENDING),
+            ("restartable init container started, 1/2 regular container running", &[("X", "S"), ("A", "R")], false, true, PENDING),
+            ("restartable init container started, all regular containers running", &[("X", "S"), ("A", "R"), ("B", "R")], false, true, RUNNING),
+            ("restartable init container running, all regular containers running", &[("X", "R"), ("A", "R"), ("B", "R")], false, true, RUNNING),
+            ("restartable init container stopped, all regular containers running", &[("X", "T0"), ("A", "R"), ("B", "R")], false, true, RUNNING),
+            ("backoff crashloop restartable init container, all regular containers running", &[("X", "WL0"), ("A", "R"), ("B", "R")], false, true, RUNNING),
+            ("all regular containers succeeded and restartable init container failed with restart always, but the pod is terminal", &[("X", "T1"), ("A", "T0"), ("B", "T0")], true, true, SUCCEEDED),
+            ("all regular containers succeeded and restartable init container succeeded with restart always, but the pod is terminal", &[("X", "T0"), ("A", "T0"), ("B", "T0")], true, true, SUCCEEDED),
+            ("re-initializing the pod after the sandbox is recreated", &[("X", "R"), ("A", "R"), ("B", "R")], false, false, PENDING),
         ]),
         ("RestartAlwaysAndPodHasRun", "Always", vec![spec_container("X"), sidecar("Y")], &["A"], &[
-            ("regular init containers, restartable init container and regular container are all running", &[("X", "R"), ("Y", "R"), ("A", "R")], false, PENDING),
-            ("regular containers is stopped, restartable init container and regular int container are both running", &[("X", "R"), ("Y", "R"), ("A", "T0")], false, PENDING),
-            ("regular init container is succeeded, restartable init container is running, regular containers is stopped", &[("X", "T0"), ("Y", "R"), ("A", "T0")], false, RUNNING),
-            ("regular init container is succeeded, restartable init container and regular containers are both running", &[("X", "T0"), ("Y", "R"), ("A", "R")], false, RUNNING),
+            ("regular init containers, restartable init container and regular container are all running", &[("X", "R"), ("Y", "R"), ("A", "R")], false, false, PENDING),
+            ("regular containers is stopped, restartable init container and regular int container are both running", &[("X", "R"), ("Y", "R"), ("A", "T0")], false, false, PENDING),
+            ("re-created sandbox: regular init container is succeeded, restartable init container is running, old regular containers is stopped", &[("X", "T0"), ("Y", "R"), ("A", "T0")], false, false, PENDING),
+            ("regular init container is succeeded, restartable init container is running, regular containers is stopped", &[("X", "T0"), ("Y", "R"), ("A", "T0")], false, true, RUNNING),
+            ("regular init container is succeeded, restartable init container and regular containers are both running", &[("X", "T0"), ("Y", "R"), ("A", "R")], false, true, RUNNING),
         ]),
         ("RestartNever", "Never", vec![], &["A", "B"], &[
-            ("waiting", &[], false, PENDING),
-            ("all running with restart never", &[("A", "R"), ("B", "R")], false, RUNNING),
-            ("all succeeded with restart never", &[("A", "T0"), ("B", "T0")], false, SUCCEEDED),
-            ("all failed with restart never", &[("A", "T1"), ("B", "T1")], false, FAILED),
-            ("mixed state #1 with restart never", &[("A", "R"), ("B", "T0")], false, RUNNING),
-            ("mixed state #2 with restart never", &[("A", "R")], false, PENDING),
-            ("mixed state #3 with restart never", &[("A", "R"), ("B", "W")], false, PENDING),
+            ("waiting", &[], false, false, PENDING),
+            ("all running with restart never", &[("A", "R"), ("B", "R")], false, false, RUNNING),
+            ("all succeeded with restart never", &[("A", "T0"), ("B", "T0")], false, false, SUCCEEDED),
+            ("all failed with restart never", &[("A", "T1"), ("B", "T1")], false, false, FAILED),
+            ("mixed state #1 with restart never", &[("A", "R"), ("B", "T0")], false, false, RUNNING),
+            ("mixed state #2 with restart never", &[("A", "R")], false, false, PENDING),
+            ("mixed state #3 with restart never", &[("A", "R"), ("B", "W")], false, false, PENDING),
         ]),
         ("RestartNeverInitContainers", "Never", vec![spec_container("X")], &["A", "B"], &[
-            ("empty, waiting", &[], false, PENDING),
-            ("init container running", &[("X", "R")], false, PENDING),
-            ("init container terminated non-zero", &[("X", "T1")], false, FAILED),
-            ("init container waiting, terminated zero", &[("X", "WL0")], false, PENDING),
-            ("init container waiting, terminated non-zero", &[("X", "WL1")], false, FAILED),
-            ("init container waiting, not terminated", &[("X", "W")], false, PENDING),
-            ("init container succeeded", &[("X", "T0"), ("A", "R"), ("B", "R")], false, RUNNING),
+            ("empty, waiting", &[], false, false, PENDING),
+            ("init container running", &[("X", "R")], false, false, PENDING),
+            ("init container terminated non-zero", &[("X", "T1")], false, false, FAILED),
+            ("init container waiting, terminated zero", &[("X", "WL0")], false, false, PENDING),
+            ("init container waiting, terminated non-zero", &[("X", "WL1")], false, false, FAILED),
+            ("init container waiting, not terminated", &[("X", "W")], false, false, PENDING),
+            ("init container succeeded", &[("X", "T0"), ("A", "R"), ("B", "R")], false, false, RUNNING),
         ]),
         ("RestartNeverRestartableInitContainers", "Never", vec![sidecar("X")], &["A", "B"], &[
-            ("empty, waiting", &[], false, PENDING),
-            ("restartable init container running", &[("X", "R")], false, PENDING),
-            ("restartable init container stopped", &[("X", "T0")], false, PENDING),
-            ("restartable init container waiting, terminated zero", &[("X", "WL0")], false, PENDING),
-            ("restartable init container waiting, terminated non-zero", &[("X", "WL1")], false, PENDING),
-            ("restartable init container waiting, not terminated", &[("X", "W")], false, PENDING),
-            ("restartable init container started, one main container running", &[("X", "S"), ("A", "R")], false, PENDING),
-            ("restartable init container started, main containers succeeded", &[("X", "S"), ("A", "T0"), ("B", "T0")], false, RUNNING),
-            ("restartable init container running, main containers succeeded", &[("X", "R"), ("A", "T0"), ("B", "T0")], false, RUNNING),
-            ("all containers succeeded", &[("X", "T0"), ("A", "T0"), ("B", "T0")], false, SUCCEEDED),
-            ("restartable init container terminated non-zero, main containers succeeded", &[("X", "T1"), ("A", "T0"), ("B", "T0")], false, SUCCEEDED),
-            ("backoff crashloop restartable init container, main containers succeeded", &[("X", "WL0"), ("A", "T0"), ("B", "T0")], false, SUCCEEDED),
-            ("backoff crashloop with non-zero restartable init container, main containers succeeded", &[("X", "WL1"), ("A", "T0"), ("B", "T0")], false, SUCCEEDED),
+            ("empty, waiting", &[], false, false, PENDING),
+            ("restartable init container running", &[("X", "R")], false, false, PENDING),
+            ("restartable init container stopped", &[("X", "T0")], false, false, PENDING),
+            ("restartable init container waiting, terminated zero", &[("X", "WL0")], false, false, PENDING),
+            ("restartable init container waiting, terminated non-zero", &[("X", "WL1")], false, false, PENDING),
+            ("restartable init container waiting, not terminated", &[("X", "W")], false, false, PENDING),
+            ("restartable init container started, one main container running", &[("X", "S"), ("A", "R")], false, true, PENDING),
+            ("restartable init container started, main containers succeeded", &[("X", "S"), ("A", "T0"), ("B", "T0")], false, true, RUNNING),
+            ("restartable init container re-running, main containers succeeded", &[("X", "R"), ("A", "T0"), ("B", "T0")], false, true, RUNNING),
+            ("all containers succeeded", &[("X", "T0"), ("A", "T0"), ("B", "T0")], false, true, SUCCEEDED),
+            ("restartable init container terminated non-zero, main containers succeeded", &[("X", "T1"), ("A", "T0"), ("B", "T0")], false, true, SUCCEEDED),
+            ("backoff crashloop restartable init container, main containers succeeded", &[("X", "WL0"), ("A", "T0"), ("B", "T0")], false, true, SUCCEEDED),
+            ("backoff crashloop with non-zero restartable init container, main containers succeeded", &[("X", "WL1"), ("A", "T0"), ("B", "T0")], false, true, SUCCEEDED),
         ]),
         ("RestartOnFailure", "OnFailure", vec![], &["A", "B"], &[
-            ("waiting", &[], false, PENDING),
-            ("all running with restart onfailure", &[("A", "R"), ("B", "R")], false, RUNNING),
-            ("all succeeded with restart onfailure", &[("A", "T0"), ("B", "T0")], false, SUCCEEDED),
-            ("all failed with restart never", &[("A", "T1"), ("B", "T1")], false, RUNNING),
-            ("mixed state #1 with restart onfailure", &[("A", "R"), ("B", "T0")], false, RUNNING),
-            ("mixed state #2 with restart onfailure", &[("A", "R")], false, PENDING),
-            ("mixed state #3 with restart onfailure", &[("A", "R"), ("B", "W")], false, PENDING),
-            ("backoff crashloop container with restart onfailure", &[("A", "R"), ("B", "WL0")], false, RUNNING),
+            ("waiting", &[], false, false, PENDING),
+            ("all running with restart onfailure", &[("A", "R"), ("B", "R")], false, false, RUNNING),
+            ("all succeeded with restart onfailure", &[("A", "T0"), ("B", "T0")], false, false, SUCCEEDED),
+            ("all failed with restart never", &[("A", "T1"), ("B", "T1")], false, false, RUNNING),
+            ("mixed state #1 with restart onfailure", &[("A", "R"), ("B", "T0")], false, false, RUNNING),
+            ("mixed state #2 with restart onfailure", &[("A", "R")], false, false, PENDING),
+            ("mixed state #3 with restart onfailure", &[("A", "R"), ("B", "W")], false, false, PENDING),
+            ("backoff crashloop container with restart onfailure", &[("A", "R"), ("B", "WL0")], false, false, RUNNING),
         ]),
     ];
     for (table, policy, init, regular, cases) in tables {
         let pod = pod_with(regular, init, policy);
-        for (name, states, terminal, want) in cases {
+        for (name, states, terminal, initialized, want) in cases {
             let statuses: Vec<ContainerStatus> = states.iter().map(|(n, s)| shorthand(n, s)).collect();
-            let initialized = any_regular_container_started(&pod, &statuses);
             assert_eq!(
-                get_phase(&pod, &statuses, *terminal, initialized),
+                get_phase(&pod, &statuses, *terminal, *initialized),
                 *want,
                 "TestPodPhaseWith{table}: {name}"
             );
@@ -3636,5 +3638,49 @@ fn upstream_pod_level_resources_1_37() {
             Some(want_resources.unwrap_or_else(|| was.clone())),
             "{row}: resources"
         );
+    }
+}
+
+/// `TestUpdateLastTransitionTime` (status_manager_test.go), and the old condition without a time
+/// that `updateLastTransitionTime` copies as it is. Its case "should do nothing if no
+/// corresponding condition" has no counterpart: `set_transition_time` is given the condition.
+#[test]
+fn upstream_update_last_transition_time() {
+    let condition = |status: &str, time: Option<u64>| PodCondition {
+        type_: "test-type".into(),
+        status: status.into(),
+        last_transition_time: time.map(|t| api_time(at(t))),
+        ..PodCondition::default()
+    };
+    let now = at(100);
+    for (name, new, old, want) in [
+        (
+            "should update last transition time if no old condition",
+            condition("True", None),
+            None,
+            Some(100),
+        ),
+        (
+            "should update last transition time if condition is changed",
+            condition("True", None),
+            Some(condition("False", Some(99))),
+            Some(100),
+        ),
+        (
+            "should keep last transition time if condition is not changed",
+            condition("False", None),
+            Some(condition("False", Some(99))),
+            Some(99),
+        ),
+        (
+            "an old condition without a time",
+            condition("False", None),
+            Some(condition("False", None)),
+            None,
+        ),
+    ] {
+        let mut c = new;
+        set_transition_time(&mut c, old.as_slice(), now);
+        assert_eq!(c.last_transition_time, want.map(|t| api_time(at(t))), "{name}");
     }
 }
