@@ -27,6 +27,8 @@ pub struct Pending {
     pub settled: HashSet<String>,
     /// Containers named only by a [`Trigger::ContainerAhead`] (also in `containers`).
     pub ahead: HashSet<String>,
+    /// Containers named only by a [`Trigger::ContainerGone`] (also in `containers` and `settled`).
+    pub gone: HashSet<String>,
     /// The ids in `containers`, for a lookup that stays cheap in a burst.
     named: HashSet<String>,
     seen: HashSet<Trigger>,
@@ -44,6 +46,7 @@ impl Pending {
             Trigger::Pod(uid) => self.pods.push(uid),
             Trigger::Container(id) => {
                 self.ahead.remove(&id);
+                self.gone.remove(&id);
                 if self.named.insert(id.clone()) {
                     self.containers.push(id);
                 }
@@ -53,13 +56,23 @@ impl Pending {
                     self.containers.push(id.clone());
                 }
                 self.ahead.remove(&id);
+                self.gone.remove(&id);
                 self.settled.insert(id);
             }
             Trigger::ContainerAhead(id) => {
+                self.gone.remove(&id);
                 if self.named.insert(id.clone()) {
                     self.containers.push(id.clone());
                     self.ahead.insert(id);
                 }
+            }
+            Trigger::ContainerGone(id) => {
+                self.ahead.remove(&id);
+                if self.named.insert(id.clone()) {
+                    self.containers.push(id.clone());
+                    self.gone.insert(id.clone());
+                }
+                self.settled.insert(id);
             }
         }
     }
@@ -402,13 +415,14 @@ pub async fn dispatch<R: Runtime, C: Clock>(
         let mut fresh = Vec::new();
         let settled = std::mem::take(&mut pending.settled);
         let ahead = std::mem::take(&mut pending.ahead);
+        let gone = std::mem::take(&mut pending.gone);
         for id in std::mem::take(&mut pending.containers) {
             // An id no record has (a new pod, or a new container) is located in the runtime,
-            // unless it was looked for in vain a moment ago and the CRI state does not follow
-            // this event at once (a sandbox's `/tasks/start` can come after the sparse locates
-            // of its `/containers/create` ran out).
+            // unless it is gone from the runtime, or it was looked for in vain a moment ago and
+            // the CRI state does not follow this event at once (a sandbox's `/tasks/start` can
+            // come after the sparse locates of its `/containers/create` ran out).
             let pod = pleg.pod_of(&id).await;
-            if pod.is_none() && rechecks.unlocatable(&id, now) && !settled.contains(&id) {
+            if pod.is_none() && (gone.contains(&id) || (rechecks.unlocatable(&id, now) && !settled.contains(&id))) {
                 metrics.count_trigger_relist("skipped");
                 continue;
             }
@@ -983,5 +997,40 @@ mod tests {
         assert_eq!(p.settled, HashSet::from(["b".to_owned()]));
         p.add(Trigger::Container("a".into()));
         assert!(p.ahead.is_empty());
+
+        let mut p = Pending::default();
+        p.add(Trigger::ContainerGone("a".into()));
+        p.add(Trigger::ContainerGone("b".into()));
+        p.add(Trigger::ContainerAhead("b".into()));
+        assert_eq!(p.gone, HashSet::from(["a".to_owned()]));
+        assert_eq!(p.settled, HashSet::from(["a".to_owned(), "b".to_owned()]));
+    }
+
+    /// `/containers/delete` for a container a record holds finds its removal at once; for an id
+    /// no record holds (let go already, or never seen) it costs the runtime nothing.
+    #[tokio::test(start_paused = true)]
+    async fn a_gone_container_is_not_looked_for() {
+        let runtime = SteadyRuntime {
+            pods: 1,
+            ..Default::default()
+        };
+        let (pleg, _events) = GenericPleg::new(
+            runtime.clone(),
+            crate::clock::SystemClock,
+            Arc::new(Metrics::new()),
+            crate::pleg::PlegConfig::default(),
+        );
+        let pleg = Arc::new(pleg);
+        pleg.relist().await.unwrap();
+        let (sender, receiver) = crate::triggers::trigger_queue(64);
+        let dispatcher = tokio::spawn(dispatch(pleg.clone(), receiver, Arc::new(Metrics::new())));
+        sender.send(Trigger::ContainerGone("removed-long-ago".into()));
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(runtime.calls("locate"), 0, "an unknown gone id is not located");
+        sender.send(Trigger::ContainerGone("c0".into()));
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert!(runtime.calls("probe_state") >= 1, "a known one is probed at once");
+        drop(sender);
+        dispatcher.abort();
     }
 }

@@ -76,6 +76,12 @@ pub enum Trigger {
     /// probes wait for the settling event. Probed every 2 ms from `/tasks/exit`, one exit cost ~50
     /// status calls on a loaded node (the CRI state came ~100 ms later), for nothing.
     ContainerAhead(String),
+    /// As [`Trigger::ContainerSettled`], from containerd's `/containers/delete`: the container is
+    /// gone from the runtime. A container a record holds is probed as after a settling event; an
+    /// id no record holds is not looked for, since nothing of it can be listed any more (located,
+    /// it cost two lists every 2 ms for a second, for each removed container the records had let
+    /// go already).
+    ContainerGone(String),
     /// Relist this pod.
     Pod(PodUid),
     /// Relist everything.

@@ -150,6 +150,9 @@ async fn containerd_subscription(
                 metrics.count_trigger(Source::Containerd.as_str());
                 if let Some(subject) = event.subject {
                     let trigger = match subject {
+                        EventSubject::Container(id) if event.topic == "/containers/delete" => {
+                            Trigger::ContainerGone(id)
+                        }
                         EventSubject::Container(id) if settles(&event.topic) => Trigger::ContainerSettled(id),
                         EventSubject::Container(id) if ahead(&event.topic) => Trigger::ContainerAhead(id),
                         subject => Trigger::from(subject),
