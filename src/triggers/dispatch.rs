@@ -112,10 +112,12 @@ pub fn recheck_delay(target: &Target, attempt: usize) -> Option<Duration> {
     Some(Duration::from_millis(ms))
 }
 
-/// When this many container probes are due at once (a burst of exits), one complete relist answers
-/// them all instead: two list calls instead of one status call each, every 2 ms, which in a burst
-/// of 100 exits kept the dispatcher busy for seconds and loaded the runtime that was still
-/// catching up with the exits.
+/// When this many container probes and locates are due at once (a burst of exits, or of new
+/// pods), one complete relist answers them all instead: two list calls instead of one status call
+/// (or two filtered lists, which containerd answers by converting every container as for a full
+/// one) each. Checked one after the other, the probes of a burst of 100 exits kept the dispatcher
+/// busy for seconds and loaded the runtime that was still catching up with the exits; the locates
+/// of 100 new pods held a container's start up to 2 s behind its `/tasks/start`.
 pub const BATCH_PROBES: usize = 8;
 
 /// At most this many targets wait for a re-check; past it a burst's further targets get one check
@@ -367,9 +369,10 @@ async fn check<R: Runtime, C: Clock>(
     }
 }
 
-/// Whether checking `target` is probing a container of a known pod.
-fn is_probe(target: &Target) -> bool {
-    target.pod.is_some() && target.container.is_some()
+/// Whether checking `target` is probing a container of a known pod, or locating an id no record
+/// holds: what a complete relist answers as well (see [`BATCH_PROBES`]).
+fn is_probe_or_locate(target: &Target) -> bool {
+    target.container.is_some()
 }
 
 /// What the records say of a probe target's container.
@@ -462,11 +465,12 @@ pub async fn dispatch<R: Runtime, C: Clock>(
                 targets.push((target, attempt, false));
             }
         }
-        // Many probes due at once: what the records say of each before one complete relist, which
-        // a probe would have found different from the runtime's state.
+        // Many probes and locates due at once: what the records say of each before one complete
+        // relist, which a probe would have found different from the runtime's state (a locate:
+        // nothing, the records do not hold its id).
         let mut batched = Vec::new();
-        if targets.iter().filter(|(t, _, _)| is_probe(t)).count() >= BATCH_PROBES {
-            let (probes, rest): (Vec<_>, Vec<_>) = targets.into_iter().partition(|(t, _, _)| is_probe(t));
+        if targets.iter().filter(|(t, _, _)| is_probe_or_locate(t)).count() >= BATCH_PROBES {
+            let (probes, rest): (Vec<_>, Vec<_>) = targets.into_iter().partition(|(t, _, _)| is_probe_or_locate(t));
             targets = rest;
             for (target, attempt, _) in probes {
                 let recorded = recorded(&pleg, &target).await;
@@ -481,10 +485,27 @@ pub async fn dispatch<R: Runtime, C: Clock>(
             }
             let now = tokio::time::Instant::now();
             debug!(probes = batched.len(), all = pending.all, "trigger batch relist");
-            for (target, attempt, before) in batched {
+            for (mut target, attempt, before) in batched {
                 // A relist that failed ends the schedules: the periodic relist owns a runtime that
                 // does not answer (as a failed pod relist does below).
-                let changed = relisted.is_err() || recorded(&pleg, &target).await != before;
+                let changed = if relisted.is_err() {
+                    true
+                } else if target.pod.is_none() {
+                    // A located id ends its schedule once it runs or ran (as `check` does);
+                    // seen only created, it is probed on, under its pod.
+                    match pleg.pod_of(target.container.as_deref().unwrap_or_default()).await {
+                        Some(pod) => {
+                            target.pod = Some(pod);
+                            matches!(
+                                recorded(&pleg, &target).await,
+                                PlegContainerState::Running | PlegContainerState::Exited
+                            )
+                        }
+                        None => false,
+                    }
+                } else {
+                    recorded(&pleg, &target).await != before
+                };
                 rechecks.after_check(&target, changed, attempt, now);
             }
         }
@@ -1004,6 +1025,56 @@ mod tests {
         p.add(Trigger::ContainerAhead("b".into()));
         assert_eq!(p.gone, HashSet::from(["a".to_owned()]));
         assert_eq!(p.settled, HashSet::from(["a".to_owned(), "b".to_owned()]));
+    }
+
+    /// 20 new pods whose starts come at once (`/tasks/start`, settling) before the runtime lists
+    /// them: one complete relist per round answers their locates, not two lists each; every start
+    /// is seen within milliseconds of the listing.
+    #[tokio::test(start_paused = true)]
+    async fn many_locates_due_at_once_are_one_relist() {
+        let t0 = tokio::time::Instant::now();
+        let listed = t0 + Duration::from_millis(50);
+        let runtime = SteadyRuntime {
+            pods: 20,
+            listed_from: Some(listed),
+            ..Default::default()
+        };
+        let (pleg, mut events) = GenericPleg::new(
+            runtime.clone(),
+            crate::clock::SystemClock,
+            Arc::new(Metrics::new()),
+            crate::pleg::PlegConfig::default(),
+        );
+        let pleg = Arc::new(pleg);
+        pleg.relist().await.unwrap();
+        let (sender, receiver) = crate::triggers::trigger_queue(64);
+        let dispatcher = tokio::spawn(dispatch(pleg.clone(), receiver, Arc::new(Metrics::new())));
+        for i in 0..20 {
+            sender.send(Trigger::ContainerSettled(format!("c{i}")));
+        }
+        let started = async {
+            let mut seen = 0;
+            while seen < 20 {
+                let event = events.recv().await.expect("an event");
+                if event.kind == crate::pleg::PodLifecycleEventType::ContainerStarted {
+                    seen += 1;
+                }
+            }
+            tokio::time::Instant::now()
+        };
+        let all_seen = tokio::time::timeout(Duration::from_secs(60), started)
+            .await
+            .expect("20 starts within 60 s");
+        drop(sender);
+        dispatcher.abort();
+        let late = all_seen.duration_since(listed);
+        assert!(
+            late <= Duration::from_millis(4),
+            "the last start seen {late:?} after the listing"
+        );
+        assert_eq!(runtime.calls("locate"), 0, "no locate of its own");
+        let relists = runtime.calls("list_pods") - 1;
+        assert!(relists <= 30, "{relists} complete relists in 50 ms of 2 ms rounds");
     }
 
     /// `/containers/delete` for a container a record holds finds its removal at once; for an id
