@@ -1,7 +1,7 @@
 //! The runtime stage: the only code that speaks CRI. [`CriRuntime`] is a CRI v1 client over a unix
 //! socket with per-call timeouts and reconnection with backoff; it turns CRI messages into plegd's
-//! snapshot types ([`crate::kubecontainer`]). Runtime data it cannot use is logged, counted and skipped, never a
-//! panic. This stage never holds state about pods: that is the relister's job.
+//! snapshot types ([`crate::kubecontainer`]). Runtime data it cannot use is logged, counted and
+//! skipped, never a panic. This stage never holds state about pods: that is the relister's job.
 
 pub mod convert;
 pub mod events;
