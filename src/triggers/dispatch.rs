@@ -44,42 +44,44 @@ impl Pending {
         match trigger {
             Trigger::All => self.all = true,
             Trigger::Pod(uid) => self.pods.push(uid),
-            Trigger::Container(id) => {
-                self.ahead.remove(&id);
-                self.gone.remove(&id);
-                if self.named.insert(id.clone()) {
-                    self.containers.push(id);
-                }
+            Trigger::Container(id) => self.name(id, Named::Plain),
+            Trigger::ContainerSettled(id) => self.name(id, Named::Settled),
+            Trigger::ContainerAhead(id) => self.name(id, Named::Ahead),
+            Trigger::ContainerGone(id) => self.name(id, Named::Gone),
+        }
+    }
+
+    /// A container id named by a trigger of kind `how`: `ahead` and `gone` hold the ids that every
+    /// trigger of the round named so, `settled` those that any settling one named.
+    fn name(&mut self, id: String, how: Named) {
+        let first = self.named.insert(id.clone());
+        if first {
+            self.containers.push(id.clone());
+        }
+        for (kind, set) in [(Named::Ahead, &mut self.ahead), (Named::Gone, &mut self.gone)] {
+            if how != kind {
+                set.remove(&id);
+            } else if first {
+                set.insert(id.clone());
             }
-            Trigger::ContainerSettled(id) => {
-                if self.named.insert(id.clone()) {
-                    self.containers.push(id.clone());
-                }
-                self.ahead.remove(&id);
-                self.gone.remove(&id);
-                self.settled.insert(id);
-            }
-            Trigger::ContainerAhead(id) => {
-                self.gone.remove(&id);
-                if self.named.insert(id.clone()) {
-                    self.containers.push(id.clone());
-                    self.ahead.insert(id);
-                }
-            }
-            Trigger::ContainerGone(id) => {
-                self.ahead.remove(&id);
-                if self.named.insert(id.clone()) {
-                    self.containers.push(id.clone());
-                    self.gone.insert(id.clone());
-                }
-                self.settled.insert(id);
-            }
+        }
+        if matches!(how, Named::Settled | Named::Gone) {
+            self.settled.insert(id);
         }
     }
 
     pub fn is_empty(&self) -> bool {
         !self.all && self.pods.is_empty() && self.containers.is_empty()
     }
+}
+
+/// How a trigger names a container (see [`Trigger`]'s variants).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Named {
+    Plain,
+    Settled,
+    Ahead,
+    Gone,
 }
 
 /// What one triggered check looks at: a pod, and the container the event named when it named one.
@@ -328,11 +330,8 @@ async fn check<R: Runtime, C: Clock>(
                     debug!(pod = %pod, error = %error, "triggered pod relist failed; the periodic relist will retry");
                     return true;
                 }
-                let settled = matches!(
-                    pleg.recorded_state(&pod, &id).await,
-                    PlegContainerState::Running | PlegContainerState::Exited
-                );
                 target.pod = Some(pod);
+                let settled = located_settles(pleg, target).await;
                 settled
             }
             Err(error) => {
@@ -373,6 +372,15 @@ async fn check<R: Runtime, C: Clock>(
 /// holds: what a complete relist answers as well (see [`BATCH_PROBES`]).
 fn is_probe_or_locate(target: &Target) -> bool {
     target.container.is_some()
+}
+
+/// Whether a target just located ends its schedule: its container runs or ran. Seen only created,
+/// it is probed on, under its pod, since the event was about its start.
+async fn located_settles<R: Runtime, C: Clock>(pleg: &GenericPleg<R, C>, target: &Target) -> bool {
+    matches!(
+        recorded(pleg, target).await,
+        PlegContainerState::Running | PlegContainerState::Exited
+    )
 }
 
 /// What the records say of a probe target's container.
@@ -491,15 +499,11 @@ pub async fn dispatch<R: Runtime, C: Clock>(
                 let changed = if relisted.is_err() {
                     true
                 } else if target.pod.is_none() {
-                    // A located id ends its schedule once it runs or ran (as `check` does);
-                    // seen only created, it is probed on, under its pod.
+                    // Located by the relist: as `check` treats an id it located.
                     match pleg.pod_of(target.container.as_deref().unwrap_or_default()).await {
                         Some(pod) => {
                             target.pod = Some(pod);
-                            matches!(
-                                recorded(&pleg, &target).await,
-                                PlegContainerState::Running | PlegContainerState::Exited
-                            )
+                            located_settles(&pleg, &target).await
                         }
                         None => false,
                     }
@@ -527,6 +531,7 @@ pub async fn dispatch<R: Runtime, C: Clock>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pleg::PodLifecycleEventType;
 
     #[test]
     fn recheck_schedules() {
@@ -816,6 +821,49 @@ mod tests {
         }
     }
 
+    /// A dispatcher (its trigger queue holding `capacity`) over `runtime`, after one complete
+    /// relist: the PLEG's events, the trigger sender, and the dispatcher's task.
+    async fn dispatching(
+        runtime: &SteadyRuntime,
+        capacity: usize,
+    ) -> (
+        tokio::sync::mpsc::Receiver<crate::pleg::PodLifecycleEvent>,
+        crate::triggers::TriggerSender,
+        tokio::task::JoinHandle<()>,
+    ) {
+        let metrics = Arc::new(Metrics::new());
+        let (pleg, events) = GenericPleg::new(
+            runtime.clone(),
+            crate::clock::SystemClock,
+            metrics.clone(),
+            crate::pleg::PlegConfig::default(),
+        );
+        let pleg = Arc::new(pleg);
+        pleg.relist().await.unwrap();
+        let (sender, receiver) = crate::triggers::trigger_queue(capacity);
+        (events, sender, tokio::spawn(dispatch(pleg, receiver, metrics)))
+    }
+
+    /// When the `n`th event of `kind` came. Fails the test after 60 s (of paused time) without.
+    async fn seen(
+        events: &mut tokio::sync::mpsc::Receiver<crate::pleg::PodLifecycleEvent>,
+        kind: PodLifecycleEventType,
+        n: usize,
+    ) -> tokio::time::Instant {
+        let counted = async {
+            let mut count = 0;
+            while count < n {
+                if events.recv().await.expect("an event").kind == kind {
+                    count += 1;
+                }
+            }
+            tokio::time::Instant::now()
+        };
+        tokio::time::timeout(Duration::from_secs(60), counted)
+            .await
+            .unwrap_or_else(|_| panic!("{n} {kind:?} events not seen within 60 s"))
+    }
+
     /// What `pods` running containers cost the runtime when an event names each of them every
     /// millisecond for ten seconds (a container OOM-killing a child process, for instance, as
     /// containerd's `/tasks/oom` said): calls made on behalf of the dispatcher, beyond the first
@@ -825,17 +873,7 @@ mod tests {
             pods,
             ..Default::default()
         };
-        let metrics = Arc::new(Metrics::new());
-        let (pleg, _events) = GenericPleg::new(
-            runtime.clone(),
-            crate::clock::SystemClock,
-            metrics.clone(),
-            crate::pleg::PlegConfig::default(),
-        );
-        let pleg = Arc::new(pleg);
-        pleg.relist().await.unwrap();
-        let (sender, receiver) = crate::triggers::trigger_queue(4096);
-        let dispatcher = tokio::spawn(dispatch(pleg.clone(), receiver, metrics));
+        let (_events, sender, dispatcher) = dispatching(&runtime, 4096).await;
         for _ in 0..10_000 {
             for i in 0..pods {
                 sender.send(Trigger::Container(format!("c{i}")));
@@ -880,31 +918,12 @@ mod tests {
             exits_at: Some(flip),
             ..Default::default()
         };
-        let (pleg, mut events) = GenericPleg::new(
-            runtime.clone(),
-            crate::clock::SystemClock,
-            Arc::new(Metrics::new()),
-            crate::pleg::PlegConfig::default(),
-        );
-        let pleg = Arc::new(pleg);
-        pleg.relist().await.unwrap();
-        let (sender, receiver) = crate::triggers::trigger_queue(64);
-        let dispatcher = tokio::spawn(dispatch(pleg.clone(), receiver, Arc::new(Metrics::new())));
+        let (mut events, sender, dispatcher) = dispatching(&runtime, 64).await;
         sender.send(Trigger::ContainerAhead("c0".into()));
         tokio::time::sleep_until(flip - Duration::from_millis(1)).await;
         let before_settling = runtime.calls("probe_state");
         sender.send(Trigger::ContainerSettled("c0".into()));
-        let died = async {
-            loop {
-                let event = events.recv().await.expect("an event");
-                if event.kind == crate::pleg::PodLifecycleEventType::ContainerDied {
-                    break tokio::time::Instant::now();
-                }
-            }
-        };
-        let seen = tokio::time::timeout(Duration::from_secs(60), died)
-            .await
-            .unwrap_or_else(|_| panic!("no exit seen within 60 s ({lead:?})"));
+        let seen = seen(&mut events, PodLifecycleEventType::ContainerDied, 1).await;
         drop(sender);
         dispatcher.abort();
         (seen.duration_since(flip), before_settling)
@@ -941,31 +960,12 @@ mod tests {
                 listed_from: Some(t0 + lead),
                 ..Default::default()
             };
-            let (pleg, mut events) = GenericPleg::new(
-                runtime.clone(),
-                crate::clock::SystemClock,
-                Arc::new(Metrics::new()),
-                crate::pleg::PlegConfig::default(),
-            );
-            let pleg = Arc::new(pleg);
-            pleg.relist().await.unwrap();
-            let (sender, receiver) = crate::triggers::trigger_queue(64);
-            let dispatcher = tokio::spawn(dispatch(pleg.clone(), receiver, Arc::new(Metrics::new())));
+            let (mut events, sender, dispatcher) = dispatching(&runtime, 64).await;
             sender.send(Trigger::ContainerAhead("c0".into()));
             tokio::time::sleep_until(t0 + lead - Duration::from_millis(1)).await;
             let before_start = runtime.calls("locate");
             sender.send(Trigger::ContainerSettled("c0".into()));
-            let started = async {
-                loop {
-                    let event = events.recv().await.expect("an event");
-                    if event.kind == crate::pleg::PodLifecycleEventType::ContainerStarted {
-                        break tokio::time::Instant::now();
-                    }
-                }
-            };
-            let seen = tokio::time::timeout(Duration::from_secs(60), started)
-                .await
-                .unwrap_or_else(|_| panic!("no start seen within 60 s ({lead:?})"));
+            let seen = seen(&mut events, PodLifecycleEventType::ContainerStarted, 1).await;
             drop(sender);
             dispatcher.abort();
             let late = seen.duration_since(t0 + lead);
@@ -1039,32 +1039,11 @@ mod tests {
             listed_from: Some(listed),
             ..Default::default()
         };
-        let (pleg, mut events) = GenericPleg::new(
-            runtime.clone(),
-            crate::clock::SystemClock,
-            Arc::new(Metrics::new()),
-            crate::pleg::PlegConfig::default(),
-        );
-        let pleg = Arc::new(pleg);
-        pleg.relist().await.unwrap();
-        let (sender, receiver) = crate::triggers::trigger_queue(64);
-        let dispatcher = tokio::spawn(dispatch(pleg.clone(), receiver, Arc::new(Metrics::new())));
+        let (mut events, sender, dispatcher) = dispatching(&runtime, 64).await;
         for i in 0..20 {
             sender.send(Trigger::ContainerSettled(format!("c{i}")));
         }
-        let started = async {
-            let mut seen = 0;
-            while seen < 20 {
-                let event = events.recv().await.expect("an event");
-                if event.kind == crate::pleg::PodLifecycleEventType::ContainerStarted {
-                    seen += 1;
-                }
-            }
-            tokio::time::Instant::now()
-        };
-        let all_seen = tokio::time::timeout(Duration::from_secs(60), started)
-            .await
-            .expect("20 starts within 60 s");
+        let all_seen = seen(&mut events, PodLifecycleEventType::ContainerStarted, 20).await;
         drop(sender);
         dispatcher.abort();
         let late = all_seen.duration_since(listed);
@@ -1077,24 +1056,15 @@ mod tests {
         assert!(relists <= 30, "{relists} complete relists in 50 ms of 2 ms rounds");
     }
 
-    /// `/containers/delete` for a container a record holds finds its removal at once; for an id
-    /// no record holds (let go already, or never seen) it costs the runtime nothing.
+    /// `/containers/delete` for a container a record holds probes it at once; for an id no record
+    /// holds (let go already, or never seen) it costs the runtime nothing.
     #[tokio::test(start_paused = true)]
     async fn a_gone_container_is_not_looked_for() {
         let runtime = SteadyRuntime {
             pods: 1,
             ..Default::default()
         };
-        let (pleg, _events) = GenericPleg::new(
-            runtime.clone(),
-            crate::clock::SystemClock,
-            Arc::new(Metrics::new()),
-            crate::pleg::PlegConfig::default(),
-        );
-        let pleg = Arc::new(pleg);
-        pleg.relist().await.unwrap();
-        let (sender, receiver) = crate::triggers::trigger_queue(64);
-        let dispatcher = tokio::spawn(dispatch(pleg.clone(), receiver, Arc::new(Metrics::new())));
+        let (_events, sender, dispatcher) = dispatching(&runtime, 64).await;
         sender.send(Trigger::ContainerGone("removed-long-ago".into()));
         tokio::time::sleep(Duration::from_secs(5)).await;
         assert_eq!(runtime.calls("locate"), 0, "an unknown gone id is not located");
