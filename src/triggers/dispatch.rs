@@ -331,8 +331,7 @@ async fn check<R: Runtime, C: Clock>(
                     return true;
                 }
                 target.pod = Some(pod);
-                let settled = located_settles(pleg, target).await;
-                settled
+                located_settles(pleg, target).await
             }
             Err(error) => {
                 debug!(container = %id, error = %error, "locating a new id failed; relisting everything");
