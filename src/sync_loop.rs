@@ -548,16 +548,8 @@ impl SyncLoop {
                     .is_none();
                 if stale {
                     debug!(pod = %tracked.key, "shadow: the apiserver's status is newer than plegd's runtime read; compared again from a newer one");
-                    tracked.wanted = Some(
-                        tracked
-                            .wanted
-                            .map_or(tracked.status_seen_at, |w| w.min(tracked.status_seen_at)),
-                    );
-                    if !tracked.waiting {
-                        tracked.waiting = true;
-                        self.to_wait
-                            .push((uid.to_owned(), tracked.runtime_uid.clone(), tracked.status_seen_at));
-                    }
+                    let seen_at = tracked.status_seen_at;
+                    self.request_sync(uid, seen_at);
                     return;
                 }
                 // What plegd cannot know is not its difference (`compare::UNKNOWABLE`).
