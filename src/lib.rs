@@ -9,7 +9,7 @@
 //! and [`watch`] (printing events, in [`mod@print`]'s lines). Towards the apiserver: [`informer`] (the
 //! node's pods, each kept as a [`pod::ApiPod`]) → [`sync_loop`] (*when* a pod is synced) →
 //! [`status`] (*what* is written: [`status::decide`] over generation; *how*: patches and the status
-//! manager on a [`workqueue`]). [`daemon`] starts it all for `plegd run` under [`supervise`]; [`cli`]
+//! manager on a [`workqueue`]), over the apiserver clients of [`kube_client`]. [`daemon`] starts it all for `plegd run` under [`supervise`]; [`cli`]
 //! turns flags into each stage's settings, complete and checked.
 //!
 //! Names say which side a type is on: `Runtime…` is what the container runtime reports
@@ -24,6 +24,7 @@ pub mod clock;
 pub mod daemon;
 pub mod http;
 pub mod informer;
+pub mod kube_client;
 pub mod kubecontainer;
 pub mod listen;
 pub mod metrics;

@@ -224,6 +224,7 @@ pub fn stages<C: Clock>(
 }
 
 /// [`stages`] spawned as plain tasks, for tests and benches that drive a relister by hand.
+#[cfg(feature = "test-util")]
 pub fn spawn<C: Clock>(
     mode: TriggerMode,
     version: &RuntimeVersion,

@@ -1,0 +1,268 @@
+//! The apiserver clients of `plegd run`: built from `--kubeconfig` (or as kube-rs infers them),
+//! each request bounded by a deadline, counted by verb and code, its warnings logged once and its
+//! `Retry-After` noted for the status writers. Every stage that speaks to the apiserver gets its
+//! client from here; none builds one.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use tracing::{debug, warn};
+
+use crate::backoff::RetryAfter;
+use crate::metrics::Metrics;
+
+/// Why the apiserver clients cannot be built. Each names its cause in its own text.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("cannot read --kubeconfig {path}: {error}")]
+    Kubeconfig {
+        path: PathBuf,
+        error: kube::config::KubeconfigError,
+    },
+    #[error("no apiserver configuration found (KUBECONFIG, ~/.kube/config or in-cluster): {0}")]
+    InferConfig(kube::config::InferConfigError),
+    #[error("cannot build the apiserver client: {0}")]
+    Build(kube::Error),
+}
+
+/// A tower layer on the apiserver client that counts requests by verb and response code
+/// (`plegd_apiserver_requests_total`; code `error` when no response came), and logs each distinct
+/// `Warning` header the apiserver answers with once (an unknown field in a status plegd writes, a
+/// deprecated API): one line per warning, not one per write; and takes note of each `Retry-After`
+/// the apiserver sends with a 429 or a 5xx, for the status writers to honour ([`RetryAfter`]).
+#[derive(Clone)]
+struct CountRequestsLayer {
+    metrics: Arc<Metrics>,
+    warnings: Arc<ApiserverWarnings>,
+    retry_after: Arc<RetryAfter>,
+}
+
+#[derive(Clone)]
+struct CountRequests<S> {
+    inner: S,
+    metrics: Arc<Metrics>,
+    warnings: Arc<ApiserverWarnings>,
+    retry_after: Arc<RetryAfter>,
+}
+
+impl<S> tower::Layer<S> for CountRequestsLayer {
+    type Service = CountRequests<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        CountRequests {
+            inner,
+            metrics: self.metrics.clone(),
+            warnings: self.warnings.clone(),
+            retry_after: self.retry_after.clone(),
+        }
+    }
+}
+
+/// The apiserver's warnings already logged. Bounded: past [`ApiserverWarnings::MAX`] distinct
+/// warnings, new ones are counted but no longer logged, so a server that puts a changing value in
+/// its warnings cannot grow plegd's memory or flood its log.
+#[derive(Default)]
+struct ApiserverWarnings {
+    seen: std::sync::Mutex<std::collections::HashSet<String>>,
+}
+
+impl ApiserverWarnings {
+    const MAX: usize = 64;
+    /// Longest warning text kept and logged, in bytes.
+    const MAX_LEN: usize = 512;
+
+    /// Log `headers`' warnings that were not logged before.
+    fn observe(&self, headers: &http::HeaderMap, verb: &str, metrics: &Metrics) {
+        for value in headers.get_all(http::header::WARNING) {
+            let text = String::from_utf8_lossy(value.as_bytes());
+            let mut end = text.len().min(Self::MAX_LEN);
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            let text = &text[..end];
+            metrics.count_apiserver_warning();
+            let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+            if seen.len() < Self::MAX && seen.insert(text.to_owned()) {
+                warn!(verb, warning = ?text, "apiserver warning (logged once)");
+            }
+        }
+    }
+}
+
+impl<S, B, R> tower::Service<http::Request<B>> for CountRequests<S>
+where
+    S: tower::Service<http::Request<B>, Response = http::Response<R>>,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    R: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = std::pin::Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let watch = request
+            .uri()
+            .query()
+            .is_some_and(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1"));
+        let verb = if watch {
+            "WATCH".to_owned()
+        } else {
+            request.method().as_str().to_owned()
+        };
+        let metrics = self.metrics.clone();
+        let warnings = self.warnings.clone();
+        let retry_after = self.retry_after.clone();
+        let response = self.inner.call(request);
+        Box::pin(async move {
+            let result = response.await;
+            let code = match &result {
+                Ok(r) => {
+                    warnings.observe(r.headers(), &verb, &metrics);
+                    let status = r.status().as_u16();
+                    let asked = r.headers().get(http::header::RETRY_AFTER).map(|v| v.as_bytes());
+                    if let Some(wait) = RetryAfter::requested(status, asked) {
+                        debug!(verb, code = status, wait = ?wait, "apiserver asked plegd to wait (Retry-After)");
+                        metrics.count_apiserver_retry_after();
+                        retry_after.push(wait);
+                    }
+                    status.to_string()
+                }
+                Err(_) => "error".to_owned(),
+            };
+            metrics.count_apiserver_request(&verb, &code);
+            result
+        })
+    }
+}
+
+/// The apiserver clients of `plegd run`, each with deadlines so that no request waits forever on a
+/// dead or black-holed connection (an apiserver powered off, a load balancer path gone): plegd
+/// sees that and makes a new connection, as client-go's HTTP/2 health checks let the kubelet do.
+#[derive(Clone)]
+pub struct ApiClients {
+    /// For requests that answer at once (status PATCHes, DELETEs, Events): connecting, sending and
+    /// each wait for the answer's bytes are bounded by the request timeout.
+    pub requests: kube::Client,
+    /// For the informer's LIST and WATCH: the apiserver is asked to end each watch after
+    /// [`watch_timeout`] (so a healthy watch is renewed that often), and a connection silent for
+    /// longer than that and a margin is given up.
+    pub watches: kube::Client,
+    /// For the reviews that guard `/metrics`: like `requests`, but a `Retry-After` answered to a
+    /// review (which clients of `/metrics` cause) does not hold back the status writes.
+    pub reviews: kube::Client,
+}
+
+/// How long the apiserver is asked to keep one watch open, for a request timeout of `request`:
+/// four times it (2 min by default; the kubelet's reflectors ask for 5 to 10 min, which is also
+/// how long they can take to notice a dead watch). Whole seconds, at least one.
+pub fn watch_timeout(request: std::time::Duration) -> std::time::Duration {
+    std::time::Duration::from_secs((request * 4).as_secs().max(1))
+}
+
+/// Longer than a watch may be silent: the watch's own timeout and this margin.
+const WATCH_SILENCE_MARGIN: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The apiserver clients: from `--kubeconfig`, else as kube-rs infers it (KUBECONFIG, the default
+/// kubeconfig, or the in-cluster service account), with `request_timeout` as the deadline of each
+/// request ([`ApiClients`]). Every request is counted in `metrics`, and every `Retry-After` the
+/// apiserver asks for is noted in `retry_after`.
+pub async fn kube_clients(
+    kubeconfig: Option<&PathBuf>,
+    request_timeout: std::time::Duration,
+    metrics: Arc<Metrics>,
+    retry_after: Arc<RetryAfter>,
+) -> Result<ApiClients, ClientError> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = Kubeconfig::read_from(path).map_err(|error| ClientError::Kubeconfig {
+                path: path.clone(),
+                error,
+            })?;
+            kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+                .await
+                .map_err(|error| ClientError::Kubeconfig {
+                    path: path.clone(),
+                    error,
+                })?
+        }
+        None => kube::Config::infer().await.map_err(ClientError::InferConfig)?,
+    };
+    // kube's own retry of 429s, 503s and 504s (inside the client, below the layer that counts)
+    // is off: every answer the apiserver gives is counted and seen here, a `Retry-After` holds back
+    // every status write rather than one request, and each caller retries with its own backoff
+    // (the status writers, the informer's watch).
+    let mut config = config;
+    config.default_retry = false;
+    config.connect_timeout = Some(request_timeout);
+    config.write_timeout = Some(request_timeout);
+    // Counted from when a request is sent, not from when its pooled connection went idle.
+    config.reset_reader_on_write = true;
+    let layer = CountRequestsLayer {
+        metrics,
+        warnings: Arc::default(),
+        retry_after,
+    };
+    let build = |read_timeout, layer: &CountRequestsLayer| {
+        let mut config = config.clone();
+        config.read_timeout = Some(read_timeout);
+        let builder = kube::client::ClientBuilder::try_from(config).map_err(ClientError::Build)?;
+        Ok::<_, ClientError>(builder.with_layer(layer).build())
+    };
+    let apart = CountRequestsLayer {
+        retry_after: Arc::default(),
+        ..layer.clone()
+    };
+    Ok(ApiClients {
+        requests: build(request_timeout, &layer)?,
+        watches: build(watch_timeout(request_timeout) + WATCH_SILENCE_MARGIN, &layer)?,
+        reviews: build(request_timeout, &apart)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(values: &[&[u8]]) -> http::HeaderMap {
+        let mut h = http::HeaderMap::new();
+        for v in values {
+            h.append(http::header::WARNING, http::HeaderValue::from_bytes(v).unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn each_warning_is_kept_once_bounded_and_whole_characters() {
+        let warnings = ApiserverWarnings::default();
+        let metrics = Metrics::new();
+        let unknown = br#"299 - "unknown field \"status.bogus\"""#;
+        for _ in 0..3 {
+            warnings.observe(&headers(&[unknown]), "PATCH", &metrics);
+        }
+        assert_eq!(warnings.seen.lock().unwrap().len(), 1, "a repeat is not kept again");
+        assert!(
+            metrics.encode().contains("plegd_apiserver_warnings_total 3"),
+            "every one counted"
+        );
+
+        // Bytes that are not UTF-8, and a long non-ASCII text cut at a character boundary.
+        let long = "é".repeat(1000);
+        warnings.observe(&headers(&[b"299 - \xff\xfe", long.as_bytes()]), "PATCH", &metrics);
+        let seen = warnings.seen.lock().unwrap();
+        let kept = seen.iter().find(|w| w.starts_with('é')).unwrap();
+        assert!(kept.len() <= ApiserverWarnings::MAX_LEN && kept.chars().all(|c| c == 'é'));
+        drop(seen);
+
+        // At most MAX distinct warnings are kept; more are counted only.
+        for i in 0..2 * ApiserverWarnings::MAX {
+            warnings.observe(&headers(&[format!("299 - \"w{i}\"").as_bytes()]), "GET", &metrics);
+        }
+        assert_eq!(warnings.seen.lock().unwrap().len(), ApiserverWarnings::MAX);
+    }
+}
