@@ -37,9 +37,9 @@ pub enum WatchError {
     Runtime(#[from] RuntimeError),
     /// Writing an event failed for another reason than a closed reader.
     #[error("writing events failed: {0}")]
-    Output(#[source] std::io::Error),
+    Output(std::io::Error),
     /// A stage (relister, triggers) ended: the watch is blind, so it ends with an error.
-    #[error("{0}")]
+    #[error(transparent)]
     StageEnded(#[from] StageEnded),
 }
 

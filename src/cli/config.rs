@@ -14,8 +14,8 @@ pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 /// Why the config file cannot be used. Each message names the file and the setting.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("--config {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    #[error("--config {path}: {error}")]
+    Read { path: PathBuf, error: std::io::Error },
     #[error("--config {path}: not a regular file")]
     NotRegular { path: PathBuf },
     #[error("--config {path}: larger than {max} bytes")]
@@ -54,9 +54,9 @@ fn config_value(value: &toml::Value) -> Option<Vec<String>> {
 /// The file's text: a regular file (never a FIFO or device, which could block or never end),
 /// read up to the size bound.
 fn read_bounded(path: &Path) -> Result<String, ConfigError> {
-    let read = |source| ConfigError::Read {
+    let read = |error| ConfigError::Read {
         path: path.to_owned(),
-        source,
+        error,
     };
     // stat before open: opening a FIFO would wait for a writer.
     if !std::fs::metadata(path).map_err(read)?.is_file() {

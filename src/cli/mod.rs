@@ -136,8 +136,10 @@ pub fn parse_args(args: Vec<OsString>) -> Result<Cli, String> {
     Ok(cli)
 }
 
-/// An error and its causes on one line, each cause once: messages here often end with their
-/// cause's text already, which is then not repeated.
+/// An error and its causes on one line, each cause once. plegd's own errors either name their
+/// cause in their text or expose it as their source, never both (`errors_name_or_expose_their_cause`
+/// below); errors of other crates sometimes do both, and a cause whose text the line already holds
+/// is then not repeated.
 pub fn one_line(error: &anyhow::Error) -> String {
     let mut line = String::new();
     for cause in error.chain() {
@@ -498,6 +500,70 @@ mod tests {
         assert_eq!(one_line(&error), "cannot load kubeconfig: cannot read /x: no such file");
         let multi = anyhow::anyhow!("first line\n  second line");
         assert_eq!(one_line(&multi), "first line second line");
+    }
+
+    /// The `#[error(...)]` attributes of `src/`, each with the lines below it up to the next one
+    /// or to the end of its enum or struct: (file, message, fields).
+    fn error_definitions() -> Vec<(String, String, String)> {
+        fn walk(dir: &std::path::Path, out: &mut Vec<(String, String, String)>) {
+            for entry in std::fs::read_dir(dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    walk(&path, out);
+                    continue;
+                }
+                let text = std::fs::read_to_string(&path).unwrap();
+                let lines: Vec<&str> = text.lines().collect();
+                let starts = |line: &str| line.trim_start().starts_with("#[error(");
+                for (at, _) in lines.iter().enumerate().filter(|(_, l)| starts(l)) {
+                    let message_end = (at..lines.len())
+                        .find(|&i| lines[i].trim_end().ends_with(")]"))
+                        .unwrap();
+                    let fields_end = (message_end + 1..lines.len())
+                        .find(|&i| starts(lines[i]) || lines[i].starts_with('}') || lines[i] == "    }")
+                        .unwrap_or(lines.len());
+                    out.push((
+                        path.display().to_string(),
+                        lines[at..=message_end].join("\n"),
+                        lines[message_end + 1..fields_end].join("\n"),
+                    ));
+                }
+            }
+        }
+        let mut out = Vec::new();
+        walk(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &mut out);
+        out
+    }
+
+    #[test]
+    fn errors_name_or_expose_their_cause() {
+        let definitions = error_definitions();
+        assert!(
+            definitions.len() > 40,
+            "the scan finds the errors: {}",
+            definitions.len()
+        );
+        let mut both = Vec::new();
+        for (file, message, fields) in &definitions {
+            if message.contains("transparent") {
+                continue;
+            }
+            let exposes = fields.contains("#[source]") || fields.contains("#[from]") || fields.contains(" source:");
+            let names = message.contains("{0") || message.contains("{source") || message.contains(".0");
+            if exposes && names {
+                both.push(format!("{file}: {message}"));
+            }
+        }
+        assert!(
+            both.is_empty(),
+            "these errors print their source and also return it (one_line would hide the repeat): {both:#?}"
+        );
+        // The scan sees a field that exposes: one of the errors that wrap another transparently.
+        assert!(
+            definitions
+                .iter()
+                .any(|(_, m, f)| m.contains("transparent") && f.contains("#[from]"))
+        );
     }
 
     #[test]

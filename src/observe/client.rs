@@ -17,11 +17,11 @@ pub enum FollowError {
     #[error("no plegd API socket at {path}; is `plegd run` running (see its --api-socket)?")]
     NoSocket { path: PathBuf },
     #[error("plegd's API refused the request: {0}")]
-    Refused(#[source] Status),
+    Refused(Status),
     #[error("the stream from plegd broke: {0}")]
-    Broken(#[source] Status),
+    Broken(Status),
     #[error("writing the output failed: {0}")]
-    Output(#[source] std::io::Error),
+    Output(std::io::Error),
 }
 
 /// `plegd events`: follow a running daemon's events, one line each, until the daemon goes away

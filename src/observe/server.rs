@@ -170,24 +170,12 @@ impl Following {
 /// Why the API socket cannot be served.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
-    #[error("cannot create the directory of --api-socket {path}: {source}")]
-    Dir {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("cannot listen on --api-socket {path}: {source}")]
-    Bind {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("cannot inspect --api-socket {path}: {source}")]
-    Inspect {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error("cannot create the directory of --api-socket {path}: {error}")]
+    Dir { path: PathBuf, error: std::io::Error },
+    #[error("cannot listen on --api-socket {path}: {error}")]
+    Bind { path: PathBuf, error: std::io::Error },
+    #[error("cannot inspect --api-socket {path}: {error}")]
+    Inspect { path: PathBuf, error: std::io::Error },
     #[error(
         "--api-socket {path}: a file that is not a socket is there; plegd replaces only a socket left by an earlier plegd"
     )]
@@ -202,9 +190,9 @@ pub fn check_socket_path(path: &Path) -> Result<(), ApiError> {
     use std::os::unix::fs::FileTypeExt;
     match std::fs::symlink_metadata(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(source) => Err(ApiError::Inspect {
+        Err(error) => Err(ApiError::Inspect {
             path: path.to_owned(),
-            source,
+            error,
         }),
         Ok(meta) if !meta.file_type().is_socket() => Err(ApiError::NotSocket { path: path.to_owned() }),
         Ok(_) => match std::os::unix::net::UnixStream::connect(path) {
@@ -220,7 +208,7 @@ fn remove_stale_socket(path: &Path) -> Result<(), ApiError> {
     match std::fs::remove_file(path) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(ApiError::Bind {
             path: path.to_owned(),
-            source: e,
+            error: e,
         }),
         _ => Ok(()),
     }
@@ -249,15 +237,15 @@ pub fn serve(
             .recursive(true)
             .mode(0o750)
             .create(dir)
-            .map_err(|source| ApiError::Dir {
+            .map_err(|error| ApiError::Dir {
                 path: dir.to_owned(),
-                source,
+                error,
             })?;
     }
     remove_stale_socket(path)?;
-    let listener = UnixListener::bind(path).map_err(|source| ApiError::Bind {
+    let listener = UnixListener::bind(path).map_err(|error| ApiError::Bind {
         path: path.to_owned(),
-        source,
+        error,
     })?;
     // Only the owner (and its group) may follow events.
     let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660));

@@ -51,7 +51,6 @@ pub enum RuntimeError {
     #[error("CRI {operation} failed: {status}")]
     Call {
         operation: &'static str,
-        #[source]
         status: tonic::Status,
     },
 }

@@ -75,9 +75,10 @@ impl ManagerConfig {
     }
 }
 
-/// Why a status is not accepted for writing.
+/// Why plegd will not write a status it is given (the apiserver is not asked: compare
+/// [`Outcome::Refused`], the apiserver's refusal of a write).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Refused {
+pub enum Unwritable {
     #[error("pod {namespace}/{name} is bound to node {bound:?}, not to this node {node}")]
     OtherNode {
         namespace: String,
@@ -158,6 +159,8 @@ enum Outcome {
     Written,
     NothingToSend,
     Gone,
+    /// The apiserver refused the write (400, 403, a 422 other than a replaced pod): sent again
+    /// later, slowly, while it is wanted.
     Refused,
     Retry,
     /// A 409 for the pod plegd still knows: retried like [`Outcome::Retry`], counted apart.
@@ -215,6 +218,30 @@ fn uid_changed(status: &kube::core::Status) -> bool {
         .iter()
         .any(|c| c.field == "metadata.uid" && c.reason == "FieldValueInvalid")
         || (causes.is_empty() && status.message.contains("metadata.uid: Invalid value"))
+}
+
+/// What the apiserver's error answer to a status PATCH means for the pod's write. A 409 is
+/// [`Outcome::Conflict`] here; the writer then asks the informer whether the pod was replaced.
+fn patch_outcome(code: u16, uid_changed: bool) -> Outcome {
+    match code {
+        404 => Outcome::Gone,
+        409 => Outcome::Conflict,
+        422 if uid_changed => Outcome::Replaced,
+        400 | 403 | 422 => Outcome::Refused,
+        _ => Outcome::Retry,
+    }
+}
+
+/// What the apiserver's error answer to the DELETE of a finished pod means, with the
+/// `plegd_pod_deletions_total` result it is counted as. A 409 is the uid precondition failing:
+/// the pod under that name is another one, so the finished one is gone.
+fn delete_outcome(code: u16) -> (&'static str, Outcome) {
+    match code {
+        404 | 409 => ("gone", Outcome::Gone),
+        403 => ("forbidden", Outcome::Refused),
+        400 | 422 => ("rejected", Outcome::Refused),
+        _ => ("retry", Outcome::Retry),
+    }
 }
 
 fn is_terminal(status: Option<&PodStatus>) -> bool {
@@ -279,17 +306,17 @@ impl StatusManager {
     /// Want `status` for `pod` (the informer's copy), and, with `delete_when_written`, the pod
     /// deleted once it is written (`decide::Action::Write`). Returns whether a write was queued:
     /// a status equal to the one already wanted is not.
-    pub fn set_status(&self, pod: &ApiPod, status: PodStatus, delete_when_written: bool) -> Result<bool, Refused> {
+    pub fn set_status(&self, pod: &ApiPod, status: PodStatus, delete_when_written: bool) -> Result<bool, Unwritable> {
         let meta = &pod.metadata;
         let (Some(uid), Some(name), Some(namespace)) =
             (meta.uid.as_deref(), meta.name.as_deref(), meta.namespace.as_deref())
         else {
-            return Err(Refused::Incomplete);
+            return Err(Unwritable::Incomplete);
         };
         let bound = pod.spec.node_name.clone();
         if bound.as_deref() != Some(self.config.node_name.as_str()) {
             self.metrics.count_status_write("refused_other_node");
-            return Err(Refused::OtherNode {
+            return Err(Unwritable::OtherNode {
                 namespace: namespace.into(),
                 name: name.into(),
                 bound,
@@ -464,26 +491,23 @@ impl StatusManager {
                 info!(pod = %key, "pod fully terminated and removed from the apiserver");
                 ("ok", Outcome::Gone)
             }
-            Err(kube::Error::Api(status)) => match status.code {
-                // Gone already, or recreated under another uid (the precondition failed).
-                404 | 409 => ("gone", Outcome::Gone),
-                403 => {
-                    if !self.refused_before(uid) {
-                        warn!(pod = %key, message = %status.message, "plegd may not delete finished pods; grant it the plegd-full-mode ClusterRole (deploy/full/rbac-full-mode.yaml); trying again later");
+            Err(kube::Error::Api(status)) => {
+                let (result, outcome) = delete_outcome(status.code);
+                match outcome {
+                    Outcome::Refused if !self.refused_before(uid) => {
+                        if status.code == 403 {
+                            warn!(pod = %key, message = %status.message, "plegd may not delete finished pods; grant it the plegd-full-mode ClusterRole (deploy/full/rbac-full-mode.yaml); trying again later");
+                        } else {
+                            warn!(pod = %key, code = status.code, message = %status.message, "apiserver refused to delete the finished pod; trying again later");
+                        }
                     }
-                    ("forbidden", Outcome::Refused)
-                }
-                400 | 422 => {
-                    if !self.refused_before(uid) {
-                        warn!(pod = %key, code = status.code, message = %status.message, "apiserver refused to delete the finished pod; trying again later");
+                    Outcome::Retry => {
+                        debug!(pod = %key, code = status.code, message = %status.message, "deleting the finished pod failed; retrying");
                     }
-                    ("rejected", Outcome::Refused)
+                    _ => {}
                 }
-                code => {
-                    debug!(pod = %key, code, message = %status.message, "deleting the finished pod failed; retrying");
-                    ("retry", Outcome::Retry)
-                }
-            },
+                (result, outcome)
+            }
             Err(e) => {
                 debug!(pod = %key, error = %e, "deleting the finished pod failed; retrying");
                 ("retry", Outcome::Retry)
@@ -544,23 +568,19 @@ impl StatusManager {
                 }
                 Outcome::Written
             }
-            Err(kube::Error::Api(status)) => match status.code {
-                404 => Outcome::Gone,
-                409 => {
-                    // A conflict: look at the informer again.
-                    let now = self.store.get(key);
-                    if now.as_ref().and_then(|p| p.metadata.uid.as_deref()) != Some(uid) {
-                        info!(pod = %key, "pod was replaced (deleted and created again under the same name); dropping the old one's status");
-                        Outcome::Replaced
-                    } else {
-                        Outcome::Conflict
-                    }
-                }
-                422 if uid_changed(&status) => {
+            Err(kube::Error::Api(status)) => match patch_outcome(status.code, uid_changed(&status)) {
+                // A conflict: look at the informer again.
+                Outcome::Conflict
+                    if self.store.get(key).and_then(|p| p.metadata.uid.clone()).as_deref() != Some(uid) =>
+                {
                     info!(pod = %key, "pod was replaced (deleted and created again under the same name); dropping the old one's status");
                     Outcome::Replaced
                 }
-                400 | 403 | 422 => {
+                Outcome::Replaced => {
+                    info!(pod = %key, "pod was replaced (deleted and created again under the same name); dropping the old one's status");
+                    Outcome::Replaced
+                }
+                Outcome::Refused => {
                     if self.refused_before(uid) {
                         debug!(pod = %key, code = status.code, reason = %status.reason, message = %status.message, "apiserver refused the status again; sending it again later");
                     } else {
@@ -568,10 +588,11 @@ impl StatusManager {
                     }
                     Outcome::Refused
                 }
-                code => {
-                    debug!(pod = %key, code, message = %status.message, "status write failed; retrying");
+                Outcome::Retry => {
+                    debug!(pod = %key, code = status.code, message = %status.message, "status write failed; retrying");
                     Outcome::Retry
                 }
+                outcome => outcome,
             },
             Err(error) => {
                 debug!(pod = %key, error = %error, "status write failed; retrying");
@@ -729,6 +750,27 @@ mod tests {
 
     /// What the apiserver answers decides what becomes of the pod's write: retried with backoff,
     /// dropped as refused, or the pod's state forgotten.
+    #[test]
+    fn apiserver_error_codes_map_to_outcomes() {
+        // (code, the 422 names metadata.uid, PATCH outcome, DELETE result and outcome)
+        let table = [
+            (400, false, Outcome::Refused, ("rejected", Outcome::Refused)),
+            (403, false, Outcome::Refused, ("forbidden", Outcome::Refused)),
+            (404, false, Outcome::Gone, ("gone", Outcome::Gone)),
+            (409, false, Outcome::Conflict, ("gone", Outcome::Gone)),
+            (422, false, Outcome::Refused, ("rejected", Outcome::Refused)),
+            (422, true, Outcome::Replaced, ("rejected", Outcome::Refused)),
+            (429, false, Outcome::Retry, ("retry", Outcome::Retry)),
+            (500, false, Outcome::Retry, ("retry", Outcome::Retry)),
+            (503, false, Outcome::Retry, ("retry", Outcome::Retry)),
+            (504, false, Outcome::Retry, ("retry", Outcome::Retry)),
+        ];
+        for (code, uid, patch, delete) in table {
+            assert_eq!(patch_outcome(code, uid), patch, "PATCH {code}");
+            assert_eq!(delete_outcome(code), delete, "DELETE {code}");
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn the_answer_decides_retry_drop_or_forget() {
         let uid = "metadata.uid: Invalid value: \"u1\": field is immutable";
@@ -853,7 +895,7 @@ mod tests {
         let metrics = Arc::new(Metrics::new());
         let manager = manager(&script, &api_pod("n1"), metrics.clone());
         let refused = manager.set_status(&api_pod("n2"), wanted("a"), false);
-        assert!(matches!(refused, Err(Refused::OtherNode { .. })), "{refused:?}");
+        assert!(matches!(refused, Err(Unwritable::OtherNode { .. })), "{refused:?}");
         assert!(writes(&metrics).iter().any(|w| w.contains("refused_other_node")));
         // Forgotten before a writer takes it.
         let script = Script::answering_by_default(pod_json());
