@@ -23,25 +23,25 @@ use crate::kube_client::{self, ApiClients, ClientError};
 use crate::metrics::Metrics;
 use crate::observe;
 use crate::pleg::{self, EventHub, GenericPleg, PlegConfig, PlegHandle, PodLifecycleEvent, StreamState};
-use crate::runtime::{CriOptions, CriRuntime, RuntimeError, RuntimeVersion};
+use crate::runtime::{CriConfig, CriRuntime, RuntimeError, RuntimeVersion};
 use crate::status::decide::NodeFacts;
 use crate::status::manager::{ManagerConfig, StatusManager};
 use crate::status::report::StatusReports;
 use crate::supervise::{StageEnded, StageHealth, Stages};
 use crate::sync_loop::{SyncConfig, SyncLoop};
-use crate::triggers::{self, TriggerMode, TriggerOptions};
+use crate::triggers::{self, TriggerConfig, TriggerMode};
 
 /// How long a cancelled set of stages may take to end before it is aborted.
 const STAGE_DRAIN: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Everything `plegd run` is told.
 #[derive(Debug, Clone)]
-pub struct DaemonOptions {
+pub struct DaemonConfig {
     pub cri_socket: PathBuf,
-    pub cri: CriOptions,
+    pub cri: CriConfig,
     pub pleg: PlegConfig,
     pub triggers: TriggerMode,
-    pub trigger_options: TriggerOptions,
+    pub trigger_config: TriggerConfig,
     pub kubeconfig: Option<PathBuf>,
     pub manager: ManagerConfig,
     pub sync: SyncConfig,
@@ -119,7 +119,7 @@ impl crate::http::Health for DaemonHealth {
 /// Run the daemon until `shutdown` completes, or until one of its stages ends (an error: plegd
 /// then exits non-zero so that it is restarted).
 pub async fn run(
-    options: DaemonOptions,
+    options: DaemonConfig,
     metrics: Arc<Metrics>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), DaemonError> {
@@ -138,7 +138,7 @@ pub struct Control {
 /// [`run`], reachable by [`Control`]: how the tests show that the loss of any stage is seen.
 #[cfg(feature = "test-util")]
 pub async fn run_controlled(
-    options: DaemonOptions,
+    options: DaemonConfig,
     metrics: Arc<Metrics>,
     shutdown: impl Future<Output = ()>,
     control: Control,
@@ -166,7 +166,7 @@ struct Hooks {
 }
 
 async fn run_with(
-    options: DaemonOptions,
+    options: DaemonConfig,
     metrics: Arc<Metrics>,
     shutdown: impl Future<Output = ()>,
     hooks: Hooks,
@@ -266,7 +266,7 @@ struct Runtime {
     recursive_read_only_handlers: Option<Vec<String>>,
 }
 
-async fn connect_runtime(options: &DaemonOptions, metrics: &Arc<Metrics>) -> Result<Runtime, RuntimeError> {
+async fn connect_runtime(options: &DaemonConfig, metrics: &Arc<Metrics>) -> Result<Runtime, RuntimeError> {
     let (cri, version) = CriRuntime::connect_waiting(&options.cri_socket, &options.cri, metrics.clone()).await?;
     let recursive_read_only_handlers = match cri.recursive_read_only_handlers().await {
         Ok(handlers) => Some(handlers),
@@ -292,7 +292,7 @@ struct RuntimeSide {
 
 /// The relister, the runtime triggers that feed it, and the fan-out of its events.
 fn start_runtime_side(
-    options: &DaemonOptions,
+    options: &DaemonConfig,
     version: &RuntimeVersion,
     cri: CriRuntime,
     metrics: &Arc<Metrics>,
@@ -300,14 +300,14 @@ fn start_runtime_side(
 ) -> RuntimeSide {
     let (pleg, events) = GenericPleg::new(cri, SystemClock, metrics.clone(), options.pleg.clone());
     let pleg = Arc::new(pleg);
-    for (name, stage) in triggers::stages(options.triggers, version, pleg.clone(), options.trigger_options.clone()) {
+    for (name, stage) in triggers::stages(options.triggers, version, pleg.clone(), options.trigger_config.clone()) {
         sets.sources.spawn(name, stage);
     }
     sets.relister
         .spawn("relister", pleg.clone().run_until(sets.relist_stop.clone()));
     let hub = EventHub::new(pleg::SUBSCRIBER_BUFFER);
     // The syncLoop's queue has the configured capacity too, so that the setting bounds what is buffered.
-    let (to_sync, sync_events) = mpsc::channel(options.pleg.channel_capacity.max(1));
+    let (to_sync, sync_events) = mpsc::channel(options.pleg.channel_capacity().get());
     sets.pipeline.spawn(
         "event-fan-out",
         pleg::fan_out(events, hub.clone(), Some(to_sync), metrics.clone(), sets.drain.clone()),
@@ -329,7 +329,7 @@ struct ApiserverSide {
 
 /// The informer over this node's pods, the status manager's writers and the Kubernetes Events queue.
 fn start_apiserver_side(
-    options: &DaemonOptions,
+    options: &DaemonConfig,
     clients: &ApiClients,
     retry_after: Arc<RetryAfter>,
     metrics: &Arc<Metrics>,
@@ -378,7 +378,7 @@ fn start_apiserver_side(
 /// READY and watchdog.
 #[allow(clippy::too_many_arguments)]
 async fn serve_endpoints(
-    options: &DaemonOptions,
+    options: &DaemonConfig,
     clients: &ApiClients,
     hub: EventHub,
     reports: &StatusReports,

@@ -15,6 +15,7 @@
 //! reads: nothing on them changes plegd's state.
 
 use std::net::SocketAddr;
+use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -118,9 +119,9 @@ pub const MAX_HEAD_BYTES: usize = 16 * 1024;
 /// Most header fields in one request.
 pub const MAX_HEADERS: usize = 32;
 /// Connections the metrics listener holds at once (fewer where the open-file limit is low).
-pub const MAX_METRICS_CONNECTIONS: usize = 4096;
+pub const MAX_METRICS_CONNECTIONS: NonZeroUsize = NonZeroUsize::new(4096).unwrap();
 /// Connections the health listener holds at once; past it, its oldest is closed.
-pub const MAX_HEALTH_CONNECTIONS: usize = 512;
+pub const MAX_HEALTH_CONNECTIONS: NonZeroUsize = NonZeroUsize::new(512).unwrap();
 
 /// Limits of one HTTP listener.
 #[derive(Debug, Clone, Copy)]
@@ -141,11 +142,11 @@ pub struct HttpLimits {
 impl HttpLimits {
     /// `/metrics` (and `/healthz`, `/readyz` beside it): Prometheus keeps its connection alive;
     /// one client address holds at most 32 connections; a full listener refuses new ones.
-    pub fn metrics(max_connections: usize) -> Self {
+    pub fn metrics(max_connections: NonZeroUsize) -> Self {
         Self {
             admission: Admission {
                 max_connections,
-                max_per_client: 32,
+                max_per_client: NonZeroUsize::new(32).unwrap(),
                 when_full: WhenFull::Refuse,
             },
             header_read_timeout: Duration::from_secs(10),
@@ -158,11 +159,11 @@ impl HttpLimits {
     /// probes open a new connection each time), 3 s to send it, at most 8 connections from one
     /// address, and a full listener closes its oldest connection rather than refuse a new one, so
     /// that no client, nor many, can keep the kubelet's probe out.
-    pub fn health(max_connections: usize) -> Self {
+    pub fn health(max_connections: NonZeroUsize) -> Self {
         Self {
             admission: Admission {
                 max_connections,
-                max_per_client: 8,
+                max_per_client: NonZeroUsize::new(8).unwrap(),
                 when_full: WhenFull::EvictOldest,
             },
             header_read_timeout: Duration::from_secs(3),
@@ -233,7 +234,7 @@ fn listen(
     limits: HttpLimits,
 ) -> std::io::Result<(SocketAddr, Stage)> {
     let admission = ConnectionLimit::new(name, limits.admission, metrics);
-    let backlog = u32::try_from(limits.admission.max_connections).unwrap_or(u32::MAX);
+    let backlog = u32::try_from(limits.admission.max_connections.get()).unwrap_or(u32::MAX);
     let listener = crate::listen::bind_tcp(address, backlog)?;
     let bound = listener.local_addr()?;
     let stage: Stage = Box::pin(accept_loop(listener, app, admission, limits));

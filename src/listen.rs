@@ -11,6 +11,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::net::IpAddr;
+use std::num::NonZeroUsize;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -75,10 +76,11 @@ pub fn raise_fd_limit() -> u64 {
 }
 
 /// The connections a listener may hold at once: `wanted`, or less when the open-file limit would
-/// not leave [`RESERVED_FDS`] for the rest of plegd.
-pub fn connection_limit(wanted: usize, fd_limit: u64) -> usize {
-    let room = fd_limit.saturating_sub(RESERVED_FDS).max(1);
-    wanted.min(usize::try_from(room).unwrap_or(usize::MAX))
+/// not leave [`RESERVED_FDS`] for the rest of plegd; one at least (a listener that admits none
+/// would be no listener).
+pub fn connection_limit(wanted: NonZeroUsize, fd_limit: u64) -> NonZeroUsize {
+    let room = usize::try_from(fd_limit.saturating_sub(RESERVED_FDS)).unwrap_or(usize::MAX);
+    NonZeroUsize::new(wanted.get().min(room)).unwrap_or(NonZeroUsize::MIN)
 }
 
 /// How a full listener treats a new connection.
@@ -96,10 +98,10 @@ pub enum WhenFull {
 /// Bounds of one listener: connections open at once in all, and from one client address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Admission {
-    pub max_connections: usize,
+    pub max_connections: NonZeroUsize,
     /// Connections one client address may hold at once; past it, its new ones are refused, or on
     /// a listener that evicts, its own oldest connection is closed (never another client's).
-    pub max_per_client: usize,
+    pub max_per_client: NonZeroUsize,
     pub when_full: WhenFull,
 }
 
@@ -128,11 +130,7 @@ impl ConnectionLimit {
         metrics.initialize_listener(listener);
         Self {
             listener,
-            admission: Admission {
-                max_connections: admission.max_connections.max(1),
-                max_per_client: admission.max_per_client.max(1),
-                ..admission
-            },
+            admission,
             state: Arc::default(),
             metrics,
         }
@@ -149,7 +147,7 @@ impl ConnectionLimit {
         let mut open = self.lock();
         let mut made_room = false;
         if let Some(ip) = client
-            && open.per_client.get(&ip).copied().unwrap_or(0) >= self.admission.max_per_client
+            && open.per_client.get(&ip).copied().unwrap_or(0) >= self.admission.max_per_client.get()
         {
             if self.admission.when_full == WhenFull::Refuse {
                 drop(open);
@@ -166,7 +164,7 @@ impl ConnectionLimit {
                 made_room = true;
             }
         }
-        if open.count >= self.admission.max_connections && !made_room {
+        if open.count >= self.admission.max_connections.get() && !made_room {
             match self.admission.when_full {
                 WhenFull::Refuse => {
                     drop(open);
@@ -310,15 +308,16 @@ mod tests {
 
     #[test]
     fn the_limit_leaves_room_for_plegd() {
-        assert_eq!(connection_limit(1024, 1024), 768);
-        assert_eq!(connection_limit(1024, 65_536), 1024);
-        assert_eq!(connection_limit(1024, 100), 1);
+        let wanted = NonZeroUsize::new(1024).unwrap();
+        assert_eq!(connection_limit(wanted, 1024).get(), 768);
+        assert_eq!(connection_limit(wanted, 65_536), wanted);
+        assert_eq!(connection_limit(wanted, 100), NonZeroUsize::MIN);
     }
 
     fn refuse(max_connections: usize, max_per_client: usize) -> Admission {
         Admission {
-            max_connections,
-            max_per_client,
+            max_connections: NonZeroUsize::new(max_connections).unwrap(),
+            max_per_client: NonZeroUsize::new(max_per_client).unwrap(),
             when_full: WhenFull::Refuse,
         }
     }
@@ -358,8 +357,8 @@ mod tests {
     fn a_full_evicting_listener_closes_its_oldest_connection() {
         let metrics = Arc::new(Metrics::new());
         let admission = Admission {
-            max_connections: 2,
-            max_per_client: 2,
+            max_connections: NonZeroUsize::new(2).unwrap(),
+            max_per_client: NonZeroUsize::new(2).unwrap(),
             when_full: WhenFull::EvictOldest,
         };
         let limit = ConnectionLimit::new("probes", admission, metrics.clone());

@@ -4,6 +4,7 @@
 //! (`plegd_kube_events_dropped_total`), and a failed publish is logged at debug. It never makes the
 //! syncLoop wait.
 
+use std::num::NonZeroUsize;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -15,7 +16,7 @@ use crate::metrics::Metrics;
 use crate::supervise::Stage;
 
 /// Events waiting to be published.
-pub const QUEUE: usize = 256;
+pub const QUEUE: NonZeroUsize = NonZeroUsize::new(256).unwrap();
 
 /// The syncLoop's side of the queue.
 #[derive(Clone)]
@@ -35,8 +36,8 @@ impl EventSender {
 }
 
 /// The queue and the stage that publishes what it holds through `recorder`.
-pub fn queue(recorder: Recorder, capacity: usize, metrics: Arc<Metrics>) -> (EventSender, Stage) {
-    let (tx, mut rx) = mpsc::channel::<(Event, ObjectReference)>(capacity.max(1));
+pub fn queue(recorder: Recorder, capacity: NonZeroUsize, metrics: Arc<Metrics>) -> (EventSender, Stage) {
+    let (tx, mut rx) = mpsc::channel::<(Event, ObjectReference)>(capacity.get());
     let stage: Stage = Box::pin(async move {
         while let Some((event, regarding)) = rx.recv().await {
             if let Err(error) = recorder.publish(&event, &regarding).await {
@@ -50,9 +51,9 @@ pub fn queue(recorder: Recorder, capacity: usize, metrics: Arc<Metrics>) -> (Eve
 /// An [`EventSender`] whose events are kept in a channel instead of published, for tests.
 #[cfg(test)]
 pub(crate) fn capture(
-    capacity: usize,
+    capacity: NonZeroUsize,
     metrics: Arc<Metrics>,
 ) -> (EventSender, mpsc::Receiver<(Event, ObjectReference)>) {
-    let (tx, rx) = mpsc::channel(capacity.max(1));
+    let (tx, rx) = mpsc::channel(capacity.get());
     (EventSender { tx, metrics }, rx)
 }

@@ -1035,7 +1035,8 @@ mod tests {
     /// exit is still written to the mirror pod, never to the impostor.
     #[tokio::test]
     async fn a_pod_naming_a_static_pods_hash_does_not_take_it() {
-        let (recorder, mut published) = crate::recorder::capture(16, Arc::new(Metrics::new()));
+        let (recorder, mut published) =
+            crate::recorder::capture(std::num::NonZeroUsize::new(16).unwrap(), Arc::new(Metrics::new()));
         let mut h = Harness::start(StatusMode::Conditions, mirror_pod(), OnePod::default(), Some(recorder)).await;
         h.pleg.relist().await.unwrap();
         wait_for("the running status", || h.patches().len() == 1).await;
@@ -1114,7 +1115,8 @@ mod tests {
     /// `plegd_container_exits_total` does not count it again; an exit plegd sees happen is.
     #[tokio::test]
     async fn exits_found_at_the_first_relist_are_not_published_again() {
-        let (recorder, mut published) = crate::recorder::capture(16, Arc::new(Metrics::new()));
+        let (recorder, mut published) =
+            crate::recorder::capture(std::num::NonZeroUsize::new(16).unwrap(), Arc::new(Metrics::new()));
         let exited = OnePod {
             exited: true,
             ..OnePod::default()

@@ -16,18 +16,18 @@ use crate::clock::SystemClock;
 use crate::metrics::Metrics;
 use crate::pleg::{GenericPleg, PlegConfig, PodLifecycleEvent};
 use crate::print::{OutputFormat, format_event};
-use crate::runtime::{CriOptions, CriRuntime, RuntimeError};
+use crate::runtime::{CriConfig, CriRuntime, RuntimeError};
 use crate::supervise::{StageEnded, StageHealth, Stages};
-use crate::triggers::{self, TriggerMode, TriggerOptions};
+use crate::triggers::{self, TriggerConfig, TriggerMode};
 
 #[derive(Debug, Clone)]
-pub struct WatchOptions {
+pub struct WatchConfig {
     pub cri_socket: PathBuf,
     pub pleg: PlegConfig,
-    pub cri: CriOptions,
+    pub cri: CriConfig,
     pub output: OutputFormat,
     pub triggers: TriggerMode,
-    pub trigger_options: TriggerOptions,
+    pub trigger_config: TriggerConfig,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -129,7 +129,7 @@ pub async fn print_events(
 /// Run `plegd watch` until `shutdown` completes or stdout is closed. At shutdown the events
 /// already computed are still written (up to a few seconds for a reader that does not read).
 pub async fn watch(
-    options: WatchOptions,
+    options: WatchConfig,
     out: impl Write + Send + 'static,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), WatchError> {
@@ -140,13 +140,13 @@ pub async fn watch(
         runtime = %version.runtime_name,
         version = %version.runtime_version,
         api = %version.runtime_api_version,
-        relist_period = ?options.pleg.relist_period,
+        relist_period = ?options.pleg.relist_period(),
         "watching the container runtime"
     );
     let (pleg, mut events) = GenericPleg::new(runtime, SystemClock, metrics, options.pleg);
     let pleg = Arc::new(pleg);
     let mut stages = Stages::new(CancellationToken::new(), StageHealth::default());
-    for (name, stage) in triggers::stages(options.triggers, &version, pleg.clone(), options.trigger_options) {
+    for (name, stage) in triggers::stages(options.triggers, &version, pleg.clone(), options.trigger_config) {
         stages.spawn(name, stage);
     }
     let relist_stop = CancellationToken::new();

@@ -63,11 +63,13 @@ async fn channel_overflow_at_ten_times_capacity_loses_no_final_state() {
     // Room for 10 events; each pod's burst is 10× that.
     let kubeconfig = api.kubeconfig_as(dir.path(), &Identity::Plegd("overflow".into()));
     let mut options = support::daemon::options(&cri.path, kubeconfig, "overflow", StatusMode::Full);
-    options.pleg = PlegConfig {
-        relist_period: Duration::from_millis(200),
-        channel_capacity: 10,
-        ..PlegConfig::default()
-    };
+    options.pleg = PlegConfig::new(
+        Duration::from_millis(200),
+        Some(plegd::pleg::DEFAULT_RELIST_PERIOD_WITH_TRIGGERS),
+        plegd::pleg::DEFAULT_RELIST_THRESHOLD,
+    )
+    .unwrap()
+    .with_channel_capacity(std::num::NonZeroUsize::new(10).unwrap());
     options.triggers = TriggerMode::None;
     let daemon = support::daemon::spawn(options, metrics.clone());
     wait_for("every pod Running", Duration::from_secs(60), || {
@@ -207,7 +209,12 @@ async fn a_conflict_is_counted_once_and_informer_errors_apart_from_the_runtime()
     let metrics = Arc::new(Metrics::new());
     let kubeconfig = api.kubeconfig_as(dir.path(), &Identity::Plegd("counts".into()));
     let mut options = support::daemon::options(&cri.path, kubeconfig, "counts", StatusMode::Full);
-    options.pleg.relist_period = Duration::from_millis(200);
+    options.pleg = PlegConfig::new(
+        Duration::from_millis(200),
+        Some(plegd::pleg::DEFAULT_RELIST_PERIOD_WITH_TRIGGERS),
+        plegd::pleg::DEFAULT_RELIST_THRESHOLD,
+    )
+    .unwrap();
     options.triggers = TriggerMode::None;
     options.manager.retry =
         plegd::backoff::ExponentialBackoff::try_new(Duration::from_millis(50), Duration::from_millis(200)).unwrap();

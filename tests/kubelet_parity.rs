@@ -332,7 +332,7 @@ fn watch_kubelet(pods: Api<Pod>, shared: Shared) -> tokio::task::JoinHandle<()> 
 /// Follow plegd's generated statuses of the namespace's pods.
 fn watch_plegd(shared: Shared) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let options = plegd::runtime::CriOptions::default();
+        let options = plegd::runtime::CriConfig::default();
         let channel = plegd::runtime::unix_channel(
             std::path::Path::new(PLEGD_API_SOCKET),
             options.connect_timeout,

@@ -12,6 +12,10 @@ use plegd::pleg::EventHub;
 use plegd::pleg::{PodLifecycleEvent, PodLifecycleEventType as E};
 use plegd::status::report::{StatusReport, StatusReports};
 
+fn n(n: usize) -> std::num::NonZeroUsize {
+    std::num::NonZeroUsize::new(n).expect("one at least")
+}
+
 fn event(kind: E, ns: &str, pod: &str, n: usize) -> PodLifecycleEvent {
     PodLifecycleEvent {
         kind,
@@ -29,7 +33,7 @@ fn event(kind: E, ns: &str, pod: &str, n: usize) -> PodLifecycleEvent {
 }
 
 async fn client(path: &std::path::Path) -> EventsServiceClient<tonic::transport::Channel> {
-    let options = plegd::runtime::CriOptions::default();
+    let options = plegd::runtime::CriConfig::default();
     let backoff = options.backoff.clone();
     EventsServiceClient::new(plegd::runtime::unix_channel(
         path,
@@ -43,10 +47,11 @@ async fn client(path: &std::path::Path) -> EventsServiceClient<tonic::transport:
 async fn filters_and_a_slow_consumer() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("api").join("plegd.sock");
-    let hub = EventHub::new(256);
+    let hub = EventHub::new(n(256));
     let metrics = Arc::new(Metrics::new());
-    let _server =
-        tokio::spawn(observe::serve(&path, hub.clone(), StatusReports::default(), metrics.clone(), 8).expect("serve"));
+    let _server = tokio::spawn(
+        observe::serve(&path, hub.clone(), StatusReports::default(), metrics.clone(), n(8)).expect("serve"),
+    );
 
     let mut c = client(&path).await;
     let request = WatchRequest {
@@ -144,7 +149,8 @@ async fn status_reports_are_followed() {
     let path = dir.path().join("plegd.sock");
     let reports = StatusReports::default();
     let metrics = Arc::new(Metrics::new());
-    let _server = tokio::spawn(observe::serve(&path, EventHub::new(8), reports.clone(), metrics, 8).expect("serve"));
+    let _server =
+        tokio::spawn(observe::serve(&path, EventHub::new(n(8)), reports.clone(), metrics, n(8)).expect("serve"));
     reports.put("uid-web", report("prod", "web", "7", "Running", "Running"));
     reports.put("uid-db", report("dev", "db", "3", "Running", "Running"));
 
@@ -216,8 +222,15 @@ async fn status_reports_are_followed() {
 async fn only_a_stale_socket_is_replaced() {
     let dir = tempfile::tempdir().unwrap();
     let metrics = Arc::new(Metrics::new());
-    let serve =
-        |path: &std::path::Path| observe::serve(path, EventHub::new(8), StatusReports::default(), metrics.clone(), 8);
+    let serve = |path: &std::path::Path| {
+        observe::serve(
+            path,
+            EventHub::new(n(8)),
+            StatusReports::default(),
+            metrics.clone(),
+            n(8),
+        )
+    };
 
     // A regular file where the socket would go: refused, and left as it was.
     let file = dir.path().join("data.sock");

@@ -10,7 +10,7 @@ use k8s_cri::v1::ContainerState as Cri;
 use plegd::clock::{Clock, FakeClock};
 use plegd::metrics::Metrics;
 use plegd::pleg::{GenericPleg, PlegConfig, PlegHealthError, PodLifecycleEvent, PodLifecycleEventType as E};
-use plegd::runtime::{CriOptions, CriRuntime, RuntimeError};
+use plegd::runtime::{CriConfig, CriRuntime, RuntimeError};
 use support::fake_cri::{FakeCri, FakeServer};
 use tokio::sync::mpsc;
 
@@ -22,13 +22,13 @@ struct Harness {
     metrics: Arc<Metrics>,
 }
 
-fn fast_options() -> CriOptions {
-    CriOptions {
+fn fast_options() -> CriConfig {
+    CriConfig {
         call_timeout: Duration::from_secs(2),
         connect_timeout: Duration::from_secs(1),
         backoff: plegd::backoff::ExponentialBackoff::try_new(Duration::from_millis(10), Duration::from_millis(50))
             .unwrap(),
-        ..CriOptions::default()
+        ..CriConfig::default()
     }
 }
 
@@ -52,10 +52,8 @@ impl Harness {
             .await
             .expect("connect to the fake");
         let clock = FakeClock::new(SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000));
-        let config = PlegConfig {
-            channel_capacity,
-            ..PlegConfig::default()
-        };
+        let config = PlegConfig::default()
+            .with_channel_capacity(std::num::NonZeroUsize::new(channel_capacity).expect("a capacity of one at least"));
         let (pleg, events) = GenericPleg::new(runtime, clock.clone(), metrics.clone(), config);
         Self {
             server,
@@ -763,7 +761,7 @@ async fn start_up_check_says_what_is_wrong() {
 async fn hung_runtime_times_out() {
     let server = FakeServer::start().await;
     let metrics = Arc::new(Metrics::new());
-    let options = CriOptions {
+    let options = CriConfig {
         call_timeout: Duration::from_millis(200),
         ..fast_options()
     };
@@ -876,10 +874,7 @@ async fn a_clock_stepped_back_stalls_nothing() {
 
     // No relist for longer than the threshold (here 50 ms of real time), with the wall clock an
     // hour behind the last relist: unhealthy all the same.
-    let config = PlegConfig {
-        relist_threshold: Duration::from_millis(50),
-        ..PlegConfig::default()
-    };
+    let config = PlegConfig::new(Duration::from_millis(10), None, Duration::from_millis(50)).unwrap();
     let server = FakeServer::start().await;
     let metrics = Arc::new(Metrics::new());
     let (runtime, _) = CriRuntime::connect(&server.path, &fast_options(), metrics.clone())

@@ -10,7 +10,7 @@ use std::time::Duration;
 use plegd::clock::SystemClock;
 use plegd::metrics::Metrics;
 use plegd::pleg::{GenericPleg, PlegConfig, PodLifecycleEvent, PodLifecycleEventType as E};
-use plegd::runtime::{CriOptions, CriRuntime};
+use plegd::runtime::{CriConfig, CriRuntime};
 use support::containerd::{Containerd, collect_until, containerd};
 use tokio::sync::mpsc;
 
@@ -30,15 +30,17 @@ impl Drop for Running {
 
 async fn start_pleg(cd: &Containerd) -> Running {
     let metrics = Arc::new(Metrics::new());
-    let (runtime, version) = CriRuntime::connect(&cd.socket, &CriOptions::default(), metrics.clone())
+    let (runtime, version) = CriRuntime::connect(&cd.socket, &CriConfig::default(), metrics.clone())
         .await
         .expect("connect to containerd");
     assert_eq!(version.runtime_name, "containerd");
     assert_eq!(version.runtime_api_version, "v1");
-    let config = PlegConfig {
-        relist_period: Duration::from_millis(100),
-        ..PlegConfig::default()
-    };
+    let config = PlegConfig::new(
+        Duration::from_millis(100),
+        Some(plegd::pleg::DEFAULT_RELIST_PERIOD_WITH_TRIGGERS),
+        plegd::pleg::DEFAULT_RELIST_THRESHOLD,
+    )
+    .unwrap();
     let (pleg, events) = GenericPleg::new(runtime, SystemClock, metrics, config);
     let pleg = Arc::new(pleg);
     let task = tokio::spawn(pleg.clone().run());
@@ -235,7 +237,7 @@ async fn a_sandbox_without_the_uid_label_is_one_pod_to_every_relist() {
 async fn a_pod_gone_in_its_own_relist_wakes_its_waiters() {
     let Some(cd) = containerd().await else { return };
     let metrics = Arc::new(Metrics::new());
-    let (runtime, _) = CriRuntime::connect(&cd.socket, &CriOptions::default(), metrics.clone())
+    let (runtime, _) = CriRuntime::connect(&cd.socket, &CriConfig::default(), metrics.clone())
         .await
         .expect("connect to containerd");
     let (pleg, _events) = GenericPleg::new(runtime, SystemClock, metrics, PlegConfig::default());

@@ -244,14 +244,19 @@ fn start_daemon_with(
     dir: &std::path::Path,
     node: &str,
     mode: StatusMode,
-    configure: impl FnOnce(&mut plegd::daemon::DaemonOptions),
+    configure: impl FnOnce(&mut plegd::daemon::DaemonConfig),
 ) -> Daemon {
     // As plegd runs in a cluster: its service account, its token bound to its node, under deploy/'s RBAC.
     let kubeconfig = api.kubeconfig_as(dir, &Identity::Plegd(node.to_owned()));
     let mut options = support::daemon::options(&cd.socket, kubeconfig, node, mode);
     // The node directories termination messages are read below, as the kubelet lays them out.
     options.cri.host_files = HostFiles::new(&dir.join("kubelet"), &dir.join("logs"));
-    options.pleg.relist_period = Duration::from_millis(500);
+    options.pleg = plegd::pleg::PlegConfig::new(
+        Duration::from_millis(500),
+        Some(plegd::pleg::DEFAULT_RELIST_PERIOD_WITH_TRIGGERS),
+        plegd::pleg::DEFAULT_RELIST_THRESHOLD,
+    )
+    .unwrap();
     options.manager.retry =
         plegd::backoff::ExponentialBackoff::try_new(Duration::from_millis(200), Duration::from_secs(2)).unwrap();
     options.emit_events = true;

@@ -25,7 +25,7 @@ async fn losing_any_stage_fails_health_and_ends_the_daemon() {
     let mut options = support::daemon::options(&cri.path, kubeconfig, "sup", StatusMode::Full);
     options.emit_events = true;
     options.api_socket = Some(dir.path().join("plegd.sock"));
-    options.manager.writers = 2;
+    options.manager.writers = std::num::NonZeroUsize::new(2).unwrap();
     options.metrics_address = Some(([127, 0, 0, 1], free_port()).into());
     // The stages as the supervisor recorded them starting: every one of them, whatever it is.
     let names = {

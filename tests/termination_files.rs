@@ -14,7 +14,7 @@ use plegd::clock::FakeClock;
 use plegd::metrics::Metrics;
 use plegd::pleg::{GenericPleg, PlegConfig, PodLifecycleEvent, PodLifecycleEventType as E};
 use plegd::runtime::termination::HostFiles;
-use plegd::runtime::{CriOptions, CriRuntime};
+use plegd::runtime::{CriConfig, CriRuntime};
 use support::fake_cri::FakeServer;
 use support::hung_volume::HungVolume;
 use tokio::sync::mpsc;
@@ -31,9 +31,9 @@ struct Plegd {
 
 async fn plegd(server: &FakeServer, node: &Path) -> Plegd {
     let metrics = Arc::new(Metrics::new());
-    let options = CriOptions {
+    let options = CriConfig {
         host_files: HostFiles::new(&node.join("kubelet"), &node.join("logs")),
-        ..CriOptions::default()
+        ..CriConfig::default()
     };
     let (runtime, _) = CriRuntime::connect(&server.path, &options, metrics.clone())
         .await

@@ -10,11 +10,15 @@ use std::time::{Duration, Instant, SystemTime};
 use plegd::clock::SystemClock;
 use plegd::metrics::Metrics;
 use plegd::pleg::{GenericPleg, PlegConfig, PodLifecycleEvent, PodLifecycleEventType as E};
-use plegd::runtime::{CriOptions, CriRuntime};
-use plegd::triggers::{self, TriggerMode, TriggerOptions};
+use plegd::runtime::{CriConfig, CriRuntime};
+use plegd::triggers::{self, TriggerConfig, TriggerMode};
 use support::containerd::{Containerd, PrivateContainerd, collect_until, containerd};
 use support::fake_cri::FakeServer;
 use tokio::sync::mpsc;
+
+/// The threshold of relisters whose period with triggers is an hour (no periodic relist while
+/// the test runs): a threshold is above every period.
+const LONG_THRESHOLD: Duration = Duration::from_secs(7200);
 
 struct Plegd {
     pleg: Arc<GenericPleg<CriRuntime, SystemClock>>,
@@ -31,20 +35,21 @@ impl Drop for Plegd {
     }
 }
 
-fn quick_triggers() -> TriggerOptions {
-    TriggerOptions {
+fn quick_triggers() -> TriggerConfig {
+    TriggerConfig {
         backoff: plegd::backoff::ExponentialBackoff::try_new(Duration::from_millis(10), Duration::from_millis(50))
             .unwrap(),
-        ..TriggerOptions::default()
+        ..TriggerConfig::default()
     }
 }
 
 async fn start(socket: &std::path::Path, mode: TriggerMode, relist_period: Duration) -> Plegd {
-    let config = PlegConfig {
+    let config = PlegConfig::new(
         relist_period,
-        relist_period_with_triggers: relist_period,
-        ..PlegConfig::default()
-    };
+        Some(relist_period),
+        plegd::pleg::DEFAULT_RELIST_THRESHOLD,
+    )
+    .unwrap();
     start_with(socket, mode, config).await
 }
 
@@ -56,14 +61,14 @@ async fn start_with_triggers(
     socket: &std::path::Path,
     mode: TriggerMode,
     config: PlegConfig,
-    trigger_options: TriggerOptions,
+    trigger_config: TriggerConfig,
 ) -> Plegd {
-    let relist_period = config.relist_period;
+    let relist_period = config.relist_period();
     let metrics = Arc::new(Metrics::new());
-    let options = CriOptions {
+    let options = CriConfig {
         backoff: plegd::backoff::ExponentialBackoff::try_new(Duration::from_millis(20), Duration::from_millis(200))
             .unwrap(),
-        ..CriOptions::default()
+        ..CriConfig::default()
     };
     let (runtime, version) = CriRuntime::connect(socket, &options, metrics.clone())
         .await
@@ -72,7 +77,7 @@ async fn start_with_triggers(
     let pleg = Arc::new(pleg);
     // The first relist happens before triggers start, so that what exists is known.
     pleg.relist().await.expect("first relist");
-    let mut tasks = triggers::spawn(mode, &version, pleg.clone(), trigger_options);
+    let mut tasks = triggers::spawn(mode, &version, pleg.clone(), trigger_config);
     let runner = pleg.clone();
     tasks.push(tokio::spawn(async move {
         tokio::time::sleep(relist_period).await;
@@ -162,11 +167,12 @@ async fn failing_stream_never_disables_triggers() {
 async fn a_healthy_stream_stretches_the_relist_and_a_failed_one_ends_the_wait() {
     let server = FakeServer::start().await;
     server.fake.add_running_pod("u1", "web", 1);
-    let config = PlegConfig {
-        relist_period: Duration::from_millis(50),
-        relist_period_with_triggers: Duration::from_secs(3600),
-        ..PlegConfig::default()
-    };
+    let config = PlegConfig::new(
+        Duration::from_millis(50),
+        Some(Duration::from_secs(3600)),
+        LONG_THRESHOLD,
+    )
+    .unwrap();
     let p = start_with(&server.path, TriggerMode::Cri, config).await;
     let connects = |n| counter(&p.metrics, "plegd_trigger_stream_connects_total{source=\"cri\"}") >= n;
     let lists = || server.fake.calls("ListPodSandbox");
@@ -209,16 +215,17 @@ async fn a_stream_that_ends_at_once_is_a_runtime_without_events() {
     let server = FakeServer::start().await;
     server.fake.add_running_pod("u1", "web", 1);
     server.fake.state().events_end_at_once = true;
-    let config = PlegConfig {
-        relist_period: Duration::from_millis(200),
-        relist_period_with_triggers: Duration::from_secs(3600),
-        ..PlegConfig::default()
-    };
+    let config = PlegConfig::new(
+        Duration::from_millis(200),
+        Some(Duration::from_secs(3600)),
+        LONG_THRESHOLD,
+    )
+    .unwrap();
     // The defaults' shape, shorter: 100 ms doubling, capped at 2 s.
-    let backoff = TriggerOptions {
+    let backoff = TriggerConfig {
         backoff: plegd::backoff::ExponentialBackoff::try_new(Duration::from_millis(100), Duration::from_secs(2))
             .unwrap(),
-        ..TriggerOptions::default()
+        ..TriggerConfig::default()
     };
     let p = start_with_triggers(&server.path, TriggerMode::Cri, config, backoff).await;
     let state = |s: &str| {

@@ -2,6 +2,7 @@
 //! flags, and the options they turn into. Every numeric and duration flag has a documented range;
 //! a value outside it is refused at start with one line that names the flag and the range.
 
+use std::num::{NonZeroU32, NonZeroUsize};
 use std::path::PathBuf;
 
 use crate::runtime::termination::HostFiles;
@@ -10,16 +11,16 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::backoff::ExponentialBackoff;
-use crate::daemon::DaemonOptions;
-use crate::pleg::{DEFAULT_CHANNEL_CAPACITY, PlegConfig};
+use crate::daemon::DaemonConfig;
+use crate::pleg::{DEFAULT_CHANNEL_CAPACITY, InvalidPlegConfig, PlegConfig};
 use crate::pod::NodeName;
 use crate::print::OutputFormat;
-use crate::runtime::CriOptions;
+use crate::runtime::CriConfig;
 use crate::status::StatusMode;
-use crate::status::manager::ManagerConfig;
+use crate::status::manager::{ManagerConfig, Qps};
 use crate::sync_loop::SyncConfig;
-use crate::triggers::{FIRST_RECONNECT, TriggerMode, TriggerOptions};
-use crate::watch::WatchOptions;
+use crate::triggers::{FIRST_RECONNECT, TriggerConfig, TriggerMode};
+use crate::watch::WatchConfig;
 
 /// The default containerd CRI socket.
 pub const DEFAULT_CRI_SOCKET: &str = "/run/containerd/containerd.sock";
@@ -36,6 +37,7 @@ const fn secs(n: u64) -> Duration {
 /// state them. The parsers below take their bounds from here.
 pub mod range {
     use super::{Duration, ms, secs};
+    use std::num::{NonZeroU32, NonZeroUsize};
 
     pub const WORKER_THREADS: (usize, usize) = (1, 64);
     pub const CRI_TIMEOUT: (Duration, Duration) = (ms(100), secs(600));
@@ -43,10 +45,14 @@ pub mod range {
     pub const RELIST_PERIOD_WITH_TRIGGERS: (Duration, Duration) = (ms(100), secs(3600));
     pub const RELIST_THRESHOLD: (Duration, Duration) = (secs(1), secs(86_400));
     pub const TRIGGER_MAX_BACKOFF: (Duration, Duration) = (ms(100), secs(3600));
-    pub const EVENT_CHANNEL_CAPACITY: (usize, usize) = (1, 1 << 20);
-    pub const STATUS_WRITERS: (usize, usize) = (1, 64);
+    pub const EVENT_CHANNEL_CAPACITY: (NonZeroUsize, NonZeroUsize) = (NonZeroUsize::MIN, nonzero(1 << 20));
+    pub const STATUS_WRITERS: (NonZeroUsize, NonZeroUsize) = (NonZeroUsize::MIN, nonzero(64));
     pub const STATUS_QPS: (f64, f64) = (0.1, 10_000.0);
-    pub const STATUS_BURST: (u32, u32) = (1, 10_000);
+    pub const STATUS_BURST: (NonZeroU32, NonZeroU32) = (NonZeroU32::MIN, NonZeroU32::new(10_000).unwrap());
+
+    const fn nonzero(n: usize) -> NonZeroUsize {
+        NonZeroUsize::new(n).unwrap()
+    }
     pub const SHUTDOWN_TIMEOUT: (Duration, Duration) = (secs(0), secs(600));
     pub const APISERVER_TIMEOUT: (Duration, Duration) = (secs(1), secs(600));
 }
@@ -83,6 +89,15 @@ where
             return Err(format!("out of range; {allowed}"));
         }
         Ok(n)
+    }
+}
+
+/// A value parser for a rate flag within `bounds` (whose lowest is above zero).
+fn qps_in(bounds: (f64, f64)) -> impl Fn(&str) -> Result<Qps, String> + Clone + Send + Sync {
+    let number = number_in(bounds);
+    move |s: &str| {
+        let n = number(s)?;
+        Qps::new(n).ok_or_else(|| format!("must be above zero; allowed: {} to {}", bounds.0, bounds.1))
     }
 }
 
@@ -221,45 +236,36 @@ pub struct RuntimeArgs {
     pub trigger_max_backoff: Duration,
     /// Capacity of the lifecycle event channel (1 to 1048576).
     #[arg(long, value_name = "N", default_value_t = DEFAULT_CHANNEL_CAPACITY, value_parser = number_in(range::EVENT_CHANNEL_CAPACITY))]
-    pub event_channel_capacity: usize,
+    pub event_channel_capacity: NonZeroUsize,
 }
 
 impl RuntimeArgs {
-    /// The relations between the relist flags: one line naming the flag and its allowed range.
-    pub fn check(&self) -> Result<(), String> {
-        if self.relist_period >= self.relist_threshold {
-            return Err(format!(
-                "--relist-period {}: must be less than --relist-threshold ({})",
-                show(self.relist_period),
-                show(self.relist_threshold)
-            ));
-        }
+    /// The relister's settings; else the relation between the relist flags that does not hold, as
+    /// one line naming the flag and what it must be.
+    pub fn pleg_config(&self) -> Result<PlegConfig, String> {
         // Without triggers the period with triggers is never used.
-        let stretched = self.triggers != TriggerMode::None;
-        if stretched
-            && (self.relist_period_with_triggers < self.relist_period
-                || self.relist_period_with_triggers >= self.relist_threshold)
-        {
-            return Err(format!(
+        let with_triggers = (self.triggers != TriggerMode::None).then_some(self.relist_period_with_triggers);
+        let config = PlegConfig::new(self.relist_period, with_triggers, self.relist_threshold).map_err(|e| match e {
+            InvalidPlegConfig::PeriodNotBelowThreshold { period, threshold } => format!(
+                "--relist-period {}: must be less than --relist-threshold ({})",
+                show(period),
+                show(threshold)
+            ),
+            InvalidPlegConfig::WithTriggersOutOfOrder {
+                with_triggers,
+                period,
+                threshold,
+            } => format!(
                 "--relist-period-with-triggers {}: must be at least --relist-period ({}) and less than --relist-threshold ({})",
-                show(self.relist_period_with_triggers),
-                show(self.relist_period),
-                show(self.relist_threshold)
-            ));
-        }
-        self.trigger_options().map(drop)
+                show(with_triggers),
+                show(period),
+                show(threshold)
+            ),
+        })?;
+        Ok(config.with_channel_capacity(self.event_channel_capacity))
     }
 
-    pub fn pleg_config(&self) -> PlegConfig {
-        PlegConfig {
-            relist_period: self.relist_period,
-            relist_period_with_triggers: self.relist_period_with_triggers,
-            relist_threshold: self.relist_threshold,
-            channel_capacity: self.event_channel_capacity,
-        }
-    }
-
-    pub fn trigger_options(&self) -> Result<TriggerOptions, String> {
+    pub fn trigger_config(&self) -> Result<TriggerConfig, String> {
         let backoff = ExponentialBackoff::try_new(FIRST_RECONNECT, self.trigger_max_backoff).map_err(|_| {
             format!(
                 "--trigger-max-backoff {}: must be at least the first wait ({})",
@@ -267,17 +273,17 @@ impl RuntimeArgs {
                 show(FIRST_RECONNECT)
             )
         })?;
-        Ok(TriggerOptions {
+        Ok(TriggerConfig {
             backoff,
-            ..TriggerOptions::default()
+            ..TriggerConfig::default()
         })
     }
 
-    pub fn cri_options(&self) -> CriOptions {
-        CriOptions {
+    pub fn cri_config(&self) -> CriConfig {
+        CriConfig {
             call_timeout: self.cri_timeout,
             host_files: HostFiles::new(&self.kubelet_root_dir, &self.pod_logs_dir),
-            ..CriOptions::default()
+            ..CriConfig::default()
         }
     }
 }
@@ -294,15 +300,14 @@ pub struct WatchArgs {
 impl WatchArgs {
     /// The options of `plegd watch`, complete and checked; else the one-line error of the first
     /// flag that is wrong.
-    pub fn watch_options(&self) -> Result<WatchOptions, String> {
-        self.runtime.check()?;
-        Ok(WatchOptions {
+    pub fn watch_config(&self) -> Result<WatchConfig, String> {
+        Ok(WatchConfig {
             cri_socket: self.runtime.cri_socket.clone(),
-            pleg: self.runtime.pleg_config(),
-            cri: self.runtime.cri_options(),
+            pleg: self.runtime.pleg_config()?,
+            cri: self.runtime.cri_config(),
             output: self.output,
             triggers: self.runtime.triggers,
-            trigger_options: self.runtime.trigger_options()?,
+            trigger_config: self.runtime.trigger_config()?,
         })
     }
 }
@@ -338,14 +343,14 @@ pub struct RunArgs {
     #[arg(long, env = "PLEGD_CONTAINER_STOP_SIGNALS", hide_env_values = true)]
     pub container_stop_signals: bool,
     /// Status writers working in parallel (1 to 64).
-    #[arg(long, value_name = "N", default_value_t = 4, value_parser = number_in(range::STATUS_WRITERS))]
-    pub status_writers: usize,
+    #[arg(long, value_name = "N", default_value = "4", value_parser = number_in(range::STATUS_WRITERS))]
+    pub status_writers: NonZeroUsize,
     /// Sustained status PATCHes per second (0.1 to 10000).
-    #[arg(long, value_name = "QPS", default_value_t = 50.0, value_parser = number_in(range::STATUS_QPS))]
-    pub status_qps: f64,
+    #[arg(long, value_name = "QPS", default_value = "50", value_parser = qps_in(range::STATUS_QPS))]
+    pub status_qps: Qps,
     /// Status PATCHes allowed at once after a quiet spell (1 to 10000).
-    #[arg(long, value_name = "N", default_value_t = 100, value_parser = number_in(range::STATUS_BURST))]
-    pub status_burst: u32,
+    #[arg(long, value_name = "N", default_value = "100", value_parser = number_in(range::STATUS_BURST))]
+    pub status_burst: NonZeroU32,
     /// Unix socket of the observation API (`plegd events`); `off` to not serve it. A socket file
     /// left there by an earlier plegd is replaced; any other file is refused, never removed.
     #[arg(long, value_name = "PATH", default_value = crate::observe::DEFAULT_API_SOCKET, env = "PLEGD_API_SOCKET", hide_env_values = true)]
@@ -424,19 +429,15 @@ fn parse_ip(s: &str) -> Result<String, String> {
 }
 
 impl RunArgs {
-    /// What one flag alone cannot say.
-    pub fn check(&self) -> Result<(), String> {
-        self.daemon_options().map(drop)
-    }
-
     fn api_socket_path(&self) -> Option<PathBuf> {
         (self.api_socket != "off" && !self.api_socket.is_empty()).then(|| PathBuf::from(&self.api_socket))
     }
 
     /// The options of `plegd run`, complete and checked; else the one-line error of the first flag
     /// that is wrong.
-    pub fn daemon_options(&self) -> Result<DaemonOptions, String> {
-        self.runtime.check()?;
+    pub fn daemon_config(&self) -> Result<DaemonConfig, String> {
+        let pleg = self.runtime.pleg_config()?;
+        let trigger_config = self.runtime.trigger_config()?;
         let node_name = NodeName::new(&self.node_name).map_err(|e| format!("--node-name {e}"))?;
         if let (Some(metrics), Some(health)) = (self.metrics_address.0, self.health_address.0)
             && metrics == health
@@ -449,12 +450,12 @@ impl RunArgs {
         if let Some(path) = &api_socket {
             crate::observe::check_socket_path(path).map_err(|e| e.to_string())?;
         }
-        Ok(DaemonOptions {
+        Ok(DaemonConfig {
             cri_socket: self.runtime.cri_socket.clone(),
-            cri: self.runtime.cri_options(),
-            pleg: self.runtime.pleg_config(),
+            cri: self.runtime.cri_config(),
+            pleg,
             triggers: self.runtime.triggers,
-            trigger_options: self.runtime.trigger_options()?,
+            trigger_config,
             kubeconfig: self.kubeconfig.clone(),
             manager: ManagerConfig {
                 writers: self.status_writers,
@@ -483,13 +484,39 @@ impl RunArgs {
     }
 }
 
+/// A command with its settings complete and checked: what `plegd` runs. Built once, from the
+/// flags, by [`Cli::check`].
+#[derive(Debug)]
+pub enum Invocation {
+    Watch(WatchConfig),
+    Run(Box<DaemonConfig>),
+    Events(EventsArgs),
+    Status(StatusArgs),
+}
+
+/// The command line, checked: the process-wide settings and the command to run.
+#[derive(Debug)]
+pub struct Checked {
+    pub log: LogArgs,
+    pub worker_threads: usize,
+    pub invocation: Invocation,
+}
+
 impl Cli {
-    /// What clap cannot check alone: relations between flags, and files named by them.
-    pub fn check(&self) -> Result<(), String> {
-        match &self.command {
-            Command::Watch(args) => args.watch_options().map(drop),
-            Command::Run(args) => args.check(),
-            Command::Events(_) | Command::Status(_) => Ok(()),
-        }
+    /// What clap cannot check alone — relations between flags, and files named by them — and the
+    /// command's settings built from the flags; else the one-line error of the first flag that is
+    /// wrong.
+    pub fn check(self) -> Result<Checked, String> {
+        let invocation = match self.command {
+            Command::Watch(args) => Invocation::Watch(args.watch_config()?),
+            Command::Run(args) => Invocation::Run(Box::new(args.daemon_config()?)),
+            Command::Events(args) => Invocation::Events(args),
+            Command::Status(args) => Invocation::Status(args),
+        };
+        Ok(Checked {
+            log: self.log,
+            worker_threads: self.worker_threads,
+            invocation,
+        })
     }
 }

@@ -9,7 +9,8 @@ use std::ffi::OsString;
 use std::process::ExitCode;
 
 pub use args::{
-    Cli, Command, DEFAULT_CRI_SOCKET, EventsArgs, Listen, LogArgs, LogFormat, RunArgs, RuntimeArgs, WatchArgs,
+    Checked, Cli, Command, DEFAULT_CRI_SOCKET, EventsArgs, Invocation, Listen, LogArgs, LogFormat, RunArgs,
+    RuntimeArgs, WatchArgs,
 };
 pub use config::{ConfigError, args_with_config};
 
@@ -52,13 +53,12 @@ async fn shutdown_signal() {
     }
 }
 
-async fn run(cli: Cli) -> anyhow::Result<()> {
-    match cli.command {
-        Command::Watch(args) => {
-            let options = args.watch_options().map_err(anyhow::Error::msg)?;
-            crate::watch::watch(options, std::io::stdout(), shutdown_signal()).await?;
+async fn run(invocation: Invocation) -> anyhow::Result<()> {
+    match invocation {
+        Invocation::Watch(config) => {
+            crate::watch::watch(config, std::io::stdout(), shutdown_signal()).await?;
         }
-        Command::Events(args) => {
+        Invocation::Events(args) => {
             let request = crate::observe::api::WatchRequest {
                 namespace: args.namespace.unwrap_or_default(),
                 pod: args.pod.unwrap_or_default(),
@@ -70,7 +70,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 () = shutdown_signal() => {}
             }
         }
-        Command::Status(args) => {
+        Invocation::Status(args) => {
             let request = crate::observe::api::StatusServiceWatchRequest {
                 namespace: args.namespace.unwrap_or_default(),
                 pod: args.pod.unwrap_or_default(),
@@ -81,10 +81,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 () = shutdown_signal() => {}
             }
         }
-        Command::Run(args) => {
+        Invocation::Run(config) => {
             let metrics = std::sync::Arc::new(crate::metrics::Metrics::new());
-            let options = args.daemon_options().map_err(anyhow::Error::msg)?;
-            crate::daemon::run(options, metrics, shutdown_signal()).await?;
+            crate::daemon::run(*config, metrics, shutdown_signal()).await?;
         }
     }
     Ok(())
@@ -114,7 +113,7 @@ fn clap_line(error: &clap::Error) -> Option<String> {
 
 /// The command line, the config file's settings in it, and the checks between flags: the one-line
 /// error of the first thing wrong.
-pub fn parse_args(args: Vec<OsString>) -> Result<Cli, String> {
+pub fn parse_args(args: Vec<OsString>) -> Result<Checked, String> {
     let parse = |args: &[OsString]| match Cli::try_parse_from(args) {
         Ok(cli) => Ok(cli),
         Err(e) => match clap_line(&e) {
@@ -132,8 +131,7 @@ pub fn parse_args(args: Vec<OsString>) -> Result<Cli, String> {
             parse(&args).map_err(|e| format!("--config {}: {e}", path.display()))?
         }
     };
-    cli.check()?;
-    Ok(cli)
+    cli.check()
 }
 
 /// An error and its causes on one line, each cause once. plegd's own errors either name their
@@ -172,25 +170,25 @@ pub fn async_runtime(worker_threads: usize) -> std::io::Result<tokio::runtime::R
 }
 
 pub fn main() -> ExitCode {
-    let cli = match parse_args(std::env::args_os().collect()) {
-        Ok(cli) => cli,
+    let checked = match parse_args(std::env::args_os().collect()) {
+        Ok(checked) => checked,
         Err(e) => {
             eprintln!("plegd: error: {e}");
             return ExitCode::from(2);
         }
     };
-    if let Err(e) = init_logging(&cli.log) {
+    if let Err(e) = init_logging(&checked.log) {
         eprintln!("plegd: error: {e}");
         return ExitCode::from(2);
     }
-    let runtime = match async_runtime(cli.worker_threads) {
+    let runtime = match async_runtime(checked.worker_threads) {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("plegd: error: cannot start the async runtime: {e}");
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli)) {
+    match runtime.block_on(run(checked.invocation)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("plegd: error: {}", one_line(&e));
@@ -270,7 +268,7 @@ mod tests {
         ])
         .unwrap();
         let Command::Run(r) = cli.command else { panic!("run") };
-        let o = r.daemon_options().unwrap();
+        let o = r.daemon_config().unwrap();
         assert_eq!(o.manager.node_name.as_str(), "n1");
         assert_eq!(o.sync.node_ips, ["192.0.2.1", "fd00::1"]);
         assert_eq!(o.sync.mode, StatusMode::Full);
@@ -280,7 +278,7 @@ mod tests {
             panic!("run")
         };
         assert!(
-            !r.daemon_options().unwrap().sync.stop_signals,
+            !r.daemon_config().unwrap().sync.stop_signals,
             "off by default, as the 1.37 kubelet's gate"
         );
         let err = parse(&["plegd", "run", "--status-mode", "everything"]).unwrap_err();
@@ -304,7 +302,7 @@ mod tests {
         else {
             panic!("run")
         };
-        let o = r.daemon_options().unwrap();
+        let o = r.daemon_config().unwrap();
         assert_eq!((o.metrics_address, o.api_socket), (None, None));
         assert_eq!(o.shutdown_timeout, Duration::from_secs(10));
         let err = parse(&["plegd", "events", "--type", "Whatever"]).unwrap_err();
@@ -395,7 +393,7 @@ mod tests {
     }
 
     fn check(args: &[&str]) -> Result<(), String> {
-        parse(args)?.check()
+        parse(args)?.check().map(drop)
     }
 
     #[test]
@@ -403,7 +401,7 @@ mod tests {
         assert_eq!(check(&["plegd", "watch"]), Ok(()));
         let cli = parse(&["plegd", "run", "--node-name", "n1"]).unwrap();
         let Command::Run(r) = cli.command else { panic!("run") };
-        let config = r.runtime.pleg_config();
+        let config = r.runtime.pleg_config().unwrap();
         assert_eq!(
             (config.period(false), config.period(true)),
             (Duration::from_secs(1), Duration::from_secs(30))

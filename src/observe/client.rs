@@ -153,7 +153,7 @@ fn channel(socket: &Path) -> Result<tonic::transport::Channel, FollowError> {
             path: socket.to_owned(),
         });
     }
-    let options = crate::runtime::CriOptions::default();
+    let options = crate::runtime::CriConfig::default();
     let backoff = options.backoff.clone();
     Ok(crate::runtime::unix_channel(
         socket,

@@ -4,6 +4,7 @@
 //! reads too slowly (a status subscriber then gets every pod's latest status again). A subscriber never
 //! slows the PLEG down: a slow one misses events, the PLEG does not wait for it.
 
+use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -215,7 +216,7 @@ fn remove_stale_socket(path: &Path) -> Result<(), ApiError> {
 }
 
 /// Connections the API socket holds at once (it is owner- and group-only: a small number suffices).
-pub const MAX_API_CONNECTIONS: usize = 64;
+pub const MAX_API_CONNECTIONS: NonZeroUsize = NonZeroUsize::new(64).unwrap();
 /// Streams one connection may have open at once.
 const MAX_STREAMS_PER_CONNECTION: u32 = 16;
 
@@ -227,7 +228,7 @@ pub fn serve(
     hub: EventHub,
     reports: StatusReports,
     metrics: Arc<Metrics>,
-    max_connections: usize,
+    max_connections: NonZeroUsize,
 ) -> Result<Stage, ApiError> {
     use futures_util::StreamExt;
     use std::os::unix::fs::{DirBuilderExt, PermissionsExt};

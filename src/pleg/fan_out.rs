@@ -2,6 +2,7 @@
 //! broadcast ([`EventHub`]) for observers (the observation API). A slow observer never slows the
 //! PLEG: it falls behind the broadcast's ring buffer and misses events (the API tells it how many).
 
+use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -12,7 +13,7 @@ use super::PodLifecycleEvent;
 use crate::metrics::Metrics;
 
 /// Events each observer may fall behind before it misses some.
-pub const SUBSCRIBER_BUFFER: usize = 4096;
+pub const SUBSCRIBER_BUFFER: NonZeroUsize = NonZeroUsize::new(4096).unwrap();
 
 /// The broadcast of lifecycle events to observers.
 #[derive(Clone)]
@@ -21,9 +22,9 @@ pub struct EventHub {
 }
 
 impl EventHub {
-    pub fn new(buffer: usize) -> Self {
+    pub fn new(buffer: NonZeroUsize) -> Self {
         Self {
-            tx: broadcast::channel(buffer.max(1)).0,
+            tx: broadcast::channel(buffer.get()).0,
         }
     }
 

@@ -14,6 +14,7 @@
 //! sends again, in order, before any newer event (see [`MAX_UNDELIVERED_PER_POD`]).
 
 use std::collections::{HashMap, HashSet};
+use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
 
 use std::time::{Duration, SystemTime};
@@ -50,24 +51,78 @@ pub const DEFAULT_RELIST_PERIOD_WITH_TRIGGERS: Duration = Duration::from_secs(30
 /// Default threshold after which a PLEG that has not relisted is unhealthy.
 pub const DEFAULT_RELIST_THRESHOLD: Duration = Duration::from_secs(180);
 /// Default capacity of the event channel.
-pub const DEFAULT_CHANNEL_CAPACITY: usize = 1000;
+pub const DEFAULT_CHANNEL_CAPACITY: NonZeroUsize = NonZeroUsize::new(1000).unwrap();
 /// Undelivered events kept per pod. Past this the pod's queue is replaced by events that state
 /// each of its containers' current state, followed by a PodSync, when that is shorter: a consumer
 /// may then miss an intermediate transition of a container, never the final state of one.
 pub const MAX_UNDELIVERED_PER_POD: usize = 128;
 
-/// Settings of the relister.
+/// Settings of the relister. Its periods keep their order (checked by [`PlegConfig::new`]): a
+/// relister whose period reached its threshold would be unhealthy between two relists.
 #[derive(Debug, Clone)]
 pub struct PlegConfig {
-    /// Period of the global relist while no runtime event stream is healthy.
-    pub relist_period: Duration,
-    /// Period of the global relist while the runtime event stream is healthy (connected).
-    pub relist_period_with_triggers: Duration,
-    pub relist_threshold: Duration,
-    pub channel_capacity: usize,
+    relist_period: Duration,
+    relist_period_with_triggers: Duration,
+    relist_threshold: Duration,
+    channel_capacity: NonZeroUsize,
+}
+
+/// Relist periods out of order.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidPlegConfig {
+    #[error("the relist period {period:?} must be less than the relist threshold {threshold:?}")]
+    PeriodNotBelowThreshold { period: Duration, threshold: Duration },
+    #[error(
+        "the relist period with triggers {with_triggers:?} must be at least the relist period {period:?} and less than the relist threshold {threshold:?}"
+    )]
+    WithTriggersOutOfOrder {
+        with_triggers: Duration,
+        period: Duration,
+        threshold: Duration,
+    },
 }
 
 impl PlegConfig {
+    /// A global relist every `relist_period`, every `relist_period_with_triggers` instead while a
+    /// runtime event stream is healthy (None: no triggers, `relist_period` always), and unhealthy
+    /// after `relist_threshold` without one. The periods must be below the threshold, and the
+    /// period with triggers at least the other. The channel holds [`DEFAULT_CHANNEL_CAPACITY`].
+    pub fn new(
+        relist_period: Duration,
+        relist_period_with_triggers: Option<Duration>,
+        relist_threshold: Duration,
+    ) -> Result<Self, InvalidPlegConfig> {
+        if relist_period >= relist_threshold {
+            return Err(InvalidPlegConfig::PeriodNotBelowThreshold {
+                period: relist_period,
+                threshold: relist_threshold,
+            });
+        }
+        let with_triggers = relist_period_with_triggers.unwrap_or(relist_period);
+        if with_triggers < relist_period || with_triggers >= relist_threshold {
+            return Err(InvalidPlegConfig::WithTriggersOutOfOrder {
+                with_triggers,
+                period: relist_period,
+                threshold: relist_threshold,
+            });
+        }
+        Ok(Self {
+            relist_period,
+            relist_period_with_triggers: with_triggers,
+            relist_threshold,
+            channel_capacity: DEFAULT_CHANNEL_CAPACITY,
+        })
+    }
+
+    /// The same, with a channel of `capacity` lifecycle events to the syncLoop (and the syncLoop's
+    /// own queue of as many).
+    pub fn with_channel_capacity(self, capacity: NonZeroUsize) -> Self {
+        Self {
+            channel_capacity: capacity,
+            ..self
+        }
+    }
+
     /// The wait before the next global relist, by whether the runtime event stream is healthy.
     pub fn period(&self, triggers_healthy: bool) -> Duration {
         if triggers_healthy {
@@ -75,6 +130,20 @@ impl PlegConfig {
         } else {
             self.relist_period
         }
+    }
+
+    /// The period of the global relist while no runtime event stream is healthy.
+    pub fn relist_period(&self) -> Duration {
+        self.relist_period
+    }
+
+    /// How long without a relist before the relister is unhealthy.
+    pub fn relist_threshold(&self) -> Duration {
+        self.relist_threshold
+    }
+
+    pub fn channel_capacity(&self) -> NonZeroUsize {
+        self.channel_capacity
     }
 }
 
@@ -263,10 +332,10 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
         metrics: Arc<Metrics>,
         config: PlegConfig,
     ) -> (Self, mpsc::Receiver<PodLifecycleEvent>) {
-        let (tx, rx) = mpsc::channel(config.channel_capacity.max(1));
-        metrics.relist_threshold.set(config.relist_threshold.as_secs_f64());
+        let (tx, rx) = mpsc::channel(config.channel_capacity().get());
+        metrics.relist_threshold.set(config.relist_threshold().as_secs_f64());
         let clock = Arc::new(clock);
-        let health = RelistHealth::new(clock.clone(), metrics.clone(), config.relist_threshold);
+        let health = RelistHealth::new(clock.clone(), metrics.clone(), config.relist_threshold());
         let pleg = Self {
             runtime,
             clock,
@@ -819,6 +888,37 @@ pub fn preserve_ips(old: &RuntimePodStatus, new: &RuntimePodStatus) -> Vec<Strin
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_config_keeps_its_periods_in_order() {
+        let s = Duration::from_secs;
+        let config = PlegConfig::new(s(1), Some(s(30)), s(180)).unwrap();
+        assert_eq!((config.period(false), config.period(true)), (s(1), s(30)));
+        let without_triggers = PlegConfig::new(s(5), None, s(180)).unwrap();
+        assert_eq!(without_triggers.period(true), s(5), "no triggers: one period");
+        assert_eq!(
+            PlegConfig::new(s(180), None, s(180)).unwrap_err(),
+            InvalidPlegConfig::PeriodNotBelowThreshold {
+                period: s(180),
+                threshold: s(180)
+            }
+        );
+        for with_triggers in [s(1) - Duration::from_nanos(1), s(180), s(3600)] {
+            assert!(
+                matches!(
+                    PlegConfig::new(s(1), Some(with_triggers), s(180)),
+                    Err(InvalidPlegConfig::WithTriggersOutOfOrder { .. })
+                ),
+                "{with_triggers:?}"
+            );
+        }
+        assert_eq!(
+            PlegConfig::default()
+                .with_channel_capacity(NonZeroUsize::MIN)
+                .channel_capacity(),
+            NonZeroUsize::MIN
+        );
+    }
 
     #[test]
     fn preserve_ips_rules() {

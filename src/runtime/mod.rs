@@ -123,7 +123,7 @@ enum Selection<'a> {
 
 /// Settings of the CRI client.
 #[derive(Debug, Clone)]
-pub struct CriOptions {
+pub struct CriConfig {
     /// Deadline of each CRI call.
     pub call_timeout: Duration,
     /// Deadline of dialing the socket.
@@ -134,7 +134,7 @@ pub struct CriOptions {
     pub host_files: termination::HostFiles,
 }
 
-impl Default for CriOptions {
+impl Default for CriConfig {
     fn default() -> Self {
         Self {
             call_timeout: Duration::from_secs(10),
@@ -253,7 +253,7 @@ const BAD_DATA_MEMORY: usize = 4096;
 
 impl CriRuntime {
     /// A client for the socket at `path`; no connection is made until the first call.
-    pub fn new(path: &Path, options: &CriOptions, metrics: Arc<Metrics>) -> Self {
+    pub fn new(path: &Path, options: &CriConfig, metrics: Arc<Metrics>) -> Self {
         let backoff = options.backoff.clone();
         let channel = unix_channel(
             path,
@@ -292,7 +292,7 @@ impl CriRuntime {
     /// `plegd run`. Fails with a message that says what to fix.
     pub async fn connect(
         path: &Path,
-        options: &CriOptions,
+        options: &CriConfig,
         metrics: Arc<Metrics>,
     ) -> Result<(Self, RuntimeVersion), RuntimeError> {
         check_socket(path)?;
@@ -326,7 +326,7 @@ impl CriRuntime {
     /// at once.
     pub async fn connect_waiting(
         path: &Path,
-        options: &CriOptions,
+        options: &CriConfig,
         metrics: Arc<Metrics>,
     ) -> Result<(Self, RuntimeVersion), RuntimeError> {
         let mut backoff = options.backoff.clone();

@@ -16,6 +16,7 @@
 
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
+use std::num::NonZeroUsize;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -368,7 +369,7 @@ impl HostFiles {
 pub const READ_DEADLINE: Duration = Duration::from_secs(2);
 /// Reads of node files at most in flight. A read that hangs keeps its reader (a thread) until
 /// the volume answers: this bounds the threads a hung volume can hold.
-pub const MAX_READERS: usize = 4;
+pub const MAX_READERS: NonZeroUsize = NonZeroUsize::new(4).unwrap();
 /// Containers whose read hung, remembered so that it is not tried at every inspection of their
 /// pod; the oldest is forgotten past this.
 const MAX_HUNG: usize = 1024;
@@ -422,7 +423,7 @@ pub struct TerminationReader {
     files: Arc<HostFiles>,
     deadline: Duration,
     readers: Arc<tokio::sync::Semaphore>,
-    max_readers: usize,
+    max_readers: NonZeroUsize,
     /// Reads past their deadline whose thread has not returned yet.
     stuck: Arc<AtomicUsize>,
     hung: Mutex<HungReads>,
@@ -440,12 +441,11 @@ impl TerminationReader {
         Self::with_limits(files, READ_DEADLINE, MAX_READERS)
     }
 
-    pub fn with_limits(files: HostFiles, deadline: Duration, max_readers: usize) -> Self {
-        let max_readers = max_readers.max(1);
+    pub fn with_limits(files: HostFiles, deadline: Duration, max_readers: NonZeroUsize) -> Self {
         Self {
             files: Arc::new(files),
             deadline,
-            readers: Arc::new(tokio::sync::Semaphore::new(max_readers)),
+            readers: Arc::new(tokio::sync::Semaphore::new(max_readers.get())),
             max_readers,
             stuck: Arc::default(),
             hung: Mutex::default(),
@@ -502,7 +502,7 @@ impl TerminationReader {
         deadline: tokio::time::Instant,
         work: impl FnOnce(&HostFiles) -> T + Send + 'static,
     ) -> Result<T, Late> {
-        if self.stuck.load(Ordering::Acquire) >= self.max_readers {
+        if self.stuck.load(Ordering::Acquire) >= self.max_readers.get() {
             return Err(Late::NoReader);
         }
         let permit = match tokio::time::timeout_at(deadline, self.readers.clone().acquire_owned()).await {
@@ -911,7 +911,7 @@ mod tests {
     /// every reader held so, a read is not even tried; once one returns, reads work again.
     #[tokio::test]
     async fn reads_that_hang_time_out_and_hold_at_most_every_reader() {
-        let reader = TerminationReader::with_limits(HostFiles::default(), READ_DEADLINE, 2);
+        let reader = TerminationReader::with_limits(HostFiles::default(), READ_DEADLINE, NonZeroUsize::new(2).unwrap());
         let soon = || tokio::time::Instant::now() + Duration::from_millis(20);
         let deadline = || tokio::time::Instant::now() + Duration::from_secs(60);
         let (release_a, a) = std::sync::mpsc::channel();

@@ -17,6 +17,7 @@
 //! every 10 s a status the apiserver does not have; never a hot loop.
 
 use std::collections::HashMap;
+use std::num::{NonZeroU32, NonZeroUsize};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -45,10 +46,10 @@ pub struct ManagerConfig {
     /// copy by this mode's rule ([`rebase`]).
     pub mode: StatusMode,
     /// Writers working in parallel.
-    pub writers: usize,
+    pub writers: NonZeroUsize,
     /// Sustained PATCHes per second, and how many may go at once after a quiet spell.
-    pub qps: f64,
-    pub burst: u32,
+    pub qps: Qps,
+    pub burst: NonZeroU32,
     /// Backoff of retries of one pod after a server error or a timeout (200 ms doubling to 10 s).
     pub retry: ExponentialBackoff,
     /// The longest a PATCH or DELETE may take: then it is given up (its connection with it) and
@@ -65,9 +66,9 @@ impl ManagerConfig {
         Self {
             node_name,
             mode,
-            writers: 4,
-            qps: 50.0,
-            burst: 100,
+            writers: NonZeroUsize::new(4).unwrap(),
+            qps: Qps::new(50.0).unwrap(),
+            burst: NonZeroU32::new(100).unwrap(),
             retry: ExponentialBackoff::constant(Duration::from_millis(200), Duration::from_secs(10)),
             refused_retry: ExponentialBackoff::constant(Duration::from_secs(10), Duration::from_secs(120)),
             request_timeout: Duration::from_secs(30),
@@ -90,6 +91,21 @@ pub enum Unwritable {
     Incomplete,
 }
 
+/// A rate of requests a second: finite and above zero (a zero rate would never let one through).
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
+pub struct Qps(f64);
+
+impl Qps {
+    /// `per_second` as a rate; None when it is not a finite number above zero.
+    pub fn new(per_second: f64) -> Option<Self> {
+        (per_second.is_finite() && per_second > 0.0).then_some(Self(per_second))
+    }
+
+    pub fn get(self) -> f64 {
+        self.0
+    }
+}
+
 /// A token bucket: `qps` tokens a second, at most `burst` saved up.
 struct TokenBucket {
     qps: f64,
@@ -98,10 +114,10 @@ struct TokenBucket {
 }
 
 impl TokenBucket {
-    fn new(qps: f64, burst: u32) -> Self {
-        let burst = f64::from(burst.max(1));
+    fn new(qps: Qps, burst: NonZeroU32) -> Self {
+        let burst = f64::from(burst.get());
         Self {
-            qps: qps.max(0.001),
+            qps: qps.get(),
             burst,
             state: tokio::sync::Mutex::new((burst, Instant::now())),
         }
@@ -280,7 +296,7 @@ impl StatusManager {
 
     /// The manager's stages, to run supervised until cancelled: its writers.
     pub fn stages(self: &Arc<Self>) -> Vec<(&'static str, Stage)> {
-        (0..self.config.writers.max(1))
+        (0..self.config.writers.get())
             .map(|_| ("status-writer", Box::pin(self.clone().writer()) as Stage))
             .collect()
     }
@@ -729,7 +745,7 @@ mod tests {
         let (store, mut writer) = reflector::store::<ApiPod>();
         writer.apply_watcher_event(&watcher::Event::Apply(pod.clone()));
         let config = ManagerConfig {
-            writers: 2,
+            writers: NonZeroUsize::new(2).unwrap(),
             ..ManagerConfig::new(NodeName::new("n1").unwrap(), StatusMode::Conditions)
         };
         let manager = StatusManager::new(script.client(), store, config, Arc::new(RetryAfter::default()), metrics);
@@ -1047,7 +1063,7 @@ mod tests {
 
     #[tokio::test]
     async fn token_bucket_allows_a_burst_then_the_rate() {
-        let bucket = TokenBucket::new(100.0, 5);
+        let bucket = TokenBucket::new(Qps::new(100.0).unwrap(), NonZeroU32::new(5).unwrap());
         let t = Instant::now();
         for _ in 0..5 {
             bucket.acquire().await;

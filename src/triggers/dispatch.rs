@@ -839,7 +839,7 @@ mod tests {
         );
         let pleg = Arc::new(pleg);
         pleg.relist().await.unwrap();
-        let (sender, receiver) = crate::triggers::trigger_queue(capacity);
+        let (sender, receiver) = crate::triggers::trigger_queue(std::num::NonZeroUsize::new(capacity).unwrap());
         (events, sender, tokio::spawn(dispatch(pleg, receiver, metrics)))
     }
 

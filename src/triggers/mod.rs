@@ -36,6 +36,7 @@
 mod dispatch;
 mod streams;
 
+use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -147,20 +148,20 @@ pub const FIRST_RECONNECT: Duration = Duration::from_millis(100);
 
 /// Settings of trigger streams.
 #[derive(Debug, Clone)]
-pub struct TriggerOptions {
+pub struct TriggerConfig {
     /// The waits between reconnections of a failed stream (100 ms doubling to 30 s by default).
     pub backoff: ExponentialBackoff,
     /// Triggers queued for the dispatcher; past this, the next relist is a full one.
-    pub queue: usize,
+    pub queue: NonZeroUsize,
     /// containerd namespace the kubelet's pods live in.
     pub namespace: String,
 }
 
-impl Default for TriggerOptions {
+impl Default for TriggerConfig {
     fn default() -> Self {
         Self {
             backoff: ExponentialBackoff::constant(FIRST_RECONNECT, Duration::from_secs(30)),
-            queue: 4096,
+            queue: NonZeroUsize::new(4096).unwrap(),
             namespace: "k8s.io".into(),
         }
     }
@@ -188,8 +189,8 @@ pub struct TriggerReceiver {
     overflow: Arc<AtomicBool>,
 }
 
-pub fn trigger_queue(capacity: usize) -> (TriggerSender, TriggerReceiver) {
-    let (tx, rx) = mpsc::channel(capacity.max(1));
+pub fn trigger_queue(capacity: NonZeroUsize) -> (TriggerSender, TriggerReceiver) {
+    let (tx, rx) = mpsc::channel(capacity.get());
     let overflow = Arc::new(AtomicBool::new(false));
     (
         TriggerSender {
@@ -206,7 +207,7 @@ pub fn stages<C: Clock>(
     mode: TriggerMode,
     version: &RuntimeVersion,
     pleg: Arc<GenericPleg<CriRuntime, C>>,
-    options: TriggerOptions,
+    options: TriggerConfig,
 ) -> Vec<(&'static str, Stage)> {
     let Some(source) = mode.source(&version.runtime_name) else {
         return Vec::new();
@@ -229,7 +230,7 @@ pub fn spawn<C: Clock>(
     mode: TriggerMode,
     version: &RuntimeVersion,
     pleg: Arc<GenericPleg<CriRuntime, C>>,
-    options: TriggerOptions,
+    options: TriggerConfig,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     stages(mode, version, pleg, options)
         .into_iter()
@@ -252,7 +253,7 @@ mod tests {
 
     #[tokio::test]
     async fn full_queue_turns_into_a_full_relist_flag() {
-        let (tx, mut rx) = trigger_queue(1);
+        let (tx, mut rx) = trigger_queue(NonZeroUsize::MIN);
         tx.send(Trigger::Pod("a".into()));
         tx.send(Trigger::Pod("b".into()));
         assert_eq!(rx.rx.recv().await, Some(Trigger::Pod("a".into())));

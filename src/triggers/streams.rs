@@ -12,7 +12,7 @@ use crate::pleg::{StreamState, TriggerHealth};
 use crate::runtime::events::{EventStream, EventSubject, RuntimeEvent, cri_events_go_to_one_subscriber};
 use crate::runtime::{CriRuntime, RuntimeVersion};
 
-use super::{Source, Trigger, TriggerMode, TriggerOptions, TriggerSender};
+use super::{Source, Trigger, TriggerConfig, TriggerMode, TriggerSender};
 
 /// How one subscription ended.
 enum StreamEnd {
@@ -133,7 +133,7 @@ pub const UNUSABLE_AFTER: u32 = 3;
 
 async fn containerd_subscription(
     channel: Channel,
-    options: &TriggerOptions,
+    options: &TriggerConfig,
     sender: &TriggerSender,
     metrics: &Metrics,
     link: &mut Link,
@@ -231,7 +231,7 @@ pub async fn run_source(
     mode: TriggerMode,
     runtime: &CriRuntime,
     version: &RuntimeVersion,
-    options: TriggerOptions,
+    options: TriggerConfig,
     sender: TriggerSender,
     health: TriggerHealth,
 ) {

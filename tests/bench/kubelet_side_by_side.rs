@@ -183,7 +183,7 @@ fn watch_apiserver(pods: Api<Pod>, seen: Seen) -> tokio::task::JoinHandle<()> {
 /// plegd's generated statuses, from its StatusService.
 fn watch_computed(seen: Seen) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let options = plegd::runtime::CriOptions::default();
+        let options = plegd::runtime::CriConfig::default();
         let channel = plegd::runtime::unix_channel(
             Path::new(PLEGD_API_SOCKET),
             options.connect_timeout,
@@ -519,7 +519,7 @@ async fn main() {
         let containerd = support::containerd::Containerd::at(PathBuf::from(CONTAINERD_SOCKET));
         let cri_client = plegd::runtime::CriRuntime::new(
             Path::new(CONTAINERD_SOCKET),
-            &plegd::runtime::CriOptions::default(),
+            &plegd::runtime::CriConfig::default(),
             Arc::new(plegd::metrics::Metrics::new()),
         )
         .client();

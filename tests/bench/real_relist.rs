@@ -27,7 +27,7 @@ use k8s_cri::v1 as cri;
 use plegd::clock::SystemClock;
 use plegd::metrics::Metrics;
 use plegd::pleg::{GenericPleg, PlegConfig};
-use plegd::runtime::{CriOptions, CriRuntime, Runtime};
+use plegd::runtime::{CriConfig, CriRuntime, Runtime};
 use stats::percentile;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -46,7 +46,7 @@ async fn main() {
     }
 
     let metrics = Arc::new(Metrics::new());
-    let (runtime, version) = CriRuntime::connect(&cd.socket, &CriOptions::default(), metrics.clone())
+    let (runtime, version) = CriRuntime::connect(&cd.socket, &CriConfig::default(), metrics.clone())
         .await
         .expect("connect");
     let (pleg, _events) = GenericPleg::new(runtime.clone(), SystemClock, metrics, PlegConfig::default());

@@ -21,7 +21,7 @@ use plegd::clock::SystemClock;
 use plegd::kubecontainer::{RuntimeContainer, RuntimeContainerState, RuntimePod};
 use plegd::metrics::Metrics;
 use plegd::pleg::{GenericPleg, PlegConfig, compute_events};
-use plegd::runtime::{CriOptions, CriRuntime};
+use plegd::runtime::{CriConfig, CriRuntime};
 use stats::percentile;
 
 struct Args {
@@ -74,7 +74,7 @@ async fn relist_overhead(a: &Args) {
             .add_running_pod(&format!("pod-{p:05}"), &format!("name-{p}"), a.containers);
     }
     let metrics = Arc::new(Metrics::new());
-    let (runtime, _) = CriRuntime::connect(&server.path, &CriOptions::default(), metrics.clone())
+    let (runtime, _) = CriRuntime::connect(&server.path, &CriConfig::default(), metrics.clone())
         .await
         .expect("connect");
     let client = runtime.client();
@@ -83,10 +83,8 @@ async fn relist_overhead(a: &Args) {
         SystemClock,
         metrics,
         // Room for the first relist's events, so that no measured relist has any left to send.
-        PlegConfig {
-            channel_capacity: a.pods * (a.containers + 1) + 1,
-            ..PlegConfig::default()
-        },
+        PlegConfig::default()
+            .with_channel_capacity(std::num::NonZeroUsize::new(a.pods * (a.containers + 1) + 1).expect("one at least")),
     );
     // The first relist reads every pod; drain its events so the channel never fills.
     pleg.relist().await.expect("first relist");

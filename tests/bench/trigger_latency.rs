@@ -29,7 +29,7 @@ use containerd_client::services::v1::SubscribeRequest;
 use containerd_client::services::v1::events_client::EventsClient;
 use plegd::metrics::Metrics;
 use plegd::pleg::PodLifecycleEventType;
-use plegd::runtime::{CriOptions, CriRuntime};
+use plegd::runtime::{CriConfig, CriRuntime};
 use plegd::triggers::TriggerMode;
 use stats::percentile;
 
@@ -58,7 +58,7 @@ async fn observe_plegd(
 
 /// A raw subscriber to one containerd topic.
 async fn observe_raw(socket: &std::path::Path, topic: &str, seen: Seen) -> tokio::task::JoinHandle<()> {
-    let runtime = CriRuntime::new(socket, &CriOptions::default(), Arc::new(Metrics::new()));
+    let runtime = CriRuntime::new(socket, &CriConfig::default(), Arc::new(Metrics::new()));
     let mut client = EventsClient::new(runtime.stream_channel());
     let filters = vec![format!("namespace==k8s.io,topic==\"{topic}\"")];
     tokio::spawn(async move {

@@ -15,7 +15,7 @@ use k8s_cri::v1 as cri;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use plegd::kubecontainer::{LABEL_CONTAINER_NAME, LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID};
 use plegd::metrics::Metrics;
-use plegd::runtime::{CriOptions, CriRuntime};
+use plegd::runtime::{CriConfig, CriRuntime};
 use tokio::sync::OnceCell;
 use tonic::transport::Channel;
 
@@ -105,7 +105,7 @@ pub fn unique_uid(prefix: &str) -> String {
 impl Containerd {
     /// A handle on the containerd serving CRI at `socket`.
     pub fn at(socket: PathBuf) -> Self {
-        let runtime = CriRuntime::new(&socket, &CriOptions::default(), Arc::new(Metrics::new()));
+        let runtime = CriRuntime::new(&socket, &CriConfig::default(), Arc::new(Metrics::new()));
         Self {
             socket,
             client: runtime.client(),

@@ -3,23 +3,23 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use plegd::daemon::DaemonOptions;
+use plegd::daemon::DaemonConfig;
 use plegd::pleg::PlegConfig;
-use plegd::runtime::CriOptions;
+use plegd::runtime::CriConfig;
 use plegd::status::StatusMode;
 use plegd::status::manager::ManagerConfig;
 use plegd::sync_loop::SyncConfig;
-use plegd::triggers::{TriggerMode, TriggerOptions};
+use plegd::triggers::{TriggerConfig, TriggerMode};
 
 /// Full daemon options with test-friendly defaults: no API socket or HTTP endpoint, node IP
 /// 192.0.2.10, the given mode; callers adjust what they need.
-pub fn options(cri_socket: &Path, kubeconfig: PathBuf, node: &str, mode: StatusMode) -> DaemonOptions {
-    DaemonOptions {
+pub fn options(cri_socket: &Path, kubeconfig: PathBuf, node: &str, mode: StatusMode) -> DaemonConfig {
+    DaemonConfig {
         cri_socket: cri_socket.to_owned(),
-        cri: CriOptions::default(),
+        cri: CriConfig::default(),
         pleg: PlegConfig::default(),
         triggers: TriggerMode::Auto,
-        trigger_options: TriggerOptions::default(),
+        trigger_config: TriggerConfig::default(),
         kubeconfig: Some(kubeconfig),
         manager: ManagerConfig::new(plegd::pod::NodeName::new(node).expect("a valid node name"), mode),
         sync: SyncConfig {
@@ -45,7 +45,7 @@ pub struct InProcess {
 }
 
 /// Start `plegd run` with `options` in this process.
-pub fn spawn(options: DaemonOptions, metrics: std::sync::Arc<plegd::metrics::Metrics>) -> InProcess {
+pub fn spawn(options: DaemonConfig, metrics: std::sync::Arc<plegd::metrics::Metrics>) -> InProcess {
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let thread = std::thread::Builder::new()
         .name("plegd".into())
@@ -100,7 +100,7 @@ pub struct Controlled {
 }
 
 /// Start `plegd run` with `options` in this process, with a [`Controlled`] handle once it runs.
-pub async fn spawn_controlled(options: DaemonOptions, metrics: std::sync::Arc<plegd::metrics::Metrics>) -> Controlled {
+pub async fn spawn_controlled(options: DaemonConfig, metrics: std::sync::Arc<plegd::metrics::Metrics>) -> Controlled {
     let (shutdown_tx, shutdown_rx) = tokio::sync::oneshot::channel::<()>();
     let (abort_tx, abort_rx) = tokio::sync::mpsc::channel(4);
     let (started_tx, started_rx) = tokio::sync::oneshot::channel();
