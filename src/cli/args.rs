@@ -488,7 +488,7 @@ impl RunArgs {
 /// flags, by [`Cli::check`].
 #[derive(Debug)]
 pub enum Invocation {
-    Watch(WatchConfig),
+    Watch(Box<WatchConfig>),
     Run(Box<DaemonConfig>),
     Events(EventsArgs),
     Status(StatusArgs),
@@ -508,7 +508,7 @@ impl Cli {
     /// wrong.
     pub fn check(self) -> Result<Checked, String> {
         let invocation = match self.command {
-            Command::Watch(args) => Invocation::Watch(args.watch_config()?),
+            Command::Watch(args) => Invocation::Watch(Box::new(args.watch_config()?)),
             Command::Run(args) => Invocation::Run(Box::new(args.daemon_config()?)),
             Command::Events(args) => Invocation::Events(args),
             Command::Status(args) => Invocation::Status(args),

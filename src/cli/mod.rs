@@ -56,7 +56,7 @@ async fn shutdown_signal() {
 async fn run(invocation: Invocation) -> anyhow::Result<()> {
     match invocation {
         Invocation::Watch(config) => {
-            crate::watch::watch(config, std::io::stdout(), shutdown_signal()).await?;
+            crate::watch::watch(*config, std::io::stdout(), shutdown_signal()).await?;
         }
         Invocation::Events(args) => {
             let request = crate::observe::api::WatchRequest {
