@@ -36,7 +36,8 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
+use tokio::time::Instant;
 
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
@@ -797,7 +798,7 @@ mod tests {
     /// The syncLoop decides when a pod is synced: at its lifecycle events, from a runtime status
     /// as new as the event; not again while nothing it works from changed; never from a status
     /// whose read failed (FailedSync, counted), and at once when it can be read again.
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn syncs_follow_events_skip_repeats_and_never_write_a_failed_read() {
         let Harness {
             fake,
@@ -993,7 +994,7 @@ mod tests {
     /// pod's condition (and, in full mode, its status) follows the static pod's containers, at
     /// their lifecycle events, and is written to the mirror pod with its own uid as the
     /// precondition. Never "gone from the runtime" while it runs.
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_mirror_pod_follows_its_static_pods_containers() {
         for mode in [StatusMode::Conditions, StatusMode::Full] {
             let h = Harness::start(mode, mirror_pod(), OnePod::default(), None).await;
@@ -1033,7 +1034,7 @@ mod tests {
     /// Another pod bound to the node that names the static pod's hash (anyone who may create pods
     /// there can write the annotation) does not take the static pod from its mirror pod: the
     /// exit is still written to the mirror pod, never to the impostor.
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_pod_naming_a_static_pods_hash_does_not_take_it() {
         let (recorder, mut published) =
             crate::recorder::capture(std::num::NonZeroUsize::new(16).unwrap(), Arc::new(Metrics::new()));
@@ -1066,7 +1067,7 @@ mod tests {
     /// A change only the informer sees — here the deletion of a finished pod in full mode — is
     /// synced at once from the runtime status already cached: the pod is deleted without waiting
     /// for another relist (with runtime events, the next one can be 30 s away; here none comes).
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_finished_pods_deletion_is_synced_without_a_relist() {
         let finished = OnePod {
             exited: true,
@@ -1094,7 +1095,7 @@ mod tests {
 
     /// A new `metadata.generation` is reported (`observedGeneration`) at once, from the runtime
     /// status already cached.
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_new_generation_is_observed_without_a_relist() {
         let mut pod = bound_pod();
         pod.metadata.generation = Some(1);
@@ -1113,7 +1114,7 @@ mod tests {
     /// `--emit-events` after a restart: an exit the first relist finds already done (the plegd
     /// before the restart saw it happen and published it) is not published again, as
     /// `plegd_container_exits_total` does not count it again; an exit plegd sees happen is.
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn exits_found_at_the_first_relist_are_not_published_again() {
         let (recorder, mut published) =
             crate::recorder::capture(std::num::NonZeroUsize::new(16).unwrap(), Arc::new(Metrics::new()));
