@@ -6,7 +6,7 @@
 //! (Kubernetes 1.37) describes it, so that a field added by a newer API fails this test until the
 //! policy guards it.
 
-mod support;
+use plegd_test_support as support;
 
 use std::time::Duration;
 

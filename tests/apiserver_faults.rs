@@ -6,7 +6,7 @@
 //! old one is queued, and plegd stopped (SIGTERM) just as a burst of exits reaches the apiserver.
 //! Each checks every version of every pod the apiserver stored: nothing is lost, nothing goes back.
 
-mod support;
+use plegd_test_support as support;
 
 use std::time::Duration;
 

@@ -5,7 +5,7 @@
 //! `plegd run` as deployed, the fake CRI server, the test apiserver built from Kubernetes' own
 //! code, and a TCP proxy between them (tests/support/proxy.rs, the one fault no server makes).
 
-mod support;
+use plegd_test_support as support;
 
 use std::time::{Duration, Instant};
 

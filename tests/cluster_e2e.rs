@@ -4,7 +4,7 @@
 //! deploy/kind/e2e.sh), its image run by the kubelet, its pods and tokens and admission policies the
 //! cluster's own. Runs when `PLEGD_CLUSTER_E2E=1` (tests/run.sh); one test at a time.
 
-mod support;
+use plegd_test_support as support;
 
 use std::time::{Duration, Instant};
 

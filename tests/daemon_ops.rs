@@ -2,7 +2,7 @@
 //! apiserver built from Kubernetes' own code, under a NOTIFY_SOCKET like systemd's, with its HTTP endpoint and API socket, followed
 //! by `plegd events`, and stopped with SIGTERM.
 
-mod support;
+use plegd_test_support as support;
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::net::UnixDatagram;

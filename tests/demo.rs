@@ -4,7 +4,7 @@
 //! wrote to kube-apiserver as `kubectl get pods --watch` showed it (`kubectl:` lines on stderr),
 //! then plegd as the DaemonSet beside the kubelet (`daemonset:` lines).
 
-mod support;
+use plegd_test_support as support;
 
 use std::process::Command;
 

@@ -12,8 +12,7 @@ use manifests::{
 };
 use serde_json::Value;
 
-#[path = "support/manifests.rs"]
-mod manifests;
+use plegd_test_support::manifests;
 
 /// Every overlay with every optional component, rendered.
 fn installs(dir: &std::path::Path) -> Vec<(String, Vec<Value>)> {

@@ -5,7 +5,7 @@
 //! the exit lands once the runtime answers again. FailedSync shows as a counter, one log line per
 //! pod per outage and a Kubernetes Event.
 
-mod support;
+use plegd_test_support as support;
 
 use std::time::Duration;
 

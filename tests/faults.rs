@@ -2,7 +2,7 @@
 //! itself killed (SIGKILL) and restarted in the middle of churn. Fake CRI server + the test apiserver built from Kubernetes'
 //! own code.
 
-mod support;
+use plegd_test_support as support;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -13,7 +13,7 @@
 //! tests/cluster/cluster.sh's node (it reads plegd's socket, the static pod directory and containerd
 //! there).
 
-mod support;
+use plegd_test_support as support;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

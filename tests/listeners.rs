@@ -5,7 +5,7 @@
 //! apiserver built from Kubernetes' own code. The clients of the floods speak from other loopback
 //! addresses (127.0.x.y) than the probe (127.0.0.1), as other pods do from their own IPs.
 
-mod support;
+use plegd_test_support as support;
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4, TcpStream};

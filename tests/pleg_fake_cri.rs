@@ -1,7 +1,7 @@
 //! The relister driven step by step through the in-process fake CRI server, over a real unix
 //! socket and the real CRI client. Time is a FakeClock: health is tested without sleeping.
 
-mod support;
+use plegd_test_support as support;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};

@@ -8,7 +8,7 @@
 //! The instance is this test's own (it is killed), of the version the suite runs. The binary is
 //! $PLEGD_BINARY when set (e.g. a release build), else the one this test build made.
 
-mod support;
+use plegd_test_support as support;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

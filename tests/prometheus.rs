@@ -13,7 +13,7 @@
 //!   is kept). The other alerts' faults cannot be made on demand here; promtool's unit tests
 //!   (tests/prometheus/alerts.test.yaml, run below) show them firing and not firing.
 
-mod support;
+use plegd_test_support as support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};

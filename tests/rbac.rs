@@ -8,7 +8,7 @@
 //! what RBAC would authorize it as. That set must equal what the install's ClusterRoles grant:
 //! nothing used that is not granted, nothing granted that is not used.
 
-mod support;
+use plegd_test_support as support;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! Each test makes its own pods (unique uids) through CRI with the kubelet's labels, runs its own
 //! relister against the shared containerd, and asserts the exact events for its pods.
 
-mod support;
+use plegd_test_support as support;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! containerd in each status mode, a pod of another node, an apiserver restart, injected server
 //! errors, and the request log.
 
-mod support;
+use plegd_test_support as support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -2,7 +2,7 @@
 //! unhealthy (the answer /healthz and the systemd watchdog go by) and ends `run` with an error
 //! naming the stage, which the binary turns into exit code 1. Fake CRI server + the test apiserver built from Kubernetes' own code.
 
-mod support;
+use plegd_test_support as support;
 
 use std::sync::Arc;
 use std::time::Duration;

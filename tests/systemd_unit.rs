@@ -9,7 +9,7 @@
 //! resume when it is back, without a restart; node memory figures are read; a configuration error
 //! (exit 2) is not restarted over and over.
 
-mod support;
+use plegd_test_support as support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -3,7 +3,7 @@
 //! a restarted plegd: its read gets a deadline, its message is left out and counted, and it is not
 //! read again. Through the fake CRI server (which reports the file), with a real hung FUSE mount.
 
-mod support;
+use plegd_test_support as support;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! Fake CRI server for failures and coalescing; real containerd 1.6 (containerd events) and 1.7
 //! (CRI GetContainerEvents) for delivery by trigger alone and for a containerd that is killed and comes back.
 
-mod support;
+use plegd_test_support as support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};

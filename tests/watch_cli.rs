@@ -1,6 +1,6 @@
 //! `plegd watch` as a user runs it: the real binary, its stdout and stderr, its exit code.
 
-mod support;
+use plegd_test_support as support;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};

@@ -19,6 +19,8 @@ pub mod decide;
 pub mod generate;
 pub mod manager;
 pub mod patch;
+#[cfg(any(test, feature = "test-util"))]
+pub mod patch_apply;
 pub mod report;
 pub mod resources;
 pub mod semantic;

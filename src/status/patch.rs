@@ -124,13 +124,9 @@ pub fn status_patch_body(uid: &str, old: &Value, new: &Value) -> Option<Value> {
 }
 
 #[cfg(test)]
-#[path = "../../tests/support/patch_apply.rs"]
-mod patch_apply;
-
-#[cfg(test)]
 mod tests {
-    use super::patch_apply::{apply_merge_patch, apply_strategic_merge};
     use super::*;
+    use crate::status::patch_apply::{apply_merge_patch, apply_strategic_merge};
 
     fn roundtrip(old: Value, new: Value) -> Option<Map<String, Value>> {
         let patch = diff_status(&old, &new);

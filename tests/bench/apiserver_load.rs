@@ -28,18 +28,10 @@
 //!     cargo bench --bench apiserver_load -- --nodes 1,2 --seconds 5
 //!     cargo bench --bench apiserver_load -- --nodes 4 --rate 5      # 5 changes/s per node
 
-#[path = "../support/apiserver.rs"]
-mod apiserver;
-#[path = "args.rs"]
+use plegd_test_support::apiserver;
 mod args;
-#[allow(dead_code)]
-#[path = "../support/fake_cri.rs"]
-mod fake_cri;
-#[allow(dead_code)]
-#[path = "../support/process.rs"]
-mod process;
-#[path = "../support/request_info.rs"]
-mod request_info;
+use plegd_test_support::fake_cri;
+use plegd_test_support::process;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

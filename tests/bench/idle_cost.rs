@@ -10,18 +10,10 @@
 //!     cargo bench --bench idle_cost -- --worker-threads 1,2   # plegd's --worker-threads, side by side
 //!     PLEGD_BENCH_WRAP=heaptrack cargo bench --bench idle_cost -- --pods 1000   # a heap profile
 
-#[path = "../support/apiserver.rs"]
-mod apiserver;
-#[path = "args.rs"]
+use plegd_test_support::apiserver;
 mod args;
-#[allow(dead_code)]
-#[path = "../support/fake_cri.rs"]
-mod fake_cri;
-#[allow(dead_code)]
-#[path = "../support/process.rs"]
-mod process;
-#[path = "../support/request_info.rs"]
-mod request_info;
+use plegd_test_support::fake_cri;
+use plegd_test_support::process;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

@@ -25,18 +25,10 @@
 //! Needs root (it starts containerd through tests/containerd/containerd.sh). containerd holds about
 //! 6.5 open files per task: 1,000 pods of five containers need ~40,000, more than a 20,000 hard limit.
 
-#[path = "../support/apiserver.rs"]
-mod apiserver;
-#[path = "args.rs"]
+use plegd_test_support::apiserver;
 mod args;
-#[allow(dead_code)]
-#[path = "../support/containerd.rs"]
-mod containerd;
-#[allow(dead_code)]
-#[path = "../support/process.rs"]
-mod process;
-#[path = "../support/request_info.rs"]
-mod request_info;
+use plegd_test_support::containerd;
+use plegd_test_support::process;
 
 use std::collections::HashSet;
 use std::ops::Range;

@@ -22,12 +22,9 @@
 //!     cargo bench --bench kubelet_side_by_side -- --pods 50 --passes defaults,kubelet-only
 //!     PLEGD_CLUSTER_CONTAINERD_VERSION=1.7 cargo bench --bench kubelet_side_by_side
 
-#[path = "args.rs"]
 mod args;
-#[path = "stats.rs"]
 mod stats;
-#[path = "../support/mod.rs"]
-mod support;
+use plegd_test_support as support;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};

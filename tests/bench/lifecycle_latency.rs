@@ -19,14 +19,9 @@
 //!
 //!     cargo bench --bench lifecycle_latency -- --burst 100               # 2.1 then 1.7
 
-#[path = "args.rs"]
 mod args;
-#[allow(dead_code)]
-#[path = "../support/containerd.rs"]
-mod containerd;
-#[path = "observer.rs"]
+use plegd_test_support::containerd;
 mod observer;
-#[path = "stats.rs"]
 mod stats;
 
 use std::collections::HashMap;

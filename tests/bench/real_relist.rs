@@ -11,12 +11,8 @@
 //!     cargo bench --bench real_relist
 //!     cargo bench --bench real_relist -- --pods 30 --rounds 300
 
-#[path = "args.rs"]
 mod args;
-#[allow(dead_code)]
-#[path = "../support/containerd.rs"]
-mod containerd;
-#[path = "stats.rs"]
+use plegd_test_support::containerd;
 mod stats;
 
 use std::sync::Arc;

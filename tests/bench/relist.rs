@@ -6,10 +6,7 @@
 //!     cargo bench --bench relist                      # 1000 pods x 5 containers, 60 rounds
 //!     cargo bench --bench relist -- --pods 250 --containers 5 --rounds 100
 
-#[allow(dead_code)]
-#[path = "../support/fake_cri.rs"]
-mod fake_cri;
-#[path = "stats.rs"]
+use plegd_test_support::fake_cri;
 mod stats;
 
 use std::hint::black_box;

@@ -16,18 +16,10 @@
 //!     cargo bench --bench soak                      # 15 minutes
 //!     cargo bench --bench soak -- --minutes 60
 
-#[path = "../support/apiserver.rs"]
-mod apiserver;
-#[path = "args.rs"]
+use plegd_test_support::apiserver;
 mod args;
-#[allow(dead_code)]
-#[path = "../support/containerd.rs"]
-mod containerd;
-#[allow(dead_code)]
-#[path = "../support/process.rs"]
-mod process;
-#[path = "../support/request_info.rs"]
-mod request_info;
+use plegd_test_support::containerd;
+use plegd_test_support::process;
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};

@@ -11,19 +11,10 @@
 //!     cargo bench --bench status_churn
 //!     cargo bench --bench status_churn -- --pods 500 --rate 50
 
-#[path = "../support/apiserver.rs"]
-mod apiserver;
-#[path = "args.rs"]
+use plegd_test_support::apiserver;
 mod args;
-#[allow(dead_code)]
-#[path = "../support/daemon.rs"]
-mod daemon_support;
-#[allow(dead_code)]
-#[path = "../support/fake_cri.rs"]
-mod fake_cri;
-#[path = "../support/request_info.rs"]
-mod request_info;
-#[path = "stats.rs"]
+use plegd_test_support::daemon as daemon_support;
+use plegd_test_support::fake_cri;
 mod stats;
 
 use std::collections::HashSet;

@@ -1,7 +1,7 @@
 //! Container exit → the pod's status visible to a watcher of the apiserver, on real containerd,
 //! with `plegd run` in full mode (CRI-event triggers), against the test apiserver built from
 //! Kubernetes' own code (k8s.io/apiserver 1.36 on etcd) and against the hand-written Rust one
-//! (tests/support/fake_apiserver.rs), in interleaved rounds of one run. Each pod is created in the
+//! (tests/bench/fake_apiserver.rs), in interleaved rounds of one run. Each pod is created in the
 //! apiserver first, bound to the node, and its sandbox run with the apiserver's uid; its container
 //! exits after a few hundred ms. The watcher is a client-go-style watch (kube-runtime's watcher, as
 //! admin) that notes when it first sees the container terminated; latency is from the container's
@@ -10,22 +10,11 @@
 //!     cargo bench --bench status_latency                        # containerd 2.1, 30 pods, 2 rounds
 //!     cargo bench --bench status_latency -- --pods 40 --rounds 3 --containerd 1.7
 
-#[path = "../support/apiserver.rs"]
-mod apiserver;
-#[path = "args.rs"]
+use plegd_test_support::apiserver;
 mod args;
-#[allow(dead_code)]
-#[path = "../support/containerd.rs"]
-mod containerd;
-#[allow(dead_code)]
-#[path = "../support/daemon.rs"]
-mod daemon_support;
-#[allow(dead_code)]
-#[path = "../support/fake_apiserver.rs"]
+use plegd_test_support::containerd;
+use plegd_test_support::daemon as daemon_support;
 mod fake_apiserver;
-#[path = "../support/request_info.rs"]
-mod request_info;
-#[path = "stats.rs"]
 mod stats;
 
 use std::collections::HashMap;

@@ -10,18 +10,10 @@
 //!     cargo bench --bench sustained_churn -- --qps 300        # writers allowed 300 PATCHes/s
 //!     cargo bench --bench sustained_churn -- --rate 50 --seconds 30
 
-#[path = "../support/apiserver.rs"]
-mod apiserver;
-#[path = "args.rs"]
+use plegd_test_support::apiserver;
 mod args;
-#[allow(dead_code)]
-#[path = "../support/daemon.rs"]
-mod daemon_support;
-#[allow(dead_code)]
-#[path = "../support/fake_cri.rs"]
-mod fake_cri;
-#[path = "../support/request_info.rs"]
-mod request_info;
+use plegd_test_support::daemon as daemon_support;
+use plegd_test_support::fake_cri;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -10,14 +10,9 @@
 //!     cargo bench --bench trigger_latency -- --exits 60
 //!     cargo bench --bench trigger_latency -- --background-pods 30  # on a node with 30 more pods
 
-#[path = "args.rs"]
 mod args;
-#[allow(dead_code)]
-#[path = "../support/containerd.rs"]
-mod containerd;
-#[path = "observer.rs"]
+use plegd_test_support::containerd;
 mod observer;
-#[path = "stats.rs"]
 mod stats;
 
 use std::collections::HashMap;

@@ -9,6 +9,8 @@
 //!
 //!     cargo run -p plegd-demo --bin workload -- CRI_SOCKET ADMIN_KUBECONFIG
 
+// The test support's containerd client, as source: the demo builds with plegd's own dependencies
+// only (its Cargo.toml), not with the test support crate's.
 #[allow(dead_code)]
 #[path = "../support/containerd.rs"]
 mod containerd;

@@ -25,8 +25,6 @@
 //! validating admission webhook ([`faults`]) registered for plegd's pod writes once a test asks
 //! for a fault.
 
-#![allow(dead_code)]
-
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -224,7 +222,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    PathBuf::from(crate::REPO)
 }
 
 /// The Kubernetes binaries tests/cluster/cluster.sh builds (once per version, cached), built

@@ -41,7 +41,7 @@ pub struct Cluster {
 }
 
 fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    PathBuf::from(crate::REPO)
 }
 
 /// The cluster, or None (said loudly) when the suite is not asked for.
@@ -141,8 +141,7 @@ impl Cluster {
     /// under deploy/components) added; returns when its DaemonSet is rolled out. Another install
     /// than the one running replaces it.
     pub async fn install(&self, overlay: &str, components: &[&str]) {
-        let root =
-            Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("cluster-install-{overlay}-{}", components.join("-")));
+        let root = repo().join(format!("target/tmp/cluster-install-{overlay}-{}", components.join("-")));
         let dir = super::manifests::kustomization(&root, overlay, components);
         self.script(&["start", "--plegd", &dir.display().to_string()]).await;
     }

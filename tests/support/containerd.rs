@@ -359,7 +359,8 @@ pub struct PrivateContainerd {
 }
 
 fn script() -> &'static str {
-    concat!(env!("CARGO_MANIFEST_DIR"), "/tests/containerd/containerd.sh")
+    // Two levels below the repository, from the test support crate as from the demo's package.
+    concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/containerd/containerd.sh")
 }
 
 /// `containerd.sh ARGS` with `env`, on a blocking thread (the script may take seconds).

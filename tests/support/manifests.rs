@@ -1,6 +1,5 @@
 //! deploy/'s manifests as the tests read them: each YAML document as JSON, an overlay as kustomize
 //! renders it, the RBAC rules a file grants, and the service account plegd runs as.
-#![allow(dead_code)]
 
 use std::path::PathBuf;
 
@@ -94,7 +93,7 @@ pub fn kustomization(root: &std::path::Path, overlay: &str, components: &[&str])
 
 /// `relative` (e.g. "deploy/base/rbac.yaml") under the repository.
 pub fn path(relative: &str) -> String {
-    format!("{}/{relative}", env!("CARGO_MANIFEST_DIR"))
+    format!("{}/{relative}", crate::REPO)
 }
 
 /// Each YAML document of a manifest, as JSON.

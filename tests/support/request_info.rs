@@ -1,7 +1,6 @@
 //! What RBAC authorizes a request as, from its method, path and query, by the apiserver's
-//! request-info rules: for the request logs of both test apiservers. A module of `support`: both
-//! apiserver.rs and fake_apiserver.rs use it as `super::request_info` (a bench that includes either
-//! includes this file beside it).
+//! request-info rules: for the request logs of both test apiservers (apiserver.rs here, and the
+//! bench's Rust apiserver, tests/bench/fake_apiserver.rs).
 
 /// `group/resource[/subresource]:verb` ("" is the core group): GET of a collection is list, or
 /// watch with `watch=true`; GET of one object get; POST create; PUT update; PATCH patch; DELETE

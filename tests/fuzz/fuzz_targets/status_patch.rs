@@ -6,12 +6,10 @@
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use plegd::status::patch::{SET_ORDER, diff_status, key_of, merge_key, status_patch_body};
+use plegd::status::patch::{diff_status, status_patch_body};
 use serde_json::{Map, Value, json};
 
-#[path = "../../support/patch_apply.rs"]
-mod patch_apply;
-use patch_apply::apply_strategic_merge;
+use plegd::status::patch_apply::apply_strategic_merge;
 
 /// A small value space, so that old and new often share values and the patch has work to do.
 #[derive(Arbitrary, Debug, Clone, Copy)]

@@ -1,7 +1,7 @@
-//! A hand-written loopback HTTP apiserver, kept for one purpose: the benchmark that sets it beside
-//! the test apiserver built from Kubernetes' own code (tests/bench/status_latency.rs), to show what
-//! the real machinery costs. Every test and every other bench runs against the real one
-//! (support/apiserver.rs), which also makes the faults this one was written for (a delay, 500s and
+//! A hand-written loopback HTTP apiserver, kept for one purpose: the benchmark beside it
+//! (tests/bench/status_latency.rs) that sets it beside the test apiserver built from Kubernetes' own
+//! code, to show what the real machinery costs. Every test and every other bench runs against the
+//! real one (tests/support/apiserver.rs), which also makes the faults tests need (a delay, 500s and
 //! 409s for status writes, failing watches: tests/apiserver/testhooks.go). It is not a reference:
 //! unlike the real server it answers a PATCH with a stale uid with 409, and returns a status
 //! exactly as written (no `"lastState": {}`); do not add tests of apiserver behaviour here.
@@ -11,63 +11,24 @@
 //! timeoutSeconds; get, create, delete (graceful for a bound pod that is not terminal; uid
 //! preconditions); the status subresource with strategic-merge and JSON merge patches and uid
 //! preconditions (409); a resourceVersion bump on every write; events.k8s.io create and patch;
-//! enough discovery for kubectl. Every request is logged, and faults can be switched on: down (503
-//! for everything, watches cut), slow (a delay), 500s for status patches, 403s for deletes.
+//! enough discovery for kubectl.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, Request, State};
+use axum::extract::{Path, State};
 use axum::http::Uri;
-use axum::http::{HeaderMap, Method, StatusCode, header};
-use axum::middleware::{self, Next};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
-#[path = "patch_apply.rs"]
-mod patch_apply;
-use super::request_info;
-use patch_apply::{apply_merge_patch, apply_strategic_merge};
-// What patch_apply needs from its parent.
-use plegd::status::patch::{SET_ORDER, key_of, merge_key};
-
-/// One request as the server saw it.
-#[derive(Debug, Clone)]
-pub struct Logged {
-    pub method: String,
-    pub path: String,
-    pub query: String,
-    pub status: u16,
-    /// When the response was ready.
-    pub at: std::time::Instant,
-}
-
-impl Logged {
-    /// What RBAC authorizes this request as ([`request_info::authorization`]).
-    pub fn authorization(&self) -> Option<String> {
-        request_info::authorization(&self.method, &self.path, &self.query)
-    }
-}
-
-#[derive(Default)]
-pub struct Faults {
-    pub down: bool,
-    pub delay: Option<Duration>,
-    pub status_patch_500: bool,
-    /// Watches answered 500 (which clients do not retry on their own, unlike 503).
-    pub fail_watches: bool,
-    /// The next this many status PATCHes are answered 409 Conflict.
-    pub status_patch_conflicts: u32,
-    /// DELETEs answered 403, as for an identity without the `delete` verb on pods.
-    pub forbid_deletes: bool,
-}
+use plegd::status::patch_apply::{apply_merge_patch, apply_strategic_merge};
 
 #[derive(Default)]
 struct Data {
@@ -81,11 +42,7 @@ struct Data {
 
 pub struct Inner {
     data: Mutex<Data>,
-    pub faults: Mutex<Faults>,
-    log: Mutex<Vec<Logged>>,
     changes: broadcast::Sender<(u64, &'static str, Value)>,
-    /// Cuts every open watch when bumped (apiserver going down).
-    epoch: AtomicU64,
 }
 
 /// A running test apiserver.
@@ -167,10 +124,7 @@ impl TestApiserver {
                 rv: 100,
                 ..Data::default()
             }),
-            faults: Mutex::default(),
-            log: Mutex::default(),
             changes,
-            epoch: AtomicU64::new(0),
         });
         let app = Router::new()
             .route("/api", get(|| async { json_response(&json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}]})) }))
@@ -184,7 +138,6 @@ impl TestApiserver {
             .route("/api/v1/namespaces/{ns}/pods/{name}/status", get(get_pod).patch(patch_status))
             .route("/apis/events.k8s.io/v1/namespaces/{ns}/events", axum::routing::post(create_event).get(list_events))
             .route("/apis/events.k8s.io/v1/namespaces/{ns}/events/{name}", axum::routing::patch(patch_event))
-            .layer(middleware::from_fn_with_state(inner.clone(), log_and_faults))
             .with_state(inner.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -236,139 +189,6 @@ impl TestApiserver {
         data.pods.insert((ns, name), pod.clone());
         pod
     }
-
-    /// A pod `name` in namespace `default` with containers c0…c(n-1), bound to `node`.
-    pub fn create_bound_pod(
-        &self,
-        name: &str,
-        uid: &str,
-        node: &str,
-        containers: usize,
-        restart_policy: &str,
-    ) -> Value {
-        let specs: Vec<Value> = (0..containers)
-            .map(|c| json!({"name": format!("c{c}"), "image": "fake.test/busybox:1"}))
-            .collect();
-        self.create_pod(json!({"metadata": {"name": name, "namespace": "default", "uid": uid},
-            "spec": {"nodeName": node, "restartPolicy": restart_policy, "containers": specs}}))
-    }
-
-    /// Wait until the pods `pod-0` … `pod-{count - 1}` of `default` (the names the benches give) are
-    /// all Running; panics after `timeout`.
-    pub async fn wait_all_running(&self, count: usize, timeout: Duration) {
-        let deadline = std::time::Instant::now() + timeout;
-        while (0..count).any(|i| {
-            self.pod("default", &format!("pod-{i}"))
-                .is_none_or(|p| p["status"]["phase"] != "Running")
-        }) {
-            assert!(std::time::Instant::now() < deadline, "pods did not all become Running");
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
-
-    pub fn pod(&self, namespace: &str, name: &str) -> Option<Value> {
-        lock(&self.inner.data)
-            .pods
-            .get(&(namespace.to_owned(), name.to_owned()))
-            .cloned()
-    }
-
-    /// Change a stored pod as a client's update would (a MODIFIED event, a new resourceVersion).
-    pub fn update_pod(&self, namespace: &str, name: &str, change: impl FnOnce(&mut Value)) {
-        let mut data = lock(&self.inner.data);
-        let key = (namespace.to_owned(), name.to_owned());
-        let Some(mut pod) = data.pods.get(&key).cloned() else {
-            return;
-        };
-        change(&mut pod);
-        self.inner.bump(&mut data, "MODIFIED", &mut pod);
-        data.pods.insert(key, pod);
-    }
-
-    /// Every version of a pod the server stored, oldest first (as long as the watch history
-    /// keeps it: the last 10,000 writes of all objects).
-    pub fn pod_versions(&self, namespace: &str, name: &str) -> Vec<Value> {
-        lock(&self.inner.data)
-            .history
-            .iter()
-            .filter(|(_, _, o)| {
-                o["kind"] == "Pod" && o["metadata"]["namespace"] == namespace && o["metadata"]["name"] == name
-            })
-            .map(|(_, _, o)| o.clone())
-            .collect()
-    }
-
-    /// What `kubectl delete pod` does (the DELETE handler's rules without an HTTP round trip): a
-    /// bound pod that is not terminal gets its deletionTimestamp and stays until someone deletes
-    /// it with grace period 0; any other pod is removed.
-    pub fn request_deletion(&self, namespace: &str, name: &str, grace_seconds: u64) {
-        let mut data = lock(&self.inner.data);
-        delete_from(
-            &self.inner,
-            &mut data,
-            (namespace.to_owned(), name.to_owned()),
-            grace_seconds as i64,
-        );
-    }
-
-    /// The pod removed at once (a DELETE with grace period 0).
-    pub fn delete(&self, namespace: &str, name: &str) {
-        let mut data = lock(&self.inner.data);
-        if let Some(mut pod) = data.pods.remove(&(namespace.to_owned(), name.to_owned())) {
-            self.inner.bump(&mut data, "DELETED", &mut pod);
-        }
-    }
-
-    pub fn events(&self) -> Vec<Value> {
-        lock(&self.inner.data).events.values().cloned().collect()
-    }
-
-    pub fn requests(&self) -> Vec<Logged> {
-        lock(&self.inner.log).clone()
-    }
-
-    pub fn clear_log(&self) {
-        lock(&self.inner.log).clear();
-    }
-
-    /// Forget watch history up to now: a watch from an older resourceVersion gets 410 Gone.
-    pub fn compact(&self) {
-        let mut data = lock(&self.inner.data);
-        data.compacted = data.rv;
-        data.history.clear();
-    }
-
-    /// Everything answers 503 and open watches end, or normal service again.
-    pub fn set_down(&self, down: bool) {
-        lock(&self.inner.faults).down = down;
-        if down {
-            self.inner.epoch.fetch_add(1, Ordering::AcqRel);
-        }
-    }
-
-    pub fn set_delay(&self, delay: Option<Duration>) {
-        lock(&self.inner.faults).delay = delay;
-    }
-
-    pub fn set_forbid_deletes(&self, on: bool) {
-        lock(&self.inner.faults).forbid_deletes = on;
-    }
-
-    /// Watches fail with 500 and open ones end, or normal service again.
-    pub fn set_fail_watches(&self, on: bool) {
-        lock(&self.inner.faults).fail_watches = on;
-        if on {
-            self.inner.epoch.fetch_add(1, Ordering::AcqRel);
-        }
-    }
-
-    pub fn set_status_patch_conflicts(&self, count: u32) {
-        lock(&self.inner.faults).status_patch_conflicts = count;
-    }
-
-    pub fn set_status_patch_500(&self, on: bool) {
-        lock(&self.inner.faults).status_patch_500 = on;
-    }
 }
 
 fn discovery_v1() -> Value {
@@ -376,57 +196,6 @@ fn discovery_v1() -> Value {
         {"name": "pods", "singularName": "pod", "namespaced": true, "kind": "Pod", "verbs": ["create", "delete", "get", "list", "patch", "watch"], "shortNames": ["po"]},
         {"name": "pods/status", "singularName": "", "namespaced": true, "kind": "Pod", "verbs": ["get", "patch"]}
     ]})
-}
-
-async fn log_and_faults(State(inner): State<Arc<Inner>>, request: Request, next: Next) -> Response {
-    let method = request.method().to_string();
-    let path = request.uri().path().to_owned();
-    let query = request.uri().query().unwrap_or("").to_owned();
-    let status_patch = request.method() == Method::PATCH && path.ends_with("/status");
-    let watch = query.split('&').any(|p| p == "watch=true" || p == "watch=1");
-    let (down, delay, fail_patch, conflict, forbid_delete, fail_watch) = {
-        let mut f = lock(&inner.faults);
-        let conflict = status_patch && !f.down && f.status_patch_conflicts > 0;
-        if conflict {
-            f.status_patch_conflicts -= 1;
-        }
-        (
-            f.down,
-            f.delay,
-            f.status_patch_500,
-            conflict,
-            f.forbid_deletes,
-            watch && f.fail_watches,
-        )
-    };
-    if let Some(delay) = delay {
-        tokio::time::sleep(delay).await;
-    }
-    let response = if down {
-        status_error(503, "ServiceUnavailable", "the test apiserver is down")
-    } else if fail_patch && status_patch {
-        status_error(500, "InternalError", "injected failure")
-    } else if fail_watch {
-        status_error(500, "InternalError", "injected watch failure")
-    } else if conflict {
-        status_error(
-            409,
-            "Conflict",
-            "the object has been modified; please apply your changes to the latest version and try again",
-        )
-    } else if forbid_delete && request.method() == Method::DELETE {
-        status_error(403, "Forbidden", "pods is forbidden: cannot delete resource \"pods\"")
-    } else {
-        next.run(request).await
-    };
-    lock(&inner.log).push(Logged {
-        method,
-        path,
-        query,
-        status: response.status().as_u16(),
-        at: std::time::Instant::now(),
-    });
-    response
 }
 
 fn list_response(inner: &Inner, namespace: Option<&str>, q: &BTreeMap<String, String>) -> Response {
@@ -482,7 +251,6 @@ fn watch_response(inner: Arc<Inner>, namespace: Option<String>, q: BTreeMap<Stri
         }
     }
     let mut changes = inner.changes.subscribe();
-    let epoch = inner.epoch.load(Ordering::Acquire);
     let backlog: Vec<(u64, &'static str, Value)> = {
         let data = lock(&inner.data);
         if from == 0 {
@@ -502,9 +270,6 @@ fn watch_response(inner: Arc<Inner>, namespace: Option<String>, q: BTreeMap<Stri
         let deadline = tokio::time::Instant::now() + timeout;
         let mut bookmark = tokio::time::interval(Duration::from_secs(1));
         loop {
-            if inner.epoch.load(Ordering::Acquire) != epoch {
-                return;
-            }
             tokio::select! {
                 _ = tokio::time::sleep_until(deadline) => return,
                 _ = bookmark.tick(), if bookmarks => {

@@ -1,5 +1,10 @@
-//! Test support shared by the end-to-end tests: the fake CRI server and the real containerd fixture.
-#![allow(dead_code)]
+//! What plegd's end-to-end tests and benches share, compiled once: the fake CRI server
+//! ([`fake_cri`]), the real containerd ([`containerd`]) and kube-apiserver ([`apiserver`]) fixtures,
+//! the one-node Kubernetes cluster ([`cluster`]), plegd run in-process ([`daemon`]), and the helpers
+//! every test uses (waiting, metrics, processes).
+
+/// The repository, two levels above this crate.
+pub const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 
 pub mod apiserver;
 pub mod cluster;

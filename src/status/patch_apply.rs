@@ -1,13 +1,11 @@
 //! Applying patches, as the apiserver does, for the subset of the strategic merge strategy that
-//! `plegd::status::patch` computes (PodStatus' merge lists), and RFC 7386 JSON merge patches. Test
-//! code: the test apiserver applies PATCHes with it, and the patch tests and fuzz target check
-//! `apply(old, diff(old, new)) == new`. The including module provides `merge_key`, `key_of` and
-//! `SET_ORDER` (from `plegd::status::patch`) in the parent module.
-#![allow(dead_code)]
+//! [`super::patch`] computes (PodStatus' merge lists), and RFC 7386 JSON merge patches. Test code
+//! (unit tests and the `test-util` feature): the patch tests and the fuzz target check
+//! `apply(old, diff(old, new)) == new`, and the bench's Rust apiserver applies PATCHes with it.
 
 use serde_json::{Map, Value};
 
-use super::{SET_ORDER, key_of, merge_key};
+use super::patch::{SET_ORDER, key_of, merge_key};
 
 fn apply_merge_list(target: &mut Vec<Value>, patch: &[Value], key: &str) {
     for p in patch {
