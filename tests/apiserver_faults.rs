@@ -7,6 +7,8 @@
 //! Each checks every version of every pod the apiserver stored: nothing is lost, nothing goes back.
 
 use plegd_test_support as support;
+use support::apiserver::exit_code;
+use support::bind_pods;
 
 use std::time::Duration;
 
@@ -23,22 +25,6 @@ fn start_plegd(api: &Apiserver, cri: &FakeServer, node: &str, dir: &std::path::P
     let mut command = support::process::plegd_run(PLEGD, node, &cri.path, &kubeconfig);
     command.args(FULL_MODE_FAST_RELIST).args(["--log-level", "debug"]);
     Plegd::spawn(command, dir)
-}
-
-/// Pods `pod-0`… of `default`, bound to `node`, each with one container running in the fake
-/// runtime. Their uids, in order.
-async fn bind_pods(cri: &FakeServer, api: &Apiserver, node: &str, pods: usize) -> Vec<String> {
-    let mut uids = Vec::new();
-    for i in 0..pods {
-        let uid = api.create_bound_pod(&format!("pod-{i}"), node, 1, "Never").await;
-        cri.fake.add_running_pod(&uid, &format!("pod-{i}"), 1);
-        uids.push(uid);
-    }
-    uids
-}
-
-fn exit_code(pod: &Value) -> Option<i64> {
-    pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"].as_i64()
 }
 
 /// Every pod has reached `want(i)`: `Some(code)` exited with it, `None` running.
@@ -103,7 +89,7 @@ async fn too_many_requests_are_waited_out_and_nothing_is_lost() {
     .await;
     let dir = tempfile::tempdir().unwrap();
     let pods = 12;
-    let uids = bind_pods(&cri, &api, "busy", pods).await;
+    let uids = bind_pods(&cri, &api, "busy", pods, 1).await;
     // Each of plegd's writes holds its seat for 200 ms, as on a slow storage: with priority and
     // fairness leaving plegd one request at a time, its four writers meet 429s.
     let held = Duration::from_millis(200);
@@ -168,7 +154,7 @@ async fn apiserver_restarted_mid_churn_loses_and_reverts_nothing() {
     let api = Apiserver::start().await;
     let dir = tempfile::tempdir().unwrap();
     let pods = 30;
-    let uids = bind_pods(&cri, &api, "churn", pods).await;
+    let uids = bind_pods(&cri, &api, "churn", pods, 1).await;
     let plegd = start_plegd(&api, &cri, "churn", dir.path());
     wait_for("every pod Running", Duration::from_secs(60), || {
         settled(&api, pods, |_| None)
@@ -290,7 +276,7 @@ async fn compacted_history_makes_the_informer_list_again_and_nothing_is_missed()
     let cri = FakeServer::start().await;
     let api = Apiserver::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let mut uids = bind_pods(&cri, &api, "relist", 10).await;
+    let mut uids = bind_pods(&cri, &api, "relist", 10, 1).await;
     let plegd = start_plegd(&api, &cri, "relist", dir.path());
     wait_for("every pod Running", Duration::from_secs(60), || {
         settled(&api, 10, |_| None)
@@ -356,7 +342,7 @@ async fn exits_computed_before_sigterm_reach_the_apiserver() {
     let cri = FakeServer::start().await;
     let api = Apiserver::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let uids = bind_pods(&cri, &api, "drain", PODS).await;
+    let uids = bind_pods(&cri, &api, "drain", PODS, 1).await;
     let kubeconfig = api.kubeconfig_as(dir.path(), &Identity::Plegd("drain".into()));
     let mut command = support::process::plegd_run(PLEGD, "drain", &cri.path, &kubeconfig);
     command.args([

@@ -17,10 +17,6 @@ use support::wait_for;
 
 const PLEGD: &str = env!("CARGO_BIN_EXE_plegd");
 
-async fn exit_code(api: &Apiserver, name: &str) -> Option<i64> {
-    api.pod("default", name).await?["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"].as_i64()
-}
-
 /// plegd (full mode, 2 s apiserver timeout) through a proxy, with pod-0 running and written.
 async fn setup() -> (FakeServer, Apiserver, Proxy, KillOnDrop, u16, tempfile::TempDir, String) {
     let cri = FakeServer::start().await;
@@ -59,17 +55,13 @@ async fn a_black_holed_path_delays_the_exit_and_loses_nothing() {
     proxy.set(Path::Swallow);
     cri.fake.exit_container(&format!("ctr-{uid}-0"), 7);
     tokio::time::sleep(Duration::from_secs(8)).await;
-    assert_eq!(
-        exit_code(&api, "pod-0").await,
-        None,
-        "nothing got through the black hole"
-    );
+    assert_eq!(api.exit_code("pod-0").await, None, "nothing got through the black hole");
     let back = Instant::now();
     proxy.set(Path::Pass);
     wait_for(
         "the exit written once the path is back",
         Duration::from_secs(20),
-        || async { exit_code(&api, "pod-0").await == Some(7) },
+        || async { api.exit_code("pod-0").await == Some(7) },
     )
     .await;
     eprintln!("exit written {:?} after the path came back", back.elapsed());
@@ -82,7 +74,7 @@ async fn a_black_holed_path_delays_the_exit_and_loses_nothing() {
     wait_for(
         "a new pod seen by a new watch and written",
         Duration::from_secs(30),
-        || async { exit_code(&api, "pod-1").await == Some(3) },
+        || async { api.exit_code("pod-1").await == Some(3) },
     )
     .await;
     let body = metrics(port).await;
@@ -100,14 +92,14 @@ async fn reset_connections_are_made_again() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     proxy.set(Path::Pass);
     wait_for("the exit written after the resets", Duration::from_secs(20), || async {
-        exit_code(&api, "pod-0").await == Some(9)
+        api.exit_code("pod-0").await == Some(9)
     })
     .await;
     let uid1 = api.create_bound_pod("pod-1", "n1", 1, "Never").await;
     cri.fake.add_running_pod(&uid1, "pod-1", 1);
     cri.fake.exit_container(&format!("ctr-{uid1}-0"), 4);
     wait_for("a new pod seen after the resets", Duration::from_secs(30), || async {
-        exit_code(&api, "pod-1").await == Some(4)
+        api.exit_code("pod-1").await == Some(4)
     })
     .await;
 }

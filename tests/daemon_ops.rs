@@ -17,12 +17,8 @@ use support::process::{KillOnDrop, free_port, http_get, metric};
 
 const PLEGD: &str = env!("CARGO_BIN_EXE_plegd");
 
-async fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+async fn wait_until(what: &str, timeout: Duration, cond: impl FnMut() -> bool) {
+    support::wait_until_every(what, timeout, Duration::from_millis(50), cond).await
 }
 
 /// Notifications received on the test NOTIFY_SOCKET so far.

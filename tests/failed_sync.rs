@@ -49,26 +49,16 @@ fn container<'a>(status: &'a Value, name: &str) -> &'a Value {
         .unwrap_or(&Value::Null)
 }
 
+/// The condition of `type_` in `status`; null when it has none.
 fn condition<'a>(status: &'a Value, type_: &str) -> &'a Value {
-    status["conditions"]
-        .as_array()
-        .and_then(|l| l.iter().find(|c| c["type"] == type_))
-        .unwrap_or(&Value::Null)
-}
-
-async fn status_patches(api: &Apiserver) -> usize {
-    api.requests_by(support::apiserver::PLEGD_USER)
-        .await
-        .iter()
-        .filter(|r| r.method == "PATCH" && r.path == "/api/v1/namespaces/default/pods/web/status")
-        .count()
+    support::apiserver::condition(status, type_).unwrap_or(&Value::Null)
 }
 
 /// The outage: `ContainerStatus` of STUCK fails, EXITS exits with 3, the pod's labels change, and
 /// 12 s pass (a 10 s resync among them). Returns the status the apiserver held before it.
 async fn outage(cri: &FakeServer, api: &Apiserver, uid: &str, plegd: &Plegd) -> Value {
     let before = status(api).await;
-    let patches = status_patches(api).await;
+    let patches = api.status_patches("web").await;
     cri.fake.fail_id(
         "ContainerStatus",
         &stuck(uid),
@@ -83,7 +73,7 @@ async fn outage(cri: &FakeServer, api: &Apiserver, uid: &str, plegd: &Plegd) -> 
     tokio::time::sleep(Duration::from_secs(10)).await;
 
     assert_eq!(
-        status_patches(api).await,
+        api.status_patches("web").await,
         patches,
         "no status is written from a failed read"
     );

@@ -3,6 +3,7 @@
 //! own code.
 
 use plegd_test_support as support;
+use support::bind_pods;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,19 +16,6 @@ use support::apiserver::{Apiserver, Identity, PLEGD_USER};
 use support::fake_cri::FakeServer;
 use support::process::KillOnDrop;
 use support::wait_for;
-
-/// Pods pod-0… bound to `node`, running in the fake runtime; their uids, in order.
-async fn bind_pods(cri: &FakeServer, api: &Apiserver, node: &str, pods: usize, containers: usize) -> Vec<String> {
-    let mut uids = Vec::new();
-    for i in 0..pods {
-        let uid = api
-            .create_bound_pod(&format!("pod-{i}"), node, containers, "Never")
-            .await;
-        cri.fake.add_running_pod(&uid, &format!("pod-{i}"), containers);
-        uids.push(uid);
-    }
-    uids
-}
 
 async fn phase(api: &Apiserver, i: usize) -> String {
     api.pod("default", &format!("pod-{i}"))
@@ -43,12 +31,6 @@ async fn all_in_phase(api: &Apiserver, pods: impl IntoIterator<Item = usize>, wa
         }
     }
     true
-}
-
-async fn exit_code(api: &Apiserver, i: usize) -> Option<i64> {
-    // The first container's.
-    api.pod("default", &format!("pod-{i}")).await?["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"]
-        .as_i64()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -172,8 +154,8 @@ async fn killed_mid_churn_and_restarted_rewrites_only_what_changed() {
     for i in 0..pods {
         let new_patches = after[i] - before[i];
         let expected = match i % 3 {
-            0 => exit_code(&api, i).await == Some(2),
-            1 => exit_code(&api, i).await == Some(5),
+            0 => api.exit_code(&format!("pod-{i}")).await == Some(2),
+            1 => api.exit_code(&format!("pod-{i}")).await == Some(5),
             _ => phase(&api, i).await == "Running",
         };
         assert!(expected, "pod-{i}: final state after the restart");

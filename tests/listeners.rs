@@ -18,10 +18,6 @@ use support::wait_for;
 
 const PLEGD: &str = env!("CARGO_BIN_EXE_plegd");
 
-async fn exit_code(api: &Apiserver) -> Option<i64> {
-    api.pod("default", "pod-0").await?["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"].as_i64()
-}
-
 /// A connection to `port` from the loopback address 127.0.`a`.`b`.
 async fn connect_from(a: u8, b: u8, port: u16) -> std::io::Result<tokio::net::TcpStream> {
     let socket = tokio::net::TcpSocket::new_v4()?;
@@ -141,7 +137,7 @@ async fn no_pod_starves_the_probes() {
     wait_for(
         "the exit written beside the floods",
         Duration::from_secs(10),
-        || async { exit_code(&s.api).await == Some(7) },
+        || async { s.api.exit_code("pod-0").await == Some(7) },
     )
     .await;
     drop((held, greedy));

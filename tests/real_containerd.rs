@@ -3,6 +3,7 @@
 //! relister against the shared containerd, and asserts the exact events for its pods.
 
 use plegd_test_support as support;
+use support::has_event as has;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,12 +46,6 @@ async fn start_pleg(cd: &Containerd) -> Running {
     let pleg = Arc::new(pleg);
     let task = tokio::spawn(pleg.clone().run());
     Running { pleg, events, task }
-}
-
-fn has(events: &[PodLifecycleEvent], kind: E, id: &str) -> bool {
-    events
-        .iter()
-        .any(|e| e.kind == kind && e.container_id.as_deref() == Some(id))
 }
 
 fn find<'a>(events: &'a [PodLifecycleEvent], kind: E, id: &str) -> &'a PodLifecycleEvent {

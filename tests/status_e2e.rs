@@ -5,6 +5,7 @@
 //! errors, and the request log.
 
 use plegd_test_support as support;
+use support::apiserver::condition;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -323,18 +324,6 @@ fn requests_sent(metrics: &Metrics) -> u64 {
         .sum()
 }
 
-fn condition<'a>(status: &'a Value, type_: &str) -> Option<&'a Value> {
-    status["conditions"].as_array()?.iter().find(|c| c["type"] == type_)
-}
-
-async fn status_patches(api: &Apiserver, name: &str) -> usize {
-    api.requests_by(PLEGD_USER)
-        .await
-        .iter()
-        .filter(|r| r.method == "PATCH" && r.path.ends_with(&format!("/pods/{name}/status")))
-        .count()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn full_mode_running_then_failed() {
     let Some(cd) = containerd().await else { return };
@@ -395,10 +384,10 @@ async fn full_mode_running_then_failed() {
         .count();
     assert_eq!(gets, 0, "{:?}", api.requests().await);
     // Settled: resyncs (every 10 s) send nothing new.
-    let patches = status_patches(&api, &pod.name).await;
+    let patches = api.status_patches(&pod.name).await;
     tokio::time::sleep(Duration::from_secs(12)).await;
     assert_eq!(
-        status_patches(&api, &pod.name).await,
+        api.status_patches(&pod.name).await,
         patches,
         "an unchanged status is not written again"
     );
@@ -509,7 +498,7 @@ async fn shadow_writes_nothing_and_other_nodes_are_never_written() {
     .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(
-        status_patches(&api, &theirs.name).await,
+        api.status_patches(&theirs.name).await,
         0,
         "a pod of another node is never written"
     );
@@ -1319,7 +1308,7 @@ async fn a_status_that_is_right_is_not_written_again() {
     // Long enough for every pod to be synced again (the resync is 10 s).
     tokio::time::sleep(Duration::from_secs(12)).await;
     assert_eq!(
-        status_patches(&api, &pod.name).await,
+        api.status_patches(&pod.name).await,
         0,
         "a restarted plegd rewrote a right status"
     );
@@ -1333,7 +1322,7 @@ async fn a_status_that_is_right_is_not_written_again() {
     .await;
     tokio::time::sleep(Duration::from_secs(12)).await;
     assert_eq!(
-        status_patches(&api, &pod.name).await,
+        api.status_patches(&pod.name).await,
         0,
         "another writer's condition cost a PATCH"
     );

@@ -3,9 +3,10 @@
 //! (CRI GetContainerEvents) for delivery by trigger alone and for a containerd that is killed and comes back.
 
 use plegd_test_support as support;
+use support::has_event as has;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use plegd::clock::SystemClock;
 use plegd::metrics::Metrics;
@@ -16,8 +17,8 @@ use support::containerd::{Containerd, PrivateContainerd, collect_until, containe
 use support::fake_cri::FakeServer;
 use tokio::sync::mpsc;
 
-/// The threshold of relisters whose period with triggers is an hour (no periodic relist while
-/// the test runs): a threshold is above every period.
+/// The threshold of the tests' relisters, some of whose periods are an hour (no periodic relist
+/// while the test runs): a threshold is above every period.
 const LONG_THRESHOLD: Duration = Duration::from_secs(7200);
 
 struct Plegd {
@@ -44,12 +45,7 @@ fn quick_triggers() -> TriggerConfig {
 }
 
 async fn start(socket: &std::path::Path, mode: TriggerMode, relist_period: Duration) -> Plegd {
-    let config = PlegConfig::new(
-        relist_period,
-        Some(relist_period),
-        plegd::pleg::DEFAULT_RELIST_THRESHOLD,
-    )
-    .unwrap();
+    let config = PlegConfig::new(relist_period, Some(relist_period), LONG_THRESHOLD).unwrap();
     start_with(socket, mode, config).await
 }
 
@@ -91,27 +87,13 @@ async fn start_with_triggers(
     }
 }
 
+/// The value of the counter sample `name` (labels included) in `metrics`; 0 before it is counted.
 fn counter(metrics: &Metrics, name: &str) -> u64 {
-    let text = metrics.encode();
-    text.lines()
-        .find(|l| l.starts_with(name))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
+    support::process::metric(&metrics.encode(), name).map_or(0, |v| v as u64)
 }
 
-async fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
-fn has(events: &[PodLifecycleEvent], kind: E, id: &str) -> bool {
-    events
-        .iter()
-        .any(|e| e.kind == kind && e.container_id.as_deref() == Some(id))
+async fn wait_for(what: &str, timeout: Duration, cond: impl FnMut() -> bool) {
+    support::wait_until_every(what, timeout, Duration::from_millis(10), cond).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

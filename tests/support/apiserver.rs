@@ -251,12 +251,7 @@ pub fn kubectl() -> PathBuf {
     binaries().join("kubectl")
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free loopback port")
-        .port()
-}
+use crate::process::free_port;
 
 fn token() -> String {
     use std::hash::{BuildHasher, Hasher};
@@ -296,6 +291,16 @@ fn run(command: &mut Command) -> String {
 
 const AUDIT_POLICY: &str =
     "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n";
+
+/// The exit code of a pod's first container, once terminated.
+pub fn exit_code(pod: &Value) -> Option<i64> {
+    pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"].as_i64()
+}
+
+/// The condition of `type_` in a pod status, if there.
+pub fn condition<'a>(status: &'a Value, type_: &str) -> Option<&'a Value> {
+    status["conditions"].as_array()?.iter().find(|c| c["type"] == type_)
+}
 
 impl Apiserver {
     /// A server with the default options.
@@ -714,6 +719,21 @@ impl Apiserver {
             );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
+    }
+
+    /// The exit code of the first container of `default/name`, once terminated.
+    pub async fn exit_code(&self, name: &str) -> Option<i64> {
+        exit_code(&self.pod("default", name).await?)
+    }
+
+    /// The status PATCHes plegd sent for `default/name` so far.
+    pub async fn status_patches(&self, name: &str) -> usize {
+        let path = format!("/api/v1/namespaces/default/pods/{name}/status");
+        self.requests_by(PLEGD_USER)
+            .await
+            .iter()
+            .filter(|r| r.method == "PATCH" && r.path == path)
+            .count()
     }
 
     pub async fn pod(&self, namespace: &str, name: &str) -> Option<Value> {

@@ -6,6 +6,8 @@
 /// The repository, two levels above this crate.
 pub const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 
+use plegd::pleg::{PodLifecycleEvent, PodLifecycleEventType};
+
 pub mod apiserver;
 pub mod cluster;
 pub mod containerd;
@@ -32,10 +34,46 @@ where
 }
 
 /// Poll `cond` every 100 ms until it holds; panics naming `what` after `timeout`.
-pub async fn wait_until(what: &str, timeout: std::time::Duration, mut cond: impl FnMut() -> bool) {
+pub async fn wait_until(what: &str, timeout: std::time::Duration, cond: impl FnMut() -> bool) {
+    wait_until_every(what, timeout, std::time::Duration::from_millis(100), cond).await
+}
+
+/// Poll `cond` every `every` until it holds; panics naming `what` after `timeout`.
+pub async fn wait_until_every(
+    what: &str,
+    timeout: std::time::Duration,
+    every: std::time::Duration,
+    mut cond: impl FnMut() -> bool,
+) {
     let deadline = std::time::Instant::now() + timeout;
     while !cond() {
         assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        tokio::time::sleep(every).await;
     }
+}
+
+/// Pods `pod-0`… of `default`, bound to `node` in `api`, each running `containers` containers in
+/// the fake runtime `cri`; their uids, in order.
+pub async fn bind_pods(
+    cri: &fake_cri::FakeServer,
+    api: &apiserver::Apiserver,
+    node: &str,
+    pods: usize,
+    containers: usize,
+) -> Vec<String> {
+    let mut uids = Vec::new();
+    for i in 0..pods {
+        let name = format!("pod-{i}");
+        let uid = api.create_bound_pod(&name, node, containers, "Never").await;
+        cri.fake.add_running_pod(&uid, &name, containers);
+        uids.push(uid);
+    }
+    uids
+}
+
+/// Whether `events` hold one of `kind` for the container `id`.
+pub fn has_event(events: &[PodLifecycleEvent], kind: PodLifecycleEventType, id: &str) -> bool {
+    events
+        .iter()
+        .any(|e| e.kind == kind && e.container_id.as_deref() == Some(id))
 }
