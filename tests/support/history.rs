@@ -145,3 +145,67 @@ pub fn assert_kubelet_could_have_written(versions: &[Value]) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    /// The checker the real-runtime scenarios use catches each thing it claims to.
+    #[test]
+    fn history_rules_catch_what_they_name() {
+        fn running(id: &str, restarts: i64) -> Value {
+            json!({"name": "app", "containerID": id, "ready": true, "restartCount": restarts, "state": {"running": {}}})
+        }
+        fn exited(id: &str, code: i64, restarts: i64) -> Value {
+            json!({"name": "app", "containerID": id, "ready": false, "restartCount": restarts,
+                   "state": {"terminated": {"exitCode": code}}})
+        }
+        fn version(policy: &str, phase: &str, c: Value) -> Value {
+            json!({"metadata": {"name": "p"}, "spec": {"restartPolicy": policy},
+                   "status": {"phase": phase, "containerStatuses": [c]}})
+        }
+        fn fails(policy: &str, steps: &[(&str, Value)]) -> bool {
+            let versions: Vec<Value> = steps
+                .iter()
+                .map(|(phase, c)| version(policy, phase, c.clone()))
+                .collect();
+            std::panic::catch_unwind(move || assert_kubelet_could_have_written(&versions)).is_err()
+        }
+        let restart = [
+            ("Running", running("c://1", 0)),
+            ("Running", exited("c://1", 2, 0)),
+            ("Running", running("c://2", 1)),
+        ];
+        assert!(!fails("Always", &restart));
+        assert!(fails("Never", &restart), "no restart under Never");
+        assert!(!fails("OnFailure", &restart));
+        let after_success = [("Running", exited("c://1", 0, 0)), ("Running", running("c://2", 1))];
+        assert!(fails("OnFailure", &after_success));
+        assert!(fails(
+            "Always",
+            &[("Running", running("c://1", 1)), ("Running", running("c://1", 0))]
+        ));
+        assert!(fails(
+            "Always",
+            &[("Running", exited("c://1", 1, 0)), ("Running", running("c://1", 0))]
+        ));
+        assert!(fails(
+            "Always",
+            &[("Failed", exited("c://1", 1, 0)), ("Running", exited("c://1", 1, 0))]
+        ));
+        let mut ready_exited = exited("c://1", 1, 0);
+        ready_exited["ready"] = json!(true);
+        assert!(fails("Always", &[("Running", ready_exited)]));
+        let mut ready_pod = version("Always", "Running", exited("c://1", 1, 0));
+        ready_pod["status"]["conditions"] = json!([{"type": "Ready", "status": "True"}]);
+        assert!(std::panic::catch_unwind(|| assert_kubelet_could_have_written(&[ready_pod])).is_err());
+        // A sidecar restarts under Never.
+        let sidecar = |c: Value| {
+            json!({"metadata": {"name": "p"},
+                   "spec": {"restartPolicy": "Never", "initContainers": [{"name": "app", "restartPolicy": "Always"}]},
+                   "status": {"phase": "Running", "initContainerStatuses": [c]}})
+        };
+        assert_kubelet_could_have_written(&[sidecar(exited("c://1", 1, 0)), sidecar(running("c://2", 1))]);
+    }
+}
