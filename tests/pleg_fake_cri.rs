@@ -2,6 +2,7 @@
 //! socket and the real CRI client. Time is a FakeClock: health is tested without sleeping.
 
 use plegd_test_support as support;
+use support::relister::Relister;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -9,17 +10,30 @@ use std::time::{Duration, SystemTime};
 use k8s_cri::v1::ContainerState as Cri;
 use plegd::clock::{Clock, FakeClock};
 use plegd::metrics::Metrics;
-use plegd::pleg::{GenericPleg, PlegConfig, PlegHealthError, PodLifecycleEvent, PodLifecycleEventType as E};
+use plegd::pleg::{PlegConfig, PlegHealthError, PodLifecycleEvent, PodLifecycleEventType as E};
 use plegd::runtime::{CriConfig, CriRuntime, RuntimeError};
 use support::fake_cri::{FakeCri, FakeServer};
-use tokio::sync::mpsc;
 
+/// The relister on the fake server, driven by hand on a fake clock (its fields are the
+/// [`Relister`]'s).
 struct Harness {
     server: FakeServer,
-    pleg: Arc<GenericPleg<CriRuntime, FakeClock>>,
-    events: mpsc::Receiver<PodLifecycleEvent>,
+    relister: Relister<FakeClock>,
     clock: FakeClock,
-    metrics: Arc<Metrics>,
+}
+
+impl std::ops::Deref for Harness {
+    type Target = Relister<FakeClock>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.relister
+    }
+}
+
+impl std::ops::DerefMut for Harness {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.relister
+    }
 }
 
 fn fast_options() -> CriConfig {
@@ -47,20 +61,14 @@ impl Harness {
     }
 
     async fn with(server: FakeServer, channel_capacity: usize) -> Self {
-        let metrics = Arc::new(Metrics::new());
-        let (runtime, _) = CriRuntime::connect(&server.path, &fast_options(), metrics.clone())
-            .await
-            .expect("connect to the fake");
         let clock = FakeClock::new(SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000));
         let config = PlegConfig::default()
             .with_channel_capacity(std::num::NonZeroUsize::new(channel_capacity).expect("a capacity of one at least"));
-        let (pleg, events) = GenericPleg::new(runtime, clock.clone(), metrics.clone(), config);
+        let relister = Relister::connect(&server.path, &fast_options(), clock.clone(), config).await;
         Self {
             server,
-            pleg: Arc::new(pleg),
-            events,
+            relister,
             clock,
-            metrics,
         }
     }
 
@@ -760,20 +768,18 @@ async fn start_up_check_says_what_is_wrong() {
 #[tokio::test]
 async fn hung_runtime_times_out() {
     let server = FakeServer::start().await;
-    let metrics = Arc::new(Metrics::new());
     let options = CriConfig {
         call_timeout: Duration::from_millis(200),
         ..fast_options()
     };
-    let (runtime, _) = CriRuntime::connect(&server.path, &options, metrics.clone())
-        .await
-        .unwrap();
-    let (pleg, _rx) = GenericPleg::new(
-        runtime,
+    let relister = Relister::connect(
+        &server.path,
+        &options,
         FakeClock::new(SystemTime::UNIX_EPOCH),
-        metrics.clone(),
         PlegConfig::default(),
-    );
+    )
+    .await;
+    let (pleg, metrics) = (&relister.pleg, &relister.metrics);
     server.fake.delay("ListPodSandbox", Duration::from_secs(30));
     let started = std::time::Instant::now();
     let err = pleg.relist().await.unwrap_err();
@@ -876,12 +882,9 @@ async fn a_clock_stepped_back_stalls_nothing() {
     // hour behind the last relist: unhealthy all the same.
     let config = PlegConfig::new(Duration::from_millis(10), None, Duration::from_millis(50)).unwrap();
     let server = FakeServer::start().await;
-    let metrics = Arc::new(Metrics::new());
-    let (runtime, _) = CriRuntime::connect(&server.path, &fast_options(), metrics.clone())
-        .await
-        .unwrap();
     let clock = FakeClock::new(SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000));
-    let (pleg, _events) = GenericPleg::new(runtime, clock.clone(), metrics, config);
+    let relister = Relister::connect(&server.path, &fast_options(), clock.clone(), config).await;
+    let pleg = &relister.pleg;
     pleg.relist().await.unwrap();
     clock.set(clock.now() - Duration::from_secs(3600));
     tokio::time::sleep(Duration::from_millis(100)).await;

@@ -4,48 +4,37 @@
 
 use plegd_test_support as support;
 use support::has_event as has;
+use support::relister::Relister;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use plegd::clock::SystemClock;
-use plegd::metrics::Metrics;
-use plegd::pleg::{GenericPleg, PlegConfig, PodLifecycleEvent, PodLifecycleEventType as E};
-use plegd::runtime::{CriConfig, CriRuntime};
+use plegd::pleg::{PlegConfig, PodLifecycleEvent, PodLifecycleEventType as E};
+use plegd::runtime::CriConfig;
+use plegd::triggers::{TriggerConfig, TriggerMode};
 use support::containerd::{Containerd, collect_until, containerd};
-use tokio::sync::mpsc;
 
 const WAIT: Duration = Duration::from_secs(20);
 
-struct Running {
-    pleg: Arc<GenericPleg<CriRuntime, SystemClock>>,
-    events: mpsc::Receiver<PodLifecycleEvent>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-async fn start_pleg(cd: &Containerd) -> Running {
-    let metrics = Arc::new(Metrics::new());
-    let (runtime, version) = CriRuntime::connect(&cd.socket, &CriConfig::default(), metrics.clone())
-        .await
-        .expect("connect to containerd");
-    assert_eq!(version.runtime_name, "containerd");
-    assert_eq!(version.runtime_api_version, "v1");
+/// The relister on `cd`, relisting every 100 ms, without triggers.
+async fn start_pleg(cd: &Containerd) -> Relister {
     let config = PlegConfig::new(
         Duration::from_millis(100),
         Some(plegd::pleg::DEFAULT_RELIST_PERIOD_WITH_TRIGGERS),
         plegd::pleg::DEFAULT_RELIST_THRESHOLD,
     )
     .unwrap();
-    let (pleg, events) = GenericPleg::new(runtime, SystemClock, metrics, config);
-    let pleg = Arc::new(pleg);
-    let task = tokio::spawn(pleg.clone().run());
-    Running { pleg, events, task }
+    let relister = Relister::start(
+        &cd.socket,
+        &CriConfig::default(),
+        config,
+        TriggerMode::None,
+        TriggerConfig::default(),
+    )
+    .await;
+    assert_eq!(relister.version.runtime_name, "containerd");
+    assert_eq!(relister.version.runtime_api_version, "v1");
+    relister
 }
 
 fn find<'a>(events: &'a [PodLifecycleEvent], kind: E, id: &str) -> &'a PodLifecycleEvent {
@@ -231,12 +220,8 @@ async fn a_sandbox_without_the_uid_label_is_one_pod_to_every_relist() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_gone_in_its_own_relist_wakes_its_waiters() {
     let Some(cd) = containerd().await else { return };
-    let metrics = Arc::new(Metrics::new());
-    let (runtime, _) = CriRuntime::connect(&cd.socket, &CriConfig::default(), metrics.clone())
-        .await
-        .expect("connect to containerd");
-    let (pleg, _events) = GenericPleg::new(runtime, SystemClock, metrics, PlegConfig::default());
-    let pleg = Arc::new(pleg);
+    let relister = Relister::connect(&cd.socket, &CriConfig::default(), SystemClock, PlegConfig::default()).await;
+    let pleg = relister.pleg.clone();
     let pod = cd.run_pod("vanish", true).await;
     cd.run_container(&pod, "app", "sleep 600").await;
     pleg.relist().await.expect("relist");

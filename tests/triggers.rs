@@ -4,37 +4,20 @@
 
 use plegd_test_support as support;
 use support::has_event as has;
+use support::relister::Relister;
 
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use plegd::clock::SystemClock;
 use plegd::metrics::Metrics;
-use plegd::pleg::{GenericPleg, PlegConfig, PodLifecycleEvent, PodLifecycleEventType as E};
-use plegd::runtime::{CriConfig, CriRuntime};
-use plegd::triggers::{self, TriggerConfig, TriggerMode};
+use plegd::pleg::{PlegConfig, PodLifecycleEvent, PodLifecycleEventType as E};
+use plegd::runtime::CriConfig;
+use plegd::triggers::{TriggerConfig, TriggerMode};
 use support::containerd::{Containerd, PrivateContainerd, collect_until, containerd};
 use support::fake_cri::FakeServer;
-use tokio::sync::mpsc;
 
 /// The threshold of the tests' relisters, some of whose periods are an hour (no periodic relist
 /// while the test runs): a threshold is above every period.
 const LONG_THRESHOLD: Duration = Duration::from_secs(7200);
-
-struct Plegd {
-    pleg: Arc<GenericPleg<CriRuntime, SystemClock>>,
-    events: mpsc::Receiver<PodLifecycleEvent>,
-    metrics: Arc<Metrics>,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
-}
-
-impl Drop for Plegd {
-    fn drop(&mut self) {
-        for t in &self.tasks {
-            t.abort();
-        }
-    }
-}
 
 fn quick_triggers() -> TriggerConfig {
     TriggerConfig {
@@ -44,12 +27,12 @@ fn quick_triggers() -> TriggerConfig {
     }
 }
 
-async fn start(socket: &std::path::Path, mode: TriggerMode, relist_period: Duration) -> Plegd {
+async fn start(socket: &std::path::Path, mode: TriggerMode, relist_period: Duration) -> Relister {
     let config = PlegConfig::new(relist_period, Some(relist_period), LONG_THRESHOLD).unwrap();
     start_with(socket, mode, config).await
 }
 
-async fn start_with(socket: &std::path::Path, mode: TriggerMode, config: PlegConfig) -> Plegd {
+async fn start_with(socket: &std::path::Path, mode: TriggerMode, config: PlegConfig) -> Relister {
     start_with_triggers(socket, mode, config, quick_triggers()).await
 }
 
@@ -58,33 +41,13 @@ async fn start_with_triggers(
     mode: TriggerMode,
     config: PlegConfig,
     trigger_config: TriggerConfig,
-) -> Plegd {
-    let relist_period = config.relist_period();
-    let metrics = Arc::new(Metrics::new());
-    let options = CriConfig {
+) -> Relister {
+    let cri = CriConfig {
         backoff: plegd::backoff::ExponentialBackoff::try_new(Duration::from_millis(20), Duration::from_millis(200))
             .unwrap(),
         ..CriConfig::default()
     };
-    let (runtime, version) = CriRuntime::connect(socket, &options, metrics.clone())
-        .await
-        .expect("connect");
-    let (pleg, events) = GenericPleg::new(runtime, SystemClock, metrics.clone(), config);
-    let pleg = Arc::new(pleg);
-    // The first relist happens before triggers start, so that what exists is known.
-    pleg.relist().await.expect("first relist");
-    let mut tasks = triggers::spawn(mode, &version, pleg.clone(), trigger_config);
-    let runner = pleg.clone();
-    tasks.push(tokio::spawn(async move {
-        tokio::time::sleep(relist_period).await;
-        runner.run().await
-    }));
-    Plegd {
-        pleg,
-        events,
-        metrics,
-        tasks,
-    }
+    Relister::start(socket, &cri, config, mode, trigger_config).await
 }
 
 /// The value of the counter sample `name` (labels included) in `metrics`; 0 before it is counted.
@@ -452,7 +415,7 @@ async fn a_sandbox_trigger_asks_about_a_sandbox() {
 }
 
 /// Wall-clock time from `since` to the arrival of the event of `kind` for `id`.
-async fn latency(p: &mut Plegd, uid: &str, kind: E, id: &str) -> (PodLifecycleEvent, SystemTime) {
+async fn latency(p: &mut Relister, uid: &str, kind: E, id: &str) -> (PodLifecycleEvent, SystemTime) {
     let seen = collect_until(&mut p.events, uid, Duration::from_secs(20), |e| has(e, kind, id)).await;
     let at = SystemTime::now();
     let event = seen

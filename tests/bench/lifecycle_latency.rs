@@ -21,7 +21,7 @@
 
 mod args;
 use plegd_test_support::containerd;
-mod observer;
+use plegd_test_support::relister::Relister;
 mod stats;
 
 use std::collections::HashMap;
@@ -47,7 +47,9 @@ type Seen = Arc<Mutex<HashMap<(Change, String), SystemTime>>>;
 type Polls = Arc<Mutex<Vec<(SystemTime, f64)>>>;
 
 async fn observe_plegd(socket: &std::path::Path, mode: TriggerMode, seen: Seen) -> Vec<tokio::task::JoinHandle<()>> {
-    let (mut tasks, mut events) = observer::start_plegd(socket, mode, Duration::from_secs(30)).await;
+    let (mut tasks, mut events) = Relister::every(socket, mode, Duration::from_secs(30))
+        .await
+        .into_tasks_and_events();
     tasks.push(tokio::spawn(async move {
         while let Some(e) = events.recv().await {
             let now = SystemTime::now();

@@ -12,7 +12,7 @@
 
 mod args;
 use plegd_test_support::containerd;
-mod observer;
+use plegd_test_support::relister::Relister;
 mod stats;
 
 use std::collections::HashMap;
@@ -36,7 +36,7 @@ async fn observe_plegd(
     period: Duration,
     seen: Seen,
 ) -> Vec<tokio::task::JoinHandle<()>> {
-    let (mut tasks, mut events) = observer::start_plegd(socket, mode, period).await;
+    let (mut tasks, mut events) = Relister::every(socket, mode, period).await.into_tasks_and_events();
     tasks.push(tokio::spawn(async move {
         while let Some(e) = events.recv().await {
             if e.kind == PodLifecycleEventType::ContainerDied && !e.sandbox {

@@ -18,6 +18,7 @@ pub mod hung_volume;
 pub mod manifests;
 pub mod process;
 pub mod proxy;
+pub mod relister;
 pub mod request_info;
 
 /// Poll the async `cond` every 100 ms until it holds; panics naming `what` after `timeout`.
