@@ -182,7 +182,10 @@ pub(crate) fn sandbox(id: &str, state: SandboxState, created: i64) -> SandboxSta
     }
 }
 
-pub(crate) fn with_policy(name: &str, policy: Option<&str>, rules: &[(&str, &str, &[i32])]) -> ApiContainer {
+/// Restart rules in short: (action, exit code operator, exit codes).
+pub(crate) type Rules<'a> = &'a [(&'a str, &'a str, &'a [i32])];
+
+pub(crate) fn with_policy(name: &str, policy: Option<&str>, rules: Rules<'_>) -> ApiContainer {
     ApiContainer {
         restart_policy: policy.map(str::to_owned),
         restart_policy_rules: rules

@@ -7,24 +7,85 @@ use crate::pod::{ApiContainer, ApiPod, ApiPodSpec};
 
 #[test]
 fn phase_by_restart_policy_and_state() {
-    type Case = (&'static str, fn() -> Vec<ContainerStatus>, &'static str);
-    let cases: Vec<Case> = vec![
-        ("Always", || vec![running_status("a")], RUNNING),
-        ("Always", || vec![terminated_status("a", 0)], RUNNING),
-        ("Always", || vec![terminated_status("a", 1)], RUNNING),
-        ("Always", || vec![waiting_status("a", None)], PENDING),
-        ("Always", || vec![waiting_status("a", Some(1))], RUNNING),
-        ("Always", Vec::new, PENDING),
-        ("OnFailure", || vec![terminated_status("a", 0)], SUCCEEDED),
-        ("OnFailure", || vec![terminated_status("a", 1)], RUNNING),
-        ("OnFailure", || vec![running_status("a")], RUNNING),
-        ("OnFailure", || vec![waiting_status("a", Some(2))], RUNNING),
-        ("Never", || vec![terminated_status("a", 0)], SUCCEEDED),
-        ("Never", || vec![terminated_status("a", 1)], FAILED),
-        ("Never", || vec![running_status("a")], RUNNING),
-        ("Never", || vec![waiting_status("a", None)], PENDING),
+    /// A pod of one container "a" under `policy`, its container statuses, the phase.
+    struct PolicyCase {
+        policy: &'static str,
+        statuses: fn() -> Vec<ContainerStatus>,
+        want: &'static str,
+    }
+    let cases = [
+        PolicyCase {
+            policy: "Always",
+            statuses: || vec![running_status("a")],
+            want: RUNNING,
+        },
+        PolicyCase {
+            policy: "Always",
+            statuses: || vec![terminated_status("a", 0)],
+            want: RUNNING,
+        },
+        PolicyCase {
+            policy: "Always",
+            statuses: || vec![terminated_status("a", 1)],
+            want: RUNNING,
+        },
+        PolicyCase {
+            policy: "Always",
+            statuses: || vec![waiting_status("a", None)],
+            want: PENDING,
+        },
+        PolicyCase {
+            policy: "Always",
+            statuses: || vec![waiting_status("a", Some(1))],
+            want: RUNNING,
+        },
+        PolicyCase {
+            policy: "Always",
+            statuses: Vec::new,
+            want: PENDING,
+        },
+        PolicyCase {
+            policy: "OnFailure",
+            statuses: || vec![terminated_status("a", 0)],
+            want: SUCCEEDED,
+        },
+        PolicyCase {
+            policy: "OnFailure",
+            statuses: || vec![terminated_status("a", 1)],
+            want: RUNNING,
+        },
+        PolicyCase {
+            policy: "OnFailure",
+            statuses: || vec![running_status("a")],
+            want: RUNNING,
+        },
+        PolicyCase {
+            policy: "OnFailure",
+            statuses: || vec![waiting_status("a", Some(2))],
+            want: RUNNING,
+        },
+        PolicyCase {
+            policy: "Never",
+            statuses: || vec![terminated_status("a", 0)],
+            want: SUCCEEDED,
+        },
+        PolicyCase {
+            policy: "Never",
+            statuses: || vec![terminated_status("a", 1)],
+            want: FAILED,
+        },
+        PolicyCase {
+            policy: "Never",
+            statuses: || vec![running_status("a")],
+            want: RUNNING,
+        },
+        PolicyCase {
+            policy: "Never",
+            statuses: || vec![waiting_status("a", None)],
+            want: PENDING,
+        },
     ];
-    for (policy, statuses, want) in cases {
+    for PolicyCase { policy, statuses, want } in cases {
         let pod = pod_with(&["a"], vec![], policy);
         assert_eq!(
             get_phase(&pod, &statuses(), false, true),
@@ -180,103 +241,132 @@ fn shorthand(name: &str, state: &str) -> ContainerStatus {
 /// the init container (a sidecar where the table says so), Y the sidecar of `…AndPodHasRun`.
 #[test]
 fn upstream_pod_phase_tables() {
-    // (name, statuses, podIsTerminal, podHasInitialized, phase)
-    type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], bool, bool, &'a str);
+    /// One upstream table: its test's name (after `TestPodPhaseWith`), the pod's restart policy,
+    /// init and regular containers, and its rows.
+    struct PhaseTable {
+        table: &'static str,
+        policy: &'static str,
+        init: Vec<ApiContainer>,
+        regular: &'static [&'static str],
+        cases: &'static [PhaseCase],
+    }
+    /// One row: the container statuses in [`shorthand`] (name, state), getPhase's arguments, the phase.
+    struct PhaseCase {
+        name: &'static str,
+        statuses: &'static [(&'static str, &'static str)],
+        pod_is_terminal: bool,
+        pod_has_initialized: bool,
+        want: &'static str,
+    }
     #[rustfmt::skip]
-    let tables: [(&str, &str, Vec<ApiContainer>, &[&str], &[Case]); 8] = [
-        ("RestartAlways", "Always", vec![], &["A", "B"], &[
-            ("waiting", &[], false, false, PENDING),
-            ("all running", &[("A", "R"), ("B", "R")], false, false, RUNNING),
-            ("all stopped with restart always", &[("A", "T0"), ("B", "T0")], false, false, RUNNING),
-            ("all succeeded with restart always, but the pod is terminal", &[("A", "T0"), ("B", "T0")], true, false, SUCCEEDED),
-            ("all stopped with restart always, but the pod is terminal", &[("A", "T0"), ("B", "T1")], true, false, FAILED),
-            ("mixed state #1 with restart always", &[("A", "R"), ("B", "T0")], false, false, RUNNING),
-            ("mixed state #2 with restart always", &[("A", "R")], false, false, PENDING),
-            ("mixed state #3 with restart always", &[("A", "R"), ("B", "W")], false, false, PENDING),
-            ("backoff crashloop container with restart always", &[("A", "R"), ("B", "WL0")], false, false, RUNNING),
-        ]),
-        ("RestartAlwaysInitContainers", "Always", vec![spec_container("X")], &["A", "B"], &[
-            ("empty, waiting", &[], false, false, PENDING),
-            ("init container running", &[("X", "R")], false, false, PENDING),
-            ("init container terminated non-zero", &[("X", "T1")], false, false, PENDING),
-            ("init container waiting, terminated zero", &[("X", "WL0")], false, false, PENDING),
-            ("init container waiting, terminated non-zero", &[("X", "WL1")], false, false, PENDING),
-            ("init container waiting, not terminated", &[("X", "W")], false, false, PENDING),
-            ("init container succeeded", &[("X", "T0"), ("A", "R"), ("B", "R")], false, false, RUNNING),
-        ]),
-        ("RestartAlwaysRestartableInitContainers", "Always", vec![sidecar("X")], &["A", "B"], &[
-            ("empty, waiting", &[], false, false, PENDING),
-            ("restartable init container running", &[("X", "R")], false, false, PENDING),
-            ("restartable init container stopped", &[("X", "T0")], false, false, PENDING),
-            ("restartable init container waiting, terminated zero", &[("X", "WL0")], false, false, PENDING),
-            ("restartable init container waiting, terminated non-zero", &[("X", "WL1")], false, false, PENDING),
-            ("restartable init container waiting, not terminated", &[("X", "W")], false, false, PENDING),
-            ("restartable init container started, 1/2 regular container running", &[("X", "S"), ("A", "R")], false, true, PENDING),
-            ("restartable init container started, all regular containers running", &[("X", "S"), ("A", "R"), ("B", "R")], false, true, RUNNING),
-            ("restartable init container running, all regular containers running", &[("X", "R"), ("A", "R"), ("B", "R")], false, true, RUNNING),
-            ("restartable init container stopped, all regular containers running", &[("X", "T0"), ("A", "R"), ("B", "R")], false, true, RUNNING),
-            ("backoff crashloop restartable init container, all regular containers running", &[("X", "WL0"), ("A", "R"), ("B", "R")], false, true, RUNNING),
-            ("all regular containers succeeded and restartable init container failed with restart always, but the pod is terminal", &[("X", "T1"), ("A", "T0"), ("B", "T0")], true, true, SUCCEEDED),
-            ("all regular containers succeeded and restartable init container succeeded with restart always, but the pod is terminal", &[("X", "T0"), ("A", "T0"), ("B", "T0")], true, true, SUCCEEDED),
-            ("re-initializing the pod after the sandbox is recreated", &[("X", "R"), ("A", "R"), ("B", "R")], false, false, PENDING),
-        ]),
-        ("RestartAlwaysAndPodHasRun", "Always", vec![spec_container("X"), sidecar("Y")], &["A"], &[
-            ("regular init containers, restartable init container and regular container are all running", &[("X", "R"), ("Y", "R"), ("A", "R")], false, false, PENDING),
-            ("regular containers is stopped, restartable init container and regular int container are both running", &[("X", "R"), ("Y", "R"), ("A", "T0")], false, false, PENDING),
-            ("re-created sandbox: regular init container is succeeded, restartable init container is running, old regular containers is stopped", &[("X", "T0"), ("Y", "R"), ("A", "T0")], false, false, PENDING),
-            ("regular init container is succeeded, restartable init container is running, regular containers is stopped", &[("X", "T0"), ("Y", "R"), ("A", "T0")], false, true, RUNNING),
-            ("regular init container is succeeded, restartable init container and regular containers are both running", &[("X", "T0"), ("Y", "R"), ("A", "R")], false, true, RUNNING),
-        ]),
-        ("RestartNever", "Never", vec![], &["A", "B"], &[
-            ("waiting", &[], false, false, PENDING),
-            ("all running with restart never", &[("A", "R"), ("B", "R")], false, false, RUNNING),
-            ("all succeeded with restart never", &[("A", "T0"), ("B", "T0")], false, false, SUCCEEDED),
-            ("all failed with restart never", &[("A", "T1"), ("B", "T1")], false, false, FAILED),
-            ("mixed state #1 with restart never", &[("A", "R"), ("B", "T0")], false, false, RUNNING),
-            ("mixed state #2 with restart never", &[("A", "R")], false, false, PENDING),
-            ("mixed state #3 with restart never", &[("A", "R"), ("B", "W")], false, false, PENDING),
-        ]),
-        ("RestartNeverInitContainers", "Never", vec![spec_container("X")], &["A", "B"], &[
-            ("empty, waiting", &[], false, false, PENDING),
-            ("init container running", &[("X", "R")], false, false, PENDING),
-            ("init container terminated non-zero", &[("X", "T1")], false, false, FAILED),
-            ("init container waiting, terminated zero", &[("X", "WL0")], false, false, PENDING),
-            ("init container waiting, terminated non-zero", &[("X", "WL1")], false, false, FAILED),
-            ("init container waiting, not terminated", &[("X", "W")], false, false, PENDING),
-            ("init container succeeded", &[("X", "T0"), ("A", "R"), ("B", "R")], false, false, RUNNING),
-        ]),
-        ("RestartNeverRestartableInitContainers", "Never", vec![sidecar("X")], &["A", "B"], &[
-            ("empty, waiting", &[], false, false, PENDING),
-            ("restartable init container running", &[("X", "R")], false, false, PENDING),
-            ("restartable init container stopped", &[("X", "T0")], false, false, PENDING),
-            ("restartable init container waiting, terminated zero", &[("X", "WL0")], false, false, PENDING),
-            ("restartable init container waiting, terminated non-zero", &[("X", "WL1")], false, false, PENDING),
-            ("restartable init container waiting, not terminated", &[("X", "W")], false, false, PENDING),
-            ("restartable init container started, one main container running", &[("X", "S"), ("A", "R")], false, true, PENDING),
-            ("restartable init container started, main containers succeeded", &[("X", "S"), ("A", "T0"), ("B", "T0")], false, true, RUNNING),
-            ("restartable init container re-running, main containers succeeded", &[("X", "R"), ("A", "T0"), ("B", "T0")], false, true, RUNNING),
-            ("all containers succeeded", &[("X", "T0"), ("A", "T0"), ("B", "T0")], false, true, SUCCEEDED),
-            ("restartable init container terminated non-zero, main containers succeeded", &[("X", "T1"), ("A", "T0"), ("B", "T0")], false, true, SUCCEEDED),
-            ("backoff crashloop restartable init container, main containers succeeded", &[("X", "WL0"), ("A", "T0"), ("B", "T0")], false, true, SUCCEEDED),
-            ("backoff crashloop with non-zero restartable init container, main containers succeeded", &[("X", "WL1"), ("A", "T0"), ("B", "T0")], false, true, SUCCEEDED),
-        ]),
-        ("RestartOnFailure", "OnFailure", vec![], &["A", "B"], &[
-            ("waiting", &[], false, false, PENDING),
-            ("all running with restart onfailure", &[("A", "R"), ("B", "R")], false, false, RUNNING),
-            ("all succeeded with restart onfailure", &[("A", "T0"), ("B", "T0")], false, false, SUCCEEDED),
-            ("all failed with restart never", &[("A", "T1"), ("B", "T1")], false, false, RUNNING),
-            ("mixed state #1 with restart onfailure", &[("A", "R"), ("B", "T0")], false, false, RUNNING),
-            ("mixed state #2 with restart onfailure", &[("A", "R")], false, false, PENDING),
-            ("mixed state #3 with restart onfailure", &[("A", "R"), ("B", "W")], false, false, PENDING),
-            ("backoff crashloop container with restart onfailure", &[("A", "R"), ("B", "WL0")], false, false, RUNNING),
-        ]),
+    let tables: [PhaseTable; 8] = [
+        PhaseTable { table: "RestartAlways", policy: "Always", init: vec![], regular: &["A", "B"], cases: &[
+            PhaseCase { name: "waiting", statuses: &[], pod_is_terminal: false, pod_has_initialized: false, want: PENDING },
+            PhaseCase { name: "all running", statuses: &[("A", "R"), ("B", "R")], pod_is_terminal: false, pod_has_initialized: false, want: RUNNING },
+            PhaseCase { name: "all stopped with restart always", statuses: &[("A", "T0"), ("B", "T0")], pod_is_terminal: false, pod_has_initialized: false, want: RUNNING },
+            PhaseCase { name: "all succeeded with restart always, but the pod is terminal", statuses: &[("A", "T0"), ("B", "T0")], pod_is_terminal: true, pod_has_initialized: false, want: SUCCEEDED },
+            PhaseCase { name: "all stopped with restart always, but the pod is terminal", statuses: &[("A", "T0"), ("B", "T1")], pod_is_terminal: true, pod_has_initialized: false, want: FAILED },
+            PhaseCase { name: "mixed state #1 with restart always", statuses: &[("A", "R"), ("B", "T0")], pod_is_terminal: false, pod_has_initialized: false, want: RUNNING },
+            PhaseCase { name: "mixed state #2 with restart always", statuses: &[("A", "R")], pod_is_terminal: false, pod_has_initialized: false, want: PENDING },
+            PhaseCase { name: "mixed state #3 with restart always", statuses: &[("A", "R"), ("B", "W")], pod_is_terminal: false, pod_has_initialized: false, want: PENDING },
+            PhaseCase { name: "backoff crashloop container with restart always", statuses: &[("A", "R"), ("B", "WL0")], pod_is_terminal: false, pod_has_initialized: false, want: RUNNING },
+        ] },
+        PhaseTable { table: "RestartAlwaysInitContainers", policy: "Always", init: vec![spec_container("X")], regular: &["A", "B"], cases: &[
+            PhaseCase { name: "empty, waiting", statuses: &[], pod_is_terminal: false, pod_has_initialized: false, want: PENDING },
+            PhaseCase { name: "init container running", statuses: &[("X", "R")], pod_is_terminal: false, pod_has_initialized: false, want: PENDING },
+            PhaseCase { name: "init container terminated non-zero", statuses: &[("X", "T1")], pod_is_terminal: false, pod_has_initialized: false, want: PENDING },
+            PhaseCase { name: "init container waiting, terminated zero", statuses: &[("X", "WL0")], pod_is_terminal: false, pod_has_initialized: false, want: PENDING },
+            PhaseCase { name: "init container waiting, terminated non-zero", statuses: &[("X", "WL1")], pod_is_terminal: false, pod_has_initialized: false, want: PENDING },
+            PhaseCase { name: "init container waiting, not terminated", statuses: &[("X", "W")], pod_is_terminal: false, pod_has_initialized: false, want: PENDING },
+            PhaseCase { name: "init container succeeded", statuses: &[("X", "T0"), ("A", "R"), ("B", "R")], pod_is_terminal: false, pod_has_initialized: false, want: RUNNING },
+        ] },
+        PhaseTable { table: "RestartAlwaysRestartableInitContainers", policy: "Always", init: vec![sidecar("X")], regular: &["A", "B"], cases: &[
+            PhaseCase { name: "empty, waiting", statuses: &[], pod_is_terminal: false, pod_has_initialized: false, want: PENDING },
+            PhaseCase { name: "restartable init container running", statuses: &[("X", "R")], pod_is_terminal: false, pod_has_initialized: false, want: PENDING },
+            PhaseCase { name: "restartable init container stopped", statuses: &[("X", "T0")], pod_is_terminal: false, pod_has_initialized: false, want: PENDING },
+            PhaseCase { name: "restartable init container waiting, terminated zero", statuses: &[("X", "WL0")], pod_is_terminal: false, pod_has_initialized: false, want: PENDING },
+            PhaseCase { name: "restartable init container waiting, terminated non-zero", statuses: &[("X", "WL1")], pod_is_terminal: false, pod_has_initialized: false, want: PENDING },
+            PhaseCase { name: "restartable init container waiting, not terminated", statuses: &[("X", "W")], pod_is_terminal: false, pod_has_initialized: false, want: PENDING },
+            PhaseCase { name: "restartable init container started, 1/2 regular container running", statuses: &[("X", "S"), ("A", "R")], pod_is_terminal: false, pod_has_initialized: true, want: PENDING },
+            PhaseCase { name: "restartable init container started, all regular containers running", statuses: &[("X", "S"), ("A", "R"), ("B", "R")], pod_is_terminal: false, pod_has_initialized: true, want: RUNNING },
+            PhaseCase { name: "restartable init container running, all regular containers running", statuses: &[("X", "R"), ("A", "R"), ("B", "R")], pod_is_terminal: false, pod_has_initialized: true, want: RUNNING },
+            PhaseCase { name: "restartable init container stopped, all regular containers running", statuses: &[("X", "T0"), ("A", "R"), ("B", "R")], pod_is_terminal: false, pod_has_initialized: true, want: RUNNING },
+            PhaseCase { name: "backoff crashloop restartable init container, all regular containers running", statuses: &[("X", "WL0"), ("A", "R"), ("B", "R")], pod_is_terminal: false, pod_has_initialized: true, want: RUNNING },
+            PhaseCase { name: "all regular containers succeeded and restartable init container failed with restart always, but the pod is terminal", statuses: &[("X", "T1"), ("A", "T0"), ("B", "T0")], pod_is_terminal: true, pod_has_initialized: true, want: SUCCEEDED },
+            PhaseCase { name: "all regular containers succeeded and restartable init container succeeded with restart always, but the pod is terminal", statuses: &[("X", "T0"), ("A", "T0"), ("B", "T0")], pod_is_terminal: true, pod_has_initialized: true, want: SUCCEEDED },
+            PhaseCase { name: "re-initializing the pod after the sandbox is recreated", statuses: &[("X", "R"), ("A", "R"), ("B", "R")], pod_is_terminal: false, pod_has_initialized: false, want: PENDING },
+        ] },
+        PhaseTable { table: "RestartAlwaysAndPodHasRun", policy: "Always", init: vec![spec_container("X"), sidecar("Y")], regular: &["A"], cases: &[
+            PhaseCase { name: "regular init containers, restartable init container and regular container are all running", statuses: &[("X", "R"), ("Y", "R"), ("A", "R")], pod_is_terminal: false, pod_has_initialized: false, want: PENDING },
+            PhaseCase { name: "regular containers is stopped, restartable init container and regular int container are both running", statuses: &[("X", "R"), ("Y", "R"), ("A", "T0")], pod_is_terminal: false, pod_has_initialized: false, want: PENDING },
+            PhaseCase { name: "re-created sandbox: regular init container is succeeded, restartable init container is running, old regular containers is stopped", statuses: &[("X", "T0"), ("Y", "R"), ("A", "T0")], pod_is_terminal: false, pod_has_initialized: false, want: PENDING },
+            PhaseCase { name: "regular init container is succeeded, restartable init container is running, regular containers is stopped", statuses: &[("X", "T0"), ("Y", "R"), ("A", "T0")], pod_is_terminal: false, pod_has_initialized: true, want: RUNNING },
+            PhaseCase { name: "regular init container is succeeded, restartable init container and regular containers are both running", statuses: &[("X", "T0"), ("Y", "R"), ("A", "R")], pod_is_terminal: false, pod_has_initialized: true, want: RUNNING },
+        ] },
+        PhaseTable { table: "RestartNever", policy: "Never", init: vec![], regular: &["A", "B"], cases: &[
+            PhaseCase { name: "waiting", statuses: &[], pod_is_terminal: false, pod_has_initialized: false, want: PENDING },
+            PhaseCase { name: "all running with restart never", statuses: &[("A", "R"), ("B", "R")], pod_is_terminal: false, pod_has_initialized: false, want: RUNNING },
+            PhaseCase { name: "all succeeded with restart never", statuses: &[("A", "T0"), ("B", "T0")], pod_is_terminal: false, pod_has_initialized: false, want: SUCCEEDED },
+            PhaseCase { name: "all failed with restart never", statuses: &[("A", "T1"), ("B", "T1")], pod_is_terminal: false, pod_has_initialized: false, want: FAILED },
+            PhaseCase { name: "mixed state #1 with restart never", statuses: &[("A", "R"), ("B", "T0")], pod_is_terminal: false, pod_has_initialized: false, want: RUNNING },
+            PhaseCase { name: "mixed state #2 with restart never", statuses: &[("A", "R")], pod_is_terminal: false, pod_has_initialized: false, want: PENDING },
+            PhaseCase { name: "mixed state #3 with restart never", statuses: &[("A", "R"), ("B", "W")], pod_is_terminal: false, pod_has_initialized: false, want: PENDING },
+        ] },
+        PhaseTable { table: "RestartNeverInitContainers", policy: "Never", init: vec![spec_container("X")], regular: &["A", "B"], cases: &[
+            PhaseCase { name: "empty, waiting", statuses: &[], pod_is_terminal: false, pod_has_initialized: false, want: PENDING },
+            PhaseCase { name: "init container running", statuses: &[("X", "R")], pod_is_terminal: false, pod_has_initialized: false, want: PENDING },
+            PhaseCase { name: "init container terminated non-zero", statuses: &[("X", "T1")], pod_is_terminal: false, pod_has_initialized: false, want: FAILED },
+            PhaseCase { name: "init container waiting, terminated zero", statuses: &[("X", "WL0")], pod_is_terminal: false, pod_has_initialized: false, want: PENDING },
+            PhaseCase { name: "init container waiting, terminated non-zero", statuses: &[("X", "WL1")], pod_is_terminal: false, pod_has_initialized: false, want: FAILED },
+            PhaseCase { name: "init container waiting, not terminated", statuses: &[("X", "W")], pod_is_terminal: false, pod_has_initialized: false, want: PENDING },
+            PhaseCase { name: "init container succeeded", statuses: &[("X", "T0"), ("A", "R"), ("B", "R")], pod_is_terminal: false, pod_has_initialized: false, want: RUNNING },
+        ] },
+        PhaseTable { table: "RestartNeverRestartableInitContainers", policy: "Never", init: vec![sidecar("X")], regular: &["A", "B"], cases: &[
+            PhaseCase { name: "empty, waiting", statuses: &[], pod_is_terminal: false, pod_has_initialized: false, want: PENDING },
+            PhaseCase { name: "restartable init container running", statuses: &[("X", "R")], pod_is_terminal: false, pod_has_initialized: false, want: PENDING },
+            PhaseCase { name: "restartable init container stopped", statuses: &[("X", "T0")], pod_is_terminal: false, pod_has_initialized: false, want: PENDING },
+            PhaseCase { name: "restartable init container waiting, terminated zero", statuses: &[("X", "WL0")], pod_is_terminal: false, pod_has_initialized: false, want: PENDING },
+            PhaseCase { name: "restartable init container waiting, terminated non-zero", statuses: &[("X", "WL1")], pod_is_terminal: false, pod_has_initialized: false, want: PENDING },
+            PhaseCase { name: "restartable init container waiting, not terminated", statuses: &[("X", "W")], pod_is_terminal: false, pod_has_initialized: false, want: PENDING },
+            PhaseCase { name: "restartable init container started, one main container running", statuses: &[("X", "S"), ("A", "R")], pod_is_terminal: false, pod_has_initialized: true, want: PENDING },
+            PhaseCase { name: "restartable init container started, main containers succeeded", statuses: &[("X", "S"), ("A", "T0"), ("B", "T0")], pod_is_terminal: false, pod_has_initialized: true, want: RUNNING },
+            PhaseCase { name: "restartable init container re-running, main containers succeeded", statuses: &[("X", "R"), ("A", "T0"), ("B", "T0")], pod_is_terminal: false, pod_has_initialized: true, want: RUNNING },
+            PhaseCase { name: "all containers succeeded", statuses: &[("X", "T0"), ("A", "T0"), ("B", "T0")], pod_is_terminal: false, pod_has_initialized: true, want: SUCCEEDED },
+            PhaseCase { name: "restartable init container terminated non-zero, main containers succeeded", statuses: &[("X", "T1"), ("A", "T0"), ("B", "T0")], pod_is_terminal: false, pod_has_initialized: true, want: SUCCEEDED },
+            PhaseCase { name: "backoff crashloop restartable init container, main containers succeeded", statuses: &[("X", "WL0"), ("A", "T0"), ("B", "T0")], pod_is_terminal: false, pod_has_initialized: true, want: SUCCEEDED },
+            PhaseCase { name: "backoff crashloop with non-zero restartable init container, main containers succeeded", statuses: &[("X", "WL1"), ("A", "T0"), ("B", "T0")], pod_is_terminal: false, pod_has_initialized: true, want: SUCCEEDED },
+        ] },
+        PhaseTable { table: "RestartOnFailure", policy: "OnFailure", init: vec![], regular: &["A", "B"], cases: &[
+            PhaseCase { name: "waiting", statuses: &[], pod_is_terminal: false, pod_has_initialized: false, want: PENDING },
+            PhaseCase { name: "all running with restart onfailure", statuses: &[("A", "R"), ("B", "R")], pod_is_terminal: false, pod_has_initialized: false, want: RUNNING },
+            PhaseCase { name: "all succeeded with restart onfailure", statuses: &[("A", "T0"), ("B", "T0")], pod_is_terminal: false, pod_has_initialized: false, want: SUCCEEDED },
+            PhaseCase { name: "all failed with restart never", statuses: &[("A", "T1"), ("B", "T1")], pod_is_terminal: false, pod_has_initialized: false, want: RUNNING },
+            PhaseCase { name: "mixed state #1 with restart onfailure", statuses: &[("A", "R"), ("B", "T0")], pod_is_terminal: false, pod_has_initialized: false, want: RUNNING },
+            PhaseCase { name: "mixed state #2 with restart onfailure", statuses: &[("A", "R")], pod_is_terminal: false, pod_has_initialized: false, want: PENDING },
+            PhaseCase { name: "mixed state #3 with restart onfailure", statuses: &[("A", "R"), ("B", "W")], pod_is_terminal: false, pod_has_initialized: false, want: PENDING },
+            PhaseCase { name: "backoff crashloop container with restart onfailure", statuses: &[("A", "R"), ("B", "WL0")], pod_is_terminal: false, pod_has_initialized: false, want: RUNNING },
+        ] },
     ];
-    for (table, policy, init, regular, cases) in tables {
+    for PhaseTable {
+        table,
+        policy,
+        init,
+        regular,
+        cases,
+    } in tables
+    {
         let pod = pod_with(regular, init, policy);
-        for (name, states, terminal, initialized, want) in cases {
-            let statuses: Vec<ContainerStatus> = states.iter().map(|(n, s)| shorthand(n, s)).collect();
+        for PhaseCase {
+            name,
+            statuses,
+            pod_is_terminal,
+            pod_has_initialized,
+            want,
+        } in cases
+        {
+            let statuses: Vec<ContainerStatus> = statuses.iter().map(|(n, s)| shorthand(n, s)).collect();
             assert_eq!(
-                get_phase(&pod, &statuses, *terminal, *initialized),
+                get_phase(&pod, &statuses, *pod_is_terminal, *pod_has_initialized),
                 *want,
                 "TestPodPhaseWith{table}: {name}"
             );
@@ -294,60 +384,70 @@ fn upstream_pod_phase_tables() {
 #[test]
 fn upstream_container_restart_policy_phase_tables() {
     let never = Some("Never");
-    let rac: &[(&str, &str, &[i32])] = &[("RestartAllContainers", "In", &[42])];
+    let rac: Rules<'_> = &[("RestartAllContainers", "In", &[42])];
     let with_rule = || with_policy("container", never, rac);
     let sidecar_with_rule = || with_policy("container", Some("Always"), rac);
-    type Case = (
-        &'static str,
-        &'static str,
-        Vec<ApiContainer>,
-        Vec<ApiContainer>,
-        Vec<(&'static str, &'static str)>,
-        &'static str,
-    );
+    /// One row: the pod's restart policy, its init and regular containers, their statuses in
+    /// [`shorthand`] (name, state), the phase.
+    struct RestartPolicyPhaseCase {
+        name: &'static str,
+        pod_policy: &'static str,
+        init: Vec<ApiContainer>,
+        containers: Vec<ApiContainer>,
+        statuses: Vec<(&'static str, &'static str)>,
+        want: &'static str,
+    }
     #[rustfmt::skip]
-    let cases: Vec<Case> = vec![
+    let cases = vec![
         // TestPodPhaseWithContainerRestartPolicy
-        ("container with restart policy Never failed", "Always", vec![], vec![with_policy("failed-container", never, &[])], vec![("failed-container", "T1")], FAILED),
-        ("container with restart policy OnFailure failed", "Always", vec![], vec![with_policy("failed-container", Some("OnFailure"), &[])], vec![("failed-container", "T1")], RUNNING),
-        ("container with restart policy Always failed", "Always", vec![], vec![with_policy("failed-container", Some("Always"), &[])], vec![("failed-container", "T1")], RUNNING),
-        ("At least one container with restartable container-level restart policy failed", "Never", vec![], vec![with_policy("containerA", Some("Always"), &[]), spec_container("containerB")], vec![("containerA", "T0"), ("containerB", "T1")], RUNNING),
-        ("All containers without restartable container-level restart policy failed", "Always", vec![], vec![with_policy("containerA", never, &[]), with_policy("containerB", Some("OnFailure"), &[])], vec![("containerA", "T1"), ("containerB", "T0")], FAILED),
-        ("All containers succeeded", "Always", vec![], vec![with_policy("containerA", never, &[]), with_policy("containerB", Some("OnFailure"), &[])], vec![("containerA", "T0"), ("containerB", "T0")], SUCCEEDED),
+        RestartPolicyPhaseCase { name: "container with restart policy Never failed", pod_policy: "Always", init: vec![], containers: vec![with_policy("failed-container", never, &[])], statuses: vec![("failed-container", "T1")], want: FAILED },
+        RestartPolicyPhaseCase { name: "container with restart policy OnFailure failed", pod_policy: "Always", init: vec![], containers: vec![with_policy("failed-container", Some("OnFailure"), &[])], statuses: vec![("failed-container", "T1")], want: RUNNING },
+        RestartPolicyPhaseCase { name: "container with restart policy Always failed", pod_policy: "Always", init: vec![], containers: vec![with_policy("failed-container", Some("Always"), &[])], statuses: vec![("failed-container", "T1")], want: RUNNING },
+        RestartPolicyPhaseCase { name: "At least one container with restartable container-level restart policy failed", pod_policy: "Never", init: vec![], containers: vec![with_policy("containerA", Some("Always"), &[]), spec_container("containerB")], statuses: vec![("containerA", "T0"), ("containerB", "T1")], want: RUNNING },
+        RestartPolicyPhaseCase { name: "All containers without restartable container-level restart policy failed", pod_policy: "Always", init: vec![], containers: vec![with_policy("containerA", never, &[]), with_policy("containerB", Some("OnFailure"), &[])], statuses: vec![("containerA", "T1"), ("containerB", "T0")], want: FAILED },
+        RestartPolicyPhaseCase { name: "All containers succeeded", pod_policy: "Always", init: vec![], containers: vec![with_policy("containerA", never, &[]), with_policy("containerB", Some("OnFailure"), &[])], statuses: vec![("containerA", "T0"), ("containerB", "T0")], want: SUCCEEDED },
         // TestPodPhaseWithContainerRestartPolicyInitContainers
-        ("init container with restart policy Never failed", "Always", vec![with_policy("failed-container", never, &[])], vec![spec_container("container")], vec![("failed-container", "T1")], FAILED),
-        ("init container with restart policy OnFailure failed", "Never", vec![with_policy("failed-container", Some("OnFailure"), &[])], vec![spec_container("container")], vec![("failed-container", "T1")], PENDING),
-        ("container with restart policy Always failed", "Never", vec![with_policy("failed-container", Some("Always"), &[])], vec![spec_container("container")], vec![("failed-container", "T1")], PENDING),
+        RestartPolicyPhaseCase { name: "init container with restart policy Never failed", pod_policy: "Always", init: vec![with_policy("failed-container", never, &[])], containers: vec![spec_container("container")], statuses: vec![("failed-container", "T1")], want: FAILED },
+        RestartPolicyPhaseCase { name: "init container with restart policy OnFailure failed", pod_policy: "Never", init: vec![with_policy("failed-container", Some("OnFailure"), &[])], containers: vec![spec_container("container")], statuses: vec![("failed-container", "T1")], want: PENDING },
+        RestartPolicyPhaseCase { name: "container with restart policy Always failed", pod_policy: "Never", init: vec![with_policy("failed-container", Some("Always"), &[])], containers: vec![spec_container("container")], statuses: vec![("failed-container", "T1")], want: PENDING },
         // TestPodPhaseWithRestartAllContainers: trigger
-        ("regular container triggers RestartAllContainers", "Never", vec![], vec![with_rule()], vec![("container", "T42")], RUNNING),
-        ("init container triggers RestartAllContainers", "Never", vec![with_rule()], vec![], vec![("container", "T42"), ("regular", "W")], PENDING),
-        ("sidecar container triggers RestartAllContainers", "Never", vec![sidecar_with_rule()], vec![spec_container("regular")], vec![("container", "T42"), ("regular", "W")], PENDING),
-        ("sidecar container triggers RestartAllContainers, kills another init container", "Never", vec![sidecar_with_rule(), spec_container("init")], vec![spec_container("regular")], vec![("container", "T42"), ("init", "W"), ("regular", "W")], PENDING),
+        RestartPolicyPhaseCase { name: "regular container triggers RestartAllContainers", pod_policy: "Never", init: vec![], containers: vec![with_rule()], statuses: vec![("container", "T42")], want: RUNNING },
+        RestartPolicyPhaseCase { name: "init container triggers RestartAllContainers", pod_policy: "Never", init: vec![with_rule()], containers: vec![], statuses: vec![("container", "T42"), ("regular", "W")], want: PENDING },
+        RestartPolicyPhaseCase { name: "sidecar container triggers RestartAllContainers", pod_policy: "Never", init: vec![sidecar_with_rule()], containers: vec![spec_container("regular")], statuses: vec![("container", "T42"), ("regular", "W")], want: PENDING },
+        RestartPolicyPhaseCase { name: "sidecar container triggers RestartAllContainers, kills another init container", pod_policy: "Never", init: vec![sidecar_with_rule(), spec_container("init")], containers: vec![spec_container("regular")], statuses: vec![("container", "T42"), ("init", "W"), ("regular", "W")], want: PENDING },
         // … cleanup
-        ("regular container triggers RestartAllContainers, cleaned up", "Never", vec![], vec![with_rule()], vec![("container", "RAC")], RUNNING),
-        ("init container triggers RestartAllContainers, cleaned up", "Never", vec![with_rule()], vec![], vec![("container", "RAC"), ("regular", "W")], PENDING),
-        ("sidecar container triggers RestartAllContainers, cleaned up", "Never", vec![sidecar_with_rule()], vec![spec_container("regular")], vec![("container", "RAC"), ("regular", "W")], PENDING),
-        ("sidecar container triggers RestartAllContainers, kills another init container, cleaned up", "Never", vec![sidecar_with_rule(), spec_container("init")], vec![spec_container("regular")], vec![("container", "RAC"), ("container", "RAC"), ("regular", "W")], PENDING),
+        RestartPolicyPhaseCase { name: "regular container triggers RestartAllContainers, cleaned up", pod_policy: "Never", init: vec![], containers: vec![with_rule()], statuses: vec![("container", "RAC")], want: RUNNING },
+        RestartPolicyPhaseCase { name: "init container triggers RestartAllContainers, cleaned up", pod_policy: "Never", init: vec![with_rule()], containers: vec![], statuses: vec![("container", "RAC"), ("regular", "W")], want: PENDING },
+        RestartPolicyPhaseCase { name: "sidecar container triggers RestartAllContainers, cleaned up", pod_policy: "Never", init: vec![sidecar_with_rule()], containers: vec![spec_container("regular")], statuses: vec![("container", "RAC"), ("regular", "W")], want: PENDING },
+        RestartPolicyPhaseCase { name: "sidecar container triggers RestartAllContainers, kills another init container, cleaned up", pod_policy: "Never", init: vec![sidecar_with_rule(), spec_container("init")], containers: vec![spec_container("regular")], statuses: vec![("container", "RAC"), ("container", "RAC"), ("regular", "W")], want: PENDING },
         // … startup
-        ("regular container triggered RestartAllContainers; init container succeeded", "Never", vec![spec_container("init")], vec![with_rule()], vec![("init", "T0"), ("container", "RAC")], RUNNING),
-        ("regular container triggered RestartAllContainers; init container failed", "Never", vec![spec_container("init")], vec![with_rule()], vec![("init", "T1"), ("container", "RAC")], FAILED),
-        ("init container triggered RestartAllContainers", "Never", vec![with_rule()], vec![spec_container("regular")], vec![("container", "T42"), ("regular", "W")], PENDING),
-        ("init container triggered RestartAllContainers; init container succeeds", "Never", vec![with_rule()], vec![spec_container("regular")], vec![("container", "T0"), ("regular", "W")], PENDING),
-        ("sidecar container triggered RestartAllContainers kills regular container", "Never", vec![sidecar_with_rule()], vec![spec_container("regular")], vec![("container", "RAC"), ("regular", "RAC")], RUNNING),
-        ("sidecar container triggered RestartAllContainers kills regular container; sidecar running", "Never", vec![sidecar_with_rule()], vec![spec_container("regular")], vec![("container", "R"), ("regular", "RAC")], RUNNING),
-        ("sidecar container triggered RestartAllContainers; kills init container; sidecar running", "Never", vec![sidecar_with_rule(), spec_container("init")], vec![spec_container("regular")], vec![("container", "R"), ("container", "RAC"), ("regular", "W")], PENDING),
+        RestartPolicyPhaseCase { name: "regular container triggered RestartAllContainers; init container succeeded", pod_policy: "Never", init: vec![spec_container("init")], containers: vec![with_rule()], statuses: vec![("init", "T0"), ("container", "RAC")], want: RUNNING },
+        RestartPolicyPhaseCase { name: "regular container triggered RestartAllContainers; init container failed", pod_policy: "Never", init: vec![spec_container("init")], containers: vec![with_rule()], statuses: vec![("init", "T1"), ("container", "RAC")], want: FAILED },
+        RestartPolicyPhaseCase { name: "init container triggered RestartAllContainers", pod_policy: "Never", init: vec![with_rule()], containers: vec![spec_container("regular")], statuses: vec![("container", "T42"), ("regular", "W")], want: PENDING },
+        RestartPolicyPhaseCase { name: "init container triggered RestartAllContainers; init container succeeds", pod_policy: "Never", init: vec![with_rule()], containers: vec![spec_container("regular")], statuses: vec![("container", "T0"), ("regular", "W")], want: PENDING },
+        RestartPolicyPhaseCase { name: "sidecar container triggered RestartAllContainers kills regular container", pod_policy: "Never", init: vec![sidecar_with_rule()], containers: vec![spec_container("regular")], statuses: vec![("container", "RAC"), ("regular", "RAC")], want: RUNNING },
+        RestartPolicyPhaseCase { name: "sidecar container triggered RestartAllContainers kills regular container; sidecar running", pod_policy: "Never", init: vec![sidecar_with_rule()], containers: vec![spec_container("regular")], statuses: vec![("container", "R"), ("regular", "RAC")], want: RUNNING },
+        RestartPolicyPhaseCase { name: "sidecar container triggered RestartAllContainers; kills init container; sidecar running", pod_policy: "Never", init: vec![sidecar_with_rule(), spec_container("init")], containers: vec![spec_container("regular")], statuses: vec![("container", "R"), ("container", "RAC"), ("regular", "W")], want: PENDING },
     ];
-    for (name, policy, init, containers, states, want) in cases {
+    for RestartPolicyPhaseCase {
+        name,
+        pod_policy,
+        init,
+        containers,
+        statuses,
+        want,
+    } in cases
+    {
         let pod = ApiPod {
             spec: ApiPodSpec {
-                restart_policy: Some(policy.into()),
+                restart_policy: Some(pod_policy.into()),
                 init_containers: init,
                 containers,
                 ..ApiPodSpec::default()
             },
             ..ApiPod::default()
         };
-        let statuses: Vec<ContainerStatus> = states.iter().map(|(n, st)| shorthand(n, st)).collect();
+        let statuses: Vec<ContainerStatus> = statuses.iter().map(|(n, st)| shorthand(n, st)).collect();
         assert_eq!(get_phase(&pod, &statuses, false, true), want, "{name}");
     }
 }
@@ -356,39 +456,71 @@ fn upstream_container_restart_policy_phase_tables() {
 /// `TestFindMatchingContainerRestartRule`'s.
 #[test]
 fn upstream_container_should_restart() {
-    let restart_in: &[(&str, &str, &[i32])] = &[("Restart", "In", &[42, 50, 60])];
-    let restart_not_in: &[(&str, &str, &[i32])] = &[("Restart", "NotIn", &[0, 1, 2])];
-    #[rustfmt::skip]
-    let cases: [(&str, Option<&str>, &[(&str, &str, &[i32])], Option<&str>, i32, bool); 12] = [
-        ("Rule: 'In' operator matches with 'Restart' action", Some("Never"), restart_in, None, 42, true),
-        ("Rule: 'NotIn' operator matches with 'Restart' action", Some("Never"), restart_not_in, None, 99, true),
-        ("Rule: 'In' operator does not match, should fall back to container policy", Some("Never"), &[("Restart", "In", &[10, 20])], None, 30, false),
-        ("Rule: 'NotIn' operator does not match, should fall back to container policy", Some("Never"), &[("Restart", "NotIn", &[10, 20])], None, 10, false),
-        ("Container Policy: 'Always'", Some("Always"), &[], Some("Never"), 0, true),
-        ("Container Policy: 'OnFailure' with exit code 0", Some("OnFailure"), &[], Some("Never"), 0, false),
-        ("Container Policy: 'OnFailure' with non-zero exit code", Some("OnFailure"), &[], Some("Never"), 1, true),
-        ("Container Policy: 'Never' should return false", Some("Never"), &[], Some("Always"), 1, false),
-        ("Pod Policy: Fallback to pod 'Always'", None, &[], Some("Always"), 0, true),
-        ("Pod Policy: Fallback to pod 'OnFailure' with non-zero exit code", None, &[], Some("OnFailure"), 1, true),
-        ("Pod Policy: Fallback to pod 'Never'", None, &[], Some("Never"), 1, false),
-        ("Pod Policy: Fallback with no policies specified should return true", None, &[], None, 0, true),
-    ];
-    for (name, policy, rules, pod_policy, code, want) in cases {
-        let c = with_policy("c", policy, rules);
-        assert_eq!(container_should_restart(&c, pod_policy, code), want, "{name}");
+    let restart_in: Rules<'_> = &[("Restart", "In", &[42, 50, 60])];
+    let restart_not_in: Rules<'_> = &[("Restart", "NotIn", &[0, 1, 2])];
+    /// One row: the container's restart policy and rules, the pod's policy, the exit code, whether
+    /// the container restarts.
+    struct ShouldRestartCase {
+        name: &'static str,
+        policy: Option<&'static str>,
+        rules: Rules<'static>,
+        pod_policy: Option<&'static str>,
+        exit_code: i32,
+        want: bool,
     }
-    let both: &[(&str, &str, &[i32])] = &[("Restart", "In", &[42, 50, 60]), ("Restart", "In", &[42])];
     #[rustfmt::skip]
-    let finds: [(&str, &[(&str, &str, &[i32])], i32, Option<usize>); 5] = [
-        ("a rule with op In matches", restart_in, 42, Some(0)),
-        ("a rule with op NotIn matches", restart_not_in, 99, Some(0)),
-        ("matches the first rule if two rules both matched", both, 42, Some(0)),
-        ("no rules matched", restart_in, 100, None),
-        ("no rules defined", &[], 0, None),
+    let cases: [ShouldRestartCase; 12] = [
+        ShouldRestartCase { name: "Rule: 'In' operator matches with 'Restart' action", policy: Some("Never"), rules: restart_in, pod_policy: None, exit_code: 42, want: true },
+        ShouldRestartCase { name: "Rule: 'NotIn' operator matches with 'Restart' action", policy: Some("Never"), rules: restart_not_in, pod_policy: None, exit_code: 99, want: true },
+        ShouldRestartCase { name: "Rule: 'In' operator does not match, should fall back to container policy", policy: Some("Never"), rules: &[("Restart", "In", &[10, 20])], pod_policy: None, exit_code: 30, want: false },
+        ShouldRestartCase { name: "Rule: 'NotIn' operator does not match, should fall back to container policy", policy: Some("Never"), rules: &[("Restart", "NotIn", &[10, 20])], pod_policy: None, exit_code: 10, want: false },
+        ShouldRestartCase { name: "Container Policy: 'Always'", policy: Some("Always"), rules: &[], pod_policy: Some("Never"), exit_code: 0, want: true },
+        ShouldRestartCase { name: "Container Policy: 'OnFailure' with exit code 0", policy: Some("OnFailure"), rules: &[], pod_policy: Some("Never"), exit_code: 0, want: false },
+        ShouldRestartCase { name: "Container Policy: 'OnFailure' with non-zero exit code", policy: Some("OnFailure"), rules: &[], pod_policy: Some("Never"), exit_code: 1, want: true },
+        ShouldRestartCase { name: "Container Policy: 'Never' should return false", policy: Some("Never"), rules: &[], pod_policy: Some("Always"), exit_code: 1, want: false },
+        ShouldRestartCase { name: "Pod Policy: Fallback to pod 'Always'", policy: None, rules: &[], pod_policy: Some("Always"), exit_code: 0, want: true },
+        ShouldRestartCase { name: "Pod Policy: Fallback to pod 'OnFailure' with non-zero exit code", policy: None, rules: &[], pod_policy: Some("OnFailure"), exit_code: 1, want: true },
+        ShouldRestartCase { name: "Pod Policy: Fallback to pod 'Never'", policy: None, rules: &[], pod_policy: Some("Never"), exit_code: 1, want: false },
+        ShouldRestartCase { name: "Pod Policy: Fallback with no policies specified should return true", policy: None, rules: &[], pod_policy: None, exit_code: 0, want: true },
     ];
-    for (name, rules, code, want) in finds {
+    for ShouldRestartCase {
+        name,
+        policy,
+        rules,
+        pod_policy,
+        exit_code,
+        want,
+    } in cases
+    {
+        let c = with_policy("c", policy, rules);
+        assert_eq!(container_should_restart(&c, pod_policy, exit_code), want, "{name}");
+    }
+    let both: Rules<'_> = &[("Restart", "In", &[42, 50, 60]), ("Restart", "In", &[42])];
+    /// One row of `TestFindMatchingContainerRestartRule`: the rules, the exit code, the index of
+    /// the rule that matches.
+    struct MatchingRuleCase {
+        name: &'static str,
+        rules: Rules<'static>,
+        exit_code: i32,
+        want: Option<usize>,
+    }
+    #[rustfmt::skip]
+    let finds: [MatchingRuleCase; 5] = [
+        MatchingRuleCase { name: "a rule with op In matches", rules: restart_in, exit_code: 42, want: Some(0) },
+        MatchingRuleCase { name: "a rule with op NotIn matches", rules: restart_not_in, exit_code: 99, want: Some(0) },
+        MatchingRuleCase { name: "matches the first rule if two rules both matched", rules: both, exit_code: 42, want: Some(0) },
+        MatchingRuleCase { name: "no rules matched", rules: restart_in, exit_code: 100, want: None },
+        MatchingRuleCase { name: "no rules defined", rules: &[], exit_code: 0, want: None },
+    ];
+    for MatchingRuleCase {
+        name,
+        rules,
+        exit_code,
+        want,
+    } in finds
+    {
         let c = with_policy("c", None, rules);
-        let found = matching_restart_rule(&c, code);
+        let found = matching_restart_rule(&c, exit_code);
         assert_eq!(found, want.map(|i| &c.restart_policy_rules[i]), "{name}");
     }
     // A rule without exit codes, or with an unknown operator, never matches.
