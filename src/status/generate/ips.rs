@@ -108,77 +108,100 @@ mod tests {
     /// the same), plus the runtime's IPs in non-canonical form.
     #[test]
     fn upstream_sort_pod_ips() {
-        let cases: &[(&str, &str, &[&str], &[&str])] = &[
-            ("Simple", "", &["10.0.0.1"], &["10.0.0.1"]),
-            (
-                "Dual-stack",
-                "",
-                &["10.0.0.1", "fd01::1234"],
-                &["10.0.0.1", "fd01::1234"],
-            ),
-            (
-                "Dual-stack with explicit node IP",
-                "192.168.1.1",
-                &["10.0.0.1", "fd01::1234"],
-                &["10.0.0.1", "fd01::1234"],
-            ),
-            (
-                "Dual-stack with CRI returning wrong family first",
-                "",
-                &["fd01::1234", "10.0.0.1"],
-                &["10.0.0.1", "fd01::1234"],
-            ),
-            (
-                "Dual-stack with explicit node IP with CRI returning wrong family first",
-                "192.168.1.1",
-                &["fd01::1234", "10.0.0.1"],
-                &["10.0.0.1", "fd01::1234"],
-            ),
-            (
-                "Dual-stack with IPv6 node IP",
-                "fd00::5678",
-                &["10.0.0.1", "fd01::1234"],
-                &["fd01::1234", "10.0.0.1"],
-            ),
-            (
-                "Dual-stack with IPv6 node IP, other CRI order",
-                "fd00::5678",
-                &["fd01::1234", "10.0.0.1"],
-                &["fd01::1234", "10.0.0.1"],
-            ),
-            ("No Pod IP matching Node IP", "fd00::5678", &["10.0.0.1"], &["10.0.0.1"]),
-            (
-                "No Pod IP matching (unspecified) Node IP",
-                "",
-                &["fd01::1234"],
-                &["fd01::1234"],
-            ),
-            (
-                "Multiple IPv4 IPs",
-                "",
-                &["10.0.0.1", "10.0.0.2", "10.0.0.3"],
-                &["10.0.0.1"],
-            ),
-            (
-                "Multiple Dual-Stack IPs",
-                "",
-                &["10.0.0.1", "10.0.0.2", "fd01::1234", "10.0.0.3", "fd01::5678"],
-                &["10.0.0.1", "fd01::1234"],
-            ),
-            (
-                "Badly-formatted IPs from CRI",
-                "",
-                &["010.000.000.001", "fd01:0:0:0:0:0:0:1234"],
-                &["10.0.0.1", "fd01::1234"],
-            ),
-            (
-                "Not an IP is left out",
-                "",
-                &["ten.0.0.1", "10.0.0.256", "1.2.3", "١٠.0.0.1", "10.0.0.2"],
-                &["10.0.0.2"],
-            ),
+        /// A row: the node's IP (empty: none), the runtime's IPs, the pod IPs.
+        struct SortCase {
+            name: &'static str,
+            node_ip: &'static str,
+            cri: &'static [&'static str],
+            want: &'static [&'static str],
+        }
+        let cases = [
+            SortCase {
+                name: "Simple",
+                node_ip: "",
+                cri: &["10.0.0.1"],
+                want: &["10.0.0.1"],
+            },
+            SortCase {
+                name: "Dual-stack",
+                node_ip: "",
+                cri: &["10.0.0.1", "fd01::1234"],
+                want: &["10.0.0.1", "fd01::1234"],
+            },
+            SortCase {
+                name: "Dual-stack with explicit node IP",
+                node_ip: "192.168.1.1",
+                cri: &["10.0.0.1", "fd01::1234"],
+                want: &["10.0.0.1", "fd01::1234"],
+            },
+            SortCase {
+                name: "Dual-stack with CRI returning wrong family first",
+                node_ip: "",
+                cri: &["fd01::1234", "10.0.0.1"],
+                want: &["10.0.0.1", "fd01::1234"],
+            },
+            SortCase {
+                name: "Dual-stack with explicit node IP with CRI returning wrong family first",
+                node_ip: "192.168.1.1",
+                cri: &["fd01::1234", "10.0.0.1"],
+                want: &["10.0.0.1", "fd01::1234"],
+            },
+            SortCase {
+                name: "Dual-stack with IPv6 node IP",
+                node_ip: "fd00::5678",
+                cri: &["10.0.0.1", "fd01::1234"],
+                want: &["fd01::1234", "10.0.0.1"],
+            },
+            SortCase {
+                name: "Dual-stack with IPv6 node IP, other CRI order",
+                node_ip: "fd00::5678",
+                cri: &["fd01::1234", "10.0.0.1"],
+                want: &["fd01::1234", "10.0.0.1"],
+            },
+            SortCase {
+                name: "No Pod IP matching Node IP",
+                node_ip: "fd00::5678",
+                cri: &["10.0.0.1"],
+                want: &["10.0.0.1"],
+            },
+            SortCase {
+                name: "No Pod IP matching (unspecified) Node IP",
+                node_ip: "",
+                cri: &["fd01::1234"],
+                want: &["fd01::1234"],
+            },
+            SortCase {
+                name: "Multiple IPv4 IPs",
+                node_ip: "",
+                cri: &["10.0.0.1", "10.0.0.2", "10.0.0.3"],
+                want: &["10.0.0.1"],
+            },
+            SortCase {
+                name: "Multiple Dual-Stack IPs",
+                node_ip: "",
+                cri: &["10.0.0.1", "10.0.0.2", "fd01::1234", "10.0.0.3", "fd01::5678"],
+                want: &["10.0.0.1", "fd01::1234"],
+            },
+            SortCase {
+                name: "Badly-formatted IPs from CRI",
+                node_ip: "",
+                cri: &["010.000.000.001", "fd01:0:0:0:0:0:0:1234"],
+                want: &["10.0.0.1", "fd01::1234"],
+            },
+            SortCase {
+                name: "Not an IP is left out",
+                node_ip: "",
+                cri: &["ten.0.0.1", "10.0.0.256", "1.2.3", "١٠.0.0.1", "10.0.0.2"],
+                want: &["10.0.0.2"],
+            },
         ];
-        for (name, node_ip, cri, want) in cases {
+        for SortCase {
+            name,
+            node_ip,
+            cri,
+            want,
+        } in cases
+        {
             let node = if node_ip.is_empty() { vec![] } else { ips(&[node_ip]) };
             assert_eq!(sort_pod_ips(&ips(cri), &node), ips(want), "{name}");
             // The same through the whole generator (TestGenerateAPIPodStatusPodIPs).
@@ -195,70 +218,82 @@ mod tests {
     /// node addresses changing after start are expressed through the IPs they end in.
     #[test]
     fn upstream_host_network_pod_ips() {
-        let cases: &[(&str, &[&str], &[&str], &[&str])] = &[
-            ("Simple", &["10.0.0.1"], &[], &["10.0.0.1"]),
-            (
-                "InternalIP is preferred over ExternalIP",
-                &["10.0.0.1"],
-                &[],
-                &["10.0.0.1"],
-            ),
-            (
-                "Single-stack addresses in dual-stack cluster",
-                &["10.0.0.1"],
-                &[],
-                &["10.0.0.1"],
-            ),
-            (
-                "Multiple single-stack addresses in dual-stack cluster",
-                &["10.0.0.1", "10.0.0.2"],
-                &[],
-                &["10.0.0.1"],
-            ),
-            (
-                "Dual-stack addresses in dual-stack cluster",
-                &["10.0.0.1", "fd01::1234"],
-                &[],
-                &["10.0.0.1", "fd01::1234"],
-            ),
-            (
-                "CRI PodIPs override NodeAddresses",
-                &["10.0.0.1", "fd01::1234"],
-                &["192.168.0.1"],
-                &["192.168.0.1", "fd01::1234"],
-            ),
-            (
-                "CRI dual-stack PodIPs override NodeAddresses",
-                &["10.0.0.1", "fd01::1234"],
-                &["192.168.0.1", "2001:db8::2"],
-                &["192.168.0.1", "2001:db8::2"],
-            ),
-            (
-                "CRI dual-stack PodIPs override NodeAddresses prefer IPv4",
-                &["10.0.0.1", "fd01::1234"],
-                &["2001:db8::2", "192.168.0.1"],
-                &["192.168.0.1", "2001:db8::2"],
-            ),
-            (
-                "Immutable after update node addresses single-stack",
-                &["10.0.0.1"],
-                &["10.0.0.1"],
-                &["10.0.0.1"],
-            ),
-            (
-                "Immutable after update node addresses dual-stack",
-                &["10.0.0.1", "2001:db8::2"],
-                &["10.0.0.1", "2001:db8::2"],
-                &["10.0.0.1", "2001:db8::2"],
-            ),
-            (
-                "Update secondary after new secondary address dual-stack",
-                &["10.0.0.1", "2001:db8::2"],
-                &["10.0.0.1"],
-                &["10.0.0.1", "2001:db8::2"],
-            ),
+        /// A row: the node's IPs, the runtime's IPs, the pod IPs.
+        struct HostNetworkCase {
+            name: &'static str,
+            node: &'static [&'static str],
+            cri: &'static [&'static str],
+            want: &'static [&'static str],
+        }
+        let cases = [
+            HostNetworkCase {
+                name: "Simple",
+                node: &["10.0.0.1"],
+                cri: &[],
+                want: &["10.0.0.1"],
+            },
+            HostNetworkCase {
+                name: "InternalIP is preferred over ExternalIP",
+                node: &["10.0.0.1"],
+                cri: &[],
+                want: &["10.0.0.1"],
+            },
+            HostNetworkCase {
+                name: "Single-stack addresses in dual-stack cluster",
+                node: &["10.0.0.1"],
+                cri: &[],
+                want: &["10.0.0.1"],
+            },
+            HostNetworkCase {
+                name: "Multiple single-stack addresses in dual-stack cluster",
+                node: &["10.0.0.1", "10.0.0.2"],
+                cri: &[],
+                want: &["10.0.0.1"],
+            },
+            HostNetworkCase {
+                name: "Dual-stack addresses in dual-stack cluster",
+                node: &["10.0.0.1", "fd01::1234"],
+                cri: &[],
+                want: &["10.0.0.1", "fd01::1234"],
+            },
+            HostNetworkCase {
+                name: "CRI PodIPs override NodeAddresses",
+                node: &["10.0.0.1", "fd01::1234"],
+                cri: &["192.168.0.1"],
+                want: &["192.168.0.1", "fd01::1234"],
+            },
+            HostNetworkCase {
+                name: "CRI dual-stack PodIPs override NodeAddresses",
+                node: &["10.0.0.1", "fd01::1234"],
+                cri: &["192.168.0.1", "2001:db8::2"],
+                want: &["192.168.0.1", "2001:db8::2"],
+            },
+            HostNetworkCase {
+                name: "CRI dual-stack PodIPs override NodeAddresses prefer IPv4",
+                node: &["10.0.0.1", "fd01::1234"],
+                cri: &["2001:db8::2", "192.168.0.1"],
+                want: &["192.168.0.1", "2001:db8::2"],
+            },
+            HostNetworkCase {
+                name: "Immutable after update node addresses single-stack",
+                node: &["10.0.0.1"],
+                cri: &["10.0.0.1"],
+                want: &["10.0.0.1"],
+            },
+            HostNetworkCase {
+                name: "Immutable after update node addresses dual-stack",
+                node: &["10.0.0.1", "2001:db8::2"],
+                cri: &["10.0.0.1", "2001:db8::2"],
+                want: &["10.0.0.1", "2001:db8::2"],
+            },
+            HostNetworkCase {
+                name: "Update secondary after new secondary address dual-stack",
+                node: &["10.0.0.1", "2001:db8::2"],
+                cri: &["10.0.0.1"],
+                want: &["10.0.0.1", "2001:db8::2"],
+            },
         ];
-        for (name, node, cri, want) in cases {
+        for HostNetworkCase { name, node, cri, want } in cases {
             let mut pod = pod_with(&["app"], vec![], "Always");
             pod.spec.host_network = true;
             let (s, got) = with_ips(&pod, cri, &ips(node));

@@ -307,45 +307,88 @@ fn upstream_condition_tables() {
         pod
     };
     let gate = |type_: &str, status: bool| condition(type_, status, None, None);
-    type Cond<'a> = (bool, Option<&'a str>, Option<&'a str>);
-    // (containers, statuses (name, ready) or nil, phase, want)
+    /// The condition a row wants: its status (True or not), reason and message.
+    #[derive(Debug, PartialEq)]
+    struct WantCondition {
+        status: bool,
+        reason: Option<&'static str>,
+        message: Option<&'static str>,
+    }
+    /// The container statuses of a row: (name, ready); None for upstream's nil.
+    type ReadyStatuses<'a> = Option<&'a [(&'static str, bool)]>;
+    /// A row of `TestGenerateContainersReadyCondition`.
+    struct ContainersReadyCase<'a> {
+        containers: &'static [&'static str],
+        statuses: ReadyStatuses<'a>,
+        phase: &'static str,
+        want: WantCondition,
+    }
     #[rustfmt::skip]
-    let containers_ready: [(&[&str], Option<&[(&str, bool)]>, &str, Cond); 7] = [
-        (&[], None, RUNNING, (false, Some("UnknownContainerStatuses"), None)),
-        (&[], Some(&[]), RUNNING, (true, None, None)),
-        (&["1234"], Some(&[]), RUNNING, (false, Some("ContainersNotReady"), Some("containers with unknown status: [1234]"))),
-        (&["1234", "5678"], Some(&[("1234", r), ("5678", r)]), RUNNING, (true, None, None)),
-        (&["1234", "5678"], Some(&[("1234", r)]), RUNNING, (false, Some("ContainersNotReady"), Some("containers with unknown status: [5678]"))),
-        (&["1234", "5678"], Some(&[("1234", r), ("5678", n)]), RUNNING, (false, Some("ContainersNotReady"), Some("containers with unready status: [5678]"))),
-        (&["1234"], Some(&[("1234", n)]), SUCCEEDED, (false, Some("PodCompleted"), None)),
+    let containers_ready: [ContainersReadyCase; 7] = [
+        ContainersReadyCase { containers: &[], statuses: None, phase: RUNNING, want: WantCondition { status: false, reason: Some("UnknownContainerStatuses"), message: None } },
+        ContainersReadyCase { containers: &[], statuses: Some(&[]), phase: RUNNING, want: WantCondition { status: true, reason: None, message: None } },
+        ContainersReadyCase { containers: &["1234"], statuses: Some(&[]), phase: RUNNING, want: WantCondition { status: false, reason: Some("ContainersNotReady"), message: Some("containers with unknown status: [1234]") } },
+        ContainersReadyCase { containers: &["1234", "5678"], statuses: Some(&[("1234", r), ("5678", r)]), phase: RUNNING, want: WantCondition { status: true, reason: None, message: None } },
+        ContainersReadyCase { containers: &["1234", "5678"], statuses: Some(&[("1234", r)]), phase: RUNNING, want: WantCondition { status: false, reason: Some("ContainersNotReady"), message: Some("containers with unknown status: [5678]") } },
+        ContainersReadyCase { containers: &["1234", "5678"], statuses: Some(&[("1234", r), ("5678", n)]), phase: RUNNING, want: WantCondition { status: false, reason: Some("ContainersNotReady"), message: Some("containers with unready status: [5678]") } },
+        ContainersReadyCase { containers: &["1234"], statuses: Some(&[("1234", n)]), phase: SUCCEEDED, want: WantCondition { status: false, reason: Some("PodCompleted"), message: None } },
     ];
     let got = |c: PodCondition| (c.status == "True", c.reason, c.message);
-    let own = |c: Cond| (c.0, c.1.map(str::to_owned), c.2.map(str::to_owned));
-    for (i, (containers, statuses, phase, want)) in containers_ready.into_iter().enumerate() {
+    let own = |c: WantCondition| (c.status, c.reason.map(str::to_owned), c.message.map(str::to_owned));
+    for (
+        i,
+        ContainersReadyCase {
+            containers,
+            statuses,
+            phase,
+            want,
+        },
+    ) in containers_ready.into_iter().enumerate()
+    {
         let statuses: Option<Vec<_>> = statuses.map(|s| s.iter().map(|(n, r)| ready_only(n, *r)).collect());
         let c = containers_ready_condition(&pod(containers, &[], &[]), statuses.as_deref(), phase);
         assert_eq!(c.type_, CONTAINERS_READY);
         assert_eq!(got(c), own(want), "TestGenerateContainersReadyCondition case {i}");
     }
 
-    // (containers, gates, gate conditions, statuses, phase, want)
+    /// A row of `TestGeneratePodReadyCondition`: the readiness gates, and the conditions of those
+    /// gates (type, True or not) the status holds.
+    struct PodReadyCase<'a> {
+        containers: &'static [&'static str],
+        gates: &'static [&'static str],
+        gate_conditions: &'static [(&'static str, bool)],
+        statuses: ReadyStatuses<'a>,
+        phase: &'static str,
+        want: WantCondition,
+    }
     #[rustfmt::skip]
-    let pod_ready: [(&[&str], &[&str], &[(&str, bool)], Option<&[(&str, bool)]>, &str, Cond); 13] = [
-        (&[], &[], &[], None, RUNNING, (false, Some("UnknownContainerStatuses"), None)),
-        (&[], &[], &[], Some(&[]), RUNNING, (true, None, None)),
-        (&["1234"], &[], &[], Some(&[]), RUNNING, (false, Some("ContainersNotReady"), Some("containers with unknown status: [1234]"))),
-        (&["1234", "5678"], &[], &[], Some(&[("1234", r), ("5678", r)]), RUNNING, (true, None, None)),
-        (&["1234", "5678"], &[], &[], Some(&[("1234", r)]), RUNNING, (false, Some("ContainersNotReady"), Some("containers with unknown status: [5678]"))),
-        (&["1234", "5678"], &[], &[], Some(&[("1234", r), ("5678", n)]), RUNNING, (false, Some("ContainersNotReady"), Some("containers with unready status: [5678]"))),
-        (&["1234"], &[], &[], Some(&[("1234", n)]), SUCCEEDED, (false, Some("PodCompleted"), None)),
-        (&[], &["gate1"], &[], Some(&[]), RUNNING, (false, Some("ReadinessGatesNotReady"), Some("corresponding condition of pod readiness gate \"gate1\" does not exist."))),
-        (&[], &["gate1"], &[("gate1", false)], Some(&[]), RUNNING, (false, Some("ReadinessGatesNotReady"), Some("the status of pod readiness gate \"gate1\" is not \"True\", but False"))),
-        (&[], &["gate1"], &[("gate1", true)], Some(&[]), RUNNING, (true, None, None)),
-        (&[], &["gate1", "gate2"], &[("gate1", true)], Some(&[]), RUNNING, (false, Some("ReadinessGatesNotReady"), Some("corresponding condition of pod readiness gate \"gate2\" does not exist."))),
-        (&[], &["gate1", "gate2"], &[("gate1", true), ("gate2", false)], Some(&[]), RUNNING, (false, Some("ReadinessGatesNotReady"), Some("the status of pod readiness gate \"gate2\" is not \"True\", but False"))),
-        (&["1234"], &["gate1"], &[("gate1", true)], Some(&[("1234", n)]), RUNNING, (false, Some("ContainersNotReady"), Some("containers with unready status: [1234]"))),
+    let pod_ready: [PodReadyCase; 13] = [
+        PodReadyCase { containers: &[], gates: &[], gate_conditions: &[], statuses: None, phase: RUNNING, want: WantCondition { status: false, reason: Some("UnknownContainerStatuses"), message: None } },
+        PodReadyCase { containers: &[], gates: &[], gate_conditions: &[], statuses: Some(&[]), phase: RUNNING, want: WantCondition { status: true, reason: None, message: None } },
+        PodReadyCase { containers: &["1234"], gates: &[], gate_conditions: &[], statuses: Some(&[]), phase: RUNNING, want: WantCondition { status: false, reason: Some("ContainersNotReady"), message: Some("containers with unknown status: [1234]") } },
+        PodReadyCase { containers: &["1234", "5678"], gates: &[], gate_conditions: &[], statuses: Some(&[("1234", r), ("5678", r)]), phase: RUNNING, want: WantCondition { status: true, reason: None, message: None } },
+        PodReadyCase { containers: &["1234", "5678"], gates: &[], gate_conditions: &[], statuses: Some(&[("1234", r)]), phase: RUNNING, want: WantCondition { status: false, reason: Some("ContainersNotReady"), message: Some("containers with unknown status: [5678]") } },
+        PodReadyCase { containers: &["1234", "5678"], gates: &[], gate_conditions: &[], statuses: Some(&[("1234", r), ("5678", n)]), phase: RUNNING, want: WantCondition { status: false, reason: Some("ContainersNotReady"), message: Some("containers with unready status: [5678]") } },
+        PodReadyCase { containers: &["1234"], gates: &[], gate_conditions: &[], statuses: Some(&[("1234", n)]), phase: SUCCEEDED, want: WantCondition { status: false, reason: Some("PodCompleted"), message: None } },
+        PodReadyCase { containers: &[], gates: &["gate1"], gate_conditions: &[], statuses: Some(&[]), phase: RUNNING, want: WantCondition { status: false, reason: Some("ReadinessGatesNotReady"), message: Some("corresponding condition of pod readiness gate \"gate1\" does not exist.") } },
+        PodReadyCase { containers: &[], gates: &["gate1"], gate_conditions: &[("gate1", false)], statuses: Some(&[]), phase: RUNNING, want: WantCondition { status: false, reason: Some("ReadinessGatesNotReady"), message: Some("the status of pod readiness gate \"gate1\" is not \"True\", but False") } },
+        PodReadyCase { containers: &[], gates: &["gate1"], gate_conditions: &[("gate1", true)], statuses: Some(&[]), phase: RUNNING, want: WantCondition { status: true, reason: None, message: None } },
+        PodReadyCase { containers: &[], gates: &["gate1", "gate2"], gate_conditions: &[("gate1", true)], statuses: Some(&[]), phase: RUNNING, want: WantCondition { status: false, reason: Some("ReadinessGatesNotReady"), message: Some("corresponding condition of pod readiness gate \"gate2\" does not exist.") } },
+        PodReadyCase { containers: &[], gates: &["gate1", "gate2"], gate_conditions: &[("gate1", true), ("gate2", false)], statuses: Some(&[]), phase: RUNNING, want: WantCondition { status: false, reason: Some("ReadinessGatesNotReady"), message: Some("the status of pod readiness gate \"gate2\" is not \"True\", but False") } },
+        PodReadyCase { containers: &["1234"], gates: &["gate1"], gate_conditions: &[("gate1", true)], statuses: Some(&[("1234", n)]), phase: RUNNING, want: WantCondition { status: false, reason: Some("ContainersNotReady"), message: Some("containers with unready status: [1234]") } },
     ];
-    for (i, (containers, gates, gate_conditions, statuses, phase, want)) in pod_ready.into_iter().enumerate() {
+    for (
+        i,
+        PodReadyCase {
+            containers,
+            gates,
+            gate_conditions,
+            statuses,
+            phase,
+            want,
+        },
+    ) in pod_ready.into_iter().enumerate()
+    {
         let statuses: Option<Vec<_>> = statuses.map(|s| s.iter().map(|(n, r)| ready_only(n, *r)).collect());
         let conditions: Vec<_> = gate_conditions.iter().map(|(t, s)| gate(t, *s)).collect();
         let c = ready_condition(&pod(containers, &[], gates), &conditions, statuses.as_deref(), phase);
@@ -353,18 +396,36 @@ fn upstream_condition_tables() {
         assert_eq!(got(c), own(want), "TestGeneratePodReadyCondition case {i}");
     }
 
-    // (init containers, init statuses or nil, phase, status, reason)
+    /// A row of `TestGeneratePodInitializedCondition`: the init containers and their statuses, the
+    /// condition's status (True or not) and reason.
+    struct InitializedCase<'a> {
+        init: &'static [&'static str],
+        statuses: ReadyStatuses<'a>,
+        phase: &'static str,
+        status: bool,
+        reason: Option<&'static str>,
+    }
     #[rustfmt::skip]
-    let initialized: [(&[&str], Option<&[(&str, bool)]>, &str, bool, Option<&str>); 7] = [
-        (&["1234", "5678"], None, RUNNING, false, Some("UnknownContainerStatuses")),
-        (&[], Some(&[]), RUNNING, true, None),
-        (&["1234"], Some(&[]), RUNNING, false, Some("ContainersNotInitialized")),
-        (&["1234", "5678"], Some(&[("1234", r), ("5678", r)]), RUNNING, true, None),
-        (&["1234", "5678"], Some(&[("1234", r)]), RUNNING, false, Some("ContainersNotInitialized")),
-        (&["1234", "5678"], Some(&[("1234", r), ("5678", n)]), RUNNING, false, Some("ContainersNotInitialized")),
-        (&["1234"], Some(&[("1234", r)]), SUCCEEDED, true, Some("PodCompleted")),
+    let initialized: [InitializedCase; 7] = [
+        InitializedCase { init: &["1234", "5678"], statuses: None, phase: RUNNING, status: false, reason: Some("UnknownContainerStatuses") },
+        InitializedCase { init: &[], statuses: Some(&[]), phase: RUNNING, status: true, reason: None },
+        InitializedCase { init: &["1234"], statuses: Some(&[]), phase: RUNNING, status: false, reason: Some("ContainersNotInitialized") },
+        InitializedCase { init: &["1234", "5678"], statuses: Some(&[("1234", r), ("5678", r)]), phase: RUNNING, status: true, reason: None },
+        InitializedCase { init: &["1234", "5678"], statuses: Some(&[("1234", r)]), phase: RUNNING, status: false, reason: Some("ContainersNotInitialized") },
+        InitializedCase { init: &["1234", "5678"], statuses: Some(&[("1234", r), ("5678", n)]), phase: RUNNING, status: false, reason: Some("ContainersNotInitialized") },
+        InitializedCase { init: &["1234"], statuses: Some(&[("1234", r)]), phase: SUCCEEDED, status: true, reason: Some("PodCompleted") },
     ];
-    for (i, (init, statuses, phase, status, reason)) in initialized.into_iter().enumerate() {
+    for (
+        i,
+        InitializedCase {
+            init,
+            statuses,
+            phase,
+            status,
+            reason,
+        },
+    ) in initialized.into_iter().enumerate()
+    {
         let statuses: Option<Vec<_>> = statuses.map(|s| s.iter().map(|(n, r)| ready_only(n, *r)).collect());
         let c = initialized_condition(&pod(&[], init, &[]), &[], statuses.as_deref(), phase);
         assert_eq!(c.type_, INITIALIZED);

@@ -470,13 +470,25 @@ fn upstream_convert_to_api_container_statuses_1_37() {
     };
     let running = |name: &str, id: &str| runtime_status(name, id, RuntimeContainerState::Running, 10);
     // (state kind, its waiting reason, its exit code), (last state reason, exit code), restart count
-    type Seen = (
-        &'static str,
-        Option<String>,
-        Option<i32>,
-        Option<(Option<String>, i32)>,
-        i32,
-    );
+    /// What a row compares of a container status: the kind of its state, its waiting reason, its
+    /// exit code; the reason and exit code of its last termination; its restart count.
+    #[derive(Debug, Clone, PartialEq)]
+    struct Seen {
+        state: &'static str,
+        reason: Option<String>,
+        exit_code: Option<i32>,
+        last_terminated: Option<(Option<String>, i32)>,
+        restart_count: i32,
+    }
+    /// A row: the status before, the runtime's statuses now, whether the pod restarts all its
+    /// containers (`podRestarting`), and what containerA and containerB show.
+    struct ConvertCase {
+        name: &'static str,
+        old: Vec<ContainerStatus>,
+        runtime: Vec<RuntimeContainerStatus>,
+        pod_restarting: bool,
+        want: [Seen; 2],
+    }
     let seen = |s: &ContainerStatus| -> Seen {
         let st = s.state.clone().unwrap_or_default();
         let (kind, reason, code) = if let Some(t) = st.terminated {
@@ -488,112 +500,188 @@ fn upstream_convert_to_api_container_statuses_1_37() {
             ("running", None, None)
         };
         let last = last_terminated(s).map(|t| (t.reason.clone(), t.exit_code));
-        (kind, reason, code, last, s.restart_count)
+        Seen {
+            state: kind,
+            reason,
+            exit_code: code,
+            last_terminated: last,
+            restart_count: s.restart_count,
+        }
     };
-    let removed: Seen = (
-        "waiting",
-        Some(RESTARTING_ALL_CONTAINERS.into()),
-        None,
-        Some((Some(RESTARTING_ALL_CONTAINERS.into()), 137)),
-        1,
-    );
+    let removed = Seen {
+        state: "waiting",
+        reason: Some(RESTARTING_ALL_CONTAINERS.into()),
+        exit_code: None,
+        last_terminated: Some((Some(RESTARTING_ALL_CONTAINERS.into()), 137)),
+        restart_count: 1,
+    };
     let error = |_code: i32| -> Option<String> { None };
-    let cases: Vec<(&str, Vec<ContainerStatus>, Vec<RuntimeContainerStatus>, bool, [Seen; 2])> = vec![
-        (
-            "no current status, keeping previous restartCount",
-            vec![
+    let cases = vec![
+        ConvertCase {
+            name: "no current status, keeping previous restartCount",
+            old: vec![
                 terminated_with("containerA", -1, 5),
                 terminated_with("containerB", -1, 5),
             ],
-            vec![],
-            false,
-            [
-                ("terminated", error(-1), Some(-1), None, 5),
-                ("terminated", error(-1), Some(-1), None, 5),
+            runtime: vec![],
+            pod_restarting: false,
+            want: [
+                Seen {
+                    state: "terminated",
+                    reason: error(-1),
+                    exit_code: Some(-1),
+                    last_terminated: None,
+                    restart_count: 5,
+                },
+                Seen {
+                    state: "terminated",
+                    reason: error(-1),
+                    exit_code: Some(-1),
+                    last_terminated: None,
+                    restart_count: 5,
+                },
             ],
-        ),
-        (
-            "currently running with lower restartCount",
-            vec![
+        },
+        ConvertCase {
+            name: "currently running with lower restartCount",
+            old: vec![
                 terminated_with("containerA", -1, 5),
                 terminated_with("containerB", -1, 5),
             ],
-            vec![running("containerA", "a2"), running("containerB", "b2")],
-            false,
-            [
-                ("running", None, None, Some((error(-1), -1)), 6),
-                ("running", None, None, Some((error(-1), -1)), 6),
+            runtime: vec![running("containerA", "a2"), running("containerB", "b2")],
+            pod_restarting: false,
+            want: [
+                Seen {
+                    state: "running",
+                    reason: None,
+                    exit_code: None,
+                    last_terminated: Some((error(-1), -1)),
+                    restart_count: 6,
+                },
+                Seen {
+                    state: "running",
+                    reason: None,
+                    exit_code: None,
+                    last_terminated: Some((error(-1), -1)),
+                    restart_count: 6,
+                },
             ],
-        ),
-        (
-            "containerB dies and triggers RestartAllContainers in place",
-            vec![running_old("containerA", 0), running_old("containerB", 0)],
-            vec![
+        },
+        ConvertCase {
+            name: "containerB dies and triggers RestartAllContainers in place",
+            old: vec![running_old("containerA", 0), running_old("containerB", 0)],
+            runtime: vec![
                 running("containerA", "containerA"),
                 exited("containerB", "containerB", 42),
             ],
-            true,
-            [
-                ("running", None, None, None, 0),
-                ("terminated", error(42), Some(42), None, 0),
+            pod_restarting: true,
+            want: [
+                Seen {
+                    state: "running",
+                    reason: None,
+                    exit_code: None,
+                    last_terminated: None,
+                    restart_count: 0,
+                },
+                Seen {
+                    state: "terminated",
+                    reason: error(42),
+                    exit_code: Some(42),
+                    last_terminated: None,
+                    restart_count: 0,
+                },
             ],
-        ),
-        (
-            "containerA killed",
-            vec![running_old("containerA", 0), terminated_with("containerB", 42, 0)],
-            vec![exited("containerA", "containerA", 137)],
-            true,
-            [("terminated", error(137), Some(137), None, 0), removed.clone()],
-        ),
-        (
-            "containerA killed then removed",
-            vec![
+        },
+        ConvertCase {
+            name: "containerA killed",
+            old: vec![running_old("containerA", 0), terminated_with("containerB", 42, 0)],
+            runtime: vec![exited("containerA", "containerA", 137)],
+            pod_restarting: true,
+            want: [
+                Seen {
+                    state: "terminated",
+                    reason: error(137),
+                    exit_code: Some(137),
+                    last_terminated: None,
+                    restart_count: 0,
+                },
+                removed.clone(),
+            ],
+        },
+        ConvertCase {
+            name: "containerA killed then removed",
+            old: vec![
                 terminated_with("containerA", 137, 0),
                 terminated_with("containerB", 42, 0),
             ],
-            vec![],
-            true,
-            [removed.clone(), removed.clone()],
-        ),
-        (
-            "containerA killed and removed together",
-            vec![running_old("containerA", 0), terminated_with("containerB", 42, 0)],
-            vec![],
-            true,
-            [removed.clone(), removed.clone()],
-        ),
-        (
-            "containerA rerun",
-            vec![waiting_removed("containerA", 1), terminated_with("containerB", 42, 0)],
-            vec![running("containerA", "containerA-new")],
-            true,
-            [
-                (
-                    "running",
-                    None,
-                    None,
-                    Some((Some(RESTARTING_ALL_CONTAINERS.into()), 137)),
-                    1,
-                ),
+            runtime: vec![],
+            pod_restarting: true,
+            want: [removed.clone(), removed.clone()],
+        },
+        ConvertCase {
+            name: "containerA killed and removed together",
+            old: vec![running_old("containerA", 0), terminated_with("containerB", 42, 0)],
+            runtime: vec![],
+            pod_restarting: true,
+            want: [removed.clone(), removed.clone()],
+        },
+        ConvertCase {
+            name: "containerA rerun",
+            old: vec![waiting_removed("containerA", 1), terminated_with("containerB", 42, 0)],
+            runtime: vec![running("containerA", "containerA-new")],
+            pod_restarting: true,
+            want: [
+                Seen {
+                    state: "running",
+                    reason: None,
+                    exit_code: None,
+                    last_terminated: Some((Some(RESTARTING_ALL_CONTAINERS.into()), 137)),
+                    restart_count: 1,
+                },
                 removed.clone(),
             ],
-        ),
-        (
-            "containerA succeeded",
-            vec![running_old("containerA", 1), terminated_with("containerB", 42, 0)],
-            vec![exited("containerA", "containerA", 0)],
-            true,
-            [("terminated", error(0), Some(0), None, 1), removed.clone()],
-        ),
-        (
-            "containerA failed",
-            vec![running_old("containerA", 1), terminated_with("containerB", 42, 0)],
-            vec![exited("containerA", "containerA", 1)],
-            true,
-            [("terminated", error(1), Some(1), None, 1), removed.clone()],
-        ),
+        },
+        ConvertCase {
+            name: "containerA succeeded",
+            old: vec![running_old("containerA", 1), terminated_with("containerB", 42, 0)],
+            runtime: vec![exited("containerA", "containerA", 0)],
+            pod_restarting: true,
+            want: [
+                Seen {
+                    state: "terminated",
+                    reason: error(0),
+                    exit_code: Some(0),
+                    last_terminated: None,
+                    restart_count: 1,
+                },
+                removed.clone(),
+            ],
+        },
+        ConvertCase {
+            name: "containerA failed",
+            old: vec![running_old("containerA", 1), terminated_with("containerB", 42, 0)],
+            runtime: vec![exited("containerA", "containerA", 1)],
+            pod_restarting: true,
+            want: [
+                Seen {
+                    state: "terminated",
+                    reason: error(1),
+                    exit_code: Some(1),
+                    last_terminated: None,
+                    restart_count: 1,
+                },
+                removed.clone(),
+            ],
+        },
     ];
-    for (name, old, runtime, restarting, want) in cases {
+    for ConvertCase {
+        name,
+        old,
+        runtime,
+        pod_restarting,
+        want,
+    } in cases
+    {
         let runtime = RuntimePodStatus {
             container_statuses: runtime,
             ..RuntimePodStatus::default()
@@ -607,7 +695,7 @@ fn upstream_convert_to_api_container_statuses_1_37() {
             Conversion {
                 runtime_name: "containerd",
                 recursive_read_only: Some(false),
-                pod_restarting: restarting,
+                pod_restarting,
             },
         );
         let got: Vec<Seen> = got.iter().map(seen).collect();

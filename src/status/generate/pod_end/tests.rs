@@ -233,25 +233,46 @@ fn upstream_terminate_pod_default_unknown_status() {
         _ => panic!("{c:?}"),
     };
     use S::*;
+    /// A row: the phase and the init and regular container states before, the pod's restart
+    /// policy, and what `TerminatePod` leaves.
+    struct TerminateCase {
+        name: &'static str,
+        phase: &'static str,
+        init: &'static [S],
+        regular: &'static [S],
+        policy: &'static str,
+        want_init: &'static [S],
+        want_regular: &'static [S],
+        want_phase: &'static str,
+    }
     #[rustfmt::skip]
-    let cases: [(&str, &str, &[S], &[S], &str, &[S], &[S], &str); 14] = [
-        // name, phase, init before, regular before, policy, init after, regular after, phase after
-        ("failed pod, no statuses", FAILED, &[], &[], "Always", &[], &[], FAILED),
-        ("running pod becomes failed", RUNNING, &[], &[], "Always", &[], &[], FAILED),
-        ("terminated container kept", RUNNING, &[], &[Terminated(2)], "Always", &[], &[Terminated(2)], FAILED),
-        ("last termination state set", RUNNING, &[], &[WaitingAfter(2)], "Never", &[], &[Unknown], FAILED),
-        ("no previous state", RUNNING, &[], &[Waiting], "Never", &[], &[Unknown], FAILED),
-        ("uninitialized pod defaults the first init container", PENDING, &[Waiting], &[Waiting], "Never", &[Unknown], &[Waiting], FAILED),
-        ("uninitialized pod defaults only the first init container", PENDING, &[Waiting, Waiting], &[Waiting], "Never", &[Unknown, Waiting], &[Waiting], FAILED),
-        ("uninitialized pod defaults gaps", PENDING, &[Waiting, Waiting, Terminated(1), Waiting], &[Waiting], "Never", &[Unknown, Unknown, Terminated(1), Waiting], &[Waiting], FAILED),
-        ("failed last container is uninitialized", PENDING, &[Waiting, Waiting, Terminated(1)], &[Waiting], "Never", &[Unknown, Unknown, Terminated(1)], &[Waiting], FAILED),
-        ("successful last container is initialized", RUNNING, &[Waiting, Waiting, Terminated(0)], &[Waiting], "Never", &[Unknown, Unknown, Terminated(0)], &[Unknown], FAILED),
-        ("successful last previous container is initialized, and container state is overwritten", RUNNING, &[Waiting, Waiting, WaitingAfter(0)], &[Waiting], "Never", &[Unknown, Unknown, Unknown], &[Unknown], FAILED),
-        ("running container proves initialization", RUNNING, &[Waiting], &[Running], "Never", &[Unknown], &[Unknown], FAILED),
-        ("evidence of terminated container proves initialization", RUNNING, &[Waiting], &[Terminated(0)], "Never", &[Unknown], &[Terminated(0)], FAILED),
-        ("evidence of previously terminated container proves initialization", RUNNING, &[Waiting], &[LastOnly(0)], "Never", &[Unknown], &[Unknown], FAILED),
+    let cases: [TerminateCase; 14] = [
+        TerminateCase { name: "failed pod, no statuses", phase: FAILED, init: &[], regular: &[], policy: "Always", want_init: &[], want_regular: &[], want_phase: FAILED },
+        TerminateCase { name: "running pod becomes failed", phase: RUNNING, init: &[], regular: &[], policy: "Always", want_init: &[], want_regular: &[], want_phase: FAILED },
+        TerminateCase { name: "terminated container kept", phase: RUNNING, init: &[], regular: &[Terminated(2)], policy: "Always", want_init: &[], want_regular: &[Terminated(2)], want_phase: FAILED },
+        TerminateCase { name: "last termination state set", phase: RUNNING, init: &[], regular: &[WaitingAfter(2)], policy: "Never", want_init: &[], want_regular: &[Unknown], want_phase: FAILED },
+        TerminateCase { name: "no previous state", phase: RUNNING, init: &[], regular: &[Waiting], policy: "Never", want_init: &[], want_regular: &[Unknown], want_phase: FAILED },
+        TerminateCase { name: "uninitialized pod defaults the first init container", phase: PENDING, init: &[Waiting], regular: &[Waiting], policy: "Never", want_init: &[Unknown], want_regular: &[Waiting], want_phase: FAILED },
+        TerminateCase { name: "uninitialized pod defaults only the first init container", phase: PENDING, init: &[Waiting, Waiting], regular: &[Waiting], policy: "Never", want_init: &[Unknown, Waiting], want_regular: &[Waiting], want_phase: FAILED },
+        TerminateCase { name: "uninitialized pod defaults gaps", phase: PENDING, init: &[Waiting, Waiting, Terminated(1), Waiting], regular: &[Waiting], policy: "Never", want_init: &[Unknown, Unknown, Terminated(1), Waiting], want_regular: &[Waiting], want_phase: FAILED },
+        TerminateCase { name: "failed last container is uninitialized", phase: PENDING, init: &[Waiting, Waiting, Terminated(1)], regular: &[Waiting], policy: "Never", want_init: &[Unknown, Unknown, Terminated(1)], want_regular: &[Waiting], want_phase: FAILED },
+        TerminateCase { name: "successful last container is initialized", phase: RUNNING, init: &[Waiting, Waiting, Terminated(0)], regular: &[Waiting], policy: "Never", want_init: &[Unknown, Unknown, Terminated(0)], want_regular: &[Unknown], want_phase: FAILED },
+        TerminateCase { name: "successful last previous container is initialized, and container state is overwritten", phase: RUNNING, init: &[Waiting, Waiting, WaitingAfter(0)], regular: &[Waiting], policy: "Never", want_init: &[Unknown, Unknown, Unknown], want_regular: &[Unknown], want_phase: FAILED },
+        TerminateCase { name: "running container proves initialization", phase: RUNNING, init: &[Waiting], regular: &[Running], policy: "Never", want_init: &[Unknown], want_regular: &[Unknown], want_phase: FAILED },
+        TerminateCase { name: "evidence of terminated container proves initialization", phase: RUNNING, init: &[Waiting], regular: &[Terminated(0)], policy: "Never", want_init: &[Unknown], want_regular: &[Terminated(0)], want_phase: FAILED },
+        TerminateCase { name: "evidence of previously terminated container proves initialization", phase: RUNNING, init: &[Waiting], regular: &[LastOnly(0)], policy: "Never", want_init: &[Unknown], want_regular: &[Unknown], want_phase: FAILED },
     ];
-    for (name, phase, init, regular, policy, want_init, want_regular, want_phase) in cases {
+    for TerminateCase {
+        name,
+        phase,
+        init,
+        regular,
+        policy,
+        want_init,
+        want_regular,
+        want_phase,
+    } in cases
+    {
         let init_names: Vec<String> = (0..init.len()).map(|i| format!("init-{i}")).collect();
         let regular_names: Vec<String> = (0..regular.len().max(1)).map(|i| i.to_string()).collect();
         let refs: Vec<&str> = regular_names.iter().map(String::as_str).collect();
