@@ -749,94 +749,103 @@ fn upstream_pod_level_resources_1_37() {
     };
     let both = [("cpu", "100m"), ("memory", "100Mi")];
     let limits = [("cpu", "200m"), ("memory", "200Mi")];
-    // (row, spec, API phase, pod resources (None: kept as it was), allocatedResources)
-    let rows: Vec<(
-        &str,
-        ApiPodSpec,
-        &str,
-        Option<ResourceRequirements>,
-        Option<resources::ResourceList>,
-    )> = vec![
-        (
-            "pending pod",
-            ApiPodSpec {
+    /// A row: the spec, the API phase, the pod resources (None: kept as they were) and
+    /// allocatedResources.
+    struct PodResourcesCase {
+        row: &'static str,
+        spec: ApiPodSpec,
+        phase: &'static str,
+        want_resources: Option<ResourceRequirements>,
+        want_allocated: Option<resources::ResourceList>,
+    }
+    let rows = vec![
+        PodResourcesCase {
+            row: "pending pod",
+            spec: ApiPodSpec {
                 containers: vec![sized("A", req(&both, &limits))],
                 resources: Some(Box::new(req(&both, &limits))),
                 ..ApiPodSpec::default()
             },
-            PENDING,
-            Some(req(&both, &limits)),
-            list(&both),
-        ),
-        (
-            "succeeded pod",
-            ApiPodSpec {
+            phase: PENDING,
+            want_resources: Some(req(&both, &limits)),
+            want_allocated: list(&both),
+        },
+        PodResourcesCase {
+            row: "succeeded pod",
+            spec: ApiPodSpec {
                 containers: vec![sized("A", req(&both, &[]))],
                 resources: Some(Box::new(req(&both, &[]))),
                 ..ApiPodSpec::default()
             },
-            SUCCEEDED,
-            Some(req(&both, &[])),
-            list(&both),
-        ),
-        (
-            "pod with init containers",
-            ApiPodSpec {
+            phase: SUCCEEDED,
+            want_resources: Some(req(&both, &[])),
+            want_allocated: list(&both),
+        },
+        PodResourcesCase {
+            row: "pod with init containers",
+            spec: ApiPodSpec {
                 init_containers: vec![sized("initA", req(&both, &[]))],
                 containers: vec![sized("A", req(&[("cpu", "200m"), ("memory", "200Mi")], &[]))],
                 resources: Some(Box::new(req(&[("cpu", "200m"), ("memory", "200Mi")], &[]))),
                 ..ApiPodSpec::default()
             },
-            RUNNING,
-            None,
-            list(&[("cpu", "200m"), ("memory", "200Mi")]),
-        ),
-        (
-            "no resources set",
-            ApiPodSpec {
+            phase: RUNNING,
+            want_resources: None,
+            want_allocated: list(&[("cpu", "200m"), ("memory", "200Mi")]),
+        },
+        PodResourcesCase {
+            row: "no resources set",
+            spec: ApiPodSpec {
                 containers: vec![spec_container("A"), spec_container("B")],
                 ..ApiPodSpec::default()
             },
-            RUNNING,
-            None,
-            None,
-        ),
-        (
-            "only CPU set",
-            ApiPodSpec {
+            phase: RUNNING,
+            want_resources: None,
+            want_allocated: None,
+        },
+        PodResourcesCase {
+            row: "only CPU set",
+            spec: ApiPodSpec {
                 containers: vec![sized("A", req(&[("cpu", "100m")], &[]))],
                 resources: Some(Box::new(req(&[("cpu", "100m")], &[]))),
                 ..ApiPodSpec::default()
             },
-            RUNNING,
-            None,
-            list(&[("cpu", "100m")]),
-        ),
-        (
-            "only Memory set",
-            ApiPodSpec {
+            phase: RUNNING,
+            want_resources: None,
+            want_allocated: list(&[("cpu", "100m")]),
+        },
+        PodResourcesCase {
+            row: "only Memory set",
+            spec: ApiPodSpec {
                 containers: vec![sized("A", req(&[("memory", "100Mi")], &[]))],
                 resources: Some(Box::new(req(&[("memory", "100Mi")], &[]))),
                 ..ApiPodSpec::default()
             },
-            RUNNING,
-            None,
-            list(&[("memory", "100Mi")]),
-        ),
-        (
-            "0 values for CPU and Memory",
-            ApiPodSpec {
+            phase: RUNNING,
+            want_resources: None,
+            want_allocated: list(&[("memory", "100Mi")]),
+        },
+        PodResourcesCase {
+            row: "0 values for CPU and Memory",
+            spec: ApiPodSpec {
                 containers: vec![sized("A", req(&[("cpu", "0"), ("memory", "0")], &[]))],
                 resources: Some(Box::new(req(&[("cpu", "0"), ("memory", "0")], &[]))),
                 ..ApiPodSpec::default()
             },
-            RUNNING,
-            None,
-            list(&[("cpu", "0"), ("memory", "0")]),
-        ),
+            phase: RUNNING,
+            want_resources: None,
+            want_allocated: list(&[("cpu", "0"), ("memory", "0")]),
+        },
     ];
     let was = req(&[("cpu", "1")], &[]);
-    for (row, spec, phase, want_resources, want_allocated) in rows {
+    for PodResourcesCase {
+        row,
+        spec,
+        phase,
+        want_resources,
+        want_allocated,
+    } in rows
+    {
         let (resources, allocated) = resources::pod_status_resources(&spec, Some(phase), Some(&was));
         assert_eq!(allocated, want_allocated, "{row}: allocatedResources");
         assert_eq!(
