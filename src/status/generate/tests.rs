@@ -515,107 +515,122 @@ fn upstream_merge_pod_status() {
         s.message = Some(message.into());
         s
     };
-    let cases: Vec<(&str, bool, PodStatus, PodStatus, PodStatus)> = vec![
-        ("no change", false, base(), base(), base()),
-        (
-            "add DisruptionTarget condition when transitioning into failed phase",
-            false,
-            base(),
-            with(failed(base()), by_kubelet()),
-            expect(FAILED, [vec![by_kubelet()], failed_ready()].concat(), None, "Message"),
-        ),
-        (
-            "don't add DisruptionTarget condition when transitioning into failed phase, but there might still be running containers",
-            true,
-            base(),
-            with(failed(base()), by_kubelet()),
-            expect(RUNNING, base().conditions.unwrap(), None, "Message"),
-        ),
-        (
-            "preserve DisruptionTarget condition",
-            false,
-            with(base(), by_kubelet()),
-            base(),
-            expect(
+    /// A row: whether the pod could still have running containers, the old and the new status,
+    /// the merged one.
+    struct MergeCase {
+        name: &'static str,
+        could_have_running: bool,
+        old: PodStatus,
+        new: PodStatus,
+        want: PodStatus,
+    }
+    let cases = vec![
+        MergeCase {
+            name: "no change",
+            could_have_running: false,
+            old: base(),
+            new: base(),
+            want: base(),
+        },
+        MergeCase {
+            name: "add DisruptionTarget condition when transitioning into failed phase",
+            could_have_running: false,
+            old: base(),
+            new: with(failed(base()), by_kubelet()),
+            want: expect(FAILED, [vec![by_kubelet()], failed_ready()].concat(), None, "Message"),
+        },
+        MergeCase {
+            name: "don't add DisruptionTarget condition when transitioning into failed phase, but there might still be running containers",
+            could_have_running: true,
+            old: base(),
+            new: with(failed(base()), by_kubelet()),
+            want: expect(RUNNING, base().conditions.unwrap(), None, "Message"),
+        },
+        MergeCase {
+            name: "preserve DisruptionTarget condition",
+            could_have_running: false,
+            old: with(base(), by_kubelet()),
+            new: base(),
+            want: expect(
                 RUNNING,
                 [base().conditions.unwrap(), vec![by_kubelet()]].concat(),
                 None,
                 "Message",
             ),
-        ),
-        (
-            "override DisruptionTarget condition",
-            false,
-            with(base(), by_eviction()),
-            with(failed(base()), by_kubelet()),
-            expect(FAILED, [failed_ready(), vec![by_kubelet()]].concat(), None, "Message"),
-        ),
-        (
-            "don't override DisruptionTarget condition when remaining in running phase",
-            false,
-            with(base(), by_eviction()),
-            with(base(), by_kubelet()),
-            expect(
+        },
+        MergeCase {
+            name: "override DisruptionTarget condition",
+            could_have_running: false,
+            old: with(base(), by_eviction()),
+            new: with(failed(base()), by_kubelet()),
+            want: expect(FAILED, [failed_ready(), vec![by_kubelet()]].concat(), None, "Message"),
+        },
+        MergeCase {
+            name: "don't override DisruptionTarget condition when remaining in running phase",
+            could_have_running: false,
+            old: with(base(), by_eviction()),
+            new: with(base(), by_kubelet()),
+            want: expect(
                 RUNNING,
                 [vec![by_eviction()], base().conditions.unwrap()].concat(),
                 None,
                 "Message",
             ),
-        ),
-        (
-            "don't override DisruptionTarget condition when transitioning to failed phase but there might still be running containers",
-            true,
-            with(base(), by_eviction()),
-            with(failed(base()), by_kubelet()),
-            expect(
+        },
+        MergeCase {
+            name: "don't override DisruptionTarget condition when transitioning to failed phase but there might still be running containers",
+            could_have_running: true,
+            old: with(base(), by_eviction()),
+            new: with(failed(base()), by_kubelet()),
+            want: expect(
                 RUNNING,
                 [vec![by_eviction()], base().conditions.unwrap()].concat(),
                 None,
                 "Message",
             ),
-        ),
-        (
-            "readiness changes",
-            false,
-            base(),
-            ready_false(base()),
-            ready_false(base()),
-        ),
-        (
-            "additional pod condition",
-            false,
-            with(base(), feature(true)),
-            base(),
-            with(base(), feature(true)),
-        ),
-        (
-            "additional pod condition and readiness changes",
-            false,
-            with(base(), feature(true)),
-            ready_false(base()),
-            with(ready_false(base()), feature(true)),
-        ),
-        (
-            "additional pod condition changes",
-            false,
-            with(base(), feature(true)),
-            with(base(), feature(false)),
-            with(base(), feature(true)),
-        ),
-        (
-            "phase is transitioning to failed and no containers running",
-            false,
-            evicting(base(), RUNNING, "Unknown", "Message"),
-            evicting(base(), FAILED, "Evicted", "Was Evicted"),
-            expect(FAILED, failed_ready(), Some("Evicted"), "Was Evicted"),
-        ),
-        (
-            "phase is transitioning to failed and containers running",
-            true,
-            evicting(base(), RUNNING, "Unknown", "Message"),
-            evicting(base(), FAILED, "Evicted", "Was Evicted"),
-            expect(RUNNING, base().conditions.unwrap(), Some("Unknown"), "Message"),
-        ),
+        },
+        MergeCase {
+            name: "readiness changes",
+            could_have_running: false,
+            old: base(),
+            new: ready_false(base()),
+            want: ready_false(base()),
+        },
+        MergeCase {
+            name: "additional pod condition",
+            could_have_running: false,
+            old: with(base(), feature(true)),
+            new: base(),
+            want: with(base(), feature(true)),
+        },
+        MergeCase {
+            name: "additional pod condition and readiness changes",
+            could_have_running: false,
+            old: with(base(), feature(true)),
+            new: ready_false(base()),
+            want: with(ready_false(base()), feature(true)),
+        },
+        MergeCase {
+            name: "additional pod condition changes",
+            could_have_running: false,
+            old: with(base(), feature(true)),
+            new: with(base(), feature(false)),
+            want: with(base(), feature(true)),
+        },
+        MergeCase {
+            name: "phase is transitioning to failed and no containers running",
+            could_have_running: false,
+            old: evicting(base(), RUNNING, "Unknown", "Message"),
+            new: evicting(base(), FAILED, "Evicted", "Was Evicted"),
+            want: expect(FAILED, failed_ready(), Some("Evicted"), "Was Evicted"),
+        },
+        MergeCase {
+            name: "phase is transitioning to failed and containers running",
+            could_have_running: true,
+            old: evicting(base(), RUNNING, "Unknown", "Message"),
+            new: evicting(base(), FAILED, "Evicted", "Was Evicted"),
+            want: expect(RUNNING, base().conditions.unwrap(), Some("Unknown"), "Message"),
+        },
     ];
     let key = |s: &PodStatus| {
         let mut conditions: Vec<_> = s
@@ -627,8 +642,15 @@ fn upstream_merge_pod_status() {
         conditions.sort();
         (s.phase.clone(), s.reason.clone(), s.message.clone(), conditions)
     };
-    for (name, running, old, new, want) in cases {
-        let got = merge_pod_status(&old, new, running, at(1));
+    for MergeCase {
+        name,
+        could_have_running,
+        old,
+        new,
+        want,
+    } in cases
+    {
+        let got = merge_pod_status(&old, new, could_have_running, at(1));
         assert_eq!(key(&got), key(&want), "{name}");
     }
 }
