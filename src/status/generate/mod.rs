@@ -10,7 +10,7 @@
 //! ContainerCreating / PodInitializing.
 
 //!
-//! One file per topic: [`phase`] (`getPhase`, restart policies and rules), [`conditions`], container
+//! One file per topic: `phase` (`getPhase`, restart policies and rules), `conditions`, container
 //! statuses (`container_statuses`), pod IPs (`ips`), volume mount statuses (`volume_mounts`), and the
 //! end of a pod (`pod_end`: `TerminatePod`, the active deadline, deletion). This file puts them
 //! together: [`generate`], [`generate_api_pod_status`], [`merge_pod_status`].
