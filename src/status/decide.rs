@@ -18,8 +18,8 @@ use super::StatusMode;
 use super::compare::{Difference, Probed, differences};
 use super::generate::{
     CONTAINERS_RUNNING, DISRUPTION_TARGET, IllegalTransition, KUBELET_CONDITIONS, StatusInput, active_deadline,
-    check_container_state_transition, containers_running_condition, generate, observed_generation, pod_can_be_deleted,
-    set_transition_time,
+    check_container_state_transition, containers_running_condition, generate, is_terminal, observed_generation,
+    pod_can_be_deleted, set_transition_time,
 };
 use crate::kubecontainer::RuntimePodStatus;
 use crate::pod::ApiPod;
@@ -182,7 +182,7 @@ pub fn decide(
         stop_signals: node.stop_signals,
         now,
     });
-    let deadline = (!matches!(generated.phase.as_deref(), Some("Succeeded" | "Failed")))
+    let deadline = (!is_terminal(generated.phase.as_deref()))
         .then(|| active_deadline(&base, generated.start_time.as_ref()))
         .flatten()
         .filter(|deadline| *deadline > now);

@@ -32,6 +32,7 @@ use crate::metrics::Metrics;
 use crate::pod::{ApiPod, NodeName};
 use crate::status::StatusMode;
 use crate::status::decide::{LastWrite, apiserver_status, rebase};
+use crate::status::generate::is_terminal;
 use crate::status::patch::status_patch_body;
 use crate::status::semantic::canonical;
 use crate::supervise::Stage;
@@ -260,10 +261,6 @@ fn delete_outcome(code: u16) -> (&'static str, Outcome) {
     }
 }
 
-fn is_terminal(status: Option<&PodStatus>) -> bool {
-    matches!(status.and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
-}
-
 fn to_json(status: &PodStatus) -> Value {
     serde_json::to_value(status).unwrap_or(Value::Null)
 }
@@ -480,7 +477,10 @@ impl StatusManager {
             let pods = self.lock();
             let last_write = pods.get(uid).and_then(|p| p.last_write.as_deref());
             let (status, _) = apiserver_status(&pod, last_write);
-            (pod.metadata.deletion_timestamp.is_some(), is_terminal(status))
+            (
+                pod.metadata.deletion_timestamp.is_some(),
+                is_terminal(status.and_then(|s| s.phase.as_deref())),
+            )
         };
         if !deleting || !phase_terminal {
             return None;

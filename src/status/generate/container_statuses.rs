@@ -1,0 +1,390 @@
+//! Container statuses: the runtime's statuses in API form (`convertToAPIContainerStatuses`,
+//! `convertContainerStatus`), what the prober manager sets (`started`, `ready`), the lost init
+//! containers of kubernetes#131317, and the termination messages' share (`normalizeStatus`).
+
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+use k8s_openapi::api::core::v1::{
+    ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::super::resources;
+use super::phase::RESTARTING_ALL_CONTAINERS;
+use super::volume_mounts::volume_mount_statuses;
+use super::{
+    CONTAINER_STATUS_UNKNOWN, MAX_TERMINATION_MESSAGES, RESTARTING_ALL_CONTAINERS_MESSAGE, api_time, find,
+    last_terminated, running, terminated, waiting,
+};
+use crate::kubecontainer::{RuntimeContainerState, RuntimeContainerStatus, RuntimePodStatus};
+use crate::pod::{ApiContainer, ApiPod};
+
+/// A time the runtime reported, as `convertContainerStatus` writes it: `time.Unix(0, t)`, so a
+/// runtime that reports none (0, or a value refused as bad data) gives the Unix epoch, not no time.
+fn runtime_time(t: Option<SystemTime>) -> Time {
+    api_time(t.unwrap_or(SystemTime::UNIX_EPOCH))
+}
+
+/// One runtime status in API form (`convertContainerStatus`, 1.37 with
+/// RestartAllContainersOnContainerExits on): from the old status of the name come its volume mounts,
+/// a restart count never lower, and its last termination (the old state's when the container id
+/// changed, else the old last state) — the runtime may no longer hold the instance that ended.
+fn convert(
+    cs: &RuntimeContainerStatus,
+    old: Option<&ContainerStatus>,
+    runtime_name: &str,
+    pod_restarting: bool,
+) -> ContainerStatus {
+    let container_id = format!("{runtime_name}://{}", cs.id);
+    let mut status = ContainerStatus {
+        name: cs.name.clone(),
+        // A count from the runtime beyond what the API holds stays at the API's largest.
+        restart_count: i32::try_from(cs.restart_count).unwrap_or(i32::MAX),
+        image: cs.image.clone(),
+        image_id: cs.image_ref.clone(),
+        container_id: Some(container_id.clone()),
+        // The CRI does not know volume names: the mounts the status listed stay as they were.
+        volume_mounts: old.and_then(|o| o.volume_mounts.clone()),
+        ..ContainerStatus::default()
+    };
+    if let Some(old) = old {
+        status.restart_count = status.restart_count.max(old.restart_count);
+        let last = if old.container_id != status.container_id {
+            terminated(old).or_else(|| last_terminated(old))
+        } else {
+            last_terminated(old)
+        };
+        status.last_state = last.map(|t| ContainerState {
+            terminated: Some(t.clone()),
+            ..ContainerState::default()
+        });
+    }
+    let state = match cs.state {
+        RuntimeContainerState::Running => {
+            // A new instance after a terminated one the runtime did not count.
+            if let Some(old) = old
+                && terminated(old).is_some()
+                && old.restart_count >= i32::try_from(cs.restart_count).unwrap_or(i32::MAX)
+            {
+                status.restart_count = old.restart_count.saturating_add(1);
+            }
+            ContainerState {
+                running: Some(ContainerStateRunning {
+                    started_at: Some(runtime_time(cs.started_at)),
+                }),
+                ..ContainerState::default()
+            }
+        }
+        RuntimeContainerState::Created => ContainerState {
+            waiting: Some(ContainerStateWaiting::default()),
+            ..ContainerState::default()
+        },
+        RuntimeContainerState::Exited => ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                exit_code: cs.exit_code,
+                reason: (!cs.reason.is_empty()).then(|| cs.reason.clone()),
+                message: (!cs.message.is_empty()).then(|| cs.message.clone()),
+                started_at: Some(runtime_time(cs.started_at)),
+                finished_at: Some(runtime_time(cs.finished_at)),
+                container_id: Some(container_id),
+                signal: None,
+            }),
+            ..ContainerState::default()
+        },
+        RuntimeContainerState::Unknown if old.is_some_and(running) => {
+            status.restart_count = old.map_or(0, |o| o.restart_count).saturating_add(1);
+            ContainerState {
+                terminated: Some(ContainerStateTerminated {
+                    exit_code: 137,
+                    reason: Some(
+                        if pod_restarting {
+                            RESTARTING_ALL_CONTAINERS
+                        } else {
+                            CONTAINER_STATUS_UNKNOWN
+                        }
+                        .to_owned(),
+                    ),
+                    message: Some("The container could not be located when the pod was terminated".to_owned()),
+                    ..ContainerStateTerminated::default()
+                }),
+                ..ContainerState::default()
+            }
+        }
+        RuntimeContainerState::Unknown => ContainerState {
+            waiting: Some(ContainerStateWaiting::default()),
+            ..ContainerState::default()
+        },
+    };
+    status.state = Some(state);
+    status
+}
+
+/// Which list of the pod's containers a status list is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ListKind {
+    Regular,
+    Init,
+    Ephemeral,
+}
+
+/// The message upstream gives an init container whose runtime status is gone once the pod has
+/// initialized (kubernetes#131317, Kubernetes 1.35).
+pub const LOST_INIT_CONTAINER_MESSAGE: &str = "Unable to get init container status from container runtime and pod has been initialized, treat it as exited normally";
+
+/// `HasAnyRegularContainerCreated`: the newest runtime status of some regular container is
+/// created, running or exited.
+fn any_regular_container_created(pod: &ApiPod, runtime: &RuntimePodStatus) -> bool {
+    pod.spec.containers.iter().any(|c| {
+        runtime
+            .container_statuses
+            .iter()
+            .filter(|s| s.name == c.name)
+            .max_by_key(|s| s.created_at)
+            .is_some_and(|s| s.state != RuntimeContainerState::Unknown)
+    })
+}
+
+/// `convertToAPIContainerStatuses` for one list of containers, then what the prober manager's
+/// `UpdatePodStatus` sets (`started`, `ready`). Regular and ephemeral statuses come out sorted by
+/// name, init container statuses in spec order (the status manager's `normalizeStatus`).
+/// What converting a pod's container statuses needs besides the lists: the runtime's name, whether
+/// its handler supports recursive read-only mounts, and whether the pod restarts all containers
+/// (`ShouldAllContainersRestart`).
+#[derive(Clone, Copy)]
+pub(super) struct Conversion<'a> {
+    pub(super) runtime_name: &'a str,
+    pub(super) recursive_read_only: Option<bool>,
+    pub(super) pod_restarting: bool,
+}
+
+pub(super) fn container_statuses(
+    pod: &ApiPod,
+    specs: &[ApiContainer],
+    kind: ListKind,
+    previous: &[ContainerStatus],
+    runtime: &RuntimePodStatus,
+    conversion: Conversion<'_>,
+) -> Vec<ContainerStatus> {
+    let Conversion {
+        runtime_name,
+        recursive_read_only,
+        pod_restarting,
+    } = conversion;
+    let deleting = pod.metadata.deletion_timestamp.is_some();
+    let default_reason = if pod.spec.init_containers.is_empty() {
+        "ContainerCreating"
+    } else {
+        "PodInitializing"
+    };
+    let mut statuses: BTreeMap<&str, ContainerStatus> = BTreeMap::new();
+    for c in specs {
+        let mut status = ContainerStatus {
+            name: c.name.clone(),
+            image: c.image.clone(),
+            state: Some(ContainerState {
+                waiting: Some(ContainerStateWaiting {
+                    reason: Some(default_reason.to_owned()),
+                    message: None,
+                }),
+                ..ContainerState::default()
+            }),
+            volume_mounts: volume_mount_statuses(c, recursive_read_only),
+            ..ContainerStatus::default()
+        };
+        if let Some(old) = find(previous, &c.name) {
+            if terminated(old).is_some() {
+                status = old.clone();
+            } else {
+                status.restart_count = old.restart_count;
+                status.last_state = old.last_state.clone();
+            }
+        }
+        statuses.insert(c.name.as_str(), status);
+    }
+
+    // A container that was running and has vanished from the runtime terminated, code unknown.
+    // Only ever from a successful read: the syncLoop never generates from a failed one.
+    for c in specs {
+        if runtime.container_statuses.iter().any(|s| s.name == c.name) {
+            continue;
+        }
+        let Some(old) = find(previous, &c.name) else { continue };
+        // Removed by the kubelet to restart all containers: waiting, its last state says so.
+        if pod_restarting && !waiting(old) {
+            let Some(status) = statuses.get_mut(c.name.as_str()) else {
+                continue;
+            };
+            let (reason, message) = (
+                RESTARTING_ALL_CONTAINERS.to_owned(),
+                RESTARTING_ALL_CONTAINERS_MESSAGE.to_owned(),
+            );
+            status.state = Some(ContainerState {
+                waiting: Some(ContainerStateWaiting {
+                    reason: Some(reason.clone()),
+                    message: Some(message.clone()),
+                }),
+                ..ContainerState::default()
+            });
+            status.last_state = Some(ContainerState {
+                terminated: Some(ContainerStateTerminated {
+                    exit_code: 137,
+                    reason: Some(reason),
+                    message: Some(message),
+                    ..ContainerStateTerminated::default()
+                }),
+                ..ContainerState::default()
+            });
+            status.restart_count = old.restart_count.saturating_add(1);
+            continue;
+        }
+        if terminated(old).is_some() || !running(old) {
+            continue;
+        }
+        let Some(status) = statuses.get_mut(c.name.as_str()) else {
+            continue;
+        };
+        let is_default = status
+            .state
+            .as_ref()
+            .and_then(|s| s.waiting.as_ref())
+            .is_some_and(|w| w.reason.as_deref() == Some(default_reason));
+        if !is_default || last_terminated(status).is_some() {
+            continue;
+        }
+        status.last_state = Some(ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                exit_code: 137,
+                reason: Some(CONTAINER_STATUS_UNKNOWN.to_owned()),
+                message: Some(
+                    "The container could not be located when the pod was deleted.  The container used to be Running"
+                        .to_owned(),
+                ),
+                ..ContainerStateTerminated::default()
+            }),
+            ..ContainerState::default()
+        });
+        if !deleting {
+            status.restart_count = status.restart_count.saturating_add(1);
+        }
+    }
+
+    // Newest first: the newest runtime status of a name is its state, the one before its lastState.
+    let mut by_age: Vec<&RuntimeContainerStatus> = runtime.container_statuses.iter().collect();
+    by_age.sort_by_key(|s| std::cmp::Reverse(s.created_at));
+    let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+    for cs in by_age {
+        let Some(spec) = specs.iter().find(|c| c.name == cs.name) else {
+            continue;
+        };
+        let count = seen.entry(spec.name.as_str()).or_default();
+        if *count >= 2 {
+            continue;
+        }
+        let old = find(previous, &cs.name);
+        let mut status = convert(cs, old, runtime_name, pod_restarting);
+        if *count == 0 {
+            // Every container the runtime reported, of any kind (`GetContainerSpec`; ephemeral
+            // containers have no resources: `{}`).
+            resources::set_runtime_fields(&mut status, cs, spec.resources.as_deref(), old);
+            statuses.insert(spec.name.as_str(), status);
+        } else if let Some(newest) = statuses.get_mut(spec.name.as_str()) {
+            newest.last_state = status.state;
+        }
+        *count += 1;
+    }
+
+    // An init container the runtime no longer has, in a pod whose regular containers were
+    // created, completed (kubernetes#131317): it does not run again.
+    if kind == ListKind::Init && any_regular_container_created(pod, runtime) {
+        for c in specs.iter().filter(|c| !c.is_restartable_init()) {
+            if runtime.container_statuses.iter().any(|s| s.name == c.name) {
+                continue;
+            }
+            if let Some(status) = statuses.get_mut(c.name.as_str())
+                && status.state.as_ref().is_some_and(|s| s.waiting.is_some())
+            {
+                status.state = Some(ContainerState {
+                    terminated: Some(ContainerStateTerminated {
+                        exit_code: 0,
+                        reason: Some("Completed".to_owned()),
+                        message: Some(LOST_INIT_CONTAINER_MESSAGE.to_owned()),
+                        ..ContainerStateTerminated::default()
+                    }),
+                    ..ContainerState::default()
+                });
+            }
+        }
+    }
+
+    for c in specs {
+        if let Some(status) = statuses.get_mut(c.name.as_str()) {
+            set_started_and_ready(c, kind, status, find(previous, &c.name));
+        }
+    }
+    match kind {
+        ListKind::Init => specs.iter().filter_map(|c| statuses.remove(c.name.as_str())).collect(),
+        // Sorted by name, as the status manager leaves them.
+        ListKind::Regular | ListKind::Ephemeral => statuses.into_values().collect(),
+    }
+}
+
+/// What the kubelet's prober manager sets (`UpdatePodStatus`), for plegd, which has no prober (see
+/// the module documentation). Regular containers and sidecars: started once running (with a
+/// startup probe: what the status already said for the same container id), ready once started
+/// (with a readiness probe: likewise). Other init containers: started while running, ready once
+/// they exited with success. Ephemeral containers: neither is set.
+fn set_started_and_ready(
+    spec: &ApiContainer,
+    kind: ListKind,
+    status: &mut ContainerStatus,
+    old: Option<&ContainerStatus>,
+) {
+    if kind == ListKind::Ephemeral {
+        status.started = None;
+        status.ready = false;
+        return;
+    }
+    let same_container = old.filter(|o| o.container_id.is_some() && o.container_id == status.container_id);
+    let is_running = running(status);
+    let probed = kind == ListKind::Regular || spec.is_restartable_init();
+    let started =
+        is_running && (!probed || !spec.startup_probe || same_container.and_then(|o| o.started).unwrap_or(false));
+    status.started = Some(started);
+    status.ready = if probed {
+        started && (!spec.readiness_probe || same_container.is_some_and(|o| o.ready))
+    } else {
+        terminated(status).is_some_and(|t| t.exit_code == 0)
+    };
+}
+
+/// Keep the termination messages of all containers within [`MAX_TERMINATION_MESSAGES`] bytes
+/// (`normalizeStatus`): each gets an equal share.
+pub(super) fn truncate_messages(lists: &mut [&mut Vec<ContainerStatus>]) {
+    let total: usize = lists.iter().map(|l| l.len()).sum();
+    if total == 0 {
+        return;
+    }
+    let share = MAX_TERMINATION_MESSAGES / total;
+    for list in lists.iter_mut() {
+        for status in list.iter_mut() {
+            for state in [status.state.as_mut(), status.last_state.as_mut()]
+                .into_iter()
+                .flatten()
+            {
+                if let Some(msg) = state.terminated.as_mut().and_then(|t| t.message.as_mut())
+                    && msg.len() > share
+                {
+                    let mut cut = share;
+                    while !msg.is_char_boundary(cut) {
+                        cut -= 1;
+                    }
+                    msg.truncate(cut);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

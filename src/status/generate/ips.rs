@@ -1,0 +1,306 @@
+//! Pod IPs: the runtime's IPs parsed as Go parses them and ordered by the node's families
+//! (`sortPodIPs`).
+
+use std::net::IpAddr;
+
+/// Parse an IP as Go's `netutils.ParseIPSloppy` does: IPv4 parts may have leading zeros, read as
+/// decimal (`010.000.000.001` is 10.0.0.1). None for anything that is not an IP.
+pub fn parse_ip_sloppy(ip: &str) -> Option<IpAddr> {
+    if let Ok(parsed) = ip.parse::<IpAddr>() {
+        return Some(parsed);
+    }
+    let mut octets = [0u8; 4];
+    let mut parts = ip.split('.');
+    for octet in &mut octets {
+        let part = parts.next()?;
+        if part.is_empty() || part.len() > 3 || !part.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        *octet = part.parse().ok()?;
+    }
+    parts.next().is_none().then(|| IpAddr::from(octets))
+}
+
+/// `sortPodIPs`: the runtime's IPs parsed and written in canonical form, then the first of the
+/// node's primary family (IPv4 when the node has no IP) and the first of the other. Whatever does
+/// not parse is left out.
+pub fn sort_pod_ips(ips: &[String], node_ips: &[String]) -> Vec<String> {
+    let primary_v6 = node_ips
+        .first()
+        .and_then(|ip| parse_ip_sloppy(ip))
+        .is_some_and(|ip| ip.is_ipv6());
+    let parsed: Vec<IpAddr> = ips.iter().filter_map(|ip| parse_ip_sloppy(ip)).collect();
+    let mut out = Vec::new();
+    out.extend(
+        parsed
+            .iter()
+            .find(|ip| ip.is_ipv6() == primary_v6)
+            .map(IpAddr::to_string),
+    );
+    out.extend(
+        parsed
+            .iter()
+            .find(|ip| ip.is_ipv6() != primary_v6)
+            .map(IpAddr::to_string),
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::PodStatus;
+
+    use super::*;
+    use crate::kubecontainer::RuntimePodStatus;
+    use crate::pod::ApiPod;
+    use crate::status::generate::test_support::*;
+    use crate::status::generate::*;
+
+    #[test]
+    fn host_network_pods_take_node_ips_and_dead_pods_keep_theirs() {
+        let mut pod = pod_with(&["app"], vec![], "Always");
+        pod.spec.host_network = true;
+        let s = status_of(&pod, &RuntimePodStatus::default(), at(1));
+        assert_eq!(s.pod_ip.as_deref(), Some("192.0.2.10"));
+        let mut pod = pod_with(&["app"], vec![], "Always");
+        pod.status = Some(PodStatus {
+            pod_ip: Some("10.1.0.9".into()),
+            pod_ips: Some(vec![PodIP { ip: "10.1.0.9".into() }]),
+            ..PodStatus::default()
+        });
+        assert_eq!(
+            status_of(&pod, &RuntimePodStatus::default(), at(1)).pod_ip.as_deref(),
+            Some("10.1.0.9")
+        );
+    }
+
+    fn ips(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// The status generated for `pod` when the runtime reports `cri` as its IPs on a node with
+    /// `node` IPs, and its pod IPs.
+    fn with_ips(pod: &ApiPod, cri: &[&str], node: &[String]) -> (PodStatus, Vec<String>) {
+        let runtime = RuntimePodStatus {
+            ips: ips(cri),
+            ..RuntimePodStatus::default()
+        };
+        let s = generate(&StatusInput {
+            pod,
+            runtime: &runtime,
+            runtime_name: "containerd",
+            node_ips: node,
+            recursive_read_only_handlers: Some(&[]),
+            stop_signals: false,
+            now: at(1),
+        });
+        let got = s
+            .pod_ips
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|p| p.ip)
+            .collect();
+        (s, got)
+    }
+
+    /// kubelet_pods_test.go `TestSortPodIPs` and `TestGenerateAPIPodStatusPodIPs` (their cases are
+    /// the same), plus the runtime's IPs in non-canonical form.
+    #[test]
+    fn upstream_sort_pod_ips() {
+        /// A row: the node's IP (empty: none), the runtime's IPs, the pod IPs.
+        struct SortCase {
+            name: &'static str,
+            node_ip: &'static str,
+            cri: &'static [&'static str],
+            want: &'static [&'static str],
+        }
+        let cases = [
+            SortCase {
+                name: "Simple",
+                node_ip: "",
+                cri: &["10.0.0.1"],
+                want: &["10.0.0.1"],
+            },
+            SortCase {
+                name: "Dual-stack",
+                node_ip: "",
+                cri: &["10.0.0.1", "fd01::1234"],
+                want: &["10.0.0.1", "fd01::1234"],
+            },
+            SortCase {
+                name: "Dual-stack with explicit node IP",
+                node_ip: "192.168.1.1",
+                cri: &["10.0.0.1", "fd01::1234"],
+                want: &["10.0.0.1", "fd01::1234"],
+            },
+            SortCase {
+                name: "Dual-stack with CRI returning wrong family first",
+                node_ip: "",
+                cri: &["fd01::1234", "10.0.0.1"],
+                want: &["10.0.0.1", "fd01::1234"],
+            },
+            SortCase {
+                name: "Dual-stack with explicit node IP with CRI returning wrong family first",
+                node_ip: "192.168.1.1",
+                cri: &["fd01::1234", "10.0.0.1"],
+                want: &["10.0.0.1", "fd01::1234"],
+            },
+            SortCase {
+                name: "Dual-stack with IPv6 node IP",
+                node_ip: "fd00::5678",
+                cri: &["10.0.0.1", "fd01::1234"],
+                want: &["fd01::1234", "10.0.0.1"],
+            },
+            SortCase {
+                name: "Dual-stack with IPv6 node IP, other CRI order",
+                node_ip: "fd00::5678",
+                cri: &["fd01::1234", "10.0.0.1"],
+                want: &["fd01::1234", "10.0.0.1"],
+            },
+            SortCase {
+                name: "No Pod IP matching Node IP",
+                node_ip: "fd00::5678",
+                cri: &["10.0.0.1"],
+                want: &["10.0.0.1"],
+            },
+            SortCase {
+                name: "No Pod IP matching (unspecified) Node IP",
+                node_ip: "",
+                cri: &["fd01::1234"],
+                want: &["fd01::1234"],
+            },
+            SortCase {
+                name: "Multiple IPv4 IPs",
+                node_ip: "",
+                cri: &["10.0.0.1", "10.0.0.2", "10.0.0.3"],
+                want: &["10.0.0.1"],
+            },
+            SortCase {
+                name: "Multiple Dual-Stack IPs",
+                node_ip: "",
+                cri: &["10.0.0.1", "10.0.0.2", "fd01::1234", "10.0.0.3", "fd01::5678"],
+                want: &["10.0.0.1", "fd01::1234"],
+            },
+            SortCase {
+                name: "Badly-formatted IPs from CRI",
+                node_ip: "",
+                cri: &["010.000.000.001", "fd01:0:0:0:0:0:0:1234"],
+                want: &["10.0.0.1", "fd01::1234"],
+            },
+            SortCase {
+                name: "Not an IP is left out",
+                node_ip: "",
+                cri: &["ten.0.0.1", "10.0.0.256", "1.2.3", "١٠.0.0.1", "10.0.0.2"],
+                want: &["10.0.0.2"],
+            },
+        ];
+        for SortCase {
+            name,
+            node_ip,
+            cri,
+            want,
+        } in cases
+        {
+            let node = if node_ip.is_empty() { vec![] } else { ips(&[node_ip]) };
+            assert_eq!(sort_pod_ips(&ips(cri), &node), ips(want), "{name}");
+            // The same through the whole generator (TestGenerateAPIPodStatusPodIPs).
+            let (s, got) = with_ips(&pod_with(&["app"], vec![], "Always"), cri, &node);
+            assert_eq!(got, ips(want), "{name}");
+            assert_eq!(s.pod_ip.as_deref(), Some(want[0]), "{name}");
+        }
+    }
+
+    /// kubelet_pods_test.go `TestGenerateAPIPodStatusHostNetworkPodIPs` and
+    /// `TestNodeAddressUpdatesGenerateAPIPodStatusHostNetworkPodIPs`. plegd does not read the Node
+    /// object: the host IPs the kubelet would pick from its addresses (the first InternalIP of each
+    /// family) are given as `--node-ip`, so the cases about which address type wins and about
+    /// node addresses changing after start are expressed through the IPs they end in.
+    #[test]
+    fn upstream_host_network_pod_ips() {
+        /// A row: the node's IPs, the runtime's IPs, the pod IPs.
+        struct HostNetworkCase {
+            name: &'static str,
+            node: &'static [&'static str],
+            cri: &'static [&'static str],
+            want: &'static [&'static str],
+        }
+        let cases = [
+            HostNetworkCase {
+                name: "Simple",
+                node: &["10.0.0.1"],
+                cri: &[],
+                want: &["10.0.0.1"],
+            },
+            HostNetworkCase {
+                name: "InternalIP is preferred over ExternalIP",
+                node: &["10.0.0.1"],
+                cri: &[],
+                want: &["10.0.0.1"],
+            },
+            HostNetworkCase {
+                name: "Single-stack addresses in dual-stack cluster",
+                node: &["10.0.0.1"],
+                cri: &[],
+                want: &["10.0.0.1"],
+            },
+            HostNetworkCase {
+                name: "Multiple single-stack addresses in dual-stack cluster",
+                node: &["10.0.0.1", "10.0.0.2"],
+                cri: &[],
+                want: &["10.0.0.1"],
+            },
+            HostNetworkCase {
+                name: "Dual-stack addresses in dual-stack cluster",
+                node: &["10.0.0.1", "fd01::1234"],
+                cri: &[],
+                want: &["10.0.0.1", "fd01::1234"],
+            },
+            HostNetworkCase {
+                name: "CRI PodIPs override NodeAddresses",
+                node: &["10.0.0.1", "fd01::1234"],
+                cri: &["192.168.0.1"],
+                want: &["192.168.0.1", "fd01::1234"],
+            },
+            HostNetworkCase {
+                name: "CRI dual-stack PodIPs override NodeAddresses",
+                node: &["10.0.0.1", "fd01::1234"],
+                cri: &["192.168.0.1", "2001:db8::2"],
+                want: &["192.168.0.1", "2001:db8::2"],
+            },
+            HostNetworkCase {
+                name: "CRI dual-stack PodIPs override NodeAddresses prefer IPv4",
+                node: &["10.0.0.1", "fd01::1234"],
+                cri: &["2001:db8::2", "192.168.0.1"],
+                want: &["192.168.0.1", "2001:db8::2"],
+            },
+            HostNetworkCase {
+                name: "Immutable after update node addresses single-stack",
+                node: &["10.0.0.1"],
+                cri: &["10.0.0.1"],
+                want: &["10.0.0.1"],
+            },
+            HostNetworkCase {
+                name: "Immutable after update node addresses dual-stack",
+                node: &["10.0.0.1", "2001:db8::2"],
+                cri: &["10.0.0.1", "2001:db8::2"],
+                want: &["10.0.0.1", "2001:db8::2"],
+            },
+            HostNetworkCase {
+                name: "Update secondary after new secondary address dual-stack",
+                node: &["10.0.0.1", "2001:db8::2"],
+                cri: &["10.0.0.1"],
+                want: &["10.0.0.1", "2001:db8::2"],
+            },
+        ];
+        for HostNetworkCase { name, node, cri, want } in cases {
+            let mut pod = pod_with(&["app"], vec![], "Always");
+            pod.spec.host_network = true;
+            let (s, got) = with_ips(&pod, cri, &ips(node));
+            assert_eq!(got, ips(want), "{name}");
+            if cri.is_empty() {
+                assert_eq!(s.host_ip, s.pod_ip, "{name}: hostIP is podIP");
+            }
+        }
+    }
+}
