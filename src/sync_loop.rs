@@ -679,7 +679,7 @@ mod tests {
     use crate::pod::MIRROR_POD_ANNOTATION;
     use crate::pod::{ApiPodSpec, NodeName};
     use crate::runtime::{IdKind, Runtime, RuntimeError};
-    use crate::status::generate::tests::{pod_with, ready_sandbox, runtime_status, sandbox};
+    use crate::status::generate::test_support::{pod_with, ready_sandbox, runtime_status, sandbox};
     use crate::status::manager::ManagerConfig;
     use crate::status::manager::script::Script;
 

@@ -359,7 +359,7 @@ pub fn merge_condition(conditions: &mut Vec<PodCondition>, mut condition: PodCon
 mod tests {
     use super::*;
     use crate::kubecontainer::{RuntimeContainerState, SandboxState};
-    use crate::status::generate::tests::{
+    use crate::status::generate::test_support::{
         at, condition_of, pod_with, ready_sandbox, runtime_status, sandbox, terminated_status,
     };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;

@@ -29,8 +29,10 @@ mod container_statuses;
 mod ips;
 mod phase;
 mod pod_end;
+/// The pods and runtime statuses the unit tests of status generation, decisions and the syncLoop
+/// build.
 #[cfg(test)]
-mod test_support;
+pub(crate) mod test_support;
 mod volume_mounts;
 
 pub use conditions::{
@@ -403,4 +405,4 @@ pub fn merge_pod_status(old: &PodStatus, mut new: PodStatus, could_have_running:
 /// observedGeneration table beyond `CalculatePodStatusObservedGeneration`'s gate cases (locked on
 /// since 1.35): `observed_generation_is_the_pods_generation` checks what the kubelet writes.
 #[cfg(test)]
-pub(crate) mod tests;
+mod tests;

@@ -4,10 +4,6 @@ use super::test_support::*;
 use super::*;
 use crate::kubecontainer::{RuntimeContainerState, RuntimeContainerStatus, RuntimePodStatus};
 use crate::pod::{ApiContainer, ApiPodSpec};
-// What the status manager's and the syncLoop's tests build their pods and runtimes with.
-pub(crate) use super::test_support::{
-    at, condition_of, pod_with, ready_sandbox, runtime_status, sandbox, terminated_status,
-};
 
 #[test]
 fn a_running_pod_in_full() {
