@@ -83,7 +83,15 @@ where
     move |s: &str| {
         let (min, max) = bounds;
         let allowed = format!("allowed: {min} to {max}");
-        let n: T = s.trim().parse().map_err(|e| format!("{e}; {allowed}"))?;
+        let n: T = s.trim().parse().map_err(|e| {
+            // A number the type cannot hold (0 for a count of one at least, a negative count) is
+            // out of the range, as any other.
+            if s.trim().parse::<f64>().is_ok() {
+                format!("out of range; {allowed}")
+            } else {
+                format!("{e}; {allowed}")
+            }
+        })?;
         // Written so that a NaN, which compares false with everything, is refused.
         if !(n >= min && n <= max) {
             return Err(format!("out of range; {allowed}"));

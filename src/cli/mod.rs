@@ -576,5 +576,17 @@ mod tests {
             err.contains("--status-qps") && err.ends_with("allowed: 0.1 to 10000"),
             "{err}"
         );
+        // A count of one at least, given 0: out of range like any other value.
+        for (flag, allowed) in [
+            ("--status-writers", "1 to 64"),
+            ("--event-channel-capacity", "1 to 1048576"),
+            ("--status-burst", "1 to 10000"),
+        ] {
+            let err = parse_args(argv(&["plegd", "run", flag, "0"])).unwrap_err();
+            assert_eq!(
+                err,
+                format!("invalid value '0' for '{flag} <N>': out of range; allowed: {allowed}")
+            );
+        }
     }
 }
