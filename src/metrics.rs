@@ -486,6 +486,12 @@ impl Metrics {
         &self.names
     }
 
+    /// The value of the sample named exactly `name` (labels included) in the registry.
+    #[cfg(any(test, feature = "test-util"))]
+    pub fn sample(&self, name: &str) -> Option<f64> {
+        sample(&self.encode(), name)
+    }
+
     /// The registry in the Prometheus text format (0.0.4), as the kubelet serves its metrics.
     pub fn encode(&self) -> String {
         let mut out = String::new();
@@ -684,6 +690,16 @@ impl Default for Metrics {
     fn default() -> Self {
         Self::new()
     }
+}
+
+/// The value of the sample named exactly `name` (labels included) in a Prometheus text body, as
+/// tests read one (`/metrics`, or [`Metrics::encode`]).
+#[cfg(any(test, feature = "test-util"))]
+pub fn sample(body: &str, name: &str) -> Option<f64> {
+    body.lines()
+        .find(|l| l.strip_prefix(name).is_some_and(|rest| rest.starts_with(' ')))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
 }
 
 #[cfg(test)]

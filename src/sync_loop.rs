@@ -828,14 +828,7 @@ mod tests {
             pod.read_error = Some("the runtime is busy".into());
         }
         pleg.relist().await.unwrap();
-        let failed = || {
-            metrics
-                .encode()
-                .lines()
-                .find(|l| l.starts_with("plegd_pod_failed_syncs_total "))
-                .and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-                .unwrap_or(0)
-        };
+        let failed = || metrics.sample("plegd_pod_failed_syncs_total").unwrap_or(0.0) as u64;
         wait_for("a FailedSync", || failed() >= 1).await;
         tokio::time::sleep(Duration::from_millis(200)).await;
         assert_eq!(patches(), 1, "nothing from a failed read: {:?}", script.sent());

@@ -501,7 +501,7 @@ async fn exits_are_counted_once_as_they_happen() {
         let name = format!(
             "plegd_container_exits_total{{namespace=\"default\",pod=\"web\",container=\"{container}\",reason=\"{reason}\"}}"
         );
-        support::process::metric(&h.metrics.encode(), &name).unwrap_or(0.0)
+        h.metrics.sample(&name).unwrap_or(0.0)
     };
     let mut h = Harness::new().await;
     h.fake().add_running_pod("u1", "web", 3);
@@ -570,11 +570,7 @@ async fn exit_series_leave_with_their_pods() {
         let counted = format!(
             "plegd_container_exits_total{{namespace=\"default\",pod=\"job-{i}\",container=\"c0\",reason=\"Completed\"}}"
         );
-        assert_eq!(
-            support::process::metric(&h.metrics.encode(), &counted),
-            Some(1.0),
-            "job-{i}"
-        );
+        assert_eq!(h.metrics.sample(&counted), Some(1.0), "job-{i}");
         h.fake().remove_pod(&uid);
         h.relist().await;
     }
@@ -594,16 +590,12 @@ async fn exit_series_leave_with_their_pods() {
     h.fake().exit_container("ctr-web-new-0", 1);
     h.relist().await;
     let web = "plegd_container_exits_total{namespace=\"default\",pod=\"web\",container=\"c0\",reason=\"Error\"}";
-    assert_eq!(support::process::metric(&h.metrics.encode(), web), Some(2.0));
+    assert_eq!(h.metrics.sample(web), Some(2.0));
     h.fake().remove_pod("web-old");
     h.relist().await;
     h.clock.advance(plegd::metrics::EXIT_SERIES_LINGER);
     h.relist().await;
-    assert_eq!(
-        support::process::metric(&h.metrics.encode(), web),
-        Some(2.0),
-        "web-new is still there"
-    );
+    assert_eq!(h.metrics.sample(web), Some(2.0), "web-new is still there");
     h.fake().remove_pod("web-new");
     h.relist().await;
     h.clock.advance(plegd::metrics::EXIT_SERIES_LINGER);
@@ -617,11 +609,9 @@ async fn exit_series_leave_with_their_pods() {
 #[tokio::test]
 async fn changes_a_connected_stream_did_not_announce_are_counted() {
     let missed = |h: &Harness| {
-        support::process::metric(
-            &h.metrics.encode(),
-            "plegd_trigger_missed_changes_total{source=\"cri\"}",
-        )
-        .unwrap_or(0.0)
+        h.metrics
+            .sample("plegd_trigger_missed_changes_total{source=\"cri\"}")
+            .unwrap_or(0.0)
     };
     let mut h = Harness::new().await;
     h.metrics.initialize_trigger_source("cri");

@@ -52,7 +52,7 @@ async fn start_with_triggers(
 
 /// The value of the counter sample `name` (labels included) in `metrics`; 0 before it is counted.
 fn counter(metrics: &Metrics, name: &str) -> u64 {
-    support::process::metric(&metrics.encode(), name).map_or(0, |v| v as u64)
+    metrics.sample(name).map_or(0, |v| v as u64)
 }
 
 async fn wait_for(what: &str, timeout: Duration, cond: impl FnMut() -> bool) {

@@ -77,8 +77,8 @@ impl ManagerConfig {
     }
 }
 
-/// Why plegd will not write a status it is given (the apiserver is not asked: compare
-/// [`Outcome::Refused`], the apiserver's refusal of a write).
+/// Why plegd will not write a status it is given. The apiserver is not asked (its own refusal of
+/// a write is the writers' `Outcome::Refused`, retried slowly).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Unwritable {
     #[error("pod {namespace}/{name} is bound to node {bound:?}, not to this node {node}")]

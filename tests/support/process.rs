@@ -159,12 +159,7 @@ pub fn http_get_at(address: std::net::SocketAddr, path: &str, token: Option<&str
 }
 
 /// The value of the sample named exactly `name` (labels included) in a Prometheus text body.
-pub fn metric(body: &str, name: &str) -> Option<f64> {
-    body.lines()
-        .find(|l| l.strip_prefix(name).is_some_and(|rest| rest.starts_with(' ')))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-}
+pub use plegd::metrics::sample as metric;
 
 /// A numeric field of /proc/PID/status (`VmRSS:` in kB, `Threads:`), 0 when unreadable.
 pub fn status_field(pid: u32, key: &str) -> f64 {
