@@ -172,7 +172,6 @@ async fn run_with(
     hooks: Hooks,
 ) -> Result<(), DaemonError> {
     let Hooks { mut abort, started } = hooks;
-    let fd_limit = crate::listen::raise_fd_limit();
     tokio::pin!(shutdown);
     // A runtime that is not up yet (plegd started first at boot, or the runtime restarting) is
     // waited for; systemd sees plegd as starting (no READY) meanwhile.
@@ -212,7 +211,6 @@ async fn run_with(
         runtime_side.hub,
         &reports,
         daemon_health.clone(),
-        fd_limit,
         &metrics,
         &mut sets.output,
     )
@@ -375,18 +373,18 @@ fn start_apiserver_side(
 }
 
 /// The observation API, /metrics and the probes' endpoints (each when asked for), and systemd's
-/// READY and watchdog.
-#[allow(clippy::too_many_arguments)]
+/// READY and watchdog. Raises the open-file limit first, and bounds each listener's connections
+/// by what it leaves.
 async fn serve_endpoints(
     options: &DaemonConfig,
     clients: &ApiClients,
     hub: EventHub,
     reports: &StatusReports,
     health: Arc<DaemonHealth>,
-    fd_limit: u64,
     metrics: &Arc<Metrics>,
     output: &mut Stages,
 ) -> Result<(), DaemonError> {
+    let fd_limit = crate::listen::raise_fd_limit();
     if let Some(path) = &options.api_socket {
         let limit = crate::listen::connection_limit(observe::MAX_API_CONNECTIONS, fd_limit);
         output.spawn(
