@@ -486,12 +486,14 @@ pub async fn dispatch<R: Runtime, C: Clock>(
         }
         if pending.all || !batched.is_empty() {
             metrics.count_trigger_relist(if pending.all { "all" } else { "batch" });
+            let began = tokio::time::Instant::now();
             let relisted = pleg.relist().await;
             if let Err(error) = &relisted {
                 debug!(error = %error, "triggered relist failed; the periodic relist will retry");
             }
             let now = tokio::time::Instant::now();
-            debug!(probes = batched.len(), all = pending.all, "trigger batch relist");
+            let took_ms = (now - began).as_secs_f64() * 1000.0;
+            debug!(probes = batched.len(), all = pending.all, took_ms, "trigger batch relist");
             for (mut target, attempt, before) in batched {
                 // A relist that failed ends the schedules: the periodic relist owns a runtime that
                 // does not answer (as a failed pod relist does below).
@@ -513,8 +515,10 @@ pub async fn dispatch<R: Runtime, C: Clock>(
             }
         }
         for (mut target, attempt, fresh) in targets {
+            let began = tokio::time::Instant::now();
             let changed = check(&pleg, &mut target, fresh, &metrics).await;
-            debug!(pod = ?target.pod, container = ?target.container, attempt, fresh, changed, "trigger check");
+            let took_ms = began.elapsed().as_secs_f64() * 1000.0;
+            debug!(pod = ?target.pod, container = ?target.container, attempt, fresh, changed, took_ms, "trigger check");
             rechecks.after_check(&target, changed, attempt, tokio::time::Instant::now());
         }
         if rechecks.take_overflowed() {

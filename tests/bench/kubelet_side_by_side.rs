@@ -21,6 +21,12 @@
 //!     cargo bench --bench kubelet_side_by_side
 //!     cargo bench --bench kubelet_side_by_side -- --pods 50 --passes defaults,kubelet-only
 //!     PLEGD_CLUSTER_CONTAINERD_VERSION=1.7 cargo bench --bench kubelet_side_by_side
+//!
+//! `PLEGD_BENCH_TRACE=DIR` also writes, per pass, each change's times (`DIR/PASS.jsonl`: pod,
+//! container, change, the CRI's time and when each seer saw it, in seconds since the epoch) and
+//! plegd's log over the churn (`DIR/PASS-plegd.log`); with `PLEGD_CLUSTER_PLEGD_LOG_LEVEL` set to
+//! `info,plegd::triggers=debug,plegd::pleg=debug`, tests/bench/exit_trace.py follows each exit
+//! through plegd from that.
 
 mod args;
 mod stats;
@@ -435,6 +441,41 @@ async fn churn(c: &Churn<'_>, round: &str, burst: bool) -> Vec<(String, SystemTi
     times
 }
 
+/// `PLEGD_BENCH_TRACE`: each change's times, and plegd's log so far.
+fn trace(
+    dir: &Path,
+    pass: &str,
+    times: &[(String, SystemTime, SystemTime)],
+    spread_count: usize,
+    seen: &Seen,
+    ids: &Arc<Mutex<HashMap<String, String>>>,
+) {
+    let epoch = |t: SystemTime| t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_secs_f64();
+    std::fs::create_dir_all(dir).expect("PLEGD_BENCH_TRACE: create the directory");
+    let (seen, ids) = (seen.lock().unwrap(), ids.lock().unwrap());
+    let mut lines = String::new();
+    for (i, (pod, started, finished)) in times.iter().enumerate() {
+        for (change, at) in [(Change::Started, started), (Change::Exited, finished)] {
+            let by: serde_json::Map<String, Value> = [Seer::Floor, Seer::Kubelet, Seer::Plegd, Seer::Computed]
+                .iter()
+                .filter_map(|s| Some((format!("{s:?}").to_lowercase(), json!(epoch(*seen.get(&(pod.clone(), change, *s))?)))))
+                .collect();
+            let line = json!({
+                "pod": pod, "container": ids.get(pod), "change": format!("{change:?}").to_lowercase(),
+                "round": if i < spread_count { "spread" } else { "burst" }, "cri": epoch(*at), "seen": by,
+            });
+            lines.push_str(&format!("{line}\n"));
+        }
+    }
+    std::fs::write(dir.join(format!("{pass}.jsonl")), lines).expect("PLEGD_BENCH_TRACE: write the changes");
+    let log = Command::new("bash")
+        .arg(script())
+        .args(["kubectl", "-n", "plegd-system", "logs", "ds/plegd", "--tail=-1"])
+        .output()
+        .expect("run tests/cluster/cluster.sh kubectl");
+    std::fs::write(dir.join(format!("{pass}-plegd.log")), log.stdout).expect("PLEGD_BENCH_TRACE: write plegd's log");
+}
+
 fn row(name: &str, mut ms: Vec<f64>) -> Option<f64> {
     if ms.is_empty() {
         println!("| {name} | 0 | — | — | — |");
@@ -563,6 +604,9 @@ async fn main() {
         let spread_count = times.len();
         times.extend(churn(&round, &format!("{pass}-burst"), true).await);
         let churn_secs = started.elapsed().as_secs_f64();
+        if let Ok(dir) = std::env::var("PLEGD_BENCH_TRACE") {
+            trace(Path::new(&dir), pass, &times, spread_count, &seen, &ids);
+        }
         let (churn_requests, audit_mid) = requests(audit_from);
         let after = usage();
 

@@ -36,6 +36,8 @@
 #
 # The kubelet's feature gates: PLEGD_CLUSTER_KUBELET_FEATURE_GATES (NAME=true|false,...), e.g.
 # EventedPLEG=true; a running cluster's kubelet is restarted with other ones by start.
+# plegd's log level (--plegd): PLEGD_CLUSTER_PLEGD_LOG_LEVEL (its PLEGD_LOG_LEVEL, e.g.
+# info,plegd::triggers=debug,plegd::pleg=debug), else the install's own.
 #
 # The node: named PLEGD_NODE_NAME (default: the host name), its IP (PLEGD_CLUSTER_NODE_IP,
 # 10.236.0.1) on an interface of its own, plegdk8s-node (traffic stays on this machine; the kubelet
@@ -509,7 +511,8 @@ def kubelet_path: . == "/var/lib/kubelet" or startswith("/var/lib/kubelet/") or 
         .volumeMounts |= map(if .mountPath | kubelet_path then .mountPath |= node_path else . end)
         | .env = ([(.env // [])[] | select(.name | IN("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "PLEGD_KUBELET_ROOT_DIR", "PLEGD_POD_LOGS_DIR") | not)]
             + [{name: "KUBERNETES_SERVICE_HOST", value: $apiserver_host}, {name: "KUBERNETES_SERVICE_PORT", value: $apiserver_port},
-               {name: "PLEGD_KUBELET_ROOT_DIR", value: $kubelet_root}, {name: "PLEGD_POD_LOGS_DIR", value: $pod_logs}]))
+               {name: "PLEGD_KUBELET_ROOT_DIR", value: $kubelet_root}, {name: "PLEGD_POD_LOGS_DIR", value: $pod_logs}]
+            | if $log_level == "" then . else map(select(.name != "PLEGD_LOG_LEVEL")) + [{name: "PLEGD_LOG_LEVEL", value: $log_level}] end))
     | .spec.template.metadata.annotations[$binary_key] = $binary
   else . end)'
 # The same install, whatever plegd binary its image holds.
@@ -565,7 +568,7 @@ deploy_plegd() {
     | jq -s '{apiVersion: "v1", kind: "List", items: .}' >"$RUN/plegd-overlay.json" || die "--plegd: could not read $dir's objects"
   jq --arg containerd "$CLUSTER/containerd" --arg plegd_run "$RUN/plegd" --arg kubelet_root "$RUN/kubelet" \
     --arg pod_logs "$RUN/pod-logs" --arg apiserver_host "$NODE_IP" --arg binary "$(sha256sum "$binary" | cut -c1-64)" --arg binary_key plegd.test/binary-sha256 \
-    --arg apiserver_port "$APISERVER_PORT" "$PLEGD_ON_CLUSTER" "$RUN/plegd-overlay.json" >"$RUN/plegd.json.new" \
+    --arg apiserver_port "$APISERVER_PORT" --arg log_level "${PLEGD_CLUSTER_PLEGD_LOG_LEVEL:-}" "$PLEGD_ON_CLUSTER" "$RUN/plegd-overlay.json" >"$RUN/plegd.json.new" \
     || die "--plegd: could not move $dir onto this cluster (see $RUN/plegd-overlay.json)"
   jq -e '.items[] | select(.kind == "DaemonSet" and .metadata.name == "plegd")' "$RUN/plegd.json.new" >/dev/null \
     || die "--plegd: $dir has no DaemonSet named plegd"
