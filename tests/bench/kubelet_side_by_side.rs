@@ -450,7 +450,11 @@ fn trace(
     seen: &Seen,
     ids: &Arc<Mutex<HashMap<String, String>>>,
 ) {
-    let epoch = |t: SystemTime| t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_secs_f64();
+    let epoch = |t: SystemTime| {
+        t.duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs_f64()
+    };
     std::fs::create_dir_all(dir).expect("PLEGD_BENCH_TRACE: create the directory");
     let (seen, ids) = (seen.lock().unwrap(), ids.lock().unwrap());
     let mut lines = String::new();
@@ -458,7 +462,12 @@ fn trace(
         for (change, at) in [(Change::Started, started), (Change::Exited, finished)] {
             let by: serde_json::Map<String, Value> = [Seer::Floor, Seer::Kubelet, Seer::Plegd, Seer::Computed]
                 .iter()
-                .filter_map(|s| Some((format!("{s:?}").to_lowercase(), json!(epoch(*seen.get(&(pod.clone(), change, *s))?)))))
+                .filter_map(|s| {
+                    Some((
+                        format!("{s:?}").to_lowercase(),
+                        json!(epoch(*seen.get(&(pod.clone(), change, *s))?)),
+                    ))
+                })
                 .collect();
             let line = json!({
                 "pod": pod, "container": ids.get(pod), "change": format!("{change:?}").to_lowercase(),
