@@ -253,12 +253,8 @@ pub struct GenericPleg<R, C> {
     config: PlegConfig,
     events: mpsc::Sender<PodLifecycleEvent>,
     /// Serialises global and single-pod relists (`relistLock`): no pod is relisted concurrently and
-    /// a pod's events are never reordered. Held across the runtime calls of a relist.
-    relisting: tokio::sync::Mutex<()>,
-    /// The records, changed only by a relist (which holds `relisting`), and held only between
-    /// its runtime calls: a reader (a trigger's probe, the id → pod map) never waits for a relist's
-    /// runtime calls. Taken with [`Self::state`].
-    state: Mutex<RelistState>,
+    /// a pod's events are never reordered.
+    state: tokio::sync::Mutex<RelistState>,
     /// Whether the runtime event stream is connected (see [`TriggerHealth`]).
     triggers_healthy: watch::Sender<bool>,
     trigger_source: Arc<Mutex<Option<&'static str>>>,
@@ -348,7 +344,6 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
             metrics,
             config,
             events: tx,
-            relisting: Default::default(),
             state: Default::default(),
             triggers_healthy: watch::Sender::new(false),
             trigger_source: Arc::new(Mutex::new(None)),
@@ -408,7 +403,7 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
 
     /// The pod whose records (old or current) hold this container or sandbox id.
     pub async fn pod_of(&self, id: &str) -> Option<PodUid> {
-        let state = self.state();
+        let state = self.state.lock().await;
         let has = |pod: &Option<RuntimePod>| pod.as_ref().is_some_and(|p| p.find_any(id).is_some());
         state
             .records
@@ -421,7 +416,7 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
     /// record says, by one cheap status call. The records are not held during the call.
     pub async fn probe(&self, uid: &str, id: &str) -> Result<bool, RuntimeError> {
         let (recorded, kind) = {
-            let state = self.state();
+            let state = self.state.lock().await;
             let record = state.records.get(uid);
             let pod = record.and_then(|r| r.current.as_ref().or(r.old.as_ref()));
             let sandbox = record
@@ -440,7 +435,7 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
 
     /// What pod `uid`'s record says of container or sandbox `id`.
     pub async fn recorded_state(&self, uid: &str, id: &str) -> PlegContainerState {
-        let state = self.state();
+        let state = self.state.lock().await;
         let record = state.records.get(uid);
         pleg_state(record.and_then(|r| r.current.as_ref().or(r.old.as_ref())), id)
     }
@@ -451,24 +446,19 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
         self.runtime.locate(id).await
     }
 
-    /// The records (see the field): never held across an await.
-    fn state(&self) -> std::sync::MutexGuard<'_, RelistState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// Pods currently held in the records (for observation and tests).
     pub async fn record_count(&self) -> usize {
-        self.state().records.len()
+        self.state.lock().await.records.len()
     }
 
     /// Pods waiting for re-inspection.
     pub async fn reinspect_count(&self) -> usize {
-        self.state().reinspect.len()
+        self.state.lock().await.reinspect.len()
     }
 
     /// Events waiting for room in the channel.
     pub async fn undelivered_count(&self) -> usize {
-        self.state().undelivered.values().map(Vec::len).sum()
+        self.state.lock().await.undelivered.values().map(Vec::len).sum()
     }
 
     /// One global relist (`Relist()`). On a list error nothing changes, not even the relist time.
@@ -486,21 +476,26 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
     }
 
     async fn relist_counting(&self, missed_by: Option<&'static str>) -> Result<(), RuntimeError> {
-        let _relisting = self.relisting.lock().await;
+        let mut state = self.state.lock().await;
         let start = self.stamp();
         if let Some(last) = self.last_relist() {
             self.metrics
                 .relist_interval
                 .observe(start.duration_since(last).unwrap_or_default().as_secs_f64());
         }
-        let result = self.relist_locked(start, missed_by).await;
+        let result = self.relist_locked(&mut state, start, missed_by).await;
         self.metrics
             .relist_duration
             .observe(clock::since(&*self.clock, start).as_secs_f64());
         result
     }
 
-    async fn relist_locked(&self, start: SystemTime, missed_by: Option<&'static str>) -> Result<(), RuntimeError> {
+    async fn relist_locked(
+        &self,
+        state: &mut RelistState,
+        start: SystemTime,
+        missed_by: Option<&'static str>,
+    ) -> Result<(), RuntimeError> {
         let started = std::time::Instant::now();
         let pods = self.runtime.list_pods().await?;
         let listed = started.elapsed();
@@ -512,48 +507,8 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
                 .as_secs_f64(),
         );
         self.update_running_gauges(&pods);
-        let prepared = self.prepare_relist(pods, start);
-        // The status reads of the pods that changed run side by side (a burst of exits changes
-        // many pods in one relist; read one after the other, the last pod's events waited for every
-        // read before it); each pod's events go out as soon as its own read is done.
-        let mut needs_reinspection = HashSet::new();
-        let mut reads = futures_util::stream::FuturesUnordered::new();
-        let mut waiting = prepared.into_iter();
-        loop {
-            while reads.len() < STATUS_READS_AT_ONCE {
-                let Some((work, uid)) = waiting.next() else { break };
-                reads.push(async move {
-                    let status = self.update_cache(&uid, work.current.as_ref()).await;
-                    (uid, work, status)
-                });
-            }
-            let Some((uid, work, status)) = futures_util::StreamExt::next(&mut reads).await else {
-                break;
-            };
-            if let PodOutcome::RefreshFailed = self.finish_sync(&mut self.state(), &uid, work, status, start, missed_by)
-            {
-                needs_reinspection.insert(uid);
-            }
-        }
-        debug!(
-            list_ms = listed.as_secs_f64() * 1e3,
-            total_ms = started.elapsed().as_secs_f64() * 1e3,
-            "relist"
-        );
-        // From now on a container seen exited exited while plegd looked.
-        self.health.first_relist_done(start);
-        self.metrics.drop_departed_exit_series(start);
-        // After every pod's entry is up to date: the whole cache is as fresh as `start`.
-        self.cache.update_time(start);
-        self.state().reinspect = needs_reinspection;
-        Ok(())
-    }
-
-    /// The records set to a complete relist's `pods`, and the work of each pod with something to
-    /// do (in the records' order).
-    fn prepare_relist(&self, pods: Vec<RuntimePod>, start: SystemTime) -> Vec<(SyncWork, PodUid)> {
-        let mut state = self.state();
         state.set_current(pods);
+
         // Only pods with something to do are visited with the state borrowed mutably; for the
         // rest (nearly all, on a quiet node) this pass allocates nothing.
         let mut uids: Vec<PodUid> = state
@@ -574,9 +529,43 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
                 .filter(|u| !state.records.contains_key(*u))
                 .cloned(),
         );
-        uids.into_iter()
-            .filter_map(|uid| Some((self.prepare_sync(&mut state, &uid, start)?, uid)))
-            .collect()
+        // The status reads of the pods that changed run side by side (a burst of exits changes
+        // many pods in one relist; read one after the other, the last pod's events waited for every
+        // read before it); each pod's events go out as soon as its own read is done.
+        let mut needs_reinspection = HashSet::new();
+        let mut reads = futures_util::stream::FuturesUnordered::new();
+        let prepared: Vec<(SyncWork, PodUid)> = uids
+            .into_iter()
+            .filter_map(|uid| Some((self.prepare_sync(state, &uid, start)?, uid)))
+            .collect();
+        let mut waiting = prepared.into_iter();
+        loop {
+            while reads.len() < STATUS_READS_AT_ONCE {
+                let Some((work, uid)) = waiting.next() else { break };
+                reads.push(async move {
+                    let status = self.update_cache(&uid, work.current.as_ref()).await;
+                    (uid, work, status)
+                });
+            }
+            let Some((uid, work, status)) = futures_util::StreamExt::next(&mut reads).await else {
+                break;
+            };
+            if let PodOutcome::RefreshFailed = self.finish_sync(state, &uid, work, status, start, missed_by) {
+                needs_reinspection.insert(uid);
+            }
+        }
+        debug!(
+            list_ms = listed.as_secs_f64() * 1e3,
+            total_ms = started.elapsed().as_secs_f64() * 1e3,
+            "relist"
+        );
+        // From now on a container seen exited exited while plegd looked.
+        self.health.first_relist_done(start);
+        self.metrics.drop_departed_exit_series(start);
+        // After every pod's entry is up to date: the whole cache is as fresh as `start`.
+        self.cache.update_time(start);
+        state.reinspect = needs_reinspection;
+        Ok(())
     }
 
     /// Relist one pod by uid: what a runtime trigger asks for. It does not move the global relist
@@ -586,17 +575,17 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
     /// computed, sent or not); a pod whose status read failed counts as changed, since it will be
     /// re-inspected by the next relist anyway.
     pub async fn relist_pod(&self, uid: &str) -> Result<bool, RuntimeError> {
-        let _relisting = self.relisting.lock().await;
+        let mut state = self.state.lock().await;
         let start = self.stamp();
         let pod = self.runtime.list_pod(uid).await?;
-        self.state().records.entry(uid.to_owned()).or_default().current = pod;
-        Ok(match self.sync_record(uid, start, None).await {
+        state.records.entry(uid.to_owned()).or_default().current = pod;
+        Ok(match self.sync_record(&mut state, uid, start, None).await {
             PodOutcome::RefreshFailed => {
-                self.state().reinspect.insert(uid.to_owned());
+                state.reinspect.insert(uid.to_owned());
                 true
             }
             PodOutcome::Refreshed { changed } => {
-                self.state().reinspect.remove(uid);
+                state.reinspect.remove(uid);
                 changed
             }
             PodOutcome::Unchanged => false,
@@ -605,13 +594,18 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
 
     /// Compare, refresh, advance and send for one pod (the body of the relist loop). Changes found
     /// are counted as missed by the trigger source `missed_by`, if given.
-    async fn sync_record(&self, uid: &str, start: SystemTime, missed_by: Option<&'static str>) -> PodOutcome {
-        let work = self.prepare_sync(&mut self.state(), uid, start);
-        let Some(work) = work else {
+    async fn sync_record(
+        &self,
+        state: &mut RelistState,
+        uid: &str,
+        start: SystemTime,
+        missed_by: Option<&'static str>,
+    ) -> PodOutcome {
+        let Some(work) = self.prepare_sync(state, uid, start) else {
             return PodOutcome::Unchanged;
         };
         let status = self.update_cache(uid, work.current.as_ref()).await;
-        self.finish_sync(&mut self.state(), uid, work, status, start, missed_by)
+        self.finish_sync(state, uid, work, status, start, missed_by)
     }
 
     /// The first step of [`Self::sync_record`]: the pod's events from its records, and whether
@@ -718,7 +712,7 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
     /// At the end: every event still kept for a pod's next relist (the channel was full) is sent,
     /// waiting for room — the consumer is still reading — so that nothing computed is left behind.
     async fn deliver_undelivered(&self) {
-        let undelivered = std::mem::take(&mut self.state().undelivered);
+        let undelivered = std::mem::take(&mut self.state.lock().await.undelivered);
         for event in undelivered.into_values().flatten() {
             if self.events.send(event).await.is_err() {
                 return;

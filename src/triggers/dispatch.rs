@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use tokio::task::JoinSet;
 use tracing::debug;
 
 use crate::clock::Clock;
@@ -184,21 +183,6 @@ impl Rechecks {
     /// A schedule that ran out without a change makes its target quiet ([`QUIET_FOR`]); a change
     /// ends that.
     pub fn after_check(&mut self, target: &Target, changed: bool, attempt: usize, now: tokio::time::Instant) {
-        self.after_timed_check(target, changed, attempt, now, Duration::ZERO);
-    }
-
-    /// [`Self::after_check`] of a check that took `took`: the next re-check waits at least that
-    /// long, so a runtime that answers slowly (a busy node) is asked less often, and one that
-    /// answers at once is probed on the schedule. (Checked one after another, the targets had that
-    /// by themselves, at the price of each waiting for every other's check.)
-    pub fn after_timed_check(
-        &mut self,
-        target: &Target,
-        changed: bool,
-        attempt: usize,
-        now: tokio::time::Instant,
-        took: Duration,
-    ) {
         self.due.retain(|(_, t, _)| t != target);
         let joined = self.joined.remove(target);
         if changed {
@@ -208,7 +192,7 @@ impl Rechecks {
                 && self.due.len() < MAX_RECHECKS
                 && let Some(wait) = recheck_delay(target, 0)
             {
-                self.due.push((now + wait.max(took), target.clone(), 1));
+                self.due.push((now + wait, target.clone(), 1));
             }
             return;
         }
@@ -218,7 +202,7 @@ impl Rechecks {
                 self.pulled.remove(target);
                 self.overflowed = true;
             }
-            Some(wait) => self.due.push((now + wait.max(took), target.clone(), attempt + 1)),
+            Some(wait) => self.due.push((now + wait, target.clone(), attempt + 1)),
             None => {
                 self.pulled.remove(target);
                 if let (None, Some(id)) = (&target.pod, &target.container) {
@@ -406,101 +390,27 @@ async fn recorded<R: Runtime, C: Clock>(pleg: &GenericPleg<R, C>, target: &Targe
     pleg.recorded_state(pod, id).await
 }
 
-/// At most this many checks run at once; past it the dispatcher waits for one to end before it
-/// takes more triggers or due re-checks.
-pub const MAX_CHECKS_IN_FLIGHT: usize = 32;
-
-/// What a finished check (or a batch of them, answered by one complete relist) leaves for the
-/// schedules: each target as checked (located, if it was), its attempt and whether it changed; and
-/// the container ids and pods it held busy.
-struct Checked {
-    results: Vec<(Target, usize, bool)>,
-    busy: Vec<Target>,
-    at: tokio::time::Instant,
-    /// How long the check (or the complete relist) took.
-    took: Duration,
-}
-
-/// Targets whose check runs: a trigger naming one waits in `held` until it ends, then is taken as
-/// if it came just after (it joins, pulls or starts the schedule the check left).
-#[derive(Default)]
-struct Busy {
-    containers: HashSet<String>,
-    pods: HashSet<PodUid>,
-}
-
-impl Busy {
-    fn set(&mut self, target: &Target, busy: bool) {
-        match (&target.container, &target.pod) {
-            (Some(id), _) if busy => drop(self.containers.insert(id.clone())),
-            (Some(id), _) => drop(self.containers.remove(id)),
-            (None, Some(pod)) if busy => drop(self.pods.insert(pod.clone())),
-            (None, Some(pod)) => drop(self.pods.remove(pod)),
-            (None, None) => {}
-        }
-    }
-}
-
-/// The trigger that names `id` as `pending` gathered it (the strongest kind it was named by).
-fn trigger_of(pending: &Pending, id: &str) -> Trigger {
-    let id = id.to_owned();
-    if pending.gone.contains(&id) {
-        Trigger::ContainerGone(id)
-    } else if pending.settled.contains(&id) {
-        Trigger::ContainerSettled(id)
-    } else if pending.ahead.contains(&id) {
-        Trigger::ContainerAhead(id)
-    } else {
-        Trigger::Container(id)
-    }
-}
-
-/// Serve triggers until every sender is gone: wait for one (or for a re-check to be due, or for a
-/// check to end), take everything else already queued, map container ids to pods, then start a
-/// check of each target (or one complete relist for many probes due at once). Checks run side by
-/// side: one that waits for a slow runtime answer, or for a pod relist, holds up only its own
-/// target. Taken one after the other, a round of a few probes and pod relists (25–80 ms each on a
-/// busy node) kept a container's next probe, due 2 ms later, waiting 100–200 ms.
+/// Serve triggers until every sender is gone: wait for one (or for a re-check to be due), take
+/// everything else already queued, map container ids to pods, then check each target once (or
+/// relist everything once; many probes due at once are answered by one complete relist).
 pub async fn dispatch<R: Runtime, C: Clock>(
     pleg: Arc<GenericPleg<R, C>>,
     mut queue: TriggerReceiver,
     metrics: Arc<Metrics>,
 ) {
     let mut rechecks = Rechecks::default();
-    let mut held = Pending::default();
-    let mut busy = Busy::default();
-    // Tasks of their own: a check holds the relister's lock across its runtime calls, so one that
-    // only this loop polled would stop whenever the loop waits for that lock itself.
-    let mut running: JoinSet<Checked> = JoinSet::new();
     loop {
-        let mut pending = std::mem::take(&mut held);
+        let mut pending = Pending::default();
         let next_due = rechecks.next_due();
-        let room = running.len() < MAX_CHECKS_IN_FLIGHT;
         tokio::select! {
-            trigger = queue.rx.recv(), if room => match trigger {
+            trigger = queue.rx.recv() => match trigger {
                 Some(trigger) => pending.add(trigger),
                 None => return,
             },
-            () = tokio::time::sleep_until(next_due.unwrap_or_else(tokio::time::Instant::now)), if room && next_due.is_some() => {}
-            Some(checked) = running.join_next(), if !running.is_empty() => {
-                // A check that panicked is a bug: the dispatcher's stage ends with it, as when
-                // checks ran in this loop.
-                let checked = checked.unwrap_or_else(|error| match error.try_into_panic() {
-                    Ok(panic) => std::panic::resume_unwind(panic),
-                    Err(error) => panic!("a trigger check was cancelled: {error}"),
-                });
-                for target in &checked.busy {
-                    busy.set(target, false);
-                }
-                for (target, attempt, changed) in &checked.results {
-                    rechecks.after_timed_check(target, *changed, *attempt, checked.at, checked.took);
-                }
-            }
+            () = tokio::time::sleep_until(next_due.unwrap_or_else(tokio::time::Instant::now)), if next_due.is_some() => {}
         }
-        if room {
-            while let Ok(more) = queue.rx.try_recv() {
-                pending.add(more);
-            }
+        while let Ok(more) = queue.rx.try_recv() {
+            pending.add(more);
         }
         if queue.overflow.swap(false, Ordering::AcqRel) {
             pending.add(Trigger::All);
@@ -508,25 +418,15 @@ pub async fn dispatch<R: Runtime, C: Clock>(
         // Fresh triggers are checked at once and start a schedule (a quiet target's sparse end of
         // one), unless their target waits for a re-check already: they join that, except that the
         // first settling trigger of a schedule pulls its check forward with the fine probes again
-        // (`Rechecks::pull`). A trigger for a target being checked waits for that check to end.
-        // Due re-checks continue theirs. Each target is checked at most once at a time.
+        // (`Rechecks::pull`). Due re-checks
+        // continue theirs. Each target is checked at most once a round.
         let mut targets: Vec<(Target, usize, bool)> = Vec::new();
         let now = tokio::time::Instant::now();
         let mut fresh = Vec::new();
         let settled = std::mem::take(&mut pending.settled);
         let ahead = std::mem::take(&mut pending.ahead);
         let gone = std::mem::take(&mut pending.gone);
-        let kinds = Pending {
-            settled: settled.clone(),
-            ahead: ahead.clone(),
-            gone: gone.clone(),
-            ..Pending::default()
-        };
         for id in std::mem::take(&mut pending.containers) {
-            if busy.containers.contains(&id) {
-                held.add(trigger_of(&kinds, &id));
-                continue;
-            }
             // An id no record has (a new pod, or a new container) is located in the runtime,
             // unless it is gone from the runtime, or it was looked for in vain a moment ago and
             // the CRI state does not follow this event at once (a sandbox's `/tasks/start` can
@@ -541,16 +441,10 @@ pub async fn dispatch<R: Runtime, C: Clock>(
                 container: Some(id),
             });
         }
-        for pod in std::mem::take(&mut pending.pods) {
-            if busy.pods.contains(&pod) {
-                held.add(Trigger::Pod(pod));
-                continue;
-            }
-            fresh.push(Target {
-                pod: Some(pod),
-                container: None,
-            });
-        }
+        fresh.extend(pending.pods.iter().map(|pod| Target {
+            pod: Some(pod.clone()),
+            container: None,
+        }));
         for target in fresh {
             let settles = target.container.as_ref().is_some_and(|id| settled.contains(id));
             if rechecks.waiting(&target) {
@@ -578,9 +472,6 @@ pub async fn dispatch<R: Runtime, C: Clock>(
                 targets.push((target, attempt, false));
             }
         }
-        for (target, _, _) in &targets {
-            busy.set(target, true);
-        }
         // Many probes and locates due at once: what the records say of each before one complete
         // relist, which a probe would have found different from the runtime's state (a locate:
         // nothing, the records do not hold its id).
@@ -594,78 +485,49 @@ pub async fn dispatch<R: Runtime, C: Clock>(
             }
         }
         if pending.all || !batched.is_empty() {
-            running.spawn(batch(pleg.clone(), metrics.clone(), batched, pending.all));
-        }
-        for (target, attempt, fresh) in targets {
-            let (pleg, metrics) = (pleg.clone(), metrics.clone());
-            running.spawn(async move {
-                    let busy = vec![target.clone()];
-                    let mut target = target;
-                    let began = tokio::time::Instant::now();
-                    let changed = check(&pleg, &mut target, fresh, &metrics).await;
-                    let at = tokio::time::Instant::now();
-                    let took = at - began;
-                    let took_ms = took.as_secs_f64() * 1000.0;
-                    debug!(pod = ?target.pod, container = ?target.container, attempt, fresh, changed, took_ms, "trigger check");
-                    Checked {
-                        results: vec![(target, attempt, changed)],
-                        busy,
-                        at,
-                        took,
+            metrics.count_trigger_relist(if pending.all { "all" } else { "batch" });
+            let began = tokio::time::Instant::now();
+            let relisted = pleg.relist().await;
+            if let Err(error) = &relisted {
+                debug!(error = %error, "triggered relist failed; the periodic relist will retry");
+            }
+            let now = tokio::time::Instant::now();
+            let took_ms = (now - began).as_secs_f64() * 1000.0;
+            debug!(probes = batched.len(), all = pending.all, took_ms, "trigger batch relist");
+            for (mut target, attempt, before) in batched {
+                // A relist that failed ends the schedules: the periodic relist owns a runtime that
+                // does not answer (as a failed pod relist does below).
+                let changed = if relisted.is_err() {
+                    true
+                } else if target.pod.is_none() {
+                    // Located by the relist: as `check` treats an id it located.
+                    match pleg.pod_of(target.container.as_deref().unwrap_or_default()).await {
+                        Some(pod) => {
+                            target.pod = Some(pod);
+                            located_settles(&pleg, &target).await
+                        }
+                        None => false,
                     }
-                });
+                } else {
+                    recorded(&pleg, &target).await != before
+                };
+                rechecks.after_check(&target, changed, attempt, now);
+            }
+        }
+        for (mut target, attempt, fresh) in targets {
+            let began = tokio::time::Instant::now();
+            let changed = check(&pleg, &mut target, fresh, &metrics).await;
+            let took_ms = began.elapsed().as_secs_f64() * 1000.0;
+            debug!(pod = ?target.pod, container = ?target.container, attempt, fresh, changed, took_ms, "trigger check");
+            rechecks.after_check(&target, changed, attempt, tokio::time::Instant::now());
         }
         if rechecks.take_overflowed() {
             // One complete relist for every re-check there was no room for.
-            running.spawn(batch(pleg.clone(), metrics.clone(), Vec::new(), true));
-        }
-    }
-}
-
-/// One complete relist for `batched` probes and locates (each with what the records said of it
-/// before), or for `all` (a trigger, or re-checks there was no room for).
-async fn batch<R: Runtime, C: Clock>(
-    pleg: Arc<GenericPleg<R, C>>,
-    metrics: Arc<Metrics>,
-    batched: Vec<(Target, usize, PlegContainerState)>,
-    all: bool,
-) -> Checked {
-    metrics.count_trigger_relist(if all { "all" } else { "batch" });
-    let began = tokio::time::Instant::now();
-    let relisted = pleg.relist().await;
-    if let Err(error) = &relisted {
-        debug!(error = %error, "triggered relist failed; the periodic relist will retry");
-    }
-    let at = tokio::time::Instant::now();
-    let took = at - began;
-    let took_ms = took.as_secs_f64() * 1000.0;
-    debug!(probes = batched.len(), all, took_ms, "trigger batch relist");
-    let busy = batched.iter().map(|(t, _, _)| t.clone()).collect();
-    let mut results = Vec::with_capacity(batched.len());
-    for (mut target, attempt, before) in batched {
-        // A relist that failed ends the schedules: the periodic relist owns a runtime that
-        // does not answer (as a failed pod relist does).
-        let changed = if relisted.is_err() {
-            true
-        } else if target.pod.is_none() {
-            // Located by the relist: as `check` treats an id it located.
-            match pleg.pod_of(target.container.as_deref().unwrap_or_default()).await {
-                Some(pod) => {
-                    target.pod = Some(pod);
-                    located_settles(&pleg, &target).await
-                }
-                None => false,
+            metrics.count_trigger_relist("all");
+            if let Err(error) = pleg.relist().await {
+                debug!(error = %error, "triggered relist failed; the periodic relist will retry");
             }
-        } else {
-            recorded(&pleg, &target).await != before
-        };
-        results.push((target, attempt, changed));
-    }
-    Checked {
-        results,
-        busy,
-        at,
-        took,
+        }
     }
 }
 
@@ -844,22 +706,6 @@ mod tests {
         assert!(!r.unlocatable("c1", t0));
     }
 
-    /// A check that took long puts its next one off at least as long: a busy runtime is asked
-    /// less often; a quick one keeps the schedule.
-    #[test]
-    fn a_slow_check_spaces_the_next_one() {
-        let t0 = tokio::time::Instant::now();
-        let target = Target {
-            pod: Some("u1".into()),
-            container: Some("c1".into()),
-        };
-        let mut r = Rechecks::default();
-        r.after_timed_check(&target, false, 0, t0, Duration::from_millis(30));
-        assert_eq!(r.next_due(), Some(t0 + Duration::from_millis(30)));
-        r.after_timed_check(&target, false, 1, t0, Duration::from_micros(500));
-        assert_eq!(r.next_due(), Some(t0 + Duration::from_millis(2)));
-    }
-
     /// The re-checks waiting are bounded: past the bound none is added, and the dispatcher is
     /// told to relist everything once instead.
     #[test]
@@ -889,10 +735,6 @@ mod tests {
         exits_at: Option<tokio::time::Instant>,
         /// Until then, the runtime lists no pod (a CRI state that lags a new pod's events).
         listed_from: Option<tokio::time::Instant>,
-        /// A container whose status the runtime answers this late (a busy runtime).
-        slow_probe: Option<(&'static str, Duration)>,
-        /// A pod whose listing the runtime answers this late.
-        slow_list: Option<(&'static str, Duration)>,
     }
 
     impl SteadyRuntime {
@@ -950,11 +792,6 @@ mod tests {
             uid: &str,
         ) -> Result<Option<crate::kubecontainer::RuntimePod>, crate::runtime::RuntimeError> {
             self.count("list_pod");
-            if let Some((slow, late)) = self.slow_list
-                && slow == uid
-            {
-                tokio::time::sleep(late).await;
-            }
             Ok((0..self.listed()).map(|i| self.pod(i)).find(|p| p.id == uid))
         }
 
@@ -971,15 +808,10 @@ mod tests {
 
         async fn probe_state(
             &self,
-            id: &str,
+            _: &str,
             _: crate::runtime::IdKind,
         ) -> Result<Option<crate::kubecontainer::RuntimeContainerState>, crate::runtime::RuntimeError> {
             self.count("probe_state");
-            if let Some((slow, late)) = self.slow_probe
-                && slow == id
-            {
-                tokio::time::sleep(late).await;
-            }
             Ok(Some(self.state()))
         }
 
@@ -1033,101 +865,6 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(60), counted)
             .await
             .unwrap_or_else(|_| panic!("{n} {kind:?} events not seen within 60 s"))
-    }
-
-    /// A check the runtime answers slowly holds up no other target: an exit settled while another
-    /// container's probe waits is seen at once, not after it.
-    #[tokio::test(start_paused = true)]
-    async fn a_slow_check_holds_up_only_its_own_target() {
-        let t0 = tokio::time::Instant::now();
-        let runtime = SteadyRuntime {
-            pods: 2,
-            exits_at: Some(t0 + Duration::from_secs(1)),
-            slow_probe: Some(("c0", Duration::from_millis(300))),
-            ..Default::default()
-        };
-        let (mut events, sender, _dispatcher) = dispatching(&runtime, 64).await;
-        tokio::time::sleep_until(t0 + Duration::from_secs(1)).await;
-        sender.send(Trigger::ContainerSettled("c0".into()));
-        tokio::time::sleep(Duration::from_millis(1)).await;
-        sender.send(Trigger::ContainerSettled("c1".into()));
-        let mut died = std::collections::HashMap::new();
-        while died.len() < 2 {
-            let event = tokio::time::timeout(Duration::from_secs(60), events.recv())
-                .await
-                .expect("both exits seen within 60 s")
-                .expect("an event");
-            if event.kind == PodLifecycleEventType::ContainerDied {
-                died.insert(
-                    event.pod_uid.to_string(),
-                    tokio::time::Instant::now() - t0 - Duration::from_secs(1),
-                );
-            }
-        }
-        assert!(
-            died["u1"] <= Duration::from_millis(5),
-            "c1 seen {:?} after its exit",
-            died["u1"]
-        );
-        assert!(
-            died["u0"] >= Duration::from_millis(300),
-            "c0 seen {:?} after its exit",
-            died["u0"]
-        );
-    }
-
-    /// A check that holds the relister's lock while the runtime is slow (a pod relist) does not
-    /// stop the dispatcher, which takes that lock too to map a new trigger's id to its pod.
-    #[tokio::test(start_paused = true)]
-    async fn a_pod_relist_in_flight_stops_no_other_check() {
-        let t0 = tokio::time::Instant::now();
-        let runtime = SteadyRuntime {
-            pods: 2,
-            exits_at: Some(t0 + Duration::from_secs(1)),
-            slow_list: Some(("u0", Duration::from_millis(300))),
-            ..Default::default()
-        };
-        let (mut events, sender, _dispatcher) = dispatching(&runtime, 64).await;
-        tokio::time::sleep_until(t0 + Duration::from_secs(1)).await;
-        sender.send(Trigger::ContainerSettled("c0".into()));
-        tokio::time::sleep(Duration::from_millis(1)).await;
-        sender.send(Trigger::ContainerSettled("c1".into()));
-        let both = seen(&mut events, PodLifecycleEventType::ContainerDied, 2).await;
-        assert!(
-            both - t0 <= Duration::from_millis(1400),
-            "both exits seen {:?} after t0",
-            both - t0
-        );
-    }
-
-    /// A relist waiting for the runtime holds no reader of the records: a probe of another pod's
-    /// container and the id → pod map answer meanwhile.
-    #[tokio::test(start_paused = true)]
-    async fn readers_do_not_wait_for_a_relists_runtime_calls() {
-        let runtime = SteadyRuntime {
-            pods: 2,
-            slow_list: Some(("u0", Duration::from_millis(300))),
-            ..Default::default()
-        };
-        let (pleg, _events) = GenericPleg::new(
-            runtime.clone(),
-            crate::clock::SystemClock,
-            Arc::new(Metrics::new()),
-            crate::pleg::PlegConfig::default(),
-        );
-        let pleg = Arc::new(pleg);
-        pleg.relist().await.unwrap();
-        let t0 = tokio::time::Instant::now();
-        let relisting = tokio::spawn({
-            let pleg = pleg.clone();
-            async move { pleg.relist_pod("u0").await }
-        });
-        tokio::time::sleep(Duration::from_millis(1)).await;
-        assert_eq!(pleg.pod_of("c1").await.as_deref(), Some("u1"));
-        assert!(!pleg.probe("u1", "c1").await.unwrap(), "c1 runs, as recorded");
-        assert!(tokio::time::Instant::now() - t0 < Duration::from_millis(10));
-        relisting.await.unwrap().unwrap();
-        assert!(tokio::time::Instant::now() - t0 >= Duration::from_millis(300));
     }
 
     /// What `pods` running containers cost the runtime when an event names each of them every
