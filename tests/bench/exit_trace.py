@@ -20,8 +20,9 @@ def at(s):
 
 
 def pct(xs, p):
+    """As the benches' stats.rs: the value at rank round((n - 1) * p)."""
     xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(len(xs) * p))] if xs else float("nan")
+    return xs[min(len(xs) - 1, round((len(xs) - 1) * p))] if xs else float("nan")
 
 
 def main(prefix):
