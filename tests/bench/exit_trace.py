@@ -31,6 +31,7 @@ def main(prefix):
     ids = {c["container"] for c in exits}
     steps = {i: {} for i in ids}  # id -> step -> first time
     checks = {i: [] for i in ids}
+    batches = []
 
     def first(i, step, t):
         steps[i].setdefault(step, t)
@@ -54,12 +55,14 @@ def main(prefix):
             for i in ids:
                 if i in c:
                     checks[i].append((t, f.get("attempt"), f.get("fresh"), f.get("changed")))
-                    if f.get("changed") in (True, "true"):
+                    # The check that found the exit: the first change after its /tasks/exit (the
+                    # container's start was found by an earlier one).
+                    if f.get("changed") in (True, "true") and "/tasks/exit" in steps[i]:
                         first(i, "found", t)
         elif msg == "trigger batch relist":
-            steps.setdefault("_batches", {}).setdefault("t", []).append(t)
+            batches.append(t)
 
-    batches = sorted(steps.pop("_batches", {}).get("t", []))
+    batches.sort()
     for rnd in ("spread", "burst"):
         rows = []
         for c in exits:

@@ -22,6 +22,9 @@
 //!     cargo bench --bench kubelet_side_by_side -- --pods 50 --passes defaults,kubelet-only
 //!     PLEGD_CLUSTER_CONTAINERD_VERSION=1.7 cargo bench --bench kubelet_side_by_side
 //!
+//! `PLEGD_BINARY` installs another plegd binary than this tree's (an A/B of two builds on the same
+//! node: tests/bench/side_by_side_ab.sh).
+//!
 //! `PLEGD_BENCH_TRACE=DIR` also writes, per pass, each change's times (`DIR/PASS.jsonl`: pod,
 //! container, change, the CRI's time and when each seer saw it, in seconds since the epoch) and
 //! plegd's log over the churn (`DIR/PASS-plegd.log`); with `PLEGD_CLUSTER_PLEGD_LOG_LEVEL` set to
@@ -96,13 +99,19 @@ fn script() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/cluster/cluster.sh")
 }
 
+/// The plegd binary installed: `PLEGD_BINARY` if set (another tree's build, for an A/B:
+/// tests/bench/side_by_side_ab.sh), else this tree's.
+fn plegd_binary() -> String {
+    std::env::var("PLEGD_BINARY").unwrap_or_else(|_| env!("CARGO_BIN_EXE_plegd").to_owned())
+}
+
 /// `cluster.sh ARGS` with the kubelet's feature gates; its last line of output.
 fn cluster_sh(args: &[&str], gates: &str) -> String {
     let out = Command::new("bash")
         .arg(script())
         .args(args)
         .env("PLEGD_CLUSTER_KUBELET_FEATURE_GATES", gates)
-        .env("PLEGD_BINARY", env!("CARGO_BIN_EXE_plegd"))
+        .env("PLEGD_BINARY", plegd_binary())
         .stderr(std::process::Stdio::inherit())
         .output()
         .expect("run tests/cluster/cluster.sh");
@@ -479,7 +488,15 @@ fn trace(
     std::fs::write(dir.join(format!("{pass}.jsonl")), lines).expect("PLEGD_BENCH_TRACE: write the changes");
     let log = Command::new("bash")
         .arg(script())
-        .args(["kubectl", "-n", "plegd-system", "logs", "ds/plegd", "--tail=-1"])
+        .args([
+            "kubectl",
+            "-n",
+            "plegd-system",
+            "logs",
+            "ds/plegd",
+            "--tail=-1",
+            "--request-timeout=60s",
+        ])
         .output()
         .expect("run tests/cluster/cluster.sh kubectl");
     std::fs::write(dir.join(format!("{pass}-plegd.log")), log.stdout).expect("PLEGD_BENCH_TRACE: write plegd's log");
