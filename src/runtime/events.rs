@@ -33,6 +33,21 @@ pub struct RuntimeEvent {
     pub created_at: i64,
     /// containerd's topic (`/tasks/exit`, …); empty for CRI.
     pub topic: String,
+    /// A CRI event's names, each read on its own ([`cri_names`]); None for containerd's events.
+    pub cri: Option<CriNames>,
+}
+
+/// The names a CRI container event carries, each one read on its own: the container (or sandbox)
+/// id, and the uid of the pod its sandbox status names. Names only, never state: where to look,
+/// not what is there.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CriNames {
+    /// The container or sandbox id; None when empty or not UTF-8.
+    pub id: Option<String>,
+    /// The pod's uid from the event's sandbox status; None when absent, empty or not UTF-8.
+    pub pod: Option<String>,
+    /// The event says the id was removed (`CONTAINER_DELETED_EVENT`).
+    pub deleted: bool,
 }
 
 /// A subscription to one of the runtime's event streams.
@@ -73,12 +88,14 @@ impl EventStream {
                     subject: containerd_subject(&envelope.topic, payload).map(EventSubject::Container),
                     created_at: 0,
                     topic: envelope.topic,
+                    cri: None,
                 }
             }),
             Self::Cri(stream) => stream.message().await?.map(|event| RuntimeEvent {
                 subject: cri_subject(&event),
                 created_at: event.created_at,
                 topic: String::new(),
+                cri: Some(cri_names(&event)),
             }),
         })
     }
@@ -156,20 +173,60 @@ pub fn cri_subject(event: &cri::ContainerEventResponse) -> Option<EventSubject> 
     }
 }
 
+/// `CONTAINER_DELETED_EVENT` of CRI's `ContainerEventType`.
+const CRI_CONTAINER_DELETED: i32 = 3;
+
+/// Each name a CRI container event carries, read on its own ([`CriNames`]): a bad uid does not
+/// hide a good id, nor the reverse.
+pub fn cri_names(event: &cri::ContainerEventResponse) -> CriNames {
+    let readable = |bytes: &[u8]| {
+        std::str::from_utf8(bytes)
+            .ok()
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+    };
+    CriNames {
+        id: readable(&event.container_id),
+        pod: event
+            .pod_sandbox_status
+            .as_ref()
+            .and_then(|s| s.metadata.as_ref())
+            .and_then(|m| readable(&m.uid)),
+        deleted: event.container_event_type == CRI_CONTAINER_DELETED,
+    }
+}
+
+/// containerd's major version, if the runtime is containerd and its version can be read.
+fn containerd_major(version: &RuntimeVersion) -> Option<u32> {
+    if version.runtime_name != "containerd" {
+        return None;
+    }
+    version
+        .runtime_version
+        .trim_start_matches('v')
+        .split(['.', '~', '+', '-'])
+        .next()
+        .and_then(|m| m.parse::<u32>().ok())
+}
+
+/// Whether a runtime's CRI events follow its CRI state: each one is sent once the state it
+/// announces is in place, so that one read right after it sees the change. containerd 2.x's CRI
+/// plugin updates a container's status (created, started, exited, removed; a sandbox's ready and
+/// not ready) and then sends the event, to every subscriber; on an exit, after it has deleted the
+/// task (containerd's `/tasks/exit` leads that by 30–150 ms on a loaded node). Not assumed of
+/// containerd 1.x (whose events go to one subscriber anyway) nor of other runtimes.
+pub fn cri_events_follow_state(version: &RuntimeVersion) -> bool {
+    containerd_major(version).is_some_and(|m| m >= 2)
+}
+
 /// Whether a runtime's CRI GetContainerEvents hands each event to one subscriber only: containerd
 /// before 2.0 does; 2.x broadcasts (containerd PR #9661). Other runtimes are not assumed to.
 pub fn cri_events_go_to_one_subscriber(version: &RuntimeVersion) -> bool {
     if version.runtime_name != "containerd" {
         return false;
     }
-    let major = version
-        .runtime_version
-        .trim_start_matches('v')
-        .split(['.', '~', '+', '-'])
-        .next()
-        .and_then(|m| m.parse::<u32>().ok());
     // A version it cannot read is taken as an old one: the warning is the safe side.
-    major.is_none_or(|m| m < 2)
+    containerd_major(version).is_none_or(|m| m < 2)
 }
 
 #[cfg(test)]
@@ -189,6 +246,44 @@ mod tests {
         assert!(!cri_events_go_to_one_subscriber(&v("containerd", "v2.0.0")));
         assert!(cri_events_go_to_one_subscriber(&v("containerd", "garbage")));
         assert!(!cri_events_go_to_one_subscriber(&v("cri-o", "1.31.0")));
+        // Only containerd 2.x's CRI events are known to follow its CRI state.
+        assert!(cri_events_follow_state(&v("containerd", "2.1.9+unknown")));
+        assert!(cri_events_follow_state(&v("containerd", "v2.0.0")));
+        assert!(!cri_events_follow_state(&v("containerd", "1.7.24~ds1")));
+        assert!(!cri_events_follow_state(&v("containerd", "garbage")));
+        assert!(!cri_events_follow_state(&v("cri-o", "2.0.0")));
+    }
+    #[test]
+    fn a_cri_event_names_are_read_each_on_its_own() {
+        let status = |uid: bytes::Bytes| {
+            Some(cri::PodSandboxStatus {
+                metadata: Some(cri::PodSandboxMetadata {
+                    uid,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+        };
+        let mut event = cri::ContainerEventResponse {
+            container_id: "c1".into(),
+            container_event_type: 2,
+            pod_sandbox_status: status("u1".into()),
+            ..Default::default()
+        };
+        let names = |id: Option<&str>, pod: Option<&str>, deleted| CriNames {
+            id: id.map(Into::into),
+            pod: pod.map(Into::into),
+            deleted,
+        };
+        assert_eq!(cri_names(&event), names(Some("c1"), Some("u1"), false));
+        event.container_event_type = CRI_CONTAINER_DELETED;
+        assert_eq!(cri_names(&event), names(Some("c1"), Some("u1"), true));
+        event.pod_sandbox_status = status(bytes::Bytes::from_static(b"\xff"));
+        assert_eq!(cri_names(&event), names(Some("c1"), None, true));
+        event.container_id = bytes::Bytes::from_static(b"\xfe");
+        event.pod_sandbox_status = status("u1".into());
+        assert_eq!(cri_names(&event), names(None, Some("u1"), true));
+        assert_eq!(cri_names(&cri::ContainerEventResponse::default()), names(None, None, false));
     }
     #[test]
     fn containerd_events_name_containers_only() {

@@ -2,7 +2,7 @@
 //! containers (probe, locate, relist), and each check's re-check schedule (a runtime's event can be
 //! ahead of its CRI state).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -29,6 +29,9 @@ pub struct Pending {
     pub ahead: HashSet<String>,
     /// Containers named only by a [`Trigger::ContainerGone`] (also in `containers` and `settled`).
     pub gone: HashSet<String>,
+    /// Containers named by a [`Trigger::ContainerExact`] (also in `containers` and `settled`): the
+    /// pod its event named, if any did, and whether every such event said the id was removed.
+    pub exact: HashMap<String, (Option<PodUid>, bool)>,
     /// The ids in `containers`, for a lookup that stays cheap in a burst.
     named: HashSet<String>,
     seen: HashSet<Trigger>,
@@ -48,6 +51,14 @@ impl Pending {
             Trigger::ContainerSettled(id) => self.name(id, Named::Settled),
             Trigger::ContainerAhead(id) => self.name(id, Named::Ahead),
             Trigger::ContainerGone(id) => self.name(id, Named::Gone),
+            Trigger::ContainerExact { id, pod, gone } => {
+                let (hint, all_gone) = self.exact.entry(id.clone()).or_insert((None, true));
+                if hint.is_none() {
+                    *hint = pod;
+                }
+                *all_gone &= gone;
+                self.name(id, Named::Exact);
+            }
         }
     }
 
@@ -65,7 +76,7 @@ impl Pending {
                 set.insert(id.clone());
             }
         }
-        if matches!(how, Named::Settled | Named::Gone) {
+        if matches!(how, Named::Settled | Named::Gone | Named::Exact) {
             self.settled.insert(id);
         }
     }
@@ -82,6 +93,7 @@ enum Named {
     Settled,
     Ahead,
     Gone,
+    Exact,
 }
 
 /// What one triggered check looks at: a pod, and the container the event named when it named one.
@@ -154,6 +166,14 @@ pub fn first_attempt(target: &Target, quiet: bool) -> usize {
     }
     (0..)
         .find(|a| recheck_delay(target, *a).is_none_or(|wait| wait >= QUIET_FIRST_WAIT))
+        .unwrap_or_default()
+}
+
+/// The attempt just past the end of `target`'s schedule: a check made at it is not repeated. An
+/// event that follows the runtime's CRI state ([`super::Trigger::ContainerExact`]) is checked so.
+pub fn schedule_end(target: &Target) -> usize {
+    (0..)
+        .find(|a| recheck_delay(target, *a).is_none())
         .unwrap_or_default()
 }
 
@@ -321,12 +341,15 @@ impl Rechecks {
 /// One check: a target without a pod is located first (two lists filtered by its id); once found,
 /// its pod is relisted, and a container the relist saw only created is probed further, since the
 /// event was about its start. A container target is probed (one status call) and its pod relisted
-/// only when the probe differs from the record; a pod target is relisted. Returns whether a
-/// change was found (the end of the target's schedule); `target` is updated once located.
+/// only when the probe differs from the record; a pod target is relisted, and so is the pod an
+/// event named for an id no record holds (`hinted`: a probe could not tell a new sandbox from a
+/// container). Returns whether a change was found (the end of the target's schedule); `target` is
+/// updated once located.
 async fn check<R: Runtime, C: Clock>(
     pleg: &GenericPleg<R, C>,
     target: &mut Target,
     fresh: bool,
+    hinted: bool,
     metrics: &Metrics,
 ) -> bool {
     let Some(pod) = target.pod.clone() else {
@@ -354,7 +377,9 @@ async fn check<R: Runtime, C: Clock>(
             }
         };
     };
-    if let Some(id) = &target.container {
+    if let Some(id) = &target.container
+        && !hinted
+    {
         metrics.count_trigger_relist("probe");
         match pleg.probe(&pod, id).await {
             Ok(false) => return false,
@@ -401,6 +426,37 @@ async fn recorded<R: Runtime, C: Clock>(pleg: &GenericPleg<R, C>, target: &Targe
     pleg.recorded_state(pod, id).await
 }
 
+/// One check of a round: its target, how many re-checks it has had, and what brought it.
+#[derive(Debug)]
+struct Check {
+    target: Target,
+    attempt: usize,
+    /// A fresh trigger's, not a due re-check's.
+    fresh: bool,
+    /// An event that follows the CRI state ([`super::Trigger::ContainerExact`]): checked once.
+    exact: bool,
+    /// An id no record holds, looked for in the pod its event named.
+    hinted: bool,
+}
+
+impl Check {
+    fn fresh(target: Target, attempt: usize) -> Self {
+        Self {
+            target,
+            attempt,
+            fresh: true,
+            exact: false,
+            hinted: false,
+        }
+    }
+
+    /// Its place in the round ([`check_order`]): an exact event's check with the likeliest, since
+    /// the change it announces is there.
+    fn order(&self) -> (bool, usize) {
+        check_order(&self.target, if self.exact { 0 } else { self.attempt })
+    }
+}
+
 /// Serve triggers until every sender is gone: wait for one (or for a re-check to be due), take
 /// everything else already queued, map container ids to pods, then check each target once (or
 /// relist everything once; many probes due at once are answered by one complete relist).
@@ -431,36 +487,61 @@ pub async fn dispatch<R: Runtime, C: Clock>(
         // first settling trigger of a schedule pulls its check forward with the fine probes again
         // (`Rechecks::pull`). Due re-checks
         // continue theirs. Each target is checked at most once a round.
-        let mut targets: Vec<(Target, usize, bool)> = Vec::new();
+        let mut targets: Vec<Check> = Vec::new();
         let now = tokio::time::Instant::now();
         let mut fresh = Vec::new();
         let settled = std::mem::take(&mut pending.settled);
         let ahead = std::mem::take(&mut pending.ahead);
         let gone = std::mem::take(&mut pending.gone);
+        let exact = std::mem::take(&mut pending.exact);
         for id in std::mem::take(&mut pending.containers) {
             // An id no record has (a new pod, or a new container) is located in the runtime,
             // unless it is gone from the runtime, or it was looked for in vain a moment ago and
             // the CRI state does not follow this event at once (a sandbox's `/tasks/start` can
-            // come after the sparse locates of its `/containers/create` ran out).
-            let pod = pleg.pod_of(&id).await;
-            if pod.is_none() && (gone.contains(&id) || (rechecks.unlocatable(&id, now) && !settled.contains(&id))) {
+            // come after the sparse locates of its `/containers/create` ran out). An exact event's
+            // id is looked for in the pod the event named instead.
+            let mut pod = pleg.pod_of(&id).await;
+            let named = exact.get(&id);
+            let gone = gone.contains(&id) || named.is_some_and(|(_, gone)| *gone);
+            if pod.is_none() && (gone || (rechecks.unlocatable(&id, now) && !settled.contains(&id))) {
                 metrics.count_trigger_relist("skipped");
                 continue;
             }
-            fresh.push(Target {
+            let hinted = pod.is_none() && named.is_some_and(|(hint, _)| hint.is_some());
+            if hinted {
+                pod = named.and_then(|(hint, _)| hint.clone());
+            }
+            let target = Target {
                 pod,
                 container: Some(id),
-            });
+            };
+            fresh.push((target, named.is_some(), hinted));
         }
-        fresh.extend(pending.pods.iter().map(|pod| Target {
-            pod: Some(pod.clone()),
-            container: None,
+        fresh.extend(pending.pods.iter().map(|pod| {
+            let target = Target {
+                pod: Some(pod.clone()),
+                container: None,
+            };
+            (target, false, false)
         }));
-        for target in fresh {
+        for (target, exact, hinted) in fresh {
+            if exact {
+                // The change is in the CRI state already: one check now, whatever schedule the
+                // target was on, and none after it.
+                let attempt = schedule_end(&target);
+                targets.push(Check {
+                    target,
+                    attempt,
+                    fresh: true,
+                    exact,
+                    hinted,
+                });
+                continue;
+            }
             let settles = target.container.as_ref().is_some_and(|id| settled.contains(id));
             if rechecks.waiting(&target) {
                 if settles && rechecks.pull(&target) {
-                    targets.push((target, 0, true));
+                    targets.push(Check::fresh(target, 0));
                 } else {
                     rechecks.join(&target);
                     metrics.count_trigger_relist("skipped");
@@ -476,22 +557,25 @@ pub async fn dispatch<R: Runtime, C: Clock>(
             } else {
                 first_attempt(&target, is_ahead || rechecks.quiet(&target, now))
             };
-            targets.push((target, attempt, true));
+            targets.push(Check::fresh(target, attempt));
         }
         for (target, attempt) in rechecks.take_due(tokio::time::Instant::now()) {
-            if !targets.iter().any(|(t, _, _)| *t == target) {
-                targets.push((target, attempt, false));
+            if !targets.iter().any(|c| c.target == target) {
+                targets.push(Check {
+                    fresh: false,
+                    ..Check::fresh(target, attempt)
+                });
             }
         }
-        targets.sort_by_key(|(target, attempt, _)| check_order(target, *attempt));
+        targets.sort_by_key(Check::order);
         // Many probes and locates due at once: what the records say of each before one complete
         // relist, which a probe would have found different from the runtime's state (a locate:
         // nothing, the records do not hold its id).
         let mut batched = Vec::new();
-        if targets.iter().filter(|(t, _, _)| is_probe_or_locate(t)).count() >= BATCH_PROBES {
-            let (probes, rest): (Vec<_>, Vec<_>) = targets.into_iter().partition(|(t, _, _)| is_probe_or_locate(t));
+        if targets.iter().filter(|c| is_probe_or_locate(&c.target)).count() >= BATCH_PROBES {
+            let (probes, rest): (Vec<_>, Vec<_>) = targets.into_iter().partition(|c| is_probe_or_locate(&c.target));
             targets = rest;
-            for (target, attempt, _) in probes {
+            for Check { target, attempt, .. } in probes {
                 let recorded = recorded(&pleg, &target).await;
                 batched.push((target, attempt, recorded));
             }
@@ -531,11 +615,18 @@ pub async fn dispatch<R: Runtime, C: Clock>(
                 rechecks.after_check(&target, changed, attempt, now);
             }
         }
-        for (mut target, attempt, fresh) in targets {
+        for Check {
+            mut target,
+            attempt,
+            fresh,
+            exact,
+            hinted,
+        } in targets
+        {
             let began = tokio::time::Instant::now();
-            let changed = check(&pleg, &mut target, fresh, &metrics).await;
+            let changed = check(&pleg, &mut target, fresh, hinted, &metrics).await;
             let took_ms = began.elapsed().as_secs_f64() * 1000.0;
-            debug!(pod = ?target.pod, container = ?target.container, attempt, fresh, changed, took_ms, "trigger check");
+            debug!(pod = ?target.pod, container = ?target.container, attempt, fresh, exact, changed, took_ms, "trigger check");
             rechecks.after_check(&target, changed, attempt, tokio::time::Instant::now());
         }
         if rechecks.take_overflowed() {
@@ -1170,6 +1261,82 @@ mod tests {
         sender.send(Trigger::ContainerGone("c0".into()));
         tokio::time::sleep(Duration::from_millis(1)).await;
         assert!(runtime.calls("probe_state") >= 1, "a known one is probed at once");
+        drop(sender);
+        dispatcher.abort();
+    }
+
+    /// An event that follows the CRI state (containerd 2.x's CRI events) costs one probe: the
+    /// exit it announces is seen at once, and neither it nor an event that announces nothing is
+    /// checked again.
+    #[tokio::test(start_paused = true)]
+    async fn an_exact_event_is_checked_once() {
+        let t0 = tokio::time::Instant::now();
+        let exits = t0 + Duration::from_secs(1);
+        let runtime = SteadyRuntime {
+            pods: 2,
+            exits_at: Some(exits),
+            ..Default::default()
+        };
+        let (mut events, sender, dispatcher) = dispatching(&runtime, 64).await;
+        let exact = |id: &str, pod: &str| Trigger::ContainerExact {
+            id: id.into(),
+            pod: Some(pod.into()),
+            gone: false,
+        };
+        tokio::time::sleep_until(exits).await;
+        sender.send(exact("c0", "u0"));
+        let seen = seen(&mut events, PodLifecycleEventType::ContainerDied, 1).await;
+        assert!(seen - exits <= Duration::from_millis(1), "seen {:?} late", seen - exits);
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(runtime.calls("probe_state"), 1, "one probe, no re-check");
+        assert_eq!(runtime.calls("list_pod"), 1, "its pod relisted once, for the change");
+        // The same event again (the change is in the records): one probe, nothing after it.
+        sender.send(exact("c0", "u0"));
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(runtime.calls("probe_state"), 2);
+        assert_eq!(runtime.calls("list_pod"), 1);
+        assert_eq!(runtime.calls("list_pods"), 1, "no complete relist");
+        drop(sender);
+        dispatcher.abort();
+    }
+
+    /// An id no record holds, from an event that follows the CRI state: its pod, as the event
+    /// names it, is relisted once (a new sandbox is no container to probe), with no locate; an id
+    /// the event says was removed costs nothing; one whose event names no pod is located once.
+    #[tokio::test(start_paused = true)]
+    async fn an_exact_event_for_a_new_id_relists_the_pod_it_names() {
+        let t0 = tokio::time::Instant::now();
+        let listed = t0 + Duration::from_millis(50);
+        let runtime = SteadyRuntime {
+            pods: 2,
+            listed_from: Some(listed),
+            ..Default::default()
+        };
+        let (mut events, sender, dispatcher) = dispatching(&runtime, 64).await;
+        tokio::time::sleep_until(listed).await;
+        sender.send(Trigger::ContainerExact {
+            id: "s0".into(),
+            pod: Some("u0".into()),
+            gone: false,
+        });
+        let seen = seen(&mut events, PodLifecycleEventType::ContainerStarted, 1).await;
+        assert!(seen - listed <= Duration::from_millis(1), "seen {:?} late", seen - listed);
+        sender.send(Trigger::ContainerExact {
+            id: "removed".into(),
+            pod: Some("u9".into()),
+            gone: true,
+        });
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(runtime.calls("list_pod"), 1, "one pod relist");
+        assert_eq!(runtime.calls("probe_state") + runtime.calls("locate"), 0);
+        sender.send(Trigger::ContainerExact {
+            id: "s1".into(),
+            pod: None,
+            gone: false,
+        });
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(runtime.calls("locate"), 1, "located once, not on a schedule");
+        assert_eq!(runtime.calls("list_pods"), 1, "no complete relist");
         drop(sender);
         dispatcher.abort();
     }

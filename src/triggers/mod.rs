@@ -13,7 +13,13 @@
 //! - **cri**: CRI `GetContainerEvents` (containerd ≥ 1.7, CRI-O). On containerd 1.7 each event goes
 //!   to ONE subscriber, so plegd would take events from a kubelet that uses Evented PLEG on the
 //!   same runtime (plegd warns); containerd 2.x broadcasts, and replays recent events to a new
-//!   subscriber, which plegd skips (its connection's full relist covers them).
+//!   subscriber, which plegd skips (its connection's full relist covers them). containerd 2.x
+//!   sends each CRI event once the CRI state it announces is in place, so its events are checked
+//!   once each ([`Trigger::ContainerExact`]), without the re-check schedule below; `auto` picks
+//!   them there. On other runtimes a CRI event names its pod, relisted on the schedule.
+//!
+//! `auto`: on containerd 2.x, CRI events; on containerd 1.x, containerd's events service; on any
+//! other runtime, CRI events if it implements them.
 //!
 //! A runtime's event can be ahead of its CRI state (containerd 1.6 publishes `/tasks/exit` 20–70 ms
 //! before its CRI plugin reports the container exited). So an event that names a known container is
@@ -48,7 +54,7 @@ use crate::backoff::ExponentialBackoff;
 use crate::clock::Clock;
 use crate::kubecontainer::PodUid;
 use crate::pleg::GenericPleg;
-use crate::runtime::events::EventSubject;
+use crate::runtime::events::{EventSubject, cri_events_follow_state};
 use crate::runtime::{CriRuntime, RuntimeVersion};
 use crate::supervise::Stage;
 
@@ -83,6 +89,18 @@ pub enum Trigger {
     /// it cost two lists every 2 ms for a second, for each removed container the records had let
     /// go already).
     ContainerGone(String),
+    /// A container or sandbox id from an event that follows the runtime's CRI state (containerd
+    /// 2.x's CRI events: see `runtime::events::cri_events_follow_state`): the change it announces
+    /// is in the CRI state already, so the id is checked once, at once, and not again on a
+    /// schedule. An id the records hold is probed; one they do not hold is looked for in `pod`,
+    /// the pod its event named, by one relist of that pod (located when the event named none).
+    /// `gone`: the event says the id was removed, and an id no record holds is then not looked for.
+    /// Nothing of the event is taken for state: the pod is where to look.
+    ContainerExact {
+        id: String,
+        pod: Option<PodUid>,
+        gone: bool,
+    },
     /// Relist this pod.
     Pod(PodUid),
     /// Relist everything.
@@ -103,8 +121,9 @@ impl From<EventSubject> for Trigger {
 /// Which trigger source to use (`--triggers`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum TriggerMode {
-    /// containerd's events when the runtime is containerd, else CRI GetContainerEvents if the
-    /// runtime implements it, else none.
+    /// CRI GetContainerEvents on containerd 2.x (its events follow its CRI state, to every
+    /// subscriber), containerd's events service on containerd 1.x, else CRI GetContainerEvents if
+    /// the runtime implements it, else none.
     Auto,
     /// containerd's events service (broadcast; safe beside a kubelet).
     Containerd,
@@ -131,11 +150,15 @@ impl Source {
 }
 
 impl TriggerMode {
-    /// The source to start for a runtime that calls itself `runtime_name`. `Auto` on a runtime other
-    /// than containerd tries CRI events, and stops quietly if the runtime does not implement them.
-    pub fn source(self, runtime_name: &str) -> Option<Source> {
+    /// The source to start for `version`'s runtime. `Auto` takes CRI events where they follow the
+    /// CRI state (containerd 2.x: one check per event, no re-check schedule), containerd's events
+    /// service on older containerd, and on any other runtime tries CRI events, stopping quietly if
+    /// the runtime does not implement them.
+    pub fn source(self, version: &RuntimeVersion) -> Option<Source> {
         match self {
-            TriggerMode::Auto if runtime_name == "containerd" => Some(Source::Containerd),
+            TriggerMode::Auto if version.runtime_name == "containerd" && !cri_events_follow_state(version) => {
+                Some(Source::Containerd)
+            }
             TriggerMode::Auto | TriggerMode::Cri => Some(Source::Cri),
             TriggerMode::Containerd => Some(Source::Containerd),
             TriggerMode::None => None,
@@ -209,7 +232,7 @@ pub fn stages<C: Clock>(
     pleg: Arc<GenericPleg<CriRuntime, C>>,
     options: TriggerConfig,
 ) -> Vec<(&'static str, Stage)> {
-    let Some(source) = mode.source(&version.runtime_name) else {
+    let Some(source) = mode.source(version) else {
         return Vec::new();
     };
     let metrics = pleg.runtime().metrics().clone();
@@ -244,11 +267,27 @@ mod tests {
 
     #[test]
     fn modes_resolve_to_sources() {
-        assert_eq!(TriggerMode::Auto.source("containerd"), Some(Source::Containerd));
-        assert_eq!(TriggerMode::Auto.source("cri-o"), Some(Source::Cri));
-        assert_eq!(TriggerMode::Cri.source("containerd"), Some(Source::Cri));
-        assert_eq!(TriggerMode::Containerd.source("cri-o"), Some(Source::Containerd));
-        assert_eq!(TriggerMode::None.source("containerd"), None);
+        let v = |name: &str, version: &str| RuntimeVersion {
+            runtime_name: name.into(),
+            runtime_version: version.into(),
+            runtime_api_version: "v1".into(),
+        };
+        let (containerd2, containerd1, crio) = (
+            v("containerd", "2.1.9+unknown"),
+            v("containerd", "1.7.24~ds1"),
+            v("cri-o", "1.31.0"),
+        );
+        assert_eq!(TriggerMode::Auto.source(&containerd2), Some(Source::Cri));
+        assert_eq!(TriggerMode::Auto.source(&containerd1), Some(Source::Containerd));
+        assert_eq!(
+            TriggerMode::Auto.source(&v("containerd", "garbage")),
+            Some(Source::Containerd)
+        );
+        assert_eq!(TriggerMode::Auto.source(&crio), Some(Source::Cri));
+        assert_eq!(TriggerMode::Cri.source(&containerd1), Some(Source::Cri));
+        assert_eq!(TriggerMode::Containerd.source(&containerd2), Some(Source::Containerd));
+        assert_eq!(TriggerMode::Containerd.source(&crio), Some(Source::Containerd));
+        assert_eq!(TriggerMode::None.source(&containerd2), None);
     }
 
     #[tokio::test]

@@ -9,7 +9,9 @@ use tracing::{debug, info, warn};
 
 use crate::metrics::Metrics;
 use crate::pleg::{StreamState, TriggerHealth};
-use crate::runtime::events::{EventStream, EventSubject, RuntimeEvent, cri_events_go_to_one_subscriber};
+use crate::runtime::events::{
+    CriNames, EventStream, EventSubject, RuntimeEvent, cri_events_follow_state, cri_events_go_to_one_subscriber,
+};
 use crate::runtime::{CriRuntime, RuntimeVersion};
 
 use super::{Source, Trigger, TriggerConfig, TriggerMode, TriggerSender};
@@ -195,7 +197,31 @@ pub fn replayed(created_at: i64, subscribed_at: SystemTime, since_subscribed: Du
     created_at > 0 && i128::from(created_at) < subscribed.as_nanos() as i128
 }
 
-async fn cri_subscription(channel: Channel, sender: &TriggerSender, metrics: &Metrics, link: &mut Link) -> StreamEnd {
+/// What a CRI event asks for. Where the runtime's CRI events follow its CRI state (`exact`), the id
+/// it names, checked once ([`Trigger::ContainerExact`]); elsewhere its pod, or the id when it
+/// names no pod, on the re-check schedule.
+pub fn cri_trigger(subject: EventSubject, names: Option<CriNames>, exact: bool) -> Trigger {
+    match names {
+        Some(CriNames {
+            id: Some(id),
+            pod,
+            deleted,
+        }) if exact => Trigger::ContainerExact {
+            id,
+            pod,
+            gone: deleted,
+        },
+        _ => Trigger::from(subject),
+    }
+}
+
+async fn cri_subscription(
+    channel: Channel,
+    exact: bool,
+    sender: &TriggerSender,
+    metrics: &Metrics,
+    link: &mut Link,
+) -> StreamEnd {
     let subscribed_at = SystemTime::now();
     let mut stream = match open(Source::Cri, EventStream::cri(channel), sender, metrics, link).await {
         Ok(stream) => stream,
@@ -211,7 +237,7 @@ async fn cri_subscription(channel: Channel, sender: &TriggerSender, metrics: &Me
                 }
                 link.delivered = true;
                 if let Some(subject) = event.subject {
-                    let trigger = Trigger::from(subject);
+                    let trigger = cri_trigger(subject, event.cri, exact);
                     debug!(source = "cri", ?trigger, "trigger");
                     sender.send(trigger);
                 }
@@ -243,6 +269,7 @@ pub async fn run_source(
             "using CRI GetContainerEvents: on containerd before 2.0 each event goes to only one subscriber, so a kubelet using Evented PLEG on this runtime will miss the events plegd receives (prefer --triggers containerd there)"
         );
     }
+    let exact = cri_events_follow_state(version);
     metrics.initialize_trigger_source(source.as_str());
     health.set_source(source.as_str());
     let state = |s: StreamState| set_state(&health, &metrics, source, s);
@@ -254,7 +281,7 @@ pub async fn run_source(
         let channel = runtime.stream_channel();
         let end = match source {
             Source::Containerd => containerd_subscription(channel, &options, &sender, &metrics, &mut link).await,
-            Source::Cri => cri_subscription(channel, &sender, &metrics, &mut link).await,
+            Source::Cri => cri_subscription(channel, exact, &sender, &metrics, &mut link).await,
         };
         // Whatever the stream would have said from now on is the relister's to find.
         health.set(false);
@@ -321,6 +348,44 @@ pub async fn run_source(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cri_event_that_follows_the_state_names_its_id_once() {
+        let names = |id: Option<&str>, pod: Option<&str>, deleted| {
+            Some(CriNames {
+                id: id.map(Into::into),
+                pod: pod.map(Into::into),
+                deleted,
+            })
+        };
+        let pod = || EventSubject::Pod("u1".into());
+        assert_eq!(
+            cri_trigger(pod(), names(Some("c1"), Some("u1"), false), true),
+            Trigger::ContainerExact {
+                id: "c1".into(),
+                pod: Some("u1".into()),
+                gone: false
+            }
+        );
+        assert_eq!(
+            cri_trigger(pod(), names(Some("c1"), None, true), true),
+            Trigger::ContainerExact {
+                id: "c1".into(),
+                pod: None,
+                gone: true
+            }
+        );
+        // Elsewhere, or without a readable id: what the event names, on the schedule.
+        assert_eq!(
+            cri_trigger(pod(), names(Some("c1"), Some("u1"), false), false),
+            Trigger::Pod("u1".into())
+        );
+        assert_eq!(cri_trigger(pod(), names(None, Some("u1"), false), true), Trigger::Pod("u1".into()));
+        assert_eq!(
+            cri_trigger(EventSubject::Unreadable, names(None, None, false), true),
+            Trigger::All
+        );
+    }
 
     #[test]
     fn replayed_events_are_those_from_before_the_subscription() {
