@@ -283,7 +283,10 @@ mod tests {
         event.container_id = bytes::Bytes::from_static(b"\xfe");
         event.pod_sandbox_status = status("u1".into());
         assert_eq!(cri_names(&event), names(None, Some("u1"), true));
-        assert_eq!(cri_names(&cri::ContainerEventResponse::default()), names(None, None, false));
+        assert_eq!(
+            cri_names(&cri::ContainerEventResponse::default()),
+            names(None, None, false)
+        );
     }
     #[test]
     fn containerd_events_name_containers_only() {

@@ -172,9 +172,7 @@ pub fn first_attempt(target: &Target, quiet: bool) -> usize {
 /// The attempt just past the end of `target`'s schedule: a check made at it is not repeated. An
 /// event that follows the runtime's CRI state ([`super::Trigger::ContainerExact`]) is checked so.
 pub fn schedule_end(target: &Target) -> usize {
-    (0..)
-        .find(|a| recheck_delay(target, *a).is_none())
-        .unwrap_or_default()
+    (0..).find(|a| recheck_delay(target, *a).is_none()).unwrap_or_default()
 }
 
 /// Where a check comes in its round (pure; the round's checks run one after another): the ones
@@ -1320,7 +1318,11 @@ mod tests {
             gone: false,
         });
         let seen = seen(&mut events, PodLifecycleEventType::ContainerStarted, 1).await;
-        assert!(seen - listed <= Duration::from_millis(1), "seen {:?} late", seen - listed);
+        assert!(
+            seen - listed <= Duration::from_millis(1),
+            "seen {:?} late",
+            seen - listed
+        );
         sender.send(Trigger::ContainerExact {
             id: "removed".into(),
             pod: Some("u9".into()),

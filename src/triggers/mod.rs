@@ -14,12 +14,15 @@
 //!   to ONE subscriber, so plegd would take events from a kubelet that uses Evented PLEG on the
 //!   same runtime (plegd warns); containerd 2.x broadcasts, and replays recent events to a new
 //!   subscriber, which plegd skips (its connection's full relist covers them). containerd 2.x
-//!   sends each CRI event once the CRI state it announces is in place, so its events are checked
-//!   once each ([`Trigger::ContainerExact`]), without the re-check schedule below; `auto` picks
-//!   them there. On other runtimes a CRI event names its pod, relisted on the schedule.
+//!   sends each CRI event once the CRI state it announces is in place, so there its events are
+//!   checked once each ([`Trigger::ContainerExact`]), without the re-check schedule below: ~5×
+//!   fewer runtime calls and ~30 % less CPU under churn than containerd's events, but later by
+//!   what containerd spends building each event (the statuses of the pod's sandbox and of all its
+//!   containers), which under load put starts and exits tens of ms behind (BENCHMARKS.md). On
+//!   other runtimes a CRI event names its pod, relisted on the schedule.
 //!
-//! `auto`: on containerd 2.x, CRI events; on containerd 1.x, containerd's events service; on any
-//! other runtime, CRI events if it implements them.
+//! `auto`: containerd's events service on containerd, CRI events on any other runtime that
+//! implements them.
 //!
 //! A runtime's event can be ahead of its CRI state (containerd 1.6 publishes `/tasks/exit` 20–70 ms
 //! before its CRI plugin reports the container exited). So an event that names a known container is
@@ -54,7 +57,7 @@ use crate::backoff::ExponentialBackoff;
 use crate::clock::Clock;
 use crate::kubecontainer::PodUid;
 use crate::pleg::GenericPleg;
-use crate::runtime::events::{EventSubject, cri_events_follow_state};
+use crate::runtime::events::EventSubject;
 use crate::runtime::{CriRuntime, RuntimeVersion};
 use crate::supervise::Stage;
 
@@ -121,13 +124,14 @@ impl From<EventSubject> for Trigger {
 /// Which trigger source to use (`--triggers`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum TriggerMode {
-    /// CRI GetContainerEvents on containerd 2.x (its events follow its CRI state, to every
-    /// subscriber), containerd's events service on containerd 1.x, else CRI GetContainerEvents if
-    /// the runtime implements it, else none.
+    /// containerd's events when the runtime is containerd, else CRI GetContainerEvents if the
+    /// runtime implements it, else none.
     Auto,
     /// containerd's events service (broadcast; safe beside a kubelet).
     Containerd,
-    /// CRI GetContainerEvents (on containerd 1.7, takes events from a kubelet using Evented PLEG).
+    /// CRI GetContainerEvents (on containerd 1.7, takes events from a kubelet using Evented PLEG;
+    /// on containerd 2.x, one check per event: fewer runtime calls, later by containerd's building
+    /// of each event).
     Cri,
     /// Periodic relist only.
     None,
@@ -150,15 +154,13 @@ impl Source {
 }
 
 impl TriggerMode {
-    /// The source to start for `version`'s runtime. `Auto` takes CRI events where they follow the
-    /// CRI state (containerd 2.x: one check per event, no re-check schedule), containerd's events
-    /// service on older containerd, and on any other runtime tries CRI events, stopping quietly if
-    /// the runtime does not implement them.
+    /// The source to start for `version`'s runtime. `Auto` on a runtime other than containerd
+    /// tries CRI events, and stops quietly if the runtime does not implement them. On containerd
+    /// it takes containerd's events: they come ahead of the CRI state, where containerd 2.x's CRI
+    /// events come after it by what containerd spends building them.
     pub fn source(self, version: &RuntimeVersion) -> Option<Source> {
         match self {
-            TriggerMode::Auto if version.runtime_name == "containerd" && !cri_events_follow_state(version) => {
-                Some(Source::Containerd)
-            }
+            TriggerMode::Auto if version.runtime_name == "containerd" => Some(Source::Containerd),
             TriggerMode::Auto | TriggerMode::Cri => Some(Source::Cri),
             TriggerMode::Containerd => Some(Source::Containerd),
             TriggerMode::None => None,
@@ -277,12 +279,8 @@ mod tests {
             v("containerd", "1.7.24~ds1"),
             v("cri-o", "1.31.0"),
         );
-        assert_eq!(TriggerMode::Auto.source(&containerd2), Some(Source::Cri));
+        assert_eq!(TriggerMode::Auto.source(&containerd2), Some(Source::Containerd));
         assert_eq!(TriggerMode::Auto.source(&containerd1), Some(Source::Containerd));
-        assert_eq!(
-            TriggerMode::Auto.source(&v("containerd", "garbage")),
-            Some(Source::Containerd)
-        );
         assert_eq!(TriggerMode::Auto.source(&crio), Some(Source::Cri));
         assert_eq!(TriggerMode::Cri.source(&containerd1), Some(Source::Cri));
         assert_eq!(TriggerMode::Containerd.source(&containerd2), Some(Source::Containerd));

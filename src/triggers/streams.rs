@@ -206,11 +206,7 @@ pub fn cri_trigger(subject: EventSubject, names: Option<CriNames>, exact: bool) 
             id: Some(id),
             pod,
             deleted,
-        }) if exact => Trigger::ContainerExact {
-            id,
-            pod,
-            gone: deleted,
-        },
+        }) if exact => Trigger::ContainerExact { id, pod, gone: deleted },
         _ => Trigger::from(subject),
     }
 }
@@ -380,7 +376,10 @@ mod tests {
             cri_trigger(pod(), names(Some("c1"), Some("u1"), false), false),
             Trigger::Pod("u1".into())
         );
-        assert_eq!(cri_trigger(pod(), names(None, Some("u1"), false), true), Trigger::Pod("u1".into()));
+        assert_eq!(
+            cri_trigger(pod(), names(None, Some("u1"), false), true),
+            Trigger::Pod("u1".into())
+        );
         assert_eq!(
             cri_trigger(EventSubject::Unreadable, names(None, None, false), true),
             Trigger::All

@@ -20,12 +20,14 @@ for side in a b; do
   tree="$OUT/tree-$side"
   git worktree add -q --detach "$tree" "$commit"
   (cd "$tree" && CARGO_TARGET_DIR="$PWD/../target-$side" cargo build -q --release --bin plegd)
-  cp "$OUT/target-$side/release/plegd" "$OUT/plegd-$side"
+  # Named plegd: the bench finds plegd's process by its path in the image (/usr/local/bin/plegd).
+  mkdir -p "$OUT/bin-$side"
+  cp "$OUT/target-$side/release/plegd" "$OUT/bin-$side/plegd"
   git worktree remove --force "$tree"
 done
 for i in $(seq 1 "$PAIRS"); do
   for side in a b; do
-    PLEGD_BINARY="$OUT/plegd-$side" PLEGD_BENCH_TRACE="$OUT/$side-$i" \
+    PLEGD_BINARY="$OUT/bin-$side/plegd" PLEGD_BENCH_TRACE="$OUT/$side-$i" \
       PLEGD_CLUSTER_PLEGD_LOG_LEVEL='info,plegd::triggers=debug,plegd::pleg=debug' \
       cargo bench -q --bench kubelet_side_by_side -- --passes defaults >"$OUT/$side-$i.log" 2>&1
   done
