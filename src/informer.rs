@@ -6,8 +6,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use futures_util::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::Pod;
+use futures_util::StreamExt;
 use kube::api::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -59,18 +58,6 @@ impl Informer {
     }
 }
 
-/// A watch event with its pod converted to what the store keeps, before the store sees it: the
-/// whole `Pod` never lives longer than this conversion.
-fn to_api_pod(event: Event<Pod>) -> Event<ApiPod> {
-    match event {
-        Event::Apply(pod) => Event::Apply(pod.into()),
-        Event::Delete(pod) => Event::Delete(pod.into()),
-        Event::InitApply(pod) => Event::InitApply(pod.into()),
-        Event::Init => Event::Init,
-        Event::InitDone => Event::InitDone,
-    }
-}
-
 fn change_of(pod: &ApiPod) -> Option<PodChange> {
     let uid = pod.metadata.uid.clone()?;
     Some(PodChange::Applied {
@@ -88,7 +75,8 @@ pub fn start(
     changes: mpsc::Sender<PodChange>,
     metrics: Arc<Metrics>,
 ) -> (Informer, Stage) {
-    let api: Api<Pod> = Api::all(client);
+    // Decoded straight into what the store keeps: no whole `Pod`, no managedFields built.
+    let api: Api<ApiPod> = Api::all(client);
     // The apiserver ends each watch after `watch_timeout`; kube's watcher gives up one silent for
     // longer (a dead connection) and watches again.
     let config = watcher::Config::default()
@@ -107,7 +95,6 @@ pub fn start(
                 WATCH_RETRY_INITIAL,
                 WATCH_RETRY_MAX,
             ))
-            .map_ok(to_api_pod)
             .reflect(writer);
         futures_util::pin_mut!(stream);
         while let Some(item) = stream.next().await {

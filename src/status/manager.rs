@@ -564,7 +564,8 @@ impl StatusManager {
         self.retry_after.wait().await;
         self.limiter.acquire().await;
         let namespace = key.namespace.as_deref().unwrap_or_default();
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        // The answer decoded as the informer decodes pods (no managedFields built).
+        let api: Api<ApiPod> = Api::namespaced(self.client.clone(), namespace);
         let (params, body) = (PatchParams::default(), Patch::Strategic(body));
         let patch = api.patch_status(&key.name, &params, &body);
         let Ok(answer) = tokio::time::timeout(self.config.request_timeout, patch).await else {

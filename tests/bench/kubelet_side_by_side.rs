@@ -16,7 +16,11 @@
 //! without plegd over the same churn, and the CPU and memory of the kubelet and of plegd.
 //!
 //! Passes: `defaults` (the kubelet as it ships), `evented` (its EventedPLEG gate on), `kubelet-only`
-//! (no plegd: the apiserver's cost without it). Needs root; takes ~10 minutes.
+//! (no plegd: the apiserver's cost without it), `unfollowed` (as `defaults`, without the bench's
+//! follower of plegd's StatusService: plegd's cost without serving the bench; no computed-status
+//! column). Needs root; the default passes take ~10 minutes.
+//!
+//!     cargo bench --bench kubelet_side_by_side -- --passes defaults,unfollowed
 //!
 //!     cargo bench --bench kubelet_side_by_side
 //!     cargo bench --bench kubelet_side_by_side -- --pods 50 --passes defaults,kubelet-only
@@ -539,11 +543,15 @@ async fn main() {
     );
     let mut apiserver_cpu: BTreeMap<String, f64> = BTreeMap::new();
     for pass in passes.split(',') {
-        let (gates, with_plegd) = match pass {
-            "defaults" => ("", true),
-            "evented" => ("EventedPLEG=true", true),
-            "kubelet-only" => ("", false),
-            other => panic!("--passes: unknown pass {other:?} (defaults, evented, kubelet-only)"),
+        // `followed`: the bench follows plegd's StatusService for its computed status. Serving
+        // that follower (every report, with its differences from the apiserver's status) is
+        // plegd's work for the bench alone: `unfollowed` measures plegd's cost without it.
+        let (gates, with_plegd, followed) = match pass {
+            "defaults" => ("", true, true),
+            "evented" => ("EventedPLEG=true", true, true),
+            "unfollowed" => ("", true, false),
+            "kubelet-only" => ("", false, false),
+            other => panic!("--passes: unknown pass {other:?} (defaults, evented, unfollowed, kubelet-only)"),
         };
         println!("\n## pass: {pass}\n");
         let kubeconfig = if with_plegd {
@@ -591,23 +599,31 @@ async fn main() {
             watch_apiserver(pods.clone(), seen.clone()),
             watch_floor(cri_client, seen.clone(), ids.clone()),
         ];
-        if with_plegd {
+        if followed {
             tasks.push(watch_computed(seen.clone()));
         } else {
-            // Nothing of plegd's to wait for: mark it seen as the kubelet's.
+            // What is not watched is not waited for: marked seen as what stands in for it (the
+            // kubelet's status for plegd's without plegd; plegd's condition for its computed
+            // status when it is not followed).
+            let (from, to): (Seer, &[Seer]) = if with_plegd {
+                (Seer::Plegd, &[Seer::Computed])
+            } else {
+                (Seer::Kubelet, &[Seer::Plegd, Seer::Computed])
+            };
             let seen = seen.clone();
             tasks.push(tokio::spawn(async move {
                 loop {
                     {
                         let mut s = seen.lock().unwrap();
-                        let kubelet: Vec<_> = s
+                        let known: Vec<_> = s
                             .iter()
-                            .filter(|((_, _, w), _)| *w == Seer::Kubelet)
+                            .filter(|((_, _, w), _)| *w == from)
                             .map(|(k, v)| (k.clone(), *v))
                             .collect();
-                        for ((p, c, _), t) in kubelet {
-                            s.entry((p.clone(), c, Seer::Plegd)).or_insert(t);
-                            s.entry((p, c, Seer::Computed)).or_insert(t);
+                        for ((p, c, _), t) in known {
+                            for seer in to {
+                                s.entry((p.clone(), c, *seer)).or_insert(t);
+                            }
                         }
                     }
                     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -670,8 +686,10 @@ async fn main() {
 
         // Latency.
         let seen = seen.lock().unwrap().clone();
-        let seers: &[Seer] = if with_plegd {
+        let seers: &[Seer] = if followed {
             &[Seer::Floor, Seer::Kubelet, Seer::Plegd, Seer::Computed]
+        } else if with_plegd {
+            &[Seer::Floor, Seer::Kubelet, Seer::Plegd]
         } else {
             &[Seer::Floor, Seer::Kubelet]
         };
