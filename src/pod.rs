@@ -156,7 +156,7 @@ pub const MIRROR_POD_ANNOTATION: &str = "kubernetes.io/config.mirror";
 
 /// A pod as the informer keeps it; see the module documentation. Decoded from the apiserver's JSON
 /// as a [`Pod`] would be, less the metadata's managedFields, which are skipped in the JSON and never
-/// built ([`WirePod`]).
+/// built (`WirePod`).
 #[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
 #[serde(from = "WirePod")]
 pub struct ApiPod {
