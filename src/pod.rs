@@ -217,9 +217,7 @@ impl From<Pod> for ApiPod {
 struct WirePod {
     #[serde(default, deserialize_with = "metadata_without_managed_fields")]
     metadata: ObjectMeta,
-    #[serde(default)]
     spec: Option<k8s_openapi::api::core::v1::PodSpec>,
-    #[serde(default)]
     status: Option<PodStatus>,
 }
 

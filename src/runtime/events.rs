@@ -48,6 +48,21 @@ pub struct CriNames {
     pub pod: Option<String>,
     /// The event says the id was removed (`CONTAINER_DELETED_EVENT`).
     pub deleted: bool,
+    /// The id or the uid is there but not UTF-8.
+    pub unreadable: bool,
+}
+
+impl CriNames {
+    /// What the event names: its pod when it carries the sandbox's uid, else the container; a name
+    /// that cannot be read, when nothing else readable is named, is [`EventSubject::Unreadable`].
+    pub fn subject(&self) -> Option<EventSubject> {
+        match (&self.pod, &self.id) {
+            (Some(uid), _) => Some(EventSubject::Pod(uid.clone())),
+            (None, Some(id)) => Some(EventSubject::Container(id.clone())),
+            (None, None) if self.unreadable => Some(EventSubject::Unreadable),
+            (None, None) => None,
+        }
+    }
 }
 
 /// A subscription to one of the runtime's event streams.
@@ -91,11 +106,14 @@ impl EventStream {
                     cri: None,
                 }
             }),
-            Self::Cri(stream) => stream.message().await?.map(|event| RuntimeEvent {
-                subject: cri_subject(&event),
-                created_at: event.created_at,
-                topic: String::new(),
-                cri: Some(cri_names(&event)),
+            Self::Cri(stream) => stream.message().await?.map(|event| {
+                let names = cri_names(&event);
+                RuntimeEvent {
+                    subject: names.subject(),
+                    created_at: event.created_at,
+                    topic: String::new(),
+                    cri: Some(names),
+                }
             }),
         })
     }
@@ -149,28 +167,11 @@ pub fn containerd_filters(namespace: &str) -> Vec<String> {
     .collect()
 }
 
-/// What a CRI container event names: its pod when the event carries the sandbox's uid, else the
-/// container. Nothing else of the event is read (it is decoded from the slim message, so that
-/// the statuses an event carries are neither decoded nor able to fail it). A name that is not
-/// UTF-8 cannot be looked up: an event that names nothing else readable is [`EventSubject::Unreadable`].
+/// What a CRI container event names (see [`CriNames::subject`]). Nothing else of the event is read
+/// (it is decoded from the slim message, so that the statuses an event carries are neither decoded
+/// nor able to fail it).
 pub fn cri_subject(event: &cri::ContainerEventResponse) -> Option<EventSubject> {
-    let uid = event
-        .pod_sandbox_status
-        .as_ref()
-        .and_then(|s| s.metadata.as_ref())
-        .map(|m| &m.uid[..])
-        .unwrap_or_default();
-    if let Ok(uid) = std::str::from_utf8(uid)
-        && !uid.is_empty()
-    {
-        return Some(EventSubject::Pod(uid.to_owned()));
-    }
-    match std::str::from_utf8(&event.container_id) {
-        Ok("") if uid.is_empty() => None,
-        Ok("") => Some(EventSubject::Unreadable),
-        Ok(id) => Some(EventSubject::Container(id.to_owned())),
-        Err(_) => Some(EventSubject::Unreadable),
-    }
+    cri_names(event).subject()
 }
 
 /// `CONTAINER_DELETED_EVENT` of CRI's `ContainerEventType`.
@@ -179,6 +180,12 @@ const CRI_CONTAINER_DELETED: i32 = 3;
 /// Each name a CRI container event carries, read on its own ([`CriNames`]): a bad uid does not
 /// hide a good id, nor the reverse.
 pub fn cri_names(event: &cri::ContainerEventResponse) -> CriNames {
+    let uid = event
+        .pod_sandbox_status
+        .as_ref()
+        .and_then(|s| s.metadata.as_ref())
+        .map(|m| &m.uid[..])
+        .unwrap_or_default();
     let readable = |bytes: &[u8]| {
         std::str::from_utf8(bytes)
             .ok()
@@ -187,12 +194,11 @@ pub fn cri_names(event: &cri::ContainerEventResponse) -> CriNames {
     };
     CriNames {
         id: readable(&event.container_id),
-        pod: event
-            .pod_sandbox_status
-            .as_ref()
-            .and_then(|s| s.metadata.as_ref())
-            .and_then(|m| readable(&m.uid)),
+        pod: readable(uid),
         deleted: event.container_event_type == CRI_CONTAINER_DELETED,
+        unreadable: [&event.container_id[..], uid]
+            .iter()
+            .any(|b| std::str::from_utf8(b).is_err()),
     }
 }
 
@@ -270,22 +276,23 @@ mod tests {
             pod_sandbox_status: status("u1".into()),
             ..Default::default()
         };
-        let names = |id: Option<&str>, pod: Option<&str>, deleted| CriNames {
+        let names = |id: Option<&str>, pod: Option<&str>, deleted, unreadable| CriNames {
             id: id.map(Into::into),
             pod: pod.map(Into::into),
             deleted,
+            unreadable,
         };
-        assert_eq!(cri_names(&event), names(Some("c1"), Some("u1"), false));
+        assert_eq!(cri_names(&event), names(Some("c1"), Some("u1"), false, false));
         event.container_event_type = CRI_CONTAINER_DELETED;
-        assert_eq!(cri_names(&event), names(Some("c1"), Some("u1"), true));
+        assert_eq!(cri_names(&event), names(Some("c1"), Some("u1"), true, false));
         event.pod_sandbox_status = status(bytes::Bytes::from_static(b"\xff"));
-        assert_eq!(cri_names(&event), names(Some("c1"), None, true));
+        assert_eq!(cri_names(&event), names(Some("c1"), None, true, true));
         event.container_id = bytes::Bytes::from_static(b"\xfe");
         event.pod_sandbox_status = status("u1".into());
-        assert_eq!(cri_names(&event), names(None, Some("u1"), true));
+        assert_eq!(cri_names(&event), names(None, Some("u1"), true, true));
         assert_eq!(
             cri_names(&cri::ContainerEventResponse::default()),
-            names(None, None, false)
+            names(None, None, false, false)
         );
     }
     #[test]

@@ -498,19 +498,16 @@ pub async fn dispatch<R: Runtime, C: Clock>(
             // the CRI state does not follow this event at once (a sandbox's `/tasks/start` can
             // come after the sparse locates of its `/containers/create` ran out). An exact event's
             // id is looked for in the pod the event named instead.
-            let mut pod = pleg.pod_of(&id).await;
+            let recorded = pleg.pod_of(&id).await;
             let named = exact.get(&id);
             let gone = gone.contains(&id) || named.is_some_and(|(_, gone)| *gone);
-            if pod.is_none() && (gone || (rechecks.unlocatable(&id, now) && !settled.contains(&id))) {
+            if recorded.is_none() && (gone || (rechecks.unlocatable(&id, now) && !settled.contains(&id))) {
                 metrics.count_trigger_relist("skipped");
                 continue;
             }
-            let hinted = pod.is_none() && named.is_some_and(|(hint, _)| hint.is_some());
-            if hinted {
-                pod = named.and_then(|(hint, _)| hint.clone());
-            }
+            let hinted = recorded.is_none() && named.is_some_and(|(hint, _)| hint.is_some());
             let target = Target {
-                pod,
+                pod: recorded.or_else(|| named.and_then(|(hint, _)| hint.clone())),
                 container: Some(id),
             };
             fresh.push((target, named.is_some(), hinted));

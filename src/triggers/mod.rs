@@ -154,13 +154,13 @@ impl Source {
 }
 
 impl TriggerMode {
-    /// The source to start for `version`'s runtime. `Auto` on a runtime other than containerd
-    /// tries CRI events, and stops quietly if the runtime does not implement them. On containerd
-    /// it takes containerd's events: they come ahead of the CRI state, where containerd 2.x's CRI
-    /// events come after it by what containerd spends building them.
-    pub fn source(self, version: &RuntimeVersion) -> Option<Source> {
+    /// The source to start for a runtime that calls itself `runtime_name`. `Auto` on a runtime other
+    /// than containerd tries CRI events, and stops quietly if the runtime does not implement them.
+    /// On containerd it takes containerd's events: they come ahead of the CRI state, where
+    /// containerd 2.x's CRI events come after it by what containerd spends building them.
+    pub fn source(self, runtime_name: &str) -> Option<Source> {
         match self {
-            TriggerMode::Auto if version.runtime_name == "containerd" => Some(Source::Containerd),
+            TriggerMode::Auto if runtime_name == "containerd" => Some(Source::Containerd),
             TriggerMode::Auto | TriggerMode::Cri => Some(Source::Cri),
             TriggerMode::Containerd => Some(Source::Containerd),
             TriggerMode::None => None,
@@ -234,7 +234,7 @@ pub fn stages<C: Clock>(
     pleg: Arc<GenericPleg<CriRuntime, C>>,
     options: TriggerConfig,
 ) -> Vec<(&'static str, Stage)> {
-    let Some(source) = mode.source(version) else {
+    let Some(source) = mode.source(&version.runtime_name) else {
         return Vec::new();
     };
     let metrics = pleg.runtime().metrics().clone();
@@ -269,23 +269,11 @@ mod tests {
 
     #[test]
     fn modes_resolve_to_sources() {
-        let v = |name: &str, version: &str| RuntimeVersion {
-            runtime_name: name.into(),
-            runtime_version: version.into(),
-            runtime_api_version: "v1".into(),
-        };
-        let (containerd2, containerd1, crio) = (
-            v("containerd", "2.1.9+unknown"),
-            v("containerd", "1.7.24~ds1"),
-            v("cri-o", "1.31.0"),
-        );
-        assert_eq!(TriggerMode::Auto.source(&containerd2), Some(Source::Containerd));
-        assert_eq!(TriggerMode::Auto.source(&containerd1), Some(Source::Containerd));
-        assert_eq!(TriggerMode::Auto.source(&crio), Some(Source::Cri));
-        assert_eq!(TriggerMode::Cri.source(&containerd1), Some(Source::Cri));
-        assert_eq!(TriggerMode::Containerd.source(&containerd2), Some(Source::Containerd));
-        assert_eq!(TriggerMode::Containerd.source(&crio), Some(Source::Containerd));
-        assert_eq!(TriggerMode::None.source(&containerd2), None);
+        assert_eq!(TriggerMode::Auto.source("containerd"), Some(Source::Containerd));
+        assert_eq!(TriggerMode::Auto.source("cri-o"), Some(Source::Cri));
+        assert_eq!(TriggerMode::Cri.source("containerd"), Some(Source::Cri));
+        assert_eq!(TriggerMode::Containerd.source("cri-o"), Some(Source::Containerd));
+        assert_eq!(TriggerMode::None.source("containerd"), None);
     }
 
     #[tokio::test]

@@ -206,6 +206,7 @@ pub fn cri_trigger(subject: EventSubject, names: Option<CriNames>, exact: bool) 
             id: Some(id),
             pod,
             deleted,
+            ..
         }) if exact => Trigger::ContainerExact { id, pod, gone: deleted },
         _ => Trigger::from(subject),
     }
@@ -352,6 +353,7 @@ mod tests {
                 id: id.map(Into::into),
                 pod: pod.map(Into::into),
                 deleted,
+                unreadable: false,
             })
         };
         let pod = || EventSubject::Pod("u1".into());
