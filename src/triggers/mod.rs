@@ -43,6 +43,7 @@
 //! re-check schedules; this file holds the vocabulary and starts the stages.
 
 mod dispatch;
+mod settle;
 mod streams;
 
 use std::num::NonZeroUsize;
