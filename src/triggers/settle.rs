@@ -1,54 +1,63 @@
-//! How long a runtime's CRI state takes to follow a settling event, learned from the last changes
-//! the fine probes found (pure).
+//! When, after a settling event, a container's second probe comes: learned from whether recent
+//! changes were there by then (pure).
 //!
 //! containerd publishes `/tasks/delete` before its CRI plugin writes the container's EXITED
 //! status, and `/tasks/start` before it writes the start: each write is a file synced to disk, so
 //! the CRI state follows 5–25 ms later on a quiet node and more on a loaded one. A probe every 2 ms
 //! from the event cost 3–12 status calls per change, most of them answered with the old state
 //! (BENCHMARKS.md: the probes and their transport were the largest share of plegd's CPU under
-//! churn). After the first probe, at once (the state is sometimes there before the event), the
-//! next one comes where the state usually does: at the lag that a fifth of the recent changes came
-//! in, less one probe interval, and at most [`MAX_SKIP`] after the event. A runtime that follows its
-//! events at once keeps the probes 2 ms apart: its lags are ~0.
+//! churn). The first probe still comes at once (the state is sometimes there before the event);
+//! the second where about a fifth of the changes are there already, and the 2 ms probes go on from
+//! it.
+//!
+//! What a probe sees is only whether the change is there yet, so the second probe's time is moved
+//! by that alone (a stochastic approximation of the quantile): earlier by 0.8 ms when the change
+//! was found by the first or second probe, later by 0.2 ms when it took more, between [`FINE`]
+//! (probes 2 ms apart, as before) and [`MAX_SKIP`]. It settles where a fifth of the changes are
+//! found by then. Learned from the exact lags instead, it never came back: a change the second
+//! probe finds is only known to be "at most that late", and such lags kept the second probe late.
 
-use std::collections::VecDeque;
 use std::time::Duration;
 
 /// The fine probes' interval.
 pub const FINE: Duration = Duration::from_millis(2);
 /// The second probe comes at most this long after the settling event.
 pub const MAX_SKIP: Duration = Duration::from_millis(16);
-/// The lags of this many changes are kept (the latest).
-const KEPT: usize = 32;
-/// Fewer lags than this teach nothing yet: the probes stay 2 ms apart.
-const LEARNED_FROM: usize = 8;
+/// The share of changes that the second probe is to find there already.
+const FOUND_BY_SECOND: f64 = 0.2;
+/// How far one change moves the second probe, at most (ms).
+const STEP_MS: f64 = 1.0;
 
-/// The recent lags from a settling event to the check that found its change.
-#[derive(Debug, Default)]
-pub struct SettleLags {
-    recent: VecDeque<Duration>,
+/// The second probe's time after a settling event, as learned so far.
+#[derive(Debug)]
+pub struct SecondProbe {
+    after_ms: f64,
 }
 
-impl SettleLags {
-    /// A change found `lag` after its settling event (the probe's own time included).
-    pub fn record(&mut self, lag: Duration) {
-        if self.recent.len() == KEPT {
-            self.recent.pop_front();
+impl Default for SecondProbe {
+    fn default() -> Self {
+        Self {
+            after_ms: FINE.as_secs_f64() * 1000.0,
         }
-        self.recent.push_back(lag);
+    }
+}
+
+impl SecondProbe {
+    /// A change found by the settling event's `probe`th probe (0: the one at once).
+    pub fn found_by(&mut self, probe: usize) {
+        let early = probe <= 1;
+        let step = if early {
+            -STEP_MS * (1.0 - FOUND_BY_SECOND)
+        } else {
+            STEP_MS * FOUND_BY_SECOND
+        };
+        let (min, max) = (FINE.as_secs_f64() * 1000.0, MAX_SKIP.as_secs_f64() * 1000.0);
+        self.after_ms = (self.after_ms + step).clamp(min, max);
     }
 
-    /// How long after a settling event its second probe comes: [`FINE`] until enough lags are
-    /// known, then the lag of the fastest fifth of recent changes less [`FINE`] (a found change
-    /// came up to one interval before its probe), between [`FINE`] and [`MAX_SKIP`].
-    pub fn second_probe_after(&self) -> Duration {
-        if self.recent.len() < LEARNED_FROM {
-            return FINE;
-        }
-        let mut lags: Vec<Duration> = self.recent.iter().copied().collect();
-        lags.sort_unstable();
-        let fifth = lags[(lags.len() - 1) / 5];
-        fifth.saturating_sub(FINE).clamp(FINE, MAX_SKIP)
+    /// How long after a settling event its second probe comes.
+    pub fn after(&self) -> Duration {
+        Duration::from_secs_f64(self.after_ms / 1000.0)
     }
 }
 
@@ -56,65 +65,54 @@ impl SettleLags {
 mod tests {
     use super::*;
 
-    fn ms(n: u64) -> Duration {
-        Duration::from_millis(n)
+    /// Changes that come `lag` after their event, probed as the dispatcher probes: at once, at the
+    /// second probe's time, then every 2 ms. Returns the second probe's time after `n` changes.
+    fn learn(second: &mut SecondProbe, lags: impl Iterator<Item = Duration>) -> Duration {
+        for lag in lags {
+            let probe = if lag.is_zero() {
+                0
+            } else if lag <= second.after() {
+                1
+            } else {
+                2 + ((lag - second.after()).as_micros() / FINE.as_micros()) as usize
+            };
+            second.found_by(probe);
+        }
+        second.after()
     }
 
     #[test]
-    fn probes_stay_fine_until_enough_lags_are_known() {
-        let mut lags = SettleLags::default();
-        assert_eq!(lags.second_probe_after(), FINE);
-        for _ in 0..LEARNED_FROM - 1 {
-            lags.record(ms(12));
-        }
-        assert_eq!(lags.second_probe_after(), FINE, "seven lags teach nothing");
-        lags.record(ms(12));
-        assert_eq!(lags.second_probe_after(), ms(10));
+    fn the_second_probe_starts_two_ms_after_the_first() {
+        assert_eq!(SecondProbe::default().after(), FINE);
     }
 
-    /// The fastest fifth sets the second probe: a few quick changes pull it forward, one slow
-    /// change does not push it back.
+    /// Lags spread evenly over 5–25 ms: the second probe settles near the fifth fastest (9 ms).
     #[test]
-    fn the_fastest_fifth_of_recent_lags_sets_the_second_probe() {
-        let mut lags = SettleLags::default();
-        for lag in [9, 10, 11, 12, 13, 14, 15, 16, 17, 400] {
-            lags.record(ms(lag));
-        }
-        // Ten lags: the second fastest (index 1) is 10 ms; one interval earlier.
-        assert_eq!(lags.second_probe_after(), ms(8));
-        for _ in 0..3 {
-            lags.record(ms(1));
-        }
-        // Thirteen: index 2 of the sorted lags is 1 ms: back to 2 ms apart.
-        assert_eq!(lags.second_probe_after(), FINE);
+    fn the_second_probe_settles_where_a_fifth_of_the_changes_are_there() {
+        let mut second = SecondProbe::default();
+        let lags = (0..2000).map(|i| Duration::from_micros(5_000 + (i * 7_919) % 20_000));
+        let after = learn(&mut second, lags);
+        assert!(
+            after >= Duration::from_millis(7) && after <= Duration::from_millis(11),
+            "{after:?}"
+        );
     }
 
+    /// A runtime that turns quick again is probed 2 ms apart again within a few changes, although
+    /// each change is then found by the (late) second probe and its lag never seen.
     #[test]
-    fn the_second_probe_is_bounded() {
-        let mut slow = SettleLags::default();
-        for _ in 0..KEPT {
-            slow.record(ms(900));
-        }
-        assert_eq!(slow.second_probe_after(), MAX_SKIP);
-        let mut at_once = SettleLags::default();
-        for _ in 0..KEPT {
-            at_once.record(Duration::ZERO);
-        }
-        assert_eq!(at_once.second_probe_after(), FINE);
+    fn a_runtime_that_turns_quick_is_probed_finely_again() {
+        let mut second = SecondProbe::default();
+        let after = learn(&mut second, std::iter::repeat_n(Duration::from_millis(400), 200));
+        assert_eq!(after, MAX_SKIP);
+        let after = learn(&mut second, std::iter::repeat_n(Duration::from_millis(1), 20));
+        assert_eq!(after, FINE);
     }
 
-    /// Only the latest lags count: a runtime that became quick is probed finely again.
+    /// A state that is there before its event keeps the probes 2 ms apart.
     #[test]
-    fn old_lags_are_forgotten() {
-        let mut lags = SettleLags::default();
-        for _ in 0..KEPT {
-            lags.record(ms(30));
-        }
-        assert_eq!(lags.second_probe_after(), MAX_SKIP);
-        for _ in 0..KEPT {
-            lags.record(ms(3));
-        }
-        assert_eq!(lags.second_probe_after(), FINE);
-        assert_eq!(lags.recent.len(), KEPT);
+    fn a_state_before_its_event_keeps_the_probes_fine() {
+        let mut second = SecondProbe::default();
+        assert_eq!(learn(&mut second, std::iter::repeat_n(Duration::ZERO, 50)), FINE);
     }
 }
