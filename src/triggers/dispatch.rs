@@ -204,7 +204,7 @@ pub struct Rechecks {
     /// A re-check was not scheduled for want of room.
     overflowed: bool,
     /// Probe targets of a known pod whose fine probes a settling trigger started, and when: their
-    /// second probe comes where the CRI state is there for about a fifth of the changes
+    /// second probe comes where it finds about a fifth of the changes the first did not
     /// ([`SecondProbe`]), learned from which probe found each change.
     settling: HashMap<Target, tokio::time::Instant>,
     second: SecondProbe,
@@ -221,7 +221,7 @@ impl Rechecks {
         self.due.retain(|(_, t, _)| t != target);
         let joined = self.joined.remove(target);
         // Learned from which fine probe found each change; the second probe of a settling
-        // schedule comes where the CRI state is there for about a fifth of the changes.
+        // schedule comes where it finds about a fifth of the changes the first did not.
         let settled_at = if changed || attempt + 1 >= FINE_PROBES {
             self.settling.remove(target)
         } else {
@@ -583,11 +583,18 @@ pub async fn dispatch<R: Runtime, C: Clock>(
             // It follows an event ahead of it only at a settling one: until then, the sparse
             // schedule.
             let is_ahead = target.container.as_ref().is_some_and(|id| ahead.contains(id));
+            if is_ahead && !settles {
+                // Nothing to see yet: its check at once nearly never found a change, and cost a
+                // probe per exit and two lists per new container. Its sparse checks follow (about
+                // 128, 384 and 896 ms on), pulled forward by the settling event.
+                rechecks.after_check(&target, false, first_attempt(&target, true), now);
+                continue;
+            }
             let attempt = if settles {
                 rechecks.settle(&target, now);
                 0
             } else {
-                first_attempt(&target, is_ahead || rechecks.quiet(&target, now))
+                first_attempt(&target, rechecks.quiet(&target, now))
             };
             targets.push(Check::fresh(target, attempt));
         }
@@ -1161,20 +1168,45 @@ mod tests {
 
     /// An exit is seen within milliseconds of its settling event however long the CRI state took
     /// after `/tasks/exit` (before, during and after the sparse checks), and until the settling
-    /// event its container costs a probe at once and a few sparse ones, not one every 2 ms.
+    /// event its container costs only the sparse probes (about 128, 384 and 896 ms after
+    /// `/tasks/exit`), not one every 2 ms, nor one at once.
     #[tokio::test(start_paused = true)]
     async fn an_exit_is_probed_sparsely_until_its_settling_event() {
-        for lead in [30, 130, 700, 1500].map(Duration::from_millis) {
+        for (lead, sparse) in [(30, 0), (130, 1), (700, 2), (1500, 3)] {
+            let lead = Duration::from_millis(lead);
             let (late, probes) = exit_seen_after(lead).await;
             assert!(
                 late <= Duration::from_millis(4),
                 "exit seen {late:?} after the CRI state, {lead:?} after /tasks/exit"
             );
-            assert!(
-                probes <= 4,
-                "{probes} probes between /tasks/exit and /tasks/delete, {lead:?} apart"
+            assert_eq!(
+                probes, sparse,
+                "probes between /tasks/exit and /tasks/delete, {lead:?} apart"
             );
         }
+    }
+
+    /// An exit whose settling event never comes is still seen, by the first sparse probe after
+    /// its `/tasks/exit`.
+    #[tokio::test(start_paused = true)]
+    async fn an_exit_without_its_settling_event_is_seen_by_the_sparse_probes() {
+        let t0 = tokio::time::Instant::now();
+        let runtime = SteadyRuntime {
+            pods: 1,
+            exits_at: Some(t0 + Duration::from_millis(50)),
+            ..Default::default()
+        };
+        let (mut events, sender, dispatcher) = dispatching(&runtime, 64).await;
+        sender.send(Trigger::ContainerAhead("c0".into()));
+        let seen = seen(&mut events, PodLifecycleEventType::ContainerDied, 1).await;
+        drop(sender);
+        dispatcher.abort();
+        let after = seen.duration_since(t0);
+        assert!(
+            after >= Duration::from_millis(128) && after <= Duration::from_millis(140),
+            "seen {after:?} after /tasks/exit"
+        );
+        assert_eq!(runtime.calls("probe_state"), 1, "one sparse probe");
     }
 
     /// Exits one after another, each settling event (`/tasks/delete`) 10 ms ahead of its CRI

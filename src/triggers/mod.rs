@@ -83,9 +83,11 @@ pub enum Trigger {
     /// settling one comes ([`Trigger::ContainerSettled`]): containerd's `/tasks/exit` (its CRI
     /// plugin shows the container exited only once it has deleted the task: `/tasks/delete`) and
     /// `/containers/create` (the container runs only at its `/tasks/start`). The container is
-    /// checked at once, then sparsely, as a quiet target ([`dispatch::first_attempt`]): the fine
-    /// probes wait for the settling event. Probed every 2 ms from `/tasks/exit`, one exit cost ~50
-    /// status calls on a loaded node (the CRI state came ~100 ms later), for nothing.
+    /// checked sparsely, on a quiet target's schedule ([`dispatch::first_attempt`]) without its
+    /// check at once: the fine probes wait for the settling event, which pulls the schedule
+    /// forward. Probed every 2 ms from `/tasks/exit`, one exit cost ~50 status calls on a loaded
+    /// node (the CRI state came ~100 ms later), for nothing; checked at once, a probe per exit and
+    /// two lists per new container that nearly never found a change.
     ContainerAhead(String),
     /// As [`Trigger::ContainerSettled`], from containerd's `/containers/delete`: the container is
     /// gone from the runtime. A container a record holds is probed as after a settling event; an
