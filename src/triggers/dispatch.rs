@@ -26,6 +26,9 @@ pub struct Pending {
     pub containers: Vec<String>,
     /// Containers named by a [`Trigger::ContainerSettled`] (also in `containers`).
     pub settled: HashSet<String>,
+    /// What the last [`Trigger::ContainerSettled`] of each such container announced: that it runs
+    /// (true) or exited.
+    pub announced: HashMap<String, bool>,
     /// Containers named only by a [`Trigger::ContainerAhead`] (also in `containers`).
     pub ahead: HashSet<String>,
     /// Containers named only by a [`Trigger::ContainerGone`] (also in `containers` and `settled`).
@@ -49,7 +52,10 @@ impl Pending {
             Trigger::All => self.all = true,
             Trigger::Pod(uid) => self.pods.push(uid),
             Trigger::Container(id) => self.name(id, Named::Plain),
-            Trigger::ContainerSettled(id) => self.name(id, Named::Settled),
+            Trigger::ContainerSettled { id, runs } => {
+                self.announced.insert(id.clone(), runs);
+                self.name(id, Named::Settled);
+            }
             Trigger::ContainerAhead(id) => self.name(id, Named::Ahead),
             Trigger::ContainerGone(id) => self.name(id, Named::Gone),
             Trigger::ContainerExact { id, pod, gone } => {
@@ -557,6 +563,7 @@ pub async fn dispatch<R: Runtime, C: Clock>(
         let now = tokio::time::Instant::now();
         let mut fresh = Vec::new();
         let settled = std::mem::take(&mut pending.settled);
+        let announced = std::mem::take(&mut pending.announced);
         let ahead = std::mem::take(&mut pending.ahead);
         let gone = std::mem::take(&mut pending.gone);
         let exact = std::mem::take(&mut pending.exact);
@@ -588,7 +595,28 @@ pub async fn dispatch<R: Runtime, C: Clock>(
             (target, false, false)
         }));
         for (target, exact, hinted) in fresh {
-            rechecks.taken(&target, recorded(&pleg, &target).await);
+            let now_recorded = recorded(&pleg, &target).await;
+            let read_already = target
+                .container
+                .as_ref()
+                .and_then(|id| announced.get(id))
+                .is_some_and(|runs| {
+                    now_recorded
+                        == if *runs {
+                            PlegContainerState::Running
+                        } else {
+                            PlegContainerState::Exited
+                        }
+                });
+            if read_already && !exact {
+                // A relist read what the settling event announces while it waited in the queue.
+                metrics.count_trigger_relist("skipped");
+                if rechecks.waiting(&target) {
+                    rechecks.after_check(&target, true, 0, now);
+                }
+                continue;
+            }
+            rechecks.taken(&target, now_recorded);
             if exact {
                 // The change is in the CRI state already: one check now, whatever schedule the
                 // target was on, and none after it.
@@ -617,10 +645,10 @@ pub async fn dispatch<R: Runtime, C: Clock>(
             // It follows an event ahead of it only at a settling one: until then, the sparse
             // schedule.
             let is_ahead = target.container.as_ref().is_some_and(|id| ahead.contains(id));
-            if is_ahead && !settles {
-                // Nothing to see yet: its check at once nearly never found a change, and cost a
-                // probe per exit and two lists per new container. Its sparse checks follow (about
-                // 128, 384 and 896 ms on), pulled forward by the settling event.
+            if is_ahead && !settles && target.pod.is_some() {
+                // Nothing to see yet: a probe at once nearly never found a change. Its sparse
+                // checks follow (about 128, 384 and 896 ms on), pulled forward by the settling
+                // event. A new id is located at once, so that its start finds it in the records.
                 rechecks.after_check(&target, false, first_attempt(&target, true), now);
                 continue;
             }
@@ -628,7 +656,7 @@ pub async fn dispatch<R: Runtime, C: Clock>(
                 rechecks.settle(&target, now);
                 0
             } else {
-                first_attempt(&target, rechecks.quiet(&target, now))
+                first_attempt(&target, is_ahead || rechecks.quiet(&target, now))
             };
             targets.push(Check::fresh(target, attempt));
         }
@@ -1120,7 +1148,10 @@ mod tests {
         let (mut events, sender, dispatcher) = dispatching(&runtime, 64).await;
         tokio::time::sleep_until(t0 + Duration::from_secs(1)).await;
         sender.send(Trigger::ContainerAhead("c0".into()));
-        sender.send(Trigger::ContainerSettled("c1".into()));
+        sender.send(Trigger::ContainerSettled {
+            id: "c1".into(),
+            runs: false,
+        });
         let first = tokio::time::timeout(Duration::from_secs(60), async {
             loop {
                 let event = events.recv().await.expect("an event");
@@ -1198,7 +1229,10 @@ mod tests {
         sender.send(Trigger::ContainerAhead("c0".into()));
         tokio::time::sleep_until(flip - Duration::from_millis(1)).await;
         let before_settling = runtime.calls("probe_state");
-        sender.send(Trigger::ContainerSettled("c0".into()));
+        sender.send(Trigger::ContainerSettled {
+            id: "c0".into(),
+            runs: false,
+        });
         let seen = seen(&mut events, PodLifecycleEventType::ContainerDied, 1).await;
         drop(sender);
         dispatcher.abort();
@@ -1268,7 +1302,10 @@ mod tests {
             let exit = runtime.exit_of(i).unwrap();
             tokio::time::sleep_until(exit - lead).await;
             let before = runtime.calls("probe_state");
-            sender.send(Trigger::ContainerSettled(format!("c{i}")));
+            sender.send(Trigger::ContainerSettled {
+                id: format!("c{i}"),
+                runs: false,
+            });
             let seen = seen(&mut events, PodLifecycleEventType::ContainerDied, 1).await;
             let late = seen.duration_since(exit);
             assert!(
@@ -1300,7 +1337,10 @@ mod tests {
         };
         let (mut events, sender, dispatcher) = dispatching(&runtime, 64).await;
         tokio::time::sleep_until(exit - Duration::from_millis(30)).await;
-        sender.send(Trigger::ContainerSettled("c0".into()));
+        sender.send(Trigger::ContainerSettled {
+            id: "c0".into(),
+            runs: false,
+        });
         tokio::time::sleep_until(exit).await;
         sender.send(Trigger::Pod("u0".into()));
         seen(&mut events, PodLifecycleEventType::ContainerDied, 1).await;
@@ -1313,6 +1353,35 @@ mod tests {
             "{} probes after the exit was read",
             runtime.calls("probe_state") - probes
         );
+    }
+
+    /// A settling event whose change a relist read while it waited (here a pod trigger's relist,
+    /// before the event is taken) costs no probe, and ends the sparse schedule its `/tasks/exit`
+    /// began.
+    #[tokio::test(start_paused = true)]
+    async fn a_settling_event_whose_change_was_read_costs_no_probe() {
+        let t0 = tokio::time::Instant::now();
+        let exit = t0 + Duration::from_secs(1);
+        let runtime = SteadyRuntime {
+            pods: 1,
+            exits_at: Some(exit),
+            ..Default::default()
+        };
+        let (mut events, sender, dispatcher) = dispatching(&runtime, 64).await;
+        tokio::time::sleep_until(exit - Duration::from_millis(50)).await;
+        sender.send(Trigger::ContainerAhead("c0".into()));
+        tokio::time::sleep_until(exit).await;
+        sender.send(Trigger::Pod("u0".into()));
+        seen(&mut events, PodLifecycleEventType::ContainerDied, 1).await;
+        let probes = runtime.calls("probe_state");
+        sender.send(Trigger::ContainerSettled {
+            id: "c0".into(),
+            runs: false,
+        });
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        drop(sender);
+        dispatcher.abort();
+        assert_eq!(runtime.calls("probe_state"), probes, "probes after the exit was read");
     }
 
     /// A new container is located at its `/containers/create` (ahead) and then sparsely, and
@@ -1332,7 +1401,10 @@ mod tests {
             sender.send(Trigger::ContainerAhead("c0".into()));
             tokio::time::sleep_until(t0 + lead - Duration::from_millis(1)).await;
             let before_start = runtime.calls("locate");
-            sender.send(Trigger::ContainerSettled("c0".into()));
+            sender.send(Trigger::ContainerSettled {
+                id: "c0".into(),
+                runs: true,
+            });
             let seen = seen(&mut events, PodLifecycleEventType::ContainerStarted, 1).await;
             drop(sender);
             dispatcher.abort();
@@ -1380,7 +1452,10 @@ mod tests {
         p.add(Trigger::ContainerAhead("b".into()));
         p.add(Trigger::Container("c".into()));
         p.add(Trigger::ContainerAhead("c".into()));
-        p.add(Trigger::ContainerSettled("b".into()));
+        p.add(Trigger::ContainerSettled {
+            id: "b".into(),
+            runs: false,
+        });
         assert_eq!(p.containers, ["a", "b", "c"]);
         assert_eq!(p.ahead, HashSet::from(["a".to_owned()]));
         assert_eq!(p.settled, HashSet::from(["b".to_owned()]));
@@ -1409,7 +1484,10 @@ mod tests {
         };
         let (mut events, sender, dispatcher) = dispatching(&runtime, 64).await;
         for i in 0..20 {
-            sender.send(Trigger::ContainerSettled(format!("c{i}")));
+            sender.send(Trigger::ContainerSettled {
+                id: format!("c{i}"),
+                runs: false,
+            });
         }
         let all_seen = seen(&mut events, PodLifecycleEventType::ContainerStarted, 20).await;
         drop(sender);

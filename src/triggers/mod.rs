@@ -77,17 +77,22 @@ pub enum Trigger {
     /// running right after starting its task, exited right after deleting it), where `/tasks/exit`
     /// can lead the CRI state by seconds in a burst. Only *when* to look differs: the container is
     /// probed (or located) at once and every 2 ms, even if a re-check of it is already scheduled
-    /// later. Nothing of the event is taken for state.
-    ContainerSettled(String),
+    /// later. Nothing of the event is taken for state, but when the records already say what it
+    /// announces (`runs`: the container or sandbox runs, at `/tasks/start`; else it exited, at
+    /// `/tasks/delete`), a relist has read the change: no probe, and any schedule of it ends. An
+    /// event can wait in the queue while a round's relist reads its change; probed on, it found
+    /// nothing for a whole schedule (~67 probes).
+    ContainerSettled { id: String, runs: bool },
     /// As [`Trigger::Container`], from an event the runtime's CRI state does not follow until a
     /// settling one comes ([`Trigger::ContainerSettled`]): containerd's `/tasks/exit` (its CRI
     /// plugin shows the container exited only once it has deleted the task: `/tasks/delete`) and
     /// `/containers/create` (the container runs only at its `/tasks/start`). The container is
-    /// checked sparsely, on a quiet target's schedule ([`dispatch::first_attempt`]) without its
-    /// check at once: the fine probes wait for the settling event, which pulls the schedule
-    /// forward. Probed every 2 ms from `/tasks/exit`, one exit cost ~50 status calls on a loaded
-    /// node (the CRI state came ~100 ms later), for nothing; checked at once, a probe per exit and
-    /// two lists per new container that nearly never found a change.
+    /// checked sparsely, on a quiet target's schedule ([`dispatch::first_attempt`]): the fine
+    /// probes wait for the settling event, which pulls the schedule forward. A container the
+    /// records hold (an exit) gets no check at once: its probe nearly never found a change. A new
+    /// id is located at once, so that its start finds it in the records. Probed every 2 ms from
+    /// `/tasks/exit`, one exit cost ~50 status calls on a loaded node (the CRI state came ~100 ms
+    /// later), for nothing.
     ContainerAhead(String),
     /// As [`Trigger::ContainerSettled`], from containerd's `/containers/delete`: the container is
     /// gone from the runtime. A container a record holds is probed as after a settling event; an

@@ -155,7 +155,10 @@ async fn containerd_subscription(
                         EventSubject::Container(id) if event.topic == "/containers/delete" => {
                             Trigger::ContainerGone(id)
                         }
-                        EventSubject::Container(id) if settles(&event.topic) => Trigger::ContainerSettled(id),
+                        EventSubject::Container(id) if settles(&event.topic) => Trigger::ContainerSettled {
+                            id,
+                            runs: event.topic == "/tasks/start",
+                        },
                         EventSubject::Container(id) if ahead(&event.topic) => Trigger::ContainerAhead(id),
                         subject => Trigger::from(subject),
                     };
