@@ -26,9 +26,9 @@ pub struct Pending {
     pub containers: Vec<String>,
     /// Containers named by a [`Trigger::ContainerSettled`] (also in `containers`).
     pub settled: HashSet<String>,
-    /// What the last [`Trigger::ContainerSettled`] of each such container announced: that it runs
-    /// (true) or exited.
-    pub announced: HashMap<String, bool>,
+    /// What the last [`Trigger::ContainerSettled`] of each such container announced: running or
+    /// exited.
+    pub announced: HashMap<String, PlegContainerState>,
     /// Containers named only by a [`Trigger::ContainerAhead`] (also in `containers`).
     pub ahead: HashSet<String>,
     /// Containers named only by a [`Trigger::ContainerGone`] (also in `containers` and `settled`).
@@ -53,7 +53,12 @@ impl Pending {
             Trigger::Pod(uid) => self.pods.push(uid),
             Trigger::Container(id) => self.name(id, Named::Plain),
             Trigger::ContainerSettled { id, runs } => {
-                self.announced.insert(id.clone(), runs);
+                let state = if runs {
+                    PlegContainerState::Running
+                } else {
+                    PlegContainerState::Exited
+                };
+                self.announced.insert(id.clone(), state);
                 self.name(id, Named::Settled);
             }
             Trigger::ContainerAhead(id) => self.name(id, Named::Ahead),
@@ -586,14 +591,7 @@ pub async fn dispatch<R: Runtime, C: Clock>(
         let mut fresh = Vec::new();
         let settled = std::mem::take(&mut pending.settled);
         let announced = std::mem::take(&mut pending.announced);
-        let announces = |target: &Target| {
-            let runs = *announced.get(target.container.as_ref()?)?;
-            Some(if runs {
-                PlegContainerState::Running
-            } else {
-                PlegContainerState::Exited
-            })
-        };
+        let announces = |target: &Target| announced.get(target.container.as_ref()?).copied();
         let ahead = std::mem::take(&mut pending.ahead);
         let gone = std::mem::take(&mut pending.gone);
         let exact = std::mem::take(&mut pending.exact);
@@ -1387,21 +1385,33 @@ mod tests {
         );
     }
 
-    /// A settling event whose change a relist read while it waited (here a pod trigger's relist,
-    /// before the event is taken) costs no probe, and ends the sparse schedule its `/tasks/exit`
-    /// began.
-    #[tokio::test(start_paused = true)]
-    async fn a_settling_event_whose_change_was_read_costs_no_probe() {
-        let t0 = tokio::time::Instant::now();
-        let exit = t0 + Duration::from_secs(1);
+    /// One container that exits 1 s on, its `/tasks/exit` (ahead) sent 50 ms before: the runtime,
+    /// the PLEG's events, the trigger sender, the dispatcher and the exit's time.
+    async fn an_exit_ahead_of_its_state() -> (
+        SteadyRuntime,
+        tokio::sync::mpsc::Receiver<crate::pleg::PodLifecycleEvent>,
+        crate::triggers::TriggerSender,
+        tokio::task::JoinHandle<()>,
+        tokio::time::Instant,
+    ) {
+        let exit = tokio::time::Instant::now() + Duration::from_secs(1);
         let runtime = SteadyRuntime {
             pods: 1,
             exits_at: Some(exit),
             ..Default::default()
         };
-        let (mut events, sender, dispatcher) = dispatching(&runtime, 64).await;
+        let (events, sender, dispatcher) = dispatching(&runtime, 64).await;
         tokio::time::sleep_until(exit - Duration::from_millis(50)).await;
         sender.send(Trigger::ContainerAhead("c0".into()));
+        (runtime, events, sender, dispatcher, exit)
+    }
+
+    /// A settling event whose change a relist read while it waited (here a pod trigger's relist,
+    /// before the event is taken) costs no probe, and ends the sparse schedule its `/tasks/exit`
+    /// began.
+    #[tokio::test(start_paused = true)]
+    async fn a_settling_event_whose_change_was_read_costs_no_probe() {
+        let (runtime, mut events, sender, dispatcher, exit) = an_exit_ahead_of_its_state().await;
         tokio::time::sleep_until(exit).await;
         sender.send(Trigger::Pod("u0".into()));
         seen(&mut events, PodLifecycleEventType::ContainerDied, 1).await;
@@ -1421,16 +1431,7 @@ mod tests {
     /// instead of starting it over, which cost ~67 probes for nothing per change.
     #[tokio::test(start_paused = true)]
     async fn the_change_a_settling_event_announces_ends_the_schedule_it_pulled() {
-        let t0 = tokio::time::Instant::now();
-        let exit = t0 + Duration::from_secs(1);
-        let runtime = SteadyRuntime {
-            pods: 1,
-            exits_at: Some(exit),
-            ..Default::default()
-        };
-        let (mut events, sender, dispatcher) = dispatching(&runtime, 64).await;
-        tokio::time::sleep_until(exit - Duration::from_millis(50)).await;
-        sender.send(Trigger::ContainerAhead("c0".into()));
+        let (runtime, mut events, sender, dispatcher, exit) = an_exit_ahead_of_its_state().await;
         // The CRI state before its settling event (often so beside the kubelet): the check the
         // event pulls forward finds the change at once.
         tokio::time::sleep_until(exit + Duration::from_millis(1)).await;
