@@ -419,18 +419,22 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
             let state = self.state.lock().await;
             let record = state.records.get(uid);
             let pod = record.and_then(|r| r.current.as_ref().or(r.old.as_ref()));
-            let sandbox = record
-                .into_iter()
-                .flat_map(|r| [r.current.as_ref(), r.old.as_ref()])
-                .flatten()
-                .any(|p| p.find_sandbox(id).is_some());
             (
                 pleg_state(pod, id),
-                if sandbox { IdKind::Sandbox } else { IdKind::Container },
+                if record_holds_sandbox(record, id) {
+                    IdKind::Sandbox
+                } else {
+                    IdKind::Container
+                },
             )
         };
         let actual = self.runtime.probe_state(id, kind).await?;
         Ok(actual.map_or(PlegContainerState::NonExistent, PlegContainerState::from) != recorded)
+    }
+
+    /// Whether pod `uid`'s record (old or current) holds `id` as a sandbox.
+    pub async fn holds_sandbox(&self, uid: &str, id: &str) -> bool {
+        record_holds_sandbox(self.state.lock().await.records.get(uid), id)
     }
 
     /// What pod `uid`'s record says of container or sandbox `id`.
@@ -858,6 +862,15 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
         }
         self.deliver_undelivered().await;
     }
+}
+
+/// Whether `record` (old or current) holds `id` as a sandbox.
+fn record_holds_sandbox(record: Option<&PodRecord>, id: &str) -> bool {
+    record
+        .into_iter()
+        .flat_map(|r| [r.current.as_ref(), r.old.as_ref()])
+        .flatten()
+        .any(|p| p.find_sandbox(id).is_some())
 }
 
 /// The reason of a container's exit as its status says it: the runtime's, else Completed or Error
