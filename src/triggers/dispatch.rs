@@ -492,6 +492,13 @@ async fn check<R: Runtime, C: Clock>(
 ) -> bool {
     let Some(pod) = target.pod.clone() else {
         let id = target.container.clone().unwrap_or_default();
+        // Read by a relist since its event (its pod's, for another id of the pod, or a batch):
+        // located by the records, as a located id is treated, without asking the runtime.
+        if let Some(pod) = pleg.pod_of(&id).await {
+            metrics.count_trigger_relist("skipped");
+            target.pod = Some(pod);
+            return located_settles(pleg, target).await;
+        }
         metrics.count_trigger_relist("locate");
         return match pleg.locate(&id).await {
             // Not listed yet: looked for again on the schedule.
@@ -1545,7 +1552,10 @@ mod tests {
             drop(sender);
             dispatcher.abort();
             let late = seen.duration_since(t0 + lead + Duration::from_millis(1));
-            assert!(late <= Duration::from_millis(2), "start seen {late:?} after /tasks/start ({lead:?})");
+            assert!(
+                late <= Duration::from_millis(2),
+                "start seen {late:?} after /tasks/start ({lead:?})"
+            );
             assert!(
                 before_start <= 4,
                 "{before_start} locates before /tasks/start, {lead:?} after the create"
@@ -1577,6 +1587,32 @@ mod tests {
         // Located at 0, 8, 24, 56, 120 and 248 ms.
         assert_eq!(seen.duration_since(t0), Duration::from_millis(248));
         assert_eq!(runtime.calls("locate"), 6, "locates before the listing");
+    }
+
+    /// An id looked for that a relist has read since its event (here its pod's, as the relist of
+    /// a new pod's first container reads the pod's sandbox) is located by the records: its next
+    /// re-check asks the runtime nothing.
+    #[tokio::test(start_paused = true)]
+    async fn an_id_a_relist_read_is_not_looked_for() {
+        let t0 = tokio::time::Instant::now();
+        let runtime = SteadyRuntime {
+            pods: 1,
+            listed_from: Some(t0 + Duration::from_millis(30)),
+            ..Default::default()
+        };
+        let (mut events, sender, dispatcher) = dispatching(&runtime, 64).await;
+        sender.send(Trigger::ContainerSettled {
+            id: "s0".into(),
+            runs: true,
+        });
+        // Located at 0, 8 and 24 ms; read by the pod's relist at 40 ms.
+        tokio::time::sleep_until(t0 + Duration::from_millis(40)).await;
+        sender.send(Trigger::Pod("u0".into()));
+        seen(&mut events, PodLifecycleEventType::ContainerStarted, 1).await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        drop(sender);
+        dispatcher.abort();
+        assert_eq!(runtime.calls("locate"), 3, "locates before the pod's relist read it");
     }
 
     /// A sandbox's `/tasks/delete` (settling) comes long before its CRI state (NOTREADY once its
