@@ -8,12 +8,14 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Container, ContainerRestartRule, EphemeralContainer, Pod, PodStatus, ResourceRequirements, VolumeMount,
+    Container, ContainerRestartRule, EphemeralContainer, Pod, PodReadinessGate, PodStatus, ResourceRequirements,
+    VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use kube::core::NamespaceResourceScope;
+use serde::de::IgnoredAny;
 
 /// This node's name, checked: a DNS subdomain (RFC 1123), as Kubernetes requires of a node's name —
 /// lowercase letters, digits, `-` and `.`, each dot-separated label starting and ending with a
@@ -98,8 +100,39 @@ impl ApiContainer {
 
 impl From<Container> for ApiContainer {
     fn from(c: Container) -> Self {
+        WireContainer {
+            name: Some(c.name),
+            image: c.image,
+            restart_policy: c.restart_policy,
+            readiness_probe: c.readiness_probe.map(|_| IgnoredAny),
+            startup_probe: c.startup_probe.map(|_| IgnoredAny),
+            resources: c.resources,
+            termination_message_path: c.termination_message_path,
+            termination_message_policy: c.termination_message_policy,
+            restart_policy_rules: c.restart_policy_rules,
+            volume_mounts: c.volume_mounts,
+        }
+        .into()
+    }
+}
+
+impl From<EphemeralContainer> for ApiContainer {
+    fn from(c: EphemeralContainer) -> Self {
+        Self::ephemeral(WireContainer {
+            name: Some(c.name),
+            image: c.image,
+            termination_message_path: c.termination_message_path,
+            termination_message_policy: c.termination_message_policy,
+            volume_mounts: c.volume_mounts,
+            ..WireContainer::default()
+        })
+    }
+}
+
+impl From<WireContainer> for ApiContainer {
+    fn from(c: WireContainer) -> Self {
         Self {
-            name: c.name,
+            name: c.name.unwrap_or_default(),
             image: c.image.unwrap_or_default(),
             restart_policy: c.restart_policy,
             readiness_probe: c.readiness_probe.is_some(),
@@ -113,16 +146,16 @@ impl From<Container> for ApiContainer {
     }
 }
 
-impl From<EphemeralContainer> for ApiContainer {
-    /// Ephemeral containers have no probes, restart policy or resources of their own.
-    fn from(c: EphemeralContainer) -> Self {
+impl ApiContainer {
+    /// An ephemeral container: it has no probes, restart policy or resources of its own.
+    fn ephemeral(c: WireContainer) -> Self {
         Self {
-            name: c.name,
-            image: c.image.unwrap_or_default(),
-            termination_message_path: c.termination_message_path.map(String::into_boxed_str),
-            fallback_to_logs_on_error: c.termination_message_policy.as_deref() == Some(FALLBACK_TO_LOGS_ON_ERROR),
-            volume_mounts: c.volume_mounts.unwrap_or_default().into(),
-            ..Self::default()
+            restart_policy: None,
+            readiness_probe: false,
+            startup_probe: false,
+            resources: None,
+            restart_policy_rules: Box::default(),
+            ..c.into()
         }
     }
 }
@@ -174,17 +207,6 @@ impl From<Pod> for ApiPod {
             annotations.remove(LAST_APPLIED);
         }
         let spec = pod.spec.map_or_else(ApiPodSpec::default, |s| ApiPodSpec {
-            node_name: s.node_name,
-            host_network: s.host_network.unwrap_or(false),
-            restart_policy: s.restart_policy,
-            active_deadline_seconds: s.active_deadline_seconds,
-            runtime_class_name: s.runtime_class_name,
-            readiness_gates: s
-                .readiness_gates
-                .unwrap_or_default()
-                .into_iter()
-                .map(|g| g.condition_type)
-                .collect(),
             containers: s.containers.into_iter().map(ApiContainer::from).collect(),
             init_containers: s
                 .init_containers
@@ -198,8 +220,18 @@ impl From<Pod> for ApiPod {
                 .into_iter()
                 .map(ApiContainer::from)
                 .collect(),
-            resources: s.resources.map(Box::new),
-            overhead: s.overhead,
+            ..WireSpec {
+                node_name: s.node_name,
+                host_network: s.host_network,
+                restart_policy: s.restart_policy,
+                active_deadline_seconds: s.active_deadline_seconds,
+                runtime_class_name: s.runtime_class_name,
+                readiness_gates: s.readiness_gates,
+                resources: s.resources,
+                overhead: s.overhead,
+                ..WireSpec::default()
+            }
+            .into()
         });
         Self {
             metadata,
@@ -207,6 +239,73 @@ impl From<Pod> for ApiPod {
             status: pod.status,
         }
     }
+}
+
+/// A pod spec as the apiserver sends it, decoded only as far as [`ApiPodSpec`] reads it: volumes,
+/// affinity, tolerations, security contexts … are skipped in the JSON and never built. Every field
+/// is optional, a missing or null one its default, as k8s-openapi decodes a `PodSpec`.
+#[derive(Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireSpec {
+    node_name: Option<String>,
+    host_network: Option<bool>,
+    restart_policy: Option<String>,
+    active_deadline_seconds: Option<i64>,
+    runtime_class_name: Option<String>,
+    readiness_gates: Option<Vec<PodReadinessGate>>,
+    containers: Option<Vec<WireContainer>>,
+    init_containers: Option<Vec<WireContainer>>,
+    ephemeral_containers: Option<Vec<WireContainer>>,
+    resources: Option<ResourceRequirements>,
+    overhead: Option<BTreeMap<String, Quantity>>,
+}
+
+impl From<WireSpec> for ApiPodSpec {
+    fn from(s: WireSpec) -> Self {
+        let containers =
+            |list: Option<Vec<WireContainer>>| list.unwrap_or_default().into_iter().map(ApiContainer::from);
+        Self {
+            node_name: s.node_name,
+            host_network: s.host_network.unwrap_or(false),
+            restart_policy: s.restart_policy,
+            active_deadline_seconds: s.active_deadline_seconds,
+            runtime_class_name: s.runtime_class_name,
+            readiness_gates: s
+                .readiness_gates
+                .unwrap_or_default()
+                .into_iter()
+                .map(|g| g.condition_type)
+                .collect(),
+            containers: containers(s.containers).collect(),
+            init_containers: containers(s.init_containers).collect(),
+            ephemeral_containers: s
+                .ephemeral_containers
+                .unwrap_or_default()
+                .into_iter()
+                .map(ApiContainer::ephemeral)
+                .collect(),
+            resources: s.resources.map(Box::new),
+            overhead: s.overhead,
+        }
+    }
+}
+
+/// A container (or ephemeral container) as the apiserver sends it, decoded only as far as
+/// [`ApiContainer`] reads it: its command, env, ports and the bodies of its probes are skipped in
+/// the JSON and never built.
+#[derive(Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireContainer {
+    name: Option<String>,
+    image: Option<String>,
+    restart_policy: Option<String>,
+    readiness_probe: Option<IgnoredAny>,
+    startup_probe: Option<IgnoredAny>,
+    resources: Option<ResourceRequirements>,
+    termination_message_path: Option<String>,
+    termination_message_policy: Option<String>,
+    restart_policy_rules: Option<Vec<ContainerRestartRule>>,
+    volume_mounts: Option<Vec<VolumeMount>>,
 }
 
 /// A pod as the apiserver sends it (a watch event's, a list's or a status write's answer), decoded
@@ -217,18 +316,19 @@ impl From<Pod> for ApiPod {
 struct WirePod {
     #[serde(default, deserialize_with = "metadata_without_managed_fields")]
     metadata: ObjectMeta,
-    spec: Option<k8s_openapi::api::core::v1::PodSpec>,
+    spec: Option<WireSpec>,
     status: Option<PodStatus>,
 }
 
 impl From<WirePod> for ApiPod {
     fn from(pod: WirePod) -> Self {
-        Pod {
+        let mut kept = ApiPod::from(Pod {
             metadata: pod.metadata,
-            spec: pod.spec,
+            spec: None,
             status: pod.status,
-        }
-        .into()
+        });
+        kept.spec = pod.spec.map(ApiPodSpec::from).unwrap_or_default();
+        kept
     }
 }
 
@@ -404,8 +504,27 @@ mod tests {
                 "deletionGracePeriodSeconds": 30
             },
             "spec": {
-                "nodeName": "n1", "restartPolicy": "Never",
-                "containers": [{"name": "app", "image": "busybox", "command": ["sh"]}],
+                "nodeName": "n1", "restartPolicy": "Never", "hostNetwork": true,
+                "activeDeadlineSeconds": 30, "runtimeClassName": "rc", "schedulerName": "default",
+                "containers": [
+                    {"name": "app", "image": "busybox", "command": ["sh"], "env": [{"name": "A", "value": "1"}],
+                     "readinessProbe": {"exec": {"command": ["true"]}, "periodSeconds": 1},
+                     "resources": {"requests": {"cpu": "10m"}, "limits": {"memory": "64Mi"}},
+                     "terminationMessagePolicy": "FallbackToLogsOnError", "terminationMessagePath": "/t",
+                     "restartPolicyRules": [{"action": "Restart", "exitCodes": {"operator": "In", "values": [42]}}],
+                     "volumeMounts": [{"name": "data", "mountPath": "/data", "readOnly": true}]},
+                    {"name": "bare", "image": null, "startupProbe": {}, "livenessProbe": {"tcpSocket": {"port": 80}}}
+                ],
+                "initContainers": [{"name": "sidecar", "image": "i", "restartPolicy": "Always", "startupProbe": {}}],
+                "ephemeralContainers": [{"name": "debug", "image": "e", "targetContainerName": "app",
+                                         "terminationMessagePolicy": "FallbackToLogsOnError",
+                                         "volumeMounts": [{"name": "data", "mountPath": "/d"}]}],
+                "volumes": [{"name": "data", "emptyDir": {}},
+                            {"name": "kube-api-access", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}],
+                "tolerations": [{"key": "k", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}],
+                "affinity": {"nodeAffinity": {}},
+                "resources": {"limits": {"cpu": "1"}},
+                "overhead": {"memory": "1Mi"},
                 "readinessGates": [{"conditionType": "g"}]
             },
             "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
@@ -417,6 +536,21 @@ mod tests {
         assert_eq!(decoded.metadata.managed_fields, None);
         assert_eq!(decoded.metadata.resource_version.as_deref(), Some("42"));
         assert_eq!(decoded.spec.containers[0].name, "app");
+        assert_eq!(decoded.spec.ephemeral_containers[0].volume_mounts.len(), 1);
+        assert!(decoded.spec.init_containers[0].is_restartable_init());
+        for bare in [
+            serde_json::json!({}),
+            serde_json::json!({"metadata": null, "spec": null}),
+            serde_json::json!({"spec": {"containers": null}}),
+            serde_json::json!({"spec": {"containers": [{"name": null}]}}),
+        ] {
+            let pod: Pod = serde_json::from_value(bare.clone()).unwrap();
+            assert_eq!(
+                serde_json::from_value::<ApiPod>(bare.clone()).unwrap(),
+                ApiPod::from(pod),
+                "{bare}"
+            );
+        }
         for bare in [
             serde_json::json!({}),
             serde_json::json!({"metadata": null, "spec": null}),
@@ -424,9 +558,16 @@ mod tests {
             let decoded: ApiPod = serde_json::from_value(bare).unwrap();
             assert_eq!(decoded, ApiPod::default());
         }
-        // A malformed field is an error, as for a Pod.
-        let bad = serde_json::json!({"metadata": {"name": 7}});
-        assert!(serde_json::from_value::<ApiPod>(bad).is_err());
+        // A malformed field plegd reads is an error, as for a Pod.
+        for bad in [
+            serde_json::json!({"metadata": {"name": 7}}),
+            serde_json::json!({"spec": {"containers": [{"name": 7}]}}),
+            serde_json::json!({"spec": {"containers": {}}}),
+            serde_json::json!({"spec": {"hostNetwork": "yes"}}),
+        ] {
+            assert!(serde_json::from_value::<Pod>(bad.clone()).is_err(), "{bad}");
+            assert!(serde_json::from_value::<ApiPod>(bad.clone()).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -1090,7 +1090,7 @@ mod tests {
         }
 
         fn pod(&self, i: usize) -> crate::kubecontainer::RuntimePod {
-            use crate::kubecontainer::{RuntimeContainer, RuntimeContainerState, RuntimePod};
+            use crate::kubecontainer::{RuntimeContainer, RuntimePod};
             let state = self.state(i);
             let item = |id: String, sandbox_id: String, state| RuntimeContainer {
                 id,
