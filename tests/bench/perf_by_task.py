@@ -22,6 +22,9 @@ TASKS = [
     ("tower buffer", r"tower::buffer"),
     ("apiserver HTTP/1.1 connection", r"hyper::proto::h1|UpgradeableConnection|hyper::client::conn::http1"),
     ("tokio parked and woken", r"park_internal|Driver::turn|park_timeout"),
+    # Last: a sample whose stack was cut (deeper than perf's 16 KiB copy) before the task's frame
+    # still names the pod decoding it was in (the informer's watch events, status writes' answers).
+    ("pod decoding, stack cut", r"plegd::pod::"),
 ]
 SUBS = {
     "trigger dispatcher": [("complete relists", r"relist_locked"), ("pod relists", r"relist_pod"),
