@@ -363,8 +363,8 @@ impl Rechecks {
     }
 
     /// A settling trigger ([`Trigger::ContainerSettled`]) starts `target`'s fine probes now, at
-    /// attempt 0, or for a `slow` target ([`settles_slowly`]) a check now and the doubling waits.
-    /// Only a container of a known pod has its second probe placed ([`SecondProbe`], which a slow
+    /// attempt 0, or for a `slow` target (`settles_slowly`) a check now and the doubling waits.
+    /// Only a container of a known pod has its second probe placed (`SecondProbe`, which a slow
     /// target's late changes would push late for every container): a located target is keyed
     /// anew. `announces`: the state the trigger announces, if known.
     pub fn settle(
