@@ -518,6 +518,9 @@ mod tests {
                 "initContainers": [{"name": "sidecar", "image": "i", "restartPolicy": "Always", "startupProbe": {}}],
                 "ephemeralContainers": [{"name": "debug", "image": "e", "targetContainerName": "app",
                                          "terminationMessagePolicy": "FallbackToLogsOnError",
+                                         "restartPolicy": "Always", "readinessProbe": {}, "startupProbe": {},
+                                         "resources": {"limits": {"cpu": "1"}},
+                                         "restartPolicyRules": [{"action": "Restart"}],
                                          "volumeMounts": [{"name": "data", "mountPath": "/d"}]}],
                 "volumes": [{"name": "data", "emptyDir": {}},
                             {"name": "kube-api-access", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}],
@@ -536,7 +539,12 @@ mod tests {
         assert_eq!(decoded.metadata.managed_fields, None);
         assert_eq!(decoded.metadata.resource_version.as_deref(), Some("42"));
         assert_eq!(decoded.spec.containers[0].name, "app");
-        assert_eq!(decoded.spec.ephemeral_containers[0].volume_mounts.len(), 1);
+        // An ephemeral container has no probes, restart policy or resources of its own.
+        let debug = &decoded.spec.ephemeral_containers[0];
+        assert_eq!(debug.volume_mounts.len(), 1);
+        assert!(debug.fallback_to_logs_on_error);
+        assert!(!debug.is_restartable_init() && !debug.readiness_probe && !debug.startup_probe);
+        assert!(debug.resources.is_none() && debug.restart_policy_rules.is_empty());
         assert!(decoded.spec.init_containers[0].is_restartable_init());
         for bare in [
             serde_json::json!({}),

@@ -249,10 +249,8 @@ impl Rechecks {
         self.due.retain(|(_, t, _)| t != target);
         let joined = self.joined.remove(target);
         // A slow target's schedule goes on from the doubling waits.
-        let attempt = match &target.container {
-            Some(id) if self.slow.contains(id) => attempt.max(FINE_PROBES),
-            _ => attempt,
-        };
+        let slow = target.container.as_ref().is_some_and(|id| self.slow.contains(id));
+        let attempt = if slow { attempt.max(FINE_PROBES) } else { attempt };
         if changed || recheck_delay(target, attempt).is_none() {
             self.baseline.remove(target);
             self.expect.remove(target);
@@ -273,11 +271,16 @@ impl Rechecks {
             }
             self.quiet.remove(target);
             self.pulled.remove(target);
+            // Started over (on the doubling waits again for a slow target).
+            let first = if slow { FINE_PROBES } else { 0 };
             if joined
                 && self.due.len() < MAX_RECHECKS
-                && let Some(wait) = recheck_delay(target, 0)
+                && let Some(wait) = recheck_delay(target, first)
             {
-                self.due.push((now + wait, target.clone(), 1));
+                if let (true, Some(id)) = (slow, &target.container) {
+                    self.slow.insert(id.clone());
+                }
+                self.due.push((now + wait, target.clone(), first + 1));
             }
             return;
         }
@@ -323,6 +326,15 @@ impl Rechecks {
     /// the stream lasted.
     pub fn waiting(&self, target: &Target) -> bool {
         self.due.iter().any(|(_, t, _)| t == target)
+    }
+
+    /// Id `id`, looked for as a slow target, was located: a container (not a `sandbox`) found
+    /// before it runs is probed on every 2 ms, since its state follows its `/tasks/start` within
+    /// milliseconds (the slow schedule was for an id that might be a sandbox).
+    pub fn located(&mut self, id: &str, sandbox: bool) {
+        if !sandbox {
+            self.slow.remove(id);
+        }
     }
 
     /// A fresh trigger for `target`, which waits for a re-check, joins its schedule.
@@ -714,7 +726,10 @@ pub async fn dispatch<R: Runtime, C: Clock>(
                 continue;
             }
             let settles = target.container.as_ref().is_some_and(|id| settled.contains(id));
-            let slow = settles && settles_slowly(&pleg, &target, announces(&target)).await;
+            // `/containers/delete` (gone) is followed at once, a sandbox's too.
+            let slow = settles
+                && !target.container.as_ref().is_some_and(|id| gone.contains(id))
+                && settles_slowly(&pleg, &target, announces(&target)).await;
             if rechecks.waiting(&target) {
                 if settles && rechecks.pull(&target) {
                     rechecks.settle(&target, now, announces(&target), slow);
@@ -801,6 +816,8 @@ pub async fn dispatch<R: Runtime, C: Clock>(
                     // Located by the relist: as `check` treats an id it located.
                     match pleg.pod_of(target.container.as_deref().unwrap_or_default()).await {
                         Some(pod) => {
+                            let id = target.container.as_deref().unwrap_or_default();
+                            rechecks.located(id, pleg.holds_sandbox(&pod, id).await);
                             target.pod = Some(pod);
                             located_settles(&pleg, &target).await
                         }
@@ -824,7 +841,11 @@ pub async fn dispatch<R: Runtime, C: Clock>(
         } in targets
         {
             let began = tokio::time::Instant::now();
+            let unlocated = target.pod.is_none();
             let changed = check(&pleg, &mut target, fresh, hinted, &metrics).await;
+            if let (true, Some(pod), Some(id)) = (unlocated, &target.pod, &target.container) {
+                rechecks.located(id, pleg.holds_sandbox(pod, id).await);
+            }
             let took_ms = began.elapsed().as_secs_f64() * 1000.0;
             debug!(pod = ?target.pod, container = ?target.container, attempt, fresh, exact, changed, took_ms, "trigger check");
             if changed {
@@ -1052,6 +1073,8 @@ mod tests {
         exits_apart: Duration,
         /// From then on, the runtime shows every sandbox `s<i>` not ready.
         sandboxes_exit_at: Option<tokio::time::Instant>,
+        /// Until then, the runtime shows every container created, not running.
+        runs_from: Option<tokio::time::Instant>,
     }
 
     impl SteadyRuntime {
@@ -1076,8 +1099,13 @@ mod tests {
         }
 
         fn state(&self, i: usize) -> crate::kubecontainer::RuntimeContainerState {
-            match self.exit_of(i) {
-                Some(at) if tokio::time::Instant::now() >= at => crate::kubecontainer::RuntimeContainerState::Exited,
+            match (self.exit_of(i), self.runs_from) {
+                (Some(at), _) if tokio::time::Instant::now() >= at => {
+                    crate::kubecontainer::RuntimeContainerState::Exited
+                }
+                (_, Some(at)) if tokio::time::Instant::now() < at => {
+                    crate::kubecontainer::RuntimeContainerState::Created
+                }
                 _ => crate::kubecontainer::RuntimeContainerState::Running,
             }
         }
@@ -1561,6 +1589,49 @@ mod tests {
                 "{before_start} locates before /tasks/start, {lead:?} after the create"
             );
         }
+    }
+
+    /// A new container whose locate at its `/containers/create` missed is found at its
+    /// `/tasks/start`, still created (containerd's CRI plugin records the start after the task
+    /// starts): it is probed on every 2 ms, not on a sandbox's doubling waits, and its start seen
+    /// within milliseconds.
+    #[tokio::test(start_paused = true)]
+    async fn a_container_located_at_its_start_is_probed_finely() {
+        let t0 = tokio::time::Instant::now();
+        let runs = t0 + Duration::from_millis(110);
+        let runtime = SteadyRuntime {
+            pods: 1,
+            listed_from: Some(t0 + Duration::from_millis(20)),
+            runs_from: Some(runs),
+            ..Default::default()
+        };
+        let (mut events, sender, dispatcher) = dispatching(&runtime, 64).await;
+        sender.send(Trigger::ContainerAhead("c0".into()));
+        tokio::time::sleep_until(t0 + Duration::from_millis(100)).await;
+        sender.send(Trigger::ContainerSettled {
+            id: "c0".into(),
+            runs: true,
+        });
+        let started = async {
+            loop {
+                let event = events.recv().await.expect("an event");
+                if event.kind == PodLifecycleEventType::ContainerStarted && event.container_id.as_deref() == Some("c0")
+                {
+                    return tokio::time::Instant::now();
+                }
+            }
+        };
+        let seen = tokio::time::timeout(Duration::from_secs(60), started)
+            .await
+            .expect("the start seen within 60 s");
+        drop(sender);
+        dispatcher.abort();
+        assert!(seen >= runs, "seen before it ran");
+        let late = seen.duration_since(runs);
+        assert!(
+            late <= Duration::from_millis(2),
+            "start seen {late:?} after the CRI state"
+        );
     }
 
     /// A new sandbox's `/tasks/start` comes before the CRI plugin lists it (RunPodSandbox lists it
