@@ -8,8 +8,8 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Container, ContainerRestartRule, EphemeralContainer, Pod, PodReadinessGate, PodStatus, ResourceRequirements,
-    VolumeMount,
+    Container, ContainerRestartRule, EphemeralContainer, Pod, PodReadinessGate, PodSpec, PodStatus,
+    ResourceRequirements, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -100,7 +100,19 @@ impl ApiContainer {
 
 impl From<Container> for ApiContainer {
     fn from(c: Container) -> Self {
-        WireContainer {
+        WireContainer::from(c).into()
+    }
+}
+
+impl From<EphemeralContainer> for ApiContainer {
+    fn from(c: EphemeralContainer) -> Self {
+        Self::ephemeral(c.into())
+    }
+}
+
+impl From<Container> for WireContainer {
+    fn from(c: Container) -> Self {
+        Self {
             name: Some(c.name),
             image: c.image,
             restart_policy: c.restart_policy,
@@ -112,20 +124,20 @@ impl From<Container> for ApiContainer {
             restart_policy_rules: c.restart_policy_rules,
             volume_mounts: c.volume_mounts,
         }
-        .into()
     }
 }
 
-impl From<EphemeralContainer> for ApiContainer {
+impl From<EphemeralContainer> for WireContainer {
+    /// What an ephemeral container has of plegd's reading ([`ApiContainer::ephemeral`] drops the rest).
     fn from(c: EphemeralContainer) -> Self {
-        Self::ephemeral(WireContainer {
+        Self {
             name: Some(c.name),
             image: c.image,
             termination_message_path: c.termination_message_path,
             termination_message_policy: c.termination_message_policy,
             volume_mounts: c.volume_mounts,
-            ..WireContainer::default()
-        })
+            ..Self::default()
+        }
     }
 }
 
@@ -201,42 +213,40 @@ pub struct ApiPod {
 
 impl From<Pod> for ApiPod {
     fn from(pod: Pod) -> Self {
-        let mut metadata = pod.metadata;
-        metadata.managed_fields = None;
-        if let Some(annotations) = metadata.annotations.as_mut() {
-            annotations.remove(LAST_APPLIED);
+        Self {
+            metadata: kept_metadata(pod.metadata),
+            spec: pod.spec.map(|s| WireSpec::from(s).into()).unwrap_or_default(),
+            status: pod.status,
         }
-        let spec = pod.spec.map_or_else(ApiPodSpec::default, |s| ApiPodSpec {
-            containers: s.containers.into_iter().map(ApiContainer::from).collect(),
-            init_containers: s
-                .init_containers
-                .unwrap_or_default()
-                .into_iter()
-                .map(ApiContainer::from)
-                .collect(),
+    }
+}
+
+/// The metadata as plegd keeps it: without managedFields and the last-applied-configuration.
+fn kept_metadata(mut metadata: ObjectMeta) -> ObjectMeta {
+    metadata.managed_fields = None;
+    if let Some(annotations) = metadata.annotations.as_mut() {
+        annotations.remove(LAST_APPLIED);
+    }
+    metadata
+}
+
+impl From<PodSpec> for WireSpec {
+    fn from(s: PodSpec) -> Self {
+        let containers = |list: Vec<Container>| Some(list.into_iter().map(WireContainer::from).collect());
+        Self {
+            node_name: s.node_name,
+            host_network: s.host_network,
+            restart_policy: s.restart_policy,
+            active_deadline_seconds: s.active_deadline_seconds,
+            runtime_class_name: s.runtime_class_name,
+            readiness_gates: s.readiness_gates,
+            containers: containers(s.containers),
+            init_containers: s.init_containers.and_then(containers),
             ephemeral_containers: s
                 .ephemeral_containers
-                .unwrap_or_default()
-                .into_iter()
-                .map(ApiContainer::from)
-                .collect(),
-            ..WireSpec {
-                node_name: s.node_name,
-                host_network: s.host_network,
-                restart_policy: s.restart_policy,
-                active_deadline_seconds: s.active_deadline_seconds,
-                runtime_class_name: s.runtime_class_name,
-                readiness_gates: s.readiness_gates,
-                resources: s.resources,
-                overhead: s.overhead,
-                ..WireSpec::default()
-            }
-            .into()
-        });
-        Self {
-            metadata,
-            spec,
-            status: pod.status,
+                .map(|list| list.into_iter().map(WireContainer::from).collect()),
+            resources: s.resources,
+            overhead: s.overhead,
         }
     }
 }
@@ -322,13 +332,11 @@ struct WirePod {
 
 impl From<WirePod> for ApiPod {
     fn from(pod: WirePod) -> Self {
-        let mut kept = ApiPod::from(Pod {
-            metadata: pod.metadata,
-            spec: None,
+        Self {
+            metadata: kept_metadata(pod.metadata),
+            spec: pod.spec.map(ApiPodSpec::from).unwrap_or_default(),
             status: pod.status,
-        });
-        kept.spec = pod.spec.map(ApiPodSpec::from).unwrap_or_default();
-        kept
+        }
     }
 }
 
