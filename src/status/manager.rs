@@ -168,6 +168,10 @@ struct PodState {
     /// The queued write is the refused one, waiting for its slow retry: a newer status does not
     /// wait for it, and shutdown does not wait for it either.
     waiting_refused: bool,
+    /// The apiserver answered the pod's DELETE (plegd removed it, or it was gone already) while
+    /// the informer still shows it: nothing more is written for it, and it is not deleted again,
+    /// until the informer drops it ([`StatusManager::forget`]).
+    deleted: bool,
 }
 
 /// What one write did.
@@ -185,6 +189,10 @@ enum Outcome {
     /// The pod under this name has another uid now (deleted and created again): dropped like
     /// [`Outcome::Gone`], counted apart.
     Replaced,
+    /// The apiserver answered the DELETE of the finished pod: removed, or already gone (404, or
+    /// 409 for the uid precondition). Like [`Outcome::Gone`], but the pod is remembered as deleted
+    /// while the informer still shows it.
+    Deleted,
 }
 
 impl Outcome {
@@ -197,6 +205,7 @@ impl Outcome {
             Outcome::Retry => "retry",
             Outcome::Conflict => "conflict",
             Outcome::Replaced => "replaced",
+            Outcome::Deleted => "deleted",
         }
     }
 }
@@ -254,7 +263,7 @@ fn patch_outcome(code: u16, uid_changed: bool) -> Outcome {
 /// the pod under that name is another one, so the finished one is gone.
 fn delete_outcome(code: u16) -> (&'static str, Outcome) {
     match code {
-        404 | 409 => ("gone", Outcome::Gone),
+        404 | 409 => ("gone", Outcome::Deleted),
         403 => ("forbidden", Outcome::Refused),
         400 | 422 => ("rejected", Outcome::Refused),
         _ => ("retry", Outcome::Retry),
@@ -346,8 +355,9 @@ impl StatusManager {
             refused_retry: self.config.refused_retry.clone(),
             refused: false,
             waiting_refused: false,
+            deleted: false,
         });
-        if state.wanted == Some(hash) {
+        if state.deleted || state.wanted == Some(hash) {
             return Ok(false);
         }
         state.wanted = Some(hash);
@@ -420,6 +430,28 @@ impl StatusManager {
         match outcome {
             Outcome::Gone | Outcome::Replaced => {
                 pods.remove(&uid);
+                self.queue.forget(&uid);
+                self.queue.done(lease);
+            }
+            Outcome::Deleted => {
+                // Checked under the lock: the informer's store changes before the syncLoop hears
+                // of it and forgets the pod, so a pod dropped after this check is forgotten after
+                // it too, and no tombstone outlives the pod.
+                let key = &lease.value().key;
+                let shown = self
+                    .store
+                    .get(key)
+                    .is_some_and(|p| p.metadata.uid.as_deref() == Some(uid.as_str()));
+                match pods.get_mut(&uid) {
+                    Some(state) if shown => {
+                        state.deleted = true;
+                        state.last_write = None;
+                        state.pending_since = None;
+                    }
+                    _ => {
+                        pods.remove(&uid);
+                    }
+                }
                 self.queue.forget(&uid);
                 self.queue.done(lease);
             }
@@ -505,7 +537,7 @@ impl StatusManager {
         let (result, outcome) = match answer {
             Ok(_) => {
                 info!(pod = %key, "pod fully terminated and removed from the apiserver");
-                ("ok", Outcome::Gone)
+                ("ok", Outcome::Deleted)
             }
             Err(kube::Error::Api(status)) => {
                 let (result, outcome) = delete_outcome(status.code);
@@ -773,8 +805,8 @@ mod tests {
         let table = [
             (400, false, Outcome::Refused, ("rejected", Outcome::Refused)),
             (403, false, Outcome::Refused, ("forbidden", Outcome::Refused)),
-            (404, false, Outcome::Gone, ("gone", Outcome::Gone)),
-            (409, false, Outcome::Conflict, ("gone", Outcome::Gone)),
+            (404, false, Outcome::Gone, ("gone", Outcome::Deleted)),
+            (409, false, Outcome::Conflict, ("gone", Outcome::Deleted)),
             (422, false, Outcome::Refused, ("rejected", Outcome::Refused)),
             (422, true, Outcome::Replaced, ("rejected", Outcome::Refused)),
             (429, false, Outcome::Retry, ("retry", Outcome::Retry)),
@@ -1033,6 +1065,68 @@ mod tests {
         let started = tokio::time::Instant::now();
         manager.flushed().await;
         assert!(started.elapsed() < Duration::from_millis(10));
+    }
+
+    /// A finished pod is deleted once (full mode): statuses wanted after its DELETE was answered,
+    /// while the informer still shows it, write nothing and delete nothing; once the informer drops
+    /// it, nothing is kept. A DELETE that found the pod gone (404) ends it the same way.
+    #[tokio::test(start_paused = true)]
+    async fn a_deleted_pod_is_deleted_once() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        let mut finished = api_pod("n1");
+        finished.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+        finished.status = Some(PodStatus {
+            phase: Some("Failed".into()),
+            ..PodStatus::default()
+        });
+        let failed = |marker: &str| PodStatus {
+            phase: Some("Failed".into()),
+            ..wanted(marker)
+        };
+        // The PATCH's answer: the pod as the apiserver stores it after the write.
+        let mut answer = pod_json();
+        answer["metadata"]["deletionTimestamp"] = json!("1970-01-01T00:00:00Z");
+        answer["status"]["phase"] = json!("Failed");
+        for (case, answers) in [
+            ("removed", vec![]),
+            (
+                "gone already",
+                vec![(200, answer.clone()), failure(404, "NotFound", "not found", None)],
+            ),
+        ] {
+            let script = Script::new(&answers, answer.clone());
+            let (store, mut writer) = reflector::store::<ApiPod>();
+            writer.apply_watcher_event(&watcher::Event::Apply(finished.clone()));
+            let metrics = Arc::new(Metrics::new());
+            let manager = StatusManager::new(
+                script.client(),
+                store,
+                ManagerConfig::new(NodeName::new("n1").unwrap(), StatusMode::Full),
+                Arc::new(RetryAfter::default()),
+                metrics.clone(),
+            );
+            for (_, stage) in manager.stages() {
+                tokio::spawn(stage);
+            }
+            assert_eq!(manager.set_status(&finished, failed("a"), true), Ok(true), "{case}");
+            manager.flushed().await;
+            let methods = || script.sent().into_iter().map(|(m, _)| m).collect::<Vec<_>>();
+            assert_eq!(methods(), ["PATCH", "DELETE"], "{case}");
+            // A relist or a tick syncs the pod again before the informer hears of the deletion.
+            for marker in ["a", "b"] {
+                assert_eq!(manager.set_status(&finished, failed(marker), true), Ok(false), "{case}");
+            }
+            manager.flushed().await;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            assert_eq!(methods(), ["PATCH", "DELETE"], "{case}");
+            let result = if case == "removed" { "ok" } else { "gone" };
+            let counted = format!("plegd_pod_deletions_total{{result=\"{result}\"}} 1");
+            assert!(metrics.encode().contains(&counted), "{case}: {counted}");
+            // The informer drops it: nothing is kept.
+            writer.apply_watcher_event(&watcher::Event::Delete(finished.clone()));
+            manager.forget("u1");
+            assert!(manager.lock().is_empty(), "{case}");
+        }
     }
 
     fn manager_of(script: &Script, metrics: Arc<Metrics>) -> Arc<StatusManager> {
