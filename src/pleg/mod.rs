@@ -177,6 +177,11 @@ pub struct PodRecord {
 #[derive(Debug, Default)]
 struct RelistState {
     records: HashMap<PodUid, PodRecord>,
+    /// The pod each container and sandbox id was recorded under: every id a record holds (old or
+    /// current) is here, so that [`GenericPleg::pod_of`] (asked for every trigger) looks one up
+    /// instead of searching every record. An id whose record has since dropped it may linger until
+    /// the next complete relist prunes it; a lookup checks the record still holds it.
+    owners: HashMap<String, PodUid>,
     /// Pods whose status read failed: re-inspected at the next relist.
     reinspect: HashSet<PodUid>,
     /// Events that did not fit in the channel, per pod, oldest first.
@@ -190,6 +195,7 @@ impl RelistState {
             record.current = None;
         }
         for pod in pods {
+            self.own(&pod);
             match self.records.get_mut(&pod.id) {
                 Some(record) => record.current = Some(pod),
                 None => {
@@ -204,6 +210,38 @@ impl RelistState {
                 }
             }
         }
+    }
+
+    /// Set pod `uid`'s current record (a relist of that pod alone).
+    fn set_current_of(&mut self, uid: &str, pod: Option<RuntimePod>) {
+        if let Some(pod) = &pod {
+            self.own(pod);
+        }
+        self.records.entry(uid.to_owned()).or_default().current = pod;
+    }
+
+    /// Note the ids of `pod` as its own (allocating only for an id not noted so yet).
+    fn own(&mut self, pod: &RuntimePod) {
+        for c in pod.containers.iter().chain(&pod.sandboxes) {
+            if self.owners.get(&c.id) != Some(&pod.id) {
+                self.owners.insert(c.id.clone(), pod.id.clone());
+            }
+        }
+    }
+
+    /// Drop the ids no record holds any more (after a complete relist: the ids of pods gone and of
+    /// containers removed since the last one).
+    fn prune_owners(&mut self) {
+        let records = &self.records;
+        self.owners
+            .retain(|id, uid| records.get(uid).is_some_and(|r| record_holds(r, id)));
+    }
+
+    /// The pod whose record (old or current) holds container or sandbox `id`.
+    fn owner_of(&self, id: &str) -> Option<&PodUid> {
+        self.owners
+            .get(id)
+            .filter(|uid| self.records.get(*uid).is_some_and(|r| record_holds(r, id)))
     }
 
     /// `podRecords.update`: old := current; a pod that no longer exists loses its record.
@@ -403,13 +441,7 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
 
     /// The pod whose records (old or current) hold this container or sandbox id.
     pub async fn pod_of(&self, id: &str) -> Option<PodUid> {
-        let state = self.state.lock().await;
-        let has = |pod: &Option<RuntimePod>| pod.as_ref().is_some_and(|p| p.find_any(id).is_some());
-        state
-            .records
-            .iter()
-            .find(|(_, r)| has(&r.current) || has(&r.old))
-            .map(|(uid, _)| uid.clone())
+        self.state.lock().await.owner_of(id).cloned()
     }
 
     /// Whether the runtime's state of container (or sandbox) `id` differs from what pod `uid`'s
@@ -569,6 +601,7 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
         // After every pod's entry is up to date: the whole cache is as fresh as `start`.
         self.cache.update_time(start);
         state.reinspect = needs_reinspection;
+        state.prune_owners();
         Ok(())
     }
 
@@ -582,7 +615,7 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
         let mut state = self.state.lock().await;
         let start = self.stamp();
         let pod = self.runtime.list_pod(uid).await?;
-        state.records.entry(uid.to_owned()).or_default().current = pod;
+        state.set_current_of(uid, pod);
         Ok(match self.sync_record(&mut state, uid, start, None).await {
             PodOutcome::RefreshFailed => {
                 state.reinspect.insert(uid.to_owned());
@@ -865,6 +898,14 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
 }
 
 /// Whether `record` (old or current) holds `id` as a sandbox.
+/// Whether a record (old or current) holds container or sandbox `id`.
+fn record_holds(record: &PodRecord, id: &str) -> bool {
+    [&record.current, &record.old]
+        .into_iter()
+        .flatten()
+        .any(|p| p.find_any(id).is_some())
+}
+
 fn record_holds_sandbox(record: Option<&PodRecord>, id: &str) -> bool {
     record
         .into_iter()
@@ -931,6 +972,81 @@ mod tests {
                 .channel_capacity(),
             NonZeroUsize::MIN
         );
+    }
+
+    /// The ids' owners answer as a search of every record would, through complete relists, pod
+    /// relists, records advanced and dropped, ids removed and containers moved between pods.
+    #[test]
+    fn the_owner_of_an_id_is_the_record_that_holds_it() {
+        use crate::kubecontainer::{RuntimeContainer, RuntimeContainerState};
+        let searched = |state: &RelistState, id: &str| -> Option<PodUid> {
+            state
+                .records
+                .iter()
+                .find(|(_, r)| record_holds(r, id))
+                .map(|(uid, _)| uid.clone())
+        };
+        let pod = |uid: &str, ids: &[&str]| RuntimePod {
+            id: uid.into(),
+            containers: ids
+                .iter()
+                .filter(|id| id.starts_with('c'))
+                .map(|id| RuntimeContainer {
+                    id: (*id).into(),
+                    sandbox_id: String::new(),
+                    name: String::new(),
+                    state: RuntimeContainerState::Running,
+                    created_at: 0,
+                    attempt: 0,
+                })
+                .collect(),
+            sandboxes: ids
+                .iter()
+                .filter(|id| id.starts_with('s'))
+                .map(|id| RuntimeContainer {
+                    id: (*id).into(),
+                    sandbox_id: String::new(),
+                    name: String::new(),
+                    state: RuntimeContainerState::Running,
+                    created_at: 0,
+                    attempt: 0,
+                })
+                .collect(),
+            ..RuntimePod::default()
+        };
+        let ids = ["s1", "c1", "c2", "s2", "c3", "c4", "c9"];
+        let mut state = RelistState::default();
+        let mut check = |state: &RelistState, step: &str| {
+            for id in ids {
+                assert_eq!(state.owner_of(id).cloned(), searched(state, id), "{step}: {id}");
+            }
+        };
+        state.set_current(vec![pod("a", &["s1", "c1", "c2"]), pod("b", &["s2", "c3"])]);
+        check(&state, "first relist");
+        state.advance("a");
+        state.advance("b");
+        check(&state, "advanced");
+        state.set_current_of("a", Some(pod("a", &["s1", "c2", "c4"])));
+        check(&state, "a pod relisted: c1 removed, c4 new");
+        state.advance("a");
+        check(&state, "c1 gone from both of a's records");
+        state.set_current_of("b", None);
+        state.advance("b");
+        check(&state, "b gone");
+        // A runtime that lists the ids of a pod gone under another one; c4 is removed from a.
+        state.set_current(vec![pod("a", &["s1", "c2"]), pod("c", &["s2", "c3"])]);
+        check(&state, "b's ids listed under c");
+        state.advance("a");
+        state.advance("c");
+        state.prune_owners();
+        check(&state, "pruned");
+        assert_eq!(state.owners.len(), 4, "{:?}", state.owners);
+        state.set_current(vec![]);
+        state.advance("a");
+        state.advance("c");
+        state.prune_owners();
+        check(&state, "every pod gone");
+        assert!(state.owners.is_empty() && state.records.is_empty());
     }
 
     #[test]
