@@ -1016,7 +1016,7 @@ mod tests {
         };
         let ids = ["s1", "c1", "c2", "s2", "c3", "c4", "c9"];
         let mut state = RelistState::default();
-        let mut check = |state: &RelistState, step: &str| {
+        let check = |state: &RelistState, step: &str| {
             for id in ids {
                 assert_eq!(state.owner_of(id).cloned(), searched(state, id), "{step}: {id}");
             }
