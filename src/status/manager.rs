@@ -21,7 +21,7 @@ use std::num::{NonZeroU32, NonZeroUsize};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::reflector::{ObjectRef, Store};
 use serde_json::Value;
@@ -32,7 +32,7 @@ use crate::metrics::Metrics;
 use crate::pod::{ApiPod, NodeName};
 use crate::status::StatusMode;
 use crate::status::decide::{LastWrite, apiserver_status, rebase};
-use crate::status::generate::is_terminal;
+use crate::status::generate::{CONTAINERS_RUNNING, is_terminal};
 use crate::status::patch::status_patch_body;
 use crate::status::semantic::canonical;
 use crate::supervise::Stage;
@@ -148,12 +148,15 @@ struct Work {
     status: PodStatus,
     /// Delete the pod once this status is on the apiserver (`decide::Action::Write`).
     delete_when_written: bool,
+    /// The pod's wanted key ([`PodState::wanted`]) once this status is on the apiserver.
+    written: u64,
 }
 
 /// What the manager keeps per pod besides its queued write.
 struct PodState {
     /// A hash of the newest wanted status and its delete flag, to tell a repeat from a change
-    /// without keeping the status once it is written.
+    /// without keeping the status once it is written: of what the mode writes of it
+    /// ([`wanted_keys`]).
     wanted: Option<u64>,
     /// What plegd last wrote: the base for the next patch while the informer has not caught up
     /// with it. Boxed: empty for most pods most of the time, and the state per pod stays small.
@@ -226,10 +229,10 @@ pub struct StatusManager {
     metrics: Arc<Metrics>,
 }
 
-/// A hash of a status as JSON and its delete flag, the JSON fed to the hasher as it is written
-/// (no buffer: this runs for every sync of every pod).
-fn status_hash(status: &PodStatus, finished: bool) -> u64 {
-    use std::hash::{Hash, Hasher};
+/// A hash of `value` as JSON and of `more`, the JSON fed to the hasher as it is written (no
+/// buffer: this runs for every sync of every pod).
+fn json_hash(value: &impl serde::Serialize, more: impl std::hash::Hash) -> u64 {
+    use std::hash::Hasher;
     struct Feed<'a>(&'a mut std::collections::hash_map::DefaultHasher);
     impl std::io::Write for Feed<'_> {
         fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
@@ -243,9 +246,43 @@ fn status_hash(status: &PodStatus, finished: bool) -> u64 {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     // A status always serializes; were it not to, the hash of what was written still differs
     // from an empty one only by chance, and a repeat is then merely written again.
-    let _ = serde_json::to_writer(Feed(&mut hasher), status);
-    finished.hash(&mut hasher);
+    let _ = serde_json::to_writer(Feed(&mut hasher), value);
+    more.hash(&mut hasher);
     hasher.finish()
+}
+
+fn status_hash(status: &PodStatus, finished: bool) -> u64 {
+    json_hash(status, finished)
+}
+
+/// plegd's own condition in a status.
+fn own_condition(status: &PodStatus) -> Option<&PodCondition> {
+    status
+        .conditions
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .find(|c| c.type_ == CONTAINERS_RUNNING)
+}
+
+/// The keys that tell a wanted status from the one before ([`PodState::wanted`]): now, and once
+/// it is written. In conditions mode only plegd's condition is written, so the key is that
+/// condition and whether `apiserver` (the pod's status as the apiserver holds it, as far as plegd
+/// knows) already holds it: the kubelet's fields, which change under plegd with every write of the
+/// kubelet, do not make a status new; the condition lost from the apiserver does. In the other modes,
+/// the whole status.
+fn wanted_keys(mode: StatusMode, apiserver: Option<&PodStatus>, wanted: &PodStatus, finished: bool) -> (u64, u64) {
+    match mode {
+        StatusMode::Conditions => {
+            let own = own_condition(wanted);
+            let held = apiserver.map(own_condition) == Some(own);
+            (json_hash(&own, (held, finished)), json_hash(&own, (true, finished)))
+        }
+        StatusMode::Full | StatusMode::Shadow => {
+            let key = status_hash(wanted, finished);
+            (key, key)
+        }
+    }
 }
 
 /// Whether a 422 refused a write because the pod's uid is not the one the write named: the
@@ -359,8 +396,14 @@ impl StatusManager {
                 node: self.config.node_name.as_str().to_owned(),
             });
         }
-        let hash = status_hash(&status, delete_when_written);
         let mut pods = self.lock();
+        let last_write = pods.get(uid).and_then(|p| p.last_write.as_deref());
+        let (hash, written) = wanted_keys(
+            self.config.mode,
+            apiserver_status(pod, last_write).0,
+            &status,
+            delete_when_written,
+        );
         let state = pods.entry(uid.to_owned()).or_insert_with(|| PodState {
             wanted: None,
             last_write: None,
@@ -380,6 +423,7 @@ impl StatusManager {
             key: ObjectRef::new(name).within(namespace),
             status,
             delete_when_written,
+            written,
         };
         // Under the lock, so that the queue and the state per pod change together.
         if std::mem::take(&mut state.waiting_refused) {
@@ -487,8 +531,13 @@ impl StatusManager {
                 }
             },
             Outcome::Written | Outcome::NothingToSend => {
+                let written = lease.value().written;
                 let more = self.queue.done(lease);
                 let Some(state) = pods.get_mut(&uid) else { return };
+                // On the apiserver now: a repeat of it is nothing new.
+                if !more {
+                    state.wanted = Some(written);
+                }
                 state.retry.reset();
                 state.refused_retry.reset();
                 state.refused = false;
@@ -773,6 +822,13 @@ mod tests {
         }
     }
 
+    /// The pod as the apiserver stores it once `wanted(marker)` is written.
+    fn written_pod_json(marker: &str) -> Value {
+        let mut pod = pod_json();
+        pod["status"] = serde_json::to_value(wanted(marker)).unwrap();
+        pod
+    }
+
     /// A status that differs from another by `marker` (a condition's message).
     fn wanted(marker: &str) -> PodStatus {
         PodStatus {
@@ -891,7 +947,8 @@ mod tests {
             ),
         ];
         for (case, answers, patches, counted) in table {
-            let script = Script::new(&answers, pod_json());
+            // The apiserver answers a PATCH with the pod as it stores it: the condition in.
+            let script = Script::new(&answers, written_pod_json("a"));
             let metrics = Arc::new(Metrics::new());
             let manager = manager(&script, &api_pod("n1"), metrics.clone());
             let started = tokio::time::Instant::now();
@@ -940,6 +997,73 @@ mod tests {
         assert_ne!(a, status_hash(&wanted("b"), false));
         assert_ne!(a, status_hash(&wanted("a"), true));
         assert_ne!(a, status_hash(&PodStatus::default(), false));
+    }
+
+    /// Conditions mode writes plegd's condition alone: a status that differs only in the kubelet's
+    /// fields (which move with every write of the kubelet) is no new write, while a new condition,
+    /// or the apiserver's copy losing it, is. In full mode every field is plegd's: any change is
+    /// new.
+    #[tokio::test(start_paused = true)]
+    async fn a_repeat_is_what_the_mode_writes_of_a_status() {
+        let kubelet_moved = |marker: &str, phase: &str| PodStatus {
+            phase: Some(phase.into()),
+            start_time: Some(crate::status::generate::api_time(std::time::UNIX_EPOCH)),
+            ..wanted(marker)
+        };
+        for mode in [StatusMode::Conditions, StatusMode::Full] {
+            let script = Script::answering_by_default(written_pod_json("a"));
+            let (store, mut writer) = reflector::store::<ApiPod>();
+            let mut pod = api_pod("n1");
+            writer.apply_watcher_event(&watcher::Event::Apply(pod.clone()));
+            let manager = StatusManager::new(
+                script.client(),
+                store,
+                ManagerConfig::new(NodeName::new("n1").unwrap(), mode),
+                Arc::new(RetryAfter::default()),
+                Arc::new(Metrics::new()),
+            );
+            for (_, stage) in manager.stages() {
+                tokio::spawn(stage);
+            }
+            assert_eq!(manager.set_status(&pod, wanted("a"), false), Ok(true), "{mode:?}");
+            manager.flushed().await;
+            assert_eq!(script.sent().len(), 1, "{mode:?}");
+            // The informer catches up with the write, then the kubelet writes its own fields.
+            pod.metadata.resource_version = Some("11".into());
+            pod.status = Some(wanted("a"));
+            writer.apply_watcher_event(&watcher::Event::Apply(pod.clone()));
+            assert_eq!(manager.set_status(&pod, wanted("a"), false), Ok(false), "{mode:?}");
+            pod.metadata.resource_version = Some("12".into());
+            pod.status = Some(kubelet_moved("a", "Succeeded"));
+            writer.apply_watcher_event(&watcher::Event::Apply(pod.clone()));
+            let new = manager.set_status(&pod, kubelet_moved("a", "Succeeded"), false);
+            assert_eq!(
+                new,
+                Ok(mode == StatusMode::Full),
+                "{mode:?}: only plegd's condition is written"
+            );
+            manager.flushed().await;
+            if mode == StatusMode::Full {
+                continue;
+            }
+            // Someone removes plegd's condition: written again.
+            pod.metadata.resource_version = Some("13".into());
+            pod.status = Some(PodStatus {
+                conditions: Some(vec![]),
+                ..kubelet_moved("a", "Succeeded")
+            });
+            writer.apply_watcher_event(&watcher::Event::Apply(pod.clone()));
+            let sent = script.sent().len();
+            assert_eq!(
+                manager.set_status(&pod, kubelet_moved("a", "Succeeded"), false),
+                Ok(true),
+                "{mode:?}"
+            );
+            manager.flushed().await;
+            assert_eq!(script.sent().len(), sent + 1, "{mode:?}");
+            // A new condition is new.
+            assert_eq!(manager.set_status(&pod, wanted("b"), false), Ok(true), "{mode:?}");
+        }
     }
 
     /// Statuses wanted faster than they are written: only the newest is sent, once.
