@@ -195,7 +195,7 @@ impl RelistState {
             record.current = None;
         }
         for pod in pods {
-            self.own(&pod);
+            self.own(&pod.id, &pod);
             match self.records.get_mut(&pod.id) {
                 Some(record) => record.current = Some(pod),
                 None => {
@@ -215,16 +215,17 @@ impl RelistState {
     /// Set pod `uid`'s current record (a relist of that pod alone).
     fn set_current_of(&mut self, uid: &str, pod: Option<RuntimePod>) {
         if let Some(pod) = &pod {
-            self.own(pod);
+            self.own(uid, pod);
         }
         self.records.entry(uid.to_owned()).or_default().current = pod;
     }
 
-    /// Note the ids of `pod` as its own (allocating only for an id not noted so yet).
-    fn own(&mut self, pod: &RuntimePod) {
+    /// Note the ids of `pod`, recorded under `uid`, as that record's (allocating only for an id
+    /// not noted so yet).
+    fn own(&mut self, uid: &str, pod: &RuntimePod) {
         for c in pod.containers.iter().chain(&pod.sandboxes) {
-            if self.owners.get(&c.id) != Some(&pod.id) {
-                self.owners.insert(c.id.clone(), pod.id.clone());
+            if self.owners.get(&c.id).is_none_or(|owner| owner != uid) {
+                self.owners.insert(c.id.clone(), uid.to_owned());
             }
         }
     }
@@ -1030,6 +1031,10 @@ mod tests {
         check(&state, "a pod relisted: c1 removed, c4 new");
         state.advance("a");
         check(&state, "c1 gone from both of a's records");
+        // A pod relist by uid whose answer names another pod: its ids are the record's they are
+        // kept under.
+        state.set_current_of("b", Some(pod("x", &["s2", "c3"])));
+        check(&state, "b relisted as x");
         state.set_current_of("b", None);
         state.advance("b");
         check(&state, "b gone");

@@ -177,6 +177,22 @@ struct PodState {
     deleted: bool,
 }
 
+/// What a status PATCH's answer (the pod as the apiserver stores it) is read for: the rest of the
+/// pod is skipped in the JSON, never built.
+#[derive(serde::Deserialize)]
+struct WrittenPod {
+    metadata: WrittenMetadata,
+    #[serde(default)]
+    status: Option<PodStatus>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WrittenMetadata {
+    #[serde(default)]
+    resource_version: Option<String>,
+}
+
 /// What one write did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Outcome {
@@ -659,10 +675,14 @@ impl StatusManager {
         self.retry_after.wait().await;
         self.limiter.acquire().await;
         let namespace = key.namespace.as_deref().unwrap_or_default();
-        // The answer decoded as the informer decodes pods (no managedFields built).
-        let api: Api<ApiPod> = Api::namespaced(self.client.clone(), namespace);
         let (params, body) = (PatchParams::default(), Patch::Strategic(body));
-        let patch = api.patch_status(&key.name, &params, &body);
+        // The answer is the whole pod as stored; only its resourceVersion and status are kept.
+        let patch = async {
+            let request = kube::core::Request::new(<ApiPod as kube::Resource>::url_path(&(), Some(namespace)))
+                .patch_subresource("status", &key.name, &params, &body)
+                .map_err(kube::Error::BuildRequest)?;
+            self.client.request::<WrittenPod>(request).await
+        };
         let Ok(answer) = tokio::time::timeout(self.config.request_timeout, patch).await else {
             // Dropping the request closes its connection: the retry makes a new one.
             warn!(pod = %key, timeout = ?self.config.request_timeout, "status write got no answer in time; retrying on a new connection");
@@ -987,6 +1007,23 @@ mod tests {
                 "{case}"
             );
         }
+    }
+
+    /// A PATCH's answer keeps what the pod's own decode would of it: its resourceVersion and
+    /// status (a real pod of kube-apiserver 1.37, its status written by the kubelet and plegd).
+    #[test]
+    fn a_patch_answer_keeps_the_version_and_status() {
+        let stored = include_str!("../../tests/bench/fixtures/pod-1.37-status-writers.json");
+        let written: WrittenPod = serde_json::from_str(stored).unwrap();
+        let pod: ApiPod = serde_json::from_str(stored).unwrap();
+        assert!(written.metadata.resource_version.is_some());
+        assert_eq!(written.metadata.resource_version, pod.metadata.resource_version);
+        assert!(written.status.as_ref().is_some_and(|s| s.conditions.is_some()));
+        assert_eq!(written.status, pod.status);
+        // A malformed status is still an error, not a status left out.
+        let mut bad: Value = serde_json::from_str(stored).unwrap();
+        bad["status"]["conditions"] = json!("not a list");
+        assert!(serde_json::from_value::<WrittenPod>(bad).is_err());
     }
 
     /// A status's hash tells a repeat from a change, and the delete flag counts.
