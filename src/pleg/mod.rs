@@ -987,33 +987,27 @@ mod tests {
                 .find(|(_, r)| record_holds(r, id))
                 .map(|(uid, _)| uid.clone())
         };
-        let pod = |uid: &str, ids: &[&str]| RuntimePod {
-            id: uid.into(),
-            containers: ids
-                .iter()
-                .filter(|id| id.starts_with('c'))
-                .map(|id| RuntimeContainer {
-                    id: (*id).into(),
-                    sandbox_id: String::new(),
-                    name: String::new(),
-                    state: RuntimeContainerState::Running,
-                    created_at: 0,
-                    attempt: 0,
-                })
-                .collect(),
-            sandboxes: ids
-                .iter()
-                .filter(|id| id.starts_with('s'))
-                .map(|id| RuntimeContainer {
-                    id: (*id).into(),
-                    sandbox_id: String::new(),
-                    name: String::new(),
-                    state: RuntimeContainerState::Running,
-                    created_at: 0,
-                    attempt: 0,
-                })
-                .collect(),
-            ..RuntimePod::default()
+        // Ids starting with `s` are sandboxes, the others containers.
+        let pod = |uid: &str, ids: &[&str]| {
+            let entries = |sandboxes: bool| {
+                ids.iter()
+                    .filter(|id| id.starts_with('s') == sandboxes)
+                    .map(|id| RuntimeContainer {
+                        id: (*id).into(),
+                        sandbox_id: String::new(),
+                        name: String::new(),
+                        state: RuntimeContainerState::Running,
+                        created_at: 0,
+                        attempt: 0,
+                    })
+                    .collect()
+            };
+            RuntimePod {
+                id: uid.into(),
+                containers: entries(false),
+                sandboxes: entries(true),
+                ..RuntimePod::default()
+            }
         };
         let ids = ["s1", "c1", "c2", "s2", "c3", "c4", "c9"];
         let mut state = RelistState::default();

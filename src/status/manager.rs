@@ -878,6 +878,17 @@ mod tests {
         manager
     }
 
+    /// A manager of node n1 in `mode` over `store`, its writers not started.
+    fn manager_in(
+        mode: StatusMode,
+        script: &Script,
+        store: Store<ApiPod>,
+        metrics: Arc<Metrics>,
+    ) -> Arc<StatusManager> {
+        let config = ManagerConfig::new(NodeName::new("n1").unwrap(), mode);
+        StatusManager::new(script.client(), store, config, Arc::new(RetryAfter::default()), metrics)
+    }
+
     fn writes(metrics: &Metrics) -> Vec<String> {
         metrics
             .encode()
@@ -1052,13 +1063,7 @@ mod tests {
             let (store, mut writer) = reflector::store::<ApiPod>();
             let mut pod = api_pod("n1");
             writer.apply_watcher_event(&watcher::Event::Apply(pod.clone()));
-            let manager = StatusManager::new(
-                script.client(),
-                store,
-                ManagerConfig::new(NodeName::new("n1").unwrap(), mode),
-                Arc::new(RetryAfter::default()),
-                Arc::new(Metrics::new()),
-            );
+            let manager = manager_in(mode, &script, store, Arc::new(Metrics::new()));
             for (_, stage) in manager.stages() {
                 tokio::spawn(stage);
             }
@@ -1163,13 +1168,7 @@ mod tests {
             let (store, mut writer) = reflector::store::<ApiPod>();
             let decided_from = api_pod("n1");
             writer.apply_watcher_event(&watcher::Event::Apply(decided_from.clone()));
-            let manager = StatusManager::new(
-                script.client(),
-                store,
-                ManagerConfig::new(NodeName::new("n1").unwrap(), mode),
-                Arc::new(RetryAfter::default()),
-                Arc::new(Metrics::new()),
-            );
+            let manager = manager_in(mode, &script, store, Arc::new(Metrics::new()));
             // Decided from a Pending copy without conditions.
             let mut wanted = wanted("a");
             wanted.phase = Some("Pending".into());
@@ -1283,13 +1282,7 @@ mod tests {
             let (store, mut writer) = reflector::store::<ApiPod>();
             writer.apply_watcher_event(&watcher::Event::Apply(finished.clone()));
             let metrics = Arc::new(Metrics::new());
-            let manager = StatusManager::new(
-                script.client(),
-                store,
-                ManagerConfig::new(NodeName::new("n1").unwrap(), StatusMode::Full),
-                Arc::new(RetryAfter::default()),
-                metrics.clone(),
-            );
+            let manager = manager_in(StatusMode::Full, &script, store, metrics.clone());
             for (_, stage) in manager.stages() {
                 tokio::spawn(stage);
             }
