@@ -317,7 +317,7 @@ metrics_table! {
     container_exits: Family<ExitLabel, Counter> = Default::default(),
         "container_exits", "Container exits plegd saw happen, by namespace, pod, container and reason (as the status gives it); exits that happened before plegd started are not counted; a pod's series leave 2 minutes after the pod left the node; past 2000 series, exits are counted by reason alone (namespace, pod and container empty)";
     trigger_relists: Family<KindLabel, Counter> = Default::default(),
-        "trigger_relists", "Relists run on behalf of triggers, by kind (pod: one pod; all: full relist; batch: full relist for many probes and locates due at once; probe, locate, recheck; skipped: an id looked for in vain a moment ago, or gone from the runtime, not looked for)";
+        "trigger_relists", "Relists run on behalf of triggers, by kind (pod: one pod; all: full relist; batch: full relist for many probes and locates due at once; probe, locate, recheck; probed: a probe's change read into its pod's record, the pod's status read without its lists; skipped: an id looked for in vain a moment ago, or gone from the runtime, not looked for)";
     status_writes: Family<ResultLabel, Counter> = Default::default(),
         "status_writes", "Pod status writes by result (ok, noop, retry, conflict, gone, replaced, rejected, refused_other_node)";
     /// DELETEs of finished pods (full mode), by result.
@@ -449,7 +449,8 @@ pub mod known {
     /// `plegd_pleg_events_total{kind}`: the events the PLEG sends.
     pub const EVENT_KINDS: [&str; 4] = ["ContainerStarted", "ContainerDied", "ContainerRemoved", "PodSync"];
     /// `plegd_trigger_relists_total{kind}`.
-    pub const TRIGGER_RELIST_KINDS: [&str; 7] = ["pod", "all", "batch", "probe", "locate", "recheck", "skipped"];
+    pub const TRIGGER_RELIST_KINDS: [&str; 8] =
+        ["pod", "all", "batch", "probe", "probed", "locate", "recheck", "skipped"];
 }
 
 impl Metrics {

@@ -240,3 +240,89 @@ async fn a_pod_gone_in_its_own_relist_wakes_its_waiters() {
         .unwrap();
     assert!(got.status.container_statuses.is_empty() && got.status.sandbox_statuses.is_empty());
 }
+
+/// A change a probe finds (one status call) is read into the pod's record without the pod's lists
+/// (`relist_probed`): the same events, each container's in the same order, and the same cached
+/// status as a relist of the pod finds on the same runtime state — for an exit and for a removal. A record set again
+/// since the probe compared it is left to a relist of the pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_probed_change_is_what_a_relist_of_the_pod_reads() {
+    let Some(cd) = containerd().await else { return };
+    let cri = CriConfig::default();
+    let connect = || Relister::connect(&cd.socket, &cri, SystemClock, PlegConfig::default());
+    let (mut probed, mut listed) = (connect().await, connect().await);
+    let pod = cd.run_pod("probed", true).await;
+    let (app, side) = (
+        cd.run_container(&pod, "app", "sleep 600").await,
+        cd.run_container(&pod, "side", "sleep 600").await,
+    );
+    probed.pleg.relist().await.expect("relist");
+    listed.pleg.relist().await.expect("relist");
+    // This pod's events (a complete relist sees the other tests' pods as well).
+    let drain = |r: &mut Relister| {
+        let mut events = Vec::new();
+        while let Ok(e) = r.events.try_recv() {
+            if e.pod_uid == pod.uid {
+                events.push((e.kind, e.container_id, e.exit_code, e.reason));
+            }
+        }
+        events
+    };
+    drain(&mut probed);
+    drain(&mut listed);
+
+    // The probe finds the change once the CRI state shows it.
+    let probe = async |r: &Relister, id: &str| {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            if let Some(found) = r.pleg.probe(&pod.uid, id).await.expect("probe") {
+                return found;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no change of {id} within {WAIT:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    cd.stop_container(&app, 0).await;
+    cd.remove_container(&side).await;
+    for id in [&app, &side] {
+        let found = probe(&probed, id).await;
+        assert_eq!(probed.pleg.relist_probed(&pod.uid, found).await, Some(true), "{id}");
+    }
+    assert!(listed.pleg.relist_pod(&pod.uid).await.expect("relist of the pod"));
+    // Two probes are two syncs: each container's events in order, the containers one after the other.
+    let by_container = |mut events: Vec<_>| {
+        events.sort_by_key(|e: &(E, Option<String>, Option<i32>, Option<String>)| e.1.clone());
+        events
+    };
+    let (by_probe, by_list) = (by_container(drain(&mut probed)), by_container(drain(&mut listed)));
+    assert!(
+        by_probe.iter().any(|e| e.0 == E::ContainerDied && e.2 == Some(137)),
+        "{by_probe:#?}"
+    );
+    assert!(by_probe.iter().any(|e| e.0 == E::ContainerRemoved), "{by_probe:#?}");
+    assert_eq!(by_probe, by_list);
+    assert_eq!(
+        probed.pleg.cache().get(&pod.uid).status,
+        listed.pleg.cache().get(&pod.uid).status
+    );
+    // Nothing left for either relister's complete relist: the records agree with the lists.
+    probed.pleg.relist().await.expect("relist");
+    listed.pleg.relist().await.expect("relist");
+    assert_eq!(drain(&mut probed), []);
+    assert_eq!(drain(&mut listed), []);
+
+    // A probe's answer whose record a relist set again meanwhile is not read.
+    cd.remove_container(&app).await;
+    let found = probe(&probed, &app).await;
+    probed.pleg.relist().await.expect("relist");
+    assert_eq!(probed.pleg.relist_probed(&pod.uid, found).await, None);
+    assert_eq!(
+        drain(&mut probed).into_iter().map(|e| e.0).collect::<Vec<_>>(),
+        [E::ContainerRemoved],
+        "read once, by the relist"
+    );
+    cd.cleanup(&pod).await;
+}

@@ -7,7 +7,8 @@
 //! holds; readers get a [`PlegHandle`]), advances the record and sends the
 //! events on a bounded channel. A pod whose status cannot be read is re-inspected at the next relist
 //! with its record NOT advanced, so the same events are computed again then. This stage never takes
-//! state from anything but a relist, and never blocks on the channel.
+//! state from anything but the runtime's answers (a relist's lists, or the status call of a probe
+//! whose id a record holds: [`GenericPleg::relist_probed`]), and never blocks on the channel.
 //!
 //! Where plegd differs from the kubelet: when the channel is full the kubelet drops the event for
 //! good; plegd counts the discard AND keeps the pod's undelivered events, which the pod's next relist
@@ -172,6 +173,9 @@ pub enum PlegHealthError {
 pub struct PodRecord {
     pub old: Option<RuntimePod>,
     pub current: Option<RuntimePod>,
+    /// Which setting of the records last set `current` ([`RelistState::reads`]): a probe's answer
+    /// is applied only to the record it was compared with.
+    read: u64,
 }
 
 #[derive(Debug, Default)]
@@ -186,13 +190,18 @@ struct RelistState {
     reinspect: HashSet<PodUid>,
     /// Events that did not fit in the channel, per pod, oldest first.
     undelivered: HashMap<PodUid, Vec<PodLifecycleEvent>>,
+    /// How many times records were set (complete relists, pod relists, probes applied).
+    reads: u64,
 }
 
 impl RelistState {
     /// `podRecords.setCurrent`.
     fn set_current(&mut self, pods: Vec<RuntimePod>) {
+        self.reads += 1;
+        let read = self.reads;
         for record in self.records.values_mut() {
             record.current = None;
+            record.read = read;
         }
         for pod in pods {
             self.own(&pod.id, &pod);
@@ -205,6 +214,7 @@ impl RelistState {
                         PodRecord {
                             old: None,
                             current: Some(pod),
+                            read,
                         },
                     );
                 }
@@ -212,12 +222,22 @@ impl RelistState {
         }
     }
 
-    /// Set pod `uid`'s current record (a relist of that pod alone).
+    /// Set pod `uid`'s current record (a relist of that pod alone, or a probe's answer).
     fn set_current_of(&mut self, uid: &str, pod: Option<RuntimePod>) {
         if let Some(pod) = &pod {
             self.own(uid, pod);
         }
-        self.records.entry(uid.to_owned()).or_default().current = pod;
+        self.reads += 1;
+        let record = self.records.entry(uid.to_owned()).or_default();
+        record.current = pod;
+        record.read = self.reads;
+    }
+
+    /// What pod `uid`'s records say of `id`, and which setting of the records that is.
+    fn recorded(&self, uid: &str, id: &str) -> (PlegContainerState, u64) {
+        let record = self.records.get(uid);
+        let pod = record.and_then(|r| r.current.as_ref().or(r.old.as_ref()));
+        (pleg_state(pod, id), record.map_or(0, |r| r.read))
     }
 
     /// Note the ids of `pod`, recorded under `uid`, as that record's (allocating only for an id
@@ -245,6 +265,22 @@ impl RelistState {
             .filter(|uid| self.records.get(*uid).is_some_and(|r| record_holds(r, id)))
     }
 
+    /// After one pod's sync: a pod whose status read failed is re-inspected at the next relist.
+    /// Returns whether the pod changed (a failed read counts as a change).
+    fn pod_relisted(&mut self, uid: &str, outcome: PodOutcome) -> bool {
+        match outcome {
+            PodOutcome::RefreshFailed => {
+                self.reinspect.insert(uid.to_owned());
+                true
+            }
+            PodOutcome::Refreshed { changed } => {
+                self.reinspect.remove(uid);
+                changed
+            }
+            PodOutcome::Unchanged => false,
+        }
+    }
+
     /// `podRecords.update`: old := current; a pod that no longer exists loses its record.
     fn advance(&mut self, uid: &str) {
         if let Some(record) = self.records.get_mut(uid) {
@@ -266,6 +302,34 @@ struct SyncWork {
     events: Vec<PodLifecycleEvent>,
     /// It was marked for re-inspection (its last status read failed).
     reinspect: bool,
+}
+
+/// What [`GenericPleg::probe`] found of one id: its state in the runtime (None: gone), which
+/// differs from the records', the setting of the records it was compared with, and when the probe
+/// began (the time of the events it brings).
+#[derive(Debug, Clone)]
+pub struct Probed {
+    id: String,
+    state: Option<RuntimeContainerState>,
+    read: u64,
+    start: SystemTime,
+}
+
+/// `pod` with container or sandbox `id` in runtime state `state` (None: removed). False, with
+/// `pod` unchanged, when the pod has no such id (pure).
+fn with_probed_state(pod: &mut RuntimePod, id: &str, state: Option<RuntimeContainerState>) -> bool {
+    for list in [&mut pod.containers, &mut pod.sandboxes] {
+        if let Some(at) = list.iter().position(|c| c.id == id) {
+            match state {
+                Some(state) => list[at].state = state,
+                None => {
+                    list.remove(at);
+                }
+            }
+            return true;
+        }
+    }
+    false
 }
 
 /// Status reads a relist runs side by side (of the pods it found changed).
@@ -445,24 +509,48 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
         self.state.lock().await.owner_of(id).cloned()
     }
 
-    /// Whether the runtime's state of container (or sandbox) `id` differs from what pod `uid`'s
-    /// record says, by one cheap status call. The records are not held during the call.
-    pub async fn probe(&self, uid: &str, id: &str) -> Result<bool, RuntimeError> {
-        let (recorded, kind) = {
+    /// The runtime's state of container (or sandbox) `id` when it differs from what pod `uid`'s
+    /// record says, by one cheap status call (None: no change). The records are not held during
+    /// the call; [`Self::relist_probed`] reads a change found into the record.
+    pub async fn probe(&self, uid: &str, id: &str) -> Result<Option<Probed>, RuntimeError> {
+        let (start, (recorded, read), kind) = {
             let state = self.state.lock().await;
-            let record = state.records.get(uid);
-            let pod = record.and_then(|r| r.current.as_ref().or(r.old.as_ref()));
-            (
-                pleg_state(pod, id),
-                if record_holds_sandbox(record, id) {
-                    IdKind::Sandbox
-                } else {
-                    IdKind::Container
-                },
-            )
+            let kind = if record_holds_sandbox(state.records.get(uid), id) {
+                IdKind::Sandbox
+            } else {
+                IdKind::Container
+            };
+            (self.stamp(), state.recorded(uid, id), kind)
         };
         let actual = self.runtime.probe_state(id, kind).await?;
-        Ok(actual.map_or(PlegContainerState::NonExistent, PlegContainerState::from) != recorded)
+        let now = actual.map_or(PlegContainerState::NonExistent, PlegContainerState::from);
+        Ok((now != recorded).then(|| Probed {
+            id: id.to_owned(),
+            state: actual,
+            read,
+            start,
+        }))
+    }
+
+    /// A probe's change read into pod `uid`'s record as a relist of the pod would read it, without
+    /// its two lists: the record's last view of the pod with the probed id's state replaced (the
+    /// id dropped when the runtime no longer has it), then compared, the pod's status read and its
+    /// events sent as [`Self::relist_pod`] does. An id's listed entry changes only in its state, and
+    /// every other id of the pod is probed on its own events, so the lists would add nothing for
+    /// it. Returns whether an event was computed, as `relist_pod` does; None, with nothing done,
+    /// when the record was set again since the probe compared it (a relist ran meanwhile) or does
+    /// not hold the id: the caller relists the pod instead.
+    pub async fn relist_probed(&self, uid: &str, probed: Probed) -> Option<bool> {
+        let mut state = self.state.lock().await;
+        let record = state.records.get(uid).filter(|r| r.read == probed.read)?;
+        let mut pod = record.current.as_ref().or(record.old.as_ref())?.clone();
+        if !with_probed_state(&mut pod, &probed.id, probed.state) {
+            return None;
+        }
+        let pod = (!pod.containers.is_empty() || !pod.sandboxes.is_empty()).then_some(pod);
+        state.set_current_of(uid, pod);
+        let outcome = self.sync_record(&mut state, uid, probed.start, None).await;
+        Some(state.pod_relisted(uid, outcome))
     }
 
     /// Whether pod `uid`'s record (old or current) holds `id` as a sandbox.
@@ -472,9 +560,7 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
 
     /// What pod `uid`'s record says of container or sandbox `id`.
     pub async fn recorded_state(&self, uid: &str, id: &str) -> PlegContainerState {
-        let state = self.state.lock().await;
-        let record = state.records.get(uid);
-        pleg_state(record.and_then(|r| r.current.as_ref().or(r.old.as_ref())), id)
+        self.state.lock().await.recorded(uid, id).0
     }
 
     /// The pod that owns container or sandbox `id` in the runtime's lists, for an id no record has
@@ -617,17 +703,8 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
         let start = self.stamp();
         let pod = self.runtime.list_pod(uid).await?;
         state.set_current_of(uid, pod);
-        Ok(match self.sync_record(&mut state, uid, start, None).await {
-            PodOutcome::RefreshFailed => {
-                state.reinspect.insert(uid.to_owned());
-                true
-            }
-            PodOutcome::Refreshed { changed } => {
-                state.reinspect.remove(uid);
-                changed
-            }
-            PodOutcome::Unchanged => false,
-        })
+        let outcome = self.sync_record(&mut state, uid, start, None).await;
+        Ok(state.pod_relisted(uid, outcome))
     }
 
     /// Compare, refresh, advance and send for one pod (the body of the relist loop). Changes found

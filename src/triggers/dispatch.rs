@@ -490,8 +490,9 @@ impl Rechecks {
 
 /// One check: a target without a pod is located first (two lists filtered by its id); once found,
 /// its pod is relisted, and a container the relist saw only created is probed further, since the
-/// event was about its start. A container target is probed (one status call) and its pod relisted
-/// only when the probe differs from the record; a pod target is relisted, and so is the pod an
+/// event was about its start. A container target is probed (one status call); a change it finds
+/// is read into the pod's record and the pod's status read, without listing the pod
+/// ([`GenericPleg::relist_probed`]); a pod target is relisted, and so is the pod an
 /// event named for an id no record holds (`hinted`: a probe could not tell a new sandbox from a
 /// container). Returns whether a change was found (the end of the target's schedule); `target` is
 /// updated once located.
@@ -539,8 +540,15 @@ async fn check<R: Runtime, C: Clock>(
     {
         metrics.count_trigger_relist("probe");
         match pleg.probe(&pod, id).await {
-            Ok(false) => return false,
-            Ok(true) => {}
+            Ok(None) => return false,
+            // The change read into the pod's record, its status read, without the pod's lists;
+            // a record set again since the probe gets the relist below.
+            Ok(Some(probed)) => {
+                if let Some(changed) = pleg.relist_probed(&pod, probed).await {
+                    metrics.count_trigger_relist("probed");
+                    return changed;
+                }
+            }
             // The runtime did not answer: let the relist below find out, or the periodic one.
             Err(error) => debug!(pod = %pod, container = %id, error = %error, "probe failed"),
         }
@@ -1857,12 +1865,19 @@ mod tests {
         assert!(seen - exits <= Duration::from_millis(1), "seen {:?} late", seen - exits);
         tokio::time::sleep(Duration::from_secs(5)).await;
         assert_eq!(runtime.calls("probe_state"), 1, "one probe, no re-check");
-        assert_eq!(runtime.calls("list_pod"), 1, "its pod relisted once, for the change");
+        // The probe's answer is the change: read into the pod's record, the pod's status read once
+        // (two at the first relist), the pod not listed.
+        assert_eq!(runtime.calls("list_pod"), 0, "no pod relist");
+        assert_eq!(
+            runtime.calls("pod_status"),
+            3,
+            "the pod's status read once, for the change"
+        );
         // The same event again (the change is in the records): one probe, nothing after it.
         sender.send(exact("c0", "u0"));
         tokio::time::sleep(Duration::from_secs(5)).await;
         assert_eq!(runtime.calls("probe_state"), 2);
-        assert_eq!(runtime.calls("list_pod"), 1);
+        assert_eq!(runtime.calls("list_pod") + runtime.calls("pod_status"), 3);
         assert_eq!(runtime.calls("list_pods"), 1, "no complete relist");
         drop(sender);
         dispatcher.abort();
