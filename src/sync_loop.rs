@@ -731,6 +731,8 @@ mod tests {
     }
 
     impl Runtime for FakeRuntime {
+        type Answer = ();
+
         async fn list_pods(&self) -> Result<Vec<RuntimePod>, RuntimeError> {
             Ok(vec![self.pod()])
         }
@@ -739,7 +741,7 @@ mod tests {
             Ok((uid == "u1").then(|| self.pod()))
         }
 
-        async fn pod_status(&self, _: &RuntimePod) -> Result<RuntimePodStatus, RuntimeError> {
+        async fn pod_status(&self, _: &RuntimePod, _: Option<(&str, ())>) -> Result<RuntimePodStatus, RuntimeError> {
             if let Some(error) = self.0.lock().unwrap().read_error.clone() {
                 return Err(RuntimeError::Call {
                     operation: "ContainerStatus",
@@ -761,7 +763,7 @@ mod tests {
             })
         }
 
-        async fn probe_state(&self, _: &str, _: IdKind) -> Result<Option<RuntimeContainerState>, RuntimeError> {
+        async fn probe_state(&self, _: &str, _: IdKind) -> Result<Option<(RuntimeContainerState, ())>, RuntimeError> {
             Ok(None)
         }
 

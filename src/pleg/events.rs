@@ -95,7 +95,7 @@ impl PodLifecycleEvent {
 }
 
 /// A container's state as the PLEG compares it (`plegContainerState`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum PlegContainerState {
     Running,
     Exited,

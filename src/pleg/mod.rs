@@ -305,12 +305,13 @@ struct SyncWork {
 }
 
 /// What [`GenericPleg::probe`] found of one id: its state in the runtime (None: gone), which
-/// differs from the records', the setting of the records it was compared with, and when the probe
-/// began (the time of the events it brings).
-#[derive(Debug, Clone)]
-pub struct Probed {
+/// differs from the records', the runtime's answer, the setting of the records it was compared
+/// with, and when the probe began (the time of the events it brings).
+#[derive(Debug)]
+pub struct Probed<A> {
     id: String,
     state: Option<RuntimeContainerState>,
+    answer: Option<A>,
     read: u64,
     start: SystemTime,
 }
@@ -512,7 +513,7 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
     /// The runtime's state of container (or sandbox) `id` when it differs from what pod `uid`'s
     /// record says, by one cheap status call (None: no change). The records are not held during
     /// the call; [`Self::relist_probed`] reads a change found into the record.
-    pub async fn probe(&self, uid: &str, id: &str) -> Result<Option<Probed>, RuntimeError> {
+    pub async fn probe(&self, uid: &str, id: &str) -> Result<Option<Probed<R::Answer>>, RuntimeError> {
         let (start, (recorded, read), kind) = {
             let state = self.state.lock().await;
             let kind = if record_holds_sandbox(state.records.get(uid), id) {
@@ -522,11 +523,12 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
             };
             (self.stamp(), state.recorded(uid, id), kind)
         };
-        let actual = self.runtime.probe_state(id, kind).await?;
-        let now = actual.map_or(PlegContainerState::NonExistent, PlegContainerState::from);
+        let (state, answer) = self.runtime.probe_state(id, kind).await?.unzip();
+        let now = state.map_or(PlegContainerState::NonExistent, PlegContainerState::from);
         Ok((now != recorded).then(|| Probed {
             id: id.to_owned(),
-            state: actual,
+            state,
+            answer,
             read,
             start,
         }))
@@ -534,13 +536,13 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
 
     /// A probe's change read into pod `uid`'s record as a relist of the pod would read it, without
     /// its two lists: the record's last view of the pod with the probed id's state replaced (the
-    /// id dropped when the runtime no longer has it), then compared, the pod's status read and its
-    /// events sent as [`Self::relist_pod`] does. An id's listed entry changes only in its state, and
+    /// id dropped when the runtime no longer has it), then compared, the pod's status read (the
+    /// probed id's from the probe's answer) and its events sent as [`Self::relist_pod`] does. An id's listed entry changes only in its state, and
     /// every other id of the pod is probed on its own events, so the lists would add nothing for
     /// it. Returns whether an event was computed, as `relist_pod` does; None, with nothing done,
     /// when the record was set again since the probe compared it (a relist ran meanwhile) or does
     /// not hold the id: the caller relists the pod instead.
-    pub async fn relist_probed(&self, uid: &str, probed: Probed) -> Option<bool> {
+    pub async fn relist_probed(&self, uid: &str, probed: Probed<R::Answer>) -> Option<bool> {
         let mut state = self.state.lock().await;
         let record = state.records.get(uid).filter(|r| r.read == probed.read)?;
         let mut pod = record.current.as_ref().or(record.old.as_ref())?.clone();
@@ -549,7 +551,8 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
         }
         let pod = (!pod.containers.is_empty() || !pod.sandboxes.is_empty()).then_some(pod);
         state.set_current_of(uid, pod);
-        let outcome = self.sync_record(&mut state, uid, probed.start, None).await;
+        let answer = probed.answer.map(|a| (probed.id.as_str(), a));
+        let outcome = self.sync_record(&mut state, uid, probed.start, None, answer).await;
         Some(state.pod_relisted(uid, outcome))
     }
 
@@ -666,7 +669,7 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
             while reads.len() < STATUS_READS_AT_ONCE {
                 let Some((work, uid)) = waiting.next() else { break };
                 reads.push(async move {
-                    let status = self.update_cache(&uid, work.current.as_ref()).await;
+                    let status = self.update_cache(&uid, work.current.as_ref(), None).await;
                     (uid, work, status)
                 });
             }
@@ -703,23 +706,25 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
         let start = self.stamp();
         let pod = self.runtime.list_pod(uid).await?;
         state.set_current_of(uid, pod);
-        let outcome = self.sync_record(&mut state, uid, start, None).await;
+        let outcome = self.sync_record(&mut state, uid, start, None, None).await;
         Ok(state.pod_relisted(uid, outcome))
     }
 
     /// Compare, refresh, advance and send for one pod (the body of the relist loop). Changes found
-    /// are counted as missed by the trigger source `missed_by`, if given.
+    /// are counted as missed by the trigger source `missed_by`, if given; `probed`: an id's probe
+    /// answer for the status read.
     async fn sync_record(
         &self,
         state: &mut RelistState,
         uid: &str,
         start: SystemTime,
         missed_by: Option<&'static str>,
+        probed: Option<(&str, R::Answer)>,
     ) -> PodOutcome {
         let Some(work) = self.prepare_sync(state, uid, start) else {
             return PodOutcome::Unchanged;
         };
-        let status = self.update_cache(uid, work.current.as_ref()).await;
+        let status = self.update_cache(uid, work.current.as_ref(), probed).await;
         self.finish_sync(state, uid, work, status, start, missed_by)
     }
 
@@ -869,6 +874,7 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
         &self,
         uid: &str,
         pod: Option<&RuntimePod>,
+        probed: Option<(&str, R::Answer)>,
     ) -> Result<Option<RuntimePodStatus>, RuntimeError> {
         let Some(pod) = pod else {
             self.cache.delete(uid, self.stamp());
@@ -876,7 +882,7 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
         };
         // Taken before the read: the status is at least this fresh.
         let timestamp = self.stamp();
-        match self.runtime.pod_status(pod).await {
+        match self.runtime.pod_status(pod, probed).await {
             Ok(mut status) => {
                 status.ips = preserve_ips(&self.cache.get(uid).status, &status);
                 self.cache.set(uid, Ok(status.clone()), timestamp);

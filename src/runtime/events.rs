@@ -11,6 +11,7 @@ use tonic::transport::Channel;
 
 use super::lists::{self as cri, runtime_service_client::RuntimeServiceClient};
 use super::{MAX_MESSAGE_SIZE, RuntimeVersion};
+use crate::kubecontainer::RuntimeContainerState;
 
 /// What a runtime event names.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,8 +39,8 @@ pub struct RuntimeEvent {
 }
 
 /// The names a CRI container event carries, each one read on its own: the container (or sandbox)
-/// id, and the uid of the pod its sandbox status names. Names only, never state: where to look,
-/// not what is there.
+/// id, and the uid of the pod its sandbox status names, with the kind of event. Names only, never
+/// state: where to look, not what is there (the kind only says when looking can find nothing new).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CriNames {
     /// The container or sandbox id; None when empty or not UTF-8.
@@ -48,6 +49,9 @@ pub struct CriNames {
     pub pod: Option<String>,
     /// The event says the id was removed (`CONTAINER_DELETED_EVENT`).
     pub deleted: bool,
+    /// The state the event says the id reached: created, started (running) or stopped (exited);
+    /// None for a removal or an event type this version does not know.
+    pub announces: Option<RuntimeContainerState>,
     /// The id or the uid is there but not UTF-8.
     pub unreadable: bool,
 }
@@ -174,7 +178,7 @@ pub fn cri_subject(event: &cri::ContainerEventResponse) -> Option<EventSubject> 
     cri_names(event).subject()
 }
 
-/// `CONTAINER_DELETED_EVENT` of CRI's `ContainerEventType`.
+/// `CONTAINER_DELETED_EVENT` of CRI's `ContainerEventType` (created 0, started 1, stopped 2).
 const CRI_CONTAINER_DELETED: i32 = 3;
 
 /// Each name a CRI container event carries, read on its own ([`CriNames`]): a bad uid does not
@@ -196,6 +200,12 @@ pub fn cri_names(event: &cri::ContainerEventResponse) -> CriNames {
         id: readable(&event.container_id),
         pod: readable(uid),
         deleted: event.container_event_type == CRI_CONTAINER_DELETED,
+        announces: match event.container_event_type {
+            0 => Some(RuntimeContainerState::Created),
+            1 => Some(RuntimeContainerState::Running),
+            2 => Some(RuntimeContainerState::Exited),
+            _ => None,
+        },
         unreadable: [&event.container_id[..], uid]
             .iter()
             .any(|b| std::str::from_utf8(b).is_err()),
@@ -280,6 +290,7 @@ mod tests {
             id: id.map(Into::into),
             pod: pod.map(Into::into),
             deleted,
+            announces: (!deleted).then_some(RuntimeContainerState::Exited),
             unreadable,
         };
         assert_eq!(cri_names(&event), names(Some("c1"), Some("u1"), false, false));
@@ -292,8 +303,15 @@ mod tests {
         assert_eq!(cri_names(&event), names(None, Some("u1"), true, true));
         assert_eq!(
             cri_names(&cri::ContainerEventResponse::default()),
-            names(None, None, false, false)
+            CriNames {
+                announces: Some(RuntimeContainerState::Created),
+                ..names(None, None, false, false)
+            }
         );
+        for (kind, announces) in [(1, Some(RuntimeContainerState::Running)), (4, None)] {
+            event.container_event_type = kind;
+            assert_eq!(cri_names(&event).announces, announces, "event type {kind}");
+        }
     }
     #[test]
     fn containerd_events_name_containers_only() {

@@ -74,21 +74,30 @@ impl RuntimeError {
 /// What the relister needs from a container runtime. [`CriRuntime`] is the real one; tests and
 /// benchmarks may put something else behind it.
 pub trait Runtime: Send + Sync + 'static {
+    /// What a probe of one id was answered ([`Runtime::probe_state`]), kept for the status read of
+    /// its pod that may follow, so that the runtime is not asked the same question twice.
+    type Answer: Send + Sync + 'static;
     /// Every pod the runtime knows of (`GetPods(all=true)`), sorted by uid.
     fn list_pods(&self) -> impl Future<Output = Result<Vec<RuntimePod>, RuntimeError>> + Send;
     /// The one pod with this uid, if the runtime knows it.
     fn list_pod(&self, uid: &str) -> impl Future<Output = Result<Option<RuntimePod>, RuntimeError>> + Send;
-    /// The full status of a pod whose sandboxes and containers were just listed.
-    fn pod_status(&self, pod: &RuntimePod) -> impl Future<Output = Result<RuntimePodStatus, RuntimeError>> + Send;
-    /// The state of one container or sandbox by id, None if the runtime has no such id: a cheap
-    /// look (no list) used to notice that a runtime event's change has reached the CRI state. The
-    /// caller says which of the two the id is (its records know), so that the runtime is asked
-    /// the one question that can succeed.
+    /// The full status of a pod whose sandboxes and containers were just listed (or read into its
+    /// record from a probe). `probed`: one of its ids' probe answer, read a moment ago, used
+    /// instead of asking for that id's status again.
+    fn pod_status(
+        &self,
+        pod: &RuntimePod,
+        probed: Option<(&str, Self::Answer)>,
+    ) -> impl Future<Output = Result<RuntimePodStatus, RuntimeError>> + Send;
+    /// The state of one container or sandbox by id, with the runtime's answer, None if the
+    /// runtime has no such id: a cheap look (no list) used to notice that a runtime event's
+    /// change has reached the CRI state. The caller says which of the two the id is (its records
+    /// know), so that the runtime is asked the one question that can succeed.
     fn probe_state(
         &self,
         id: &str,
         kind: IdKind,
-    ) -> impl Future<Output = Result<Option<RuntimeContainerState>, RuntimeError>> + Send;
+    ) -> impl Future<Output = Result<Option<(RuntimeContainerState, Self::Answer)>, RuntimeError>> + Send;
     /// The pod that owns container or sandbox `id`, None while the runtime lists no such id (a
     /// runtime's event can come before its CRI state lists what it names).
     fn locate(&self, id: &str) -> impl Future<Output = Result<Option<PodUid>, RuntimeError>> + Send;
@@ -605,6 +614,8 @@ impl CriRuntime {
 }
 
 impl Runtime for CriRuntime {
+    type Answer = CriAnswer;
+
     async fn list_pods(&self) -> Result<Vec<RuntimePod>, RuntimeError> {
         self.list(Selection::All).await
     }
@@ -638,12 +649,38 @@ impl Runtime for CriRuntime {
 
     /// Like `kuberuntime.GetPodStatus`: the status of every sandbox (newest first) and of every
     /// container of the pod. A sandbox or container removed since the list is left out; any other
-    /// failure fails the whole read, so that the relister re-inspects the pod.
-    async fn pod_status(&self, pod: &RuntimePod) -> Result<RuntimePodStatus, RuntimeError> {
+    /// failure fails the whole read, so that the relister re-inspects the pod. The id a probe just
+    /// asked about is not asked about again.
+    async fn pod_status(
+        &self,
+        pod: &RuntimePod,
+        probed: Option<(&str, CriAnswer)>,
+    ) -> Result<RuntimePodStatus, RuntimeError> {
+        let (mut known_sandbox, mut known_container) = match probed {
+            Some((id, CriAnswer(Answer::Sandbox(s)))) => (Some((id, s)), None),
+            Some((id, CriAnswer(Answer::Container(c)))) => (None, Some((id, c))),
+            None => (None, None),
+        };
         let mut sandbox_ids: Vec<(&str, i64)> = pod.sandboxes.iter().map(|s| (s.id.as_str(), s.created_at)).collect();
         sandbox_ids.sort_by_key(|s| std::cmp::Reverse(s.1));
-        let sandboxes = join_all(sandbox_ids.iter().map(|(id, _)| self.sandbox_status(id)));
-        let containers = join_all(pod.containers.iter().map(|c| self.container_status(&c.id)));
+        let sandboxes = join_all(sandbox_ids.iter().map(|&(id, _)| {
+            let known = known_sandbox.take_if(|(known, _)| *known == id).map(|(_, s)| *s);
+            async move {
+                match known {
+                    Some(status) => Ok(Some(status)),
+                    None => self.sandbox_status(id).await,
+                }
+            }
+        }));
+        let containers = join_all(pod.containers.iter().map(|c| {
+            let known = known_container.take_if(|(known, _)| *known == c.id).map(|(_, s)| *s);
+            async move {
+                match known {
+                    Some(status) => Ok(Some(status)),
+                    None => self.container_status(&c.id).await,
+                }
+            }
+        }));
         let (sandboxes, containers) = tokio::join!(sandboxes, containers);
 
         let mut bad = Vec::new();
@@ -686,19 +723,36 @@ impl Runtime for CriRuntime {
         Ok(status)
     }
 
-    async fn probe_state(&self, id: &str, kind: IdKind) -> Result<Option<RuntimeContainerState>, RuntimeError> {
+    async fn probe_state(
+        &self,
+        id: &str,
+        kind: IdKind,
+    ) -> Result<Option<(RuntimeContainerState, CriAnswer)>, RuntimeError> {
         let mut bad = Vec::new();
-        let state = match kind {
-            IdKind::Container => self
-                .container_status(id)
-                .await?
-                .map(|s| convert::container_status(statuses::container_status(id, &s, &mut bad), &mut bad).state),
+        let probed = match kind {
+            IdKind::Container => self.container_status(id).await?.map(|s| {
+                let state = convert::container_status(statuses::container_status(id, &s, &mut bad), &mut bad).state;
+                (state, CriAnswer(Answer::Container(Box::new(s))))
+            }),
             IdKind::Sandbox => self.sandbox_status(id).await?.map(|s| {
-                let s = statuses::sandbox_status(id, &s, &mut bad);
-                convert::sandbox_as_container_state(convert::sandbox_status(s, &mut bad).state)
+                let state = convert::sandbox_status(statuses::sandbox_status(id, &s, &mut bad), &mut bad).state;
+                (
+                    convert::sandbox_as_container_state(state),
+                    CriAnswer(Answer::Sandbox(Box::new(s))),
+                )
             }),
         };
         self.report(bad);
-        Ok(state)
+        Ok(probed)
     }
+}
+
+/// A probe's answer from the CRI: the status of one container or sandbox, its strings still bytes.
+#[derive(Debug)]
+pub struct CriAnswer(Answer);
+
+#[derive(Debug)]
+enum Answer {
+    Container(Box<lists::ContainerStatus>),
+    Sandbox(Box<lists::PodSandboxStatus>),
 }

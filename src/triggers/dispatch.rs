@@ -26,8 +26,8 @@ pub struct Pending {
     pub containers: Vec<String>,
     /// Containers named by a [`Trigger::ContainerSettled`] (also in `containers`).
     pub settled: HashSet<String>,
-    /// What the last [`Trigger::ContainerSettled`] of each such container announced: running or
-    /// exited.
+    /// What the last [`Trigger::ContainerSettled`] or [`Trigger::ContainerExact`] of each container
+    /// announced (running or exited; an exact event also created or removed).
     pub announced: HashMap<String, PlegContainerState>,
     /// Containers named only by a [`Trigger::ContainerAhead`] (also in `containers`).
     pub ahead: HashSet<String>,
@@ -63,7 +63,17 @@ impl Pending {
             }
             Trigger::ContainerAhead(id) => self.name(id, Named::Ahead),
             Trigger::ContainerGone(id) => self.name(id, Named::Gone),
-            Trigger::ContainerExact { id, pod, gone } => {
+            Trigger::ContainerExact {
+                id,
+                pod,
+                gone,
+                announces,
+            } => {
+                // The round's last event for the id says its newest state.
+                match announces {
+                    Some(state) => self.announced.insert(id.clone(), state),
+                    None => self.announced.remove(&id),
+                };
                 let (hint, all_gone) = self.exact.entry(id.clone()).or_insert((None, true));
                 if hint.is_none() {
                     *hint = pod;
@@ -711,8 +721,10 @@ pub async fn dispatch<R: Runtime, C: Clock>(
         for (target, exact, hinted) in fresh {
             let now_recorded = recorded(&pleg, &target).await;
             let read_already = announces(&target) == Some(now_recorded);
-            if read_already && !exact {
-                // A relist read what the settling event announces while it waited in the queue.
+            if read_already {
+                // A relist read what the settling (or exact) event announces while it waited in
+                // the queue, or before it was sent: a probe could find nothing new (an id's state
+                // only moves forward).
                 metrics.count_trigger_relist("skipped");
                 if rechecks.waiting(&target) {
                     rechecks.after_check(&target, true, 0, now);
@@ -1147,6 +1159,9 @@ mod tests {
     }
 
     impl Runtime for SteadyRuntime {
+        /// The id probed.
+        type Answer = String;
+
         async fn list_pods(&self) -> Result<Vec<crate::kubecontainer::RuntimePod>, crate::runtime::RuntimeError> {
             self.count("list_pods");
             Ok((0..self.listed()).map(|i| self.pod(i)).collect())
@@ -1163,8 +1178,13 @@ mod tests {
         async fn pod_status(
             &self,
             pod: &crate::kubecontainer::RuntimePod,
+            probed: Option<(&str, String)>,
         ) -> Result<crate::kubecontainer::RuntimePodStatus, crate::runtime::RuntimeError> {
             self.count("pod_status");
+            if let Some((id, answer)) = probed {
+                assert_eq!(id, answer, "the answer of the id probed");
+                self.count("pod_status given a probe's answer");
+            }
             Ok(crate::kubecontainer::RuntimePodStatus {
                 id: pod.id.clone(),
                 ..Default::default()
@@ -1175,7 +1195,8 @@ mod tests {
             &self,
             id: &str,
             _: crate::runtime::IdKind,
-        ) -> Result<Option<crate::kubecontainer::RuntimeContainerState>, crate::runtime::RuntimeError> {
+        ) -> Result<Option<(crate::kubecontainer::RuntimeContainerState, String)>, crate::runtime::RuntimeError>
+        {
             self.count("probe_state");
             if let Some((slow, late)) = self.slow_probe
                 && slow == id
@@ -1183,10 +1204,10 @@ mod tests {
                 tokio::time::sleep(late).await;
             }
             if id.starts_with('s') {
-                return Ok(Some(self.sandbox_state()));
+                return Ok(Some((self.sandbox_state(), id.to_owned())));
             }
             let i = id.strip_prefix('c').and_then(|i| i.parse().ok()).unwrap_or_default();
-            Ok(Some(self.state(i)))
+            Ok(Some((self.state(i), id.to_owned())))
         }
 
         async fn locate(&self, id: &str) -> Result<Option<PodUid>, crate::runtime::RuntimeError> {
@@ -1843,7 +1864,7 @@ mod tests {
 
     /// An event that follows the CRI state (containerd 2.x's CRI events) costs one probe: the
     /// exit it announces is seen at once, and neither it nor an event that announces nothing is
-    /// checked again.
+    /// checked again; an event that announces what the records hold already costs no probe.
     #[tokio::test(start_paused = true)]
     async fn an_exact_event_is_checked_once() {
         let t0 = tokio::time::Instant::now();
@@ -1854,13 +1875,14 @@ mod tests {
             ..Default::default()
         };
         let (mut events, sender, dispatcher) = dispatching(&runtime, 64).await;
-        let exact = |id: &str, pod: &str| Trigger::ContainerExact {
+        let exact = |id: &str, pod: &str, announces| Trigger::ContainerExact {
             id: id.into(),
             pod: Some(pod.into()),
             gone: false,
+            announces,
         };
         tokio::time::sleep_until(exits).await;
-        sender.send(exact("c0", "u0"));
+        sender.send(exact("c0", "u0", Some(PlegContainerState::Exited)));
         let seen = seen(&mut events, PodLifecycleEventType::ContainerDied, 1).await;
         assert!(seen - exits <= Duration::from_millis(1), "seen {:?} late", seen - exits);
         tokio::time::sleep(Duration::from_secs(5)).await;
@@ -1873,10 +1895,23 @@ mod tests {
             3,
             "the pod's status read once, for the change"
         );
-        // The same event again (the change is in the records): one probe, nothing after it.
-        sender.send(exact("c0", "u0"));
+        assert_eq!(
+            runtime.calls("pod_status given a probe's answer"),
+            1,
+            "the probed container not asked about again"
+        );
+        // The same event again: the records hold the exit it announces, so no probe.
+        sender.send(exact("c0", "u0", Some(PlegContainerState::Exited)));
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(runtime.calls("probe_state"), 1, "nothing new to find");
+        // One that announces nothing (an event type this version does not know): one probe,
+        // nothing after it; so is one that announces a state the records left behind.
+        sender.send(exact("c0", "u0", None));
         tokio::time::sleep(Duration::from_secs(5)).await;
         assert_eq!(runtime.calls("probe_state"), 2);
+        sender.send(exact("c0", "u0", Some(PlegContainerState::Running)));
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(runtime.calls("probe_state"), 3);
         assert_eq!(runtime.calls("list_pod") + runtime.calls("pod_status"), 3);
         assert_eq!(runtime.calls("list_pods"), 1, "no complete relist");
         drop(sender);
@@ -1901,6 +1936,7 @@ mod tests {
             id: "s0".into(),
             pod: Some("u0".into()),
             gone: false,
+            announces: None,
         });
         let seen = seen(&mut events, PodLifecycleEventType::ContainerStarted, 1).await;
         assert!(
@@ -1912,6 +1948,7 @@ mod tests {
             id: "removed".into(),
             pod: Some("u9".into()),
             gone: true,
+            announces: None,
         });
         tokio::time::sleep(Duration::from_secs(5)).await;
         assert_eq!(runtime.calls("list_pod"), 1, "one pod relist");
@@ -1920,6 +1957,7 @@ mod tests {
             id: "s1".into(),
             pod: None,
             gone: false,
+            announces: None,
         });
         tokio::time::sleep(Duration::from_secs(5)).await;
         assert_eq!(runtime.calls("locate"), 1, "located once, not on a schedule");

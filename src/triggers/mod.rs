@@ -57,7 +57,7 @@ use tracing::info;
 use crate::backoff::ExponentialBackoff;
 use crate::clock::Clock;
 use crate::kubecontainer::PodUid;
-use crate::pleg::GenericPleg;
+use crate::pleg::{GenericPleg, PlegContainerState};
 use crate::runtime::events::EventSubject;
 use crate::runtime::{CriRuntime, RuntimeVersion};
 use crate::supervise::Stage;
@@ -106,11 +106,14 @@ pub enum Trigger {
     /// schedule. An id the records hold is probed; one they do not hold is looked for in `pod`,
     /// the pod its event named, by one relist of that pod (located when the event named none).
     /// `gone`: the event says the id was removed, and an id no record holds is then not looked for.
-    /// Nothing of the event is taken for state: the pod is where to look.
+    /// `announces`: the state the event says the id reached (created: `Unknown`, started, stopped,
+    /// removed: `NonExistent`); an id the records show in it already is not probed, since an id's
+    /// state only moves forward. Nothing of the event is taken for state: the pod is where to look.
     ContainerExact {
         id: String,
         pod: Option<PodUid>,
         gone: bool,
+        announces: Option<PlegContainerState>,
     },
     /// Relist this pod.
     Pod(PodUid),

@@ -8,7 +8,7 @@ use tonic::transport::Channel;
 use tracing::{debug, info, warn};
 
 use crate::metrics::Metrics;
-use crate::pleg::{StreamState, TriggerHealth};
+use crate::pleg::{PlegContainerState, StreamState, TriggerHealth};
 use crate::runtime::events::{
     CriNames, EventStream, EventSubject, RuntimeEvent, cri_events_follow_state, cri_events_go_to_one_subscriber,
 };
@@ -209,8 +209,18 @@ pub fn cri_trigger(subject: EventSubject, names: Option<CriNames>, exact: bool) 
             id: Some(id),
             pod,
             deleted,
+            announces,
             ..
-        }) if exact => Trigger::ContainerExact { id, pod, gone: deleted },
+        }) if exact => Trigger::ContainerExact {
+            id,
+            pod,
+            gone: deleted,
+            announces: if deleted {
+                Some(PlegContainerState::NonExistent)
+            } else {
+                announces.map(PlegContainerState::from)
+            },
+        },
         _ => Trigger::from(subject),
     }
 }
@@ -356,6 +366,7 @@ mod tests {
                 id: id.map(Into::into),
                 pod: pod.map(Into::into),
                 deleted,
+                announces: (!deleted).then_some(crate::kubecontainer::RuntimeContainerState::Running),
                 unreadable: false,
             })
         };
@@ -365,7 +376,8 @@ mod tests {
             Trigger::ContainerExact {
                 id: "c1".into(),
                 pod: Some("u1".into()),
-                gone: false
+                gone: false,
+                announces: Some(PlegContainerState::Running)
             }
         );
         assert_eq!(
@@ -373,7 +385,8 @@ mod tests {
             Trigger::ContainerExact {
                 id: "c1".into(),
                 pod: None,
-                gone: true
+                gone: true,
+                announces: Some(PlegContainerState::NonExistent)
             }
         );
         // Elsewhere, or without a readable id: what the event names, on the schedule.
