@@ -289,7 +289,10 @@ async fn a_probed_change_is_what_a_relist_of_the_pod_reads() {
     cd.remove_container(&side).await;
     for id in [&app, &side] {
         let found = probe(&probed, id).await;
+        let after_the_probe = std::time::SystemTime::now();
         assert_eq!(probed.pleg.relist_probed(&pod.uid, found).await, Some(true), "{id}");
+        // The probe's answer is part of the status: the entry is as fresh as the probe, not more.
+        assert!(probed.pleg.cache().get(&pod.uid).modified < after_the_probe, "{id}");
     }
     assert!(listed.pleg.relist_pod(&pod.uid).await.expect("relist of the pod"));
     // Two probes are two syncs: each container's events in order, the containers one after the other.

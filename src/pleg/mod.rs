@@ -316,6 +316,14 @@ pub struct Probed<A> {
     start: SystemTime,
 }
 
+/// What a probe read of one id, for the status read of its pod: the runtime's answer (None: the
+/// id is gone), and when the probe began.
+struct Known<'a, A> {
+    id: &'a str,
+    answer: Option<A>,
+    read_at: SystemTime,
+}
+
 /// `pod` with container or sandbox `id` in runtime state `state` (None: removed). False, with
 /// `pod` unchanged, when the pod has no such id (pure).
 fn with_probed_state(pod: &mut RuntimePod, id: &str, state: Option<RuntimeContainerState>) -> bool {
@@ -537,11 +545,12 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
     /// A probe's change read into pod `uid`'s record as a relist of the pod would read it, without
     /// its two lists: the record's last view of the pod with the probed id's state replaced (the
     /// id dropped when the runtime no longer has it), then compared, the pod's status read (the
-    /// probed id's from the probe's answer) and its events sent as [`Self::relist_pod`] does. An id's listed entry changes only in its state, and
-    /// every other id of the pod is probed on its own events, so the lists would add nothing for
-    /// it. Returns whether an event was computed, as `relist_pod` does; None, with nothing done,
-    /// when the record was set again since the probe compared it (a relist ran meanwhile) or does
-    /// not hold the id: the caller relists the pod instead.
+    /// probed id's from the probe's answer; the cache entry as fresh as the probe, not more) and
+    /// its events sent as [`Self::relist_pod`] does. An id's listed entry changes only in its
+    /// state, and every other id of the pod is probed on its own events, so the lists would add
+    /// nothing for it. Returns whether an event was computed, as `relist_pod` does; None, with
+    /// nothing done, when the record was set again since the probe compared it (a relist ran
+    /// meanwhile) or does not hold the id: the caller relists the pod instead.
     pub async fn relist_probed(&self, uid: &str, probed: Probed<R::Answer>) -> Option<bool> {
         let mut state = self.state.lock().await;
         let record = state.records.get(uid).filter(|r| r.read == probed.read)?;
@@ -551,8 +560,12 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
         }
         let pod = (!pod.containers.is_empty() || !pod.sandboxes.is_empty()).then_some(pod);
         state.set_current_of(uid, pod);
-        let answer = probed.answer.map(|a| (probed.id.as_str(), a));
-        let outcome = self.sync_record(&mut state, uid, probed.start, None, answer).await;
+        let known = Known {
+            id: &probed.id,
+            answer: probed.answer,
+            read_at: probed.start,
+        };
+        let outcome = self.sync_record(&mut state, uid, probed.start, None, Some(known)).await;
         Some(state.pod_relisted(uid, outcome))
     }
 
@@ -711,15 +724,15 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
     }
 
     /// Compare, refresh, advance and send for one pod (the body of the relist loop). Changes found
-    /// are counted as missed by the trigger source `missed_by`, if given; `probed`: an id's probe
-    /// answer for the status read.
+    /// are counted as missed by the trigger source `missed_by`, if given; `probed`: what a probe
+    /// read for the status read.
     async fn sync_record(
         &self,
         state: &mut RelistState,
         uid: &str,
         start: SystemTime,
         missed_by: Option<&'static str>,
-        probed: Option<(&str, R::Answer)>,
+        probed: Option<Known<'_, R::Answer>>,
     ) -> PodOutcome {
         let Some(work) = self.prepare_sync(state, uid, start) else {
             return PodOutcome::Unchanged;
@@ -874,15 +887,17 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
         &self,
         uid: &str,
         pod: Option<&RuntimePod>,
-        probed: Option<(&str, R::Answer)>,
+        probed: Option<Known<'_, R::Answer>>,
     ) -> Result<Option<RuntimePodStatus>, RuntimeError> {
+        // Taken before the read (or before the probe whose answer is part of it): the status is at
+        // least this fresh.
+        let timestamp = probed.as_ref().map_or_else(|| self.stamp(), |k| k.read_at);
         let Some(pod) = pod else {
-            self.cache.delete(uid, self.stamp());
+            self.cache.delete(uid, timestamp);
             return Ok(None);
         };
-        // Taken before the read: the status is at least this fresh.
-        let timestamp = self.stamp();
-        match self.runtime.pod_status(pod, probed).await {
+        let answer = probed.and_then(|k| Some((k.id, k.answer?)));
+        match self.runtime.pod_status(pod, answer).await {
             Ok(mut status) => {
                 status.ips = preserve_ips(&self.cache.get(uid).status, &status);
                 self.cache.set(uid, Ok(status.clone()), timestamp);
