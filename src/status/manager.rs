@@ -665,7 +665,16 @@ impl StatusManager {
         let (base, desired) = {
             let pods = self.lock();
             let last_write = pods.get(uid).and_then(|p| p.last_write.as_deref());
-            let newest = apiserver_status(&pod, last_write).0.cloned().unwrap_or_default();
+            let newest = apiserver_status(&pod, last_write).0;
+            // In conditions mode only conditions are written, and the rest of the status is the
+            // newest copy's on both sides: left out of both, it is neither copied nor compared.
+            let newest = match self.config.mode {
+                StatusMode::Conditions => PodStatus {
+                    conditions: newest.and_then(|s| s.conditions.clone()),
+                    ..PodStatus::default()
+                },
+                StatusMode::Full | StatusMode::Shadow => newest.cloned().unwrap_or_default(),
+            };
             let desired = rebase(self.config.mode, &newest, desired);
             (canonical(&newest), canonical(&desired))
         };
