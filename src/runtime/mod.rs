@@ -663,24 +663,16 @@ impl Runtime for CriRuntime {
         };
         let mut sandbox_ids: Vec<(&str, i64)> = pod.sandboxes.iter().map(|s| (s.id.as_str(), s.created_at)).collect();
         sandbox_ids.sort_by_key(|s| std::cmp::Reverse(s.1));
-        let sandboxes = join_all(sandbox_ids.iter().map(|&(id, _)| {
-            let known = known_sandbox.take_if(|(known, _)| *known == id).map(|(_, s)| *s);
-            async move {
-                match known {
-                    Some(status) => Ok(Some(status)),
-                    None => self.sandbox_status(id).await,
-                }
-            }
-        }));
-        let containers = join_all(pod.containers.iter().map(|c| {
-            let known = known_container.take_if(|(known, _)| *known == c.id).map(|(_, s)| *s);
-            async move {
-                match known {
-                    Some(status) => Ok(Some(status)),
-                    None => self.container_status(&c.id).await,
-                }
-            }
-        }));
+        let sandboxes = join_all(
+            sandbox_ids
+                .iter()
+                .map(|&(id, _)| answered_or(take_known(&mut known_sandbox, id), || self.sandbox_status(id))),
+        );
+        let containers = join_all(
+            pod.containers
+                .iter()
+                .map(|c| answered_or(take_known(&mut known_container, &c.id), || self.container_status(&c.id))),
+        );
         let (sandboxes, containers) = tokio::join!(sandboxes, containers);
 
         let mut bad = Vec::new();
@@ -744,6 +736,22 @@ impl Runtime for CriRuntime {
         };
         self.report(bad);
         Ok(probed)
+    }
+}
+
+/// The answer `known` holds for `id`, taken from it (None when it holds another id's or none).
+fn take_known<T>(known: &mut Option<(&str, Box<T>)>, id: &str) -> Option<T> {
+    known.take_if(|(known, _)| *known == id).map(|(_, answer)| *answer)
+}
+
+/// `answer` if there is one, else what `ask` gets from the runtime.
+async fn answered_or<T, F>(answer: Option<T>, ask: impl FnOnce() -> F) -> Result<Option<T>, RuntimeError>
+where
+    F: Future<Output = Result<Option<T>, RuntimeError>>,
+{
+    match answer {
+        Some(answer) => Ok(Some(answer)),
+        None => ask().await,
     }
 }
 

@@ -63,12 +63,8 @@ impl Pending {
             }
             Trigger::ContainerAhead(id) => self.name(id, Named::Ahead),
             Trigger::ContainerGone(id) => self.name(id, Named::Gone),
-            Trigger::ContainerExact {
-                id,
-                pod,
-                gone,
-                announces,
-            } => {
+            Trigger::ContainerExact { id, pod, announces } => {
+                let gone = announces == Some(PlegContainerState::NonExistent);
                 // The round's last event for the id says its newest state.
                 match announces {
                     Some(state) => self.announced.insert(id.clone(), state),
@@ -1878,7 +1874,6 @@ mod tests {
         let exact = |id: &str, pod: &str, announces| Trigger::ContainerExact {
             id: id.into(),
             pod: Some(pod.into()),
-            gone: false,
             announces,
         };
         tokio::time::sleep_until(exits).await;
@@ -1935,7 +1930,6 @@ mod tests {
         sender.send(Trigger::ContainerExact {
             id: "s0".into(),
             pod: Some("u0".into()),
-            gone: false,
             announces: None,
         });
         let seen = seen(&mut events, PodLifecycleEventType::ContainerStarted, 1).await;
@@ -1947,8 +1941,7 @@ mod tests {
         sender.send(Trigger::ContainerExact {
             id: "removed".into(),
             pod: Some("u9".into()),
-            gone: true,
-            announces: None,
+            announces: Some(PlegContainerState::NonExistent),
         });
         tokio::time::sleep(Duration::from_secs(5)).await;
         assert_eq!(runtime.calls("list_pod"), 1, "one pod relist");
@@ -1956,7 +1949,6 @@ mod tests {
         sender.send(Trigger::ContainerExact {
             id: "s1".into(),
             pod: None,
-            gone: false,
             announces: None,
         });
         tokio::time::sleep(Duration::from_secs(5)).await;

@@ -105,14 +105,14 @@ pub enum Trigger {
     /// is in the CRI state already, so the id is checked once, at once, and not again on a
     /// schedule. An id the records hold is probed; one they do not hold is looked for in `pod`,
     /// the pod its event named, by one relist of that pod (located when the event named none).
-    /// `gone`: the event says the id was removed, and an id no record holds is then not looked for.
     /// `announces`: the state the event says the id reached (created: `Unknown`, started, stopped,
-    /// removed: `NonExistent`); an id the records show in it already is not probed, since an id's
-    /// state only moves forward. Nothing of the event is taken for state: the pod is where to look.
+    /// removed: `NonExistent`; None for an event type this version does not know). An id the
+    /// records show in it already is not probed, since an id's state only moves forward; an id
+    /// removed that no record holds is not looked for. Nothing of the event is taken for state:
+    /// the pod is where to look.
     ContainerExact {
         id: String,
         pod: Option<PodUid>,
-        gone: bool,
         announces: Option<PlegContainerState>,
     },
     /// Relist this pod.

@@ -214,7 +214,6 @@ pub fn cri_trigger(subject: EventSubject, names: Option<CriNames>, exact: bool) 
         }) if exact => Trigger::ContainerExact {
             id,
             pod,
-            gone: deleted,
             announces: if deleted {
                 Some(PlegContainerState::NonExistent)
             } else {
@@ -376,7 +375,6 @@ mod tests {
             Trigger::ContainerExact {
                 id: "c1".into(),
                 pod: Some("u1".into()),
-                gone: false,
                 announces: Some(PlegContainerState::Running)
             }
         );
@@ -385,7 +383,6 @@ mod tests {
             Trigger::ContainerExact {
                 id: "c1".into(),
                 pod: None,
-                gone: true,
                 announces: Some(PlegContainerState::NonExistent)
             }
         );
