@@ -27,7 +27,9 @@
 //!     PLEGD_CLUSTER_CONTAINERD_VERSION=1.7 cargo bench --bench kubelet_side_by_side
 //!
 //! `PLEGD_BINARY` installs another plegd binary than this tree's (an A/B of two builds on the same
-//! node: tests/bench/side_by_side_ab.sh).
+//! node: tests/bench/side_by_side_ab.sh). `PLEGD_BENCH_OVERLAY` installs plegd from another
+//! conditions-mode kustomization than deploy/conditions (e.g. tests/bench/conditions-cri: CRI events
+//! as triggers).
 //!
 //! `PLEGD_BENCH_TRACE=DIR` also writes, per pass, each change's times (`DIR/PASS.jsonl`: pod,
 //! container, change, the CRI's time and when each seer saw it, in seconds since the epoch) and
@@ -542,6 +544,9 @@ async fn main() {
         std::env::var("PLEGD_CLUSTER_CONTAINERD_VERSION").unwrap_or_else(|_| "2.1".into())
     );
     let mut apiserver_cpu: BTreeMap<String, f64> = BTreeMap::new();
+    // The install: deploy/conditions, or another conditions-mode kustomization (the plegd seer
+    // reads its condition).
+    let overlay = std::env::var("PLEGD_BENCH_OVERLAY").unwrap_or_else(|_| "conditions".to_owned());
     for pass in passes.split(',') {
         // `followed`: the bench follows plegd's StatusService for its computed status. Serving
         // that follower (every report, with its differences from the apiserver's status) is
@@ -555,7 +560,7 @@ async fn main() {
         };
         println!("\n## pass: {pass}\n");
         let kubeconfig = if with_plegd {
-            cluster_sh(&["start", "--plegd", "conditions"], gates)
+            cluster_sh(&["start", "--plegd", &overlay], gates)
         } else {
             let k = cluster_sh(&["start"], gates);
             cluster_sh(&["remove-plegd"], gates);
