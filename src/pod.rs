@@ -413,6 +413,17 @@ impl ApiPod {
             .filter(|hash| !hash.is_empty());
         mirrored.or(self.metadata.uid.as_deref())
     }
+
+    /// Whether the apiserver removes this pod in the very request that made this copy: deleted
+    /// with grace period 0 and no finalizer left. Its registry's `Delete` first stores the pod with
+    /// the new deletion (which watchers see) and then deletes it at once, so nothing written to
+    /// it after this copy would land: a status PATCH would only be answered 404.
+    pub fn being_removed(&self) -> bool {
+        let meta = &self.metadata;
+        meta.deletion_timestamp.is_some()
+            && meta.deletion_grace_period_seconds == Some(0)
+            && meta.finalizers.as_ref().is_none_or(Vec::is_empty)
+    }
 }
 
 /// An `ApiPod` is the core/v1 Pod resource to kube-rs (object references, the reflector's store).
@@ -479,7 +490,7 @@ mod node_name_tests {
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{PodReadinessGate, PodSpec, Probe, Volume};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, Time};
     use kube::ResourceExt;
 
     fn heavy(name: &str) -> Container {
@@ -768,6 +779,30 @@ mod tests {
         assert!(blank.is_mirror());
         assert_eq!(blank.runtime_uid(), Some("api-uid"));
         assert_eq!(ApiPod::default().runtime_uid(), None);
+    }
+
+    /// Only a deletion with grace period 0 and no finalizer is removed with the copy that shows
+    /// it; a graceful deletion, or a pod a finalizer holds, stays and is written to.
+    #[test]
+    fn being_removed_is_a_deletion_with_grace_zero_and_no_finalizer() {
+        let pod = |grace: Option<i64>, finalizers: Option<Vec<String>>| ApiPod {
+            metadata: ObjectMeta {
+                deletion_timestamp: grace.map(|_| Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH)),
+                deletion_grace_period_seconds: grace,
+                finalizers,
+                ..ObjectMeta::default()
+            },
+            ..ApiPod::default()
+        };
+        assert!(pod(Some(0), None).being_removed());
+        assert!(pod(Some(0), Some(vec![])).being_removed());
+        assert!(!pod(Some(0), Some(vec!["example.com/keep".into()])).being_removed());
+        assert!(!pod(Some(30), None).being_removed());
+        assert!(!pod(None, None).being_removed());
+        // A grace period without a deletion timestamp is no deletion.
+        let mut odd = pod(Some(0), None);
+        odd.metadata.deletion_timestamp = None;
+        assert!(!odd.being_removed());
     }
 
     #[test]

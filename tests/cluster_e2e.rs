@@ -8,8 +8,9 @@ use plegd_test_support as support;
 
 use std::time::{Duration, Instant};
 
+use futures_util::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Event, Pod, Secret};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use serde_json::{Value, json};
 
 use support::cluster::{CONDITION, Cluster, NAMESPACE, cluster, condition, pod};
@@ -336,6 +337,51 @@ async fn conditions_with_every_component() {
         restarts(&ready_plegd(&cluster, &node).await),
         0,
         "plegd's probes pass: it is never restarted"
+    );
+
+    // A user deletes the finished pod (the apiserver makes a finished pod's grace period 0) and
+    // force-deletes the running one: the apiserver stores each with grace period 0, its generation
+    // bumped, which watchers see, and removes it in the same request. plegd sends nothing to such
+    // a copy (ApiPod::being_removed): no status PATCH of this test was answered 404.
+    let listed = pods.list_metadata(&ListParams::default()).await.expect("list pods");
+    let version = listed.metadata.resource_version.expect("a list's resourceVersion");
+    let mut watch = pods
+        .watch(&WatchParams::default(), &version)
+        .await
+        .expect("watch the test's pods")
+        .boxed();
+    pods.delete("failer", &DeleteParams::default()).await.unwrap();
+    pods.delete("sleeper", &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    let (mut removing, mut removed) = (Vec::<String>::new(), Vec::<String>::new());
+    while removed.len() < 2 {
+        let event = tokio::time::timeout(WAIT, watch.try_next())
+            .await
+            .expect("the deletions seen in time")
+            .expect("the watch")
+            .expect("the watch goes on");
+        match event {
+            WatchEvent::Modified(p) if p.metadata.deletion_grace_period_seconds == Some(0) => {
+                removing.push(p.metadata.name.unwrap_or_default())
+            }
+            WatchEvent::Deleted(p) => {
+                let name = p.metadata.name.unwrap_or_default();
+                assert!(removing.contains(&name), "{name}: removed without a grace-0 copy first");
+                removed.push(name);
+            }
+            _ => {}
+        }
+    }
+    let (_, body) = scraped(&cluster, &plegd).await;
+    assert!(
+        metric(&body, "plegd_status_writes_total{result=\"ok\"}").unwrap_or_default() > 0.0,
+        "{body}"
+    );
+    assert_eq!(
+        metric(&body, "plegd_apiserver_requests_total{verb=\"PATCH\",code=\"404\"}").unwrap_or_default(),
+        0.0,
+        "{body}"
     );
 }
 

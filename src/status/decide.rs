@@ -226,8 +226,12 @@ pub fn decide(
 /// pod behind a mirror pod. The syncLoop syncs such a change at once from the runtime status it has
 /// cached; any other change (plegd's own writes coming back, someone else's status) waits for a
 /// newer runtime status, as the kubelet's pod workers do. In shadow mode a new status is compared at
-/// once: it is what plegd compares with (the kubelet's write).
+/// once: it is what plegd compares with (the kubelet's write). A copy of a pod the apiserver is
+/// removing ([`ApiPod::being_removed`]) changes nothing plegd would write.
 pub fn informer_change_matters(mode: StatusMode, old: &ApiPod, new: &ApiPod) -> bool {
+    if mode.writes() && new.being_removed() {
+        return false;
+    }
     (mode == StatusMode::Shadow && old.status != new.status)
         || old.metadata.uid != new.metadata.uid
         || old.metadata.generation != new.metadata.generation
@@ -639,8 +643,26 @@ mod tests {
             informer_change_matters(StatusMode::Full, &old, &new)
         };
         type Change = fn(&mut ApiPod);
-        let table: [(&str, Change, bool); 9] = [
+        let table: [(&str, Change, bool); 11] = [
             ("nothing but the version", |_| {}, false),
+            (
+                "deleted with grace period 0: removed in the same request",
+                |p| {
+                    *p = deleted(p.clone());
+                    p.metadata.deletion_grace_period_seconds = Some(0);
+                    p.metadata.generation = Some(2);
+                },
+                false,
+            ),
+            (
+                "deleted with grace period 0, a finalizer holding it",
+                |p| {
+                    *p = deleted(p.clone());
+                    p.metadata.deletion_grace_period_seconds = Some(0);
+                    p.metadata.finalizers = Some(vec!["example.com/keep".into()]);
+                },
+                true,
+            ),
             (
                 "the status (plegd's own write coming back)",
                 |p| p.status.as_mut().unwrap().phase = Some("Running".into()),

@@ -394,7 +394,8 @@ impl StatusManager {
 
     /// Want `status` for `pod` (the informer's copy), and, with `delete_when_written`, the pod
     /// deleted once it is written (`decide::Action::Write`). Returns whether a write was queued:
-    /// a status equal to the one already wanted is not.
+    /// a status equal to the one already wanted is not, nor one for a pod the apiserver is
+    /// removing ([`ApiPod::being_removed`]).
     pub fn set_status(&self, pod: &ApiPod, status: PodStatus, delete_when_written: bool) -> Result<bool, Unwritable> {
         let meta = &pod.metadata;
         let (Some(uid), Some(name), Some(namespace)) =
@@ -411,6 +412,10 @@ impl StatusManager {
                 bound,
                 node: self.config.node_name.as_str().to_owned(),
             });
+        }
+        if pod.being_removed() {
+            // Gone with the request that made this copy: a write would only be answered 404.
+            return Ok(false);
         }
         let mut pods = self.lock();
         let last_write = pods.get(uid).and_then(|p| p.last_write.as_deref());
@@ -658,6 +663,10 @@ impl StatusManager {
             warn!(pod = %key, "pod is no longer bound to this node; not writing its status");
             return Outcome::Gone;
         }
+        if pod.being_removed() {
+            debug!(pod = %key, "pod is being removed (deleted with grace period 0, no finalizer); dropping its status");
+            return Outcome::Gone;
+        }
         // Diff against what the apiserver has: the informer's copy, or plegd's own newer write; and
         // merge what is wanted with it first, so that a status decided from an older copy does not
         // undo what another writer put in since. Both sides as the apiserver stores them, so that
@@ -809,7 +818,7 @@ mod tests {
 
     use super::script::Script;
     use k8s_openapi::api::core::v1::PodCondition;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
     use kube::runtime::{reflector, watcher};
     use serde_json::json;
 
@@ -1165,6 +1174,57 @@ mod tests {
         idle.flushed().await;
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert!(script.sent().is_empty(), "{:?}", script.sent());
+    }
+
+    /// A pod the apiserver is removing (deleted with grace period 0, no finalizer) is not written:
+    /// neither a status decided from that copy nor one queued before it arrived; a finalizer
+    /// keeps the pod, and its status is written.
+    #[tokio::test(start_paused = true)]
+    async fn a_pod_being_removed_is_not_written() {
+        let removing = |finalizers: Option<Vec<String>>| {
+            let mut pod = api_pod("n1");
+            pod.metadata.resource_version = Some("12".into());
+            pod.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+            pod.metadata.deletion_grace_period_seconds = Some(0);
+            pod.metadata.finalizers = finalizers;
+            pod
+        };
+        for (finalizers, written) in [(None, false), (Some(vec!["example.com/keep".to_owned()]), true)] {
+            let script = Script::answering_by_default(written_pod_json("a"));
+            let metrics = Arc::new(Metrics::new());
+            let (store, mut writer) = reflector::store::<ApiPod>();
+            writer.apply_watcher_event(&watcher::Event::Apply(api_pod("n1")));
+            let manager = manager_in(StatusMode::Conditions, &script, store, metrics.clone());
+            // Queued from the copy before the deletion; the grace-0 copy arrives before it is sent.
+            assert_eq!(manager.set_status(&api_pod("n1"), wanted("a"), false), Ok(true));
+            writer.apply_watcher_event(&watcher::Event::Apply(removing(finalizers.clone())));
+            assert_eq!(
+                manager.set_status(&removing(finalizers.clone()), wanted("b"), false),
+                Ok(written),
+                "{finalizers:?}"
+            );
+            for (_, stage) in manager.stages() {
+                tokio::spawn(stage);
+            }
+            manager.flushed().await;
+            let sent = script.sent();
+            if written {
+                assert_eq!(sent.len(), 1, "{sent:?}");
+                assert!(sent[0].1.to_string().contains("\"b\""), "the newest wanted: {sent:?}");
+                assert!(
+                    writes(&metrics).iter().any(|w| w.contains("\"ok\"")),
+                    "{:?}",
+                    writes(&metrics)
+                );
+            } else {
+                assert!(sent.is_empty(), "nothing sent to a pod being removed: {sent:?}");
+                assert_eq!(
+                    writes(&metrics),
+                    ["plegd_status_writes_total{result=\"gone\"} 1"],
+                    "the queued write is dropped as gone"
+                );
+            }
+        }
     }
 
     /// A write queued (or retried) while another writer changed the pod is merged with the
