@@ -429,7 +429,12 @@ async fn latency(p: &mut Relister, uid: &str, kind: E, id: &str) -> (PodLifecycl
 /// else can deliver them. The lags are printed (the figures themselves come from
 /// `cargo bench --bench trigger_latency`, not from a timed assertion).
 async fn events_arrive_by_trigger(cd: &Containerd, mode: TriggerMode) {
-    let source = if mode == TriggerMode::Cri { "cri" } else { "containerd" };
+    let major = cd.version().await.0;
+    let source = match mode {
+        TriggerMode::Cri => "cri",
+        TriggerMode::Auto if major >= 2 => "cri",
+        _ => "containerd",
+    };
     let mut p = start(&cd.socket, mode, Duration::from_secs(3600)).await;
     // The sandbox's own events connect the stream (neither stream answers before its first event).
     let pod = cd.run_pod("trig", true).await;
@@ -463,7 +468,7 @@ async fn events_arrive_by_trigger(cd: &Containerd, mode: TriggerMode) {
     eprintln!("{source}: started +{started_lag:?}, died +{died_lag:?}, removed +{removed_lag:?}");
     cd.cleanup(&pod).await;
     assert!(counter(&p.metrics, "plegd_trigger_relists_total{kind=\"pod\"}") >= 1);
-    if mode == TriggerMode::Cri && cd.version().await.0 >= 2 {
+    if source == "cri" && major >= 2 {
         // containerd 2.x's CRI events follow its CRI state: each is checked once, none again on
         // a schedule.
         assert_eq!(counter(&p.metrics, "plegd_trigger_relists_total{kind=\"recheck\"}"), 0);
@@ -473,7 +478,14 @@ async fn events_arrive_by_trigger(cd: &Containerd, mode: TriggerMode) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn containerd_events_arrive_by_trigger() {
     let Some(cd) = containerd().await else { return };
-    // auto picks containerd's events service on containerd.
+    events_arrive_by_trigger(&cd, TriggerMode::Containerd).await;
+}
+
+/// `auto` takes CRI events on containerd 2.x, whose CRI state they follow, and containerd's
+/// events service on containerd 1.x.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_takes_the_events_of_the_containerd_version() {
+    let Some(cd) = containerd().await else { return };
     events_arrive_by_trigger(&cd, TriggerMode::Auto).await;
 }
 

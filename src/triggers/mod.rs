@@ -15,14 +15,15 @@
 //!   same runtime (plegd warns); containerd 2.x broadcasts, and replays recent events to a new
 //!   subscriber, which plegd skips (its connection's full relist covers them). containerd 2.x
 //!   sends each CRI event once the CRI state it announces is in place, so there its events are
-//!   checked once each ([`Trigger::ContainerExact`]), without the re-check schedule below: ~5×
-//!   fewer runtime calls and ~30 % less CPU under churn than containerd's events, but later by
-//!   what containerd spends building each event (the statuses of the pod's sandbox and of all its
-//!   containers), which under load put starts and exits tens of ms behind (BENCHMARKS.md). On
-//!   other runtimes a CRI event names its pod, relisted on the schedule.
+//!   checked once each ([`Trigger::ContainerExact`]), without the re-check schedule below and
+//!   without locating new ids: about a third of the runtime calls of containerd's events and a
+//!   fifth less CPU under churn beside a kubelet, each event coming once containerd has built it
+//!   (the statuses of the pod's sandbox and of all its containers), which under load has put a
+//!   burst's exits tens of ms later (BENCHMARKS.md). On other runtimes a CRI event names its pod,
+//!   relisted on the schedule.
 //!
-//! `auto`: containerd's events service on containerd, CRI events on any other runtime that
-//! implements them.
+//! `auto`: CRI events on containerd 2.x, containerd's events service on containerd 1.x, CRI events
+//! on any other runtime that implements them.
 //!
 //! A runtime's event can be ahead of its CRI state (containerd 1.6 publishes `/tasks/exit` 20–70 ms
 //! before its CRI plugin reports the container exited). So an event that names a known container is
@@ -58,7 +59,7 @@ use crate::backoff::ExponentialBackoff;
 use crate::clock::Clock;
 use crate::kubecontainer::PodUid;
 use crate::pleg::{GenericPleg, PlegContainerState};
-use crate::runtime::events::EventSubject;
+use crate::runtime::events::{EventSubject, cri_events_follow_state};
 use crate::runtime::{CriRuntime, RuntimeVersion};
 use crate::supervise::Stage;
 
@@ -135,14 +136,14 @@ impl From<EventSubject> for Trigger {
 /// Which trigger source to use (`--triggers`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum TriggerMode {
-    /// containerd's events when the runtime is containerd, else CRI GetContainerEvents if the
-    /// runtime implements it, else none.
+    /// CRI GetContainerEvents on containerd 2.x (checked once each), containerd's events on
+    /// containerd 1.x, else CRI GetContainerEvents if the runtime implements it, else none.
     Auto,
     /// containerd's events service (broadcast; safe beside a kubelet).
     Containerd,
     /// CRI GetContainerEvents (on containerd 1.7, takes events from a kubelet using Evented PLEG;
-    /// on containerd 2.x, one check per event: fewer runtime calls, later by containerd's building
-    /// of each event).
+    /// on containerd 2.x, one check per event: fewer runtime calls, each event once containerd
+    /// has built it).
     Cri,
     /// Periodic relist only.
     None,
@@ -165,13 +166,17 @@ impl Source {
 }
 
 impl TriggerMode {
-    /// The source to start for a runtime that calls itself `runtime_name`. `Auto` on a runtime other
-    /// than containerd tries CRI events, and stops quietly if the runtime does not implement them.
-    /// On containerd it takes containerd's events: they come ahead of the CRI state, where
-    /// containerd 2.x's CRI events come after it by what containerd spends building them.
-    pub fn source(self, runtime_name: &str) -> Option<Source> {
+    /// The source to start for the runtime of `version`. `Auto` takes CRI events where they follow
+    /// the CRI state (containerd 2.x: each event checked once, no re-check schedule; beside the
+    /// kubelet over the same churn a fifth less CPU than containerd's events, and no locating lists
+    /// of new ids) and containerd's events on containerd 1.x (whose CRI events go to one subscriber
+    /// and run on a schedule); on another runtime it tries CRI events, and stops quietly if the
+    /// runtime does not implement them.
+    pub fn source(self, version: &RuntimeVersion) -> Option<Source> {
         match self {
-            TriggerMode::Auto if runtime_name == "containerd" => Some(Source::Containerd),
+            TriggerMode::Auto if version.runtime_name == "containerd" && !cri_events_follow_state(version) => {
+                Some(Source::Containerd)
+            }
             TriggerMode::Auto | TriggerMode::Cri => Some(Source::Cri),
             TriggerMode::Containerd => Some(Source::Containerd),
             TriggerMode::None => None,
@@ -245,7 +250,7 @@ pub fn stages<C: Clock>(
     pleg: Arc<GenericPleg<CriRuntime, C>>,
     options: TriggerConfig,
 ) -> Vec<(&'static str, Stage)> {
-    let Some(source) = mode.source(&version.runtime_name) else {
+    let Some(source) = mode.source(version) else {
         return Vec::new();
     };
     let metrics = pleg.runtime().metrics().clone();
@@ -280,11 +285,29 @@ mod tests {
 
     #[test]
     fn modes_resolve_to_sources() {
-        assert_eq!(TriggerMode::Auto.source("containerd"), Some(Source::Containerd));
-        assert_eq!(TriggerMode::Auto.source("cri-o"), Some(Source::Cri));
-        assert_eq!(TriggerMode::Cri.source("containerd"), Some(Source::Cri));
-        assert_eq!(TriggerMode::Containerd.source("cri-o"), Some(Source::Containerd));
-        assert_eq!(TriggerMode::None.source("containerd"), None);
+        let v = |name: &str, version: &str| RuntimeVersion {
+            runtime_name: name.into(),
+            runtime_version: version.into(),
+            runtime_api_version: "v1".into(),
+        };
+        let (containerd2, containerd1, crio) = (
+            v("containerd", "2.1.9+unknown"),
+            v("containerd", "1.7.24~ds1"),
+            v("cri-o", "1.34.0"),
+        );
+        assert_eq!(TriggerMode::Auto.source(&containerd2), Some(Source::Cri));
+        assert_eq!(TriggerMode::Auto.source(&v("containerd", "v2.0.5")), Some(Source::Cri));
+        assert_eq!(TriggerMode::Auto.source(&containerd1), Some(Source::Containerd));
+        // A containerd version that cannot be read is not taken for 2.x.
+        assert_eq!(
+            TriggerMode::Auto.source(&v("containerd", "devel")),
+            Some(Source::Containerd)
+        );
+        assert_eq!(TriggerMode::Auto.source(&crio), Some(Source::Cri));
+        assert_eq!(TriggerMode::Cri.source(&containerd1), Some(Source::Cri));
+        assert_eq!(TriggerMode::Containerd.source(&containerd2), Some(Source::Containerd));
+        assert_eq!(TriggerMode::Containerd.source(&crio), Some(Source::Containerd));
+        assert_eq!(TriggerMode::None.source(&containerd2), None);
     }
 
     #[tokio::test]

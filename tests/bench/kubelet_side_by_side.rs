@@ -28,8 +28,9 @@
 //!
 //! `PLEGD_BINARY` installs another plegd binary than this tree's (an A/B of two builds on the same
 //! node: tests/bench/side_by_side_ab.sh). `PLEGD_BENCH_OVERLAY` installs plegd from another
-//! conditions-mode kustomization than deploy/conditions (e.g. tests/bench/conditions-cri: CRI events
-//! as triggers).
+//! conditions-mode kustomization than deploy/conditions (tests/bench/conditions-cri: CRI events as
+//! triggers; tests/bench/conditions-containerd: containerd's events service, which `auto` no longer
+//! takes on containerd 2.x).
 //!
 //! `PLEGD_BENCH_TRACE=DIR` also writes, per pass, each change's times (`DIR/PASS.jsonl`: pod,
 //! container, change, the CRI's time and when each seer saw it, in seconds since the epoch) and
