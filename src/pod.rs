@@ -416,8 +416,10 @@ impl ApiPod {
 
     /// Whether the apiserver removes this pod in the very request that made this copy: deleted
     /// with grace period 0 and no finalizer left. Its registry's `Delete` first stores the pod with
-    /// the new deletion (which watchers see) and then deletes it at once, so nothing written to
-    /// it after this copy would land: a status PATCH would only be answered 404.
+    /// the new deletion (which watchers see) and then deletes it at once, so a status PATCH sent
+    /// after this copy is answered 404. Not always: should the delete itself fail after the copy
+    /// was stored, the pod stays until a DELETE (or any update) comes again, as the kubelet's
+    /// status manager sends for a finished pod ([`crate::status::decide::removed_with_copy`]).
     pub fn being_removed(&self) -> bool {
         let meta = &self.metadata;
         meta.deletion_timestamp.is_some()

@@ -373,6 +373,7 @@ async fn conditions_with_every_component() {
             _ => {}
         }
     }
+    // Scraped from a pod made for it, seconds after the removals: a write plegd sent late is in.
     let (_, body) = scraped(&cluster, &plegd).await;
     assert!(
         metric(&body, "plegd_status_writes_total{result=\"ok\"}").unwrap_or_default() > 0.0,

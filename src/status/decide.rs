@@ -227,9 +227,9 @@ pub fn decide(
 /// cached; any other change (plegd's own writes coming back, someone else's status) waits for a
 /// newer runtime status, as the kubelet's pod workers do. In shadow mode a new status is compared at
 /// once: it is what plegd compares with (the kubelet's write). A copy of a pod the apiserver is
-/// removing ([`ApiPod::being_removed`]) changes nothing plegd would write.
+/// removing changes nothing plegd would write ([`removed_with_copy`]).
 pub fn informer_change_matters(mode: StatusMode, old: &ApiPod, new: &ApiPod) -> bool {
-    if mode.writes() && new.being_removed() {
+    if mode.writes() && removed_with_copy(mode, new) {
         return false;
     }
     (mode == StatusMode::Shadow && old.status != new.status)
@@ -239,6 +239,16 @@ pub fn informer_change_matters(mode: StatusMode, old: &ApiPod, new: &ApiPod) -> 
         || old.is_mirror() != new.is_mirror()
         || old.runtime_uid() != new.runtime_uid()
         || old.spec != new.spec
+}
+
+/// Whether, in `mode`, nothing is written to this copy of a pod because the apiserver removes the
+/// pod with it ([`ApiPod::being_removed`]): where a kubelet manages the pods. The kubelet's status
+/// manager sends the DELETE that removes a pod whose removal failed after its grace-0 copy was
+/// stored (`canBeDeleted`), so plegd's write would only be answered 404. In full mode plegd is
+/// that status manager: its write goes on, and so does its DELETE, whose retry after a timeout
+/// may find the pod stored with grace 0 already.
+pub fn removed_with_copy(mode: StatusMode, pod: &ApiPod) -> bool {
+    !mode.deletes_finished_pods() && pod.being_removed()
 }
 
 /// plegd's own condition for `pod`, from the container statuses it generated.
@@ -643,23 +653,13 @@ mod tests {
             informer_change_matters(StatusMode::Full, &old, &new)
         };
         type Change = fn(&mut ApiPod);
-        let table: [(&str, Change, bool); 11] = [
+        let table: [(&str, Change, bool); 10] = [
             ("nothing but the version", |_| {}, false),
             (
-                "deleted with grace period 0: removed in the same request",
+                "deleted with grace period 0 (full mode: plegd is what removes it, should the removal fail)",
                 |p| {
                     *p = deleted(p.clone());
                     p.metadata.deletion_grace_period_seconds = Some(0);
-                    p.metadata.generation = Some(2);
-                },
-                false,
-            ),
-            (
-                "deleted with grace period 0, a finalizer holding it",
-                |p| {
-                    *p = deleted(p.clone());
-                    p.metadata.deletion_grace_period_seconds = Some(0);
-                    p.metadata.finalizers = Some(vec!["example.com/keep".into()]);
                 },
                 true,
             ),
@@ -702,6 +702,14 @@ mod tests {
         for (case, change, matters) in table {
             assert_eq!(changed(change), matters, "{case}");
         }
+        // Where a kubelet manages the pods, a copy the apiserver removes the pod with changes nothing
+        // plegd writes; one a finalizer holds does.
+        let mut removing = deleted(old.clone());
+        removing.metadata.deletion_grace_period_seconds = Some(0);
+        removing.metadata.generation = Some(2);
+        assert!(!informer_change_matters(StatusMode::Conditions, &old, &removing));
+        removing.metadata.finalizers = Some(vec!["example.com/keep".into()]);
+        assert!(informer_change_matters(StatusMode::Conditions, &old, &removing));
         // Shadow mode compares with the apiserver's status: someone's new status is compared at once.
         let mut written = old.clone();
         written.status.as_mut().unwrap().phase = Some("Running".into());

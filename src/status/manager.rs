@@ -31,7 +31,7 @@ use crate::backoff::{ExponentialBackoff, RetryAfter};
 use crate::metrics::Metrics;
 use crate::pod::{ApiPod, NodeName};
 use crate::status::StatusMode;
-use crate::status::decide::{LastWrite, apiserver_status, rebase};
+use crate::status::decide::{LastWrite, apiserver_status, rebase, removed_with_copy};
 use crate::status::generate::{CONTAINERS_RUNNING, is_terminal};
 use crate::status::patch::status_patch_body;
 use crate::status::semantic::canonical;
@@ -395,7 +395,7 @@ impl StatusManager {
     /// Want `status` for `pod` (the informer's copy), and, with `delete_when_written`, the pod
     /// deleted once it is written (`decide::Action::Write`). Returns whether a write was queued:
     /// a status equal to the one already wanted is not, nor one for a pod the apiserver is
-    /// removing ([`ApiPod::being_removed`]).
+    /// removing ([`removed_with_copy`]).
     pub fn set_status(&self, pod: &ApiPod, status: PodStatus, delete_when_written: bool) -> Result<bool, Unwritable> {
         let meta = &pod.metadata;
         let (Some(uid), Some(name), Some(namespace)) =
@@ -413,7 +413,7 @@ impl StatusManager {
                 node: self.config.node_name.as_str().to_owned(),
             });
         }
-        if pod.being_removed() {
+        if removed_with_copy(self.config.mode, pod) {
             // Gone with the request that made this copy: a write would only be answered 404.
             return Ok(false);
         }
@@ -663,7 +663,7 @@ impl StatusManager {
             warn!(pod = %key, "pod is no longer bound to this node; not writing its status");
             return Outcome::Gone;
         }
-        if pod.being_removed() {
+        if removed_with_copy(self.config.mode, &pod) {
             debug!(pod = %key, "pod is being removed (deleted with grace period 0, no finalizer); dropping its status");
             return Outcome::Gone;
         }
@@ -1374,6 +1374,39 @@ mod tests {
             manager.forget("u1");
             assert!(manager.lock().is_empty(), "{case}");
         }
+    }
+
+    /// Full mode: a finished pod stored with grace period 0 whose removal failed (the apiserver's
+    /// update landed, its delete did not, or plegd's own DELETE timed out after it) is still written
+    /// and deleted: no kubelet sends that DELETE where plegd is the status manager.
+    #[tokio::test(start_paused = true)]
+    async fn full_mode_deletes_a_pod_stored_with_grace_zero() {
+        let mut stuck = api_pod("n1");
+        stuck.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+        stuck.metadata.deletion_grace_period_seconds = Some(0);
+        stuck.status = Some(PodStatus {
+            phase: Some("Failed".into()),
+            ..PodStatus::default()
+        });
+        let mut answer = pod_json();
+        answer["metadata"]["deletionTimestamp"] = json!("1970-01-01T00:00:00Z");
+        answer["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+        answer["status"]["phase"] = json!("Failed");
+        let script = Script::answering_by_default(answer);
+        let (store, mut writer) = reflector::store::<ApiPod>();
+        writer.apply_watcher_event(&watcher::Event::Apply(stuck.clone()));
+        let manager = manager_in(StatusMode::Full, &script, store, Arc::new(Metrics::new()));
+        for (_, stage) in manager.stages() {
+            tokio::spawn(stage);
+        }
+        let failed = PodStatus {
+            phase: Some("Failed".into()),
+            ..wanted("a")
+        };
+        assert_eq!(manager.set_status(&stuck, failed, true), Ok(true));
+        manager.flushed().await;
+        let methods: Vec<String> = script.sent().into_iter().map(|(m, _)| m).collect();
+        assert_eq!(methods, ["PATCH", "DELETE"]);
     }
 
     fn manager_of(script: &Script, metrics: Arc<Metrics>) -> Arc<StatusManager> {
