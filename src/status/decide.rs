@@ -229,7 +229,7 @@ pub fn decide(
 /// once: it is what plegd compares with (the kubelet's write). A copy of a pod the apiserver is
 /// removing changes nothing plegd would write ([`removed_with_copy`]).
 pub fn informer_change_matters(mode: StatusMode, old: &ApiPod, new: &ApiPod) -> bool {
-    if mode.writes() && removed_with_copy(mode, new) {
+    if removed_with_copy(mode, new) {
         return false;
     }
     (mode == StatusMode::Shadow && old.status != new.status)
@@ -242,13 +242,14 @@ pub fn informer_change_matters(mode: StatusMode, old: &ApiPod, new: &ApiPod) -> 
 }
 
 /// Whether, in `mode`, nothing is written to this copy of a pod because the apiserver removes the
-/// pod with it ([`ApiPod::being_removed`]): where a kubelet manages the pods. The kubelet's status
+/// pod with it ([`ApiPod::being_removed`]): in conditions mode, where a kubelet manages the pods
+/// (shadow mode writes nothing anyway). The kubelet's status
 /// manager sends the DELETE that removes a pod whose removal failed after its grace-0 copy was
 /// stored (`canBeDeleted`), so plegd's write would only be answered 404. In full mode plegd is
 /// that status manager: its write goes on, and so does its DELETE, whose retry after a timeout
 /// may find the pod stored with grace 0 already.
 pub fn removed_with_copy(mode: StatusMode, pod: &ApiPod) -> bool {
-    !mode.deletes_finished_pods() && pod.being_removed()
+    mode.writes() && !mode.deletes_finished_pods() && pod.being_removed()
 }
 
 /// plegd's own condition for `pod`, from the container statuses it generated.

@@ -1325,9 +1325,18 @@ mod tests {
     /// it, nothing is kept. A DELETE that found the pod gone (404) ends it the same way.
     #[tokio::test(start_paused = true)]
     async fn a_deleted_pod_is_deleted_once() {
-        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        // Deleted gracefully; or stored with grace period 0 and its removal failed (the apiserver's
+        // update landed, its delete did not, or plegd's own DELETE timed out after it): no kubelet
+        // sends that DELETE where plegd is the status manager.
+        for grace in [None, Some(0)] {
+            a_deleted_pod_with_grace_is_deleted_once(grace).await;
+        }
+    }
+
+    async fn a_deleted_pod_with_grace_is_deleted_once(grace: Option<i64>) {
         let mut finished = api_pod("n1");
         finished.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+        finished.metadata.deletion_grace_period_seconds = grace;
         finished.status = Some(PodStatus {
             phase: Some("Failed".into()),
             ..PodStatus::default()
@@ -1339,6 +1348,7 @@ mod tests {
         // The PATCH's answer: the pod as the apiserver stores it after the write.
         let mut answer = pod_json();
         answer["metadata"]["deletionTimestamp"] = json!("1970-01-01T00:00:00Z");
+        answer["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
         answer["status"]["phase"] = json!("Failed");
         for (case, answers) in [
             ("removed", vec![]),
@@ -1355,58 +1365,36 @@ mod tests {
             for (_, stage) in manager.stages() {
                 tokio::spawn(stage);
             }
-            assert_eq!(manager.set_status(&finished, failed("a"), true), Ok(true), "{case}");
+            assert_eq!(
+                manager.set_status(&finished, failed("a"), true),
+                Ok(true),
+                "{case}, grace {grace:?}"
+            );
             manager.flushed().await;
             let methods = || script.sent().into_iter().map(|(m, _)| m).collect::<Vec<_>>();
-            assert_eq!(methods(), ["PATCH", "DELETE"], "{case}");
+            assert_eq!(methods(), ["PATCH", "DELETE"], "{case}, grace {grace:?}");
             // A relist or a tick syncs the pod again before the informer hears of the deletion.
             for marker in ["a", "b"] {
-                assert_eq!(manager.set_status(&finished, failed(marker), true), Ok(false), "{case}");
+                assert_eq!(
+                    manager.set_status(&finished, failed(marker), true),
+                    Ok(false),
+                    "{case}, grace {grace:?}"
+                );
             }
             manager.flushed().await;
             tokio::time::sleep(Duration::from_secs(1)).await;
-            assert_eq!(methods(), ["PATCH", "DELETE"], "{case}");
+            assert_eq!(methods(), ["PATCH", "DELETE"], "{case}, grace {grace:?}");
             let result = if case == "removed" { "ok" } else { "gone" };
             let counted = format!("plegd_pod_deletions_total{{result=\"{result}\"}} 1");
-            assert!(metrics.encode().contains(&counted), "{case}: {counted}");
+            assert!(
+                metrics.encode().contains(&counted),
+                "{case}, grace {grace:?}: {counted}"
+            );
             // The informer drops it: nothing is kept.
             writer.apply_watcher_event(&watcher::Event::Delete(finished.clone()));
             manager.forget("u1");
-            assert!(manager.lock().is_empty(), "{case}");
+            assert!(manager.lock().is_empty(), "{case}, grace {grace:?}");
         }
-    }
-
-    /// Full mode: a finished pod stored with grace period 0 whose removal failed (the apiserver's
-    /// update landed, its delete did not, or plegd's own DELETE timed out after it) is still written
-    /// and deleted: no kubelet sends that DELETE where plegd is the status manager.
-    #[tokio::test(start_paused = true)]
-    async fn full_mode_deletes_a_pod_stored_with_grace_zero() {
-        let mut stuck = api_pod("n1");
-        stuck.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
-        stuck.metadata.deletion_grace_period_seconds = Some(0);
-        stuck.status = Some(PodStatus {
-            phase: Some("Failed".into()),
-            ..PodStatus::default()
-        });
-        let mut answer = pod_json();
-        answer["metadata"]["deletionTimestamp"] = json!("1970-01-01T00:00:00Z");
-        answer["metadata"]["deletionGracePeriodSeconds"] = json!(0);
-        answer["status"]["phase"] = json!("Failed");
-        let script = Script::answering_by_default(answer);
-        let (store, mut writer) = reflector::store::<ApiPod>();
-        writer.apply_watcher_event(&watcher::Event::Apply(stuck.clone()));
-        let manager = manager_in(StatusMode::Full, &script, store, Arc::new(Metrics::new()));
-        for (_, stage) in manager.stages() {
-            tokio::spawn(stage);
-        }
-        let failed = PodStatus {
-            phase: Some("Failed".into()),
-            ..wanted("a")
-        };
-        assert_eq!(manager.set_status(&stuck, failed, true), Ok(true));
-        manager.flushed().await;
-        let methods: Vec<String> = script.sent().into_iter().map(|(m, _)| m).collect();
-        assert_eq!(methods, ["PATCH", "DELETE"]);
     }
 
     fn manager_of(script: &Script, metrics: Arc<Metrics>) -> Arc<StatusManager> {
