@@ -5,7 +5,8 @@
 //! `remove-plegd`) in `PLEGD_CLUSTER_SCRIPT`, such as deploy/kind/e2e.sh's for a kind cluster.
 //!
 //! The suite runs when `PLEGD_CLUSTER_E2E=1` (tests/run.sh sets it, after building plegd's
-//! release binary); without it every test says loudly that it was skipped. The cluster is one per
+//! optimized binary, which it names in `PLEGD_BINARY`; tests/cluster/cluster.sh installs
+//! target/release/plegd without it); without it every test says loudly that it was skipped. The cluster is one per
 //! machine: the tests take a lock (one at a time) and leave it running for the next; `cluster.sh
 //! stop` removes it.
 
