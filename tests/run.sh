@@ -63,7 +63,7 @@ echo "=== every test, real containerd ${VERSIONS[0]:-(none)} ===" >&2
 run_tests --workspace
 
 # plegd installed as deploy/ installs it into a real one-node cluster (kube-apiserver,
-# controller-manager, scheduler, kubelet on a containerd of its own), from this checkout's release
+# controller-manager, scheduler, kubelet on a containerd of its own), from this checkout's optimized
 # binary: tests/cluster_e2e.rs, one test at a time; then plegd's status against the kubelet's on
 # that node (tests/kubelet_parity.rs), on containerd 2.1 and again on 1.7. The cluster is removed
 # afterwards. The binary is built as release is, without its whole-program optimization (LTO),

@@ -6,9 +6,9 @@
 //!
 //! The suite runs when `PLEGD_CLUSTER_E2E=1` (tests/run.sh sets it, after building plegd's
 //! optimized binary, which it names in `PLEGD_BINARY`; tests/cluster/cluster.sh installs
-//! target/release/plegd without it); without it every test says loudly that it was skipped. The cluster is one per
-//! machine: the tests take a lock (one at a time) and leave it running for the next; `cluster.sh
-//! stop` removes it.
+//! target/release/plegd without it); without it every test says loudly that it was skipped. The
+//! cluster is one per machine: the tests take a lock (one at a time) and leave it running for the
+//! next; `cluster.sh stop` removes it.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
