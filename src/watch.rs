@@ -261,11 +261,15 @@ mod tests {
                 tx.send(event(n)).await.unwrap();
             }
         });
-        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-        assert!(
-            ticks.load(std::sync::atomic::Ordering::SeqCst) >= 20,
-            "the other work went on"
-        );
+        // 20 ticks: 100 ms on an idle machine; a loaded one may take longer, but a blocked thread
+        // would never give them.
+        let went_on = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+            while ticks.load(std::sync::atomic::Ordering::SeqCst) < 20 {
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+        })
+        .await;
+        assert!(went_on.is_ok(), "the other work went on");
         assert!(written.lock().unwrap().is_empty());
 
         let (lock, cvar) = &*released;

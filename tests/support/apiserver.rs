@@ -57,6 +57,8 @@ pub struct Logged {
     pub status: u16,
     /// When its answer started (a watch) or was complete (anything else).
     pub at: SystemTime,
+    /// When the apiserver received it (the audit event's `requestReceivedTimestamp`).
+    pub received: SystemTime,
 }
 
 impl Logged {
@@ -96,17 +98,20 @@ impl Logged {
             "Panic" => 500,
             _ => event["responseStatus"]["code"].as_u64().unwrap_or(0) as u16,
         };
-        let at = event["stageTimestamp"]
-            .as_str()
-            .and_then(parse_rfc3339)
-            .unwrap_or(SystemTime::UNIX_EPOCH);
+        let time = |field: &str| {
+            event[field]
+                .as_str()
+                .and_then(parse_rfc3339)
+                .unwrap_or(SystemTime::UNIX_EPOCH)
+        };
         Self {
             method: method.to_owned(),
             path: path.to_owned(),
             query: query.to_owned(),
             user: event["user"]["username"].as_str().unwrap_or_default().to_owned(),
             status,
-            at,
+            at: time("stageTimestamp"),
+            received: time("requestReceivedTimestamp"),
         }
     }
 }
