@@ -523,12 +523,7 @@ impl SyncLoop {
         {
             self.reports.put(
                 uid,
-                StatusReport {
-                    pod: pod.clone(),
-                    status: *generated,
-                    generated_at: SystemTime::now(),
-                    runtime_read_at: entry.modified,
-                },
+                StatusReport::new(pod.clone(), *generated, SystemTime::now(), entry.modified),
             );
         }
         let handed_over = match decision.action {

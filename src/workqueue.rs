@@ -169,7 +169,7 @@ impl<K: Clone + Eq + Hash + Ord, V> WorkQueue<K, V> {
                 ..Slot::new()
             };
         } else {
-            inner.slots.remove(key);
+            inner.remove(key);
         }
         inner.ready.retain(|k| k != key);
         drop(inner);
@@ -240,7 +240,7 @@ impl<K: Clone + Eq + Hash + Ord, V> WorkQueue<K, V> {
         };
         let more = slot.value.is_some();
         if !more {
-            inner.slots.remove(key);
+            inner.remove(key);
         } else {
             match retry {
                 Some(delay) if !delay.is_zero() => {
@@ -290,7 +290,22 @@ impl<K: Clone + Eq + Hash + Ord, V> WorkQueue<K, V> {
     }
 }
 
+/// Below this many slots' room a table is not shrunk: too small to matter.
+const SHRINK_FROM: usize = 64;
+
 impl<K: Clone + Eq + Hash + Ord, V> Inner<K, V> {
+    /// Drop `key`'s slot. A table left at a quarter of its room or less (a burst of work drained:
+    /// plegd's first sync queues every pod's status at once) is shrunk to twice what it holds, so
+    /// that an idle queue does not keep the burst's memory.
+    fn remove(&mut self, key: &K) {
+        self.slots.remove(key);
+        if self.slots.capacity() >= SHRINK_FROM && self.slots.len() * 4 <= self.slots.capacity() {
+            self.slots.shrink_to(self.slots.len() * 2);
+            self.ready.shrink_to(self.ready.len() * 2);
+            self.retries.shrink_to(self.retries.len() * 2);
+        }
+    }
+
     /// Move the retries due by `now` to the ready queue.
     fn promote_due(&mut self, now: Instant) {
         while let Some(Reverse((at, _))) = self.retries.peek()
@@ -341,6 +356,36 @@ mod tests {
 
     fn queue() -> WorkQueue<&'static str, u32> {
         WorkQueue::new()
+    }
+
+    /// A burst of work drained leaves a small table, not the burst's room; work on is unchanged.
+    #[tokio::test(start_paused = true)]
+    async fn a_drained_burst_gives_its_memory_back() {
+        let q: WorkQueue<u32, [u8; 512]> = WorkQueue::new();
+        let room = |q: &WorkQueue<u32, [u8; 512]>| q.lock().slots.capacity();
+        for key in 0..1000 {
+            q.add(key, [0; 512]);
+        }
+        let burst = room(&q);
+        assert!(burst >= 1000, "{burst}");
+        let mut leases = Vec::new();
+        while let Some(lease) = q.lease().now_or_never() {
+            leases.push(lease);
+        }
+        assert_eq!(leases.len(), 1000);
+        let kept = leases.split_off(990);
+        for lease in leases {
+            assert!(!q.done(lease));
+        }
+        assert_eq!(q.len(), 10);
+        assert!(room(&q) < burst / 8, "{} of {burst}", room(&q));
+        q.add(995, [1; 512]);
+        for lease in kept {
+            let key = *lease.key();
+            assert_eq!(q.done(lease), key == 995, "{key}");
+        }
+        assert_eq!(q.len(), 1);
+        assert_eq!(q.lease().now_or_never().map(|l| *l.key()), Some(995));
     }
 
     /// New work added "now" does not wait out the backoff of the work it replaces; added

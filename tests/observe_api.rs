@@ -130,15 +130,11 @@ fn report(namespace: &str, name: &str, rv: &str, api_phase: &str, phase: &str) -
         phase: Some(api_phase.into()),
         ..Default::default()
     });
-    StatusReport {
-        pod: Arc::new(pod),
-        status: k8s_openapi::api::core::v1::PodStatus {
-            phase: Some(phase.into()),
-            ..Default::default()
-        },
-        generated_at: SystemTime::now(),
-        runtime_read_at: SystemTime::now(),
-    }
+    let status = k8s_openapi::api::core::v1::PodStatus {
+        phase: Some(phase.into()),
+        ..Default::default()
+    };
+    StatusReport::new(Arc::new(pod), status, SystemTime::now(), SystemTime::now())
 }
 
 /// `plegd status` against a served StatusService: each pod's latest report first, then new ones,

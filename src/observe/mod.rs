@@ -91,7 +91,7 @@ pub fn report_to_api(report: &StatusReport) -> api::StatusReport {
         pod: meta.name.clone().unwrap_or_default(),
         pod_uid: meta.uid.clone().unwrap_or_default(),
         resource_version: meta.resource_version.clone().unwrap_or_default(),
-        status_json: serde_json::to_string(&report.status).unwrap_or_default(),
+        status_json: serde_json::to_string(report.status()).unwrap_or_default(),
         differences: report
             .differences()
             .iter()

@@ -309,12 +309,8 @@ mod tests {
         pod.metadata.namespace = Some(namespace.into());
         pod.metadata.name = Some(name.into());
         pod.metadata.resource_version = Some(rv.to_string());
-        crate::status::report::StatusReport {
-            pod: Arc::new(pod),
-            status: Default::default(),
-            generated_at: std::time::SystemTime::UNIX_EPOCH,
-            runtime_read_at: std::time::SystemTime::UNIX_EPOCH,
-        }
+        let at = std::time::SystemTime::UNIX_EPOCH;
+        crate::status::report::StatusReport::new(Arc::new(pod), Default::default(), at, at)
     }
 
     fn following(reports: &StatusReports, filter: StatusServiceWatchRequest) -> Following {

@@ -163,10 +163,10 @@ struct PodState {
     last_write: Option<Box<LastWrite>>,
     /// When the oldest unwritten status was wanted (for the sync duration metric).
     pending_since: Option<Instant>,
-    retry: ExponentialBackoff,
-    /// The slow schedule of a write the apiserver refused; `refused` says whether the last answer
-    /// was a refusal (logged at warn the first time only).
-    refused_retry: ExponentialBackoff,
+    /// The waits of a write being retried; none once a write is through (boxed and made on the
+    /// first retry: two backoffs are most of an entry's size, and most pods never need them).
+    retries: Option<Box<Retries>>,
+    /// Whether the last answer was a refusal (logged at warn the first time only).
     refused: bool,
     /// The queued write is the refused one, waiting for its slow retry: a newer status does not
     /// wait for it, and shutdown does not wait for it either.
@@ -175,6 +175,23 @@ struct PodState {
     /// the informer still shows it: nothing more is written for it, and it is not deleted again,
     /// until the informer drops it ([`StatusManager::forget`]).
     deleted: bool,
+}
+
+/// A pod's retry schedules ([`ManagerConfig::retry`], [`ManagerConfig::refused_retry`]), from their
+/// first wait.
+struct Retries {
+    retry: ExponentialBackoff,
+    /// The slow schedule of a write the apiserver refused.
+    refused_retry: ExponentialBackoff,
+}
+
+impl Retries {
+    fn of(config: &ManagerConfig) -> Box<Self> {
+        Box::new(Self {
+            retry: config.retry.clone(),
+            refused_retry: config.refused_retry.clone(),
+        })
+    }
 }
 
 /// What a status PATCH's answer (the pod as the apiserver stores it) is read for: the rest of the
@@ -429,8 +446,7 @@ impl StatusManager {
             wanted: None,
             last_write: None,
             pending_since: None,
-            retry: self.config.retry.clone(),
-            refused_retry: self.config.refused_retry.clone(),
+            retries: None,
             refused: false,
             waiting_refused: false,
             deleted: false,
@@ -537,12 +553,13 @@ impl StatusManager {
             Outcome::Refused => match pods.get_mut(&uid) {
                 // Sent again later while it is still wanted; a newer status replaces it meanwhile.
                 Some(state) => {
-                    state.retry.reset();
+                    let retries = state.retries.get_or_insert_with(|| Retries::of(&self.config));
+                    retries.retry.reset();
                     state.refused = true;
                     // Unless a newer status came meanwhile: that one is sent now.
                     state.waiting_refused = !self.queue.has_newer(&lease);
                     if state.waiting_refused {
-                        self.queue.retry_after(lease, state.refused_retry.next_wait());
+                        self.queue.retry_after(lease, retries.refused_retry.next_wait());
                     } else {
                         self.queue.retry_after(lease, Duration::ZERO);
                     }
@@ -559,8 +576,7 @@ impl StatusManager {
                 if !more {
                     state.wanted = Some(written);
                 }
-                state.retry.reset();
-                state.refused_retry.reset();
+                state.retries = None;
                 state.refused = false;
                 state.waiting_refused = false;
                 if !more
@@ -573,7 +589,10 @@ impl StatusManager {
                 }
             }
             Outcome::Retry | Outcome::Conflict => match pods.get_mut(&uid) {
-                Some(state) => self.queue.retry_after(lease, state.retry.next_wait()),
+                Some(state) => {
+                    let retries = state.retries.get_or_insert_with(|| Retries::of(&self.config));
+                    self.queue.retry_after(lease, retries.retry.next_wait());
+                }
                 // Forgotten meanwhile: nothing to retry.
                 None => {
                     self.queue.done(lease);

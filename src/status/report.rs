@@ -13,6 +13,7 @@ use k8s_openapi::api::core::v1::PodStatus;
 use tokio::sync::broadcast;
 
 use super::compare::{Difference, Probed, differences};
+use super::semantic;
 use crate::pod::ApiPod;
 
 /// One generated status of one pod.
@@ -21,8 +22,10 @@ pub struct StatusReport {
     /// The informer's copy of the pod the status was generated against.
     pub pod: Arc<ApiPod>,
     /// The kubelet-equivalent status plegd generated (in conditions and shadow mode, what it would
-    /// write in full mode).
-    pub status: PodStatus,
+    /// write in full mode); `None` when the apiserver holds it already as `pod`'s status
+    /// ([`semantic::equal`]), as it does for most pods at rest (plegd's own write, or the
+    /// kubelet's, came back): held once, not twice, and shown in the apiserver's form.
+    generated: Option<PodStatus>,
     /// When it was generated.
     pub generated_at: SystemTime,
     /// When the runtime status it was generated from was read (the start of the read).
@@ -30,14 +33,37 @@ pub struct StatusReport {
 }
 
 impl StatusReport {
+    /// The report of `status`, generated at `generated_at` against `pod` from a runtime status
+    /// read at `runtime_read_at`.
+    pub fn new(pod: Arc<ApiPod>, status: PodStatus, generated_at: SystemTime, runtime_read_at: SystemTime) -> Self {
+        let held = pod.status.as_ref().is_some_and(|held| semantic::equal(held, &status));
+        let generated = (!held).then_some(status);
+        Self {
+            pod,
+            generated,
+            generated_at,
+            runtime_read_at,
+        }
+    }
+
+    /// The status plegd generated.
+    pub fn status(&self) -> &PodStatus {
+        static NONE: std::sync::LazyLock<PodStatus> = std::sync::LazyLock::new(PodStatus::default);
+        // `generated` is only `None` when the pod has a status (`new`).
+        self.generated.as_ref().or(self.pod.status.as_ref()).unwrap_or(&NONE)
+    }
+
     /// Where the generated status differs from the apiserver's copy.
     pub fn differences(&self) -> Vec<Difference> {
+        if self.generated.is_none() {
+            return Vec::new();
+        }
         let apiserver = self.pod.status.clone().unwrap_or_default();
-        differences(&apiserver, &self.status, &Probed::of(&self.pod))
+        differences(&apiserver, self.status(), &Probed::of(&self.pod))
     }
 
     fn same_inputs(&self, other: &StatusReport) -> bool {
-        self.pod.metadata.resource_version == other.pod.metadata.resource_version && self.status == other.status
+        self.pod.metadata.resource_version == other.pod.metadata.resource_version && self.status() == other.status()
     }
 }
 
@@ -126,15 +152,37 @@ mod tests {
     fn report(rv: &str, phase: &str) -> StatusReport {
         let mut pod = ApiPod::default();
         pod.metadata.resource_version = Some(rv.into());
-        StatusReport {
-            pod: Arc::new(pod),
-            status: PodStatus {
-                phase: Some(phase.into()),
-                ..PodStatus::default()
-            },
-            generated_at: SystemTime::UNIX_EPOCH,
-            runtime_read_at: SystemTime::UNIX_EPOCH,
-        }
+        let status = PodStatus {
+            phase: Some(phase.into()),
+            ..PodStatus::default()
+        };
+        StatusReport::new(Arc::new(pod), status, SystemTime::UNIX_EPOCH, SystemTime::UNIX_EPOCH)
+    }
+
+    /// A generated status the apiserver's copy holds already (in the apiserver's form) is held
+    /// once (the pod's), and read back the same; one that differs is held beside it. A pod stored without a status keeps the
+    /// generated one, even the empty status.
+    #[test]
+    fn a_status_the_pod_holds_is_kept_once() {
+        let mut pod = ApiPod::default();
+        pod.status = Some(report("1", "Running").status().clone());
+        let pod = Arc::new(pod);
+        let at = SystemTime::UNIX_EPOCH;
+        let same = StatusReport::new(pod.clone(), pod.status.clone().unwrap(), at, at);
+        assert!(same.generated.is_none());
+        assert_eq!(same.status().phase.as_deref(), Some("Running"));
+        assert!(same.differences().is_empty());
+        // As the apiserver writes it back: an empty message is dropped.
+        let mut stored = pod.status.clone().unwrap();
+        stored.message = Some(String::new());
+        assert!(StatusReport::new(pod.clone(), stored, at, at).generated.is_none());
+        let failed = report("1", "Failed").status().clone();
+        let other = StatusReport::new(pod.clone(), failed.clone(), at, at);
+        assert_eq!(other.status(), &failed);
+        assert_eq!(other.differences().len(), 1, "{:?}", other.differences());
+        let bare = StatusReport::new(Arc::new(ApiPod::default()), PodStatus::default(), at, at);
+        assert_eq!(bare.status(), &PodStatus::default());
+        assert!(bare.generated.is_some());
     }
 
     /// A follower gets the latest of each pod first, then each change; a report from the same
@@ -153,7 +201,7 @@ mod tests {
             .map(|(_, r)| {
                 (
                     r.pod.metadata.resource_version.clone().unwrap(),
-                    r.status.phase.clone().unwrap(),
+                    r.status().phase.clone().unwrap(),
                 )
             })
             .collect();
@@ -171,7 +219,7 @@ mod tests {
             .map(|f| match f {
                 Followed::Report(_, r) => (
                     r.pod.metadata.resource_version.clone().unwrap(),
-                    r.status.phase.clone().unwrap(),
+                    r.status().phase.clone().unwrap(),
                 ),
                 Followed::Removed { uid, .. } => ("removed".into(), uid),
             })
