@@ -23,7 +23,7 @@ pub struct StatusReport {
     pub pod: Arc<ApiPod>,
     /// The kubelet-equivalent status plegd generated (in conditions and shadow mode, what it would
     /// write in full mode); `None` when the apiserver holds it already as `pod`'s status
-    /// ([`semantic::equal`]), as it does for most pods at rest (plegd's own write, or the
+    /// ([`holds`]), as it does for most pods at rest (plegd's own write, or the
     /// kubelet's, came back): held once, not twice, and shown in the apiserver's form.
     generated: Option<PodStatus>,
     /// When it was generated.
@@ -36,7 +36,7 @@ impl StatusReport {
     /// The report of `status`, generated at `generated_at` against `pod` from a runtime status
     /// read at `runtime_read_at`.
     pub fn new(pod: Arc<ApiPod>, status: PodStatus, generated_at: SystemTime, runtime_read_at: SystemTime) -> Self {
-        let held = pod.status.as_ref().is_some_and(|held| semantic::equal(held, &status));
+        let held = pod.status.as_ref().is_some_and(|held| holds(held, &status));
         let generated = (!held).then_some(status);
         Self {
             pod,
@@ -65,6 +65,20 @@ impl StatusReport {
     fn same_inputs(&self, other: &StatusReport) -> bool {
         self.pod.metadata.resource_version == other.pod.metadata.resource_version && self.status() == other.status()
     }
+}
+
+/// Whether the apiserver holds `generated` already as `held`: the same status in the form it stores
+/// ([`semantic::canonical`]), conditions taken by type (a status patch merges them by type, so
+/// plegd's own condition may sit elsewhere in the stored list than in the generated one).
+fn holds(held: &PodStatus, generated: &PodStatus) -> bool {
+    let by_type = |status: &PodStatus| {
+        let mut status = semantic::canonical(status);
+        if let Some(conditions) = status.conditions.as_mut() {
+            conditions.sort_by(|a, b| a.type_.cmp(&b.type_));
+        }
+        status
+    };
+    by_type(held) == by_type(generated)
 }
 
 /// What a follower gets after every pod's latest report.
@@ -176,6 +190,26 @@ mod tests {
         let mut stored = pod.status.clone().unwrap();
         stored.message = Some(String::new());
         assert!(StatusReport::new(pod.clone(), stored, at, at).generated.is_none());
+        // Conditions in another order (plegd's own first, the stored list has it last).
+        let condition = |type_: &str| k8s_openapi::api::core::v1::PodCondition {
+            type_: type_.into(),
+            status: "True".into(),
+            ..Default::default()
+        };
+        let mut stored = pod.status.clone().unwrap();
+        stored.conditions = Some(vec![condition("Ready"), condition("plegd.io/ContainersRunning")]);
+        let mut generated = stored.clone();
+        generated.conditions.as_mut().unwrap().reverse();
+        let mut ordered = (*pod).clone();
+        ordered.status = Some(stored);
+        let ordered = Arc::new(ordered);
+        assert!(
+            StatusReport::new(ordered.clone(), generated.clone(), at, at)
+                .generated
+                .is_none()
+        );
+        generated.conditions.as_mut().unwrap()[0].status = "False".into();
+        assert!(StatusReport::new(ordered, generated, at, at).generated.is_some());
         let failed = report("1", "Failed").status().clone();
         let other = StatusReport::new(pod.clone(), failed.clone(), at, at);
         assert_eq!(other.status(), &failed);
