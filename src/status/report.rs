@@ -178,9 +178,10 @@ mod tests {
     /// generated one, even the empty status.
     #[test]
     fn a_status_the_pod_holds_is_kept_once() {
-        let mut pod = ApiPod::default();
-        pod.status = Some(report("1", "Running").status().clone());
-        let pod = Arc::new(pod);
+        let pod = Arc::new(ApiPod {
+            status: Some(report("1", "Running").status().clone()),
+            ..ApiPod::default()
+        });
         let at = SystemTime::UNIX_EPOCH;
         let same = StatusReport::new(pod.clone(), pod.status.clone().unwrap(), at, at);
         assert!(same.generated.is_none());
