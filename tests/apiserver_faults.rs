@@ -128,6 +128,10 @@ async fn too_many_requests_are_waited_out_and_nothing_is_lost() {
     // 429 was answered, by the time the server received each (the audit log's, before the
     // admission delay). Requests already on their way when the 429 was answered arrive soon after
     // it: within a few ms on an idle machine, later on a loaded one, hence 200 ms of slack.
+    assert!(
+        patches.iter().all(|r| r.received > std::time::UNIX_EPOCH),
+        "every write's time of receipt is in the audit log: {patches:?}"
+    );
     for no in &refused {
         let early: Vec<_> = patches
             .iter()

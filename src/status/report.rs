@@ -3,7 +3,8 @@
 //! (`plegd status`, the observation API's `StatusService`). A follower gets every pod's latest
 //! report, then each new one and each pod that goes; one that reads too slowly misses some, is told
 //! how many and follows again from every pod's latest report, never slowing the syncLoop. How the
-//! two statuses differ is computed for followers only ([`StatusReport::differences`]).
+//! two statuses differ is computed for followers only ([`StatusReport::differences`]); whether they
+//! are the same, once per report (a status the apiserver's copy holds is kept once).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -13,6 +14,7 @@ use k8s_openapi::api::core::v1::PodStatus;
 use tokio::sync::broadcast;
 
 use super::compare::{Difference, Probed, differences};
+use super::generate::CONTAINERS_RUNNING;
 use super::semantic;
 use crate::pod::ApiPod;
 
@@ -46,7 +48,8 @@ impl StatusReport {
         }
     }
 
-    /// The status plegd generated.
+    /// The status plegd generated; when the apiserver's copy holds it already, in the form the
+    /// apiserver stores it (the copy's own).
     pub fn status(&self) -> &PodStatus {
         static NONE: std::sync::LazyLock<PodStatus> = std::sync::LazyLock::new(PodStatus::default);
         // `generated` is only `None` when the pod has a status (`new`).
@@ -68,17 +71,19 @@ impl StatusReport {
 }
 
 /// Whether the apiserver holds `generated` already as `held`: the same status in the form it stores
-/// ([`semantic::canonical`]), conditions taken by type (a status patch merges them by type, so
-/// plegd's own condition may sit elsewhere in the stored list than in the generated one).
+/// ([`semantic::canonical`]), plegd's own condition wherever it is (a status patch merges
+/// conditions by type, so the stored list has it last). The kubelet's conditions keep their order:
+/// theirs differing is a difference ([`StatusReport::differences`] shows it).
 fn holds(held: &PodStatus, generated: &PodStatus) -> bool {
-    let by_type = |status: &PodStatus| {
+    let own_last = |status: &PodStatus| {
         let mut status = semantic::canonical(status);
         if let Some(conditions) = status.conditions.as_mut() {
-            conditions.sort_by(|a, b| a.type_.cmp(&b.type_));
+            // Stable: only plegd's own condition moves.
+            conditions.sort_by_key(|c| c.type_ == CONTAINERS_RUNNING);
         }
         status
     };
-    by_type(held) == by_type(generated)
+    own_last(held) == own_last(generated)
 }
 
 /// What a follower gets after every pod's latest report.
@@ -173,8 +178,8 @@ mod tests {
         StatusReport::new(Arc::new(pod), status, SystemTime::UNIX_EPOCH, SystemTime::UNIX_EPOCH)
     }
 
-    /// A generated status the apiserver's copy holds already (in the apiserver's form) is held
-    /// once (the pod's), and read back the same; one that differs is held beside it. A pod stored without a status keeps the
+    /// A generated status the apiserver's copy holds already (in the apiserver's form, plegd's own
+    /// condition anywhere) is held once (the pod's), and read back the same; one that differs is held beside it. A pod stored without a status keeps the
     /// generated one, even the empty status.
     #[test]
     fn a_status_the_pod_holds_is_kept_once() {
@@ -186,7 +191,6 @@ mod tests {
         let same = StatusReport::new(pod.clone(), pod.status.clone().unwrap(), at, at);
         assert!(same.generated.is_none());
         assert_eq!(same.status().phase.as_deref(), Some("Running"));
-        assert!(same.differences().is_empty());
         // As the apiserver writes it back: an empty message is dropped.
         let mut stored = pod.status.clone().unwrap();
         stored.message = Some(String::new());
@@ -198,17 +202,23 @@ mod tests {
             ..Default::default()
         };
         let mut stored = pod.status.clone().unwrap();
-        stored.conditions = Some(vec![condition("Ready"), condition("plegd.io/ContainersRunning")]);
+        stored.conditions = Some(vec![
+            condition("Initialized"),
+            condition("Ready"),
+            condition(CONTAINERS_RUNNING),
+        ]);
         let mut generated = stored.clone();
-        generated.conditions.as_mut().unwrap().reverse();
+        generated.conditions.as_mut().unwrap().rotate_right(1);
         let mut ordered = (*pod).clone();
         ordered.status = Some(stored);
         let ordered = Arc::new(ordered);
-        assert!(
-            StatusReport::new(ordered.clone(), generated.clone(), at, at)
-                .generated
-                .is_none()
-        );
+        assert!(StatusReport::new(ordered.clone(), generated.clone(), at, at).generated.is_none());
+        // The kubelet's conditions in another order: a difference, shown.
+        let mut swapped = generated.clone();
+        swapped.conditions.as_mut().unwrap().swap(1, 2);
+        let report = StatusReport::new(ordered.clone(), swapped, at, at);
+        assert!(report.generated.is_some());
+        assert_eq!(report.differences().len(), 1, "{:?}", report.differences());
         generated.conditions.as_mut().unwrap()[0].status = "False".into();
         assert!(StatusReport::new(ordered, generated, at, at).generated.is_some());
         let failed = report("1", "Failed").status().clone();
