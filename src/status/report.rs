@@ -212,13 +212,17 @@ mod tests {
         let mut ordered = (*pod).clone();
         ordered.status = Some(stored);
         let ordered = Arc::new(ordered);
-        assert!(StatusReport::new(ordered.clone(), generated.clone(), at, at).generated.is_none());
+        assert!(
+            StatusReport::new(ordered.clone(), generated.clone(), at, at)
+                .generated
+                .is_none()
+        );
         // The kubelet's conditions in another order: a difference, shown.
         let mut swapped = generated.clone();
         swapped.conditions.as_mut().unwrap().swap(1, 2);
-        let report = StatusReport::new(ordered.clone(), swapped, at, at);
-        assert!(report.generated.is_some());
-        assert_eq!(report.differences().len(), 1, "{:?}", report.differences());
+        let reordered = StatusReport::new(ordered.clone(), swapped, at, at);
+        assert!(reordered.generated.is_some());
+        assert_eq!(reordered.differences().len(), 1, "{:?}", reordered.differences());
         generated.conditions.as_mut().unwrap()[0].status = "False".into();
         assert!(StatusReport::new(ordered, generated, at, at).generated.is_some());
         let failed = report("1", "Failed").status().clone();
