@@ -73,7 +73,8 @@ impl StatusReport {
 /// Whether the apiserver holds `generated` already as `held`: the same status in the form it stores
 /// ([`semantic::canonical`]), plegd's own condition wherever it is (a status patch merges
 /// conditions by type, so the stored list has it last). The kubelet's conditions keep their order:
-/// theirs differing is a difference ([`StatusReport::differences`] shows it).
+/// theirs differing is a difference ([`StatusReport::differences`] shows it). Not "no
+/// differences": those leave plegd's own condition out, and a report must show a change of it.
 fn holds(held: &PodStatus, generated: &PodStatus) -> bool {
     let own_last = |status: &PodStatus| {
         let mut status = semantic::canonical(status);
@@ -179,8 +180,9 @@ mod tests {
     }
 
     /// A generated status the apiserver's copy holds already (in the apiserver's form, plegd's own
-    /// condition anywhere) is held once (the pod's), and read back the same; one that differs is held beside it. A pod stored without a status keeps the
-    /// generated one, even the empty status.
+    /// condition anywhere) is held once (the pod's), and read back the same; one that differs is
+    /// held beside it. A pod stored without a status keeps the generated one, even the empty
+    /// status.
     #[test]
     fn a_status_the_pod_holds_is_kept_once() {
         let pod = Arc::new(ApiPod {
