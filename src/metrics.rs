@@ -68,6 +68,11 @@ pub struct ListenerLabel {
 
 /// A container's exit: its pod and name, and the reason its status gives.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ServiceLabel {
+    pub service: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ExitLabel {
     pub namespace: String,
     pub pod: String,
@@ -335,6 +340,8 @@ metrics_table! {
         "event_latency_seconds", "Time from the start of the relist that saw a change to its event leaving the PLEG's channel";
     observer_lagged: Counter = Default::default(),
         "observer_lagged_events", "Events observation API subscribers missed because they read too slowly";
+    observer_subscriptions: Family<ServiceLabel, Gauge> = Default::default(),
+        "observer_subscriptions", "Open subscriptions to the observation API (plegd events, plegd status), by service (events, status)";
     process_resident_memory: Gauge = Default::default(),
         "process_resident_memory_bytes", "plegd's resident memory";
     process_cpu_percent: Gauge<f64, AtomicU64> = Default::default(),
@@ -451,6 +458,8 @@ pub mod known {
     /// `plegd_trigger_relists_total{kind}`.
     pub const TRIGGER_RELIST_KINDS: [&str; 8] =
         ["pod", "all", "batch", "probe", "probed", "locate", "recheck", "skipped"];
+    /// `plegd_observer_subscriptions{service}`: the observation API's services.
+    pub const OBSERVER_SERVICES: [&str; 2] = ["events", "status"];
 }
 
 impl Metrics {
@@ -478,6 +487,11 @@ impl Metrics {
         }
         for kind in known::TRIGGER_RELIST_KINDS {
             let _ = self.trigger_relists.get_or_create(&KindLabel { kind: kind.into() });
+        }
+        for service in known::OBSERVER_SERVICES {
+            let _ = self.observer_subscriptions.get_or_create(&ServiceLabel {
+                service: service.into(),
+            });
         }
     }
 
@@ -531,6 +545,16 @@ impl Metrics {
         let _ = self.trigger_errors.get_or_create(&label);
         let _ = self.trigger_replayed.get_or_create(&label);
         let _ = self.trigger_missed.get_or_create(&label);
+    }
+
+    /// A subscription to an observation API service (`events`, `status`) opened (`+1`) or
+    /// closed (`-1`).
+    pub fn add_observer_subscriptions(&self, service: &str, delta: i64) {
+        self.observer_subscriptions
+            .get_or_create(&ServiceLabel {
+                service: service.to_owned(),
+            })
+            .inc_by(delta);
     }
 
     /// The series of a listener, at 0, once it listens.

@@ -228,6 +228,25 @@ mod tests {
     #[tokio::test(flavor = "current_thread")]
     async fn a_paused_reader_blocks_nothing_else() {
         let released = std::sync::Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
+        // A write made on the async thread itself would block this one-thread runtime, timers
+        // and all, so that the test would hang rather than fail: a thread of its own releases the
+        // reader after 30 s, and the test then fails on the flag it leaves.
+        let rescued = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        {
+            let (released, rescued) = (released.clone(), rescued.clone());
+            std::thread::spawn(move || {
+                let (lock, cvar) = &*released;
+                let held = lock.lock().unwrap();
+                let (mut held, _) = cvar
+                    .wait_timeout_while(held, std::time::Duration::from_secs(30), |released| !*released)
+                    .unwrap();
+                if !*held {
+                    rescued.store(true, std::sync::atomic::Ordering::SeqCst);
+                    *held = true;
+                    cvar.notify_all();
+                }
+            });
+        }
         let written = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let out = Paused {
             released: released.clone(),
@@ -269,6 +288,10 @@ mod tests {
             }
         })
         .await;
+        assert!(
+            !rescued.load(std::sync::atomic::Ordering::SeqCst),
+            "the paused reader blocked the async thread"
+        );
         assert!(went_on.is_ok(), "the other work went on");
         assert!(written.lock().unwrap().is_empty());
 

@@ -684,10 +684,12 @@ async fn full_mode_on_a_node_without_a_kubelet() {
         let running = wait_phase(&pods, name, "Running").await;
         (sandbox, ctr, running)
     };
-    let (sandbox, ctr, running) = run("job", "sleep 3; exit 0").await;
+    // Runs until it is seen running and stopped, then succeeds.
+    let (sandbox, ctr, running) = run("job", "trap 'exit 0' TERM; sleep 1000 & wait").await;
     let cs = &running.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0];
     assert_eq!(cs.container_id.as_deref(), Some(format!("containerd://{ctr}").as_str()));
     assert!(cs.state.as_ref().unwrap().running.is_some(), "{cs:#?}");
+    cd.stop_container(&ctr, 10).await;
     let done = wait_phase(&pods, "job", "Succeeded").await;
     let terminated = done.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0]
         .state

@@ -83,6 +83,7 @@ async fn operate_plegd_run() {
         seen: Vec::new(),
     };
     let api_socket = dir.path().join("run").join("plegd.sock");
+    let log_path = dir.path().join("plegd.log");
     let port = free_port();
 
     let mut plegd = KillOnDrop(
@@ -116,10 +117,16 @@ async fn operate_plegd_run() {
             .env("NOTIFY_SOCKET", &notify_path)
             .env("WATCHDOG_USEC", "400000")
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(std::fs::File::create(&log_path).expect("plegd's log file"))
             .spawn()
             .expect("spawn plegd run"),
     );
+    // plegd's last log lines, for a failure's message.
+    let log_tail = || {
+        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    };
 
     // systemd: READY after the first relist, then watchdog pings while healthy.
     wait_until("READY=1", Duration::from_secs(15), || notes.count("READY=1") == 1).await;
@@ -136,7 +143,12 @@ async fn operate_plegd_run() {
 
     let (mut all, all_rx) = follow(&api_socket, &[]);
     let (mut died_only, died_rx) = follow(&api_socket, &["--type", "ContainerDied", "--pod", "web"]);
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    // Events are live, not replayed: both followers subscribed before the exit.
+    wait_until("two event subscriptions", Duration::from_secs(10), || {
+        http_get(port, "/metrics")
+            .is_some_and(|(_, m)| m.contains("plegd_observer_subscriptions{service=\"events\"} 2"))
+    })
+    .await;
 
     cri.fake.exit_container(&format!("ctr-{web}-0"), 7);
     let died = died_rx
@@ -216,15 +228,21 @@ async fn operate_plegd_run() {
         .status()
         .unwrap();
     assert!(killed.success());
-    let deadline = Instant::now() + Duration::from_secs(15);
+    // Its stop is bounded by --shutdown-timeout (10 s) and two stage drains of 2 s each; the rest
+    // is slack for a loaded machine. A daemon that hangs on its way out never exits.
+    let deadline = Instant::now() + Duration::from_secs(30);
     let status = loop {
         if let Some(status) = plegd.try_wait().unwrap() {
             break status;
         }
-        assert!(Instant::now() < deadline, "plegd did not exit after SIGTERM");
+        assert!(
+            Instant::now() < deadline,
+            "plegd did not exit after SIGTERM; its log ends:\n{}",
+            log_tail()
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    assert_eq!(status.code(), Some(0), "a clean exit");
+    assert_eq!(status.code(), Some(0), "a clean exit; its log ends:\n{}", log_tail());
     assert_eq!(
         api.pod("default", "db").await.unwrap()["status"]["phase"],
         "Failed",

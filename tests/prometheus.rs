@@ -431,10 +431,13 @@ async fn a_real_prometheus_scrapes_plegd_and_hears_its_faults() {
             .await;
         }
     }
-    assert!(
-        prometheus.active_alerts().await.is_empty(),
-        "no alert while all is well"
-    );
+    // No alert while all is well: none pending or firing (a rule evaluated just as a scrape or a
+    // relist ran late may be pending for one evaluation; a rule that holds while all is well
+    // stays).
+    wait_for("no alert while all is well", Duration::from_secs(20), || async {
+        prometheus.active_alerts().await.is_empty()
+    })
+    .await;
 
     // The apiserver refuses status writes: PlegdStatusWritesFailing.
     api.set_status_patch_500(true).await;

@@ -101,9 +101,13 @@ async fn container_exiting_with_code_3() {
     let Some(cd) = containerd().await else { return };
     let mut run = start_pleg(&cd).await;
     let pod = cd.run_pod("exit3", true).await;
-    // Runs long enough to be seen running, then fails.
-    let ctr = cd.run_container(&pod, "job", "sleep 1; exit 3").await;
-    let seen = collect_until(&mut run.events, &pod.uid, WAIT, |e| has(e, E::ContainerDied, &ctr)).await;
+    // Runs until it is seen running and stopped, then fails.
+    let ctr = cd
+        .run_container(&pod, "job", "trap 'exit 3' TERM; sleep 1000 & wait")
+        .await;
+    let mut seen = collect_until(&mut run.events, &pod.uid, WAIT, |e| has(e, E::ContainerStarted, &ctr)).await;
+    cd.stop_container(&ctr, 10).await;
+    seen.extend(collect_until(&mut run.events, &pod.uid, WAIT, |e| has(e, E::ContainerDied, &ctr)).await);
     assert!(has(&seen, E::ContainerStarted, &ctr), "{seen:#?}");
     let died = find(&seen, E::ContainerDied, &ctr);
     assert_eq!(died.exit_code, Some(3));

@@ -121,7 +121,10 @@ async fn full_mode_running_then_failed() {
     let pod = start_pod(&cd, &api, pod_object("full", "node-full", &["app"], "Never"), true).await;
     let daemon = start_daemon(&cd, &api, dir.path(), "node-full", StatusMode::Full);
 
-    let ctr = cd.run_container(&pod, "app", "sleep 2; exit 1").await;
+    // Runs until it is seen running and stopped, then fails.
+    let ctr = cd
+        .run_container(&pod, "app", "trap 'exit 1' TERM; sleep 1000 & wait")
+        .await;
     let p = wait_status(&api, &pod, "Running", Duration::from_secs(20), |s| {
         s["phase"] == "Running"
     })
@@ -139,6 +142,7 @@ async fn full_mode_running_then_failed() {
         "True"
     );
 
+    cd.stop_container(&ctr, 10).await;
     let p = wait_status(&api, &pod, "Failed", Duration::from_secs(20), |s| {
         s["phase"] == "Failed"
     })
@@ -206,12 +210,14 @@ async fn conditions_mode_touches_only_its_condition() {
     let kubelet_status = api.pod(&pod.namespace, &pod.name).await.unwrap()["status"].clone();
     let _daemon = start_daemon(&cd, &api, dir.path(), "node-cond", StatusMode::Conditions);
 
-    let ctr = cd.run_container(&pod, "app", "sleep 3; exit 2").await;
+    // Runs until it is seen running and stopped, then fails.
+    let ctr = cd
+        .run_container(&pod, "app", "trap 'exit 2' TERM; sleep 1000 & wait")
+        .await;
     let p = wait_status(&api, &pod, "ContainersRunning True", Duration::from_secs(20), |s| {
         condition(s, "plegd.io/ContainersRunning").is_some_and(|c| c["status"] == "True")
     })
     .await;
-    let _ = ctr;
     // Everything the kubelet wrote is as it was.
     for field in ["phase", "hostIP", "podIP", "qosClass", "containerStatuses"] {
         assert_eq!(p["status"][field], kubelet_status[field], "{field} untouched");
@@ -225,6 +231,7 @@ async fn conditions_mode_touches_only_its_condition() {
         &kubelet_status["conditions"][1]
     );
 
+    cd.stop_container(&ctr, 10).await;
     let p = wait_status(&api, &pod, "ContainersRunning False", Duration::from_secs(20), |s| {
         condition(s, "plegd.io/ContainersRunning").is_some_and(|c| c["status"] == "False")
     })
@@ -383,9 +390,10 @@ async fn server_errors_are_retried_until_the_status_lands() {
     api.set_status_patch_500(true).await;
     api.set_delay(Some(Duration::from_millis(300))).await;
     cd.stop_container(&ctr, 1).await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let failures = api.requests().await.iter().filter(|r| r.status == 500).count();
-    assert!(failures >= 1, "the injected 500s were hit");
+    support::wait_for("the injected 500s hit", Duration::from_secs(30), || async {
+        api.requests().await.iter().any(|r| r.status == 500)
+    })
+    .await;
     api.set_status_patch_500(false).await;
     api.set_delay(None).await;
     wait_status(&api, &pod, "Failed after the 500s", Duration::from_secs(30), |s| {
@@ -660,7 +668,8 @@ async fn resources_and_user_are_what_the_runtime_reports() {
         "requests": {"cpu": "500m", "memory": "64Mi"}
     });
     let pod = start_pod(&cd, &api, object, true).await;
-    let mut config = support::containerd::attempt(0, "sleep 3");
+    // Runs until it is seen running and stopped, then succeeds.
+    let mut config = support::containerd::attempt(0, "trap 'exit 0' TERM; sleep 1000 & wait");
     config.linux = Some(k8s_cri::v1::LinuxContainerConfig {
         resources: Some(k8s_cri::v1::LinuxContainerResources {
             memory_limit_in_bytes: 48 << 20,
@@ -695,6 +704,7 @@ async fn resources_and_user_are_what_the_runtime_reports() {
     } else {
         assert!(cs["user"].is_null(), "containerd {version:?} reports no user: {cs:#}");
     }
+    cd.stop_container(&ctr, 10).await;
     let p = wait_status(&api, &pod, "Succeeded", Duration::from_secs(20), |s| {
         s["phase"] == "Succeeded"
     })
@@ -952,12 +962,16 @@ async fn a_finished_pod_plegd_may_not_delete_keeps_its_final_status() {
     let dir = tempfile::tempdir().unwrap();
     let daemon = start_daemon(&cd, &api, dir.path(), "node-del-f", StatusMode::Full);
     let pod = start_pod(&cd, &api, pod_object("del-f", "node-del-f", &["app"], "Never"), true).await;
-    cd.run_container(&pod, "app", "sleep 2").await;
+    // Runs until it is seen running and stopped, then succeeds.
+    let ctr = cd
+        .run_container(&pod, "app", "trap 'exit 0' TERM; sleep 1000 & wait")
+        .await;
     wait_status(&api, &pod, "Running", Duration::from_secs(20), |s| {
         s["phase"] == "Running"
     })
     .await;
     api.request_deletion(&pod.namespace, &pod.name, 30).await;
+    cd.stop_container(&ctr, 10).await;
     wait_status(&api, &pod, "Succeeded", Duration::from_secs(20), |s| {
         s["phase"] == "Succeeded"
     })

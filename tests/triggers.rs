@@ -122,14 +122,16 @@ async fn a_healthy_stream_stretches_the_relist_and_a_failed_one_ends_the_wait() 
     let connects = |n| counter(&p.metrics, "plegd_trigger_stream_connects_total{source=\"cri\"}") >= n;
     let lists = || server.fake.calls("ListPodSandbox");
     wait_for("a connected stream", Duration::from_secs(5), || connects(1)).await;
-    // Past the connection's own full relist and the short wait that was under way.
+    // Past the connection's own full relist and the short wait that was under way (on a loaded
+    // machine either may still land in the window: at most two, where relists every 50 ms
+    // would be ~20).
     tokio::time::sleep(Duration::from_millis(300)).await;
     let before = lists();
     tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(
-        lists(),
-        before,
-        "no periodic relist while the stream is healthy (period 1 h)"
+    assert!(
+        lists() - before <= 2,
+        "no periodic relist while the stream is healthy (period 1 h): {} in 1 s",
+        lists() - before
     );
 
     // The stream fails and stays down: the hour's wait ends at once, and the relist is back to
@@ -147,7 +149,11 @@ async fn a_healthy_stream_stretches_the_relist_and_a_failed_one_ends_the_wait() 
     tokio::time::sleep(Duration::from_millis(300)).await;
     let before = lists();
     tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(lists(), before, "the long period again once reconnected");
+    assert!(
+        lists() - before <= 2,
+        "the long period again once reconnected: {} relists in 1 s",
+        lists() - before
+    );
 }
 
 /// A runtime that answers the event stream and ends it at once (CRI-O without pod events): the
@@ -373,16 +379,23 @@ async fn an_unknown_id_is_located_and_its_pod_relisted() {
         "one status read of the new sandbox"
     );
 
-    // The event comes 80 ms before the runtime lists the pod.
+    // The event comes before the runtime lists the pod: locates find nothing (waited for, not
+    // timed, so that a slow machine cannot let the first look find the pod; a locate is counted
+    // as it starts, so a second one started means the first is over), and a later one on the
+    // re-check schedule finds it (the relist period is an hour, and no full relist is made).
+    let locates = || counter(&p.metrics, "plegd_trigger_relists_total{kind=\"locate\"}");
+    let before = locates();
     server.fake.emit_event("ctr-u8-0", None);
-    tokio::time::sleep(Duration::from_millis(80)).await;
+    wait_for("a locate that found nothing yet", Duration::from_secs(5), || {
+        locates() >= before + 2
+    })
+    .await;
     server.fake.add_running_pod("u8", "later", 1);
     let seen = collect_until(&mut p.events, "u8", Duration::from_secs(5), |e| {
         has(e, E::ContainerStarted, "ctr-u8-0")
     })
     .await;
     assert!(has(&seen, E::ContainerStarted, "ctr-u8-0"));
-    assert!(counter(&p.metrics, "plegd_trigger_relists_total{kind=\"locate\"}") >= 3);
     assert_eq!(counter(&p.metrics, "plegd_trigger_relists_total{kind=\"all\"}"), 1);
 }
 
@@ -453,11 +466,15 @@ async fn events_arrive_by_trigger(cd: &Containerd, mode: TriggerMode) {
     let second = cd.run_pod("trig2", true).await;
     latency(&mut p, &second.uid, E::ContainerStarted, &second.sandbox_id).await;
     cd.cleanup(&second).await;
-    let ctr = cd.run_container(&pod, "app", "sleep 2; exit 7").await;
+    // Runs until it is seen running and stopped, then fails.
+    let ctr = cd
+        .run_container(&pod, "app", "trap 'exit 7' TERM; sleep 1000 & wait")
+        .await;
 
     let (_, seen_at) = latency(&mut p, &pod.uid, E::ContainerStarted, &ctr).await;
     let (started_at, _) = cd.container_times(&ctr).await;
     let started_lag = seen_at.duration_since(started_at).unwrap_or_default();
+    cd.stop_container(&ctr, 10).await;
 
     let (died, seen_at) = latency(&mut p, &pod.uid, E::ContainerDied, &ctr).await;
     let (_, finished_at) = cd.container_times(&ctr).await;

@@ -128,13 +128,22 @@ async fn json_events_from_real_containerd() {
     let socket = cd.socket.to_str().unwrap().to_owned();
     let watch = Watch::start(&["--cri-socket", &socket, "--relist-period", "200ms", "--output", "json"]);
     let pod = cd.run_pod("watched", true).await;
-    let ctr = cd.run_container(&pod, "app", "sleep 1; exit 3").await;
+    // Runs until stopped, and then fails: seen running however slowly the watch starts.
+    let ctr = cd
+        .run_container(&pod, "app", "trap 'exit 3' TERM; sleep 1000 & wait")
+        .await;
     let uid = pod.uid.clone();
-    let seen = tokio::task::block_in_place(|| {
+    let mut seen = tokio::task::block_in_place(|| {
+        watch.json_until(Duration::from_secs(20), |e| {
+            e["pod_uid"] == uid.as_str() && e["type"] == "ContainerStarted" && e["container_id"] == ctr.as_str()
+        })
+    });
+    cd.stop_container(&ctr, 10).await;
+    seen.extend(tokio::task::block_in_place(|| {
         watch.json_until(Duration::from_secs(20), |e| {
             e["pod_uid"] == uid.as_str() && e["type"] == "ContainerDied" && e["container_id"] == ctr.as_str()
         })
-    });
+    }));
     let mine: Vec<_> = seen.iter().filter(|e| e["pod_uid"] == uid.as_str()).collect();
     let died = mine.last().unwrap();
     assert_eq!(died["exit_code"], 3);

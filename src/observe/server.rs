@@ -29,6 +29,26 @@ use crate::pleg::EventHub;
 use crate::status::report::{Followed, StatusReport, StatusReports};
 use crate::supervise::Stage;
 
+/// One open subscription, counted in `plegd_observer_subscriptions` for as long as its stream
+/// lives: the connection drops the stream when the client goes.
+struct Subscription {
+    metrics: Arc<Metrics>,
+    service: &'static str,
+}
+
+impl Subscription {
+    fn open(metrics: Arc<Metrics>, service: &'static str) -> Self {
+        metrics.add_observer_subscriptions(service, 1);
+        Self { metrics, service }
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.metrics.add_observer_subscriptions(self.service, -1);
+    }
+}
+
 /// The `plegd.v1.EventsService` service.
 pub struct EventsApi {
     hub: EventHub,
@@ -49,24 +69,26 @@ impl EventsService for EventsApi {
             )));
         }
         let events = self.hub.subscribe();
-        let metrics = self.metrics.clone();
+        let subscription = Subscription::open(self.metrics.clone(), "events");
         // The stream is polled by the connection as the client takes it in (no task of its own);
         // a client slower than the events makes its subscription lag, and is told how many it missed.
-        let stream =
-            futures_util::stream::unfold((events, filter, metrics), |(mut events, filter, metrics)| async move {
+        let stream = futures_util::stream::unfold(
+            (events, filter, subscription),
+            |(mut events, filter, subscription)| async move {
                 loop {
                     let item = match events.recv().await {
                         Ok(event) if matches(&filter, &event) => watch_response::Item::Event(to_api(&event)),
                         Ok(_) => continue,
                         Err(broadcast::error::RecvError::Lagged(missed)) => {
-                            metrics.observer_lagged.inc_by(missed);
+                            subscription.metrics.observer_lagged.inc_by(missed);
                             watch_response::Item::Lagged(Lagged { missed })
                         }
                         Err(broadcast::error::RecvError::Closed) => return None,
                     };
-                    return Some((Ok(WatchResponse { item: Some(item) }), (events, filter, metrics)));
+                    return Some((Ok(WatchResponse { item: Some(item) }), (events, filter, subscription)));
                 }
-            });
+            },
+        );
         Ok(Response::new(Box::pin(stream)))
     }
 }
@@ -104,6 +126,7 @@ struct Following {
     metrics: Arc<Metrics>,
     /// The report last sent of each pod.
     sent: std::collections::HashMap<String, Arc<StatusReport>>,
+    _subscription: Subscription,
 }
 
 impl Following {
@@ -114,6 +137,7 @@ impl Following {
             reports: reports.clone(),
             receiver,
             filter,
+            _subscription: Subscription::open(metrics.clone(), "status"),
             metrics,
             sent: Default::default(),
         };
@@ -358,6 +382,41 @@ mod tests {
         for rv in 1..=3 {
             assert_eq!(named(&f.next().await.unwrap()), format!("prod/web@{rv}"));
         }
+    }
+
+    /// Each open subscription is counted while its stream lives, per service, and uncounted when
+    /// the client goes (its stream dropped).
+    #[tokio::test]
+    async fn subscriptions_are_counted_while_open() {
+        let metrics = Arc::new(Metrics::new());
+        let open = |service: &str| {
+            let needle = format!("plegd_observer_subscriptions{{service=\"{service}\"}} ");
+            metrics
+                .encode()
+                .lines()
+                .find_map(|l| l.strip_prefix(&needle).map(str::to_owned))
+                .unwrap_or_else(|| panic!("no {needle}"))
+        };
+        let events = EventsApi {
+            hub: EventHub::new(NonZeroUsize::new(8).unwrap()),
+            metrics: metrics.clone(),
+        };
+        let first = events.watch(Request::new(WatchRequest::default())).await.unwrap();
+        let second = events.watch(Request::new(WatchRequest::default())).await.unwrap();
+        let status = Following::new(&StatusReports::default(), Default::default(), metrics.clone());
+        assert_eq!((open("events"), open("status")), ("2".into(), "1".into()));
+        drop(first);
+        drop(status);
+        assert_eq!((open("events"), open("status")), ("1".into(), "0".into()));
+        drop(second);
+        assert_eq!(open("events"), "0");
+        // A refused request opens nothing.
+        let bad = WatchRequest {
+            types: vec!["Nonsense".into()],
+            ..Default::default()
+        };
+        assert!(events.watch(Request::new(bad)).await.is_err());
+        assert_eq!(open("events"), "0");
     }
 
     /// Filters apply to reports and removals alike.

@@ -149,12 +149,20 @@ async fn kubectl_agrees_the_test_apiserver_behaves_like_one() {
                 "-o",
                 "json",
                 "--request-timeout",
-                "4s",
+                "10s",
             ],
         )
         .await
     });
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // The deletion only once kubectl's watch is open (its answer started, in the audit log):
+    // kubectl's start and discovery may take a while on a loaded machine.
+    support::wait_for("kubectl's watch open", Duration::from_secs(20), || async {
+        api.requests()
+            .await
+            .iter()
+            .any(|r| r.method == "GET" && r.path == "/api/v1/namespaces/default/pods" && r.query.contains("watch=true"))
+    })
+    .await;
     api.delete("default", "db").await;
     let out = watcher.await.unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
