@@ -617,15 +617,23 @@ async fn containerd_killed_and_restarted() {
     let cd = &instance.handle;
     let mut p = start(&cd.socket, TriggerMode::Containerd, Duration::from_secs(1)).await;
     let pod = cd.run_pod("outage", true).await;
-    // Exits with 9 while containerd is down.
-    let ctr = cd.run_container(&pod, "app", "sleep 3; exit 9").await;
+    // Exits with 9 while containerd is down: told to by the test (its shim stays), not timed.
+    let ctr = cd
+        .run_container(&pod, "app", "trap 'exit 9' TERM; sleep 1000 & wait")
+        .await;
     latency(&mut p, &pod.uid, E::ContainerStarted, &ctr).await;
     wait_for("the event stream", Duration::from_secs(5), || {
         counter(&p.metrics, "plegd_trigger_stream_connects_total{source=\"containerd\"}") >= 1
     })
     .await;
+    let pid = cd.container_pid(&ctr).await;
 
     instance.script("kill").await;
+    let signalled = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(signalled.success(), "the container's process {pid} signalled");
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert!(p.pleg.healthy().is_ok(), "a short outage stays within the threshold");
     instance.script("start").await;

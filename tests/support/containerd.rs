@@ -263,6 +263,28 @@ impl Containerd {
         (t(status.started_at), t(status.finished_at))
     }
 
+    /// The host's pid of a running container's first process (from the verbose status's `info`,
+    /// which containerd 1.7 and 2.x fill in), to signal it while containerd itself is away.
+    pub async fn container_pid(&self, id: &str) -> i32 {
+        let info = self
+            .client()
+            .container_status(cri::ContainerStatusRequest {
+                container_id: id.into(),
+                verbose: true,
+            })
+            .await
+            .unwrap_or_else(|e| panic!("ContainerStatus {id}: {e}"))
+            .into_inner()
+            .info;
+        let info: serde_json::Value = serde_json::from_str(info.get("info").map_or("{}", String::as_str))
+            .unwrap_or_else(|e| panic!("ContainerStatus {id}: verbose info is not JSON: {e}"));
+        info["pid"]
+            .as_i64()
+            .and_then(|pid| i32::try_from(pid).ok())
+            .filter(|pid| *pid > 0)
+            .unwrap_or_else(|| panic!("ContainerStatus {id}: no pid in {info}"))
+    }
+
     pub async fn start_container(&self, id: &str) {
         self.client()
             .start_container(cri::StartContainerRequest {
