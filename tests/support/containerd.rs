@@ -247,16 +247,22 @@ impl Containerd {
     }
 
     /// When CRI says container `id` started and finished (the epoch where it has not).
-    pub async fn container_times(&self, id: &str) -> (std::time::SystemTime, std::time::SystemTime) {
-        let status = self
-            .client()
+    /// The runtime's answer to `ContainerStatus` for `id`.
+    async fn container_status(&self, id: &str, verbose: bool) -> cri::ContainerStatusResponse {
+        self.client()
             .container_status(cri::ContainerStatusRequest {
                 container_id: id.into(),
-                verbose: false,
+                verbose,
             })
             .await
             .unwrap_or_else(|e| panic!("ContainerStatus {id}: {e}"))
             .into_inner()
+    }
+
+    pub async fn container_times(&self, id: &str) -> (std::time::SystemTime, std::time::SystemTime) {
+        let status = self
+            .container_status(id, false)
+            .await
             .status
             .unwrap_or_else(|| panic!("ContainerStatus {id}: no status"));
         let t = |n: i64| std::time::UNIX_EPOCH + Duration::from_nanos(n.max(0) as u64);
@@ -266,16 +272,7 @@ impl Containerd {
     /// The host's pid of a running container's first process (from the verbose status's `info`,
     /// which containerd 1.7 and 2.x fill in), to signal it while containerd itself is away.
     pub async fn container_pid(&self, id: &str) -> i32 {
-        let info = self
-            .client()
-            .container_status(cri::ContainerStatusRequest {
-                container_id: id.into(),
-                verbose: true,
-            })
-            .await
-            .unwrap_or_else(|e| panic!("ContainerStatus {id}: {e}"))
-            .into_inner()
-            .info;
+        let info = self.container_status(id, true).await.info;
         let info: serde_json::Value = serde_json::from_str(info.get("info").map_or("{}", String::as_str))
             .unwrap_or_else(|e| panic!("ContainerStatus {id}: verbose info is not JSON: {e}"));
         info["pid"]
