@@ -66,12 +66,13 @@ pub struct ListenerLabel {
     pub listener: String,
 }
 
-/// A container's exit: its pod and name, and the reason its status gives.
+/// An observation API service: `events` or `status`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ServiceLabel {
     pub service: String,
 }
 
+/// A container's exit: its pod and name, and the reason its status gives.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ExitLabel {
     pub namespace: String,

@@ -123,10 +123,11 @@ struct Following {
     reports: StatusReports,
     receiver: broadcast::Receiver<Followed>,
     filter: StatusServiceWatchRequest,
-    metrics: Arc<Metrics>,
+    /// Counts this subscription while it lives; its metrics are the ones the subscriber's lag
+    /// is counted in.
+    subscription: Subscription,
     /// The report last sent of each pod.
     sent: std::collections::HashMap<String, Arc<StatusReport>>,
-    _subscription: Subscription,
 }
 
 impl Following {
@@ -137,8 +138,7 @@ impl Following {
             reports: reports.clone(),
             receiver,
             filter,
-            _subscription: Subscription::open(metrics.clone(), "status"),
-            metrics,
+            subscription: Subscription::open(metrics, "status"),
             sent: Default::default(),
         };
         following.queue_unsent(latest);
@@ -180,7 +180,7 @@ impl Following {
                 Ok(_) => {}
                 Err(broadcast::error::RecvError::Lagged(missed)) => {
                     // Every pod's latest that was not sent yet: what the missed items held.
-                    self.metrics.observer_lagged.inc_by(missed);
+                    self.subscription.metrics.observer_lagged.inc_by(missed);
                     let (latest, receiver) = self.reports.follow();
                     self.receiver = receiver;
                     self.queued.push_back(Item::Lagged(Lagged { missed }));

@@ -246,7 +246,6 @@ impl Containerd {
         id
     }
 
-    /// When CRI says container `id` started and finished (the epoch where it has not).
     /// The runtime's answer to `ContainerStatus` for `id`.
     async fn container_status(&self, id: &str, verbose: bool) -> cri::ContainerStatusResponse {
         self.client()
@@ -259,6 +258,7 @@ impl Containerd {
             .into_inner()
     }
 
+    /// When CRI says container `id` started and finished (the epoch where it has not).
     pub async fn container_times(&self, id: &str) -> (std::time::SystemTime, std::time::SystemTime) {
         let status = self
             .container_status(id, false)
