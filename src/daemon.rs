@@ -507,7 +507,9 @@ impl DaemonStages {
 /// events in the PLEG's channel and the syncLoop's queue) to the status manager and the observers;
 /// give the status writes until `timeout` to land; then stop the writers and endpoints.
 async fn stop(sets: DaemonStages, manager: &StatusManager, timeout: std::time::Duration) {
-    let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
+    if let Err(error) = crate::watchdog::notify(&[sd_notify::NotifyState::Stopping]) {
+        warn!(error = %error, "systemd notification STOPPING=1 not sent");
+    }
     info!(pending_status_writes = manager.pending(), "plegd stopping");
     let deadline = tokio::time::Instant::now() + timeout;
     // Within the deadline, however short `--shutdown-timeout` is.

@@ -130,7 +130,8 @@ async fn the_apiserver_enforces_plegds_admission_policies() {
         // feature gate is off by default, and the apiserver drops it from any write).
         json!({"allocatedResources": {"cpu": "1"}}),
         json!({"resources": {"requests": {"cpu": "1"}}}),
-        json!({"extendedResourceClaimStatus": {"resourceClaimName": "claim", "requestMappings": [{"containerName": "app", "resourceName": "example.com/gpu", "requestName": "r"}]}}),
+        // (The resource claim statuses are refused in every mode by plegd-pod-status-only: below,
+        // in the comparison with a kubelet.)
     ];
     for status in owned {
         let r = patch_status(&api, &plegd, "web", status.clone()).await;
@@ -239,11 +240,265 @@ async fn the_policies_hold_at_their_edges() {
 fn the_tests_speak_as_plegds_service_account() {
     assert_eq!(PLEGD_USER, service_account_user());
     for manifest in [NODE_POLICY, CONDITIONS_POLICY] {
-        let policy = document(manifest, "ValidatingAdmissionPolicy", None);
-        let conditions = policy["spec"]["matchConditions"].to_string();
-        assert!(
-            conditions.contains(PLEGD_USER),
-            "{manifest} must match {PLEGD_USER}: {conditions}"
-        );
+        let policies: Vec<Value> = documents(manifest)
+            .into_iter()
+            .filter(|d| d["kind"] == "ValidatingAdmissionPolicy")
+            .collect();
+        assert!(!policies.is_empty(), "{manifest}");
+        for policy in policies {
+            let conditions = policy["spec"]["matchConditions"].to_string();
+            assert!(
+                conditions.contains(PLEGD_USER),
+                "{manifest} must match {PLEGD_USER}: {conditions}"
+            );
+        }
     }
+}
+
+/// What became of one change sent through `pods/status`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Outcome {
+    /// Refused (403), with the name of what refused it.
+    Refused(String),
+    /// Accepted and stored.
+    Stored,
+    /// Accepted, and the stored pod has the field as before (the apiserver resets or drops it).
+    Ignored,
+}
+
+impl Outcome {
+    /// Whether the change took effect.
+    fn changed(&self) -> bool {
+        *self == Outcome::Stored
+    }
+}
+
+/// One change a writer may try through `pods/status`: the patch, and where in the pod it lands.
+struct Change {
+    what: &'static str,
+    patch: Value,
+    pointer: &'static str,
+}
+
+/// Every change the comparison sends: the pod's metadata, the status fields NodeRestriction keeps
+/// from nodes, and the kubelet's own status fields.
+fn changes() -> Vec<Change> {
+    let claim = json!({"resourceClaimName": "claim-1", "containers": ["app"]});
+    vec![
+        Change {
+            what: "metadata.labels (a new label)",
+            patch: json!({"metadata": {"labels": {"tier": "other"}}}),
+            pointer: "/metadata/labels/tier",
+        },
+        Change {
+            what: "metadata.labels (a label changed)",
+            patch: json!({"metadata": {"labels": {"app": "other"}}}),
+            pointer: "/metadata/labels/app",
+        },
+        Change {
+            what: "metadata.labels (a label removed)",
+            patch: json!({"metadata": {"labels": {"app": null}}}),
+            pointer: "/metadata/labels/app",
+        },
+        Change {
+            what: "metadata.annotations",
+            patch: json!({"metadata": {"annotations": {"example.com/x": "y"}}}),
+            pointer: "/metadata/annotations/example.com~1x",
+        },
+        Change {
+            what: "metadata.finalizers",
+            patch: json!({"metadata": {"finalizers": ["example.com/pin"]}}),
+            pointer: "/metadata/finalizers",
+        },
+        Change {
+            what: "metadata.ownerReferences",
+            patch: json!({"metadata": {"ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": "00000000-0000-0000-0000-000000000001"}]}}),
+            pointer: "/metadata/ownerReferences",
+        },
+        Change {
+            what: "status.resourceClaimStatuses",
+            patch: json!({"status": {"resourceClaimStatuses": [{"name": "claim", "resourceClaimName": "other-claim"}]}}),
+            pointer: "/status/resourceClaimStatuses",
+        },
+        Change {
+            what: "status.extendedResourceClaimStatus",
+            patch: json!({"status": {"extendedResourceClaimStatus": {"resourceClaimName": "claim-x", "requestMappings": [{"containerName": "app", "resourceName": "example.com/gpu", "requestName": "r"}]}}}),
+            pointer: "/status/extendedResourceClaimStatus",
+        },
+        Change {
+            what: "status.nodeAllocatableResourceClaimStatuses",
+            patch: json!({"status": {"nodeAllocatableResourceClaimStatuses": [claim]}}),
+            pointer: "/status/nodeAllocatableResourceClaimStatuses",
+        },
+        Change {
+            what: "status.conditions (plegd.io/ContainersRunning)",
+            patch: json!({"status": {"conditions": [{"type": "plegd.io/ContainersRunning", "status": "False"}]}}),
+            pointer: "/status/conditions/1",
+        },
+        Change {
+            what: "status.conditions (Ready)",
+            patch: json!({"status": {"conditions": [{"type": "Ready", "status": "False"}]}}),
+            pointer: "/status/conditions/0/status",
+        },
+        Change {
+            what: "status.phase",
+            patch: json!({"status": {"phase": "Failed"}}),
+            pointer: "/status/phase",
+        },
+        Change {
+            what: "status.message",
+            patch: json!({"status": {"message": "written"}}),
+            pointer: "/status/message",
+        },
+    ]
+}
+
+/// A pod of node n1 with something in each field a change touches.
+fn comparison_pod(name: &str) -> Value {
+    json!({"metadata": {"name": name, "namespace": "default", "labels": {"app": "web"}, "annotations": {"note": "a"}},
+        "spec": {"nodeName": "n1",
+            "resourceClaims": [{"name": "claim", "resourceClaimTemplateName": "template"}],
+            "containers": [{"name": "app", "image": "x",
+                "resources": {"requests": {"example.com/gpu": "1"}, "limits": {"example.com/gpu": "1"}}}]},
+        "status": {"phase": "Running", "hostIP": "198.51.100.7", "hostIPs": [{"ip": "198.51.100.7"}],
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "containerStatuses": [{"name": "app", "ready": true, "restartCount": 0, "image": "x", "imageID": "", "state": {"running": {}}}]}})
+}
+
+/// Send `change` as `identity` to a fresh pod `name` and say what became of it.
+async fn try_change(api: &Apiserver, identity: &Identity, name: &str, change: &Change) -> Outcome {
+    api.create_pod(comparison_pod(name)).await;
+    let before = api.pod("default", name).await.expect("the pod just made");
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(api.client_as(identity).await, "default");
+    let answer = pods
+        .patch_status(name, &PatchParams::default(), &Patch::Strategic(change.patch.clone()))
+        .await;
+    let after = api.pod("default", name).await.expect("the pod");
+    match answer {
+        Ok(_) if before.pointer(change.pointer) == after.pointer(change.pointer) => Outcome::Ignored,
+        Ok(_) => Outcome::Stored,
+        Err(kube::Error::Api(s)) if s.code == 403 => {
+            let by = ["plegd-own-node-only", "plegd-pod-status-only", "plegd-conditions-only"]
+                .into_iter()
+                .find(|by| s.message.contains(by))
+                .or_else(|| s.message.contains("cannot patch resource").then_some("RBAC"))
+                // NodeRestriction's own words: `node "n1" cannot update ...`.
+                .or_else(|| s.message.contains("is forbidden: node \"").then_some("NodeRestriction"))
+                .unwrap_or_else(|| panic!("{}: refused by what? {}", change.what, s.message));
+            assert_eq!(before, after, "{}: refused, yet the pod changed", change.what);
+            Outcome::Refused(by.to_owned())
+        }
+        Err(e) => panic!("{} as {identity:?}: {e}", change.what),
+    }
+}
+
+/// The objects of an install of `deploy/<mode>` that decide what plegd may do: its namespace,
+/// service account, RBAC and admission policies, as kustomize renders the overlay.
+fn install_rules(mode: &str) -> Vec<Value> {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, documents) = support::manifests::render(mode, &[], dir.path());
+    let kinds = [
+        "Namespace",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    ];
+    documents
+        .into_iter()
+        .filter(|d| kinds.contains(&d["kind"].as_str().unwrap_or_default()))
+        .collect()
+}
+
+/// plegd's node-bound token may change through `pods/status` nothing that a kubelet's own
+/// credentials (user `system:node:n1`, judged by the Node authorizer and NodeRestriction) may not,
+/// in each mode as its overlay installs it (RBAC and admission policies from kustomize). Metadata
+/// and resource claim statuses never change. Prints the table SECURITY.md gives.
+async fn plegd_may_change_no_more_than_a_kubelet(mode: &str) {
+    let api = Apiserver::start_with(support::apiserver::Options {
+        rbac: vec!["tests/support/rbac-kubelet.yaml".into()],
+        ..Default::default()
+    })
+    .await;
+    let rules = install_rules(mode);
+    let policies: Vec<String> = rules
+        .iter()
+        .filter(|d| d["kind"] == "ValidatingAdmissionPolicy")
+        .map(|d| d["metadata"]["name"].as_str().unwrap().to_owned())
+        .collect();
+    api.apply(&rules);
+    let plegd = Identity::Plegd("n1".into());
+    let node = Identity::Node("n1".into());
+    let all = changes();
+    // The policies are enforced once the plugin has read them: each refuses its probe by name.
+    let probes: Vec<(&str, &Change)> = [
+        ("plegd-own-node-only", "status.conditions (plegd.io/ContainersRunning)"),
+        ("plegd-pod-status-only", "metadata.labels (a new label)"),
+        ("plegd-conditions-only", "status.message"),
+    ]
+    .into_iter()
+    .filter(|(policy, _)| policies.iter().any(|p| p == policy))
+    .map(|(policy, what)| (policy, all.iter().find(|c| c.what == what).unwrap()))
+    .collect();
+    for (i, (policy, change)) in probes.iter().enumerate() {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let who = if *policy == "plegd-own-node-only" {
+            Identity::Plegd("n2".into())
+        } else {
+            plegd.clone()
+        };
+        for attempt in 0.. {
+            let outcome = try_change(&api, &who, &format!("probe-{i}-{attempt}"), change).await;
+            if outcome == Outcome::Refused((*policy).to_owned()) {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "deploy/{mode}: {policy} was not enforced in 30 s: {outcome:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    let mut table = format!(
+        "deploy/{mode}: | change through pods/status | a kubelet (system:node:n1) | plegd (node-bound token) |\n"
+    );
+    for (i, change) in all.iter().enumerate() {
+        let kubelet = try_change(&api, &node, &format!("node-{i}"), change).await;
+        let ours = try_change(&api, &plegd, &format!("plegd-{i}"), change).await;
+        table.push_str(&format!("| {} | {kubelet:?} | {ours:?} |\n", change.what));
+        assert!(
+            !ours.changed() || kubelet.changed(),
+            "deploy/{mode}: plegd changed {} where a kubelet may not ({kubelet:?})",
+            change.what
+        );
+        if change.pointer.starts_with("/metadata") || change.what.contains("ResourceClaim") {
+            assert!(!ours.changed(), "deploy/{mode}: plegd changed {}", change.what);
+        }
+        if mode == "shadow" {
+            assert_eq!(ours, Outcome::Refused("RBAC".into()), "{}", change.what);
+        }
+        if change.what.contains("plegd.io/ContainersRunning") && mode != "shadow" {
+            assert_eq!(ours, Outcome::Stored, "deploy/{mode}: plegd's own condition");
+        }
+    }
+    eprintln!("{table}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_conditions_mode_plegd_may_change_no_more_than_a_kubelet() {
+    plegd_may_change_no_more_than_a_kubelet("conditions").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_full_mode_plegd_may_change_no_more_than_a_kubelet() {
+    plegd_may_change_no_more_than_a_kubelet("full").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_shadow_mode_plegd_may_change_nothing() {
+    plegd_may_change_no_more_than_a_kubelet("shadow").await;
 }

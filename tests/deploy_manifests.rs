@@ -166,8 +166,11 @@ fn each_install_has_its_admission_policies() {
     let dir = tempfile::tempdir().unwrap();
     for (overlay, expected) in [
         ("shadow", vec![]),
-        ("conditions", vec!["plegd-conditions-only", "plegd-own-node-only"]),
-        ("full", vec!["plegd-own-node-only"]),
+        (
+            "conditions",
+            vec!["plegd-conditions-only", "plegd-own-node-only", "plegd-pod-status-only"],
+        ),
+        ("full", vec!["plegd-own-node-only", "plegd-pod-status-only"]),
     ] {
         let install = render(overlay, &[], dir.path()).1;
         let names = |kind: &str| {
@@ -267,6 +270,34 @@ fn every_install_keeps_plegd_least_privileged_and_node_critical() {
         assert!(
             c["livenessProbe"]["httpGet"]["path"] == "/healthz" && c["readinessProbe"]["httpGet"]["path"] == "/readyz"
         );
+        // The API token: projected, an hour at most (never the automatic token, which an
+        // apiserver's default --service-account-extend-token-expiration stretches to a year),
+        // mounted where the in-cluster configuration reads it, with the CA and the namespace.
+        assert_eq!(spec["automountServiceAccountToken"], false, "{name}");
+        let sources = volume("api-token").expect("the api-token volume")["projected"]["sources"]
+            .as_array()
+            .unwrap()
+            .clone();
+        let token = sources
+            .iter()
+            .find_map(|s| s.get("serviceAccountToken"))
+            .expect("a serviceAccountToken source");
+        assert_eq!(token["path"], "token");
+        assert!(token["audience"].is_null(), "{name}: the apiserver's own audience");
+        let lifetime = token["expirationSeconds"].as_u64().unwrap();
+        assert!((600..=3600).contains(&lifetime), "{name}: expirationSeconds {lifetime}");
+        assert!(sources.iter().any(|s| s["configMap"]["name"] == "kube-root-ca.crt"));
+        assert!(
+            sources
+                .iter()
+                .any(|s| s["downwardAPI"]["items"][0]["fieldRef"]["fieldPath"] == "metadata.namespace")
+        );
+        let token_mount = mount("api-token").unwrap();
+        assert_eq!(
+            token_mount["mountPath"],
+            "/var/run/secrets/kubernetes.io/serviceaccount"
+        );
+        assert_eq!(token_mount["readOnly"], true);
     }
 }
 

@@ -45,6 +45,8 @@ const ADMIN_USER: &str = "plegd-test-admin";
 /// The stand-in for a kubelet's status writes (tests/support/rbac-kubelet.yaml).
 pub const KUBELET_USER: &str = "plegd-test-kubelet";
 const KUBELET_GROUP: &str = "plegd-test:kubelets";
+/// The nodes whose own credentials ([`Identity::Node`]) every test apiserver knows.
+pub const NODES: [&str; 2] = ["n1", "n2"];
 
 /// One request as the server's audit log has it.
 #[derive(Debug, Clone)]
@@ -183,6 +185,10 @@ pub enum Identity {
     PlegdWithoutNodeClaim,
     /// The stand-in for a kubelet's status writes ([`KUBELET_USER`]).
     Kubelet,
+    /// A real node's credentials: user `system:node:NAME` in group `system:nodes`, as a kubelet's
+    /// client certificate names it, so that the Node authorizer and NodeRestriction judge it (a
+    /// static token, made at start for each of [`NODES`]).
+    Node(String),
     /// The service account deploy/components/pod-monitor gives Prometheus to read /metrics with.
     MetricsReader,
 }
@@ -385,13 +391,20 @@ impl Apiserver {
             .stderr(Stdio::null()));
         let admin = token();
         let kubelet = token();
-        std::fs::write(
-            d.join("tokens.csv"),
-            format!(
-                "{admin},{ADMIN_USER},{ADMIN_USER},\"system:masters\"\n{kubelet},{KUBELET_USER},{KUBELET_USER},\"{KUBELET_GROUP}\"\n"
-            ),
-        )
-        .unwrap();
+        let nodes: Vec<(Identity, String)> = NODES
+            .iter()
+            .map(|n| (Identity::Node((*n).to_owned()), token()))
+            .collect();
+        let mut tokens_csv = format!(
+            "{admin},{ADMIN_USER},{ADMIN_USER},\"system:masters\"\n{kubelet},{KUBELET_USER},{KUBELET_USER},\"{KUBELET_GROUP}\"\n"
+        );
+        for (identity, token) in &nodes {
+            let Identity::Node(name) = identity else { unreachable!() };
+            tokens_csv.push_str(&format!(
+                "{token},system:node:{name},system:node:{name},\"system:nodes\"\n"
+            ));
+        }
+        std::fs::write(d.join("tokens.csv"), tokens_csv).unwrap();
         std::fs::write(d.join("audit-policy.yaml"), AUDIT_POLICY).unwrap();
         let path = |name: &str| d.join(name).display().to_string();
         let mut server_args = vec![
@@ -424,7 +437,12 @@ impl Apiserver {
             etcd: Mutex::new(Some(etcd_child)),
             server: Mutex::new(Some(server)),
             server_args,
-            tokens: Mutex::new(vec![(Identity::Admin, admin), (Identity::Kubelet, kubelet)]),
+            tokens: Mutex::new(
+                [(Identity::Admin, admin), (Identity::Kubelet, kubelet)]
+                    .into_iter()
+                    .chain(nodes)
+                    .collect(),
+            ),
             client: client.clone(),
             watch: tokio::spawn(record_pods(client, history.clone())),
             history,
@@ -528,6 +546,11 @@ impl Apiserver {
     fn kubectl_apply(&self, objects: &Value) {
         self.kubectl_as_admin(&["apply", "-f", "-"], Some(&objects.to_string()));
     }
+
+    /// Create or update `objects` (any kinds the server serves) as the administrator, with kubectl.
+    pub fn apply(&self, objects: &[Value]) {
+        self.kubectl_apply(&json!({"apiVersion": "v1", "kind": "List", "items": objects}));
+    }
     /// The server's port on the loopback.
     pub fn port(&self) -> u16 {
         self.port
@@ -557,6 +580,7 @@ impl Apiserver {
             Identity::Plegd(node) => format!("plegd-{node}"),
             Identity::PlegdWithoutNodeClaim => "plegd-unbound".to_owned(),
             Identity::Kubelet => "kubelet".to_owned(),
+            Identity::Node(node) => format!("node-{node}"),
             Identity::MetricsReader => "metrics-reader".to_owned(),
         };
         write_kubeconfig(dir, &name, port, &token, &self.dir.path().join("apiserver.crt"))
@@ -570,6 +594,7 @@ impl Apiserver {
         }
         let created = match identity {
             Identity::Admin | Identity::Kubelet => unreachable!("static tokens, made at start"),
+            Identity::Node(node) => panic!("node {node} has no credentials: the test apiserver knows nodes {NODES:?}"),
             Identity::Plegd(node) => {
                 self.ensure_service_accounts();
                 self.kubectl_apply(&json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}));
