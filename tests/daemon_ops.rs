@@ -39,6 +39,16 @@ impl Notifications {
     fn count(&mut self, message: &str) -> usize {
         self.drain().iter().filter(|m| m.lines().any(|l| l == message)).count()
     }
+
+    /// Whether the socket's queue is full, as a manager that reads late leaves it: a datagram of
+    /// the test's own (a line no one counts) is refused at once.
+    fn queue_full(&self) -> bool {
+        let probe = UnixDatagram::unbound().unwrap();
+        probe.set_nonblocking(true).unwrap();
+        let path = self.socket.local_addr().unwrap();
+        let path = path.as_pathname().unwrap();
+        matches!(probe.send_to(b"TEST=1\n", path), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+    }
 }
 
 /// A follower: `plegd events` with its JSON lines on a channel.
@@ -212,6 +222,31 @@ async fn operate_plegd_run() {
     cri.fake.delay("ListPodSandbox", Duration::ZERO);
     wait_until("/healthz 200 again", Duration::from_secs(15), || {
         http_get(port, "/healthz").is_some_and(|(c, _)| c == 200)
+    })
+    .await;
+
+    // A manager that reads its socket late: with the socket's queue full, plegd's next ping is
+    // refused (and said once in its log), and plegd goes on — its work may all run on one thread,
+    // which a ping that waited for the manager would stop.
+    wait_until("the notify socket's queue full", Duration::from_secs(10), || {
+        notes.queue_full()
+    })
+    .await;
+    wait_until(
+        "a ping refused by the full socket, in plegd's log",
+        Duration::from_secs(15),
+        || std::fs::read_to_string(&log_path).is_ok_and(|l| l.contains("systemd notification not sent")),
+    )
+    .await;
+    let answered = http_get(port, "/healthz");
+    assert_eq!(
+        answered.map(|(c, _)| c),
+        Some(200),
+        "plegd answers while the manager reads late"
+    );
+    let pings = notes.count("WATCHDOG=1");
+    wait_until("pings again once the manager reads", Duration::from_secs(10), || {
+        notes.count("WATCHDOG=1") > pings
     })
     .await;
 
