@@ -386,9 +386,9 @@ async fn conditions_with_every_component() {
     );
 }
 
-/// The real admission policies with a real token's node-name claim: plegd's token (bound to its
-/// pod, so to its node) may write its condition on a pod of its node, and nothing on a pod of
-/// another node, nor another condition.
+/// The real admission policies with a real token's node-name claim: plegd's token (the projected
+/// token the kubelet mounts, bound to its pod, so to its node) may write its condition on a pod of
+/// its node, and nothing on a pod of another node, nor another condition, nor any metadata.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_to_a_pod_of_another_node_is_refused() {
     let Some(Setup {
@@ -408,9 +408,13 @@ async fn a_write_to_a_pod_of_another_node_is_refused() {
         .unwrap();
     wait_condition(&pods, "here", "True", "").await;
 
-    let token = cluster
-        .plegd_token("Pod", plegd.metadata.name.as_deref().unwrap())
-        .await;
+    // The token plegd itself holds: projected by the kubelet, bound to plegd's pod and node, and
+    // good for an hour at most (never the year an automatic token may be stretched to).
+    let (token, claims) = cluster.mounted_plegd_token(&plegd);
+    let lifetime = claims["exp"].as_i64().unwrap() - claims["iat"].as_i64().unwrap();
+    assert!((600..=3600).contains(&lifetime), "plegd's token lives {lifetime} s: {claims}");
+    assert_eq!(claims["kubernetes.io"]["pod"]["name"], json!(plegd.metadata.name), "{claims}");
+    assert_eq!(claims["kubernetes.io"]["node"]["name"], json!(node), "{claims}");
     let dir = tempfile::tempdir().unwrap();
     let as_plegd = support::cluster::client_from(&cluster.kubeconfig_with_token(dir.path(), &token)).await;
     let plegd_pods: Api<Pod> = Api::namespaced(as_plegd, "e2e-other-node");
@@ -436,6 +440,22 @@ async fn a_write_to_a_pod_of_another_node_is_refused() {
     };
     refused_by("elsewhere", CONDITION, "plegd-own-node-only").await;
     refused_by("here", "Ready", "plegd-conditions-only").await;
+    // Nothing but status through pods/status: no label (a Service's endpoints, a NetworkPolicy's
+    // selector), no annotation, no finalizer (a pod pinned in Terminating).
+    for metadata in [
+        json!({"labels": {"app": "relabelled"}}),
+        json!({"annotations": {"example.com/by": "plegd"}}),
+        json!({"finalizers": ["example.com/pin"]}),
+    ] {
+        let refused = patch("here", json!({"metadata": metadata})).await.expect_err("metadata");
+        let kube::Error::Api(status) = &refused else {
+            panic!("{refused:?}")
+        };
+        assert!(
+            status.code == 403 && status.message.contains("plegd-pod-status-only"),
+            "{metadata}: {status:?}"
+        );
+    }
     // Its own condition on its own node's pod goes through (plegd writes it back right after).
     patch("here", condition_patch(CONDITION))
         .await

@@ -236,6 +236,26 @@ impl Cluster {
         Api::namespaced(self.client.clone(), name)
     }
 
+    /// The API token the kubelet mounted into plegd's pod `plegd` (the DaemonSet's projected
+    /// `api-token` volume), read where the kubelet writes it on this machine, and its claims.
+    pub fn mounted_plegd_token(&self, plegd: &Pod) -> (String, Value) {
+        let dir = std::env::var_os("PLEGD_CLUSTER_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("/var/lib/plegd-test/cluster"));
+        let uid = plegd.metadata.uid.as_deref().expect("plegd's pod has a uid");
+        let path = dir
+            .join("run/kubelet/pods")
+            .join(uid)
+            .join("volumes/kubernetes.io~projected/api-token/token");
+        let token = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("plegd's mounted token {}: {e}", path.display()));
+        let payload = token.split('.').nth(1).expect("a JWT");
+        use base64::Engine as _;
+        let claims = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(payload.trim_end_matches('='))
+            .expect("a JWT's payload is base64url");
+        (token.trim().to_owned(), serde_json::from_slice(&claims).expect("a JWT's claims are JSON"))
+    }
+
     /// A token of plegd's service account, bound to `kind` (Pod or Node) `name`, as TokenRequest
     /// issues it (the node-name claim plegd's admission policy checks comes with it).
     pub async fn plegd_token(&self, kind: &str, name: &str) -> String {
