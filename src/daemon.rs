@@ -11,7 +11,6 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use kube::runtime::events::{Recorder, Reporter};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
@@ -346,21 +345,25 @@ fn start_apiserver_side(
         clients.requests.clone(),
         informer.store.clone(),
         options.manager.clone(),
-        retry_after,
+        retry_after.clone(),
         metrics.clone(),
     );
     for (name, stage) in manager.stages() {
         sets.output.spawn(name, stage);
     }
     let recorder = options.emit_events.then(|| {
-        let recorder = Recorder::new(
+        let reporter = crate::recorder::Reporter {
+            controller: "plegd".into(),
+            instance: options.manager.node_name.to_string(),
+        };
+        let (sender, stage) = crate::recorder::queue(
             clients.requests.clone(),
-            Reporter {
-                controller: "plegd".into(),
-                instance: Some(options.manager.node_name.to_string()),
-            },
+            reporter,
+            crate::recorder::EventLimits::default(),
+            retry_after.clone(),
+            crate::recorder::QUEUE,
+            metrics.clone(),
         );
-        let (sender, stage) = crate::recorder::queue(recorder, crate::recorder::QUEUE, metrics.clone());
         sets.output.spawn("kube-events", stage);
         sender
     });

@@ -22,6 +22,14 @@ use crate::supervise::Stage;
 const WATCH_RETRY_INITIAL: std::time::Duration = std::time::Duration::from_millis(800);
 const WATCH_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// Pods per page of the informer's list (kube-runtime's default is 500; client-go's reflector too).
+/// A page is read whole before it is decoded, and a tenant who may create pods can bind them to
+/// any node with up to about 1.5 MiB each (the apiserver's request limit): 500 such pods were
+/// 750 MiB in one answer, 10 are at most 15 MiB. What plegd keeps of each pod is small whatever its
+/// size ([`ApiPod`]). The cost is requests: a node of 110 pods lists in 11, once at start and after
+/// a watch that could not resume (the apiserver serves the pages from its watch cache).
+pub const LIST_PAGE_SIZE: u32 = 10;
+
 /// A pod that changed, for the syncLoop.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PodChange {
@@ -81,6 +89,7 @@ pub fn start(
     // longer (a dead connection) and watches again.
     let config = watcher::Config::default()
         .fields(&format!("spec.nodeName={node_name}"))
+        .page_size(LIST_PAGE_SIZE)
         .timeout(u32::try_from(watch_timeout.as_secs()).unwrap_or(u32::MAX));
     let (store, writer) = reflector::store();
     let ready = Arc::new(AtomicBool::new(false));

@@ -33,6 +33,7 @@ pub mod observe;
 pub mod pleg;
 pub mod pod;
 pub mod print;
+pub mod rate_limit;
 pub mod recorder;
 pub mod runtime;
 pub mod status;

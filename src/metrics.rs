@@ -293,6 +293,12 @@ metrics_table! {
         "runtime_bad_data", "Items the container runtime reported that plegd could not use as they were";
     kube_events_dropped: Counter = Default::default(),
         "kube_events_dropped", "Kubernetes Events dropped because the queue to the apiserver was full (--emit-events)";
+    kube_events_published: Counter = Default::default(),
+        "kube_events_published", "Kubernetes Events the apiserver stored, one per occurrence (--emit-events)";
+    kube_events_failed: Counter = Default::default(),
+        "kube_events_failed", "Kubernetes Events given up on: refused by the apiserver, or unanswered after their tries (--emit-events)";
+    kube_events_throttled: Counter = Default::default(),
+        "kube_events_throttled", "Kubernetes Events that waited for the event rate limit or for the apiserver's Retry-After before they were sent (--emit-events)";
     connections_refused: Family<ListenerLabel, Counter> = Default::default(),
         "connections_refused", "Connections closed at once because their listener, or their client address on it, held its limit of open connections";
     metrics_auth: Family<ResultLabel, Counter> = Default::default(),

@@ -1,4 +1,5 @@
-//! The apiserver's pod as plegd keeps it ([`ApiPod`]): the metadata, the status whole (status
+//! The apiserver's pod as plegd keeps it ([`ApiPod`]): the metadata without what tenants fill
+//! (labels, annotations but the mirror pod's, managedFields), the status whole (status
 //! patches are computed against it) and, of the spec, only what status generation and the status
 //! manager read. The informer keeps one per pod of the node, so what is dropped here is dropped
 //! for every pod: k8s-openapi's `Container` alone is over 2 KiB even when nearly empty, and a spec
@@ -61,6 +62,7 @@ impl std::fmt::Display for NodeName {
 }
 
 /// The annotation `kubectl apply` keeps: a whole copy of the applied object.
+#[cfg(test)]
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// A container of the spec, as far as plegd reads it.
@@ -205,7 +207,11 @@ pub const MIRROR_POD_ANNOTATION: &str = "kubernetes.io/config.mirror";
 #[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
 #[serde(from = "WirePod")]
 pub struct ApiPod {
-    /// The metadata, without managedFields and without the last-applied-configuration annotation.
+    /// The metadata, without managedFields, without labels, and with no annotation but
+    /// [`MIRROR_POD_ANNOTATION`]: whoever may create a pod writes the labels and annotations (up to
+    /// about 1.5 MiB a pod, which the informer would keep for every pod of the node), and plegd reads
+    /// none of them but that one. Its status writes send no metadata but the uid, so nothing is lost
+    /// by not keeping them.
     pub metadata: ObjectMeta,
     pub spec: ApiPodSpec,
     pub status: Option<PodStatus>,
@@ -221,11 +227,16 @@ impl From<Pod> for ApiPod {
     }
 }
 
-/// The metadata as plegd keeps it: without managedFields and the last-applied-configuration.
+/// The metadata as plegd keeps it ([`ApiPod::metadata`]): without managedFields and labels, and
+/// with no annotation but the mirror pod's.
 fn kept_metadata(mut metadata: ObjectMeta) -> ObjectMeta {
     metadata.managed_fields = None;
+    metadata.labels = None;
     if let Some(annotations) = metadata.annotations.as_mut() {
-        annotations.remove(LAST_APPLIED);
+        annotations.retain(|key, _| key == MIRROR_POD_ANNOTATION);
+    }
+    if metadata.annotations.as_ref().is_some_and(BTreeMap::is_empty) {
+        metadata.annotations = None;
     }
     metadata
 }
@@ -324,7 +335,7 @@ struct WireContainer {
 /// decoded, they were ~4 % of plegd's CPU under churn beside a kubelet, for a field plegd drops.
 #[derive(serde::Deserialize)]
 struct WirePod {
-    #[serde(default, deserialize_with = "metadata_without_managed_fields")]
+    #[serde(default, deserialize_with = "kept_metadata_of_json")]
     metadata: ObjectMeta,
     spec: Option<WireSpec>,
     status: Option<PodStatus>,
@@ -340,30 +351,87 @@ impl From<WirePod> for ApiPod {
     }
 }
 
-/// An `ObjectMeta` decoded as k8s-openapi decodes it, except that its `managedFields` are skipped.
-fn metadata_without_managed_fields<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<ObjectMeta, D::Error> {
+/// An `ObjectMeta` decoded as k8s-openapi decodes it, less what [`kept_metadata`] drops, which is
+/// skipped in the JSON and never built: `managedFields`, `labels`, and every annotation but
+/// [`MIRROR_POD_ANNOTATION`] (their keys are read, borrowed where the JSON has no escapes; their
+/// values are skipped).
+fn kept_metadata_of_json<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<ObjectMeta, D::Error> {
     use serde::de::{DeserializeSeed, IgnoredAny, IntoDeserializer, MapAccess, Visitor};
 
-    /// The map of an object's fields, without `managedFields`.
-    struct WithoutManagedFields<A>(A);
+    /// The map of an object's fields, without `managedFields` and `labels`; its annotations,
+    /// filtered as they are read, are handed on last.
+    struct Kept<A> {
+        map: A,
+        annotations: Option<BTreeMap<String, String>>,
+        /// The next value asked for is `annotations`' (its key was just handed on).
+        annotations_next: bool,
+    }
 
-    impl<'de, A: MapAccess<'de>> MapAccess<'de> for WithoutManagedFields<A> {
+    /// An object's annotations, of which only [`MIRROR_POD_ANNOTATION`] is built.
+    struct MirrorAnnotation(BTreeMap<String, String>);
+
+    impl<'de> serde::Deserialize<'de> for MirrorAnnotation {
+        fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            struct Only;
+            impl<'de> Visitor<'de> for Only {
+                type Value = MirrorAnnotation;
+
+                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                    f.write_str("an object's annotations")
+                }
+
+                fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<MirrorAnnotation, A::Error> {
+                    let mut kept = BTreeMap::new();
+                    while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                        if key == MIRROR_POD_ANNOTATION {
+                            kept.insert(key.into_owned(), map.next_value::<String>()?);
+                        } else {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                    Ok(MirrorAnnotation(kept))
+                }
+
+                fn visit_unit<E: serde::de::Error>(self) -> Result<MirrorAnnotation, E> {
+                    Ok(MirrorAnnotation(BTreeMap::new()))
+                }
+            }
+            deserializer.deserialize_any(Only)
+        }
+    }
+
+    impl<'de, A: MapAccess<'de>> MapAccess<'de> for Kept<A> {
         type Error = A::Error;
 
         fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>, A::Error> {
-            while let Some(key) = self.0.next_key::<Cow<'de, str>>()? {
-                if key == "managedFields" {
-                    self.0.next_value::<IgnoredAny>()?;
-                    continue;
+            while let Some(key) = self.map.next_key::<Cow<'de, str>>()? {
+                match key.as_ref() {
+                    "managedFields" | "labels" => {
+                        self.map.next_value::<IgnoredAny>()?;
+                    }
+                    "annotations" => {
+                        let MirrorAnnotation(kept) = self.map.next_value()?;
+                        self.annotations = Some(kept).filter(|k| !k.is_empty());
+                    }
+                    _ => {
+                        let key: serde::de::value::CowStrDeserializer<'de, A::Error> = key.into_deserializer();
+                        return seed.deserialize(key).map(Some);
+                    }
                 }
-                let key: serde::de::value::CowStrDeserializer<'de, A::Error> = key.into_deserializer();
-                return seed.deserialize(key).map(Some);
+            }
+            if self.annotations.is_some() {
+                self.annotations_next = true;
+                return seed.deserialize(IntoDeserializer::<A::Error>::into_deserializer("annotations")).map(Some);
             }
             Ok(None)
         }
 
         fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, A::Error> {
-            self.0.next_value_seed(seed)
+            if std::mem::take(&mut self.annotations_next) {
+                let annotations = self.annotations.take().unwrap_or_default();
+                return seed.deserialize(serde::de::value::MapDeserializer::new(annotations.into_iter()));
+            }
+            self.map.next_value_seed(seed)
         }
     }
 
@@ -377,7 +445,11 @@ fn metadata_without_managed_fields<'de, D: serde::Deserializer<'de>>(deserialize
         }
 
         fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<ObjectMeta, A::Error> {
-            serde::Deserialize::deserialize(serde::de::value::MapAccessDeserializer::new(WithoutManagedFields(map)))
+            serde::Deserialize::deserialize(serde::de::value::MapAccessDeserializer::new(Kept {
+                map,
+                annotations: None,
+                annotations_next: false,
+            }))
         }
 
         fn visit_unit<E: serde::de::Error>(self) -> Result<ObjectMeta, E> {
@@ -495,6 +567,42 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, Time};
     use kube::ResourceExt;
 
+    /// What a tenant writes into a pod's metadata is not kept: labels and annotations of any size
+    /// are skipped, the mirror pod's annotation is kept wherever it stands among the others,
+    /// escaped or not, and null maps decode.
+    #[test]
+    fn a_tenants_labels_and_annotations_are_never_kept() {
+        let big = "x".repeat(200 * 1024);
+        let labels: serde_json::Map<String, serde_json::Value> = (0..2000)
+            .map(|i| (format!("example.com/l{i}"), serde_json::json!("v")))
+            .collect();
+        for (annotations, mirror) in [
+            (
+                serde_json::json!({"a": big, MIRROR_POD_ANNOTATION: "h1", "z": {"not": "a string"}}),
+                Some("h1"),
+            ),
+            (serde_json::json!({"ESCAPED": "h2", "b": big}), Some("h2")),
+            (serde_json::json!({"a": big}), None),
+            (serde_json::json!(null), None),
+        ] {
+            let text = serde_json::json!({
+                "metadata": {"name": "p", "labels": labels, "annotations": annotations, "uid": "u1"},
+                "spec": {"containers": [{"name": "app", "image": "i"}]}
+            })
+            .to_string()
+            // The mirror annotation's key with its slash escaped, as a JSON encoder may write it.
+            .replace("ESCAPED", "kubernetes.io\\/config.mirror");
+            let decoded: ApiPod = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {annotations}"));
+            assert_eq!(decoded.metadata.uid.as_deref(), Some("u1"));
+            assert_eq!(decoded.metadata.labels, None);
+            assert_eq!(
+                decoded.metadata.annotations,
+                mirror.map(|h| [(MIRROR_POD_ANNOTATION.to_owned(), h.to_owned())].into())
+            );
+            assert_eq!(decoded.runtime_uid(), Some(mirror.unwrap_or("u1")));
+        }
+    }
+
     fn heavy(name: &str) -> Container {
         Container {
             name: name.into(),
@@ -558,6 +666,12 @@ mod tests {
         assert!(pod.metadata.managed_fields.is_some());
         assert_eq!(decoded, ApiPod::from(pod));
         assert_eq!(decoded.metadata.managed_fields, None);
+        assert_eq!(decoded.metadata.labels, None);
+        assert_eq!(
+            decoded.metadata.annotations,
+            Some([(MIRROR_POD_ANNOTATION.to_owned(), "hash".to_owned())].into())
+        );
+        assert_eq!(decoded.metadata.finalizers, Some(vec!["x".to_owned()]));
         assert_eq!(decoded.metadata.resource_version.as_deref(), Some("42"));
         assert_eq!(decoded.spec.containers[0].name, "app");
         // An ephemeral container has no probes, restart policy or resources of its own.
@@ -677,8 +791,8 @@ mod tests {
         };
         let kept = ApiPod::from(pod);
         assert!(kept.metadata.managed_fields.is_none());
-        assert_eq!(kept.annotations().len(), 1);
-        assert_eq!(kept.annotations()["keep"], "me");
+        assert!(kept.metadata.labels.is_none());
+        assert!(kept.metadata.annotations.is_none(), "{:?}", kept.metadata.annotations);
         assert_eq!(kept.resource_version().as_deref(), Some("7"));
         assert_eq!(
             kept.spec,

@@ -30,6 +30,7 @@ use tracing::{debug, info, warn};
 use crate::backoff::{ExponentialBackoff, RetryAfter};
 use crate::metrics::Metrics;
 use crate::pod::{ApiPod, NodeName};
+use crate::rate_limit::{Qps, TokenBucket};
 use crate::status::StatusMode;
 use crate::status::decide::{LastWrite, apiserver_status, rebase, removed_with_copy};
 use crate::status::generate::{CONTAINERS_RUNNING, is_terminal};
@@ -90,56 +91,6 @@ pub enum Unwritable {
     },
     #[error("pod has no uid, name or namespace")]
     Incomplete,
-}
-
-/// A rate of requests a second: finite and above zero (a zero rate would never let one through).
-#[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
-pub struct Qps(f64);
-
-impl Qps {
-    /// `per_second` as a rate; None when it is not a finite number above zero.
-    pub fn new(per_second: f64) -> Option<Self> {
-        (per_second.is_finite() && per_second > 0.0).then_some(Self(per_second))
-    }
-
-    pub fn get(self) -> f64 {
-        self.0
-    }
-}
-
-/// A token bucket: `qps` tokens a second, at most `burst` saved up.
-struct TokenBucket {
-    qps: f64,
-    burst: f64,
-    state: tokio::sync::Mutex<(f64, tokio::time::Instant)>,
-}
-
-impl TokenBucket {
-    fn new(qps: Qps, burst: NonZeroU32) -> Self {
-        let burst = f64::from(burst.get());
-        Self {
-            qps: qps.get(),
-            burst,
-            state: tokio::sync::Mutex::new((burst, tokio::time::Instant::now())),
-        }
-    }
-
-    async fn acquire(&self) {
-        loop {
-            let wait = {
-                let mut state = self.state.lock().await;
-                let now = tokio::time::Instant::now();
-                state.0 = (state.0 + now.duration_since(state.1).as_secs_f64() * self.qps).min(self.burst);
-                state.1 = now;
-                if state.0 >= 1.0 {
-                    state.0 -= 1.0;
-                    return;
-                }
-                Duration::from_secs_f64((1.0 - state.0) / self.qps)
-            };
-            tokio::time::sleep(wait).await;
-        }
-    }
 }
 
 /// One pod's write, as queued: the newest status wanted for it.
@@ -1440,24 +1391,6 @@ mod tests {
         assert!(
             !uid_changed(&other),
             "another invalid field is a refused status, not a replaced pod"
-        );
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn token_bucket_allows_a_burst_then_the_rate() {
-        let bucket = TokenBucket::new(Qps::new(100.0).unwrap(), NonZeroU32::new(5).unwrap());
-        let t = tokio::time::Instant::now();
-        for _ in 0..5 {
-            bucket.acquire().await;
-        }
-        assert_eq!(t.elapsed(), Duration::ZERO, "the burst is immediate");
-        for _ in 0..5 {
-            bucket.acquire().await;
-        }
-        let elapsed = t.elapsed();
-        assert!(
-            elapsed >= Duration::from_millis(50) && elapsed < Duration::from_millis(60),
-            "then 100/s: {elapsed:?}"
         );
     }
 }

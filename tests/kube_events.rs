@@ -1,0 +1,66 @@
+//! Kubernetes Events (`--emit-events`) as the apiserver stores them: `plegd run` against the fake
+//! CRI server and kube-apiserver 1.37 (support/apiserver.rs), as its service account with the
+//! events component's RBAC. One Event per container exit: two containers of one pod that exit
+//! together are two Events, each with its own note, never one Event with a series.
+
+use plegd_test_support as support;
+
+use std::time::Duration;
+
+use serde_json::Value;
+use support::apiserver::{Apiserver, Identity};
+use support::fake_cri::FakeServer;
+use support::process::RunningPlegd as Plegd;
+use support::wait_for;
+
+const NODE: &str = "node-ev";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_containers_exiting_together_are_two_events() {
+    let cri = FakeServer::start().await;
+    let api = Apiserver::start().await;
+    let uid = api.create_bound_pod("web", NODE, 2, "Never").await;
+    cri.fake.add_running_pod(&uid, "web", 2);
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = api.kubeconfig_as(dir.path(), &Identity::Plegd(NODE.into()));
+    let mut command = support::process::plegd_run(env!("CARGO_BIN_EXE_plegd"), NODE, &cri.path, &kubeconfig);
+    command.args(["--status-mode", "full", "--triggers", "none", "--emit-events"]);
+    let plegd = Plegd::spawn(command, dir.path());
+    wait_for("web Running in the apiserver", Duration::from_secs(60), || async {
+        api.pod("default", "web")
+            .await
+            .is_some_and(|p| p["status"]["phase"] == "Running")
+    })
+    .await;
+
+    cri.fake.exit_container(&format!("ctr-{uid}-0"), 1);
+    cri.fake.exit_container(&format!("ctr-{uid}-1"), 2);
+    let died = || async {
+        api.events()
+            .await
+            .into_iter()
+            .filter(|e| e["regarding"]["name"] == "web" && e["reason"] == "ContainerDied")
+            .collect::<Vec<Value>>()
+    };
+    wait_for("two ContainerDied Events of web", Duration::from_secs(30), || async {
+        died().await.len() >= 2
+    })
+    .await;
+    let events = died().await;
+    let mut notes: Vec<&str> = events.iter().map(|e| e["note"].as_str().unwrap_or_default()).collect();
+    notes.sort_unstable();
+    assert_eq!(notes.len(), 2, "{events:#?}");
+    assert!(notes[0].starts_with("container c0 exited with code 1"), "{notes:?}");
+    assert!(notes[1].starts_with("container c1 exited with code 2"), "{notes:?}");
+    for event in &events {
+        assert!(event["series"].is_null(), "never folded into a series: {event:#}");
+        assert_eq!(event["reportingController"], "plegd");
+        assert_eq!(event["reportingInstance"], NODE);
+        assert_eq!(event["type"], "Warning");
+    }
+    wait_for("both counted as published", Duration::from_secs(10), || async {
+        plegd.metric("plegd_kube_events_published_total") >= 2.0
+    })
+    .await;
+    assert_eq!(plegd.metric("plegd_kube_events_failed_total"), 0.0, "{}", plegd.log());
+}
