@@ -421,15 +421,26 @@ fn kept_metadata_of_json<'de, D: serde::Deserializer<'de>>(deserializer: D) -> R
             }
             if self.annotations.is_some() {
                 self.annotations_next = true;
-                return seed.deserialize(IntoDeserializer::<A::Error>::into_deserializer("annotations")).map(Some);
+                return seed
+                    .deserialize(IntoDeserializer::<A::Error>::into_deserializer("annotations"))
+                    .map(Some);
             }
             Ok(None)
         }
 
         fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, A::Error> {
             if std::mem::take(&mut self.annotations_next) {
-                let annotations = self.annotations.take().unwrap_or_default();
-                return seed.deserialize(serde::de::value::MapDeserializer::new(annotations.into_iter()));
+                // As JSON, whose deserializer hands a map to the `Option` the field is.
+                let annotations: serde_json::Map<String, serde_json::Value> = self
+                    .annotations
+                    .take()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(k, v)| (k, serde_json::Value::String(v)))
+                    .collect();
+                return seed
+                    .deserialize(serde_json::Value::Object(annotations))
+                    .map_err(serde::de::Error::custom);
             }
             self.map.next_value_seed(seed)
         }
@@ -592,7 +603,7 @@ mod tests {
             .to_string()
             // The mirror annotation's key with its slash escaped, as a JSON encoder may write it.
             .replace("ESCAPED", "kubernetes.io\\/config.mirror");
-            let decoded: ApiPod = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {annotations}"));
+            let decoded: ApiPod = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: mirror {mirror:?}"));
             assert_eq!(decoded.metadata.uid.as_deref(), Some("u1"));
             assert_eq!(decoded.metadata.labels, None);
             assert_eq!(

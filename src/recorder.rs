@@ -80,7 +80,12 @@ impl EventSender {
 }
 
 /// The Event `event` about `regarding` as the API has it, observed at `now`.
-pub fn api_event(event: &Event, regarding: &ObjectReference, reporter: &Reporter, now: k8s_openapi::jiff::Timestamp) -> ApiEvent {
+pub fn api_event(
+    event: &Event,
+    regarding: &ObjectReference,
+    reporter: &Reporter,
+    now: k8s_openapi::jiff::Timestamp,
+) -> ApiEvent {
     ApiEvent {
         metadata: ObjectMeta {
             namespace: regarding.namespace.clone(),

@@ -412,8 +412,15 @@ async fn a_write_to_a_pod_of_another_node_is_refused() {
     // good for an hour at most (never the year an automatic token may be stretched to).
     let (token, claims) = cluster.mounted_plegd_token(&plegd);
     let lifetime = claims["exp"].as_i64().unwrap() - claims["iat"].as_i64().unwrap();
-    assert!((600..=3600).contains(&lifetime), "plegd's token lives {lifetime} s: {claims}");
-    assert_eq!(claims["kubernetes.io"]["pod"]["name"], json!(plegd.metadata.name), "{claims}");
+    assert!(
+        (600..=3600).contains(&lifetime),
+        "plegd's token lives {lifetime} s: {claims}"
+    );
+    assert_eq!(
+        claims["kubernetes.io"]["pod"]["name"],
+        json!(plegd.metadata.name),
+        "{claims}"
+    );
     assert_eq!(claims["kubernetes.io"]["node"]["name"], json!(node), "{claims}");
     let dir = tempfile::tempdir().unwrap();
     let as_plegd = support::cluster::client_from(&cluster.kubeconfig_with_token(dir.path(), &token)).await;
@@ -447,7 +454,9 @@ async fn a_write_to_a_pod_of_another_node_is_refused() {
         json!({"annotations": {"example.com/by": "plegd"}}),
         json!({"finalizers": ["example.com/pin"]}),
     ] {
-        let refused = patch("here", json!({"metadata": metadata})).await.expect_err("metadata");
+        let refused = patch("here", json!({"metadata": metadata}))
+            .await
+            .expect_err("metadata");
         let kube::Error::Api(status) = &refused else {
             panic!("{refused:?}")
         };

@@ -4,7 +4,7 @@
 //! pod's life against the fake CRI server and the test apiserver built from Kubernetes' own code,
 //! which authorizes it with the rendered install's ClusterRoles alone (a request they do not grant
 //! is a 403, and none may happen) — running, deleted, both containers exiting (two Kubernetes
-//! Events for one pod: a create, then a series patch) — and every request it made is turned into
+//! Events for one pod: two creates, one per exit) — and every request it made is turned into
 //! what RBAC would authorize it as. That set must equal what the install's ClusterRoles grant:
 //! nothing used that is not granted, nothing granted that is not used.
 
@@ -106,8 +106,14 @@ async fn used(mode: &str, emit_events: bool, rendered: &std::path::Path, install
     cri.fake.exit_container(&format!("ctr-{uid}-1"), 2);
     cri.fake.set_sandbox_ready(&format!("sb-{uid}"), false);
     if emit_events {
-        wait_for("two events in one series", Duration::from_secs(20), || async {
-            api.events().await.iter().any(|e| e["series"]["count"] == 2)
+        // One Event per exit, each created (never a PATCH of an earlier one's series).
+        wait_for("two ContainerDied Events", Duration::from_secs(20), || async {
+            api.events()
+                .await
+                .iter()
+                .filter(|e| e["reason"] == "ContainerDied")
+                .count()
+                >= 2
         })
         .await;
     }

@@ -247,13 +247,17 @@ impl Cluster {
             .join("run/kubelet/pods")
             .join(uid)
             .join("volumes/kubernetes.io~projected/api-token/token");
-        let token = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("plegd's mounted token {}: {e}", path.display()));
+        let token =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("plegd's mounted token {}: {e}", path.display()));
         let payload = token.split('.').nth(1).expect("a JWT");
         use base64::Engine as _;
         let claims = base64::engine::general_purpose::URL_SAFE_NO_PAD
             .decode(payload.trim_end_matches('='))
             .expect("a JWT's payload is base64url");
-        (token.trim().to_owned(), serde_json::from_slice(&claims).expect("a JWT's claims are JSON"))
+        (
+            token.trim().to_owned(),
+            serde_json::from_slice(&claims).expect("a JWT's claims are JSON"),
+        )
     }
 
     /// A token of plegd's service account, bound to `kind` (Pod or Node) `name`, as TokenRequest
