@@ -141,13 +141,15 @@ pub struct HttpLimits {
 
 impl HttpLimits {
     /// `/metrics` (and `/healthz`, `/readyz` beside it): Prometheus keeps its connection alive;
-    /// one client address holds at most 32 connections; a full listener refuses new ones.
+    /// one client address holds at most 32 connections (past that, its new ones are refused); a
+    /// full listener closes its oldest connection for a new one, so that no number of addresses
+    /// can keep a scrape out.
     pub fn metrics(max_connections: NonZeroUsize) -> Self {
         Self {
             admission: Admission {
                 max_connections,
                 max_per_client: NonZeroUsize::new(32).unwrap(),
-                when_full: WhenFull::Refuse,
+                when_full: WhenFull::RefuseOverShareEvictOldest,
             },
             header_read_timeout: Duration::from_secs(10),
             max_connection_age: Duration::from_secs(300),

@@ -93,6 +93,12 @@ pub enum WhenFull {
     /// per connection (the kubelet's probes), so that connections held open by others can never
     /// keep a new one out.
     EvictOldest,
+    /// A client past its share is refused, as with `Refuse`; a full listener closes its oldest
+    /// connection for the new one, as with `EvictOldest`: for a listener of a few long-lived
+    /// readers (Prometheus keeps its connection alive), so that many addresses each holding their
+    /// share cannot keep a new reader out — at worst a reader's kept-alive connection is closed and
+    /// its next scrape opens another, which gets in.
+    RefuseOverShareEvictOldest,
 }
 
 /// Bounds of one listener: connections open at once in all, and from one client address.
@@ -149,7 +155,7 @@ impl ConnectionLimit {
         if let Some(ip) = client
             && open.per_client.get(&ip).copied().unwrap_or(0) >= self.admission.max_per_client.get()
         {
-            if self.admission.when_full == WhenFull::Refuse {
+            if self.admission.when_full != WhenFull::EvictOldest {
                 drop(open);
                 self.metrics.count_connection_refused(self.listener);
                 debug!(listener = self.listener, client = %ip, "client holds its share of connections; closing a new one");
@@ -175,7 +181,7 @@ impl ConnectionLimit {
                     );
                     return None;
                 }
-                WhenFull::EvictOldest => {
+                WhenFull::EvictOldest | WhenFull::RefuseOverShareEvictOldest => {
                     // Its place is given back when its task ends, a moment later.
                     if let Some((_, (_, oldest))) = open.by_age.pop_first() {
                         oldest.cancel();

@@ -7,13 +7,17 @@
 //! `nonResourceURLs: ["/metrics"]` rule.
 //!
 //! Answers are cached by token (allowed for 2 min, refused for 30 s, as the kubelet's webhook
-//! caches do), at most [`MAX_CACHED`] tokens. Reviews of tokens not cached are limited, so that
+//! caches do), at most [`MAX_CACHED`] allowed tokens and as many refused ones, each kind in a cache
+//! of its own: a flood of tokens the apiserver refuses churns only the refused cache and never
+//! pushes out an allowed reader's verdict. Reviews of tokens not cached are limited, so that
 //! clients sending random tokens cannot make plegd flood the apiserver (nor crowd its status
 //! writes, which share plegd's identity and so its priority-and-fairness flow there): at most
 //! [`REVIEWS_PER_CLIENT_PER_SECOND`] for one client address and [`REVIEWS_PER_SECOND`] in all,
-//! each with a burst of a few; past it the answer is 429. An allowed token whose answer expired
-//! while reviews are held back is still allowed for one more [`ALLOWED_TTL`], so that a flood of
-//! others cannot lock Prometheus out. A review that fails (apiserver unreachable, timeout) is not
+//! each with a burst of a few; past it the answer is 429. A client address that showed an allowed
+//! token within [`GOOD_CLIENT_MEMORY`] has its reviews taken from its own budget alone, not from
+//! the budget of all that a flood spends, so that a flood of others cannot lock Prometheus out; and
+//! an allowed answer is never used past its [`ALLOWED_TTL`], so that a revoked token reads no longer
+//! than that, flood or not. A review that fails (apiserver unreachable, timeout) is not
 //! cached and answers 503: nobody is let in on a guess. The reviews go through a client of their
 //! own: a `Retry-After` answered to a review does not hold back the status writes.
 
@@ -45,6 +49,11 @@ pub const REVIEWS_PER_SECOND: f64 = 5.0;
 pub const REVIEWS_PER_CLIENT_PER_SECOND: f64 = 1.0;
 /// Client addresses whose review budget is kept.
 pub const MAX_CLIENTS: usize = 1024;
+/// How long a client address that showed an allowed token is a known reader, whose reviews do
+/// not draw on the budget of all.
+pub const GOOD_CLIENT_MEMORY: Duration = Duration::from_secs(600);
+/// Known readers' addresses kept (the most recent).
+pub const MAX_GOOD_CLIENTS: usize = 64;
 /// Longest bearer token looked at; a longer one is refused without a review.
 pub const MAX_TOKEN_BYTES: usize = 8 * 1024;
 
@@ -127,10 +136,25 @@ impl Budget {
     }
 }
 
-/// The review budgets: one for all, one per client address.
+/// The review budgets: one for all, one per client address; and the addresses of known readers,
+/// with when each last showed an allowed token.
 struct Budgets {
     all: Budget,
     clients: HashMap<IpAddr, Budget>,
+    good: HashMap<IpAddr, Instant>,
+}
+
+/// The verdicts kept: allowed and refused tokens apart, each within [`MAX_CACHED`].
+#[derive(Default)]
+struct Caches {
+    allowed: HashMap<String, Verdict>,
+    refused: HashMap<String, Verdict>,
+}
+
+impl Caches {
+    fn get(&self, token: &str) -> Option<&Verdict> {
+        self.allowed.get(token).or_else(|| self.refused.get(token))
+    }
 }
 
 const BURST: f64 = 2.0 * REVIEWS_PER_SECOND;
@@ -140,7 +164,7 @@ const CLIENT_BURST: f64 = 3.0;
 pub struct MetricsAuth {
     client: kube::Client,
     timeout: Duration,
-    cache: Mutex<HashMap<String, Verdict>>,
+    cache: Mutex<Caches>,
     budgets: Mutex<Budgets>,
     metrics: Arc<Metrics>,
 }
@@ -163,6 +187,7 @@ impl MetricsAuth {
             budgets: Mutex::new(Budgets {
                 all: Budget::full(BURST, Instant::now()),
                 clients: HashMap::new(),
+                good: HashMap::new(),
             }),
             metrics,
         }
@@ -182,13 +207,11 @@ impl MetricsAuth {
     async fn answer(&self, authorization: Option<&HeaderValue>, client: Option<IpAddr>) -> Result<(), Denied> {
         let token = bearer_token(authorization).ok_or(Denied::NoToken)?;
         let now = Instant::now();
-        let stale_allowed = match self.lock_cache().get(token) {
-            Some(verdict) if verdict.until > now => return verdict.answer.clone(),
-            Some(verdict) => verdict.answer.is_ok() && verdict.until + ALLOWED_TTL > now,
-            None => false,
-        };
+        if let Some(verdict) = self.lock_cache().get(token).filter(|v| v.until > now) {
+            return verdict.answer.clone();
+        }
         if !self.take_budget(client, now) {
-            return if stale_allowed { Ok(()) } else { Err(Denied::Throttled) };
+            return Err(Denied::Throttled);
         }
         let answer = tokio::time::timeout(self.timeout, self.review(token))
             .await
@@ -197,24 +220,48 @@ impl MetricsAuth {
             let ttl = if answer.is_ok() { ALLOWED_TTL } else { REFUSED_TTL };
             self.remember(token, answer.clone(), now + ttl);
         }
+        if let (Ok(()), Some(ip)) = (&answer, client) {
+            self.known_reader(ip, now);
+        }
         answer
     }
 
-    fn lock_cache(&self) -> std::sync::MutexGuard<'_, HashMap<String, Verdict>> {
+    fn lock_cache(&self) -> std::sync::MutexGuard<'_, Caches> {
         self.cache.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Remember `ip` as a known reader's address from `now`, within [`MAX_GOOD_CLIENTS`] (the
+    /// one seen longest ago makes room).
+    fn known_reader(&self, ip: IpAddr, now: Instant) {
+        let mut budgets = self.budgets.lock().unwrap_or_else(|e| e.into_inner());
+        budgets.good.retain(|_, seen| *seen + GOOD_CLIENT_MEMORY > now);
+        if budgets.good.len() >= MAX_GOOD_CLIENTS
+            && !budgets.good.contains_key(&ip)
+            && let Some(oldest) = budgets.good.iter().min_by_key(|(_, seen)| **seen).map(|(ip, _)| *ip)
+        {
+            budgets.good.remove(&oldest);
+        }
+        budgets.good.insert(ip, now);
+    }
+
     /// Take one review from the client's budget and the budget of all, or none when either is
-    /// spent. At most [`MAX_CLIENTS`] client budgets are kept: idle ones (full again) are
-    /// forgotten first; a new client past that has no budget until one is.
+    /// spent; a known reader's address ([`GOOD_CLIENT_MEMORY`]) from its own budget alone. At most
+    /// [`MAX_CLIENTS`] client budgets are kept: idle ones (full again) are forgotten first; a new
+    /// client past that has no budget until one is (a known reader always has one).
     fn take_budget(&self, client: Option<IpAddr>, now: Instant) -> bool {
         let mut budgets = self.budgets.lock().unwrap_or_else(|e| e.into_inner());
         budgets.all.refill(now, REVIEWS_PER_SECOND, BURST);
-        if budgets.all.tokens < 1.0 {
+        let known = client.is_some_and(|ip| {
+            budgets
+                .good
+                .get(&ip)
+                .is_some_and(|seen| *seen + GOOD_CLIENT_MEMORY > now)
+        });
+        if budgets.all.tokens < 1.0 && !known {
             return false;
         }
         if let Some(ip) = client {
-            if !budgets.clients.contains_key(&ip) && budgets.clients.len() >= MAX_CLIENTS {
+            if !known && !budgets.clients.contains_key(&ip) && budgets.clients.len() >= MAX_CLIENTS {
                 budgets
                     .clients
                     .retain(|_, b| !b.refill(now, REVIEWS_PER_CLIENT_PER_SECOND, CLIENT_BURST));
@@ -232,14 +279,24 @@ impl MetricsAuth {
             }
             mine.tokens -= 1.0;
         }
-        budgets.all.tokens -= 1.0;
+        if !known {
+            budgets.all.tokens -= 1.0;
+        }
         true
     }
 
-    /// Keep `answer` for `token` until `until`, within [`MAX_CACHED`] tokens: expired answers go
-    /// first, then the one that expires soonest.
+    /// Keep `answer` for `token` until `until`, in the cache of its kind (allowed or refused),
+    /// within [`MAX_CACHED`] tokens there: expired answers go first, then the one that expires
+    /// soonest. A token's answer of the other kind is forgotten.
     fn remember(&self, token: &str, answer: Result<(), Denied>, until: Instant) {
-        let mut cache = self.lock_cache();
+        let mut caches = self.lock_cache();
+        let Caches { allowed, refused } = &mut *caches;
+        let (cache, other) = if answer.is_ok() {
+            (allowed, refused)
+        } else {
+            (refused, allowed)
+        };
+        other.remove(token);
         if cache.len() >= MAX_CACHED && !cache.contains_key(token) {
             let now = Instant::now();
             cache.retain(|_, v| v.until > now);
@@ -433,12 +490,56 @@ mod tests {
                 Instant::now() + REFUSED_TTL,
             );
         }
-        assert_eq!(auth.lock_cache().len(), MAX_CACHED);
+        assert_eq!(auth.lock_cache().refused.len(), MAX_CACHED);
     }
 
-    /// An allowed token whose answer expired while the budget is spent stays allowed a while.
+    /// A flood of refused tokens from many addresses, past the cache's size and the budget of all:
+    /// an allowed reader's verdict stays cached, and once it has expired the reader's address,
+    /// known, is reviewed from its own budget, not the spent budget of all.
     #[tokio::test(start_paused = true)]
-    async fn an_allowed_reader_is_not_locked_out_by_a_flood() {
+    async fn a_flood_neither_forgets_a_reader_nor_spends_its_reviews() {
+        let mut answers = vec![(201, token_review(true)), (201, access_review(true))];
+        answers.extend((0..BURST as usize).map(|_| (201, token_review(false))));
+        answers.extend([(201, token_review(true)), (201, access_review(true))]);
+        let script = Script::new(&answers, token_review(false));
+        let auth = MetricsAuth::new(script.client(), Duration::from_secs(5), Arc::new(Metrics::new()));
+        let prometheus: IpAddr = "10.0.0.9".parse().unwrap();
+        assert_eq!(auth.check(Some(&header("Bearer prom")), Some(prometheus)).await, Ok(()));
+        // Refused verdicts past the cache's size: the allowed one is still there.
+        for i in 0..(2 * MAX_CACHED) {
+            auth.remember(
+                &format!("x{i}"),
+                Err(Denied::Unauthenticated),
+                Instant::now() + REFUSED_TTL,
+            );
+        }
+        let sent = script.sent().len();
+        assert_eq!(auth.check(Some(&header("Bearer prom")), Some(prometheus)).await, Ok(()));
+        assert_eq!(script.sent().len(), sent, "answered from the cache");
+        // Past both its lifetime and the stale grace, with the budget of all spent by a flood.
+        tokio::time::advance(2 * ALLOWED_TTL + Duration::from_secs(1)).await;
+        for i in 0..200u8 {
+            let _ = auth
+                .check(
+                    Some(&header(&format!("Bearer f{i}"))),
+                    Some(IpAddr::from([10, 3, 0, i])),
+                )
+                .await;
+        }
+        assert_eq!(
+            auth.check(Some(&header("Bearer new")), Some(IpAddr::from([10, 4, 0, 1])))
+                .await,
+            Err(Denied::Throttled),
+            "the budget of all is spent"
+        );
+        assert_eq!(auth.check(Some(&header("Bearer prom")), Some(prometheus)).await, Ok(()));
+    }
+
+    /// An allowed answer is not used past its lifetime, even while a flood spends the budget of
+    /// all: the reader's address, known, is reviewed again, and a token revoked meanwhile is
+    /// refused (it read for [`ALLOWED_TTL`] at most).
+    #[tokio::test(start_paused = true)]
+    async fn a_revoked_reader_is_refused_after_its_answers_lifetime_flood_or_not() {
         let script = Script::new(
             &[(201, token_review(true)), (201, access_review(true))],
             token_review(false),
@@ -455,6 +556,9 @@ mod tests {
                 )
                 .await;
         }
-        assert_eq!(auth.check(Some(&header("Bearer prom")), Some(prometheus)).await, Ok(()));
+        assert_eq!(
+            auth.check(Some(&header("Bearer prom")), Some(prometheus)).await,
+            Err(Denied::Unauthenticated)
+        );
     }
 }

@@ -16,8 +16,9 @@ use serde_json::{Value, json};
 use support::cluster::{CONDITION, Cluster, NAMESPACE, cluster, condition, pod};
 use support::process::metric;
 
-/// Every optional component of deploy/ (the admission policies are in the overlays already).
-const EVERY_COMPONENT: [&str; 5] = ["events", "pod-monitor", "grafana-dashboard", "alerts", "network-policy"];
+/// Every optional component of deploy/ (the admission policies and the network policy are in the
+/// overlays already).
+const EVERY_COMPONENT: [&str; 4] = ["events", "pod-monitor", "grafana-dashboard", "alerts"];
 const WAIT: Duration = Duration::from_secs(90);
 
 /// Poll `get` until `cond` holds of what it returns; panics with the last value after `timeout`.

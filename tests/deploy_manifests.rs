@@ -201,6 +201,14 @@ fn every_install_keeps_plegd_least_privileged_and_node_critical() {
         let spec = &ds["spec"]["template"]["spec"];
         let c = &spec["containers"][0];
         assert_eq!(spec["priorityClassName"], "system-node-critical", "{name}");
+        // Pod Security said outright for plegd's namespace, not left to the cluster's default.
+        let namespace = install
+            .iter()
+            .find(|d| d["kind"] == "Namespace")
+            .expect("the namespace");
+        let labels = &namespace["metadata"]["labels"];
+        assert_eq!(labels["pod-security.kubernetes.io/enforce"], "privileged", "{name}");
+        assert_eq!(labels["pod-security.kubernetes.io/audit"], "baseline", "{name}");
         assert_eq!(spec["tolerations"][0]["operator"], "Exists", "{name}");
         let env = c["env"].as_array().unwrap();
         let node_name = env.iter().find(|e| e["name"] == "NODE_NAME").unwrap();

@@ -270,3 +270,39 @@ async fn metrics_need_an_authorized_token() {
         "{reviews:?}"
     );
 }
+
+/// /metrics filled by many pod addresses, each within its share of 32 connections (130 addresses:
+/// 4,160 connections, past the listener's 4,096): a scrape from another address still gets in, as
+/// its connection closes the oldest held one, and is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_pod_addresses_keep_a_scrape_out() {
+    let s = setup(&[]).await;
+    let mut held = Vec::new();
+    for address in 0..130u32 {
+        let (a, b) = (40 + (address / 250) as u8, 2 + (address % 250) as u8);
+        for _ in 0..32 {
+            if let Ok(stream) = connect_from(a, b, s.metrics_port).await {
+                held.push(stream);
+            }
+        }
+    }
+    let body = wait_until_metrics(
+        s.metrics_port,
+        "plegd_connections_evicted_total{listener=\"http\"}",
+        1.0,
+    )
+    .await;
+    assert_eq!(
+        metric(&body, "plegd_connections_refused_total{listener=\"http\"}").unwrap_or(0.0),
+        0.0,
+        "no address went past its share, and nobody was refused\n{body}"
+    );
+    for _ in 0..5 {
+        assert_eq!(
+            probe(s.metrics_port, "/metrics").await,
+            Some(200),
+            "a scrape from a new address"
+        );
+    }
+    drop(held);
+}

@@ -179,11 +179,28 @@ impl Following {
                 }
                 Ok(_) => {}
                 Err(broadcast::error::RecvError::Lagged(missed)) => {
-                    // Every pod's latest that was not sent yet: what the missed items held.
+                    // Every pod's latest that was not sent yet, and the removal of every pod sent
+                    // that is gone since: what the missed items held.
                     self.subscription.metrics.observer_lagged.inc_by(missed);
                     let (latest, receiver) = self.reports.follow();
                     self.receiver = receiver;
                     self.queued.push_back(Item::Lagged(Lagged { missed }));
+                    let present: std::collections::HashSet<&str> = latest.iter().map(|(uid, _)| uid.as_str()).collect();
+                    let gone: Vec<String> = self
+                        .sent
+                        .keys()
+                        .filter(|uid| !present.contains(uid.as_str()))
+                        .cloned()
+                        .collect();
+                    for uid in gone {
+                        if let Some(report) = self.sent.remove(&uid) {
+                            self.queued.push_back(Item::Removed(StatusRemoved {
+                                namespace: report.pod.metadata.namespace.clone().unwrap_or_default(),
+                                pod: report.pod.metadata.name.clone().unwrap_or_default(),
+                                pod_uid: uid,
+                            }));
+                        }
+                    }
                     self.queue_unsent(latest);
                 }
                 Err(broadcast::error::RecvError::Closed) => return None,
@@ -369,6 +386,28 @@ mod tests {
         // Then only what comes next.
         reports.remove("db");
         assert_eq!(named(&f.next().await.unwrap()), "removed dev/db");
+    }
+
+    /// A pod removed while its subscriber lagged is reported removed after the lag, not kept.
+    #[tokio::test]
+    async fn a_lagging_subscriber_is_told_of_the_pods_removed_meanwhile() {
+        let reports = StatusReports::default();
+        reports.put("web", report("prod", "web", 1));
+        reports.put("db", report("dev", "db", 1));
+        let mut f = following(&reports, StatusServiceWatchRequest::default());
+        let mut first = vec![named(&f.next().await.unwrap()), named(&f.next().await.unwrap())];
+        first.sort();
+        assert_eq!(first, ["dev/db@1", "prod/web@1"]);
+        reports.remove("db");
+        for rv in 2..3000 {
+            reports.put("web", report("prod", "web", rv));
+        }
+        let lagged = named(&f.next().await.unwrap());
+        assert!(lagged.starts_with("lagged "), "{lagged}");
+        let mut after = vec![named(&f.next().await.unwrap()), named(&f.next().await.unwrap())];
+        after.sort();
+        assert_eq!(after, ["prod/web@2999", "removed dev/db"]);
+        assert_eq!(f.sent.len(), 1, "the removed pod is not kept");
     }
 
     /// A subscriber gets every new report of a pod, in order.

@@ -190,11 +190,19 @@ enum Opened {
 /// How a path beneath a directory is resolved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Resolver {
-    /// `openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS` (Linux 5.6); the walk where the
-    /// kernel (or a seccomp filter) answers ENOSYS.
+    /// `openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS` (Linux 5.6); the walk where it is
+    /// not to be had ([`openat2_missing`]).
     Openat2,
     /// One component at a time, each directory opened `O_NOFOLLOW`.
     Walk,
+}
+
+/// Whether `openat2` answering `errno` means the call is not to be had here, and the walk must
+/// stand in: ENOSYS from a kernel without it (or a seccomp filter that says so), and EPERM from the
+/// seccomp filters that refuse system calls they do not know that way (systemd before 250, older
+/// container runtimes' default profiles). A read-only open never answers EPERM otherwise.
+fn openat2_missing(errno: Errno) -> bool {
+    matches!(errno, Errno::NOSYS | Errno::PERM)
 }
 
 /// Open `rel` (relative, normal components only) beneath `dir` once, following no symlink and
@@ -209,7 +217,7 @@ fn open_beneath(dir: impl AsFd, rel: &Path, resolver: Resolver) -> rustix::io::R
             let mut tries = 0;
             loop {
                 match rustix::fs::openat2(&dir, rel, flags, Mode::empty(), resolve) {
-                    Err(Errno::NOSYS) => return open_beneath(dir, rel, Resolver::Walk),
+                    Err(errno) if openat2_missing(errno) => return open_beneath(dir, rel, Resolver::Walk),
                     // A rename or mount raced the lookup (RESOLVE_BENEATH cannot then vouch for it).
                     Err(Errno::AGAIN) if tries < 3 => tries += 1,
                     other => return other,
@@ -831,7 +839,19 @@ mod tests {
             assert_eq!(refused_paths.len(), 1, "{refused}");
         }
 
-        // The same answers from the walk that stands in for openat2 where the kernel has none.
+        // The same answers from the walk that stands in for openat2 where the kernel has none, or
+        // a seccomp filter refuses it with ENOSYS or EPERM; nothing else sends a read to the walk.
+        for errno in [rustix::io::Errno::NOSYS, rustix::io::Errno::PERM] {
+            assert!(openat2_missing(errno), "{errno:?}");
+        }
+        for errno in [
+            rustix::io::Errno::ACCESS,
+            rustix::io::Errno::LOOP,
+            rustix::io::Errno::XDEV,
+            rustix::io::Errno::AGAIN,
+        ] {
+            assert!(!openat2_missing(errno), "{errno:?}");
+        }
         let root = rustix::fs::open(
             &files.pods_dir,
             rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY,

@@ -185,7 +185,8 @@ fn scaled_value(q: &str, scale: i32) -> Option<i128> {
             Some((e, _)) => (*e, 0),
             None => {
                 let digits = s.strip_prefix(['e', 'E'])?;
-                (digits.parse::<i32>().ok().filter(|e| e.abs() <= 1000)?, 0)
+                // `unsigned_abs`: `abs` of i32::MIN (`1e-2147483648`) overflows.
+                (digits.parse::<i32>().ok().filter(|e| e.unsigned_abs() <= 1000)?, 0)
             }
         },
     };
@@ -195,11 +196,11 @@ fn scaled_value(q: &str, scale: i32) -> Option<i128> {
     if significant.is_empty() {
         return Some(0);
     }
-    exp10 -= i32::try_from(fraction.len()).ok()?;
+    exp10 = exp10.checked_sub(i32::try_from(fraction.len()).ok()?)?;
     let kept = &significant[..significant.len().min(36)];
-    exp10 += i32::try_from(significant.len() - kept.len()).ok()?;
+    exp10 = exp10.checked_add(i32::try_from(significant.len() - kept.len()).ok()?)?;
     let mut mantissa: i128 = kept.parse().ok()?;
-    exp10 -= scale;
+    exp10 = exp10.checked_sub(scale)?;
     let saturate = |negative: bool| Some(if negative { i128::MIN } else { i128::MAX });
     for _ in 0..exp2 {
         mantissa = match mantissa.checked_mul(2) {
@@ -468,6 +469,10 @@ mod tests {
             ("1x", None),
             ("1e", None),
             ("1e99999", None),
+            // Exponents at i32's ends: `abs` of the lowest overflowed.
+            ("1e-2147483648", None),
+            ("1e2147483647", None),
+            ("1E-2147483648", None),
             ("١٠٠m", None),
         ] {
             assert_eq!(milli_value(q), want, "{q:?}");

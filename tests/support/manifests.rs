@@ -18,9 +18,9 @@ pub const DASHBOARD: &str = "deploy/components/grafana-dashboard/grafana-dashboa
 pub const RBAC_FILES: [&str; 4] = [RBAC_READ, RBAC_STATUS, RBAC_FULL_MODE, RBAC_EVENTS];
 /// The overlays, one per status mode.
 pub const OVERLAYS: [&str; 3] = ["conditions", "full", "shadow"];
-/// The optional components an operator adds to an overlay (the admission policies are in the
-/// overlays already).
-pub const OPTIONAL_COMPONENTS: [&str; 5] = ["events", "pod-monitor", "grafana-dashboard", "alerts", "network-policy"];
+/// The optional components an operator adds to an overlay (the admission policies and the
+/// network policy are in the overlays already).
+pub const OPTIONAL_COMPONENTS: [&str; 4] = ["events", "pod-monitor", "grafana-dashboard", "alerts"];
 
 /// An install as `kubectl apply -k` makes it: overlay `deploy/<overlay>` with `components` (names
 /// under deploy/components) added, rendered by kustomize (kubectl 1.37's, built by
