@@ -51,6 +51,8 @@ pub struct DaemonConfig {
     pub metrics_address: Option<std::net::SocketAddr>,
     /// Whether /metrics asks for Kubernetes authentication and authorization (`metrics_auth`).
     pub metrics_auth: bool,
+    /// The audience a /metrics reader's token must be issued for (`--metrics-token-audience`).
+    pub metrics_token_audience: Option<String>,
     /// Where /healthz and /readyz listen alone, for the kubelet's probes; None: not served.
     pub health_address: Option<std::net::SocketAddr>,
     /// How long pending status writes may take to flush at shutdown.
@@ -401,11 +403,14 @@ async fn serve_endpoints(
             fd_limit,
         ));
         let auth = options.metrics_auth.then(|| {
-            Arc::new(crate::metrics_auth::MetricsAuth::new(
-                clients.reviews.clone(),
-                options.apiserver_timeout,
-                metrics.clone(),
-            ))
+            Arc::new(
+                crate::metrics_auth::MetricsAuth::new(
+                    clients.reviews.clone(),
+                    options.apiserver_timeout,
+                    metrics.clone(),
+                )
+                .with_audience(options.metrics_token_audience.clone()),
+            )
         });
         let (_, stage) = crate::http::serve(address, metrics.clone(), health.clone(), auth, limits)
             .await

@@ -163,6 +163,8 @@ const CLIENT_BURST: f64 = 3.0;
 /// The guard of `/metrics`.
 pub struct MetricsAuth {
     client: kube::Client,
+    /// The audience a token must be issued for; None: the apiserver's own.
+    audience: Option<String>,
     timeout: Duration,
     cache: Mutex<Caches>,
     budgets: Mutex<Budgets>,
@@ -182,6 +184,7 @@ impl MetricsAuth {
     pub fn new(client: kube::Client, timeout: Duration, metrics: Arc<Metrics>) -> Self {
         Self {
             client,
+            audience: None,
             timeout,
             cache: Mutex::default(),
             budgets: Mutex::new(Budgets {
@@ -191,6 +194,13 @@ impl MetricsAuth {
             }),
             metrics,
         }
+    }
+
+    /// Tokens must be issued for `audience` (`--metrics-token-audience`); None: for the
+    /// apiserver's own audiences, as any token it accepts.
+    pub fn with_audience(mut self, audience: Option<String>) -> Self {
+        self.audience = audience;
+        self
     }
 
     /// Whether the request from `client` with this `Authorization` header may read `/metrics`.
@@ -318,7 +328,7 @@ impl MetricsAuth {
         let review = TokenReview {
             spec: TokenReviewSpec {
                 token: token.to_owned(),
-                audiences: None,
+                audiences: self.audience.clone().map(|a| vec![a]),
             },
             ..TokenReview::default()
         };
@@ -327,7 +337,13 @@ impl MetricsAuth {
             .await
             .map_err(|e| unavailable("review the token", e))?;
         let status = reviewed.status.unwrap_or_default();
-        let Some(user) = status.user.filter(|_| status.authenticated == Some(true)) else {
+        // Asked for an audience, the apiserver names the ones the token is good for of those asked;
+        // a token not issued for plegd's is no reader's.
+        let for_us = self
+            .audience
+            .as_ref()
+            .is_none_or(|a| status.audiences.as_ref().is_some_and(|got| got.contains(a)));
+        let Some(user) = status.user.filter(|_| status.authenticated == Some(true) && for_us) else {
             debug!("a /metrics request with a token the apiserver does not authenticate");
             return Err(Denied::Unauthenticated);
         };
@@ -491,6 +507,48 @@ mod tests {
             );
         }
         assert_eq!(auth.lock_cache().refused.len(), MAX_CACHED);
+    }
+
+    /// With `--metrics-token-audience`, the review asks for that audience, and a token the
+    /// apiserver authenticates for other audiences only (a token for the apiserver itself, which a
+    /// node seeing it could use there) is refused.
+    #[tokio::test]
+    async fn a_token_must_be_issued_for_plegds_audience_when_one_is_set() {
+        let for_audience = |audiences: serde_json::Value| {
+            let mut review = token_review(true);
+            review["status"]["audiences"] = audiences;
+            review
+        };
+        let script = Script::new(
+            &[
+                (201, for_audience(json!(["plegd.example.com"]))),
+                (201, access_review(true)),
+                (201, for_audience(json!([]))),
+                (201, token_review(true)),
+            ],
+            token_review(false),
+        );
+        let auth = MetricsAuth::new(script.client(), Duration::from_secs(5), Arc::new(Metrics::new()))
+            .with_audience(Some("plegd.example.com".into()));
+        assert_eq!(auth.check(Some(&header("Bearer mine")), None).await, Ok(()));
+        let (_, asked) = &script.sent()[0];
+        assert_eq!(asked["spec"]["audiences"], json!(["plegd.example.com"]), "{asked}");
+        assert_eq!(
+            auth.check(Some(&header("Bearer apiservers")), None).await,
+            Err(Denied::Unauthenticated)
+        );
+        assert_eq!(
+            auth.check(Some(&header("Bearer none-named")), None).await,
+            Err(Denied::Unauthenticated)
+        );
+        // Without an audience set, the review asks for none (the apiserver's own).
+        let script = Script::new(
+            &[(201, token_review(true)), (201, access_review(true))],
+            token_review(false),
+        );
+        let auth = MetricsAuth::new(script.client(), Duration::from_secs(5), Arc::new(Metrics::new()));
+        assert_eq!(auth.check(Some(&header("Bearer any")), None).await, Ok(()));
+        assert!(script.sent()[0].1["spec"]["audiences"].is_null());
     }
 
     /// 200 requests with tokens the apiserver refuses, from as many addresses: past the budget of

@@ -180,6 +180,16 @@ fn every_bad_input_is_one_line_and_exit_2() {
             &["--metrics-address", "IP:PORT"],
         ),
         (
+            vec!["run", "--metrics-token-audience", ""],
+            true,
+            &["--metrics-token-audience", "1 to 256 printable ASCII characters"],
+        ),
+        (
+            vec!["run", "--metrics-token-audience", "plegd metrics"],
+            true,
+            &["--metrics-token-audience", "1 to 256 printable ASCII characters"],
+        ),
+        (
             vec!["run", "--node-ip", "192.0.2"],
             true,
             &["--node-ip", "not an IP address"],

@@ -306,3 +306,42 @@ async fn no_pod_addresses_keep_a_scrape_out() {
     }
     drop(held);
 }
+
+/// With `--metrics-token-audience`, /metrics answers only a reader's token issued for that audience
+/// (which the apiserver itself refuses, so a node that sees it cannot use it there); the same
+/// reader's token for the apiserver is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_readers_token_must_be_for_plegds_audience_when_one_is_set() {
+    let s = setup(&["--metrics-auth", "kubernetes", "--metrics-token-audience", "plegd.test"]).await;
+    let port = s.metrics_port;
+    let scrape = move |token: String| async move {
+        tokio::task::spawn_blocking(move || http_get_as(port, "/metrics", Some(&token)))
+            .await
+            .unwrap()
+            .map(|(code, _)| code)
+    };
+    let for_apiserver = s.api.token_for(&Identity::MetricsReader);
+    assert_eq!(scrape(for_apiserver).await, Some(401), "a token for the apiserver");
+    let for_plegd = s.api.token_for_audience("plegd-metrics-reader", "plegd.test");
+    assert_eq!(
+        scrape(for_plegd.clone()).await,
+        Some(200),
+        "a token for plegd's audience"
+    );
+    // The apiserver refuses that token itself.
+    let review = serde_json::json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+        "spec": {"token": for_plegd}});
+    let reviews: kube::Api<k8s_openapi::api::authentication::v1::TokenReview> = kube::Api::all(s.api.client());
+    let answered = reviews
+        .create(
+            &kube::api::PostParams::default(),
+            &serde_json::from_value(review).unwrap(),
+        )
+        .await
+        .expect("a TokenReview");
+    assert_ne!(
+        answered.status.and_then(|st| st.authenticated),
+        Some(true),
+        "the apiserver takes no token for plegd"
+    );
+}

@@ -372,6 +372,12 @@ pub struct RunArgs {
     /// address; `auto` — kubernetes unless --metrics-address is a loopback address.
     #[arg(long, value_enum, value_name = "WHO", default_value_t = MetricsAuthMode::Auto, env = "PLEGD_METRICS_AUTH", hide_env_values = true)]
     pub metrics_auth: MetricsAuthMode,
+    /// With Kubernetes authentication of /metrics: the audience a reader's token must be issued for
+    /// (a projected token with this `audience`, 1 to 256 printable characters). A token for this
+    /// audience alone is good for reading plegd's /metrics and nothing else: the apiserver refuses
+    /// it, so a node that sees it cannot use it. Without it, any token the apiserver accepts.
+    #[arg(long, value_name = "AUDIENCE", value_parser = parse_audience, env = "PLEGD_METRICS_TOKEN_AUDIENCE", hide_env_values = true)]
+    pub metrics_token_audience: Option<String>,
     /// Address of /healthz and /readyz alone, for the kubelet's probes: a listener of their own
     /// that no client of /metrics, nor many, can crowd (the DaemonSet's, 0.0.0.0:9809); `off`: only
     /// beside /metrics.
@@ -404,6 +410,16 @@ impl MetricsAuthMode {
             MetricsAuthMode::None => false,
         }
     }
+}
+
+/// A token audience (`--metrics-token-audience`): 1 to 256 printable characters, no space.
+fn parse_audience(s: &str) -> Result<String, String> {
+    if s.is_empty() || s.len() > 256 || !s.chars().all(|c| c.is_ascii_graphic()) {
+        return Err(format!(
+            "{s:?} is not an audience: 1 to 256 printable ASCII characters, no space (e.g. plegd)"
+        ));
+    }
+    Ok(s.to_owned())
 }
 
 /// A listening address, or `off`.
@@ -486,6 +502,7 @@ impl RunArgs {
                 .metrics_address
                 .0
                 .is_some_and(|address| self.metrics_auth.authenticates(address)),
+            metrics_token_audience: self.metrics_token_audience.clone(),
             health_address: self.health_address.0,
             shutdown_timeout: self.shutdown_timeout,
             apiserver_timeout: self.apiserver_timeout,

@@ -624,6 +624,24 @@ impl Apiserver {
         ]}));
     }
 
+    /// A token of service account `plegd-system/account` issued for `audience` only (not the
+    /// apiserver's own audience: the apiserver itself refuses it).
+    pub fn token_for_audience(&self, account: &str, audience: &str) -> String {
+        self.ensure_service_accounts();
+        let args = [
+            "-n",
+            "plegd-system",
+            "create",
+            "token",
+            account,
+            "--duration",
+            "48h",
+            "--audience",
+            audience,
+        ];
+        self.kubectl_as_admin(&args, None).trim().to_owned()
+    }
+
     /// A token of service account `plegd-system/account`, bound to Node `node` if any.
     fn create_token(&self, account: &str, node: Option<&str>) -> String {
         let mut args = vec!["-n", "plegd-system", "create", "token", account, "--duration", "48h"];

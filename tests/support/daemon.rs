@@ -31,6 +31,7 @@ pub fn options(cri_socket: &Path, kubeconfig: PathBuf, node: &str, mode: StatusM
         api_socket: None,
         metrics_address: None,
         metrics_auth: false,
+        metrics_token_audience: None,
         health_address: None,
         shutdown_timeout: Duration::from_secs(5),
         apiserver_timeout: Duration::from_secs(30),
