@@ -203,9 +203,11 @@ async fn a_write_queued_for_a_replaced_pod_is_dropped() {
     })
     .await;
 
-    // plegd's view of the pod stops moving: its watch is cut (the server restarted) and cannot be
-    // opened again; and its status writes fail, so that the next one waits in its queue.
-    api.set_fail_watches(true).await;
+    // plegd's view of the pod stops moving: its watch is cut (the server restarted) and neither a
+    // watch nor a list can be made again (a list would let the informer see the new pod before the
+    // queued write goes out, and the write would be dropped as gone instead, not sent); and its
+    // status writes fail, so that the next one waits in its queue.
+    api.set_fail_pod_reads(true).await;
     api.set_status_patch_500(true).await;
     api.set_down(true).await;
     api.set_down(false).await;
@@ -251,7 +253,7 @@ async fn a_write_queued_for_a_replaced_pod_is_dropped() {
     assert_eq!(rejected, 0.0, "a replaced pod is not a rejected status");
 
     // Once plegd sees the new pod, it writes the new pod's own status, and nothing of the old one.
-    api.set_fail_watches(false).await;
+    api.set_fail_pod_reads(false).await;
     cri.fake.add_running_pod(&new, "web", 1);
     wait_for("the new web Running", Duration::from_secs(60), || async {
         api.pod("default", "web")

@@ -931,21 +931,35 @@ impl Apiserver {
     /// plegd's watches refused (403: its ClusterRole loses `watch`; lists still answer). Watches
     /// already open stay open: restart the server ([`Apiserver::set_down`]) to cut them.
     pub async fn set_fail_watches(&self, on: bool) {
+        self.take_pod_reads(&["watch"], on).await;
+    }
+
+    /// plegd's lists and watches of pods refused (its ClusterRole loses both): its informer's view
+    /// stays as it was, whatever changes in the server, until this is turned off. Watches already
+    /// open stay open: restart the server ([`Apiserver::set_down`]) to cut them.
+    pub async fn set_fail_pod_reads(&self, on: bool) {
+        self.take_pod_reads(&["list", "watch"], on).await;
+    }
+
+    /// Take `verbs` from plegd's ClusterRole (a rule left with none goes), or give back what was
+    /// taken; waits until RBAC's authorizer says so of `watch`.
+    async fn take_pod_reads(&self, verbs: &[&str], on: bool) {
         let roles: Api<DynamicObject> = Api::all_with(self.client.clone(), &cluster_role_resource());
         let mut saved = lock(&self.watchless_role).take();
         if on && saved.is_none() {
             let role = roles.get("plegd").await.expect("plegd's ClusterRole");
             let original = serde_json::to_value(&role).unwrap();
-            let mut rules = original["rules"].clone();
-            for rule in rules.as_array_mut().expect("rules") {
-                if let Some(verbs) = rule["verbs"].as_array_mut() {
-                    verbs.retain(|v| v != "watch");
+            let mut rules = original["rules"].as_array().expect("rules").clone();
+            for rule in &mut rules {
+                if let Some(granted) = rule["verbs"].as_array_mut() {
+                    granted.retain(|v| !verbs.iter().any(|taken| v == taken));
                 }
             }
+            rules.retain(|rule| rule["verbs"].as_array().is_some_and(|v| !v.is_empty()));
             roles
                 .patch("plegd", &PatchParams::default(), &Patch::Merge(json!({"rules": rules})))
                 .await
-                .expect("take watch from plegd's ClusterRole");
+                .expect("take pod reads from plegd's ClusterRole");
             saved = Some(original);
         } else if !on && let Some(original) = saved.take() {
             roles
@@ -955,7 +969,7 @@ impl Apiserver {
                     &Patch::Merge(json!({"rules": original["rules"]})),
                 )
                 .await
-                .expect("give plegd's ClusterRole its watch back");
+                .expect("give plegd's ClusterRole its pod reads back");
         }
         *lock(&self.watchless_role) = saved;
         // In force once RBAC's authorizer says so.
