@@ -40,14 +40,25 @@ impl Notifications {
         self.drain().iter().filter(|m| m.lines().any(|l| l == message)).count()
     }
 
-    /// Whether the socket's queue is full, as a manager that reads late leaves it: a datagram of
-    /// the test's own (a line no one counts) is refused at once.
-    fn queue_full(&self) -> bool {
-        let probe = UnixDatagram::unbound().unwrap();
-        probe.set_nonblocking(true).unwrap();
+    /// Fill the socket's queue, as a manager that reads late leaves it: datagrams of the test's own
+    /// (lines no one counts) until one is refused. How many fit depends on the machine
+    /// (`net.unix.max_dgram_qlen`: 10 by default, 512 once a systemd has started in this network
+    /// namespace) and on memory; whether it is full, not how long plegd took, is what counts.
+    /// Each from a socket of its own, as plegd sends each notification: one sender's own buffer
+    /// would refuse it sooner, while the queue still had room for others.
+    fn fill_queue(&self) -> bool {
         let path = self.socket.local_addr().unwrap();
-        let path = path.as_pathname().unwrap();
-        matches!(probe.send_to(b"TEST=1\n", path), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+        let path = path.as_pathname().unwrap().to_owned();
+        for _ in 0..100_000 {
+            let probe = UnixDatagram::unbound().unwrap();
+            probe.set_nonblocking(true).unwrap();
+            match probe.send_to(b"TEST=1\n", &path) {
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return true,
+                Err(e) => panic!("filling the notify socket: {e}"),
+            }
+        }
+        false
     }
 }
 
@@ -229,7 +240,7 @@ async fn operate_plegd_run() {
     // refused (and said once in its log), and plegd goes on — its work may all run on one thread,
     // which a ping that waited for the manager would stop.
     wait_until("the notify socket's queue full", Duration::from_secs(10), || {
-        notes.queue_full()
+        notes.fill_queue()
     })
     .await;
     wait_until(

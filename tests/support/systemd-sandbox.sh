@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # A real systemd (PID 1 of its own pid namespace) for tests/systemd_unit.rs, that manages only the
 # units in DIR/units: its own mount, uts, ipc and cgroup namespaces, a private /run, and cgroup
-# hierarchies rooted in a cgroup of its own (plegd-sd-NAME), so nothing of the machine's is touched.
+# hierarchies rooted in a cgroup of its own (plegd-sd-NAME), so nothing of the machine's is touched
+# but one setting of the network namespace it shares with the machine: systemd raises
+# net.unix.max_dgram_qlen (10 → 512) as it starts, which `clean` puts back.
 #
 #   systemd-sandbox.sh boot DIR NAME      # runs systemd in the foreground until killed
 #   systemd-sandbox.sh clean NAME         # removes the sandbox's cgroups once it is gone
@@ -12,6 +14,8 @@ HIERARCHIES=(systemd pids devices memory unified)
 case "${1:-}" in
   boot)
     dir=$2 name=$3
+    # The first sandbox to boot keeps the machine's value; `clean` of the last one gone restores it.
+    [ -e "/run/plegd-sd-max_dgram_qlen" ] || cat /proc/sys/net/unix/max_dgram_qlen >/run/plegd-sd-max_dgram_qlen
     for h in "${HIERARCHIES[@]}"; do
       mkdir -p "/sys/fs/cgroup/$h/plegd-sd-$name"
       echo $$ >"/sys/fs/cgroup/$h/plegd-sd-$name/cgroup.procs"
@@ -35,6 +39,10 @@ case "${1:-}" in
     ;;
   clean)
     name=$2
+    if [ -e /run/plegd-sd-max_dgram_qlen ] && ! pgrep -f 'systemd --system --unit=plegd-test.target' >/dev/null; then
+      cat /run/plegd-sd-max_dgram_qlen >/proc/sys/net/unix/max_dgram_qlen
+      rm -f /run/plegd-sd-max_dgram_qlen
+    fi
     for h in "${HIERARCHIES[@]}"; do
       [ -d "/sys/fs/cgroup/$h/plegd-sd-$name" ] || continue
       find "/sys/fs/cgroup/$h/plegd-sd-$name" -depth -type d -exec rmdir {} + 2>/dev/null || true
