@@ -53,6 +53,8 @@ pub struct DaemonConfig {
     pub metrics_auth: bool,
     /// The audience a /metrics reader's token must be issued for (`--metrics-token-audience`).
     pub metrics_token_audience: Option<String>,
+    /// The certificate /metrics serves over TLS; None: plain HTTP (`--metrics-tls`).
+    pub metrics_tls: Option<crate::tls::CertificateSource>,
     /// Where /healthz and /readyz listen alone, for the kubelet's probes; None: not served.
     pub health_address: Option<std::net::SocketAddr>,
     /// How long pending status writes may take to flush at shutdown.
@@ -71,6 +73,8 @@ pub enum DaemonError {
     Api(#[from] crate::observe::ApiError),
     #[error(transparent)]
     StageEnded(#[from] StageEnded),
+    #[error("/metrics' certificate: {0}")]
+    Tls(#[from] crate::tls::TlsError),
     #[error("cannot listen on --{flag} {address}: {error}")]
     Listen {
         flag: &'static str,
@@ -412,7 +416,16 @@ async fn serve_endpoints(
                 .with_audience(options.metrics_token_audience.clone()),
             )
         });
-        let (_, stage) = crate::http::serve(address, metrics.clone(), health.clone(), auth, limits)
+        let tls = match options.metrics_tls.clone() {
+            Some(source) => Some(Arc::new(crate::tls::ServingCertificate::new(
+                source,
+                metrics.clone(),
+                std::time::Instant::now(),
+                std::time::SystemTime::now(),
+            )?)),
+            None => None,
+        };
+        let (_, stage) = crate::http::serve(address, metrics.clone(), health.clone(), auth, tls, limits)
             .await
             .map_err(|error| DaemonError::Listen {
                 flag: "metrics-address",

@@ -8,6 +8,10 @@
 //!   probes: one request per connection, a short time to send it, and a full listener closes its
 //!   oldest connection rather than refuse the new one ([`HttpLimits::health`]).
 //!
+//! `/metrics` speaks TLS wherever it asks for a token (and where told to: see `tls`); the probes'
+//! listener is plain HTTP (it tells only whether plegd is healthy, and the kubelet's probes send
+//! nothing secret). A TLS handshake has the time to send a request head to end.
+//!
 //! Both bind 127.0.0.1 unless told otherwise. Every listener bounds the connections open at once,
 //! in all and per client address, the size of a request head ([`MAX_HEAD_BYTES`],
 //! [`MAX_HEADERS`]), the time to send it, and the age of a connection. Process and node figures
@@ -31,6 +35,7 @@ use crate::listen::{ACCEPT_ERROR_PAUSE, Admission, ConnectionLimit, WhenFull};
 use crate::metrics::Metrics;
 use crate::metrics_auth::MetricsAuth;
 use crate::supervise::Stage;
+use crate::tls::ServingCertificate;
 
 /// What the endpoint asks about the daemon's state.
 pub trait Health: Send + Sync + 'static {
@@ -189,20 +194,26 @@ fn probe_routes(router: Router<Arc<AppState>>) -> Router<Arc<AppState>> {
 }
 
 /// Serve `/metrics`, `/healthz` and `/readyz` on `address` (already validated by the caller)
-/// within `limits`; `/metrics` only to whom `auth` allows, when given. Returns the bound address
-/// and the server's stage; each connection is a task of that stage's own set, gone with it.
+/// within `limits`; `/metrics` only to whom `auth` allows, when given; over TLS with `tls`'s
+/// certificate, when given. Returns the bound address and the server's stage; each connection is
+/// a task of that stage's own set, gone with it.
 pub async fn serve(
     address: SocketAddr,
     metrics: Arc<Metrics>,
     health: Arc<dyn Health>,
     auth: Option<Arc<MetricsAuth>>,
+    tls: Option<Arc<ServingCertificate>>,
     limits: HttpLimits,
 ) -> std::io::Result<(SocketAddr, Stage)> {
     let authenticated = auth.is_some();
     let state = app_state(metrics.clone(), health, auth);
     let app = probe_routes(Router::new().route("/metrics", get(metrics_handler))).with_state(state);
-    let (bound, stage) = listen("http", address, app, metrics, limits)?;
-    info!(address = %bound, max_connections = limits.admission.max_connections, authenticated, "metrics endpoint listening");
+    let secure = tls.is_some();
+    let (bound, stage) = listen("http", address, app, metrics, tls, limits)?;
+    info!(
+        address = %bound, max_connections = limits.admission.max_connections, authenticated,
+        scheme = if secure { "https" } else { "http" }, "metrics endpoint listening"
+    );
     Ok((bound, stage))
 }
 
@@ -214,7 +225,7 @@ pub async fn serve_health(
     limits: HttpLimits,
 ) -> std::io::Result<(SocketAddr, Stage)> {
     let app = probe_routes(Router::new()).with_state(app_state(metrics.clone(), health, None));
-    let (bound, stage) = listen("health", address, app, metrics, limits)?;
+    let (bound, stage) = listen("health", address, app, metrics, None, limits)?;
     info!(address = %bound, max_connections = limits.admission.max_connections, "health endpoint listening");
     Ok((bound, stage))
 }
@@ -233,18 +244,46 @@ fn listen(
     address: SocketAddr,
     app: Router,
     metrics: Arc<Metrics>,
+    tls: Option<Arc<ServingCertificate>>,
     limits: HttpLimits,
 ) -> std::io::Result<(SocketAddr, Stage)> {
+    let tls = match tls {
+        Some(certificate) => {
+            let config = certificate.server_config().map_err(std::io::Error::other)?;
+            metrics.initialize_tls_listener(name);
+            Some(Tls {
+                certificate,
+                acceptor: tokio_rustls::TlsAcceptor::from(config),
+                metrics: metrics.clone(),
+            })
+        }
+        None => None,
+    };
     let admission = ConnectionLimit::new(name, limits.admission, metrics);
     let backlog = u32::try_from(limits.admission.max_connections.get()).unwrap_or(u32::MAX);
     let listener = crate::listen::bind_tcp(address, backlog)?;
     let bound = listener.local_addr()?;
-    let stage: Stage = Box::pin(accept_loop(listener, app, admission, limits));
+    let stage: Stage = Box::pin(accept_loop(name, listener, app, admission, tls, limits));
     Ok((bound, stage))
 }
 
-async fn accept_loop(listener: tokio::net::TcpListener, app: Router, admission: ConnectionLimit, limits: HttpLimits) {
-    use hyper_util::rt::{TokioIo, TokioTimer};
+/// What a TLS listener holds: its certificate (checked for a new one as connections come) and
+/// the acceptor that serves it.
+#[derive(Clone)]
+struct Tls {
+    certificate: Arc<ServingCertificate>,
+    acceptor: tokio_rustls::TlsAcceptor,
+    metrics: Arc<Metrics>,
+}
+
+async fn accept_loop(
+    name: &'static str,
+    listener: tokio::net::TcpListener,
+    app: Router,
+    admission: ConnectionLimit,
+    tls: Option<Tls>,
+    limits: HttpLimits,
+) {
     let mut connections = tokio::task::JoinSet::new();
     loop {
         let accepted = tokio::select! {
@@ -273,29 +312,66 @@ async fn accept_loop(listener: tokio::net::TcpListener, app: Router, admission: 
                 request
             },
         ));
+        let tls = tls.clone();
         connections.spawn(async move {
-            let connection = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(limits.header_read_timeout)
-                .keep_alive(limits.keep_alive)
-                .max_buf_size(MAX_HEAD_BYTES)
-                .max_headers(MAX_HEADERS)
-                .serve_connection(TokioIo::new(stream), service);
-            tokio::pin!(connection);
-            let ended = tokio::select! {
-                ended = connection.as_mut() => ended,
-                // Closed to make room for a new connection: dropped at once.
-                () = evicted.cancelled() => Ok(()),
-                () = tokio::time::sleep(limits.max_connection_age) => {
-                    connection.as_mut().graceful_shutdown();
-                    tokio::time::timeout(limits.header_read_timeout, connection)
-                        .await
-                        .unwrap_or(Ok(()))
-                }
+            let Some(tls) = tls else {
+                return serve_connection(stream, service, evicted, limits).await;
             };
-            if let Err(error) = ended {
-                debug!(error = %error, "HTTP connection ended");
+            tls.certificate.refresh(std::time::Instant::now(), std::time::SystemTime::now());
+            let handshake = tokio::select! {
+                handshake = tokio::time::timeout(limits.header_read_timeout, tls.acceptor.accept(stream)) => handshake,
+                () = evicted.cancelled() => return,
+            };
+            match handshake {
+                Ok(Ok(stream)) => serve_connection(stream, service, evicted, limits).await,
+                Ok(Err(error)) => {
+                    debug!(listener = name, client = %client, error = %error, "TLS handshake failed");
+                    tls.metrics.count_tls_handshake_error(name);
+                }
+                Err(_) => {
+                    debug!(listener = name, client = %client, "TLS handshake not done in time");
+                    tls.metrics.count_tls_handshake_error(name);
+                }
             }
         });
+    }
+}
+
+/// One connection's requests, until it ends, is evicted, or reaches its age.
+async fn serve_connection<I, S>(
+    stream: I,
+    service: S,
+    evicted: tokio_util::sync::CancellationToken,
+    limits: HttpLimits,
+) where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    S: hyper::service::HttpService<hyper::body::Incoming> + Send + 'static,
+    S::Future: Send + 'static,
+    S::ResBody: Send + 'static,
+    <S::ResBody as hyper::body::Body>::Data: Send,
+    <S::ResBody as hyper::body::Body>::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    let connection = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .keep_alive(limits.keep_alive)
+        .max_buf_size(MAX_HEAD_BYTES)
+        .max_headers(MAX_HEADERS)
+        .serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(connection);
+    let ended = tokio::select! {
+        ended = connection.as_mut() => ended,
+        // Closed to make room for a new connection: dropped at once.
+        () = evicted.cancelled() => Ok(()),
+        () = tokio::time::sleep(limits.max_connection_age) => {
+            connection.as_mut().graceful_shutdown();
+            tokio::time::timeout(limits.header_read_timeout, connection)
+                .await
+                .unwrap_or(Ok(()))
+        }
+    };
+    if let Err(error) = ended {
+        debug!(error = %error, "HTTP connection ended");
     }
 }

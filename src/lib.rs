@@ -39,6 +39,7 @@ pub mod runtime;
 pub mod status;
 pub mod supervise;
 pub mod sync_loop;
+pub mod tls;
 pub mod triggers;
 pub mod watch;
 pub mod watchdog;

@@ -305,6 +305,12 @@ metrics_table! {
         "metrics_auth", "Requests for /metrics under Kubernetes authentication, by result (allowed, unauthenticated, forbidden, throttled, error)";
     connections_evicted: Family<ListenerLabel, Counter> = Default::default(),
         "connections_evicted", "Open connections closed to make room for a new one on a full listener that evicts (health)";
+    tls_handshake_errors: Family<ListenerLabel, Counter> = Default::default(),
+        "tls_handshake_errors", "TLS connections closed before their handshake ended: failed, or not done within the listener's time to send a request head";
+    tls_certificate_reloads: Family<ResultLabel, Counter> = Default::default(),
+        "tls_certificate_reloads", "Certificates /metrics took up after its start, by result: loaded (the files changed, or a self-made one was renewed), failed (the new files cannot be used; the one served before stays)";
+    tls_certificate_expiry: Gauge<f64, AtomicU64> = Default::default(),
+        "tls_certificate_expiry_timestamp_seconds", "When the certificate /metrics serves expires, in seconds since the Unix epoch (0: /metrics is plain HTTP, or the end could not be read)";
     informer_errors: Counter = Default::default(),
         "informer_errors", "Failed pod list or watch calls of the informer, each retried with backoff";
     runtime_errors: Family<OperationLabel, Counter> = Default::default(),
@@ -571,6 +577,42 @@ impl Metrics {
         };
         let _ = self.connections_refused.get_or_create(&label);
         let _ = self.connections_evicted.get_or_create(&label);
+    }
+
+    /// A TLS listener: its handshake failures counted from 0, its reloads too.
+    pub fn initialize_tls_listener(&self, listener: &str) {
+        let _ = self.tls_handshake_errors.get_or_create(&ListenerLabel {
+            listener: listener.to_owned(),
+        });
+        for result in ["loaded", "failed"] {
+            let _ = self.tls_certificate_reloads.get_or_create(&ResultLabel {
+                result: result.to_owned(),
+            });
+        }
+    }
+
+    pub fn count_tls_handshake_error(&self, listener: &str) {
+        self.tls_handshake_errors
+            .get_or_create(&ListenerLabel {
+                listener: listener.to_owned(),
+            })
+            .inc();
+    }
+
+    pub fn count_tls_certificate_reload(&self, result: &str) {
+        self.tls_certificate_reloads
+            .get_or_create(&ResultLabel {
+                result: result.to_owned(),
+            })
+            .inc();
+    }
+
+    /// When the served certificate expires (`None`: unknown, 0).
+    pub fn set_tls_certificate_expiry(&self, not_after: Option<SystemTime>) {
+        let seconds = not_after
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0.0, |d| d.as_secs_f64());
+        self.tls_certificate_expiry.set(seconds);
     }
 
     pub fn count_connection_evicted(&self, listener: &str) {

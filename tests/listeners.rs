@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 
 use support::apiserver::{Apiserver, Identity};
 use support::fake_cri::FakeServer;
-use support::process::{FULL_MODE_FAST_RELIST, KillOnDrop, free_port, http_get, http_get_as, metric, plegd_run};
+use support::process::{FULL_MODE_FAST_RELIST, KillOnDrop, free_port, http_get, metric, plegd_run};
+use support::tls::{Trust, certificates, https_get};
 use support::wait_for;
 
 const PLEGD: &str = env!("CARGO_BIN_EXE_plegd");
@@ -36,7 +37,33 @@ struct Setup {
     metrics_port: u16,
     health_port: u16,
     _plegd: KillOnDrop,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
+}
+
+impl Setup {
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("plegd.log")).unwrap_or_default()
+    }
+
+    /// The fingerprint of the certificate plegd made itself, as it logged it.
+    fn self_signed_fingerprint(&self) -> String {
+        let log = self.log();
+        log.lines()
+            .filter(|l| l.contains("a self-signed certificate plegd made"))
+            .find_map(|l| l.split("sha256=").nth(1)?.split_whitespace().next().map(str::to_owned))
+            .unwrap_or_else(|| panic!("no self-signed certificate in plegd's log:\n{log}"))
+    }
+
+    /// An HTTPS GET of /metrics with `token`, trusting plegd's self-made certificate: the status
+    /// code, 0 when there is no answer.
+    async fn scrape_tls(&self, token: Option<String>) -> (u16, String) {
+        let trust = Trust::Pinned(self.self_signed_fingerprint());
+        let address = std::net::SocketAddr::from(([127, 0, 0, 1], self.metrics_port));
+        tokio::task::spawn_blocking(move || https_get(address, "localhost", &trust, "/metrics", token.as_deref()))
+            .await
+            .unwrap()
+            .unwrap_or_default()
+    }
 }
 
 async fn setup(extra: &[&str]) -> Setup {
@@ -47,8 +74,10 @@ async fn setup(extra: &[&str]) -> Setup {
     cri.fake.add_running_pod(&uid, "pod-0", 1);
     let (metrics_port, health_port) = (free_port(), free_port());
     let kubeconfig = api.kubeconfig_as(dir.path(), &Identity::Plegd("n1".into()));
+    let log = std::fs::File::create(dir.path().join("plegd.log")).unwrap();
     let plegd = KillOnDrop(
         plegd_run(PLEGD, "n1", &cri.path, &kubeconfig)
+            .stderr(log)
             .args(FULL_MODE_FAST_RELIST)
             .args(["--metrics-address", &format!("127.0.0.1:{metrics_port}")])
             .args(["--health-address", &format!("127.0.0.1:{health_port}")])
@@ -69,7 +98,7 @@ async fn setup(extra: &[&str]) -> Setup {
         metrics_port,
         health_port,
         _plegd: plegd,
-        _dir: dir,
+        dir,
     }
 }
 
@@ -221,12 +250,7 @@ async fn request_heads_are_bounded() {
 async fn metrics_need_an_authorized_token() {
     let s = setup(&["--metrics-auth", "kubernetes"]).await;
     let port = s.metrics_port;
-    let scrape = move |token: Option<String>| async move {
-        tokio::task::spawn_blocking(move || http_get_as(port, "/metrics", token.as_deref()))
-            .await
-            .unwrap()
-            .unwrap_or_default()
-    };
+    let scrape = |token: Option<String>| s.scrape_tls(token);
     let status = |answer: &(u16, String)| answer.0.to_string();
     assert_eq!(status(&scrape(None).await), "401");
     assert_eq!(status(&scrape(Some("not-a-token".into())).await), "401");
@@ -251,9 +275,15 @@ async fn metrics_need_an_authorized_token() {
         answer.1.contains("plegd_metrics_auth_total{result=\"allowed\"}"),
         "{answer:?}"
     );
-    // The probes need no token.
+    // The probes need no token (and their own listener no TLS).
     assert_eq!(probe(s.health_port, "/healthz").await, Some(200));
-    assert_eq!(get(port, "/healthz").await.map(|(c, _)| c), Some(200));
+    let trust = Trust::Pinned(s.self_signed_fingerprint());
+    let healthz = tokio::task::spawn_blocking(move || {
+        https_get(([127, 0, 0, 1], port).into(), "localhost", &trust, "/healthz", None)
+    })
+    .await
+    .unwrap();
+    assert_eq!(healthz.map(|(c, _)| c), Ok(200));
     // The reviews plegd asked for.
     let reviews: Vec<String> = s
         .api
@@ -313,13 +343,7 @@ async fn no_pod_addresses_keep_a_scrape_out() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_readers_token_must_be_for_plegds_audience_when_one_is_set() {
     let s = setup(&["--metrics-auth", "kubernetes", "--metrics-token-audience", "plegd.test"]).await;
-    let port = s.metrics_port;
-    let scrape = move |token: String| async move {
-        tokio::task::spawn_blocking(move || http_get_as(port, "/metrics", Some(&token)))
-            .await
-            .unwrap()
-            .map(|(code, _)| code)
-    };
+    let scrape = |token: String| async { Some(s.scrape_tls(Some(token)).await.0).filter(|c| *c != 0) };
     let for_apiserver = s.api.token_for(&Identity::MetricsReader);
     assert_eq!(scrape(for_apiserver).await, Some(401), "a token for the apiserver");
     let for_plegd = s.api.token_for_audience("plegd-metrics-reader", "plegd.test");
@@ -348,5 +372,109 @@ async fn a_readers_token_must_be_for_plegds_audience_when_one_is_set() {
         answered.status.and_then(|st| st.authenticated),
         Some(true),
         "the apiserver takes no token for plegd"
+    );
+}
+
+/// Wherever /metrics asks for a token it speaks TLS: with no certificate given, one plegd made
+/// (its fingerprint logged, so a reader can pin it); a plain HTTP request gets no answer and is
+/// counted; a client that trusts another CA is refused the handshake.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_that_ask_for_a_token_speak_tls() {
+    let s = setup(&["--metrics-auth", "kubernetes"]).await;
+    let port = s.metrics_port;
+    let address = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let plain = tokio::task::spawn_blocking(move || http_get(port, "/healthz")).await.unwrap();
+    assert_eq!(plain, None, "plain HTTP gets no HTTP answer");
+    let other_ca = certificates(s.dir.path(), "other", &["localhost"]).ca;
+    let refused = tokio::task::spawn_blocking(move || {
+        https_get(address, "localhost", &Trust::Ca(other_ca), "/healthz", None)
+    })
+    .await
+    .unwrap();
+    assert!(refused.as_ref().is_err_and(|e| e.contains("certificate")), "{refused:?}");
+    // A reader that pins plegd's certificate gets in (once its rights reach the apiserver's
+    // authorizer: 403 meanwhile), and sees what was counted.
+    let reader = s.api.token_for(&Identity::MetricsReader);
+    let mut answer = (0, String::new());
+    for _ in 0..50 {
+        answer = s.scrape_tls(Some(reader.clone())).await;
+        if answer.0 == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (code, body) = answer;
+    assert_eq!(code, 200, "{body}");
+    assert!(
+        metric(&body, "plegd_tls_handshake_errors_total{listener=\"http\"}").unwrap_or(0.0) >= 2.0,
+        "the plain request and the distrustful client\n{body}"
+    );
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let expiry = metric(&body, "plegd_tls_certificate_expiry_timestamp_seconds").unwrap_or(0.0);
+    assert!(expiry > now + 300.0 * 24.0 * 3600.0, "a self-made certificate lasts a year: {expiry}\n{body}");
+}
+
+/// With certificate files (a Secret that cert-manager keeps), /metrics serves them to a reader
+/// that trusts their CA, and serves new ones when they change (a renewal), with no restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_serve_the_certificate_files_and_their_renewals() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = certificates(dir.path(), "first", &["plegd.test", "127.0.0.1"]);
+    let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    std::fs::copy(&first.cert, &cert).unwrap();
+    std::fs::copy(&first.key, &key).unwrap();
+    let s = setup(&[
+        "--metrics-auth",
+        "kubernetes",
+        "--metrics-tls-cert-file",
+        cert.to_str().unwrap(),
+        "--metrics-tls-private-key-file",
+        key.to_str().unwrap(),
+    ])
+    .await;
+    let address = std::net::SocketAddr::from(([127, 0, 0, 1], s.metrics_port));
+    let get_as = |ca: std::path::PathBuf| async move {
+        tokio::task::spawn_blocking(move || https_get(address, "plegd.test", &Trust::Ca(ca), "/healthz", None))
+            .await
+            .unwrap()
+    };
+    assert_eq!(get_as(first.ca.clone()).await.map(|(c, _)| c), Ok(200));
+    assert!(!s.log().contains("self-signed"), "{}", s.log());
+    // A renewal, as the kubelet updates a Secret's volume: new files swapped in.
+    let second = certificates(dir.path(), "second", &["plegd.test"]);
+    std::fs::rename(&second.key, &key).unwrap();
+    std::fs::rename(&second.cert, &cert).unwrap();
+    wait_for(
+        "the renewed certificate served (checked every 10 s as connections come)",
+        Duration::from_secs(60),
+        || {
+            let ca = second.ca.clone();
+            async move { get_as(ca).await.is_ok_and(|(c, _)| c == 200) }
+        },
+    )
+    .await;
+    assert!(get_as(first.ca.clone()).await.is_err(), "the old certificate is gone");
+    let trust = Trust::Ca(second.ca.clone());
+    let token = s.api.token_for(&Identity::MetricsReader);
+    let mut body = String::new();
+    for _ in 0..50 {
+        let (trust, token) = (trust.clone(), token.clone());
+        body = tokio::task::spawn_blocking(move || https_get(address, "plegd.test", &trust, "/metrics", Some(&token)))
+            .await
+            .unwrap()
+            .map(|(_, b)| b)
+            .unwrap_or_default();
+        if metric(&body, "plegd_tls_certificate_reloads_total{result=\"loaded\"}").is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        metric(&body, "plegd_tls_certificate_reloads_total{result=\"loaded\"}"),
+        Some(1.0),
+        "{body}"
     );
 }

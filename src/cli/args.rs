@@ -378,6 +378,19 @@ pub struct RunArgs {
     /// it, so a node that sees it cannot use it. Without it, any token the apiserver accepts.
     #[arg(long, value_name = "AUDIENCE", value_parser = parse_audience, env = "PLEGD_METRICS_TOKEN_AUDIENCE", hide_env_values = true)]
     pub metrics_token_audience: Option<String>,
+    /// Whether /metrics speaks TLS: `auto` — wherever it asks for a token (--metrics-auth) or a
+    /// certificate is given; `on`; `off` — plain HTTP, refused where /metrics asks for a token,
+    /// which would cross the network in clear text.
+    #[arg(long, value_enum, value_name = "WHEN", default_value_t = MetricsTlsMode::Auto, env = "PLEGD_METRICS_TLS", hide_env_values = true)]
+    pub metrics_tls: MetricsTlsMode,
+    /// PEM certificate (its chain after it) /metrics serves over TLS: a Secret's `tls.crt`, kept
+    /// by cert-manager, say; read again when it changes. Without it, plegd makes a self-signed one
+    /// at start and logs its SHA-256 fingerprint.
+    #[arg(long, value_name = "PATH", env = "PLEGD_METRICS_TLS_CERT_FILE", hide_env_values = true)]
+    pub metrics_tls_cert_file: Option<PathBuf>,
+    /// PEM private key of --metrics-tls-cert-file (a Secret's `tls.key`).
+    #[arg(long, value_name = "PATH", env = "PLEGD_METRICS_TLS_PRIVATE_KEY_FILE", hide_env_values = true)]
+    pub metrics_tls_private_key_file: Option<PathBuf>,
     /// Address of /healthz and /readyz alone, for the kubelet's probes: a listener of their own
     /// that no client of /metrics, nor many, can crowd (the DaemonSet's, 0.0.0.0:9809); `off`: only
     /// beside /metrics.
@@ -410,6 +423,14 @@ impl MetricsAuthMode {
             MetricsAuthMode::None => false,
         }
     }
+}
+
+/// Whether /metrics speaks TLS (`--metrics-tls`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum MetricsTlsMode {
+    Auto,
+    On,
+    Off,
 }
 
 /// A token audience (`--metrics-token-audience`): 1 to 256 printable characters, no space.
@@ -458,6 +479,50 @@ impl RunArgs {
         (self.api_socket != "off" && !self.api_socket.is_empty()).then(|| PathBuf::from(&self.api_socket))
     }
 
+    /// What /metrics serves over TLS (`None`: plain HTTP, or not served), its files checked;
+    /// `authenticates`: whether /metrics asks for a token.
+    fn metrics_tls_source(&self, authenticates: bool) -> Result<Option<crate::tls::CertificateSource>, String> {
+        use crate::tls::CertificateSource;
+        let Some(address) = self.metrics_address.0 else {
+            return Ok(None);
+        };
+        let files = match (&self.metrics_tls_cert_file, &self.metrics_tls_private_key_file) {
+            (Some(cert), Some(key)) => Some((cert.clone(), key.clone())),
+            (None, None) => None,
+            (Some(_), None) => {
+                return Err("--metrics-tls-cert-file needs --metrics-tls-private-key-file, its certificate's key".into());
+            }
+            (None, Some(_)) => {
+                return Err("--metrics-tls-private-key-file needs --metrics-tls-cert-file, its key's certificate".into());
+            }
+        };
+        let on = match self.metrics_tls {
+            MetricsTlsMode::Auto => authenticates || files.is_some(),
+            MetricsTlsMode::On => true,
+            MetricsTlsMode::Off if authenticates => {
+                return Err(format!(
+                    "--metrics-tls off: /metrics at {address} asks for a token (--metrics-auth), which would cross the network in clear text; use auto or on"
+                ));
+            }
+            MetricsTlsMode::Off if files.is_some() => {
+                return Err("--metrics-tls off leaves --metrics-tls-cert-file unused; drop one of them".into());
+            }
+            MetricsTlsMode::Off => false,
+        };
+        if !on {
+            return Ok(None);
+        }
+        Ok(Some(match files {
+            Some((cert, key)) => {
+                crate::tls::load_files(&cert, &key).map_err(|e| format!("--metrics-tls-cert-file: {e}"))?;
+                CertificateSource::Files { cert, key }
+            }
+            None => CertificateSource::SelfSigned {
+                names: crate::tls::self_signed_names(&self.node_name, Some(address.ip()), &self.node_ip),
+            },
+        }))
+    }
+
     /// The options of `plegd run`, complete and checked; else the one-line error of the first flag
     /// that is wrong.
     pub fn daemon_config(&self) -> Result<DaemonConfig, String> {
@@ -475,6 +540,11 @@ impl RunArgs {
         if let Some(path) = &api_socket {
             crate::observe::check_socket_path(path).map_err(|e| e.to_string())?;
         }
+        let metrics_auth = self
+            .metrics_address
+            .0
+            .is_some_and(|address| self.metrics_auth.authenticates(address));
+        let metrics_tls = self.metrics_tls_source(metrics_auth)?;
         Ok(DaemonConfig {
             cri_socket: self.runtime.cri_socket.clone(),
             cri: self.runtime.cri_config(),
@@ -498,11 +568,9 @@ impl RunArgs {
             emit_events: self.emit_events,
             api_socket,
             metrics_address: self.metrics_address.0,
-            metrics_auth: self
-                .metrics_address
-                .0
-                .is_some_and(|address| self.metrics_auth.authenticates(address)),
+            metrics_auth,
             metrics_token_audience: self.metrics_token_audience.clone(),
+            metrics_tls,
             health_address: self.health_address.0,
             shutdown_timeout: self.shutdown_timeout,
             apiserver_timeout: self.apiserver_timeout,

@@ -32,6 +32,7 @@ pub fn options(cri_socket: &Path, kubeconfig: PathBuf, node: &str, mode: StatusM
         metrics_address: None,
         metrics_auth: false,
         metrics_token_audience: None,
+        metrics_tls: None,
         health_address: None,
         shutdown_timeout: Duration::from_secs(5),
         apiserver_timeout: Duration::from_secs(30),

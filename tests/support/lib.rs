@@ -20,6 +20,7 @@ pub mod process;
 pub mod proxy;
 pub mod relister;
 pub mod request_info;
+pub mod tls;
 
 /// Poll the async `cond` every 100 ms until it holds; panics naming `what` after `timeout`.
 pub async fn wait_for<F, Fut>(what: &str, timeout: std::time::Duration, mut cond: F)
