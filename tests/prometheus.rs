@@ -26,6 +26,7 @@ use support::apiserver::{Apiserver, Identity};
 use support::containerd::{Containerd, PrivateContainerd, TEST_NAMESPACE, TestPod, containerd};
 use support::manifests::{DASHBOARD, path};
 use support::process::{KillOnDrop, free_port, plegd_run};
+use support::tls::{Certificates, certificates};
 use support::wait_for;
 
 const RULES: &str = "deploy/components/alerts/plegd.rules.yaml";
@@ -73,16 +74,19 @@ struct Prometheus {
 }
 
 impl Prometheus {
-    /// Scrape `targets` (plegd metrics ports) every second, evaluate `rules` every second.
-    fn start(bin: &Path, dir: &Path, targets: &[u16], rules: &str) -> Self {
+    /// Scrape `targets` (plegd metrics ports) every second over TLS, trusting `ca` and sending
+    /// the token in `token_file`, as an operator's scrape job does; evaluate `rules` every second.
+    fn start(bin: &Path, dir: &Path, targets: &[u16], ca: &Path, token_file: &Path, rules: &str) -> Self {
         let port = free_port();
         let targets: Vec<String> = targets.iter().map(|p| format!("'127.0.0.1:{p}'")).collect();
         let config = dir.join("prometheus.yml");
         std::fs::write(
             &config,
             format!(
-                "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - {}\nscrape_configs:\n  - job_name: plegd\n    static_configs:\n      - targets: [{}]\n",
+                "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - {}\nscrape_configs:\n  - job_name: plegd\n    scheme: https\n    tls_config:\n      ca_file: {}\n    authorization:\n      credentials_file: {}\n    static_configs:\n      - targets: [{}]\n",
                 path(rules),
+                ca.display(),
+                token_file.display(),
                 targets.join(", ")
             ),
         )
@@ -192,12 +196,22 @@ async fn run_bound_pod(api: &Apiserver, cd: &Containerd, name: &str, node: &str)
     pod
 }
 
-/// One plegd's flags: against `socket` and `kubeconfig`, metrics on `port`, relisting every
-/// second and unhealthy after 5 s (so that the PLEG alert's fault takes seconds, not minutes).
-fn plegd(node: &str, socket: &Path, kubeconfig: &Path, port: u16, log: &Path, extra: &[&str]) -> KillOnDrop {
+/// The audience of the token Prometheus sends plegd.
+const AUDIENCE: &str = "plegd.test";
+
+/// One plegd's flags: against `socket` and `kubeconfig`, metrics on `port` as the DaemonSet serves
+/// them (a token for plegd's audience asked for, over TLS with `tls`'s certificate), relisting
+/// every second and unhealthy after 5 s (so that the PLEG alert's fault takes seconds, not
+/// minutes).
+fn plegd(node: &str, socket: &Path, kubeconfig: &Path, port: u16, tls: &Certificates, log: &Path, extra: &[&str]) -> KillOnDrop {
     let mut command = plegd_run(env!("CARGO_BIN_EXE_plegd"), node, socket, kubeconfig);
     command
         .args(["--metrics-address", &format!("127.0.0.1:{port}")])
+        .args(["--metrics-auth", "kubernetes", "--metrics-token-audience", AUDIENCE])
+        .arg("--metrics-tls-cert-file")
+        .arg(&tls.cert)
+        .arg("--metrics-tls-private-key-file")
+        .arg(&tls.key)
         .args([
             "--relist-threshold",
             "5s",
@@ -282,6 +296,10 @@ async fn a_real_prometheus_scrapes_plegd_and_hears_its_faults() {
     let kubeconfig = api.kubeconfig_as(&writer_dir, &Identity::Plegd(NODE.into()));
     let shadow_kubeconfig = api.kubeconfig_as(&shadow_dir, &Identity::Plegd(SHADOW_NODE.into()));
     let (writer_port, shadow_port) = (free_port(), free_port());
+    // The serving certificate (cert-manager's, in a cluster) and Prometheus' token for plegd.
+    let tls = certificates(dir.path(), "metrics", &["127.0.0.1"]);
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, api.token_for_audience("plegd-metrics-reader", AUDIENCE)).unwrap();
     let writer_log = dir.path().join("writer.log");
     let shadow_log = dir.path().join("shadow.log");
     let _writer = plegd(
@@ -289,6 +307,7 @@ async fn a_real_prometheus_scrapes_plegd_and_hears_its_faults() {
         &cd.socket,
         &kubeconfig,
         writer_port,
+        &tls,
         &writer_log,
         &["--status-mode", "full", "--emit-events"],
     );
@@ -298,12 +317,13 @@ async fn a_real_prometheus_scrapes_plegd_and_hears_its_faults() {
             &cd.socket,
             &shadow_kubeconfig,
             shadow_port,
+            &tls,
             &shadow_log,
             &["--status-mode", "shadow"],
         )
     };
     let mut shadow = start_shadow();
-    let prometheus = Prometheus::start(&bin, dir.path(), &[writer_port, shadow_port], RULES);
+    let prometheus = Prometheus::start(&bin, dir.path(), &[writer_port, shadow_port], &tls.ca, &token_file, RULES);
 
     // A pod's life: running, one container exiting.
     let created = api
@@ -397,10 +417,14 @@ async fn a_real_prometheus_scrapes_plegd_and_hears_its_faults() {
     }
 
     // promtool finds nothing wrong with the exposition.
-    let (_, body) = tokio::task::spawn_blocking(move || get(writer_port, "/metrics"))
-        .await
-        .unwrap()
-        .expect("/metrics");
+    let (ca, token) = (tls.ca.clone(), std::fs::read_to_string(&token_file).unwrap());
+    let (_, body) = tokio::task::spawn_blocking(move || {
+        let address = std::net::SocketAddr::from(([127, 0, 0, 1], writer_port));
+        support::tls::https_get(address, "127.0.0.1", &support::tls::Trust::Ca(ca), "/metrics", Some(&token))
+    })
+    .await
+    .unwrap()
+    .expect("/metrics");
     let mut promtool = Command::new(bin.join("promtool"))
         .args(["check", "metrics"])
         .stdin(Stdio::piped())

@@ -51,6 +51,7 @@ async fn used(mode: &str, emit_events: bool, rendered: &std::path::Path, install
     let uid = api.create_bound_pod("web", NODE, 2, "Never").await;
     cri.fake.add_running_pod(&uid, "web", 2);
     let metrics_port = support::process::free_port();
+    let tls = support::tls::certificates(dir.path(), "metrics", &["localhost"]);
     // Known to the server well before the scrape below.
     let token = api.token_for(&Identity::MetricsReader);
     let mut command = support::process::plegd_run(
@@ -63,7 +64,11 @@ async fn used(mode: &str, emit_events: bool, rendered: &std::path::Path, install
         .args(&flags)
         .args(["--triggers", "none", "--relist-period", "200ms"])
         .args(["--metrics-address", &format!("127.0.0.1:{metrics_port}")])
-        .args(["--metrics-auth", "kubernetes"]);
+        .args(["--metrics-auth", "kubernetes"])
+        .arg("--metrics-tls-cert-file")
+        .arg(&tls.cert)
+        .arg("--metrics-tls-private-key-file")
+        .arg(&tls.key);
     let _plegd = KillOnDrop(command.spawn().expect("spawn plegd"));
     match mode {
         "full" => {
@@ -91,12 +96,14 @@ async fn used(mode: &str, emit_events: bool, rendered: &std::path::Path, install
 
     // A scrape of /metrics with a token: plegd asks the apiserver who it is and whether it may
     // (the install alone does not let it: 403).
+    let trust = support::tls::Trust::Ca(tls.ca.clone());
     let scraped = tokio::task::spawn_blocking(move || {
-        support::process::http_get_as(metrics_port, "/metrics", Some(&token)).map(|(code, _)| code)
+        let address = std::net::SocketAddr::from(([127, 0, 0, 1], metrics_port));
+        support::tls::https_get(address, "localhost", &trust, "/metrics", Some(&token)).map(|(code, _)| code)
     })
     .await
     .unwrap();
-    assert_eq!(scraped, Some(403));
+    assert_eq!(scraped, Ok(403));
 
     // Deleted while it runs: in full mode plegd removes it once its containers and its sandbox have
     // stopped and its final status is written (a pod already terminal would be removed by the

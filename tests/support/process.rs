@@ -126,28 +126,13 @@ pub fn free_port() -> u16 {
         .expect("a free port")
 }
 
-/// A plain HTTP/1.1 GET on loopback: (status code, body).
+/// A plain HTTP/1.1 GET on loopback: (status code, body). (A bearer token is sent over TLS
+/// alone: see [`crate::tls::https_get`].)
 pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
-    http_get_as(port, path, None)
-}
-
-/// [`http_get`] with `token` as its bearer token, if any.
-pub fn http_get_as(port: u16, path: &str, token: Option<&str>) -> Option<(u16, String)> {
-    http_get_at(std::net::SocketAddr::from(([127, 0, 0, 1], port)), path, token)
-}
-
-/// [`http_get_as`] at any address (a pod's, say).
-pub fn http_get_at(address: std::net::SocketAddr, path: &str, token: Option<&str>) -> Option<(u16, String)> {
+    let address = std::net::SocketAddr::from(([127, 0, 0, 1], port));
     let mut stream = std::net::TcpStream::connect_timeout(&address, Duration::from_secs(10)).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    let authorization = token
-        .map(|t| format!("Authorization: Bearer {t}\r\n"))
-        .unwrap_or_default();
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: localhost\r\n{authorization}Connection: close\r\n\r\n"
-    )
-    .ok()?;
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").ok()?;
     let mut response = String::new();
     stream.read_to_string(&mut response).ok()?;
     let code = response.split_whitespace().nth(1)?.parse().ok()?;
