@@ -57,6 +57,14 @@ fn every_bad_input_is_one_line_and_exit_2() {
     let table = config("table.toml", "[relist-period]\nseconds = 2\n");
     let tiny = config("tiny.toml", "relist-period = \"1ns\"\n");
     let precious = config("precious.sock", "precious");
+    let ours = plegd_test_support::tls::certificates(dir.path(), "ours", &["localhost"]);
+    let theirs = plegd_test_support::tls::certificates(dir.path(), "theirs", &["localhost"]);
+    let (cert, key, their_key) = (
+        ours.cert.to_str().unwrap().to_owned(),
+        ours.key.to_str().unwrap().to_owned(),
+        theirs.key.to_str().unwrap().to_owned(),
+    );
+    let missing = path("missing.crt");
 
     let rows: Vec<(Vec<&str>, bool, &[&str])> = vec![
         (
@@ -188,6 +196,46 @@ fn every_bad_input_is_one_line_and_exit_2() {
             vec!["run", "--metrics-token-audience", "plegd metrics"],
             true,
             &["--metrics-token-audience", "1 to 256 printable ASCII characters"],
+        ),
+        (
+            vec!["run", "--metrics-address", "0.0.0.0:9808", "--metrics-tls", "off"],
+            true,
+            &["--metrics-tls off", "clear text"],
+        ),
+        (
+            vec!["run", "--metrics-tls", "sometimes"],
+            true,
+            &["--metrics-tls", "auto, on, off"],
+        ),
+        (
+            vec!["run", "--metrics-tls-cert-file", &cert],
+            true,
+            &["--metrics-tls-cert-file needs --metrics-tls-private-key-file"],
+        ),
+        (
+            vec!["run", "--metrics-tls-private-key-file", &key],
+            true,
+            &["--metrics-tls-private-key-file needs --metrics-tls-cert-file"],
+        ),
+        (
+            vec!["run", "--metrics-tls-cert-file", &missing, "--metrics-tls-private-key-file", &key],
+            true,
+            &["--metrics-tls-cert-file", "missing.crt", "No such file"],
+        ),
+        (
+            vec!["run", "--metrics-tls-cert-file", &cert, "--metrics-tls-private-key-file", &their_key],
+            true,
+            &["--metrics-tls-cert-file", "theirs.key is not the private key of", "ours.crt"],
+        ),
+        (
+            vec!["run", "--metrics-tls-cert-file", &key, "--metrics-tls-private-key-file", &key],
+            true,
+            &["--metrics-tls-cert-file", "no PEM certificate"],
+        ),
+        (
+            vec!["run", "--metrics-tls", "off", "--metrics-tls-cert-file", &cert, "--metrics-tls-private-key-file", &key],
+            true,
+            &["--metrics-tls off leaves --metrics-tls-cert-file unused"],
         ),
         (
             vec!["run", "--node-ip", "192.0.2"],
