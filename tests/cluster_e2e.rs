@@ -9,7 +9,7 @@ use plegd_test_support as support;
 use std::time::{Duration, Instant};
 
 use futures_util::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::{Event, Pod, Secret};
+use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use serde_json::{Value, json};
 
@@ -104,9 +104,11 @@ fn restarts(pod: &Pod) -> i32 {
 }
 
 /// GET /metrics on plegd's pod from a pod in the `monitoring` namespace on plegd's node (where
-/// Prometheus runs, as components/network-policy lets in), with `token` if any: (status, body).
-/// Through a pod, as Prometheus scrapes: a kind cluster's pod network is not the host's.
-async fn scrape(cluster: &Cluster, plegd: &Pod, token: Option<String>) -> (u16, String) {
+/// Prometheus runs, as components/network-policy lets in), over `scheme` (TLS without checking
+/// the certificate plegd made, as the pod monitor's scrape class does), with `token` if any:
+/// (status, output); status 0 when no HTTP answer came. Through a pod, as Prometheus scrapes: a
+/// kind cluster's pod network is not the host's.
+async fn scrape(cluster: &Cluster, plegd: &Pod, scheme: &str, token: Option<String>) -> (u16, String) {
     static SCRAPES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let ip = plegd
         .status
@@ -128,7 +130,7 @@ async fn scrape(cluster: &Cluster, plegd: &Pod, token: Option<String>) -> (u16, 
     let mut scraper = pod(
         &name,
         &node,
-        &format!("busybox wget -S -q -O - {header} http://{ip}:9808/metrics 2>&1; true"),
+        &format!("busybox wget -S -q -T 10 --no-check-certificate -O - {header} {scheme}://{ip}:9808/metrics 2>&1; echo wget exit $?"),
     );
     scraper.spec.as_mut().unwrap().containers[0].env = Some(vec![
         serde_json::from_value(json!({"name": "TOKEN", "value": token.unwrap_or_default()})).unwrap(),
@@ -155,6 +157,7 @@ async fn scrape(cluster: &Cluster, plegd: &Pod, token: Option<String>) -> (u16, 
         .await
         .expect("the scraper's log");
     let _ = monitoring.delete(&name, &DeleteParams::default().grace_period(0)).await;
+    assert!(out.contains("wget exit"), "the scraper ran to its end: {out}");
     let code = out
         .lines()
         .find_map(|l| {
@@ -163,42 +166,57 @@ async fn scrape(cluster: &Cluster, plegd: &Pod, token: Option<String>) -> (u16, 
                 .or_else(|| l.split("HTTP/1.1 ").nth(1))
         })
         .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
-        .unwrap_or_else(|| panic!("no HTTP status in the scraper's output: {out}"));
+        .unwrap_or(0);
     (code, out)
 }
 
-/// The metrics reader's token, and a 200 scrape with it (the `monitoring` namespace made for the
-/// scraper).
+/// The token the pod monitor's scrape class gives Prometheus (one of its service account for
+/// plegd's audience), and a 200 scrape over TLS with it.
 async fn scraped(cluster: &Cluster, plegd: &Pod) -> (String, String) {
-    let token = metrics_reader_token(cluster).await;
-    cluster.namespace("monitoring").await;
+    let token = metrics_reader_token(cluster, Some("plegd")).await;
     let (_, body) = eventually(
         "a scrape with the metrics reader's token",
         WAIT,
-        || scrape(cluster, plegd, Some(token.clone())),
+        || scrape(cluster, plegd, "https", Some(token.clone())),
         |(code, _)| *code == 200,
     )
     .await;
     (token, body)
 }
 
-/// The token deploy/components/pod-monitor gives Prometheus (its Secret, once the token controller
-/// has filled it).
-async fn metrics_reader_token(cluster: &Cluster) -> String {
-    let secrets: Api<Secret> = Api::namespaced(cluster.client.clone(), NAMESPACE);
-    let secret = eventually(
-        "the metrics reader's token",
+/// A token of Prometheus' service account (the one deploy/components/pod-monitor lets read
+/// /metrics, made here with its namespace), for `audience` (None: the apiserver's), as the kubelet
+/// projects it into Prometheus' pod (prometheus-scrape-class.yaml).
+async fn metrics_reader_token(cluster: &Cluster, audience: Option<&str>) -> String {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let (namespace, name) = support::apiserver::METRICS_READER;
+    cluster.namespace(namespace).await;
+    let accounts: Api<ServiceAccount> = Api::namespaced(cluster.client.clone(), namespace);
+    let account: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+    match accounts.create(&PostParams::default(), &account).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => panic!("Prometheus' service account: {e}"),
+    }
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            audiences: audience.map(|a| vec![a.to_owned()]),
+            expiration_seconds: Some(3600),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    eventually(
+        "a token of Prometheus' service account",
         WAIT,
-        || async { secrets.get_opt("plegd-metrics-reader").await.ok().flatten() },
-        |s| {
-            s.as_ref()
-                .and_then(|s| s.data.as_ref())
-                .is_some_and(|d| d.contains_key("token"))
-        },
+        || async { accounts.create_token_request(name, &PostParams::default(), &request).await.ok() },
+        Option::is_some,
     )
     .await
-    .unwrap();
-    String::from_utf8(secret.data.unwrap()["token"].0.clone()).expect("a token")
+    .and_then(|t| t.status)
+    .and_then(|s| s.token)
+    .expect("a token")
 }
 
 /// Every pod bound to `node`.
@@ -278,11 +296,30 @@ async fn conditions_with_every_component() {
         assert!(objects.lines().any(|l| l == expected), "{expected} missing: {objects}");
     }
 
-    // /metrics through the pod: the metrics reader's token is let in, no token is not.
-    let (_, body) = scraped(&cluster, &plegd).await;
+    // The scrape class the pod monitor asks of one's own Prometheus is a Prometheus as the
+    // operator's own CRD has it (kube-apiserver's strict field validation, a dry run).
+    let class = support::manifests::path("deploy/components/pod-monitor/prometheus-scrape-class.yaml");
+    cluster.install_operator_crds(std::path::Path::new(&class)).await;
+    cluster.namespace("monitoring").await;
+    cluster
+        .kubectl(&["apply", "--dry-run=server", "--validate=strict", "-f", &class])
+        .await;
+
+    // /metrics through the pod, over TLS: the metrics reader's token for plegd's audience is let
+    // in; no token, or its token for the apiserver, is not; plain HTTP gets no answer at all.
+    let (token, body) = scraped(&cluster, &plegd).await;
     assert!(body.contains("# TYPE plegd_pleg_relist_duration_seconds"), "{body}");
-    let (code, body) = scrape(&cluster, &plegd, None).await;
+    assert!(
+        metric(&body, "plegd_tls_certificate_expiry_timestamp_seconds").unwrap_or(0.0) > 0.0,
+        "{body}"
+    );
+    let (code, body) = scrape(&cluster, &plegd, "https", None).await;
     assert_eq!(code, 401, "{body}");
+    let for_apiserver = metrics_reader_token(&cluster, None).await;
+    let (code, body) = scrape(&cluster, &plegd, "https", Some(for_apiserver)).await;
+    assert_eq!(code, 401, "a token for the apiserver: {body}");
+    let (code, body) = scrape(&cluster, &plegd, "http", Some(token)).await;
+    assert_eq!(code, 0, "plain HTTP: {body}");
 
     let pp = PostParams::default();
     pods.create(&pp, &pod("sleeper", &node, "sleep 3600")).await.unwrap();
@@ -622,7 +659,7 @@ async fn shadow_counts_differences_and_writes_nothing() {
     let (_, after) = eventually(
         "differences counted",
         WAIT,
-        || scrape(&cluster, &plegd, Some(token.clone())),
+        || scrape(&cluster, &plegd, "https", Some(token.clone())),
         |(_, body)| differences(body) > differences(&before),
     )
     .await;

@@ -52,24 +52,18 @@ fn check_pod_monitor(monitor: &Value) {
     allowed(monitor, &["apiVersion", "kind", "metadata", "spec"], "");
     allowed(
         &monitor["spec"],
-        &["selector", "namespaceSelector", "podMetricsEndpoints"],
+        &["selector", "namespaceSelector", "scrapeClass", "podMetricsEndpoints"],
         "spec",
     );
+    // Its credentials come from the scrape class, a token file of Prometheus' own: no Secret.
+    assert_eq!(monitor["spec"]["scrapeClass"], "plegd");
     for endpoint in monitor["spec"]["podMetricsEndpoints"].as_array().unwrap() {
         allowed(
             endpoint,
-            &["port", "path", "interval", "relabelings", "authorization"],
+            &["port", "path", "scheme", "interval", "relabelings"],
             "spec.podMetricsEndpoints[]",
         );
-        // SafeAuthorization: a type and a key of a Secret in the monitor's namespace.
-        if let Some(authorization) = endpoint.get("authorization") {
-            allowed(authorization, &["type", "credentials"], "authorization");
-            allowed(
-                &authorization["credentials"],
-                &["name", "key", "optional"],
-                "authorization.credentials",
-            );
-        }
+        assert_eq!(endpoint["scheme"], "https", "a token is sent over TLS alone");
         for relabeling in endpoint["relabelings"].as_array().into_iter().flatten() {
             allowed(relabeling, &["sourceLabels", "targetLabel"], "relabelings[]");
         }
@@ -310,6 +304,45 @@ fn every_install_keeps_plegd_least_privileged_and_node_critical() {
 }
 
 /// The dashboard component: the dashboard JSON as is, in a ConfigMap Grafana's sidecar loads.
+/// No install holds a token in a Secret (a legacy service-account token never expires); where the
+/// pod-monitor component scrapes plegd, plegd takes only a token for its own audience, and its
+/// /metrics asks for a token (and so speaks TLS: `--metrics-tls` is left `auto`).
+#[test]
+fn no_install_keeps_a_token_and_metrics_readers_send_theirs_over_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, install) in installs(&dir.path()) {
+        for object in &install {
+            assert_ne!(
+                object["type"], "kubernetes.io/service-account-token",
+                "{name}: a token kept in a Secret: {object}"
+            );
+        }
+        let args: Vec<&str> = daemonset(&install)["spec"]["template"]["spec"]["containers"][0]["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|a| a.as_str())
+            .collect();
+        assert!(args.contains(&"--metrics-address=0.0.0.0:9808"), "{name}: {args:?}");
+        assert!(
+            !args.iter().any(|a| a.starts_with("--metrics-auth") || a.starts_with("--metrics-tls=")),
+            "{name}: /metrics asks for a token over TLS as the defaults say: {args:?}"
+        );
+        let monitored = install.iter().any(|o| o["kind"] == "PodMonitor");
+        assert_eq!(
+            args.contains(&"--metrics-token-audience=plegd"),
+            monitored,
+            "{name}: plegd's audience exactly where the pod monitor's token is for it: {args:?}"
+        );
+    }
+    let class: Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(path("deploy/components/pod-monitor/prometheus-scrape-class.yaml")).unwrap())
+            .unwrap();
+    let volume = &class["spec"]["volumes"][0]["projected"]["sources"][0]["serviceAccountToken"];
+    assert_eq!(volume["audience"], "plegd");
+    assert!(volume["expirationSeconds"].as_u64().is_some_and(|s| s <= 3600), "{volume}");
+}
+
 #[test]
 fn the_dashboard_component_carries_the_dashboard() {
     let dir = tempfile::tempdir().unwrap();

@@ -346,7 +346,7 @@ async fn a_readers_token_must_be_for_plegds_audience_when_one_is_set() {
     let scrape = |token: String| async { Some(s.scrape_tls(Some(token)).await.0).filter(|c| *c != 0) };
     let for_apiserver = s.api.token_for(&Identity::MetricsReader);
     assert_eq!(scrape(for_apiserver).await, Some(401), "a token for the apiserver");
-    let for_plegd = s.api.token_for_audience("plegd-metrics-reader", "plegd.test");
+    let for_plegd = s.api.metrics_reader_token(Some("plegd.test"));
     // (The reader's rights may take a moment to reach the apiserver's authorizer: 403 meanwhile.)
     let mut answer = None;
     for _ in 0..50 {

@@ -299,7 +299,7 @@ async fn a_real_prometheus_scrapes_plegd_and_hears_its_faults() {
     // The serving certificate (cert-manager's, in a cluster) and Prometheus' token for plegd.
     let tls = certificates(dir.path(), "metrics", &["127.0.0.1"]);
     let token_file = dir.path().join("token");
-    std::fs::write(&token_file, api.token_for_audience("plegd-metrics-reader", AUDIENCE)).unwrap();
+    std::fs::write(&token_file, api.metrics_reader_token(Some(AUDIENCE))).unwrap();
     let writer_log = dir.path().join("writer.log");
     let shadow_log = dir.path().join("shadow.log");
     let _writer = plegd(

@@ -23,7 +23,7 @@
 #                                     # started with the same flags); returns when it serves again
 #   tests/cluster/cluster.sh remove-plegd  # the plegd install removed, the cluster left running
 #   tests/cluster/cluster.sh operator-crds INSTALL_YAML  # the Prometheus operator's CRD files the
-#                                     # rendered install needs (PodMonitor, PrometheusRule)
+#                                     # YAML file needs (PodMonitor, PrometheusRule, Prometheus)
 #   tests/cluster/cluster.sh compact  # etcd compacted to its newest revision: watches older than
 #                                     # that are answered 410 Gone
 #
@@ -520,16 +520,18 @@ WITHOUT_BINARY='.items |= map(if .kind == "DaemonSet" then del(.spec.template.me
 
 # operator_crds INSTALL_YAML: the paths of the custom resource definitions of the kinds the
 # install has that a cluster lacks: the Prometheus operator's PodMonitor and PrometheusRule
-# (components/pod-monitor, components/alerts), as the operator's own module at
+# (components/pod-monitor, components/alerts), and Prometheus (the scrape class
+# components/pod-monitor asks of one), as the operator's own module at
 # PROMETHEUS_OPERATOR_VERSION ships them (example/prometheus-operator-crd), through the Go module
 # proxy. deploy/kind/e2e.sh uses them too.
 operator_crds() {
   local kind file dir=""
-  for kind in PodMonitor PrometheusRule; do
+  for kind in PodMonitor PrometheusRule Prometheus; do
     grep -qx "kind: $kind" "$1" || continue
     case $kind in
       PodMonitor) file=monitoring.coreos.com_podmonitors.yaml ;;
       PrometheusRule) file=monitoring.coreos.com_prometheusrules.yaml ;;
+      Prometheus) file=monitoring.coreos.com_prometheuses.yaml ;;
     esac
     if [ -z "$dir" ]; then
       download "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION" >/dev/null

@@ -189,9 +189,14 @@ pub enum Identity {
     /// client certificate names it, so that the Node authorizer and NodeRestriction judge it (a
     /// static token, made at start for each of [`NODES`]).
     Node(String),
-    /// The service account deploy/components/pod-monitor gives Prometheus to read /metrics with.
+    /// Prometheus' service account, which deploy/components/pod-monitor lets read /metrics
+    /// ([`METRICS_READER`]).
     MetricsReader,
 }
+
+/// The namespace and name of the service account deploy/components/pod-monitor/metrics-reader.yaml
+/// lets get /metrics: kube-prometheus' Prometheus.
+pub const METRICS_READER: (&str, &str) = ("monitoring", "prometheus-k8s");
 
 pub struct Apiserver {
     dir: tempfile::TempDir,
@@ -604,41 +609,36 @@ impl Apiserver {
                 self.ensure_service_accounts();
                 self.create_token("plegd", None)
             }
-            Identity::MetricsReader => {
-                self.ensure_service_accounts();
-                self.create_token("plegd-metrics-reader", None)
-            }
+            Identity::MetricsReader => self.metrics_reader_token(None),
         };
         lock(&self.tokens).push((identity.clone(), created.clone()));
         created
     }
 
-    /// plegd's namespace and service accounts (deploy/'s RBAC files have them; a test with RBAC of
-    /// its own may not).
+    /// plegd's and Prometheus' namespaces and service accounts (deploy/'s RBAC files have
+    /// plegd's; a test with RBAC of its own may not).
     fn ensure_service_accounts(&self) {
-        let account = |name: &str| json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": "plegd-system"}});
+        let (reader_namespace, reader) = METRICS_READER;
+        let namespace = |name: &str| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
+        let account = |namespace: &str, name: &str| json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": namespace}});
         self.kubectl_apply(&json!({"apiVersion": "v1", "kind": "List", "items": [
-            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "plegd-system"}},
-            account("plegd"),
-            account("plegd-metrics-reader"),
+            namespace("plegd-system"),
+            namespace(reader_namespace),
+            account("plegd-system", "plegd"),
+            account(reader_namespace, reader),
         ]}));
     }
 
-    /// A token of service account `plegd-system/account` issued for `audience` only (not the
-    /// apiserver's own audience: the apiserver itself refuses it).
-    pub fn token_for_audience(&self, account: &str, audience: &str) -> String {
+    /// A token of Prometheus' service account ([`METRICS_READER`]): for the apiserver, or for
+    /// `audience` only (which the apiserver itself refuses), as a projected token with that
+    /// `audience` is.
+    pub fn metrics_reader_token(&self, audience: Option<&str>) -> String {
         self.ensure_service_accounts();
-        let args = [
-            "-n",
-            "plegd-system",
-            "create",
-            "token",
-            account,
-            "--duration",
-            "48h",
-            "--audience",
-            audience,
-        ];
+        let (namespace, account) = METRICS_READER;
+        let mut args = vec!["-n", namespace, "create", "token", account, "--duration", "48h"];
+        if let Some(audience) = audience {
+            args.extend(["--audience", audience]);
+        }
         self.kubectl_as_admin(&args, None).trim().to_owned()
     }
 

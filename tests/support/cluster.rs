@@ -167,6 +167,17 @@ impl Cluster {
         self.script(&[&["kubectl"], args].concat()).await
     }
 
+    /// The Prometheus operator's CRDs of the kinds in the YAML file `objects` (from the
+    /// operator's Go module), installed and established.
+    pub async fn install_operator_crds(&self, objects: &std::path::Path) {
+        let crds = self.script(&["operator-crds", &objects.display().to_string()]).await;
+        for crd in crds.lines() {
+            self.kubectl(&["apply", "--server-side", "-f", crd]).await;
+            self.kubectl(&["wait", "--for", "condition=Established", "--timeout=60s", "-f", crd])
+                .await;
+        }
+    }
+
     /// `restart COMPONENT` (containerd, kubelet, kube-apiserver, etcd, ...).
     pub async fn restart(&self, component: &str) {
         self.script(&["restart", component]).await;
