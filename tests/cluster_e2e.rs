@@ -103,6 +103,11 @@ fn restarts(pod: &Pod) -> i32 {
         .map_or(0, |c| c.restart_count)
 }
 
+/// The image of the scrapers: the host's curl. (The test image's busybox wget cannot speak TLS
+/// to plegd: its own TLS sends no signature_algorithms, so a server must sign with SHA-1, which
+/// rustls refuses, as it should.)
+const CURL_IMAGE: &str = "plegd.test/curl:1";
+
 /// GET /metrics on plegd's pod from a pod in the `monitoring` namespace on plegd's node (where
 /// Prometheus runs, as components/network-policy lets in), over `scheme` (TLS without checking
 /// the certificate plegd made, as the pod monitor's scrape class does), with `token` if any:
@@ -110,6 +115,18 @@ fn restarts(pod: &Pod) -> i32 {
 /// kind cluster's pod network is not the host's.
 async fn scrape(cluster: &Cluster, plegd: &Pod, scheme: &str, token: Option<String>) -> (u16, String) {
     static SCRAPES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    static IMPORTED: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+    IMPORTED
+        .get_or_init(|| async {
+            let curl = std::process::Command::new("sh")
+                .args(["-c", "command -v curl"])
+                .output()
+                .expect("sh");
+            let curl = String::from_utf8_lossy(&curl.stdout).trim().to_owned();
+            assert!(!curl.is_empty(), "curl is missing on the host (tests/containerd/containerd.sh installs it)");
+            cluster.import_binary(&curl, CURL_IMAGE).await;
+        })
+        .await;
     let ip = plegd
         .status
         .as_ref()
@@ -122,25 +139,36 @@ async fn scrape(cluster: &Cluster, plegd: &Pod, scheme: &str, token: Option<Stri
         .expect("plegd's pod is bound");
     let monitoring = cluster_pods(cluster, "monitoring");
     let name = format!("scrape-{}", SCRAPES.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
-    let header = if token.is_some() {
-        "--header \"Authorization: Bearer $TOKEN\""
-    } else {
-        ""
-    };
-    let mut scraper = pod(
-        &name,
-        &node,
-        &format!("busybox wget -S -q -T 10 --no-check-certificate -O - {header} {scheme}://{ip}:9808/metrics 2>&1; echo wget exit $?"),
-    );
-    scraper.spec.as_mut().unwrap().containers[0].env = Some(vec![
-        serde_json::from_value(json!({"name": "TOKEN", "value": token.unwrap_or_default()})).unwrap(),
-    ]);
+    // The kubelet puts the token in for $(TOKEN): no shell is needed.
+    let mut args = vec!["-sS", "-k", "-i", "--max-time", "20"];
+    if token.is_some() {
+        args.extend(["-H", "Authorization: Bearer $(TOKEN)"]);
+    }
+    let url = format!("{scheme}://{ip}:9808/metrics");
+    args.push(&url);
+    let scraper: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "nodeName": node,
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "main",
+                "image": CURL_IMAGE,
+                "imagePullPolicy": "Never",
+                "command": ["/usr/local/bin/curl"],
+                "args": args,
+                "env": [{"name": "TOKEN", "value": token.unwrap_or_default()}],
+            }],
+        },
+    }))
+    .unwrap();
     let _ = monitoring.delete(&name, &DeleteParams::default().grace_period(0)).await;
     monitoring
         .create(&PostParams::default(), &scraper)
         .await
         .expect("the scraper pod");
-    eventually(
+    let done = eventually(
         "the scraper done",
         WAIT,
         || get(&monitoring, &name),
@@ -157,16 +185,15 @@ async fn scrape(cluster: &Cluster, plegd: &Pod, scheme: &str, token: Option<Stri
         .await
         .expect("the scraper's log");
     let _ = monitoring.delete(&name, &DeleteParams::default().grace_period(0)).await;
-    assert!(out.contains("wget exit"), "the scraper ran to its end: {out}");
     let code = out
         .lines()
-        .find_map(|l| {
-            l.trim()
-                .strip_prefix("HTTP/1.1 ")
-                .or_else(|| l.split("HTTP/1.1 ").nth(1))
-        })
+        .find_map(|l| l.strip_prefix("HTTP/1.1 "))
         .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
         .unwrap_or(0);
+    assert!(
+        code != 0 || out.contains("curl: ("),
+        "curl ran and said why it got no answer: {out}\n{done:?}"
+    );
     (code, out)
 }
 

@@ -24,6 +24,9 @@
 #   tests/cluster/cluster.sh remove-plegd  # the plegd install removed, the cluster left running
 #   tests/cluster/cluster.sh operator-crds INSTALL_YAML  # the Prometheus operator's CRD files the
 #                                     # YAML file needs (PodMonitor, PrometheusRule, Prometheus)
+#   tests/cluster/cluster.sh import-binary BINARY IMAGE  # an image of BINARY and the libraries
+#                                     # it loads, in the node's containerd (a client the test
+#                                     # image's busybox is not: curl, for TLS)
 #   tests/cluster/cluster.sh compact  # etcd compacted to its newest revision: watches older than
 #                                     # that are answered 410 Gone
 #
@@ -860,5 +863,6 @@ case "${1:-}" in
   compact) compact ;;
   remove-plegd) remove_plegd ;;
   operator-crds) [ $# -eq 2 ] || die "usage: $0 operator-crds INSTALL_YAML"; operator_crds "$2" ;;
-  *) echo "usage: $0 modules|build|bin|start|stop|kubectl ARGS...|restart COMPONENT|compact|remove-plegd|operator-crds INSTALL_YAML" >&2; exit 2 ;;
+  import-binary) [ $# -eq 3 ] || die "usage: $0 import-binary BINARY IMAGE"; "${CONTAINERD[@]}" import-binary "$2" "$3" 8>&- 9>&- ;;
+  *) echo "usage: $0 modules|build|bin|start|stop|kubectl ARGS...|restart COMPONENT|compact|remove-plegd|operator-crds INSTALL_YAML|import-binary BINARY IMAGE" >&2; exit 2 ;;
 esac

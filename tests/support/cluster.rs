@@ -178,6 +178,12 @@ impl Cluster {
         }
     }
 
+    /// An image `image` of the host's `binary` (and the libraries it loads) in the node's
+    /// containerd, run as `/usr/local/bin/<its name>`.
+    pub async fn import_binary(&self, binary: &str, image: &str) {
+        self.script(&["import-binary", binary, image]).await;
+    }
+
     /// `restart COMPONENT` (containerd, kubelet, kube-apiserver, etcd, ...).
     pub async fn restart(&self, component: &str) {
         self.script(&["restart", component]).await;
