@@ -324,6 +324,11 @@ fn no_install_keeps_a_token_and_metrics_readers_send_theirs_over_tls() {
             .filter_map(|a| a.as_str())
             .collect();
         assert!(args.contains(&"--metrics-address=0.0.0.0:9808"), "{name}: {args:?}");
+        let annotations = &daemonset(&install)["spec"]["template"]["metadata"]["annotations"];
+        assert!(
+            annotations.as_object().is_none_or(|a| !a.keys().any(|k| k.starts_with("prometheus.io/"))),
+            "{name}: no invitation to jobs that send their token to every annotated pod: {annotations}"
+        );
         assert!(
             !args.iter().any(|a| a.starts_with("--metrics-auth") || a.starts_with("--metrics-tls=")),
             "{name}: /metrics asks for a token over TLS as the defaults say: {args:?}"

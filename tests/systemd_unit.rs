@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use support::apiserver::{Apiserver, Identity};
 use support::fake_cri::{FakeCri, FakeServer};
 use support::process::{free_port, http_get, metric};
+use support::tls::{Trust, https_get};
 
 const UNIT: &str = include_str!("../systemd/plegd.service");
 
@@ -207,8 +208,18 @@ fn can_run_systemd() -> Result<(), String> {
     Ok(())
 }
 
-fn counter(port: u16, name: &str) -> f64 {
-    http_get(port, "/metrics")
+/// A sample of /metrics, read as the unit serves it on the loopback: over TLS with the
+/// certificate plegd made (pinned from its log), with a reader's `token`.
+fn counter(sandbox: &Sandbox, port: u16, token: &str, name: &str) -> f64 {
+    let log = sandbox.log();
+    let fingerprint = log
+        .lines()
+        .filter(|l| l.contains("a self-signed certificate plegd made"))
+        .find_map(|l| l.split("sha256=").nth(1)?.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| panic!("no self-signed certificate in plegd's log:\n{log}"));
+    let address = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    https_get(address, "localhost", &Trust::Pinned(fingerprint), "/metrics", Some(token))
+        .ok()
         .and_then(|(_, body)| metric(&body, name))
         .unwrap_or(0.0)
 }
@@ -295,11 +306,16 @@ async fn unit_under_systemd_waits_for_the_runtime_and_resumes_its_watchdog() {
             s.show("WatchdogTimestampMonotonic") != first
         })
         .await;
-    // Node memory figures: /proc/meminfo is readable under the unit's sandbox.
-    assert!(
-        counter(port, "plegd_node_memory_total_bytes") > 0.0,
-        "node memory is read"
-    );
+    // On the loopback too, /metrics asks for a token, over TLS: plain HTTP gets no answer.
+    assert_eq!(http_get(port, "/metrics"), None, "plain HTTP on the unit's /metrics");
+    // Node memory figures: /proc/meminfo is readable under the unit's sandbox. (The reader's
+    // rights may take a moment to reach the apiserver's authorizer.)
+    let reader = api.token_for(&Identity::MetricsReader);
+    sandbox
+        .wait("node memory read, and /metrics read with a reader's token", Duration::from_secs(20), |s| {
+            counter(s, port, &reader, "plegd_node_memory_total_bytes") > 0.0
+        })
+        .await;
 
     // The runtime goes away: health fails after the 1 s threshold and the pings stop; it comes
     // back before the watchdog's 20 s run out, the pings resume at once, and nothing restarted.
