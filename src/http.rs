@@ -317,7 +317,8 @@ async fn accept_loop(
             let Some(tls) = tls else {
                 return serve_connection(stream, service, evicted, limits).await;
             };
-            tls.certificate.refresh(std::time::Instant::now(), std::time::SystemTime::now());
+            tls.certificate
+                .refresh(std::time::Instant::now(), std::time::SystemTime::now());
             let handshake = tokio::select! {
                 handshake = tokio::time::timeout(limits.header_read_timeout, tls.acceptor.accept(stream)) => handshake,
                 () = evicted.cancelled() => return,
@@ -338,12 +339,8 @@ async fn accept_loop(
 }
 
 /// One connection's requests, until it ends, is evicted, or reaches its age.
-async fn serve_connection<I, S>(
-    stream: I,
-    service: S,
-    evicted: tokio_util::sync::CancellationToken,
-    limits: HttpLimits,
-) where
+async fn serve_connection<I, S>(stream: I, service: S, evicted: tokio_util::sync::CancellationToken, limits: HttpLimits)
+where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     S: hyper::service::HttpService<hyper::body::Incoming> + Send + 'static,
     S::Future: Send + 'static,

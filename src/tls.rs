@@ -60,7 +60,11 @@ pub enum TlsError {
     #[error("{path}: no usable PEM private key in it ({reason})")]
     NoKey { path: PathBuf, reason: String },
     #[error("{key} is not the private key of {cert}: {reason}")]
-    Unusable { cert: PathBuf, key: PathBuf, reason: String },
+    Unusable {
+        cert: PathBuf,
+        key: PathBuf,
+        reason: String,
+    },
     #[error("making a self-signed certificate: {0}")]
     Generate(#[from] rcgen::Error),
 }
@@ -110,7 +114,9 @@ fn read_bounded(path: &Path) -> Result<Vec<u8>, TlsError> {
     };
     let file = std::fs::File::open(path).map_err(read_error)?;
     let mut bytes = Vec::new();
-    file.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes).map_err(read_error)?;
+    file.take(MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(read_error)?;
     if bytes.len() as u64 > MAX_FILE_BYTES {
         return Err(TlsError::TooLarge { path: path.to_owned() });
     }
@@ -218,7 +224,12 @@ pub struct ServingCertificate {
 
 impl ServingCertificate {
     /// The certificate of `source`, loaded or made now; an error when the files cannot be used.
-    pub fn new(source: CertificateSource, metrics: Arc<Metrics>, now: Instant, wall: SystemTime) -> Result<Self, TlsError> {
+    pub fn new(
+        source: CertificateSource,
+        metrics: Arc<Metrics>,
+        now: Instant,
+        wall: SystemTime,
+    ) -> Result<Self, TlsError> {
         let loaded = match &source {
             CertificateSource::Files { cert, key } => load_files(cert, key)?,
             CertificateSource::SelfSigned { names } => self_signed(names, wall)?,
@@ -315,7 +326,9 @@ fn describe(source: &CertificateSource, loaded: &Loaded, what: &str) {
         .map(|b| format!("{b:02X}"))
         .collect::<Vec<_>>()
         .join(":");
-    let not_after = loaded.not_after.map(|t| humantime::format_rfc3339_seconds(t).to_string());
+    let not_after = loaded
+        .not_after
+        .map(|t| humantime::format_rfc3339_seconds(t).to_string());
     match source {
         CertificateSource::Files { cert, .. } => info!(
             cert = %cert.display(), sha256 = %fingerprint, not_after = not_after.as_deref().unwrap_or("unknown"),
@@ -467,7 +480,10 @@ mod tests {
         let loaded = self_signed(&["localhost".into()], now()).unwrap();
         assert_eq!(plan(&loaded, None, now()), Refresh::Keep);
         let end = now() + SELF_SIGNED_VALIDITY;
-        assert_eq!(plan(&loaded, None, end - RENEW_BEFORE - Duration::from_secs(1)), Refresh::Keep);
+        assert_eq!(
+            plan(&loaded, None, end - RENEW_BEFORE - Duration::from_secs(1)),
+            Refresh::Keep
+        );
         assert_eq!(plan(&loaded, None, end - RENEW_BEFORE), Refresh::Renew);
     }
 
@@ -500,7 +516,8 @@ mod tests {
         serving.refresh(start + 2 * CHECK_INTERVAL, now());
         assert_eq!(served_now(), first);
         serving.refresh(start + 3 * CHECK_INTERVAL, now());
-        let failures = |m: &Metrics| crate::metrics::sample(&m.encode(), "plegd_tls_certificate_reloads_total{result=\"failed\"}");
+        let failures =
+            |m: &Metrics| crate::metrics::sample(&m.encode(), "plegd_tls_certificate_reloads_total{result=\"failed\"}");
         assert_eq!(failures(&metrics), Some(1.0), "one bad pair is reported once");
         // Its key comes: the new pair is served, but not before the check interval.
         write(dir.path(), "tls.key", &second_key);
@@ -523,7 +540,11 @@ mod tests {
         let missing = dir.path().join("missing.pem");
         let message = |c: &Path, k: &Path| load_files(c, k).map(|_| ()).unwrap_err().to_string();
         assert!(load_files(&cert, &key).is_ok());
-        assert!(message(&cert, &wrong).contains("is not the private key of"), "{}", message(&cert, &wrong));
+        assert!(
+            message(&cert, &wrong).contains("is not the private key of"),
+            "{}",
+            message(&cert, &wrong)
+        );
         assert!(message(&empty, &key).contains("no PEM certificate"));
         assert!(message(&cert, &empty).contains("no usable PEM private key"));
         assert!(message(&missing, &key).contains("missing.pem"));
@@ -537,7 +558,10 @@ mod tests {
         let der = CertificateDer::from_pem_slice(cert_pem.as_bytes()).unwrap();
         // rcgen's default end: 4096-01-01, a GeneralizedTime.
         let end = not_after(&der).unwrap();
-        assert_eq!(humantime::format_rfc3339_seconds(end).to_string(), "4096-01-01T00:00:00Z");
+        assert_eq!(
+            humantime::format_rfc3339_seconds(end).to_string(),
+            "4096-01-01T00:00:00Z"
+        );
         let made = self_signed(&["a.test".into()], now()).unwrap();
         assert_eq!(made.not_after, Some(now() + SELF_SIGNED_VALIDITY), "a UTCTime");
         for cut in [0, 1, 10, der.len() / 2, der.len() - 1] {

@@ -123,7 +123,10 @@ async fn scrape(cluster: &Cluster, plegd: &Pod, scheme: &str, token: Option<Stri
                 .output()
                 .expect("sh");
             let curl = String::from_utf8_lossy(&curl.stdout).trim().to_owned();
-            assert!(!curl.is_empty(), "curl is missing on the host (tests/containerd/containerd.sh installs it)");
+            assert!(
+                !curl.is_empty(),
+                "curl is missing on the host (tests/containerd/containerd.sh installs it)"
+            );
             cluster.import_binary(&curl, CURL_IMAGE).await;
         })
         .await;
@@ -237,7 +240,12 @@ async fn metrics_reader_token(cluster: &Cluster, audience: Option<&str>) -> Stri
     eventually(
         "a token of Prometheus' service account",
         WAIT,
-        || async { accounts.create_token_request(name, &PostParams::default(), &request).await.ok() },
+        || async {
+            accounts
+                .create_token_request(name, &PostParams::default(), &request)
+                .await
+                .ok()
+        },
         Option::is_some,
     )
     .await

@@ -310,7 +310,7 @@ fn every_install_keeps_plegd_least_privileged_and_node_critical() {
 #[test]
 fn no_install_keeps_a_token_and_metrics_readers_send_theirs_over_tls() {
     let dir = tempfile::tempdir().unwrap();
-    for (name, install) in installs(&dir.path()) {
+    for (name, install) in installs(dir.path()) {
         for object in &install {
             assert_ne!(
                 object["type"], "kubernetes.io/service-account-token",
@@ -326,11 +326,15 @@ fn no_install_keeps_a_token_and_metrics_readers_send_theirs_over_tls() {
         assert!(args.contains(&"--metrics-address=0.0.0.0:9808"), "{name}: {args:?}");
         let annotations = &daemonset(&install)["spec"]["template"]["metadata"]["annotations"];
         assert!(
-            annotations.as_object().is_none_or(|a| !a.keys().any(|k| k.starts_with("prometheus.io/"))),
+            annotations
+                .as_object()
+                .is_none_or(|a| !a.keys().any(|k| k.starts_with("prometheus.io/"))),
             "{name}: no invitation to jobs that send their token to every annotated pod: {annotations}"
         );
         assert!(
-            !args.iter().any(|a| a.starts_with("--metrics-auth") || a.starts_with("--metrics-tls=")),
+            !args
+                .iter()
+                .any(|a| a.starts_with("--metrics-auth") || a.starts_with("--metrics-tls=")),
             "{name}: /metrics asks for a token over TLS as the defaults say: {args:?}"
         );
         let monitored = install.iter().any(|o| o["kind"] == "PodMonitor");
@@ -340,12 +344,16 @@ fn no_install_keeps_a_token_and_metrics_readers_send_theirs_over_tls() {
             "{name}: plegd's audience exactly where the pod monitor's token is for it: {args:?}"
         );
     }
-    let class: Value =
-        serde_saphyr::from_str(&std::fs::read_to_string(path("deploy/components/pod-monitor/prometheus-scrape-class.yaml")).unwrap())
-            .unwrap();
+    let class: Value = serde_saphyr::from_str(
+        &std::fs::read_to_string(path("deploy/components/pod-monitor/prometheus-scrape-class.yaml")).unwrap(),
+    )
+    .unwrap();
     let volume = &class["spec"]["volumes"][0]["projected"]["sources"][0]["serviceAccountToken"];
     assert_eq!(volume["audience"], "plegd");
-    assert!(volume["expirationSeconds"].as_u64().is_some_and(|s| s <= 3600), "{volume}");
+    assert!(
+        volume["expirationSeconds"].as_u64().is_some_and(|s| s <= 3600),
+        "{volume}"
+    );
 }
 
 #[test]

@@ -383,15 +383,19 @@ async fn metrics_that_ask_for_a_token_speak_tls() {
     let s = setup(&["--metrics-auth", "kubernetes"]).await;
     let port = s.metrics_port;
     let address = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    let plain = tokio::task::spawn_blocking(move || http_get(port, "/healthz")).await.unwrap();
+    let plain = tokio::task::spawn_blocking(move || http_get(port, "/healthz"))
+        .await
+        .unwrap();
     assert_eq!(plain, None, "plain HTTP gets no HTTP answer");
     let other_ca = certificates(s.dir.path(), "other", &["localhost"]).ca;
-    let refused = tokio::task::spawn_blocking(move || {
-        https_get(address, "localhost", &Trust::Ca(other_ca), "/healthz", None)
-    })
-    .await
-    .unwrap();
-    assert!(refused.as_ref().is_err_and(|e| e.contains("certificate")), "{refused:?}");
+    let refused =
+        tokio::task::spawn_blocking(move || https_get(address, "localhost", &Trust::Ca(other_ca), "/healthz", None))
+            .await
+            .unwrap();
+    assert!(
+        refused.as_ref().is_err_and(|e| e.contains("certificate")),
+        "{refused:?}"
+    );
     // A reader that pins plegd's certificate gets in (once its rights reach the apiserver's
     // authorizer: 403 meanwhile), and sees what was counted.
     let reader = s.api.token_for(&Identity::MetricsReader);
@@ -414,7 +418,10 @@ async fn metrics_that_ask_for_a_token_speak_tls() {
         .unwrap()
         .as_secs_f64();
     let expiry = metric(&body, "plegd_tls_certificate_expiry_timestamp_seconds").unwrap_or(0.0);
-    assert!(expiry > now + 300.0 * 24.0 * 3600.0, "a self-made certificate lasts a year: {expiry}\n{body}");
+    assert!(
+        expiry > now + 300.0 * 24.0 * 3600.0,
+        "a self-made certificate lasts a year: {expiry}\n{body}"
+    );
 }
 
 /// With certificate files (a Secret that cert-manager keeps), /metrics serves them to a reader

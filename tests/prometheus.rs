@@ -203,7 +203,15 @@ const AUDIENCE: &str = "plegd.test";
 /// them (a token for plegd's audience asked for, over TLS with `tls`'s certificate), relisting
 /// every second and unhealthy after 5 s (so that the PLEG alert's fault takes seconds, not
 /// minutes).
-fn plegd(node: &str, socket: &Path, kubeconfig: &Path, port: u16, tls: &Certificates, log: &Path, extra: &[&str]) -> KillOnDrop {
+fn plegd(
+    node: &str,
+    socket: &Path,
+    kubeconfig: &Path,
+    port: u16,
+    tls: &Certificates,
+    log: &Path,
+    extra: &[&str],
+) -> KillOnDrop {
     let mut command = plegd_run(env!("CARGO_BIN_EXE_plegd"), node, socket, kubeconfig);
     command
         .args(["--metrics-address", &format!("127.0.0.1:{port}")])
@@ -323,7 +331,14 @@ async fn a_real_prometheus_scrapes_plegd_and_hears_its_faults() {
         )
     };
     let mut shadow = start_shadow();
-    let prometheus = Prometheus::start(&bin, dir.path(), &[writer_port, shadow_port], &tls.ca, &token_file, RULES);
+    let prometheus = Prometheus::start(
+        &bin,
+        dir.path(),
+        &[writer_port, shadow_port],
+        &tls.ca,
+        &token_file,
+        RULES,
+    );
 
     // A pod's life: running, one container exiting.
     let created = api
@@ -420,7 +435,13 @@ async fn a_real_prometheus_scrapes_plegd_and_hears_its_faults() {
     let (ca, token) = (tls.ca.clone(), std::fs::read_to_string(&token_file).unwrap());
     let (_, body) = tokio::task::spawn_blocking(move || {
         let address = std::net::SocketAddr::from(([127, 0, 0, 1], writer_port));
-        support::tls::https_get(address, "127.0.0.1", &support::tls::Trust::Ca(ca), "/metrics", Some(&token))
+        support::tls::https_get(
+            address,
+            "127.0.0.1",
+            &support::tls::Trust::Ca(ca),
+            "/metrics",
+            Some(&token),
+        )
     })
     .await
     .unwrap()

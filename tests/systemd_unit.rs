@@ -218,10 +218,16 @@ fn counter(sandbox: &Sandbox, port: u16, token: &str, name: &str) -> f64 {
         .find_map(|l| l.split("sha256=").nth(1)?.split_whitespace().next().map(str::to_owned))
         .unwrap_or_else(|| panic!("no self-signed certificate in plegd's log:\n{log}"));
     let address = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    https_get(address, "localhost", &Trust::Pinned(fingerprint), "/metrics", Some(token))
-        .ok()
-        .and_then(|(_, body)| metric(&body, name))
-        .unwrap_or(0.0)
+    https_get(
+        address,
+        "localhost",
+        &Trust::Pinned(fingerprint),
+        "/metrics",
+        Some(token),
+    )
+    .ok()
+    .and_then(|(_, body)| metric(&body, name))
+    .unwrap_or(0.0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -312,9 +318,11 @@ async fn unit_under_systemd_waits_for_the_runtime_and_resumes_its_watchdog() {
     // rights may take a moment to reach the apiserver's authorizer.)
     let reader = api.token_for(&Identity::MetricsReader);
     sandbox
-        .wait("node memory read, and /metrics read with a reader's token", Duration::from_secs(20), |s| {
-            counter(s, port, &reader, "plegd_node_memory_total_bytes") > 0.0
-        })
+        .wait(
+            "node memory read, and /metrics read with a reader's token",
+            Duration::from_secs(20),
+            |s| counter(s, port, &reader, "plegd_node_memory_total_bytes") > 0.0,
+        )
         .await;
 
     // The runtime goes away: health fails after the 1 s threshold and the pings stop; it comes

@@ -386,10 +386,20 @@ pub struct RunArgs {
     /// PEM certificate (its chain after it) /metrics serves over TLS: a Secret's `tls.crt`, kept
     /// by cert-manager, say; read again when it changes. Without it, plegd makes a self-signed one
     /// at start and logs its SHA-256 fingerprint.
-    #[arg(long, value_name = "PATH", env = "PLEGD_METRICS_TLS_CERT_FILE", hide_env_values = true)]
+    #[arg(
+        long,
+        value_name = "PATH",
+        env = "PLEGD_METRICS_TLS_CERT_FILE",
+        hide_env_values = true
+    )]
     pub metrics_tls_cert_file: Option<PathBuf>,
     /// PEM private key of --metrics-tls-cert-file (a Secret's `tls.key`).
-    #[arg(long, value_name = "PATH", env = "PLEGD_METRICS_TLS_PRIVATE_KEY_FILE", hide_env_values = true)]
+    #[arg(
+        long,
+        value_name = "PATH",
+        env = "PLEGD_METRICS_TLS_PRIVATE_KEY_FILE",
+        hide_env_values = true
+    )]
     pub metrics_tls_private_key_file: Option<PathBuf>,
     /// Address of /healthz and /readyz alone, for the kubelet's probes: a listener of their own
     /// that no client of /metrics, nor many, can crowd (the DaemonSet's, 0.0.0.0:9809); `off`: only
@@ -490,10 +500,14 @@ impl RunArgs {
             (Some(cert), Some(key)) => Some((cert.clone(), key.clone())),
             (None, None) => None,
             (Some(_), None) => {
-                return Err("--metrics-tls-cert-file needs --metrics-tls-private-key-file, its certificate's key".into());
+                return Err(
+                    "--metrics-tls-cert-file needs --metrics-tls-private-key-file, its certificate's key".into(),
+                );
             }
             (None, Some(_)) => {
-                return Err("--metrics-tls-private-key-file needs --metrics-tls-cert-file, its key's certificate".into());
+                return Err(
+                    "--metrics-tls-private-key-file needs --metrics-tls-cert-file, its key's certificate".into(),
+                );
             }
         };
         let on = match self.metrics_tls {

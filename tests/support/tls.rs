@@ -150,7 +150,8 @@ pub fn https_get(
     token: Option<&str>,
 ) -> Result<(u16, String), String> {
     let tcp = std::net::TcpStream::connect_timeout(&address, Duration::from_secs(10)).map_err(|e| e.to_string())?;
-    tcp.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| e.to_string())?;
+    tcp.set_read_timeout(Some(Duration::from_secs(10)))
+        .map_err(|e| e.to_string())?;
     let server_name = ServerName::try_from(name.to_owned()).map_err(|e| e.to_string())?;
     let connection = rustls::ClientConnection::new(client_config(trust), server_name).map_err(|e| e.to_string())?;
     let mut stream = rustls::StreamOwned::new(connection, tcp);
