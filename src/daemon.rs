@@ -74,7 +74,7 @@ pub enum DaemonError {
     #[error(transparent)]
     StageEnded(#[from] StageEnded),
     #[error("/metrics' certificate: {0}")]
-    Tls(#[from] crate::tls::TlsError),
+    Tls(crate::tls::TlsError),
     #[error("cannot listen on --{flag} {address}: {error}")]
     Listen {
         flag: &'static str,
@@ -417,12 +417,15 @@ async fn serve_endpoints(
             )
         });
         let tls = match options.metrics_tls.clone() {
-            Some(source) => Some(Arc::new(crate::tls::ServingCertificate::new(
-                source,
-                metrics.clone(),
-                std::time::Instant::now(),
-                std::time::SystemTime::now(),
-            )?)),
+            Some(source) => Some(Arc::new(
+                crate::tls::ServingCertificate::new(
+                    source,
+                    metrics.clone(),
+                    std::time::Instant::now(),
+                    std::time::SystemTime::now(),
+                )
+                .map_err(DaemonError::Tls)?,
+            )),
             None => None,
         };
         let (_, stage) = crate::http::serve(address, metrics.clone(), health.clone(), auth, tls, limits)

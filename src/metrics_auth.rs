@@ -15,7 +15,11 @@
 //! [`REVIEWS_PER_CLIENT_PER_SECOND`] for one client address and [`REVIEWS_PER_SECOND`] in all,
 //! each with a burst of a few; past it the answer is 429. A client address that showed an allowed
 //! token within [`GOOD_CLIENT_MEMORY`] has its reviews taken from its own budget alone, not from
-//! the budget of all that a flood spends, so that a flood of others cannot lock Prometheus out; and
+//! the budget of all that a flood spends, so that a flood of others cannot lock Prometheus out. A
+//! reader plegd does not know yet (plegd restarted, or Prometheus moved) has, once in
+//! [`GOOD_CLIENT_MEMORY`], a first review from a lane of its own while the budget of all is spent
+//! ([`FIRST_REVIEWS_PER_SECOND`]): a flood's addresses each spend it once and then leave it to
+//! the next newcomer, so Prometheus gets in during a flood that began before it was known; and
 //! an allowed answer is never used past its [`ALLOWED_TTL`], so that a revoked token reads no longer
 //! than that, flood or not. A review that fails (apiserver unreachable, timeout) is not
 //! cached and answers 503: nobody is let in on a guess. The reviews go through a client of their
@@ -54,6 +58,12 @@ pub const MAX_CLIENTS: usize = 1024;
 pub const GOOD_CLIENT_MEMORY: Duration = Duration::from_secs(600);
 /// Known readers' addresses kept (the most recent).
 pub const MAX_GOOD_CLIENTS: usize = 64;
+/// First reviews of addresses not seen within [`GOOD_CLIENT_MEMORY`], per second, taken while the
+/// budget of all is spent (a burst of [`FIRST_BURST`]): each address has one such review in that
+/// time, so a flood from a fixed set of addresses spends the lane once and leaves it to newcomers.
+pub const FIRST_REVIEWS_PER_SECOND: f64 = 1.0;
+/// The burst of [`FIRST_REVIEWS_PER_SECOND`].
+pub const FIRST_BURST: f64 = 5.0;
 /// Longest bearer token looked at; a longer one is refused without a review.
 pub const MAX_TOKEN_BYTES: usize = 8 * 1024;
 
@@ -136,12 +146,36 @@ impl Budget {
     }
 }
 
-/// The review budgets: one for all, one per client address; and the addresses of known readers,
-/// with when each last showed an allowed token.
+/// The review budgets: one for all, one per client address, one for first reviews; the addresses
+/// of known readers, with when each last showed an allowed token; and the addresses seen, with
+/// when each was first seen (within [`GOOD_CLIENT_MEMORY`], at most [`MAX_CLIENTS`]).
 struct Budgets {
     all: Budget,
     clients: HashMap<IpAddr, Budget>,
     good: HashMap<IpAddr, Instant>,
+    first: Budget,
+    seen: HashMap<IpAddr, Instant>,
+}
+
+impl Budgets {
+    /// Whether `ip` has had no review within [`GOOD_CLIENT_MEMORY`] (and there is room to
+    /// record one: past [`MAX_CLIENTS`] addresses, none is new).
+    fn is_new(&mut self, ip: IpAddr, now: Instant) -> bool {
+        if self.seen.get(&ip).is_some_and(|at| *at + GOOD_CLIENT_MEMORY > now) {
+            return false;
+        }
+        if self.seen.len() >= MAX_CLIENTS && !self.seen.contains_key(&ip) {
+            self.seen.retain(|_, at| *at + GOOD_CLIENT_MEMORY > now);
+        }
+        self.seen.len() < MAX_CLIENTS || self.seen.contains_key(&ip)
+    }
+
+    /// `ip` had a review now (its first within [`GOOD_CLIENT_MEMORY`] is spent, if it was).
+    fn reviewed(&mut self, ip: IpAddr, now: Instant) {
+        if self.is_new(ip, now) {
+            self.seen.insert(ip, now);
+        }
+    }
 }
 
 /// The verdicts kept: allowed and refused tokens apart, each within [`MAX_CACHED`].
@@ -158,6 +192,16 @@ impl Caches {
 }
 
 const BURST: f64 = 2.0 * REVIEWS_PER_SECOND;
+
+/// Which budget a review is taken from.
+enum Lane {
+    /// A known reader's: its own alone.
+    Own,
+    /// The budget of all.
+    All,
+    /// The lane of first reviews (the budget of all is spent).
+    First,
+}
 const CLIENT_BURST: f64 = 3.0;
 
 /// The guard of `/metrics`.
@@ -191,6 +235,8 @@ impl MetricsAuth {
                 all: Budget::full(BURST, Instant::now()),
                 clients: HashMap::new(),
                 good: HashMap::new(),
+                first: Budget::full(FIRST_BURST, Instant::now()),
+                seen: HashMap::new(),
             }),
             metrics,
         }
@@ -255,21 +301,31 @@ impl MetricsAuth {
     }
 
     /// Take one review from the client's budget and the budget of all, or none when either is
-    /// spent; a known reader's address ([`GOOD_CLIENT_MEMORY`]) from its own budget alone. At most
-    /// [`MAX_CLIENTS`] client budgets are kept: idle ones (full again) are forgotten first; a new
-    /// client past that has no budget until one is (a known reader always has one).
+    /// spent; a known reader's address ([`GOOD_CLIENT_MEMORY`]) from its own budget alone; an
+    /// address's first review in that time, when the budget of all is spent, from the lane of
+    /// first reviews ([`FIRST_REVIEWS_PER_SECOND`]). At most [`MAX_CLIENTS`] client budgets are
+    /// kept: idle ones (full again) are forgotten first; a new client past that has no budget until
+    /// one is (a known reader always has one).
     fn take_budget(&self, client: Option<IpAddr>, now: Instant) -> bool {
         let mut budgets = self.budgets.lock().unwrap_or_else(|e| e.into_inner());
         budgets.all.refill(now, REVIEWS_PER_SECOND, BURST);
+        budgets.first.refill(now, FIRST_REVIEWS_PER_SECOND, FIRST_BURST);
         let known = client.is_some_and(|ip| {
             budgets
                 .good
                 .get(&ip)
                 .is_some_and(|seen| *seen + GOOD_CLIENT_MEMORY > now)
         });
-        if budgets.all.tokens < 1.0 && !known {
+        let first = client.is_some_and(|ip| budgets.is_new(ip, now));
+        let lane = if known {
+            Lane::Own
+        } else if budgets.all.tokens >= 1.0 {
+            Lane::All
+        } else if first && budgets.first.tokens >= 1.0 {
+            Lane::First
+        } else {
             return false;
-        }
+        };
         if let Some(ip) = client {
             if !known && !budgets.clients.contains_key(&ip) && budgets.clients.len() >= MAX_CLIENTS {
                 budgets
@@ -288,9 +344,12 @@ impl MetricsAuth {
                 return false;
             }
             mine.tokens -= 1.0;
+            budgets.reviewed(ip, now);
         }
-        if !known {
-            budgets.all.tokens -= 1.0;
+        match lane {
+            Lane::Own => {}
+            Lane::All => budgets.all.tokens -= 1.0,
+            Lane::First => budgets.first.tokens -= 1.0,
         }
         true
     }
@@ -492,13 +551,25 @@ mod tests {
                 .check(Some(&bearer(format!("u{i}"))), Some(IpAddr::from([10, 1, 0, i])))
                 .await;
         }
-        assert_eq!(script.sent().len(), BURST as usize, "all clients: the burst of all");
+        let most = (BURST + FIRST_BURST) as usize;
+        assert_eq!(
+            script.sent().len(),
+            most,
+            "all clients: the burst of all, then that of first reviews"
+        );
+        // The same clients again: no first review is left to them.
+        for i in 0..100u8 {
+            let _ = auth
+                .check(Some(&bearer(format!("v{i}"))), Some(IpAddr::from([10, 1, 0, i])))
+                .await;
+        }
+        assert_eq!(script.sent().len(), most);
         // A second later, one more per second in all.
         tokio::time::advance(Duration::from_secs(1)).await;
         let _ = auth
-            .check(Some(&bearer("late".into())), Some(IpAddr::from([10, 2, 0, 1])))
+            .check(Some(&bearer("late".into())), Some(IpAddr::from([10, 1, 0, 1])))
             .await;
-        assert_eq!(script.sent().len(), BURST as usize + 1);
+        assert_eq!(script.sent().len(), most + 1);
         for i in 0..(2 * MAX_CACHED) {
             auth.remember(
                 &format!("x{i}"),
@@ -570,7 +641,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_flood_neither_forgets_a_reader_nor_spends_its_reviews() {
         let mut answers = vec![(201, token_review(true)), (201, access_review(true))];
-        answers.extend((0..BURST as usize).map(|_| (201, token_review(false))));
+        answers.extend((0..(BURST + FIRST_BURST) as usize).map(|_| (201, token_review(false))));
         answers.extend([(201, token_review(true)), (201, access_review(true))]);
         let script = Script::new(&answers, token_review(false));
         let auth = MetricsAuth::new(script.client(), Duration::from_secs(5), Arc::new(Metrics::new()));
@@ -597,6 +668,79 @@ mod tests {
             "the budget of all is spent"
         );
         assert_eq!(auth.check(Some(&header("Bearer prom")), Some(prometheus)).await, Ok(()));
+    }
+
+    /// A client of the apiserver that authenticates `prom` alone and lets it get /metrics, and
+    /// counts the reviews it answered.
+    fn apiserver_knowing_prometheus() -> (kube::Client, Arc<std::sync::atomic::AtomicUsize>) {
+        use http_body_util::BodyExt;
+        let reviews = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = reviews.clone();
+        let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
+            let counted = counted.clone();
+            async move {
+                counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let body = request.into_body().collect().await.unwrap().to_bytes();
+                let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                let answer = match body["kind"].as_str() {
+                    Some("TokenReview") => token_review(body["spec"]["token"] == "prom"),
+                    _ => access_review(true),
+                };
+                let response = http::Response::builder()
+                    .status(201)
+                    .header("content-type", "application/json")
+                    .body(kube::client::Body::from(serde_json::to_vec(&answer).unwrap()))
+                    .unwrap();
+                Ok::<_, std::convert::Infallible>(response)
+            }
+        });
+        (kube::Client::new(service, "default"), reviews)
+    }
+
+    /// A plegd that starts during a flood knows no reader: a flood from 30 addresses, each
+    /// sending a new token every 100 ms, spends the budget of all for good; Prometheus, new, gets
+    /// in all the same — by its first review, once the flood's addresses have spent theirs (within
+    /// about 30 / 6 s, at most 30 s) — and from then on every scrape. The flood's addresses are
+    /// not let in, and the apiserver sees no more than the budgets. (Before the lane of first
+    /// reviews, Prometheus got 429 for as long as the flood lasted.)
+    #[tokio::test(start_paused = true)]
+    async fn a_reader_new_to_a_plegd_gets_in_during_a_flood() {
+        let (client, reviews) = apiserver_knowing_prometheus();
+        let auth = MetricsAuth::new(client, Duration::from_secs(5), Arc::new(Metrics::new()));
+        let prometheus: IpAddr = "10.0.0.9".parse().unwrap();
+        let mut scrapes = Vec::new();
+        let start = Instant::now();
+        let mut token = 0u32;
+        for tick in 0..1200u32 {
+            for a in 0..30u8 {
+                token += 1;
+                let answer = auth
+                    .check(
+                        Some(&header(&format!("Bearer flood{token}"))),
+                        Some(IpAddr::from([10, 5, 0, a])),
+                    )
+                    .await;
+                assert_ne!(answer, Ok(()), "a flood's token let in");
+            }
+            // Prometheus scrapes every 10 s from the 10th second on.
+            if tick >= 100 && tick % 100 == 0 {
+                scrapes.push(auth.check(Some(&header("Bearer prom")), Some(prometheus)).await);
+            }
+            tokio::time::advance(Duration::from_millis(100)).await;
+        }
+        assert!(scrapes.len() >= 10, "{scrapes:?}");
+        let first = scrapes.iter().position(|s| *s == Ok(()));
+        assert!(first.is_some_and(|i| i <= 2), "let in within 30 s: {scrapes:?}");
+        assert!(
+            scrapes[first.unwrap()..].iter().all(|s| *s == Ok(())),
+            "every scrape let in from then on: {scrapes:?}"
+        );
+        // What the apiserver saw: two reviews (TokenReview and SubjectAccessReview) per allowed
+        // token, one per refused one, within the budgets' bounds.
+        let seconds = start.elapsed().as_secs_f64();
+        let bound = BURST + FIRST_BURST + seconds * (REVIEWS_PER_SECOND + FIRST_REVIEWS_PER_SECOND) + 10.0;
+        let sent = reviews.load(std::sync::atomic::Ordering::Relaxed) as f64;
+        assert!(sent <= bound, "{sent} reviews in {seconds} s, more than {bound}");
     }
 
     /// An allowed answer is not used past its lifetime, even while a flood spends the budget of

@@ -32,8 +32,10 @@ use crate::supervise::Stage;
 /// Events waiting to be published.
 pub const QUEUE: NonZeroUsize = NonZeroUsize::new(256).unwrap();
 
-/// Tries per Event, the first included, while the apiserver answers 429 or 5xx.
-pub const TRIES: u32 = 3;
+/// Tries per Event, the first included, while the apiserver answers 429 or 5xx: client-go's event
+/// broadcaster's `maxTriesPerEvent`, so that an Event outlasts a spell of priority-and-fairness
+/// throttling (each try after the first waits out the `Retry-After`, 1 s at least).
+pub const TRIES: u32 = 12;
 
 /// The wait before sending again an Event whose 429 or 5xx came without a `Retry-After`.
 const RETRY_WAIT: Duration = Duration::from_secs(1);

@@ -51,8 +51,8 @@ pub enum CertificateSource {
 
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
-    #[error("{path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    #[error("{path}: {error}")]
+    Read { path: PathBuf, error: std::io::Error },
     #[error("{path}: larger than {MAX_FILE_BYTES} bytes")]
     TooLarge { path: PathBuf },
     #[error("{path}: no PEM certificate in it")]
@@ -66,7 +66,7 @@ pub enum TlsError {
         reason: String,
     },
     #[error("making a self-signed certificate: {0}")]
-    Generate(#[from] rcgen::Error),
+    Generate(rcgen::Error),
 }
 
 /// A certificate ready to serve, with what it came from.
@@ -94,9 +94,9 @@ pub type FilesStamp = (FileStamp, FileStamp);
 
 fn stamp(path: &Path) -> Result<FileStamp, TlsError> {
     use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::metadata(path).map_err(|source| TlsError::Read {
+    let meta = std::fs::metadata(path).map_err(|error| TlsError::Read {
         path: path.to_owned(),
-        source,
+        error,
     })?;
     Ok(FileStamp {
         dev: meta.dev(),
@@ -108,9 +108,9 @@ fn stamp(path: &Path) -> Result<FileStamp, TlsError> {
 
 fn read_bounded(path: &Path) -> Result<Vec<u8>, TlsError> {
     use std::io::Read;
-    let read_error = |source| TlsError::Read {
+    let read_error = |error| TlsError::Read {
         path: path.to_owned(),
-        source,
+        error,
     };
     let file = std::fs::File::open(path).map_err(read_error)?;
     let mut bytes = Vec::new();
@@ -158,7 +158,7 @@ pub fn load_files(cert: &Path, key: &Path) -> Result<Loaded, TlsError> {
 /// A self-signed certificate for `names` (each an IP address or a DNS name), valid from an hour
 /// before `now` (clocks of readers a little behind) for [`SELF_SIGNED_VALIDITY`].
 pub fn self_signed(names: &[String], now: SystemTime) -> Result<Loaded, TlsError> {
-    let mut params = rcgen::CertificateParams::new(names.to_vec())?;
+    let mut params = rcgen::CertificateParams::new(names.to_vec()).map_err(TlsError::Generate)?;
     let mut subject = rcgen::DistinguishedName::new();
     subject.push(rcgen::DnType::CommonName, "plegd");
     params.distinguished_name = subject;
@@ -167,8 +167,8 @@ pub fn self_signed(names: &[String], now: SystemTime) -> Result<Loaded, TlsError
     params.not_before = time::OffsetDateTime::from(from);
     params.not_after = time::OffsetDateTime::from(until);
     params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
-    let key_pair = rcgen::KeyPair::generate()?;
-    let cert = params.self_signed(&key_pair)?;
+    let key_pair = rcgen::KeyPair::generate().map_err(TlsError::Generate)?;
+    let cert = params.self_signed(&key_pair).map_err(TlsError::Generate)?;
     let private = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key_pair.serialize_der()));
     let der = cert.der().clone();
     let not_after = not_after(&der);

@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use serde_json::{Value, json};
 
-use support::cluster::{CONDITION, Cluster, NAMESPACE, cluster, condition, pod};
+use support::cluster::{CONDITION, Cluster, NAMESPACE, cluster, condition, pod, pod_running};
 use support::process::metric;
 
 /// Every optional component of deploy/ (the admission policies and the network policy are in the
@@ -114,6 +114,18 @@ const CURL_IMAGE: &str = "plegd.test/curl:1";
 /// (status, output); status 0 when no HTTP answer came. Through a pod, as Prometheus scrapes: a
 /// kind cluster's pod network is not the host's.
 async fn scrape(cluster: &Cluster, plegd: &Pod, scheme: &str, token: Option<String>) -> (u16, String) {
+    scrape_trusting(cluster, plegd, scheme, token, None).await
+}
+
+/// [`scrape`], verifying plegd's certificate when `trust` says how: (the ConfigMap of the
+/// `monitoring` namespace whose `ca.crt` signed it, the name it is for).
+async fn scrape_trusting(
+    cluster: &Cluster,
+    plegd: &Pod,
+    scheme: &str,
+    token: Option<String>,
+    trust: Option<(&str, &str)>,
+) -> (u16, String) {
     static SCRAPES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     static IMPORTED: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
     IMPORTED
@@ -143,29 +155,34 @@ async fn scrape(cluster: &Cluster, plegd: &Pod, scheme: &str, token: Option<Stri
     let monitoring = cluster_pods(cluster, "monitoring");
     let name = format!("scrape-{}", SCRAPES.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
     // The kubelet puts the token in for $(TOKEN): no shell is needed.
-    let mut args = vec!["-sS", "-k", "-i", "--max-time", "20"];
+    let mut command = vec!["/usr/local/bin/curl", "-sS", "-i", "--max-time", "20"];
     if token.is_some() {
-        args.extend(["-H", "Authorization: Bearer $(TOKEN)"]);
+        command.extend(["-H", "Authorization: Bearer $(TOKEN)"]);
     }
-    let url = format!("{scheme}://{ip}:9808/metrics");
-    args.push(&url);
-    let scraper: Pod = serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "spec": {
-            "nodeName": node,
-            "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": 1,
-            "containers": [{
-                "name": "main",
-                "image": CURL_IMAGE,
-                "imagePullPolicy": "Never",
-                "command": ["/usr/local/bin/curl"],
-                "args": args,
-                "env": [{"name": "TOKEN", "value": token.unwrap_or_default()}],
-            }],
-        },
-    }))
-    .unwrap();
+    let (url, connect_to);
+    match trust {
+        None => {
+            url = format!("{scheme}://{ip}:9808/metrics");
+            command.push("-k");
+        }
+        Some((_, server_name)) => {
+            url = format!("{scheme}://{server_name}:9808/metrics");
+            connect_to = format!("{server_name}:9808:{ip}:9808");
+            command.extend(["--cacert", "/ca/ca.crt", "--connect-to", &connect_to]);
+        }
+    }
+    command.push(&url);
+    let token = token.unwrap_or_default();
+    let mut scraper = pod_running(&name, &node, CURL_IMAGE, &command, &[("TOKEN", &token)]);
+    if let Some((config_map, _)) = trust {
+        let spec = scraper.spec.as_mut().unwrap();
+        spec.volumes = Some(vec![
+            serde_json::from_value(json!({"name": "ca", "configMap": {"name": config_map}})).unwrap(),
+        ]);
+        spec.containers[0].volume_mounts = Some(vec![
+            serde_json::from_value(json!({"name": "ca", "mountPath": "/ca"})).unwrap(),
+        ]);
+    }
     let _ = monitoring.delete(&name, &DeleteParams::default().grace_period(0)).await;
     monitoring
         .create(&PostParams::default(), &scraper)
@@ -667,10 +684,38 @@ async fn survives(namespace: &str, fault: impl AsyncFnOnce(&Cluster)) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shadow_counts_differences_and_writes_nothing() {
     let Some(cluster) = cluster().await else { return };
-    cluster.install("shadow", &["pod-monitor"]).await;
+    // With the metrics-certificate component: /metrics serves the Secret's certificate (made here
+    // as cert-manager would keep it), which a reader that trusts its CA verifies.
+    let dir = tempfile::tempdir().unwrap();
+    let tls = support::tls::certificates(dir.path(), "metrics", &["plegd.test"]);
+    let read = |p: &std::path::Path| std::fs::read_to_string(p).unwrap();
+    let secret = json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+        "metadata": {"name": "plegd-metrics-tls", "namespace": NAMESPACE},
+        "stringData": {"tls.crt": read(&tls.cert), "tls.key": read(&tls.key)}});
+    cluster
+        .install_with_objects("shadow", &["pod-monitor", "metrics-certificate"], &[secret])
+        .await;
     let node = cluster.node().await;
     let plegd = ready_plegd(&cluster, &node).await;
     let (token, before) = scraped(&cluster, &plegd).await;
+    cluster.namespace("monitoring").await;
+    let config_maps: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(cluster.client.clone(), "monitoring");
+    let ca: k8s_openapi::api::core::v1::ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "plegd-ca"}, "data": {"ca.crt": read(&tls.ca)}})).unwrap();
+    let _ = config_maps.delete("plegd-ca", &DeleteParams::default()).await;
+    config_maps
+        .create(&PostParams::default(), &ca)
+        .await
+        .expect("the CA's ConfigMap");
+    let (code, out) = scrape_trusting(
+        &cluster,
+        &plegd,
+        "https",
+        Some(token.clone()),
+        Some(("plegd-ca", "plegd.test")),
+    )
+    .await;
+    assert_eq!(code, 200, "the Secret's certificate, verified: {out}");
     let differences = |body: &str| -> f64 {
         body.lines()
             .filter(|l| l.starts_with("plegd_shadow_differences_total{"))

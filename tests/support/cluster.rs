@@ -142,8 +142,24 @@ impl Cluster {
     /// under deploy/components) added; returns when its DaemonSet is rolled out. Another install
     /// than the one running replaces it.
     pub async fn install(&self, overlay: &str, components: &[&str]) {
+        self.install_with_objects(overlay, components, &[]).await;
+    }
+
+    /// [`Cluster::install`] with `objects` of one's own in the install (a Secret it mounts, say),
+    /// applied with it and removed with it.
+    pub async fn install_with_objects(&self, overlay: &str, components: &[&str], objects: &[Value]) {
         let root = repo().join(format!("target/tmp/cluster-install-{overlay}-{}", components.join("-")));
         let dir = super::manifests::kustomization(&root, overlay, components);
+        if !objects.is_empty() {
+            let yaml: Vec<String> = objects.iter().map(|o| serde_json::to_string(o).unwrap()).collect();
+            std::fs::write(dir.join("objects.yaml"), yaml.join("\n---\n")).unwrap();
+            let kustomization = std::fs::read_to_string(dir.join("kustomization.yaml")).unwrap();
+            std::fs::write(
+                dir.join("kustomization.yaml"),
+                kustomization.replacen("resources:\n", "resources:\n  - objects.yaml\n", 1),
+            )
+            .unwrap();
+        }
         self.script(&["start", "--plegd", &dir.display().to_string()]).await;
     }
 
@@ -317,6 +333,13 @@ impl Cluster {
 
 /// A pod on `node` that runs `script` in the test image, never restarted.
 pub fn pod(name: &str, node: &str, script: &str) -> Pod {
+    pod_running(name, node, IMAGE, &["sh", "-c", script], &[])
+}
+
+/// A pod on `node` that runs `command` in `image` (a local one: never pulled), with the
+/// environment `env` (name, value), never restarted.
+pub fn pod_running(name: &str, node: &str, image: &str, command: &[&str], env: &[(&str, &str)]) -> Pod {
+    let env: Vec<Value> = env.iter().map(|(n, v)| json!({"name": n, "value": v})).collect();
     serde_json::from_value(json!({
         "metadata": {"name": name},
         "spec": {
@@ -325,9 +348,10 @@ pub fn pod(name: &str, node: &str, script: &str) -> Pod {
             "terminationGracePeriodSeconds": 1,
             "containers": [{
                 "name": "main",
-                "image": IMAGE,
+                "image": image,
                 "imagePullPolicy": "Never",
-                "command": ["sh", "-c", script],
+                "command": command,
+                "env": env,
             }],
         },
     }))

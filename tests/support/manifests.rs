@@ -20,7 +20,13 @@ pub const RBAC_FILES: [&str; 4] = [RBAC_READ, RBAC_STATUS, RBAC_FULL_MODE, RBAC_
 pub const OVERLAYS: [&str; 3] = ["conditions", "full", "shadow"];
 /// The optional components an operator adds to an overlay (the admission policies and the
 /// network policy are in the overlays already).
-pub const OPTIONAL_COMPONENTS: [&str; 4] = ["events", "pod-monitor", "grafana-dashboard", "alerts"];
+pub const OPTIONAL_COMPONENTS: [&str; 5] = [
+    "events",
+    "pod-monitor",
+    "grafana-dashboard",
+    "alerts",
+    "metrics-certificate",
+];
 
 /// An install as `kubectl apply -k` makes it: overlay `deploy/<overlay>` with `components` (names
 /// under deploy/components) added, rendered by kustomize (kubectl 1.37's, built by
