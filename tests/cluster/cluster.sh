@@ -24,6 +24,7 @@
 #   tests/cluster/cluster.sh remove-plegd  # the plegd install removed, the cluster left running
 #   tests/cluster/cluster.sh operator-crds INSTALL_YAML  # the Prometheus operator's CRD files the
 #                                     # YAML file needs (PodMonitor, PrometheusRule, Prometheus)
+#   tests/cluster/cluster.sh install-crds YAML  # those CRDs installed, and Established
 #   tests/cluster/cluster.sh import-binary BINARY IMAGE  # an image of BINARY and the libraries
 #                                     # it loads, in the node's containerd (a client the test
 #                                     # image's busybox is not: curl, for TLS)
@@ -550,8 +551,15 @@ install_crds() {
   local f
   for f in $(operator_crds "$1"); do
     kubectl_admin apply --server-side -f "$f" >&2
-    kubectl_admin wait --for condition=Established --timeout=60s -f "$f" >&2
+    # Polled, not `kubectl wait`: a definition just made has no conditions yet, and kubectl wait
+    # then fails at once ("accessor error: <nil>") instead of waiting.
+    wait_for "$(basename "$f") Established" 60 "" crd_established "$f"
   done
+}
+
+# crd_established FILE: the custom resource definition in FILE is Established.
+crd_established() {
+  [ "$(kubectl_admin get -f "$1" -o 'jsonpath={.status.conditions[?(@.type=="Established")].status}')" = True ]
 }
 
 # deploy_plegd DIR: plegd's image imported offline, the overlay in DIR applied as PLEGD_ON_CLUSTER
@@ -863,6 +871,7 @@ case "${1:-}" in
   compact) compact ;;
   remove-plegd) remove_plegd ;;
   operator-crds) [ $# -eq 2 ] || die "usage: $0 operator-crds INSTALL_YAML"; operator_crds "$2" ;;
+  install-crds) [ $# -eq 2 ] || die "usage: $0 install-crds YAML"; install_crds "$2" ;;
   import-binary) [ $# -eq 3 ] || die "usage: $0 import-binary BINARY IMAGE"; "${CONTAINERD[@]}" import-binary "$2" "$3" 8>&- 9>&- ;;
-  *) echo "usage: $0 modules|build|bin|start|stop|kubectl ARGS...|restart COMPONENT|compact|remove-plegd|operator-crds INSTALL_YAML|import-binary BINARY IMAGE" >&2; exit 2 ;;
+  *) echo "usage: $0 modules|build|bin|start|stop|kubectl ARGS...|restart COMPONENT|compact|remove-plegd|operator-crds INSTALL_YAML|install-crds YAML|import-binary BINARY IMAGE" >&2; exit 2 ;;
 esac

@@ -186,12 +186,7 @@ impl Cluster {
     /// The Prometheus operator's CRDs of the kinds in the YAML file `objects` (from the
     /// operator's Go module), installed and established.
     pub async fn install_operator_crds(&self, objects: &std::path::Path) {
-        let crds = self.script(&["operator-crds", &objects.display().to_string()]).await;
-        for crd in crds.lines() {
-            self.kubectl(&["apply", "--server-side", "-f", crd]).await;
-            self.kubectl(&["wait", "--for", "condition=Established", "--timeout=60s", "-f", crd])
-                .await;
-        }
+        self.script(&["install-crds", &objects.display().to_string()]).await;
     }
 
     /// An image `image` of the host's `binary` (and the libraries it loads) in the node's
