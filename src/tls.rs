@@ -316,16 +316,21 @@ impl ResolvesServerCert for ServingCertificate {
     }
 }
 
-/// Log what is served: where it came from, its fingerprint (SHA-256 of its DER, as `openssl x509
-/// -fingerprint -sha256` prints it) and its end.
-fn describe(source: &CertificateSource, loaded: &Loaded, what: &str) {
-    let der = loaded.key.cert.first().map(|c| c.as_ref()).unwrap_or_default();
-    let fingerprint = ring::digest::digest(&ring::digest::SHA256, der)
+/// The SHA-256 fingerprint of a certificate's DER, as `openssl x509 -fingerprint -sha256` prints
+/// it (`AB:CD:…`) and plegd logs it.
+pub fn fingerprint(der: &[u8]) -> String {
+    ring::digest::digest(&ring::digest::SHA256, der)
         .as_ref()
         .iter()
         .map(|b| format!("{b:02X}"))
         .collect::<Vec<_>>()
-        .join(":");
+        .join(":")
+}
+
+/// Log what is served: where it came from, its fingerprint (SHA-256 of its DER, as `openssl x509
+/// -fingerprint -sha256` prints it) and its end.
+fn describe(source: &CertificateSource, loaded: &Loaded, what: &str) {
+    let fingerprint = fingerprint(loaded.key.cert.first().map(|c| c.as_ref()).unwrap_or_default());
     let not_after = loaded
         .not_after
         .map(|t| humantime::format_rfc3339_seconds(t).to_string());

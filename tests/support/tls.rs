@@ -55,16 +55,8 @@ pub enum Trust {
     Pinned(String),
 }
 
-/// The SHA-256 fingerprint of a certificate, as plegd logs it and `openssl x509 -fingerprint
-/// -sha256` prints it.
-pub fn fingerprint(der: &[u8]) -> String {
-    ring::digest::digest(&ring::digest::SHA256, der)
-        .as_ref()
-        .iter()
-        .map(|b| format!("{b:02X}"))
-        .collect::<Vec<_>>()
-        .join(":")
-}
+/// The SHA-256 fingerprint of a certificate, as plegd logs it.
+pub use plegd::tls::fingerprint;
 
 #[derive(Debug)]
 struct PinnedVerifier {
