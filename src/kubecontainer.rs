@@ -23,6 +23,109 @@ pub const LABEL_CONTAINER_NAME: &str = "io.kubernetes.container.name";
 /// Annotation with the container's restart count.
 pub const ANNOTATION_RESTART_COUNT: &str = "io.kubernetes.container.restartCount";
 
+/// Text as a container left it: bytes that need not be UTF-8. A termination message is the last
+/// 4 KiB of a file (or 2 KiB of a log) and can start or end inside a character, and a container
+/// may write anything. The kubelet keeps such text as a Go string of the same bytes, cuts it by
+/// bytes (`normalizeStatus`'s share of 12 KiB), and only its JSON encoder replaces what is not
+/// UTF-8, each invalid byte by one U+FFFD. plegd keeps the bytes until the same cut
+/// ([`RawText::to_api_string`]), so that what it writes is what the kubelet writes, byte for byte.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct RawText(Vec<u8>);
+
+impl RawText {
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Append bytes.
+    pub fn push(&mut self, bytes: &[u8]) {
+        self.0.extend_from_slice(bytes);
+    }
+
+    /// The text as the API shows it: at most its first `max` bytes, a cut inside a character
+    /// left as it falls, then each byte that is not UTF-8 as U+FFFD ([`go_json_string`]).
+    pub fn to_api_string(&self, max: usize) -> String {
+        go_json_string(&self.0[..self.0.len().min(max)])
+    }
+}
+
+impl From<Vec<u8>> for RawText {
+    fn from(bytes: Vec<u8>) -> Self {
+        RawText(bytes)
+    }
+}
+
+impl From<String> for RawText {
+    fn from(s: String) -> Self {
+        RawText(s.into_bytes())
+    }
+}
+
+impl From<&str> for RawText {
+    fn from(s: &str) -> Self {
+        RawText(s.as_bytes().to_vec())
+    }
+}
+
+impl std::fmt::Debug for RawText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&go_json_string(&self.0), f)
+    }
+}
+
+impl std::fmt::Display for RawText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&go_json_string(&self.0))
+    }
+}
+
+impl PartialEq<str> for RawText {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other.as_bytes()
+    }
+}
+
+impl PartialEq<&str> for RawText {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == other.as_bytes()
+    }
+}
+
+impl PartialEq<String> for RawText {
+    fn eq(&self, other: &String) -> bool {
+        self.0 == other.as_bytes()
+    }
+}
+
+impl Serialize for RawText {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&go_json_string(&self.0))
+    }
+}
+
+/// Bytes as Go's `encoding/json` writes a string of them: UTF-8 as it is, and each byte that does
+/// not start a valid UTF-8 sequence (`utf8.DecodeRuneInString` returns `RuneError`, size 1) as one
+/// U+FFFD. A character cut after two of its three bytes is two replacement characters, where
+/// Rust's `from_utf8_lossy` writes one: each invalid chunk here counts its bytes.
+pub fn go_json_string(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for chunk in bytes.utf8_chunks() {
+        out.push_str(chunk.valid());
+        for _ in chunk.invalid() {
+            out.push(char::REPLACEMENT_CHARACTER);
+        }
+    }
+    out
+}
+
 /// A pod's uid as the runtime reports it.
 pub type PodUid = String;
 
@@ -132,7 +235,9 @@ pub struct RuntimeContainerStatus {
     pub image: String,
     pub image_ref: String,
     pub reason: String,
-    pub message: String,
+    /// The runtime's message, then `": "` and the termination message read from the container's
+    /// file or log — bytes, which need not be UTF-8 (see [`RawText`]).
+    pub message: RawText,
     pub restart_count: u32,
     /// The resources the runtime applied, as far as CRI reports them (`toKubeContainerResources`);
     /// None when it reports none.
@@ -202,5 +307,49 @@ impl RuntimePodStatus {
         self.container_statuses
             .iter()
             .filter(move |c| active.is_some_and(|id| id == c.sandbox_id))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What Go 1.26's `json.Marshal` of each string gives, read back (`go run`: one U+FFFD per
+    /// byte `utf8.DecodeRuneInString` cannot decode).
+    #[test]
+    fn text_is_written_as_gos_json_encoder_writes_it() {
+        let r = "\u{FFFD}";
+        for (bytes, want) in [
+            (&b"abc"[..], "abc".to_owned()),
+            (b"Gr\xc3", format!("Gr{r}")),
+            (b"\xe2\x82", r.repeat(2)),
+            (b"\xe2\x82\xacx", "€x".to_owned()),
+            (b"\xf0\x9f\x98", r.repeat(3)),
+            (b"\xf0\x9f\x98\x80", "😀".to_owned()),
+            (b"\x80\x80a", format!("{r}{r}a")),
+            (b"\xed\xa0\x80", r.repeat(3)),
+            (b"\xff", r.to_owned()),
+            (b"a\xc3\xbc\xc3", format!("aü{r}")),
+            (b"\xbc\xc3\xbcok", format!("{r}üok")),
+            (b"\xf4\x90\x80\x80", r.repeat(4)),
+            (b"\xc0\xaf", r.repeat(2)),
+        ] {
+            assert_eq!(go_json_string(bytes), want, "{bytes:x?}");
+        }
+    }
+
+    #[test]
+    fn raw_text_is_cut_by_bytes_before_it_is_encoded() {
+        let text = RawText::from("ok Grüß");
+        assert_eq!(text.to_api_string(100), "ok Grüß");
+        // "ü" is c3 bc: a cut after c3 leaves half a character, one U+FFFD.
+        assert_eq!(text.to_api_string(6), "ok Gr\u{FFFD}");
+        assert_eq!(text.to_api_string(7), "ok Grü");
+        assert_eq!(text.to_api_string(0), "");
+        let mut euro = RawText::from("€€");
+        assert_eq!(euro.to_api_string(5), "€\u{FFFD}\u{FFFD}");
+        euro.push(b"\xff");
+        assert_eq!(format!("{euro:?}"), "\"€€\u{FFFD}\"");
+        assert_eq!(serde_json::to_string(&euro).unwrap(), "\"€€\u{FFFD}\"");
     }
 }

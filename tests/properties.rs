@@ -199,7 +199,7 @@ proptest! {
                         image: String::new(),
                         image_ref: String::new(),
                         reason: String::new(),
-                        message: String::new(),
+                        message: Default::default(),
                         restart_count: { started[i] += 1; started[i] - 1 },
                         resources: None,
                         user: None,

@@ -242,7 +242,8 @@ pub(super) fn add_exit_details(events: &mut [PodLifecycleEvent], status: Option<
         if let Some(c) = found.filter(|c| c.state == RuntimeContainerState::Exited) {
             event.exit_code = Some(c.exit_code);
             event.reason = non_empty(&c.reason);
-            event.message = non_empty(bounded(&c.message, MAX_EVENT_MESSAGE));
+            let message = c.message.to_api_string(usize::MAX);
+            event.message = non_empty(bounded(&message, MAX_EVENT_MESSAGE));
         }
     }
 }
@@ -501,7 +502,7 @@ mod tests {
                 image: String::new(),
                 image_ref: String::new(),
                 reason: "Error".into(),
-                message,
+                message: message.into(),
                 restart_count: 0,
                 resources: None,
                 user: None,

@@ -448,7 +448,7 @@ pub fn container_status(mut status: cri::ContainerStatus, bad: &mut Vec<BadData>
         image: status.image.map(|i| i.image).unwrap_or_default(),
         image_ref: status.image_ref,
         reason: status.reason,
-        message: status.message,
+        message: status.message.into(),
         restart_count,
         resources: status.resources.as_ref().and_then(container_resources),
         user: status.user.map(|u| RuntimeContainerUser {

@@ -486,9 +486,9 @@ impl CriRuntime {
                 continue;
             }
             if !status.message.is_empty() {
-                status.message.push_str(": ");
+                status.message.push(b": ");
             }
-            status.message.push_str(&message);
+            status.message.push(message.as_bytes());
         }
     }
 

@@ -24,6 +24,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_cri::v1 as cri;
+
+use crate::kubecontainer::RawText;
 use rustix::fs::{Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
 
@@ -93,9 +95,10 @@ fn clean(path: &str) -> String {
 /// `readLastStringFromContainerLogs` over the tail of a log file in the CRI format
 /// (`<time> <stream> <tags> <content>`, tag `P` a partial line, `F` a full one): the content of
 /// its last [`MAX_LOG_LINES`] lines, stdout and stderr as they come, partial lines run together,
-/// and of that the last [`MAX_LOG_BYTES`]. `tail` must start at a line boundary. Lines that do
-/// not parse are skipped.
-pub fn last_log_string(tail: &[u8]) -> String {
+/// and of that the last [`MAX_LOG_BYTES`] (which may start inside a character: kept as bytes, as
+/// the kubelet's ring buffer keeps them). `tail` must start at a line boundary. Lines that do not
+/// parse are skipped.
+pub fn last_log_string(tail: &[u8]) -> Vec<u8> {
     let mut lines: Vec<&[u8]> = tail.split_inclusive(|b| *b == b'\n').collect();
     let complete = lines.iter().filter(|l| l.ends_with(b"\n")).count();
     // `findTailLineStartIndex` starts after all but the last 80 newlines, and the reader stops
@@ -122,7 +125,7 @@ pub fn last_log_string(tail: &[u8]) -> String {
         }
     }
     let keep = out.len().saturating_sub(MAX_LOG_BYTES);
-    String::from_utf8_lossy(&out[keep..]).into_owned()
+    out.split_off(keep)
 }
 
 /// A path the runtime gave that plegd will not read.
@@ -270,51 +273,55 @@ impl HostFiles {
     }
 
     /// The termination message `plan` asks for of a container of pod `pod_uid` (blocking file
-    /// reads). A refused path is returned beside it, and read as absent.
-    pub fn read(&self, plan: &Plan, pod_uid: &str) -> (String, Vec<Refused>) {
+    /// reads), as bytes: the file's last 4 KiB may start inside a character. A refused path is
+    /// returned beside it, and read as absent.
+    pub fn read(&self, plan: &Plan, pod_uid: &str) -> (RawText, Vec<Refused>) {
         let mut refused = Vec::new();
         let mut fallback = plan.logs.is_some();
-        let mut message = String::new();
+        let mut message = RawText::default();
         if let Some(path) = &plan.file {
             match self.open("termination message file", path, &self.pods_dir, PodDir::Uid, pod_uid) {
                 Opened::File(file) => match read_at_most(file, MAX_FILE_BYTES) {
                     Ok(data) => {
                         fallback &= data.is_empty();
-                        message = String::from_utf8_lossy(&data).into_owned();
+                        message = RawText::from(data);
                     }
                     Err(e) => {
-                        message = format!("Error on reading termination log {path}: {e}");
+                        message = format!("Error on reading termination log {path}: {e}").into();
                         fallback = false;
                     }
                 },
                 Opened::Absent | Opened::RootMissing => {}
                 Opened::Refused(r) => refused.push(r),
                 Opened::Failed(e) => {
-                    message = format!("Error on reading termination log {path}: {e}");
+                    message = format!("Error on reading termination log {path}: {e}").into();
                     fallback = false;
                 }
             }
         }
         if fallback && let Some(path) = &plan.logs {
-            message = match self.open("container log", path, &self.logs_dir, PodDir::NamespaceNameUid, pod_uid) {
+            message = RawText::from(match self.open("container log", path, &self.logs_dir, PodDir::NamespaceNameUid, pod_uid) {
                 Opened::File(file) => match read_log_tail(file) {
                     Ok(tail) => last_log_string(&tail),
-                    Err(e) => {
-                        format!("Error on reading termination message from logs: failed to read log file {path:?}: {e}")
-                    }
+                    Err(e) => format!(
+                        "Error on reading termination message from logs: failed to read log file {path:?}: {e}"
+                    )
+                    .into_bytes(),
                 },
                 Opened::Absent => format!(
                     "Error on reading termination message from logs: failed to try resolving symlinks in path {path:?}: no such file or directory"
-                ),
-                Opened::RootMissing => String::new(),
+                )
+                .into_bytes(),
+                Opened::RootMissing => Vec::new(),
                 Opened::Refused(r) => {
                     refused.push(r);
-                    String::new()
+                    Vec::new()
                 }
-                Opened::Failed(e) => {
-                    format!("Error on reading termination message from logs: failed to open log file {path:?}: {e}")
-                }
-            };
+                Opened::Failed(e) => format!(
+                    "Error on reading termination message from logs: failed to open log file {path:?}: {e}"
+                )
+                .into_bytes(),
+            });
         }
         (message, refused)
     }
@@ -386,7 +393,7 @@ const MAX_HUNG: usize = 1024;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reading {
     /// Read: the message (empty for none) and the paths refused on the way.
-    Read { message: String, refused: Vec<Refused> },
+    Read { message: RawText, refused: Vec<Refused> },
     /// Not done by the deadline: the message is left out, and not read again for this container.
     TimedOut,
     /// Not tried: this container's read hung before.
@@ -649,32 +656,43 @@ mod tests {
             log_line("stdout", "F", ""),
         ]
         .concat();
-        assert_eq!(last_log_string(log.as_bytes()), "first\npart one, part two\ntagged\n\n");
+        assert_eq!(log_text(log.as_bytes()), "first\npart one, part two\ntagged\n\n");
         // An empty full line has no content field at all.
-        assert_eq!(last_log_string(b"2026-11-25T10:00:00Z stdout F\n"), "\n");
+        assert_eq!(log_text(b"2026-11-25T10:00:00Z stdout F\n"), "\n");
 
         // The last 80 lines of 100.
         let many: String = (0..100)
             .map(|i| log_line("stdout", "F", &format!("line {i}")))
             .collect();
-        let got = last_log_string(many.as_bytes());
+        let got = log_text(many.as_bytes());
         assert!(got.starts_with("line 20\n") && got.ends_with("line 99\n"), "{got}");
         // A last line without a newline counts only while there are fewer than 80 complete ones.
         let cut = format!("{}2026-11-25T10:00:00Z stdout F tail", many);
-        assert!(last_log_string(cut.as_bytes()).ends_with("line 99\n"));
+        assert!(log_text(cut.as_bytes()).ends_with("line 99\n"));
         let few = format!("{}2026-11-25T10:00:00Z stdout F tail", log_line("stdout", "F", "a"));
-        assert_eq!(last_log_string(few.as_bytes()), "a\ntail\n");
+        assert_eq!(log_text(few.as_bytes()), "a\ntail\n");
 
         // Of those, the last 2 KiB; bytes that are not UTF-8 are replaced, never a panic.
         let long: String = (0..30)
             .map(|i| log_line("stdout", "F", &format!("{i:03}{}", "x".repeat(100))))
             .collect();
-        let got = last_log_string(long.as_bytes());
+        let got = log_text(long.as_bytes());
         assert_eq!(got.len(), MAX_LOG_BYTES);
         assert!(got.ends_with(&format!("029{}\n", "x".repeat(100))));
         let mut raw = b"2026-11-25T10:00:00Z stdout F bad \xff\xfe ok\n".to_vec();
         raw.extend_from_slice("2026-11-25T10:00:00Z stdout F é\n".as_bytes());
-        assert_eq!(last_log_string(&raw), "bad \u{fffd}\u{fffd} ok\né\n");
+        assert_eq!(log_text(&raw), "bad \u{fffd}\u{fffd} ok\né\n");
+        // The last 2 KiB kept as bytes: a cut inside a character is the kubelet's cut, its half a
+        // character one U+FFFD when written.
+        let line = log_line("stdout", "F", &format!("é{}", "y".repeat(MAX_LOG_BYTES - 2)));
+        let tail = last_log_string(line.as_bytes());
+        assert_eq!(tail.len(), MAX_LOG_BYTES);
+        assert_eq!(tail[..2], [0xa9, b'y'], "the second byte of é, then the rest");
+        assert!(log_text(line.as_bytes()).starts_with("\u{fffd}yyy"));
+    }
+
+    fn log_text(tail: &[u8]) -> String {
+        crate::kubecontainer::go_json_string(&last_log_string(tail))
     }
 
     fn host(dir: &Path) -> HostFiles {
@@ -747,7 +765,7 @@ mod tests {
         let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
         assert!(made.success());
         let (message, refused) = read(fifo.to_str().unwrap(), false);
-        assert_eq!((message.as_str(), refused.len()), ("", 1));
+        assert_eq!((message.to_string().as_str(), refused.len()), ("", 1));
 
         // Refused: outside the root, a symlink out of it, a directory, `..`, a relative path.
         let outside = write(&dir.path().join("secret"), b"do not publish");
@@ -774,7 +792,7 @@ mod tests {
             },
             "u",
         );
-        assert_eq!((message.as_str(), refused.len()), ("", 1));
+        assert_eq!((message.to_string().as_str(), refused.len()), ("", 1));
         // A log that is not there says so, as the kubelet does.
         let (message, _) = files.read(
             &Plan {
@@ -784,7 +802,7 @@ mod tests {
             "u",
         );
         assert!(
-            message.starts_with("Error on reading termination message from logs: "),
+            message.to_string().starts_with("Error on reading termination message from logs: "),
             "{message}"
         );
     }
@@ -822,7 +840,7 @@ mod tests {
             )
         };
 
-        assert_eq!(read(&normal), ("boom\n".to_owned(), vec![]));
+        assert_eq!(read(&normal), ("boom\n".into(), vec![]));
         for refused in [
             path(&app.join("out")),
             path(&app.join("in")),
@@ -902,7 +920,7 @@ mod tests {
             },
             "u",
         );
-        assert_eq!((message.as_str(), refused), ("", vec![]));
+        assert_eq!((message.to_string().as_str(), refused), ("", vec![]));
         assert_eq!(
             files.missing_roots(),
             [dir.path().join("kubelet/pods"), dir.path().join("logs")]

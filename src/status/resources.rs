@@ -540,7 +540,7 @@ mod tests {
             image: String::new(),
             image_ref: String::new(),
             reason: String::new(),
-            message: String::new(),
+            message: Default::default(),
             restart_count: 0,
             resources: applied,
             user: None,

@@ -17,7 +17,7 @@ use super::{
     CONTAINER_STATUS_UNKNOWN, MAX_TERMINATION_MESSAGES, RESTARTING_ALL_CONTAINERS_MESSAGE, api_time, find,
     last_terminated, running, terminated, waiting,
 };
-use crate::kubecontainer::{RuntimeContainerState, RuntimeContainerStatus, RuntimePodStatus};
+use crate::kubecontainer::{RuntimeContainerState, RuntimeContainerStatus, RuntimePodStatus, go_json_string};
 use crate::pod::{ApiContainer, ApiPod};
 
 /// A time the runtime reported, as `convertContainerStatus` writes it: `time.Unix(0, t)`, so a
@@ -84,7 +84,8 @@ fn convert(
             terminated: Some(ContainerStateTerminated {
                 exit_code: cs.exit_code,
                 reason: (!cs.reason.is_empty()).then(|| cs.reason.clone()),
-                message: (!cs.message.is_empty()).then(|| cs.message.clone()),
+                // Whole here; cut to its share by bytes in `truncate_messages`.
+                message: (!cs.message.is_empty()).then(|| cs.message.to_api_string(usize::MAX)),
                 started_at: Some(runtime_time(cs.started_at)),
                 finished_at: Some(runtime_time(cs.finished_at)),
                 container_id: Some(container_id),
@@ -358,32 +359,45 @@ fn set_started_and_ready(
     };
 }
 
-/// Keep the termination messages of all containers within [`MAX_TERMINATION_MESSAGES`] bytes
-/// (`normalizeStatus`): each gets an equal share.
-pub(super) fn truncate_messages(lists: &mut [&mut Vec<ContainerStatus>]) {
-    let total: usize = lists.iter().map(|l| l.len()).sum();
-    if total == 0 {
-        return;
-    }
-    let share = MAX_TERMINATION_MESSAGES / total;
+/// `normalizeStatus`' cut of termination messages: each container of the pod's spec (regular, init
+/// and ephemeral) gets an equal share of [`MAX_TERMINATION_MESSAGES`] bytes, and a message longer
+/// than its share keeps its first share of bytes — cut as bytes, inside a character if it falls
+/// there, then written as Go's JSON encoder writes it (each byte that is not UTF-8 one U+FFFD,
+/// [`crate::kubecontainer::RawText`]). A message of a container the runtime still has is cut from the runtime's own
+/// bytes, as the kubelet cuts the message it read; one that came from the old status (the runtime
+/// no longer has that instance, or a message of the kubelet's own) is cut from the API's text.
+pub(super) fn truncate_messages(pod: &ApiPod, runtime: &RuntimePodStatus, lists: &mut [&mut Vec<ContainerStatus>]) {
+    let share = termination_message_share(pod);
     for list in lists.iter_mut() {
         for status in list.iter_mut() {
             for state in [status.state.as_mut(), status.last_state.as_mut()]
                 .into_iter()
                 .flatten()
             {
-                if let Some(msg) = state.terminated.as_mut().and_then(|t| t.message.as_mut())
-                    && msg.len() > share
-                {
-                    let mut cut = share;
-                    while !msg.is_char_boundary(cut) {
-                        cut -= 1;
-                    }
-                    msg.truncate(cut);
+                let Some(terminated) = state.terminated.as_mut() else { continue };
+                let Some(message) = terminated.message.as_mut() else { continue };
+                let from_runtime = terminated
+                    .container_id
+                    .as_deref()
+                    .and_then(|id| id.split_once("://"))
+                    .and_then(|(_, id)| runtime.find_container(id))
+                    .filter(|c| c.state == RuntimeContainerState::Exited)
+                    .map(|c| &c.message)
+                    .filter(|raw| raw.to_api_string(usize::MAX) == *message);
+                match from_runtime {
+                    Some(raw) => *message = raw.to_api_string(share),
+                    None if message.len() > share => *message = go_json_string(&message.as_bytes()[..share]),
+                    None => {}
                 }
             }
         }
     }
+}
+
+/// Each container's share of [`MAX_TERMINATION_MESSAGES`]: the whole for a pod of no container.
+pub fn termination_message_share(pod: &ApiPod) -> usize {
+    let containers = pod.spec.containers.len() + pod.spec.init_containers.len() + pod.spec.ephemeral_containers.len();
+    MAX_TERMINATION_MESSAGES / containers.max(1)
 }
 
 #[cfg(test)]

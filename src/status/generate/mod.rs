@@ -222,7 +222,11 @@ pub fn generate_api_pod_status(input: &StatusInput<'_>) -> PodStatus {
         input.runtime,
         conversion,
     );
-    truncate_messages(&mut [&mut container_list, &mut init_list, &mut ephemeral_list]);
+    truncate_messages(
+        pod,
+        input.runtime,
+        &mut [&mut container_list, &mut init_list, &mut ephemeral_list],
+    );
     if !input.stop_signals {
         for status in container_list
             .iter_mut()

@@ -137,7 +137,7 @@ pub(crate) fn runtime_status(
         } else {
             String::new()
         },
-        message: String::new(),
+        message: Default::default(),
         restart_count: 0,
         resources: None,
         user: None,

@@ -209,43 +209,120 @@ fn readiness_probe_leaves_readiness_to_its_owner() {
     assert!(status_of(&pod, &runtime, at(30)).container_statuses.unwrap()[0].ready);
 }
 
+fn terminated_message(status: &ContainerStatus) -> &str {
+    status
+        .state
+        .as_ref()
+        .and_then(|s| s.terminated.as_ref())
+        .and_then(|t| t.message.as_deref())
+        .unwrap_or_default()
+}
+
+/// `normalizeStatus`' cut, byte for byte: each of the pod's spec containers (regular, init and
+/// ephemeral, whether the runtime has it or not) gets `12288 / n` bytes; a longer message keeps
+/// exactly that many bytes of the runtime's own text, a character cut in the middle left as it
+/// falls, and each byte of it that is not UTF-8 becomes one U+FFFD when the patch is encoded.
+/// The expected lengths are what Go 1.26 gives for the same cut and `json.Marshal` (`go run` of
+/// the two steps): `share + 2 × bytes of the cut character kept`, at every container count and at
+/// every offset inside a 2-, 3- and 4-byte character.
 #[test]
-fn termination_messages_share_12_kib() {
-    let names: Vec<String> = (0..3).map(|i| format!("c{i}")).collect();
-    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-    let pod = pod_with(&refs, vec![], "Never");
+fn termination_messages_are_cut_as_the_kubelet_cuts_them() {
+    let r = '\u{FFFD}';
+    for n in 1..=12usize {
+        let share = MAX_TERMINATION_MESSAGES / n;
+        for tail in ["ü", "€", "😀"] {
+            for off in 0..tail.len() {
+                // Half regular containers, then init, then one ephemeral (from three on).
+                let ephemeral = usize::from(n >= 3);
+                let init = (n - ephemeral) / 2;
+                let regular = n - ephemeral - init;
+                let names: Vec<String> = (0..regular).map(|i| format!("c{i}")).collect();
+                let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+                let mut pod = pod_with(&refs, (0..init).map(|i| spec_container(&format!("i{i}"))).collect(), "Never");
+                pod.spec.ephemeral_containers = (0..ephemeral).map(|i| spec_container(&format!("e{i}"))).collect();
+                // The runtime has only the first regular container: the share counts the spec.
+                let message = format!("{}{}", "a".repeat(share.saturating_sub(off)), tail.repeat(8));
+                let runtime = RuntimePodStatus {
+                    container_statuses: vec![RuntimeContainerStatus {
+                        message: message.clone().into(),
+                        ..runtime_status("c0", "id0", RuntimeContainerState::Exited, 1)
+                    }],
+                    ..RuntimePodStatus::default()
+                };
+                let s = status_of(&pod, &runtime, at(10));
+                let got = terminated_message(&s.container_statuses.as_ref().unwrap()[0]);
+                let want = if message.len() <= share {
+                    message.clone()
+                } else {
+                    format!("{}{}", "a".repeat(share - off), r.to_string().repeat(off))
+                };
+                assert_eq!(got, want, "{n} containers, {off} bytes into {tail}");
+                if message.len() > share {
+                    assert_eq!(got.len(), share + 2 * off, "{n} containers, {off} bytes into {tail}");
+                }
+            }
+        }
+    }
+    // The row the parity check found: five containers, a message ending in "Grü" and more, cut
+    // one byte into a "ü": the kubelet writes 2,459 bytes ending in U+FFFD.
+    let pod = pod_with(&["a", "b", "c", "d", "e"], vec![], "Never");
+    let message = format!("{}ok Grüße", "x".repeat(2457 - "ok Gr".len() - 2 - 1));
     let runtime = RuntimePodStatus {
-        container_statuses: names
-            .iter()
-            .map(|n| RuntimeContainerStatus {
-                message: "x".repeat(10_000),
-                ..runtime_status(n, n, RuntimeContainerState::Exited, 1)
-            })
-            .collect(),
+        container_statuses: vec![RuntimeContainerStatus {
+            message: message.into(),
+            ..runtime_status("a", "id0", RuntimeContainerState::Exited, 1)
+        }],
         ..RuntimePodStatus::default()
     };
     let s = status_of(&pod, &runtime, at(10));
-    let total: usize = s
-        .container_statuses
-        .unwrap()
-        .iter()
-        .map(|c| {
-            c.state
-                .as_ref()
-                .unwrap()
-                .terminated
-                .as_ref()
-                .unwrap()
-                .message
-                .as_ref()
-                .unwrap()
-                .len()
-        })
-        .sum();
-    assert!(
-        (MAX_TERMINATION_MESSAGES - 3..=MAX_TERMINATION_MESSAGES).contains(&total),
-        "{total}"
-    );
+    let got = terminated_message(&s.container_statuses.as_ref().unwrap()[0]);
+    assert_eq!(got.len(), 2459);
+    assert!(got.ends_with("ok Grü\u{FFFD}"), "{:?}", &got[got.len() - 12..]);
+}
+
+/// Bytes that are not UTF-8 in what the container wrote (a file's last 4 KiB starting inside a
+/// character, or anything it wrote) count as bytes in the cut, and each is one U+FFFD after it.
+#[test]
+fn termination_messages_are_cut_before_invalid_bytes_are_replaced() {
+    let pod = pod_with(&["a", "b", "c", "d", "e", "f"], vec![], "Never");
+    // 2048 bytes each: a leading continuation byte and a stray 0xff count once each in the cut.
+    let mut raw = vec![0xbc, b'o', b'k', 0xff];
+    raw.extend(std::iter::repeat_n(b'z', 3000));
+    let runtime = RuntimePodStatus {
+        container_statuses: vec![RuntimeContainerStatus {
+            message: raw.into(),
+            ..runtime_status("a", "id0", RuntimeContainerState::Exited, 1)
+        }],
+        ..RuntimePodStatus::default()
+    };
+    let s = status_of(&pod, &runtime, at(10));
+    let got = terminated_message(&s.container_statuses.as_ref().unwrap()[0]);
+    assert_eq!(got, format!("\u{FFFD}ok\u{FFFD}{}", "z".repeat(2048 - 4)));
+}
+
+/// A message that came from the old status (its container gone from the runtime) is cut as the
+/// kubelet cuts the API's text, and one within its share is kept as it is, replacement characters
+/// and all: generating again against plegd's own write changes nothing.
+#[test]
+fn termination_messages_from_the_old_status_are_cut_once() {
+    let mut pod = pod_with(&["a", "b", "c", "d", "e"], vec![], "Never");
+    let written = format!("{}ü\u{FFFD}", "x".repeat(2454));
+    assert_eq!(written.len(), 2459);
+    let mut old = terminated_status("a", 1);
+    old.state.as_mut().unwrap().terminated.as_mut().unwrap().message = Some(written.clone());
+    let mut longer = terminated_status("b", 1);
+    longer.state.as_mut().unwrap().terminated.as_mut().unwrap().message = Some("€".repeat(1000));
+    pod.status = Some(PodStatus {
+        phase: Some("Failed".into()),
+        container_statuses: Some(vec![old, longer]),
+        ..PodStatus::default()
+    });
+    let s = status_of(&pod, &RuntimePodStatus::default(), at(10));
+    let list = s.container_statuses.unwrap();
+    // Longer than its share by the replacement character, cut inside it: the same text again.
+    assert_eq!(terminated_message(&list[0]), written);
+    // 3000 bytes of "€" cut at 2457: 819 whole, then none left over.
+    assert_eq!(terminated_message(&list[1]), "€".repeat(819));
 }
 
 /// kubernetes#131317: an init container whose runtime status is gone, in a pod whose regular
