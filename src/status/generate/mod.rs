@@ -46,7 +46,7 @@ pub use phase::{RESTARTING_ALL_CONTAINERS, container_should_restart, get_phase, 
 pub use pod_end::{
     DEADLINE_EXCEEDED, DEADLINE_EXCEEDED_MESSAGE, IllegalTransition, active_deadline, check_container_state_transition,
     could_have_running_containers, has_pod_initialized, past_active_deadline, pod_can_be_deleted, pod_is_finished,
-    terminate_pod,
+    status_is_final, terminate_pod,
 };
 pub use volume_mounts::supports_recursive_read_only;
 
@@ -165,8 +165,15 @@ pub fn is_mirror_pod(pod: &ApiPod) -> bool {
 }
 
 /// The kubelet-equivalent status of a pod: [`generate_api_pod_status`], then, once the pod is
-/// finished ([`pod_is_finished`]), what `TerminatePod` makes of it.
+/// finished ([`pod_is_finished`]), what `TerminatePod` makes of it; and once that is written
+/// ([`status_is_final`]), that status as it is: the kubelet generates a pod's status no more after
+/// TerminatePod.
 pub fn generate(input: &StatusInput<'_>) -> PodStatus {
+    if let Some(old) = &input.pod.status
+        && status_is_final(input.pod, input.runtime, old)
+    {
+        return old.clone();
+    }
     let mut status = generate_api_pod_status(input);
     if pod_is_finished(input.pod, input.runtime, status.phase.as_deref()) {
         terminate_pod(input.pod, &mut status);

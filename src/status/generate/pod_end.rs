@@ -8,7 +8,10 @@ use k8s_openapi::api::core::v1::{ContainerState, ContainerStateTerminated, Conta
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::phase::{all_containers_could_restart, is_terminal, restartable};
-use super::{CONTAINER_STATUS_UNKNOWN, FAILED, find, is_mirror_pod, last_terminated, running, terminated, waiting};
+use super::{
+    CONTAINER_STATUS_UNKNOWN, FAILED, POD_READY_TO_START_CONTAINERS, find, is_mirror_pod, last_terminated, running,
+    terminated, waiting,
+};
 use crate::kubecontainer::{RuntimeContainerState, RuntimePodStatus, SandboxState};
 use crate::pod::ApiPod;
 
@@ -160,6 +163,40 @@ pub fn terminate_pod(pod: &ApiPod, status: &mut PodStatus) {
     if !is_terminal(status.phase.as_deref()) && !is_mirror_pod(pod) {
         status.phase = Some(FAILED.to_owned());
     }
+}
+
+/// Whether `old`, the status the apiserver holds, is the pod's last one: what the kubelet's pod
+/// worker leaves when it is done with a pod, which it never generates again. The worker stops the
+/// pod's containers and its sandbox, generates the status once more (`SyncTerminatingPod`,
+/// `SyncTerminatedPod`), and ends with `TerminatePod`, which copies that status and sets only the
+/// phase and the states of containers that did not terminate. A later generation would compute
+/// the conditions anew against the terminal phase TerminatePod set (a pod deleted before its
+/// containers ran would go from `ContainersNotReady` to `PodFailed`) and follow the sandbox's
+/// removal ("no pod sandbox exists"), neither of which the kubelet ever writes.
+///
+/// `old` is that last status when: its phase is terminal; the pod is finished (deleted or
+/// terminal, and a successful read shows nothing of it that could run) with no sandbox ready;
+/// `old` was generated with its sandbox stopped (PodReadyToStartContainers not True); and
+/// TerminatePod would change nothing in it. While something of the pod runs again, it is not.
+pub fn status_is_final(pod: &ApiPod, runtime: &RuntimePodStatus, old: &PodStatus) -> bool {
+    if !is_terminal(old.phase.as_deref())
+        || !pod_is_finished(pod, runtime, old.phase.as_deref())
+        || runtime.sandbox_statuses.iter().any(|s| s.state == SandboxState::Ready)
+    {
+        return false;
+    }
+    let sandbox_stopped = old
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == POD_READY_TO_START_CONTAINERS)
+        .is_some_and(|c| c.status != "True");
+    if !sandbox_stopped {
+        return false;
+    }
+    let mut terminated = old.clone();
+    terminate_pod(pod, &mut terminated);
+    terminated == *old
 }
 
 /// The reason and message of a pod past its `activeDeadlineSeconds` (active_deadline.go).

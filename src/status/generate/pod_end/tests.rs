@@ -1,6 +1,7 @@
 use k8s_openapi::api::core::v1::{ContainerState, ContainerStateWaiting, ContainerStatus, PodStatus};
 
-use crate::kubecontainer::{RuntimeContainerState, RuntimePodStatus, SandboxState};
+use crate::kubecontainer::{RuntimeContainerState, RuntimePodStatus, SandboxState, SandboxStatus};
+use crate::pod::ApiPod;
 
 use super::super::test_support::*;
 use super::super::*;
@@ -457,24 +458,220 @@ fn finished_pods_end_with_terminate_pod() {
         b.restart_count, 0,
         "a deleted pod's vanished container is not a restart"
     );
-    // Generated again from that status: the same, but for the pod-level resources, which a pod
-    // that is no longer Running takes from its allocation (`{}`: none) — and then stay.
+    // That is the pod's last status: generated again, it stays as it is.
     let mut again = pod.clone();
     again.status = Some(s.clone());
-    let regenerated = status_of(&again, &runtime, at(80));
-    assert_eq!(
-        regenerated.resources,
-        Some(k8s_openapi::api::core::v1::ResourceRequirements::default())
-    );
-    assert_eq!(
-        PodStatus {
-            resources: None,
-            ..regenerated.clone()
+    assert!(status_is_final(&again, &runtime, &s));
+    assert_eq!(status_of(&again, &runtime, at(80)), s);
+}
+
+fn reason_and_message(status: &PodStatus, type_: &str) -> (String, Option<String>, Option<String>) {
+    let c = condition_of(status, type_);
+    (c.status.clone(), c.reason.clone(), c.message.clone())
+}
+
+fn killed(name: &str, id: &str) -> crate::kubecontainer::RuntimeContainerStatus {
+    crate::kubecontainer::RuntimeContainerStatus {
+        exit_code: 137,
+        ..runtime_status(name, id, RuntimeContainerState::Exited, 10)
+    }
+}
+
+/// A pod deleted at each stage of its start, as the kubelet ends it: its pod worker stops the
+/// containers and the sandbox, generates the status against the phase the pod had (`getPhase`
+/// with the pod terminal: a pod whose container never ran is Pending), and `TerminatePod` copies
+/// that status, setting only the phase (Failed) and the states of containers that did not
+/// terminate (regular ones only once the pod initialized). The conditions keep what they said
+/// before the phase was set: Ready and ContainersReady `ContainersNotReady` with the containers'
+/// names, not `PodFailed`. After that the kubelet never writes the pod again (kubelet.go's
+/// `SyncTerminatedPod`, status_manager.go's `TerminatePod`): generated against that status, the
+/// same comes out, and the same once the sandbox is removed.
+#[test]
+fn a_pod_deleted_at_each_stage_ends_as_terminate_pod_leaves_it() {
+    let not_ready = |names: &str| {
+        (
+            "False".to_owned(),
+            Some("ContainersNotReady".to_owned()),
+            Some(format!("containers with unready status: [{names}]")),
+        )
+    };
+    struct Stage {
+        name: &'static str,
+        pod: ApiPod,
+        /// The runtime once the kubelet stopped what ran.
+        runtime: RuntimePodStatus,
+        /// Ready / ContainersReady, Initialized, PodReadyToStartContainers as the kubelet leaves them.
+        ready: (String, Option<String>, Option<String>),
+        initialized: (String, Option<String>, Option<String>),
+        sandbox_message: &'static str,
+        /// Each container's state after TerminatePod: (name, terminated exit code and reason, or waiting).
+        states: Vec<(&'static str, Option<(i32, &'static str)>)>,
+    }
+    let deleted = |mut pod: ApiPod| {
+        pod.metadata.deletion_timestamp = Some(api_time(at(50)));
+        pod
+    };
+    let stopped = |id: &str| SandboxStatus {
+        state: SandboxState::NotReady,
+        ..ready_sandbox("10.1.0.5")
+    };
+    let stopped = |id: &str| SandboxStatus {
+        id: id.to_owned(),
+        ..stopped(id)
+    };
+    let initialized_true = ("True".to_owned(), None, None);
+    let stages = vec![
+        Stage {
+            name: "never started: deleted before it had a sandbox",
+            pod: deleted(pod_with(&["main"], vec![], "Always")),
+            runtime: RuntimePodStatus::default(),
+            ready: not_ready("main"),
+            initialized: initialized_true.clone(),
+            sandbox_message: NO_POD_SANDBOX,
+            states: vec![("main", Some((137, CONTAINER_STATUS_UNKNOWN)))],
         },
-        s
-    );
-    again.status = Some(regenerated.clone());
-    assert_eq!(status_of(&again, &runtime, at(90)), regenerated);
+        Stage {
+            name: "image missing: a sandbox, no container",
+            pod: deleted(pod_with(&["main"], vec![], "Always")),
+            runtime: RuntimePodStatus {
+                sandbox_statuses: vec![stopped("s1")],
+                ..RuntimePodStatus::default()
+            },
+            ready: not_ready("main"),
+            initialized: initialized_true.clone(),
+            sandbox_message: SANDBOX_NOT_READY,
+            states: vec![("main", Some((137, CONTAINER_STATUS_UNKNOWN)))],
+        },
+        Stage {
+            name: "during its init container",
+            pod: deleted(pod_with(&["main"], vec![spec_container("init")], "Always")),
+            runtime: RuntimePodStatus {
+                container_statuses: vec![killed("init", "c0")],
+                sandbox_statuses: vec![stopped("s1")],
+                ..RuntimePodStatus::default()
+            },
+            ready: not_ready("main"),
+            initialized: (
+                "False".to_owned(),
+                Some("ContainersNotInitialized".to_owned()),
+                Some("containers with incomplete status: [init]".to_owned()),
+            ),
+            sandbox_message: SANDBOX_NOT_READY,
+            // Not initialized: the regular container stays waiting.
+            states: vec![("init", Some((137, "Error"))), ("main", None)],
+        },
+        Stage {
+            name: "only its sidecar ran",
+            pod: deleted(pod_with(&["main"], vec![sidecar("side")], "Always")),
+            runtime: RuntimePodStatus {
+                container_statuses: vec![killed("side", "c0")],
+                sandbox_statuses: vec![stopped("s1")],
+                ..RuntimePodStatus::default()
+            },
+            ready: not_ready("side main"),
+            initialized: (
+                "False".to_owned(),
+                Some("ContainersNotInitialized".to_owned()),
+                Some("containers with incomplete status: [side]".to_owned()),
+            ),
+            sandbox_message: SANDBOX_NOT_READY,
+            states: vec![("side", Some((137, "Error"))), ("main", None)],
+        },
+        Stage {
+            name: "running",
+            pod: deleted(pod_with(&["main"], vec![], "Always")),
+            runtime: RuntimePodStatus {
+                container_statuses: vec![killed("main", "c1")],
+                sandbox_statuses: vec![stopped("s1")],
+                ..RuntimePodStatus::default()
+            },
+            // Terminated before the phase was set: the phase at generation is already Failed.
+            ready: ("False".to_owned(), Some("PodFailed".to_owned()), None),
+            initialized: initialized_true,
+            sandbox_message: SANDBOX_NOT_READY,
+            states: vec![("main", Some((137, "Error")))],
+        },
+    ];
+    for stage in stages {
+        let name = stage.name;
+        let s = status_of(&stage.pod, &stage.runtime, at(60));
+        assert_eq!(s.phase.as_deref(), Some(FAILED), "{name}");
+        assert_eq!(reason_and_message(&s, READY), stage.ready, "{name}: Ready");
+        assert_eq!(reason_and_message(&s, CONTAINERS_READY), stage.ready, "{name}: ContainersReady");
+        assert_eq!(reason_and_message(&s, INITIALIZED), stage.initialized, "{name}: Initialized");
+        assert_eq!(
+            reason_and_message(&s, POD_READY_TO_START_CONTAINERS),
+            (
+                "False".to_owned(),
+                Some(POD_SANDBOX_NOT_READY.to_owned()),
+                Some(stage.sandbox_message.to_owned())
+            ),
+            "{name}: PodReadyToStartContainers"
+        );
+        let all: Vec<&ContainerStatus> = s
+            .init_container_statuses
+            .iter()
+            .flatten()
+            .chain(s.container_statuses.iter().flatten())
+            .collect();
+        for (container, want) in &stage.states {
+            let status = all.iter().find(|c| c.name == *container).expect(container);
+            let got = terminated(status).map(|t| (t.exit_code, t.reason.clone().unwrap_or_default()));
+            assert_eq!(
+                got,
+                want.map(|(code, reason)| (code, reason.to_owned())),
+                "{name}: {container}"
+            );
+            if want.is_none() {
+                assert!(waiting(status), "{name}: {container} waits");
+            }
+        }
+        // The kubelet's last word: generated against it, it stays; also once the sandbox and the
+        // containers are removed.
+        let mut written = stage.pod.clone();
+        written.status = Some(s.clone());
+        assert!(status_is_final(&written, &stage.runtime, &s), "{name}");
+        assert_eq!(status_of(&written, &stage.runtime, at(70)), s, "{name}: generated again");
+        let removed = RuntimePodStatus::default();
+        assert_eq!(status_of(&written, &removed, at(120)), s, "{name}: once removed");
+    }
+}
+
+/// What is not yet the last status is generated anew: a terminal status written while the sandbox
+/// still ran (the kubelet writes again once it stopped it), while something of the pod runs, or
+/// one TerminatePod would still change.
+#[test]
+fn a_status_is_final_only_once_terminate_pod_would_change_nothing() {
+    let mut pod = pod_with(&["main"], vec![], "Never");
+    let mut runtime = RuntimePodStatus {
+        container_statuses: vec![runtime_status("main", "c1", RuntimeContainerState::Exited, 10)],
+        sandbox_statuses: vec![ready_sandbox("10.1.0.5")],
+        ..RuntimePodStatus::default()
+    };
+    // Exited under Never, its sandbox still ready: Failed, PodReadyToStartContainers True.
+    let s = status_of(&pod, &runtime, at(20));
+    assert_eq!(s.phase.as_deref(), Some(FAILED));
+    pod.status = Some(s.clone());
+    assert!(!status_is_final(&pod, &runtime, &s), "the sandbox still runs");
+    // The sandbox stopped: generated again, PodReadyToStartContainers False — then final.
+    runtime.sandbox_statuses[0].state = SandboxState::NotReady;
+    assert!(!status_is_final(&pod, &runtime, &s), "written while the sandbox ran");
+    let stopped = status_of(&pod, &runtime, at(30));
+    assert_eq!(condition_of(&stopped, POD_READY_TO_START_CONTAINERS).status, "False");
+    pod.status = Some(stopped.clone());
+    assert!(status_is_final(&pod, &runtime, &stopped));
+    // Something of it running again (a runtime that restarted it): generated anew.
+    runtime.container_statuses[0].state = RuntimeContainerState::Running;
+    assert!(!status_is_final(&pod, &runtime, &stopped));
+    // A status TerminatePod would still change (a container not terminated) is not final.
+    runtime.container_statuses.clear();
+    let mut unfinished = stopped.clone();
+    unfinished.container_statuses = Some(vec![running_status("main")]);
+    assert!(!status_is_final(&pod, &runtime, &unfinished));
+    // Nor one whose phase is not terminal.
+    let mut pending = stopped.clone();
+    pending.phase = Some(PENDING.into());
+    assert!(!status_is_final(&pod, &runtime, &pending));
 }
 
 /// The end of a pod: a container that is only created, in a sandbox that is stopped, can never
