@@ -512,12 +512,9 @@ fn a_pod_deleted_at_each_stage_ends_as_terminate_pod_leaves_it() {
         pod
     };
     let stopped = |id: &str| SandboxStatus {
+        id: id.to_owned(),
         state: SandboxState::NotReady,
         ..ready_sandbox("10.1.0.5")
-    };
-    let stopped = |id: &str| SandboxStatus {
-        id: id.to_owned(),
-        ..stopped(id)
     };
     let initialized_true = ("True".to_owned(), None, None);
     let stages = vec![
