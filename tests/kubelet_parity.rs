@@ -5,7 +5,12 @@
 //!
 //! Settled parity: after each kubelet write that stays the pod's newest for [`QUIET`] (the kubelet has
 //! nothing more to write), plegd's status generated against that write must equal it, as typed
-//! values, field by field — but for the fields only the kubelet can know (`compare::UNKNOWABLE`).
+//! values, field by field — but for the fields only the kubelet can know ([`judge::UNKNOWABLE`]),
+//! which are printed with both values. The judge (tests/kubelet_parity/judge.rs) shares no code with
+//! plegd: a rule plegd's own comparison gets wrong cannot be wrong on both sides of this test.
+//! A finished pod's last status is one the kubelet never writes again and plegd keeps as it is, so
+//! equality against it proves little: plegd must also have come to it on its own, from the
+//! runtime, before it saw the kubelet's write (`own-last`).
 //! Transients: for each kubelet write, when plegd first generated the same status, before or after
 //! it; printed as a table (and kept in the test's scratch directory).
 //!
@@ -14,6 +19,9 @@
 //! there).
 
 use plegd_test_support as support;
+
+#[path = "kubelet_parity/judge.rs"]
+mod judge;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -28,7 +36,6 @@ use serde_json::{Value, json};
 
 use plegd::observe::api::status_service_client::StatusServiceClient;
 use plegd::observe::api::{StatusServiceWatchRequest, status_service_watch_response};
-use plegd::status::compare::{Probed, differences};
 use support::cluster::{CONTAINERD_SOCKET, IMAGE, PLEGD_API_SOCKET, STATIC_PODS, cluster};
 
 const NS: &str = "parity";
@@ -38,7 +45,9 @@ const QUIET: Duration = Duration::from_secs(5);
 /// plegd's status against a write is the one it generated within this long of the write.
 const REACTION: Duration = Duration::from_secs(2);
 /// The longest the battery runs before every pod has done what it is for.
-const BATTERY: Duration = Duration::from_secs(240);
+const BATTERY: Duration = Duration::from_secs(300);
+/// The finalizer that keeps a deleted pod of the battery, so that its last status can be compared.
+const KEEP: &str = "plegd.test/keep";
 
 /// A status the kubelet wrote, as the watcher saw it.
 #[derive(Debug, Clone)]
@@ -108,10 +117,46 @@ fn terminal(p: &Pod) -> bool {
     matches!(phase(p), "Succeeded" | "Failed")
 }
 
-/// One pod of the battery: what it is, and when it has done what it is for.
+/// One pod of the battery: what it is, when it has done what it is for, and when the test deletes
+/// it (such a pod carries [`KEEP`]).
 struct Scenario {
     pod: Pod,
     done: fn(&Pod) -> bool,
+    delete_when: Option<fn(&Pod) -> bool>,
+}
+
+fn container_status<'a>(p: &'a Pod, name: &str) -> Option<&'a k8s_openapi::api::core::v1::ContainerStatus> {
+    let s = p.status.as_ref()?;
+    s.container_statuses
+        .iter()
+        .chain(&s.init_container_statuses)
+        .chain(&s.ephemeral_container_statuses)
+        .flatten()
+        .find(|c| c.name == name)
+}
+
+fn waiting_reason<'a>(p: &'a Pod, name: &str) -> Option<&'a str> {
+    container_status(p, name)?.state.as_ref()?.waiting.as_ref()?.reason.as_deref()
+}
+
+fn container_running(p: &Pod, name: &str) -> bool {
+    container_status(p, name).is_some_and(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
+}
+
+fn container_terminated(p: &Pod, name: &str) -> bool {
+    container_status(p, name).is_some_and(|c| c.state.as_ref().is_some_and(|s| s.terminated.is_some()))
+}
+
+fn ready(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// A shell command that writes `bytes` bytes of `a` then `text` to the termination message file.
+fn message_of(bytes: usize, text: &str) -> String {
+    format!("head -c {bytes} /dev/zero | tr '\\0' a > /dev/termination-log; printf '{text}' >> /dev/termination-log")
 }
 
 fn battery(node: &str) -> Vec<Scenario> {
@@ -127,6 +172,7 @@ fn battery(node: &str) -> Vec<Scenario> {
         out.push(Scenario {
             pod: pod(name, node, policy, spec),
             done,
+            delete_when: None,
         })
     };
     // Restart policies, exits 0 and non-zero.
@@ -255,12 +301,63 @@ fn battery(node: &str) -> Vec<Scenario> {
         "readiness-gate",
         "Always",
         json!({"readinessGates": [{"conditionType": "plegd.test/gate"}], "containers": [c("main", sleep)]}),
-        |p| {
-            p.status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-        },
+        ready,
+    );
+    // Termination messages at the limits: five containers share 12 KiB, 2,457 bytes each; each
+    // message is cut inside a character of 2, 3 and 4 bytes, one is a file's last 4 KiB that
+    // starts inside a character, one a log's last 2 KiB that does.
+    let mut limits = vec![
+        c("cut-2", &format!("{}; exit 1", message_of(2456, &"ü".repeat(8)))),
+        c("cut-3", &format!("{}; exit 1", message_of(2455, &"€".repeat(8)))),
+        c("cut-4", &format!("{}; exit 1", message_of(2454, &"😀".repeat(8)))),
+        c(
+            "file-tail",
+            &format!("{}; head -c 4095 /dev/zero | tr '\\0' b >> /dev/termination-log; exit 1", message_of(903, "ü")),
+        ),
+        c("log-tail", &format!("printf 'é'; head -c 2046 /dev/zero | tr '\\0' y; echo; exit 1")),
+    ];
+    limits[4]["terminationMessagePolicy"] = json!("FallbackToLogsOnError");
+    add("message-limits", "Never", json!({"containers": limits}), terminal);
+    // Several containers, one of them restarting.
+    add(
+        "several-containers",
+        "Always",
+        json!({"containers": [c("a", sleep), c("b", "sleep 2; exit 0"), c("c", sleep)]}),
+        |p| restarts(p) >= 2,
+    );
+    // Exec probes: a startup probe, then a readiness probe, on a container and on a sidecar.
+    let probe = |file: &str| json!({"exec": {"command": ["cat", file]}, "periodSeconds": 1, "failureThreshold": 30});
+    let mut probed = c("main", "sleep 2; touch /tmp/started; sleep 2; touch /tmp/ready; sleep 3600");
+    probed["startupProbe"] = probe("/tmp/started");
+    probed["readinessProbe"] = probe("/tmp/ready");
+    let mut probed_sidecar = c("sidecar", "sleep 2; touch /tmp/ready; sleep 3600");
+    probed_sidecar["restartPolicy"] = json!("Always");
+    probed_sidecar["readinessProbe"] = probe("/tmp/ready");
+    add(
+        "exec-probes",
+        "Always",
+        json!({"initContainers": [probed_sidecar], "containers": [probed]}),
+        ready,
+    );
+    // An ephemeral container (added by the test once the pod runs) that runs and ends.
+    add(
+        "ephemeral",
+        "Always",
+        json!({"containers": [c("main", sleep)]}),
+        |p| container_terminated(p, "debug"),
+    );
+    // QoS classes: Guaranteed (BestEffort and Burstable are above).
+    let mut guaranteed = c("main", sleep);
+    guaranteed["resources"] =
+        json!({"requests": {"cpu": "50m", "memory": "32Mi"}, "limits": {"cpu": "50m", "memory": "32Mi"}});
+    add("qos-guaranteed", "Always", json!({"containers": [guaranteed]}), running);
+    // Users and groups: the identity the runtime reports for the container's first process.
+    add(
+        "users-groups",
+        "Always",
+        json!({"securityContext": {"runAsUser": 1000, "runAsGroup": 3000, "supplementalGroups": [4000, 5000], "fsGroup": 2000},
+               "containers": [c("main", sleep)]}),
+        running,
     );
     // A sandbox that dies under running containers (killed by the test once the pod runs).
     add(
@@ -268,6 +365,52 @@ fn battery(node: &str) -> Vec<Scenario> {
         "Always",
         json!({"containers": [c("main", sleep)]}),
         |p| restarts(p) >= 1 && running(p),
+    );
+    // Deleted at each stage of its start (a finalizer keeps each object, so that its last status
+    // can be compared): before it has a sandbox (a volume that never mounts), while its image is
+    // missing, during its init container, while only its sidecar runs, and running (killed at the
+    // end of its grace period).
+    let missing_image = json!({"name": "main", "image": "plegd.test/missing:1", "imagePullPolicy": "Never"});
+    let mut deleted = |name: &str, spec: Value, delete_when: fn(&Pod) -> bool| {
+        let mut p = pod(name, node, "Always", spec);
+        p.metadata.finalizers = Some(vec![KEEP.into()]);
+        out.push(Scenario {
+            pod: p,
+            done: terminal,
+            delete_when: Some(delete_when),
+        });
+    };
+    let mut unmounted = c("main", sleep);
+    unmounted["volumeMounts"] = json!([{"name": "config", "mountPath": "/config"}]);
+    deleted(
+        "delete-before-sandbox",
+        json!({"containers": [unmounted], "volumes": [{"name": "config", "configMap": {"name": "plegd-parity-missing"}}]}),
+        |p| waiting_reason(p, "main") == Some("ContainerCreating"),
+    );
+    deleted(
+        "delete-image-missing",
+        json!({"containers": [missing_image.clone()]}),
+        |p| waiting_reason(p, "main") == Some("ErrImageNeverPull"),
+    );
+    deleted(
+        "delete-during-init",
+        json!({"initContainers": [c("init", sleep)], "containers": [c("main", sleep)]}),
+        |p| container_running(p, "init"),
+    );
+    let mut only_sidecar = c("sidecar", sleep);
+    only_sidecar["restartPolicy"] = json!("Always");
+    deleted(
+        "delete-sidecar-only",
+        json!({"initContainers": [only_sidecar], "containers": [missing_image]}),
+        |p| {
+            container_status(p, "sidecar").is_some_and(|c| c.started == Some(true))
+                && waiting_reason(p, "main") == Some("ErrImageNeverPull")
+        },
+    );
+    deleted(
+        "delete-killed",
+        json!({"containers": [c("main", "trap '' TERM; sleep 3600")]}),
+        running,
     );
     // Deletion with a grace period (deleted by the test once the pod runs; a finalizer keeps the
     // object so that its last status can be compared).
@@ -278,10 +421,11 @@ fn battery(node: &str) -> Vec<Scenario> {
         json!({"terminationGracePeriodSeconds": 5,
                "containers": [c("main", "trap 'sleep 1; exit 0' TERM; sleep 3600 & wait")]}),
     );
-    graceful.metadata.finalizers = Some(vec!["plegd.test/keep".into()]);
+    graceful.metadata.finalizers = Some(vec![KEEP.into()]);
     out.push(Scenario {
         pod: graceful,
         done: terminal,
+        delete_when: Some(running),
     });
     out
 }
@@ -368,15 +512,11 @@ fn watch_plegd(shared: Shared) -> tokio::task::JoinHandle<()> {
     })
 }
 
-/// The knowable differences between the kubelet's and plegd's status of `pod`.
-fn knowable(pod: Option<&Pod>, kubelet: &PodStatus, plegd: &PodStatus) -> Vec<plegd::status::compare::Difference> {
-    let probed = pod
-        .map(|p| Probed::of(&plegd::pod::ApiPod::from(p.clone())))
-        .unwrap_or_default();
-    differences(kubelet, plegd, &probed)
-        .into_iter()
-        .filter(|d| d.unknowable.is_none())
-        .collect()
+/// The judge's findings on plegd's status against the kubelet's, for `pod` (its spec says which
+/// containers are probed).
+fn findings(pod: Option<&Pod>, kubelet: &PodStatus, plegd: &PodStatus) -> Vec<judge::Finding> {
+    let no_pod = Pod::default();
+    judge::judge(pod.unwrap_or(&no_pod), kubelet, plegd)
 }
 
 fn ms(d: f64) -> String {
@@ -399,16 +539,18 @@ async fn plegd_in_shadow_mode_matches_the_kubelet() {
             .await
             .unwrap_or_else(|e| panic!("create {}: {e}", s.pod.metadata.name.as_deref().unwrap_or_default()));
     }
-    cluster.on_exit(&[
-        "-n",
-        NS,
-        "patch",
-        "pod",
-        "graceful",
-        "--type=json",
-        "-p",
-        r#"[{"op":"remove","path":"/metadata/finalizers"}]"#,
-    ]);
+    for s in scenarios.iter().filter(|s| s.delete_when.is_some()) {
+        cluster.on_exit(&[
+            "-n",
+            NS,
+            "patch",
+            "pod",
+            s.pod.metadata.name.as_deref().unwrap_or_default(),
+            "--type=json",
+            "-p",
+            r#"[{"op":"remove","path":"/metadata/finalizers"}]"#,
+        ]);
+    }
     let manifest = PathBuf::from(STATIC_PODS).join("plegd-parity-static.json");
     std::fs::write(&manifest, static_pod_manifest().to_string()).expect("write the static pod");
     let _static_pod = StaticPod(manifest);
@@ -416,7 +558,8 @@ async fn plegd_in_shadow_mode_matches_the_kubelet() {
 
     // Drive the battery until every pod has done what it is for.
     let started = Instant::now();
-    let (mut gated, mut deleted, mut killed) = (false, false, false);
+    let (mut gated, mut killed, mut debugged) = (false, false, false);
+    let mut deleted = std::collections::BTreeSet::new();
     loop {
         let current = shared.lock().unwrap().pods.clone();
         let get = |name: &str| current.get(name);
@@ -427,11 +570,27 @@ async fn plegd_in_shadow_mode_matches_the_kubelet() {
                 .expect("set the readiness gate");
             gated = true;
         }
-        if !deleted && get("graceful").is_some_and(running) {
-            pods.delete("graceful", &DeleteParams::default())
+        for s in &scenarios {
+            let name = s.pod.metadata.name.as_deref().unwrap_or_default();
+            if let Some(when) = s.delete_when
+                && !deleted.contains(name)
+                && get(name).is_some_and(when)
+            {
+                pods.delete(name, &DeleteParams::default())
+                    .await
+                    .unwrap_or_else(|e| panic!("delete {name}: {e}"));
+                deleted.insert(name.to_owned());
+            }
+        }
+        if !debugged && get("ephemeral").is_some_and(running) {
+            let debug = json!({"spec": {"ephemeralContainers": [{
+                "name": "debug", "image": IMAGE, "imagePullPolicy": "Never",
+                "command": ["sh", "-c", "echo from the debug container; sleep 2; exit 0"],
+            }]}});
+            pods.patch_ephemeral_containers("ephemeral", &PatchParams::default(), &Patch::Strategic(debug))
                 .await
-                .expect("delete graceful");
-            deleted = true;
+                .expect("add an ephemeral container");
+            debugged = true;
         }
         if !killed && let Some(p) = get("sandbox-dies").filter(|p| running(p) && restarts(p) == 0) {
             kill_sandbox(p.metadata.uid.as_deref().unwrap_or_default()).await;
@@ -465,9 +624,11 @@ async fn plegd_in_shadow_mode_matches_the_kubelet() {
     let t = shared.lock().unwrap();
     let mut failures = Vec::new();
     let mut report = String::from(
-        "pod                      writes  same  plegd-first  lead-median-ms  lead-min-ms  lead-max-ms  settled\n",
+        "pod                      writes  same  plegd-first  lead-median-ms  lead-min-ms  lead-max-ms  settled  own-last\n",
     );
     let mut all_leads = Vec::new();
+    // What plegd cannot know, with both values, once per pod and field.
+    let mut unknowables = std::collections::BTreeSet::new();
     for (name, writes) in &t.kubelet {
         let generated = t.plegd.get(name).map(Vec::as_slice).unwrap_or_default();
         let pod = t.pods.get(name);
@@ -486,15 +647,17 @@ async fn plegd_in_shadow_mode_matches_the_kubelet() {
                 continue;
             };
             settled += 1;
-            let diff = knowable(pod, &w.status, &g.status);
-            if !diff.is_empty() {
+            let (unknowable, knowable): (Vec<_>, Vec<_>) = findings(pod, &w.status, &g.status)
+                .into_iter()
+                .partition(|f| f.unknowable.is_some());
+            for f in unknowable {
+                unknowables.insert(format!("{name:<24} {f}"));
+            }
+            if !knowable.is_empty() {
                 failures.push(format!(
                     "{name} rv={}: plegd differs from the kubelet:\n{}\nkubelet: {}\nplegd:   {}",
                     w.rv,
-                    diff.iter()
-                        .map(|d| format!("  {}: kubelet={} plegd={}", d.path, d.apiserver, d.plegd))
-                        .collect::<Vec<_>>()
-                        .join("\n"),
+                    knowable.iter().map(|f| format!("  {f}")).collect::<Vec<_>>().join("\n"),
                     serde_json::to_string(&w.status).unwrap(),
                     serde_json::to_string(&g.status).unwrap(),
                 ));
@@ -502,6 +665,41 @@ async fn plegd_in_shadow_mode_matches_the_kubelet() {
         }
         if settled == 0 {
             failures.push(format!("{name}: never settled ({} writes)", writes.len()));
+        }
+        // A finished pod's last status: the kubelet never writes it again, and plegd keeps it as
+        // it is (generated against it, it is the same, whatever it says). So plegd must have come
+        // to the same status on its own, from the runtime, against an earlier copy of the pod —
+        // condition transition times, each writer's own clock, aside.
+        let own = |w: &Written| {
+            generated.iter().any(|g| {
+                g.rv != w.rv
+                    && findings(pod, &w.status, &g.status)
+                        .iter()
+                        .filter(|f| f.unknowable.is_none())
+                        .all(|f| f.path.ends_with("lastTransitionTime") || f.path.ends_with("lastProbeTime"))
+            })
+        };
+        let last = writes.last().filter(|w| matches!(w.status.phase.as_deref(), Some("Succeeded" | "Failed")));
+        let own_last = last.map(own);
+        if own_last == Some(false) {
+            let w = last.unwrap();
+            let nearest = generated
+                .iter()
+                .filter(|g| g.rv != w.rv)
+                .min_by_key(|g| findings(pod, &w.status, &g.status).iter().filter(|f| f.unknowable.is_none()).count());
+            failures.push(format!(
+                "{name}: plegd never came to the kubelet's last status (rv={}) on its own; nearest:\n{}",
+                w.rv,
+                nearest.map_or_else(
+                    || "  (plegd generated nothing else)".to_owned(),
+                    |g| findings(pod, &w.status, &g.status)
+                        .iter()
+                        .filter(|f| f.unknowable.is_none())
+                        .map(|f| format!("  {f}"))
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                ),
+            ));
         }
         // Transients: when plegd first generated what the kubelet wrote (timestamps of each
         // writer's own clock aside), between the write before and the write after.
@@ -512,9 +710,10 @@ async fn plegd_in_shadow_mode_matches_the_kubelet() {
             let same = generated.iter().find(|g| {
                 g.at >= from
                     && g.at < to
-                    && knowable(pod, &w.status, &g.status)
+                    && findings(pod, &w.status, &g.status)
                         .iter()
-                        .all(|d| d.path.ends_with("lastTransitionTime") || d.path.ends_with("lastProbeTime"))
+                        .filter(|f| f.unknowable.is_none())
+                        .all(|f| f.path.ends_with("lastTransitionTime") || f.path.ends_with("lastProbeTime"))
             });
             if let Some(g) = same {
                 // Positive: plegd first.
@@ -526,13 +725,18 @@ async fn plegd_in_shadow_mode_matches_the_kubelet() {
         sorted.sort_by(f64::total_cmp);
         let median = sorted.get(sorted.len() / 2).copied();
         report.push_str(&format!(
-            "{name:<24} {:>6}  {:>4}  {:>11}  {:>14}  {:>11}  {:>11}  {settled}\n",
+            "{name:<24} {:>6}  {:>4}  {:>11}  {:>14}  {:>11}  {:>11}  {settled:>7}  {}\n",
             writes.len() - 1,
             leads.len(),
             leads.iter().filter(|l| **l > 0.0).count(),
             median.map_or("-".into(), ms),
             sorted.first().map_or("-".into(), |v| ms(*v)),
             sorted.last().map_or("-".into(), |v| ms(*v)),
+            match own_last {
+                Some(true) => "yes",
+                Some(false) => "NO",
+                None => "-",
+            },
         ));
     }
     all_leads.sort_by(f64::total_cmp);
@@ -548,6 +752,18 @@ async fn plegd_in_shadow_mode_matches_the_kubelet() {
     let _ = std::fs::write(
         PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("kubelet-parity-transients.txt"),
         &report,
+    );
+    let mut unknown = String::from("fields only the kubelet can know, as each wrote them when settled:\n");
+    for (kind, reason) in judge::UNKNOWABLE {
+        unknown.push_str(&format!("  {kind}: {reason}\n"));
+    }
+    for line in &unknowables {
+        unknown.push_str(&format!("{line}\n"));
+    }
+    eprintln!("\n{unknown}");
+    let _ = std::fs::write(
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("kubelet-parity-unknowable.txt"),
+        &unknown,
     );
     for name in scenarios
         .iter()

@@ -354,6 +354,8 @@ pub fn rebase(mode: StatusMode, newest: &PodStatus, wanted: &PodStatus) -> PodSt
             PodStatus {
                 conditions: Some(conditions),
                 resource_claim_statuses: newest.resource_claim_statuses.clone(),
+                extended_resource_claim_status: newest.extended_resource_claim_status.clone(),
+                node_allocatable_resource_claim_statuses: newest.node_allocatable_resource_claim_statuses.clone(),
                 ..wanted.clone()
             }
         }

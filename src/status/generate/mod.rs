@@ -275,6 +275,8 @@ pub fn generate_api_pod_status(input: &StatusInput<'_>) -> PodStatus {
         qos_class: old.qos_class.clone(),
         nominated_node_name: old.nominated_node_name.clone(),
         resource_claim_statuses: old.resource_claim_statuses.clone(),
+        extended_resource_claim_status: old.extended_resource_claim_status.clone(),
+        node_allocatable_resource_claim_statuses: old.node_allocatable_resource_claim_statuses.clone(),
         ..PodStatus::default()
     };
     if deadline_exceeded {
@@ -324,7 +326,8 @@ pub fn generate_api_pod_status(input: &StatusInput<'_>) -> PodStatus {
 
 /// The status manager's `mergePodStatus`: the conditions others own stay as the old status has
 /// them, the kubelet's come from the new one (DisruptionTarget, shared, only once the pod
-/// becomes terminal with nothing running); resourceClaimStatuses are not the kubelet's. A pod
+/// becomes terminal with nothing running); resourceClaimStatuses, extendedResourceClaimStatus and
+/// nodeAllocatableResourceClaimStatuses are not the kubelet's. A pod
 /// does not become terminal while it could have running containers (a sidecar still running
 /// after an init container failed under Never, say): phase, reason and message stay the old
 /// ones (an old status without a phase gives Pending: plegd never writes an empty phase). A
@@ -349,7 +352,10 @@ pub fn merge_pod_status(old: &PodStatus, mut new: PodStatus, could_have_running:
         }
     }
     new.conditions = Some(merged);
+    // Not the kubelet's: DRA's claims, as the old status has them.
     new.resource_claim_statuses = old.resource_claim_statuses.clone();
+    new.extended_resource_claim_status = old.extended_resource_claim_status.clone();
+    new.node_allocatable_resource_claim_statuses = old.node_allocatable_resource_claim_statuses.clone();
     if to_terminal && could_have_running {
         new.phase = Some(old.phase.clone().unwrap_or_else(|| PENDING.to_owned()));
         new.reason = old.reason.clone();

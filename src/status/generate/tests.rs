@@ -465,6 +465,38 @@ fn upstream_generate_api_pod_status() {
     }
 }
 
+/// DRA's statuses of a pod are not the kubelet's (`mergePodStatus`: "not owned and not modified
+/// by kubelet"): resourceClaimStatuses, extendedResourceClaimStatus and
+/// nodeAllocatableResourceClaimStatuses stay as the old status has them, whatever the runtime says.
+#[test]
+fn claim_statuses_of_others_stay_as_they_are() {
+    let mut pod = pod_with(&["a"], vec![], "Always");
+    let old: PodStatus = serde_json::from_value(serde_json::json!({
+        "phase": "Running",
+        "resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "p-gpu-x"}],
+        "extendedResourceClaimStatus": {
+            "resourceClaimName": "p-extended-resources-y",
+            "requestMappings": [{"containerName": "a", "resourceName": "example.com/gpu", "requestName": "container-0-request-0"}]
+        },
+        "nodeAllocatableResourceClaimStatuses": [{"resourceClaimName": "p-cpu", "containers": ["a"], "resources": {"cpu": "2"}}]
+    }))
+    .unwrap();
+    pod.status = Some(old.clone());
+    let runtime = RuntimePodStatus {
+        container_statuses: vec![runtime_status("a", "c1", RuntimeContainerState::Running, 10)],
+        sandbox_statuses: vec![ready_sandbox("10.1.0.5")],
+        ..RuntimePodStatus::default()
+    };
+    let s = status_of(&pod, &runtime, at(20));
+    assert_eq!(s.resource_claim_statuses, old.resource_claim_statuses);
+    assert_eq!(s.extended_resource_claim_status, old.extended_resource_claim_status);
+    assert!(s.node_allocatable_resource_claim_statuses.is_some());
+    assert_eq!(
+        s.node_allocatable_resource_claim_statuses,
+        old.node_allocatable_resource_claim_statuses
+    );
+}
+
 /// Upstream's `TestMergePodStatus` (status_manager_test.go), every case. Conditions compare by
 /// type, status and reason, as upstream's `conditionsEqual` does.
 #[test]

@@ -209,6 +209,61 @@ fn readiness_probe_leaves_readiness_to_its_owner() {
     assert!(status_of(&pod, &runtime, at(30)).container_statuses.unwrap()[0].ready);
 }
 
+/// kubernetes#141342 and #141487 (1.38, back-ported to 1.37 patch releases): `started` and `ready`
+/// are carried from the old status only for the same container id. A replacement (a new id under
+/// the same name) with a startup probe has not started, and one with a readiness probe is not
+/// ready, until its own probes say so — for a regular container and for a sidecar alike, whatever
+/// the pod's Ready condition says.
+#[test]
+fn started_and_ready_are_carried_only_for_the_same_container() {
+    let mut pod = pod_with(&["app"], vec![sidecar("side")], "Always");
+    for c in [&mut pod.spec.containers[0], &mut pod.spec.init_containers[0]] {
+        c.startup_probe = true;
+        c.readiness_probe = true;
+    }
+    let probed = |name: &str, id: &str| ContainerStatus {
+        container_id: Some(format!("containerd://{id}")),
+        started: Some(true),
+        ready: true,
+        ..running_status(name)
+    };
+    pod.status = Some(PodStatus {
+        conditions: Some(vec![k8s_openapi::api::core::v1::PodCondition {
+            type_: READY.into(),
+            status: "True".into(),
+            ..Default::default()
+        }]),
+        container_statuses: Some(vec![probed("app", "c1")]),
+        init_container_statuses: Some(vec![probed("side", "s1")]),
+        ..PodStatus::default()
+    });
+    let runtime = |app: &str, side: &str| RuntimePodStatus {
+        container_statuses: vec![
+            runtime_status("side", side, RuntimeContainerState::Running, 5),
+            runtime_status("app", app, RuntimeContainerState::Running, 10),
+        ],
+        sandbox_statuses: vec![ready_sandbox("10.1.0.5")],
+        ..RuntimePodStatus::default()
+    };
+    let flags = |s: &PodStatus| {
+        let app = &s.container_statuses.as_ref().unwrap()[0];
+        let side = &s.init_container_statuses.as_ref().unwrap()[0];
+        ((app.started, app.ready), (side.started, side.ready))
+    };
+    // The same containers: what the prober said stays.
+    let same = status_of(&pod, &runtime("c1", "s1"), at(20));
+    assert_eq!(flags(&same), ((Some(true), true), (Some(true), true)));
+    // Replaced: neither started nor ready until probed.
+    let replaced = status_of(&pod, &runtime("c2", "s2"), at(20));
+    assert_eq!(flags(&replaced), ((Some(false), false), (Some(false), false)));
+    // Only a readiness probe: a replacement has started (no startup probe) but is not ready.
+    for c in [&mut pod.spec.containers[0], &mut pod.spec.init_containers[0]] {
+        c.startup_probe = false;
+    }
+    let replaced = status_of(&pod, &runtime("c2", "s2"), at(20));
+    assert_eq!(flags(&replaced), ((Some(true), false), (Some(true), false)));
+}
+
 fn terminated_message(status: &ContainerStatus) -> &str {
     status
         .state
