@@ -75,6 +75,9 @@ pub struct SyncConfig {
     pub housekeeping: Duration,
     /// Write containers' `stopSignal` (`--container-stop-signals`).
     pub stop_signals: bool,
+    /// Report each generated status as it is, even where the apiserver holds it already
+    /// (`--status-report-form=generated`).
+    pub report_generated: bool,
 }
 
 impl Default for SyncConfig {
@@ -86,6 +89,7 @@ impl Default for SyncConfig {
             resync: Duration::from_secs(10),
             housekeeping: Duration::from_secs(2),
             stop_signals: false,
+            report_generated: false,
         }
     }
 }
@@ -521,10 +525,12 @@ impl SyncLoop {
         if let Some(generated) = decision.generated
             && !matches!(decision.action, Action::Skip(_))
         {
-            self.reports.put(
-                uid,
-                StatusReport::new(pod.clone(), *generated, SystemTime::now(), entry.modified),
-            );
+            let report = if self.config.report_generated {
+                StatusReport::as_generated(pod.clone(), *generated, SystemTime::now(), entry.modified)
+            } else {
+                StatusReport::new(pod.clone(), *generated, SystemTime::now(), entry.modified)
+            };
+            self.reports.put(uid, report);
         }
         let handed_over = match decision.action {
             Action::Skip(skip) => {

@@ -208,6 +208,11 @@ fn every_bad_input_is_one_line_and_exit_2() {
             &["--metrics-tls", "auto, on, off"],
         ),
         (
+            vec!["run", "--status-report-form", "raw"],
+            true,
+            &["--status-report-form", "stored, generated"],
+        ),
+        (
             vec!["run", "--metrics-tls-cert-file", &cert],
             true,
             &["--metrics-tls-cert-file needs --metrics-tls-private-key-file"],

@@ -351,6 +351,13 @@ pub struct RunArgs {
     /// the ContainerStopSignals feature gate on does (alpha and off by default in Kubernetes 1.37).
     #[arg(long, env = "PLEGD_CONTAINER_STOP_SIGNALS", hide_env_values = true)]
     pub container_stop_signals: bool,
+    /// What `plegd status` and the status API show of a pod whose generated status the apiserver
+    /// already holds: `stored` — the apiserver's copy, in the form it stores (one copy of such a
+    /// status in memory); `generated` — plegd's status exactly as it generated it, kept beside the
+    /// apiserver's copy (one more status a pod in memory): for diffing plegd's output against a
+    /// kubelet's field by field, with a judge of one's own.
+    #[arg(long, value_enum, value_name = "FORM", default_value_t = StatusReportForm::Stored, env = "PLEGD_STATUS_REPORT_FORM", hide_env_values = true)]
+    pub status_report_form: StatusReportForm,
     /// Status writers working in parallel (1 to 64).
     #[arg(long, value_name = "N", default_value = "4", value_parser = number_in(range::STATUS_WRITERS))]
     pub status_writers: NonZeroUsize,
@@ -433,6 +440,13 @@ impl MetricsAuthMode {
             MetricsAuthMode::None => false,
         }
     }
+}
+
+/// What a status report shows of a status the apiserver holds (`--status-report-form`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StatusReportForm {
+    Stored,
+    Generated,
 }
 
 /// Whether /metrics speaks TLS (`--metrics-tls`).
@@ -577,6 +591,7 @@ impl RunArgs {
                 mode: self.status_mode,
                 node_ips: self.node_ip.iter().filter(|ip| !ip.is_empty()).cloned().collect(),
                 stop_signals: self.container_stop_signals,
+                report_generated: self.status_report_form == StatusReportForm::Generated,
                 ..SyncConfig::default()
             },
             emit_events: self.emit_events,

@@ -281,6 +281,14 @@ mod tests {
             !r.daemon_config().unwrap().sync.stop_signals,
             "off by default, as the 1.37 kubelet's gate"
         );
+        assert!(!r.daemon_config().unwrap().sync.report_generated, "stored by default");
+        let Command::Run(r) = parse(&["plegd", "run", "--node-name", "n1", "--status-report-form", "generated"])
+            .unwrap()
+            .command
+        else {
+            panic!("run")
+        };
+        assert!(r.daemon_config().unwrap().sync.report_generated);
         let err = parse(&["plegd", "run", "--status-mode", "everything"]).unwrap_err();
         assert!(err.contains("--status-mode"), "{err}");
         let err = parse(&["plegd", "run", "--status-qps", "0"]).unwrap_err();

@@ -48,6 +48,18 @@ impl StatusReport {
         }
     }
 
+    /// The report of `status` as it was generated, kept even where the apiserver's copy holds it
+    /// already (`--status-report-form=generated`): one more status in memory, for whoever diffs
+    /// plegd's output against a kubelet's.
+    pub fn as_generated(pod: Arc<ApiPod>, status: PodStatus, generated_at: SystemTime, runtime_read_at: SystemTime) -> Self {
+        Self {
+            pod,
+            generated: Some(status),
+            generated_at,
+            runtime_read_at,
+        }
+    }
+
     /// The status plegd generated; when the apiserver's copy holds it already, in the form the
     /// apiserver stores it (the copy's own).
     pub fn status(&self) -> &PodStatus {
@@ -234,6 +246,12 @@ mod tests {
         let bare = StatusReport::new(Arc::new(ApiPod::default()), PodStatus::default(), at, at);
         assert_eq!(bare.status(), &PodStatus::default());
         assert!(bare.generated.is_some());
+        // `--status-report-form=generated`: the status as generated, though the pod holds it.
+        let mut unstored = pod.status.clone().unwrap();
+        unstored.message = Some(String::new());
+        let as_generated = StatusReport::as_generated(pod.clone(), unstored.clone(), at, at);
+        assert_eq!(as_generated.status(), &unstored);
+        assert!(as_generated.differences().is_empty(), "the same status, in another form");
     }
 
     /// A follower gets the latest of each pod first, then each change; a report from the same

@@ -76,7 +76,7 @@ CONTAINERD=(env PLEGD_CONTAINERD_DIR="$CLUSTER/containerd" PLEGD_CONTAINERD_VERS
 # The Prometheus operator whose CRDs an install with components/pod-monitor or components/alerts
 # needs (the newest version of its module the Go module proxy serves).
 PROMETHEUS_OPERATOR_VERSION=${PLEGD_PROMETHEUS_OPERATOR_VERSION:-v0.85.0}
-COMMANDS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
+COMMANDS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl pod-status-served)
 # The sysctls the kubelet sets when it does not only check them (protectKernelDefaults: false), and
 # the forwarding the CNI bridge plugin turns on for the pods' gateway.
 SYSCTLS=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops kernel.keys.root_maxkeys

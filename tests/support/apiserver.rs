@@ -262,6 +262,13 @@ fn binaries() -> PathBuf {
         .clone()
 }
 
+/// `pod-status-served` of the cluster's Kubernetes binary (tests/cluster/kubernetes/main.go): pod
+/// statuses in, as JSON lines, and each out again as kube-apiserver serves it — decoded into
+/// k8s.io/api v0.37.2's `v1.PodStatus` and encoded by Go's encoding/json.
+pub fn pod_status_served() -> PathBuf {
+    binaries().join("pod-status-served")
+}
+
 /// kubectl v1.37.2, built with kube-apiserver.
 pub fn kubectl() -> PathBuf {
     binaries().join("kubectl")

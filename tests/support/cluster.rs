@@ -148,8 +148,31 @@ impl Cluster {
     /// [`Cluster::install`] with `objects` of one's own in the install (a Secret it mounts, say),
     /// applied with it and removed with it.
     pub async fn install_with_objects(&self, overlay: &str, components: &[&str], objects: &[Value]) {
-        let root = repo().join(format!("target/tmp/cluster-install-{overlay}-{}", components.join("-")));
+        self.install_with(overlay, components, objects, &[]).await;
+    }
+
+    /// [`Cluster::install`] with `args` added to plegd's command line (`--status-report-form=generated`).
+    pub async fn install_with_args(&self, overlay: &str, components: &[&str], args: &[&str]) {
+        self.install_with(overlay, components, &[], args).await;
+    }
+
+    async fn install_with(&self, overlay: &str, components: &[&str], objects: &[Value], args: &[&str]) {
+        let root = repo().join(format!(
+            "target/tmp/cluster-install-{overlay}-{}{}",
+            components.join("-"),
+            if args.is_empty() { "" } else { "-args" }
+        ));
         let dir = super::manifests::kustomization(&root, overlay, components);
+        if !args.is_empty() {
+            let ops: Vec<Value> = args
+                .iter()
+                .map(|a| serde_json::json!({"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": a}))
+                .collect();
+            let patch = serde_json::json!([{"target": {"kind": "DaemonSet", "name": "plegd"}, "patch": Value::Array(ops).to_string()}]);
+            let mut kustomization = std::fs::read_to_string(dir.join("kustomization.yaml")).unwrap();
+            kustomization.push_str(&format!("patches: {patch}\n"));
+            std::fs::write(dir.join("kustomization.yaml"), kustomization).unwrap();
+        }
         if !objects.is_empty() {
             let yaml: Vec<String> = objects.iter().map(|o| serde_json::to_string(o).unwrap()).collect();
             std::fs::write(dir.join("objects.yaml"), yaml.join("\n---\n")).unwrap();

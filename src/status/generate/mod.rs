@@ -45,8 +45,8 @@ pub use ips::{parse_ip_sloppy, sort_pod_ips};
 pub use phase::{RESTARTING_ALL_CONTAINERS, container_should_restart, get_phase, is_terminal};
 pub use pod_end::{
     DEADLINE_EXCEEDED, DEADLINE_EXCEEDED_MESSAGE, IllegalTransition, active_deadline, check_container_state_transition,
-    could_have_running_containers, has_pod_initialized, past_active_deadline, pod_can_be_deleted, pod_is_finished,
-    status_is_final, terminate_pod,
+    could_have_running_containers, has_pod_initialized, past_active_deadline, past_the_last_look,
+    phase_set_by_terminate_pod, pod_can_be_deleted, pod_is_finished, terminate_pod,
 };
 pub use volume_mounts::supports_recursive_read_only;
 
@@ -165,20 +165,59 @@ pub fn is_mirror_pod(pod: &ApiPod) -> bool {
 }
 
 /// The kubelet-equivalent status of a pod: [`generate_api_pod_status`], then, once the pod is
-/// finished ([`pod_is_finished`]), what `TerminatePod` makes of it; and once that is written
-/// ([`status_is_final`]), that status as it is: the kubelet generates a pod's status no more after
-/// TerminatePod.
+/// finished ([`pod_is_finished`]), what `TerminatePod` makes of it. Past the kubelet's last look at
+/// the pod ([`past_the_last_look`]) what the kubelet no longer generates stays as the apiserver
+/// holds it: PodReadyToStartContainers once False; and where TerminatePod set the phase
+/// ([`phase_set_by_terminate_pod`]), the whole status — generated again, its conditions would
+/// follow the phase TerminatePod set (`PodFailed` for `ContainersNotReady`) and its pod resources
+/// the terminal phase, neither of which the kubelet ever writes.
 pub fn generate(input: &StatusInput<'_>) -> PodStatus {
-    if let Some(old) = &input.pod.status
-        && status_is_final(input.pod, input.runtime, old)
-    {
-        return old.clone();
-    }
+    let last_look = input
+        .pod
+        .status
+        .as_ref()
+        .filter(|old| past_the_last_look(input.pod, input.runtime, old));
     let mut status = generate_api_pod_status(input);
+    if let Some(old) = last_look
+        && phase_set_by_terminate_pod(input.pod, old)
+    {
+        // The sandbox as it was at the last look, unless that status was generated (by plegd)
+        // while it still ran.
+        let generated = status;
+        status = old.clone();
+        if condition_status(old, POD_READY_TO_START_CONTAINERS) != Some("False") {
+            keep_condition(&mut status, &generated, POD_READY_TO_START_CONTAINERS);
+        }
+        return status;
+    }
     if pod_is_finished(input.pod, input.runtime, status.phase.as_deref()) {
         terminate_pod(input.pod, &mut status);
     }
+    if let Some(old) = last_look
+        && condition_status(old, POD_READY_TO_START_CONTAINERS) == Some("False")
+    {
+        keep_condition(&mut status, old, POD_READY_TO_START_CONTAINERS);
+    }
     status
+}
+
+fn condition_status<'a>(status: &'a PodStatus, type_: &str) -> Option<&'a str> {
+    status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == type_)
+        .map(|c| c.status.as_str())
+}
+
+/// `status`'s condition of `type_` as `from` has it (in place; appended where `status` has none).
+fn keep_condition(status: &mut PodStatus, from: &PodStatus, type_: &str) {
+    let Some(kept) = from.conditions.iter().flatten().find(|c| c.type_ == type_) else { return };
+    let conditions = status.conditions.get_or_insert_with(Vec::new);
+    match conditions.iter_mut().find(|c| c.type_ == type_) {
+        Some(c) => *c = kept.clone(),
+        None => conditions.push(kept.clone()),
+    }
 }
 
 /// `generateAPIPodStatus` followed by the status manager's `mergePodStatus` and normalisation.

@@ -9,8 +9,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::phase::{all_containers_could_restart, is_terminal, restartable};
 use super::{
-    CONTAINER_STATUS_UNKNOWN, FAILED, POD_READY_TO_START_CONTAINERS, find, is_mirror_pod, last_terminated, running,
-    terminated, waiting,
+    CONTAINER_STATUS_UNKNOWN, CONTAINERS_READY, FAILED, find, is_mirror_pod, last_terminated, running, terminated,
+    waiting,
 };
 use crate::kubecontainer::{RuntimeContainerState, RuntimePodStatus, SandboxState};
 use crate::pod::ApiPod;
@@ -165,33 +165,32 @@ pub fn terminate_pod(pod: &ApiPod, status: &mut PodStatus) {
     }
 }
 
-/// Whether `old`, the status the apiserver holds, is the pod's last one: what the kubelet's pod
-/// worker leaves when it is done with a pod, which it never generates again. The worker stops the
-/// pod's containers and its sandbox, generates the status once more (`SyncTerminatingPod`,
-/// `SyncTerminatedPod`), and ends with `TerminatePod`, which copies that status and sets only the
-/// phase and the states of containers that did not terminate. A later generation would compute
-/// the conditions anew against the terminal phase TerminatePod set (a pod deleted before its
-/// containers ran would go from `ContainersNotReady` to `PodFailed`) and follow the sandbox's
-/// removal ("no pod sandbox exists"), neither of which the kubelet ever writes.
-///
-/// `old` is that last status when: its phase is terminal; the pod is finished (deleted or
-/// terminal, and a successful read shows nothing of it that could run) with no sandbox ready;
-/// `old` was generated with its sandbox stopped (PodReadyToStartContainers not True); and
-/// TerminatePod would change nothing in it. While something of the pod runs again, it is not.
-pub fn status_is_final(pod: &ApiPod, runtime: &RuntimePodStatus, old: &PodStatus) -> bool {
-    if !is_terminal(old.phase.as_deref())
-        || !pod_is_finished(pod, runtime, old.phase.as_deref())
-        || runtime.sandbox_statuses.iter().any(|s| s.state == SandboxState::Ready)
-    {
-        return false;
-    }
-    let sandbox_stopped = old
+/// Whether the pod is past the kubelet's last look at it: `old`, the status the apiserver holds,
+/// is terminal, and the pod is finished ([`pod_is_finished`]) with no sandbox ready. The kubelet's
+/// pod worker stops a pod's containers and its sandbox, generates the status once more
+/// (`SyncTerminatingPod`, `SyncTerminatedPod`) and ends with `TerminatePod`; after that it never
+/// generates the pod's status again, whatever the runtime shows: the sandbox's removal (its
+/// PodReadyToStartContainers stays "pod sandbox is not ready"), the containers' removal.
+pub fn past_the_last_look(pod: &ApiPod, runtime: &RuntimePodStatus, old: &PodStatus) -> bool {
+    is_terminal(old.phase.as_deref())
+        && pod_is_finished(pod, runtime, old.phase.as_deref())
+        && !runtime.sandbox_statuses.iter().any(|s| s.state == SandboxState::Ready)
+}
+
+/// Whether `old`'s terminal phase is TerminatePod's own: TerminatePod copies the status the
+/// kubelet last generated and sets only the phase and the states of containers that did not
+/// terminate. A status generated with a terminal phase says so in ContainersReady (`PodFailed`,
+/// `PodCompleted`, `GenerateContainersReadyCondition`); one whose ContainersReady says anything else
+/// was generated for a pod not yet terminal — deleted before its containers ran, say — and its
+/// phase came after, from TerminatePod, which then has nothing left to change.
+pub fn phase_set_by_terminate_pod(pod: &ApiPod, old: &PodStatus) -> bool {
+    let generated_terminal = old
         .conditions
         .iter()
         .flatten()
-        .find(|c| c.type_ == POD_READY_TO_START_CONTAINERS)
-        .is_some_and(|c| c.status != "True");
-    if !sandbox_stopped {
+        .find(|c| c.type_ == CONTAINERS_READY)
+        .is_none_or(|c| matches!(c.reason.as_deref(), Some("PodFailed" | "PodCompleted")));
+    if !is_terminal(old.phase.as_deref()) || generated_terminal {
         return false;
     }
     let mut terminated = old.clone();

@@ -1,11 +1,14 @@
 // One binary for the five Kubernetes commands of tests/cluster/cluster.sh, built from
 // k8s.io/kubernetes: it links once instead of five times. It runs the command it is started as
 // (kube-apiserver, kube-controller-manager, kube-scheduler, kubelet or kubectl, through a symlink
-// of that name) or the one its first argument names.
+// of that name) or the one its first argument names. A sixth, pod-status-served, is the parity
+// test's: a pod status as kube-apiserver serves it.
 package main
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,6 +17,7 @@ import (
 
 	_ "time/tzdata" // CronJob time zones, as kube-apiserver and kube-controller-manager link it
 
+	v1 "k8s.io/api/core/v1"
 	_ "k8s.io/client-go/plugin/pkg/client/auth" // kubectl's credential plugins
 	"k8s.io/component-base/cli"
 	"k8s.io/component-base/logs"
@@ -35,6 +39,40 @@ var commands = map[string]func() int{
 	"kube-scheduler":          func() int { return cli.Run(scheduler.NewSchedulerCommand()) },
 	"kubelet":                 func() int { return cli.Run(kubelet.NewKubeletCommand(context.Background())) },
 	"kubectl":                 kubectl,
+	"pod-status-served":       podStatusServed,
+}
+
+// podStatusServed reads pod statuses, one JSON object a line, and writes each back on a line of
+// its own as kube-apiserver serves it: decoded into k8s.io/api's v1.PodStatus and encoded by
+// encoding/json, as its JSON serializer does (a Go struct field is never absent, an empty string
+// under omitempty always is). tests/kubelet_parity.rs puts plegd's status into the form of the
+// kubelet's with it, by Kubernetes' own types rather than by rules of its own.
+func podStatusServed() int {
+	in := bufio.NewScanner(os.Stdin)
+	in.Buffer(make([]byte, 0, 1<<20), 64<<20)
+	out := bufio.NewWriter(os.Stdout)
+	for in.Scan() {
+		var status v1.PodStatus
+		if err := json.Unmarshal(in.Bytes(), &status); err != nil {
+			fmt.Fprintf(os.Stderr, "pod-status-served: not a pod status: %v\n", err)
+			return 1
+		}
+		served, err := json.Marshal(&status)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "pod-status-served: %v\n", err)
+			return 1
+		}
+		out.Write(served)
+		out.WriteByte('\n')
+		if err := out.Flush(); err != nil {
+			return 1
+		}
+	}
+	if err := in.Err(); err != nil {
+		fmt.Fprintf(os.Stderr, "pod-status-served: %v\n", err)
+		return 1
+	}
+	return 0
 }
 
 func kubectl() int {

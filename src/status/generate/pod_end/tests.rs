@@ -458,11 +458,27 @@ fn finished_pods_end_with_terminate_pod() {
         b.restart_count, 0,
         "a deleted pod's vanished container is not a restart"
     );
-    // That is the pod's last status: generated again, it stays as it is.
+    // Its phase came from getPhase (b terminated), not from TerminatePod: the kubelet generates
+    // it once more (SyncTerminatedPod) — the same, but for the pod-level resources, which a pod
+    // that is no longer Running takes from its allocation (`{}`: none) — and then no more.
     let mut again = pod.clone();
     again.status = Some(s.clone());
-    assert!(status_is_final(&again, &runtime, &s));
-    assert_eq!(status_of(&again, &runtime, at(80)), s);
+    assert!(past_the_last_look(&again, &runtime, &s));
+    assert!(!phase_set_by_terminate_pod(&again, &s));
+    let regenerated = status_of(&again, &runtime, at(80));
+    assert_eq!(
+        regenerated.resources,
+        Some(k8s_openapi::api::core::v1::ResourceRequirements::default())
+    );
+    assert_eq!(
+        PodStatus {
+            resources: None,
+            ..regenerated.clone()
+        },
+        s
+    );
+    again.status = Some(regenerated.clone());
+    assert_eq!(status_of(&again, &runtime, at(90)), regenerated);
 }
 
 fn reason_and_message(status: &PodStatus, type_: &str) -> (String, Option<String>, Option<String>) {
@@ -485,7 +501,9 @@ fn killed(name: &str, id: &str) -> crate::kubecontainer::RuntimeContainerStatus 
 /// before the phase was set: Ready and ContainersReady `ContainersNotReady` with the containers'
 /// names, not `PodFailed`. After that the kubelet never writes the pod again (kubelet.go's
 /// `SyncTerminatedPod`, status_manager.go's `TerminatePod`): generated against that status, the
-/// same comes out, and the same once the sandbox is removed.
+/// same comes out, and the same once the sandbox and the containers are removed. A pod deleted
+/// while it ran is terminal by getPhase (its container terminated) before TerminatePod, which
+/// leaves it as it is.
 #[test]
 fn a_pod_deleted_at_each_stage_ends_as_terminate_pod_leaves_it() {
     let not_ready = |names: &str| {
@@ -627,18 +645,26 @@ fn a_pod_deleted_at_each_stage_ends_as_terminate_pod_leaves_it() {
         // containers are removed.
         let mut written = stage.pod.clone();
         written.status = Some(s.clone());
-        assert!(status_is_final(&written, &stage.runtime, &s), "{name}");
+        assert!(past_the_last_look(&written, &stage.runtime, &s), "{name}");
+        assert_eq!(
+            phase_set_by_terminate_pod(&written, &s),
+            stage.ready.1.as_deref() == Some("ContainersNotReady"),
+            "{name}"
+        );
         assert_eq!(status_of(&written, &stage.runtime, at(70)), s, "{name}: generated again");
         let removed = RuntimePodStatus::default();
         assert_eq!(status_of(&written, &removed, at(120)), s, "{name}: once removed");
     }
 }
 
-/// What is not yet the last status is generated anew: a terminal status written while the sandbox
-/// still ran (the kubelet writes again once it stopped it), while something of the pod runs, or
-/// one TerminatePod would still change.
+/// Before the kubelet's last look a status is generated anew: a terminal status written while the
+/// sandbox still ran (the kubelet writes again once it stopped it), or while something of the pod
+/// runs. Past it, PodReadyToStartContainers stays as the last look left it, whatever becomes of
+/// the sandbox; and a phase is TerminatePod's only where the status was generated for a pod not
+/// yet terminal (its ContainersReady says neither `PodFailed` nor `PodCompleted`) and TerminatePod
+/// has nothing left to change in it.
 #[test]
-fn a_status_is_final_only_once_terminate_pod_would_change_nothing() {
+fn past_the_kubelets_last_look_its_sandbox_condition_stays() {
     let mut pod = pod_with(&["main"], vec![], "Never");
     let mut runtime = RuntimePodStatus {
         container_statuses: vec![runtime_status("main", "c1", RuntimeContainerState::Exited, 10)],
@@ -648,27 +674,38 @@ fn a_status_is_final_only_once_terminate_pod_would_change_nothing() {
     // Exited under Never, its sandbox still ready: Failed, PodReadyToStartContainers True.
     let s = status_of(&pod, &runtime, at(20));
     assert_eq!(s.phase.as_deref(), Some(FAILED));
+    assert!(!phase_set_by_terminate_pod(&pod, &s), "getPhase's Failed: PodFailed");
     pod.status = Some(s.clone());
-    assert!(!status_is_final(&pod, &runtime, &s), "the sandbox still runs");
-    // The sandbox stopped: generated again, PodReadyToStartContainers False — then final.
+    assert!(!past_the_last_look(&pod, &runtime, &s), "the sandbox still runs");
+    // The sandbox stopped: generated again, PodReadyToStartContainers False.
     runtime.sandbox_statuses[0].state = SandboxState::NotReady;
-    assert!(!status_is_final(&pod, &runtime, &s), "written while the sandbox ran");
+    assert!(past_the_last_look(&pod, &runtime, &s));
     let stopped = status_of(&pod, &runtime, at(30));
-    assert_eq!(condition_of(&stopped, POD_READY_TO_START_CONTAINERS).status, "False");
+    assert_eq!(
+        condition_of(&stopped, POD_READY_TO_START_CONTAINERS).message.as_deref(),
+        Some(SANDBOX_NOT_READY)
+    );
     pod.status = Some(stopped.clone());
-    assert!(status_is_final(&pod, &runtime, &stopped));
+    // The sandbox removed: the kubelet does not look again, the condition stays.
+    runtime.sandbox_statuses.clear();
+    assert_eq!(status_of(&pod, &runtime, at(40)), stopped);
     // Something of it running again (a runtime that restarted it): generated anew.
     runtime.container_statuses[0].state = RuntimeContainerState::Running;
-    assert!(!status_is_final(&pod, &runtime, &stopped));
-    // A status TerminatePod would still change (a container not terminated) is not final.
-    runtime.container_statuses.clear();
+    assert!(!past_the_last_look(&pod, &runtime, &stopped));
+    // A status TerminatePod would still change (a container not terminated) is not its.
     let mut unfinished = stopped.clone();
+    for c in unfinished.conditions.as_mut().unwrap() {
+        if c.type_ == CONTAINERS_READY {
+            c.reason = Some("ContainersNotReady".into());
+        }
+    }
+    assert!(phase_set_by_terminate_pod(&pod, &unfinished));
     unfinished.container_statuses = Some(vec![running_status("main")]);
-    assert!(!status_is_final(&pod, &runtime, &unfinished));
+    assert!(!phase_set_by_terminate_pod(&pod, &unfinished));
     // Nor one whose phase is not terminal.
     let mut pending = stopped.clone();
     pending.phase = Some(PENDING.into());
-    assert!(!status_is_final(&pod, &runtime, &pending));
+    assert!(!phase_set_by_terminate_pod(&pod, &pending));
 }
 
 /// The end of a pod: a container that is only created, in a sandbox that is stopped, can never
