@@ -317,7 +317,7 @@ fn battery(node: &str) -> Vec<Scenario> {
             "file-tail",
             &format!("{}; head -c 4095 /dev/zero | tr '\\0' b >> /dev/termination-log; exit 1", message_of(903, "ü")),
         ),
-        c("log-tail", &format!("printf 'é'; head -c 2046 /dev/zero | tr '\\0' y; echo; exit 1")),
+        c("log-tail", "printf 'é'; head -c 2046 /dev/zero | tr '\\0' y; echo; exit 1"),
     ];
     limits[4]["terminationMessagePolicy"] = json!("FallbackToLogsOnError");
     add("message-limits", "Never", json!({"containers": limits}), terminal);

@@ -50,8 +50,11 @@
 //!   condition's same fields when an init container with `restartPolicy: Always` declares a startup
 //!   probe (the kubelet counts such a container as initialized once it has started). All results of the
 //!   kubelet's prober, which plegd does not run.
-//! - `cgroup`: the pod-level `resources` while the kubelet's phase is `Running`: the kubelet reads
-//!   them back from the pod's cgroup, and the CRI does not report them.
+//! - `cgroup`: the pod-level `resources` once the pod has run — the kubelet's phase is `Running`,
+//!   or terminal with a container that had an id: the kubelet reads them back from the pod's cgroup
+//!   while its own copy of the pod says `Running` (also during the pod's termination, so a
+//!   terminal pod keeps the values of that read, or of the allocation, as the timing falls), and
+//!   the CRI does not report them.
 //! - `device-health`: a container's `allocatedResourcesStatus`: the health of devices that the
 //!   kubelet's container manager gets from device plugins and DRA drivers.
 
@@ -101,8 +104,8 @@ const WAITING_REASON: &str = "a waiting reason other than ContainerCreating or P
      container runtime keeps no record";
 const PROBE: &str = "a probed container's ready and started, and the pod conditions made from them, are results \
      of the kubelet's prober, which plegd does not run";
-const CGROUP: &str = "a running pod's pod-level resources are read back by the kubelet from the pod's cgroup; \
-     the CRI does not report them";
+const CGROUP: &str = "once a pod has run, its pod-level resources are read back by the kubelet from the pod's \
+     cgroup (during its termination too); the CRI does not report them";
 const DEVICE_HEALTH: &str = "a container's allocatedResourcesStatus is the device health the kubelet's container \
      manager gets from device plugins and DRA drivers; the CRI does not report it";
 
@@ -470,7 +473,17 @@ impl Judge {
             None,
             Self::pod_resource_claim_status,
         );
-        let cgroup = (phase.as_deref() == Some("Running")).then_some(CGROUP);
+        let ran = container_statuses
+            .iter()
+            .chain(init_container_statuses)
+            .flatten()
+            .any(|c| c.container_id.is_some());
+        let has_run = match phase.as_deref() {
+            Some("Running") => true,
+            Some("Succeeded" | "Failed") => ran,
+            _ => false,
+        };
+        let cgroup = has_run.then_some(CGROUP);
         self.resource_requirements("resources", resources.as_ref(), p.resources.as_ref(), cgroup);
         self.leaf("startTime", start_time.as_ref(), p.start_time.as_ref(), None);
         self.keyed(
@@ -1647,6 +1660,25 @@ mod tests {
             [("resources.claims[0].name", Some("cgroup"))]
         );
 
+        // Nor of a terminal pod whose containers ran (the kubelet read its cgroup as it ended it).
+        let kubelet = with(full(), "/phase", json!("Failed"));
+        let plegd = with(kubelet.clone(), "/resources/requests/cpu", json!("250m"));
+        assert_eq!(
+            paths(&judged(&plain_pod(), &kubelet, &plegd)),
+            [("resources.requests[cpu]", Some("cgroup"))]
+        );
+        // But a terminal pod none of whose containers ever had an id never had a cgroup read.
+        let mut never_ran = kubelet;
+        for list in ["containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses"] {
+            for status in never_ran[list].as_array_mut().into_iter().flatten() {
+                status.as_object_mut().unwrap().remove("containerID");
+            }
+        }
+        let plegd = with(never_ran.clone(), "/resources/requests/cpu", json!("250m"));
+        assert_eq!(
+            paths(&judged(&plain_pod(), &never_ran, &plegd)),
+            [("resources.requests[cpu]", None)]
+        );
         // Not while the kubelet's phase is anything else.
         let kubelet = with(full(), "/phase", json!("Pending"));
         let plegd = with(kubelet.clone(), "/resources/requests/cpu", json!("250m"));
