@@ -802,7 +802,9 @@ mod tests {
             "u",
         );
         assert!(
-            message.to_string().starts_with("Error on reading termination message from logs: "),
+            message
+                .to_string()
+                .starts_with("Error on reading termination message from logs: "),
             "{message}"
         );
     }

@@ -51,7 +51,12 @@ impl StatusReport {
     /// The report of `status` as it was generated, kept even where the apiserver's copy holds it
     /// already (`--status-report-form=generated`): one more status in memory, for whoever diffs
     /// plegd's output against a kubelet's.
-    pub fn as_generated(pod: Arc<ApiPod>, status: PodStatus, generated_at: SystemTime, runtime_read_at: SystemTime) -> Self {
+    pub fn as_generated(
+        pod: Arc<ApiPod>,
+        status: PodStatus,
+        generated_at: SystemTime,
+        runtime_read_at: SystemTime,
+    ) -> Self {
         Self {
             pod,
             generated: Some(status),
@@ -251,7 +256,10 @@ mod tests {
         unstored.message = Some(String::new());
         let as_generated = StatusReport::as_generated(pod.clone(), unstored.clone(), at, at);
         assert_eq!(as_generated.status(), &unstored);
-        assert!(as_generated.differences().is_empty(), "the same status, in another form");
+        assert!(
+            as_generated.differences().is_empty(),
+            "the same status, in another form"
+        );
     }
 
     /// A follower gets the latest of each pod first, then each change; a report from the same

@@ -1669,7 +1669,11 @@ mod tests {
         );
         // But a terminal pod none of whose containers ever had an id never had a cgroup read.
         let mut never_ran = kubelet;
-        for list in ["containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses"] {
+        for list in [
+            "containerStatuses",
+            "initContainerStatuses",
+            "ephemeralContainerStatuses",
+        ] {
             for status in never_ran[list].as_array_mut().into_iter().flatten() {
                 status.as_object_mut().unwrap().remove("containerID");
             }

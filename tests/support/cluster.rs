@@ -166,7 +166,9 @@ impl Cluster {
         if !args.is_empty() {
             let ops: Vec<Value> = args
                 .iter()
-                .map(|a| serde_json::json!({"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": a}))
+                .map(
+                    |a| serde_json::json!({"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": a}),
+                )
                 .collect();
             let patch = serde_json::json!([{"target": {"kind": "DaemonSet", "name": "plegd"}, "patch": Value::Array(ops).to_string()}]);
             let mut kustomization = std::fs::read_to_string(dir.join("kustomization.yaml")).unwrap();

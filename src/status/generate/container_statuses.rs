@@ -374,8 +374,12 @@ pub(super) fn truncate_messages(pod: &ApiPod, runtime: &RuntimePodStatus, lists:
                 .into_iter()
                 .flatten()
             {
-                let Some(terminated) = state.terminated.as_mut() else { continue };
-                let Some(message) = terminated.message.as_mut() else { continue };
+                let Some(terminated) = state.terminated.as_mut() else {
+                    continue;
+                };
+                let Some(message) = terminated.message.as_mut() else {
+                    continue;
+                };
                 let from_runtime = terminated
                     .container_id
                     .as_deref()

@@ -212,7 +212,9 @@ fn condition_status<'a>(status: &'a PodStatus, type_: &str) -> Option<&'a str> {
 
 /// `status`'s condition of `type_` as `from` has it (in place; appended where `status` has none).
 fn keep_condition(status: &mut PodStatus, from: &PodStatus, type_: &str) {
-    let Some(kept) = from.conditions.iter().flatten().find(|c| c.type_ == type_) else { return };
+    let Some(kept) = from.conditions.iter().flatten().find(|c| c.type_ == type_) else {
+        return;
+    };
     let conditions = status.conditions.get_or_insert_with(Vec::new);
     match conditions.iter_mut().find(|c| c.type_ == type_) {
         Some(c) => *c = kept.clone(),

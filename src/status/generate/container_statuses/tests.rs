@@ -293,7 +293,11 @@ fn termination_messages_are_cut_as_the_kubelet_cuts_them() {
                 let regular = n - ephemeral - init;
                 let names: Vec<String> = (0..regular).map(|i| format!("c{i}")).collect();
                 let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-                let mut pod = pod_with(&refs, (0..init).map(|i| spec_container(&format!("i{i}"))).collect(), "Never");
+                let mut pod = pod_with(
+                    &refs,
+                    (0..init).map(|i| spec_container(&format!("i{i}"))).collect(),
+                    "Never",
+                );
                 pod.spec.ephemeral_containers = (0..ephemeral).map(|i| spec_container(&format!("e{i}"))).collect();
                 // The runtime has only the first regular container: the share counts the spec.
                 let message = format!("{}{}", "a".repeat(share.saturating_sub(off)), tail.repeat(8));

@@ -612,8 +612,16 @@ fn a_pod_deleted_at_each_stage_ends_as_terminate_pod_leaves_it() {
         let s = status_of(&stage.pod, &stage.runtime, at(60));
         assert_eq!(s.phase.as_deref(), Some(FAILED), "{name}");
         assert_eq!(reason_and_message(&s, READY), stage.ready, "{name}: Ready");
-        assert_eq!(reason_and_message(&s, CONTAINERS_READY), stage.ready, "{name}: ContainersReady");
-        assert_eq!(reason_and_message(&s, INITIALIZED), stage.initialized, "{name}: Initialized");
+        assert_eq!(
+            reason_and_message(&s, CONTAINERS_READY),
+            stage.ready,
+            "{name}: ContainersReady"
+        );
+        assert_eq!(
+            reason_and_message(&s, INITIALIZED),
+            stage.initialized,
+            "{name}: Initialized"
+        );
         assert_eq!(
             reason_and_message(&s, POD_READY_TO_START_CONTAINERS),
             (
@@ -651,7 +659,11 @@ fn a_pod_deleted_at_each_stage_ends_as_terminate_pod_leaves_it() {
             stage.ready.1.as_deref() == Some("ContainersNotReady"),
             "{name}"
         );
-        assert_eq!(status_of(&written, &stage.runtime, at(70)), s, "{name}: generated again");
+        assert_eq!(
+            status_of(&written, &stage.runtime, at(70)),
+            s,
+            "{name}: generated again"
+        );
         let removed = RuntimePodStatus::default();
         assert_eq!(status_of(&written, &removed, at(120)), s, "{name}: once removed");
     }
