@@ -517,7 +517,7 @@ fn watch_plegd(shared: Shared) -> tokio::task::JoinHandle<()> {
                 _ => panic!("plegd's status stream lagged: {response:?}"),
             };
             let status: PodStatus = serde_json::from_str(&report.status_json).expect("a PodStatus");
-            let json = serde_json::to_string(&status).expect("a PodStatus");
+            let json = report.status_json;
             shared
                 .lock()
                 .unwrap()

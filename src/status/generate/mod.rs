@@ -177,19 +177,22 @@ pub fn generate(input: &StatusInput<'_>) -> PodStatus {
         .status
         .as_ref()
         .filter(|old| past_the_last_look(input.pod, input.runtime, old));
-    let mut status = generate_api_pod_status(input);
     if let Some(old) = last_look
         && phase_set_by_terminate_pod(input.pod, old)
     {
         // The sandbox as it was at the last look, unless that status was generated (by plegd)
         // while it still ran.
-        let generated = status;
-        status = old.clone();
+        let mut status = old.clone();
         if condition_status(old, POD_READY_TO_START_CONTAINERS) != Some("False") {
-            keep_condition(&mut status, &generated, POD_READY_TO_START_CONTAINERS);
+            keep_condition(
+                &mut status,
+                &generate_api_pod_status(input),
+                POD_READY_TO_START_CONTAINERS,
+            );
         }
         return status;
     }
+    let mut status = generate_api_pod_status(input);
     if pod_is_finished(input.pod, input.runtime, status.phase.as_deref()) {
         terminate_pod(input.pod, &mut status);
     }
