@@ -4,6 +4,7 @@
 //! writes the exit on a new connection once the path is back; its informer watches again.
 //! `plegd run` as deployed, the fake CRI server, the test apiserver built from Kubernetes' own
 //! code, and a TCP proxy between them (tests/support/proxy.rs, the one fault no server makes).
+//! And the path when nothing breaks: one HTTP/2 connection carries all of plegd's requests.
 
 use plegd_test_support as support;
 
@@ -11,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use support::apiserver::{Apiserver, Identity};
 use support::fake_cri::FakeServer;
-use support::process::{FULL_MODE_FAST_RELIST, KillOnDrop, free_port, http_get, metric, plegd_run};
+use support::process::{FULL_MODE_FAST_RELIST, KillOnDrop, free_port, http_get, metric, plegd_run, tcp_connections_to};
 use support::proxy::{Path, Proxy};
 use support::wait_for;
 
@@ -102,4 +103,57 @@ async fn reset_connections_are_made_again() {
         api.exit_code("pod-1").await == Some(4)
     })
     .await;
+}
+
+/// kube-apiserver speaks HTTP/2: the informer's watch and every status write of a busy node share
+/// one connection, as the kubelet's client holds one (with HTTP/1.1, a watch holds a connection of
+/// its own and each write in flight another).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_connection_carries_the_watch_and_every_write() {
+    let cri = FakeServer::start().await;
+    let api = Apiserver::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut uids = Vec::new();
+    for i in 0..6 {
+        let pod = format!("pod-{i}");
+        let uid = api.create_bound_pod(&pod, "n1", 1, "Never").await;
+        cri.fake.add_running_pod(&uid, &pod, 1);
+        uids.push(uid);
+    }
+    let kubeconfig = api.kubeconfig_as(dir.path(), &Identity::Plegd("n1".into()));
+    let port = free_port();
+    let plegd = KillOnDrop(
+        plegd_run(PLEGD, "n1", &cri.path, &kubeconfig)
+            .args(FULL_MODE_FAST_RELIST)
+            .args(["--metrics-address", &format!("127.0.0.1:{port}")])
+            .spawn()
+            .expect("spawn plegd run"),
+    );
+    api.wait_all_running(6, Duration::from_secs(30)).await;
+    // Every container exits at once: six writes in flight together, beside the watch.
+    for (i, uid) in uids.iter().enumerate() {
+        cri.fake.exit_container(&format!("ctr-{uid}-0"), i as i32 + 1);
+    }
+    let mut most = 0;
+    wait_for("every exit written", Duration::from_secs(30), || {
+        most = most.max(tcp_connections_to(plegd.id(), api.port()));
+        let api = &api;
+        async move {
+            let mut all = true;
+            for i in 0..6 {
+                all &= api.exit_code(&format!("pod-{i}")).await == Some(i + 1);
+            }
+            all
+        }
+    })
+    .await;
+    let now = tcp_connections_to(plegd.id(), api.port());
+    let body = metrics(port).await;
+    let patches = metric(&body, "plegd_apiserver_requests_total{verb=\"PATCH\",code=\"200\"}").unwrap_or(0.0);
+    assert!(patches >= 12.0, "the writes of six starts and six exits\n{body}");
+    assert_eq!(
+        (most, now),
+        (1, 1),
+        "one connection to the apiserver at most and at the end, while the watch and {patches} PATCHes ran"
+    );
 }

@@ -183,3 +183,35 @@ pub fn cpu_ticks(pid: u32) -> f64 {
     let field = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
     field(11) + field(12)
 }
+
+/// The TCP connections process `pid` holds open to `port` on the far end (established, IPv4 or
+/// IPv6): its socket descriptors matched with the kernel's tables of its network namespace.
+pub fn tcp_connections_to(pid: u32, port: u16) -> usize {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return 0;
+    };
+    let sockets: std::collections::HashSet<String> = fds
+        .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+        .filter_map(|target| {
+            let t = target.to_string_lossy();
+            Some(t.strip_prefix("socket:[")?.strip_suffix(']')?.to_owned())
+        })
+        .collect();
+    let mut count = 0;
+    for table in ["tcp", "tcp6"] {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).unwrap_or_default();
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            // sl local rem st tx:rx tr:when retrnsmt uid timeout inode
+            let (Some(remote), Some(state), Some(inode)) = (fields.get(2), fields.get(3), fields.get(9)) else {
+                continue;
+            };
+            let far_port = remote.rsplit(':').next().and_then(|p| u16::from_str_radix(p, 16).ok());
+            // 01: ESTABLISHED.
+            if far_port == Some(port) && *state == "01" && sockets.contains(*inode) {
+                count += 1;
+            }
+        }
+    }
+    count
+}
