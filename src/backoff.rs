@@ -162,9 +162,61 @@ impl RetryAfter {
     }
 }
 
+/// A backoff that never waits less than the apiserver's last `Retry-After` asks: the informer's
+/// watch retries with it, so that a LIST or WATCH answered 429 (priority and fairness, a watch
+/// cache not ready after a restart) is not asked again sooner than the server said.
+#[derive(Debug, Clone)]
+pub struct RetryAfterBackoff {
+    waits: ExponentialBackoff,
+    retry_after: std::sync::Arc<RetryAfter>,
+}
+
+impl RetryAfterBackoff {
+    pub fn new(waits: ExponentialBackoff, retry_after: std::sync::Arc<RetryAfter>) -> Self {
+        Self { waits, retry_after }
+    }
+}
+
+impl Iterator for RetryAfterBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        Some(self.waits.next_wait().max(self.retry_after.remaining()))
+    }
+}
+
+impl kube::runtime::utils::Backoff for RetryAfterBackoff {
+    fn reset(&mut self) {
+        self.waits.reset();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn the_watch_retries_no_sooner_than_retry_after_asks() {
+        let retry_after = std::sync::Arc::new(RetryAfter::default());
+        let short = ExponentialBackoff::constant(Duration::from_millis(100), Duration::from_millis(200));
+        let mut backoff = RetryAfterBackoff::new(short, retry_after.clone());
+        assert!(
+            backoff.next().unwrap() <= Duration::from_millis(200),
+            "no Retry-After: its own wait"
+        );
+        retry_after.push(Duration::from_secs(7));
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(
+            backoff.next(),
+            Some(Duration::from_secs(5)),
+            "what is left of the 7 s asked"
+        );
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert!(
+            backoff.next().unwrap() <= Duration::from_millis(200),
+            "past it: its own wait again"
+        );
+    }
 
     #[test]
     fn retry_after_is_read_as_client_go_reads_it_and_capped() {

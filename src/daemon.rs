@@ -61,6 +61,8 @@ pub struct DaemonConfig {
     pub shutdown_timeout: std::time::Duration,
     /// The deadline of each apiserver request (`--apiserver-timeout`; see [`ApiClients`]).
     pub apiserver_timeout: std::time::Duration,
+    /// How the informer lists this node's pods (`--initial-list`).
+    pub initial_list: crate::informer::InitialList,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -342,8 +344,10 @@ fn start_apiserver_side(
     let (informer, informer_stage) = informer::start(
         clients.watches.clone(),
         kube_client::watch_timeout(options.apiserver_timeout),
+        options.initial_list,
         &options.manager.node_name,
         changes_tx,
+        retry_after.clone(),
         metrics.clone(),
     );
     sets.sources.spawn("informer", informer_stage);

@@ -1,7 +1,14 @@
 //! The informer: a kube-rs watcher and reflector over the pods bound to this node (field selector
 //! `spec.nodeName=NODE`), each kept as an [`ApiPod`] (only what plegd reads of it). Every change is
 //! forwarded to the syncLoop as a [`PodChange`]. Errors are logged, counted and retried with
-//! backoff; the stream never ends on an error. Ready once the first complete list has been seen.
+//! backoff, never sooner than a `Retry-After` the apiserver asked for; the stream never ends on an
+//! error. Ready once the first complete list has been seen.
+//!
+//! The first list, and every list again after a watch that could not resume, is by default a
+//! streaming list ([`InitialList::Stream`]): one WATCH with `sendInitialEvents=true`, which the
+//! apiserver answers from its watch cache one pod at a time (client-go's reflector does the same
+//! with its WatchListClient gate, the default from 1.35). An apiserver that refuses it (the WatchList
+//! feature gate off, before 1.34) is asked again with paged LISTs, for as long as this plegd runs.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,6 +21,7 @@ use kube::runtime::watcher::{self, Event};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
+use crate::backoff::{ExponentialBackoff, RetryAfter, RetryAfterBackoff};
 use crate::metrics::Metrics;
 use crate::pod::{ApiPod, NodeName};
 use crate::supervise::Stage;
@@ -29,6 +37,58 @@ const WATCH_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(30);
 /// size ([`ApiPod`]). The cost is requests: a node of 110 pods lists in 11, once at start and after
 /// a watch that could not resume (the apiserver serves the pages from its watch cache).
 pub const LIST_PAGE_SIZE: u32 = 10;
+
+/// How the informer lists the pods of its node (`--initial-list`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum InitialList {
+    /// A streaming list: one WATCH with `sendInitialEvents=true` from the apiserver's watch cache,
+    /// one pod at a time in memory; paged LISTs where the apiserver refuses it.
+    Stream,
+    /// Consistent LISTs of [`LIST_PAGE_SIZE`] pods a page (served from the watch cache once it has
+    /// caught up with etcd, else from etcd), then a WATCH.
+    Pages,
+    /// LISTs with `resourceVersion=0` (whatever the watch cache holds, never etcd), in pages where the
+    /// apiserver pages them, then a WATCH.
+    Cache,
+}
+
+impl InitialList {
+    fn config(self, node_name: &NodeName, watch_timeout: std::time::Duration) -> watcher::Config {
+        // The apiserver ends each watch after `watch_timeout`; kube's watcher gives up one silent
+        // for longer (a dead connection) and watches again.
+        let config = watcher::Config::default()
+            .fields(&format!("spec.nodeName={node_name}"))
+            .page_size(LIST_PAGE_SIZE)
+            .timeout(u32::try_from(watch_timeout.as_secs()).unwrap_or(u32::MAX));
+        match self {
+            InitialList::Stream => config.streaming_lists(),
+            InitialList::Pages => config,
+            InitialList::Cache => config.any_semantic(),
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            InitialList::Stream => "stream",
+            InitialList::Pages => "pages",
+            InitialList::Cache => "cache",
+        }
+    }
+}
+
+/// The list to use after `error` under `list`: paged LISTs once the apiserver refused a streaming
+/// list as a request it does not take (400 or 422: `sendInitialEvents` forbidden while its WatchList
+/// gate is off), else the same one (pure).
+fn list_after(list: InitialList, error: &watcher::Error) -> InitialList {
+    match (list, error) {
+        (InitialList::Stream, watcher::Error::WatchStartFailed(kube::Error::Api(status)))
+            if status.code == 400 || status.code == 422 =>
+        {
+            InitialList::Pages
+        }
+        _ => list,
+    }
+}
 
 /// A pod that changed, for the syncLoop.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,62 +134,138 @@ fn change_of(pod: &ApiPod) -> Option<PodChange> {
     })
 }
 
-/// The informer over the pods bound to `node_name` and the stage that runs its watch; changes go
-/// to `changes`.
+/// The informer over the pods bound to `node_name`, listed as `list` says, and the stage that
+/// runs its watch; changes go to `changes`. Its retries wait at least as long as `retry_after`.
 pub fn start(
     client: kube::Client,
     watch_timeout: std::time::Duration,
+    list: InitialList,
     node_name: &NodeName,
     changes: mpsc::Sender<PodChange>,
+    retry_after: Arc<RetryAfter>,
     metrics: Arc<Metrics>,
 ) -> (Informer, Stage) {
     // Decoded straight into what the store keeps: no whole `Pod`, no managedFields built.
     let api: Api<ApiPod> = Api::all(client);
-    // The apiserver ends each watch after `watch_timeout`; kube's watcher gives up one silent for
-    // longer (a dead connection) and watches again.
-    let config = watcher::Config::default()
-        .fields(&format!("spec.nodeName={node_name}"))
-        .page_size(LIST_PAGE_SIZE)
-        .timeout(u32::try_from(watch_timeout.as_secs()).unwrap_or(u32::MAX));
-    let (store, writer) = reflector::store();
+    let (store, mut writer) = reflector::store();
     let ready = Arc::new(AtomicBool::new(false));
     let informer = Informer {
         store,
         ready: ready.clone(),
     };
-    let node = node_name.as_str().to_owned();
+    let node_name = node_name.clone();
     let stage: Stage = Box::pin(async move {
-        let stream = watcher::watcher(api, config)
-            .backoff(crate::backoff::ExponentialBackoff::constant(
-                WATCH_RETRY_INITIAL,
-                WATCH_RETRY_MAX,
-            ))
-            .reflect(writer);
-        futures_util::pin_mut!(stream);
-        while let Some(item) = stream.next().await {
-            let change = match item {
-                Ok(Event::Apply(pod)) | Ok(Event::InitApply(pod)) => change_of(&pod),
-                Ok(Event::Delete(pod)) => pod.metadata.uid.clone().map(|uid| PodChange::Deleted { uid }),
-                Ok(Event::Init) => None,
-                Ok(Event::InitDone) => {
-                    if !ready.swap(true, Ordering::AcqRel) {
-                        info!(node = %node, "informer synced");
+        let mut list = list;
+        loop {
+            let backoff = RetryAfterBackoff::new(
+                ExponentialBackoff::constant(WATCH_RETRY_INITIAL, WATCH_RETRY_MAX),
+                retry_after.clone(),
+            );
+            let stream = watcher::watcher(api.clone(), list.config(&node_name, watch_timeout)).backoff(backoff);
+            futures_util::pin_mut!(stream);
+            let mut switched = false;
+            while let Some(item) = stream.next().await {
+                let change = match item {
+                    Ok(event) => {
+                        writer.apply_watcher_event(&event);
+                        match event {
+                            Event::Apply(pod) | Event::InitApply(pod) => change_of(&pod),
+                            Event::Delete(pod) => pod.metadata.uid.clone().map(|uid| PodChange::Deleted { uid }),
+                            Event::Init => None,
+                            Event::InitDone => {
+                                if !ready.swap(true, Ordering::AcqRel) {
+                                    info!(node = %node_name, list = list.as_str(), "informer synced");
+                                }
+                                None
+                            }
+                        }
                     }
-                    None
+                    Err(error) => {
+                        metrics.informer_errors.inc();
+                        let next = list_after(list, &error);
+                        if next != list {
+                            warn!(
+                                error = %error,
+                                "the apiserver refused a streaming list (its WatchList feature gate is off?); listing in pages from now on"
+                            );
+                            list = next;
+                            switched = true;
+                            break;
+                        }
+                        warn!(error = %error, "pod watch failed; retrying with backoff");
+                        None
+                    }
+                };
+                if let Some(change) = change
+                    && changes.send(change).await.is_err()
+                {
+                    debug!("syncLoop is gone; informer stops");
+                    return;
                 }
-                Err(error) => {
-                    metrics.informer_errors.inc();
-                    warn!(error = %error, "pod watch failed; retrying with backoff");
-                    None
-                }
-            };
-            if let Some(change) = change
-                && changes.send(change).await.is_err()
-            {
-                debug!("syncLoop is gone; informer stops");
+            }
+            if !switched {
+                // kube's watcher never ends; were it to, the supervisor hears of it.
                 return;
             }
         }
     });
     (informer, stage)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(code: u16) -> watcher::Error {
+        watcher::Error::WatchStartFailed(kube::Error::Api(Box::new(
+            kube::core::Status::failure(
+                "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled",
+                "Invalid",
+            )
+            .with_code(code),
+        )))
+    }
+
+    #[test]
+    fn a_streaming_list_refused_as_invalid_falls_back_to_pages_and_nothing_else_does() {
+        assert_eq!(list_after(InitialList::Stream, &refused(422)), InitialList::Pages);
+        assert_eq!(list_after(InitialList::Stream, &refused(400)), InitialList::Pages);
+        // Overload, authorization and server faults are retried as they are.
+        for code in [403, 429, 500, 503] {
+            assert_eq!(
+                list_after(InitialList::Stream, &refused(code)),
+                InitialList::Stream,
+                "{code}"
+            );
+        }
+        // A watch that fails once it runs is no refusal of the streaming list.
+        let failed = watcher::Error::WatchFailed(kube::Error::Api(Box::new(
+            kube::core::Status::failure("gone", "Expired").with_code(410),
+        )));
+        assert_eq!(list_after(InitialList::Stream, &failed), InitialList::Stream);
+        // The other lists are what the user chose.
+        assert_eq!(list_after(InitialList::Pages, &refused(422)), InitialList::Pages);
+        assert_eq!(list_after(InitialList::Cache, &refused(422)), InitialList::Cache);
+    }
+
+    #[test]
+    fn each_list_asks_the_apiserver_as_it_says() {
+        let node = NodeName::new("n1").unwrap();
+        let timeout = std::time::Duration::from_secs(120);
+        let stream = InitialList::Stream.config(&node, timeout);
+        assert_eq!(
+            stream.initial_list_strategy,
+            watcher::InitialListStrategy::StreamingList
+        );
+        let pages = InitialList::Pages.config(&node, timeout);
+        assert_eq!(pages.initial_list_strategy, watcher::InitialListStrategy::ListWatch);
+        assert_eq!(pages.list_semantic, watcher::ListSemantic::MostRecent);
+        assert_eq!(pages.page_size, Some(LIST_PAGE_SIZE));
+        let cache = InitialList::Cache.config(&node, timeout);
+        assert_eq!(cache.list_semantic, watcher::ListSemantic::Any);
+        for config in [stream, pages, cache] {
+            assert_eq!(config.field_selector.as_deref(), Some("spec.nodeName=n1"));
+            assert_eq!(config.timeout, Some(120));
+        }
+    }
 }

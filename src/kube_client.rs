@@ -336,7 +336,10 @@ impl<S> tower::Layer<S> for Deadlines {
     type Service = WithDeadlines<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        WithDeadlines { inner, deadlines: *self }
+        WithDeadlines {
+            inner,
+            deadlines: *self,
+        }
     }
 }
 
@@ -473,7 +476,13 @@ mod tests {
             Ok::<_, BoxError>(http::Response::new(OneFrameThenSilence(false)))
         });
         let mut service = DEADLINES.layer(stalls);
-        let response = service.ready().await.unwrap().call(http::Request::new(())).await.unwrap();
+        let response = service
+            .ready()
+            .await
+            .unwrap()
+            .call(http::Request::new(()))
+            .await
+            .unwrap();
         let mut body = response.into_body();
         tokio::time::sleep(std::time::Duration::from_secs(4)).await;
         let started = tokio::time::Instant::now();

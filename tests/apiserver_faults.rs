@@ -324,12 +324,17 @@ async fn compacted_history_makes_the_informer_list_again_and_nothing_is_missed()
     assert!(plegd.metric("plegd_informer_errors_total") >= 1.0);
 }
 
-/// LISTs of pods plegd's informer made so far.
+/// Lists of pods plegd's informer made so far: LISTs and streaming lists (a WATCH that sends the
+/// pods first).
 async fn plegd_lists(api: &Apiserver) -> usize {
     api.requests_by(PLEGD_USER)
         .await
         .iter()
-        .filter(|r| r.method == "GET" && r.path == "/api/v1/pods" && !r.query.contains("watch="))
+        .filter(|r| {
+            r.method == "GET"
+                && r.path == "/api/v1/pods"
+                && (!r.query.contains("watch=") || r.query.contains("sendInitialEvents=true"))
+        })
         .count()
 }
 

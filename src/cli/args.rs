@@ -12,6 +12,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::backoff::ExponentialBackoff;
 use crate::daemon::DaemonConfig;
+use crate::informer::InitialList;
 use crate::pleg::{DEFAULT_CHANNEL_CAPACITY, InvalidPlegConfig, PlegConfig};
 use crate::pod::NodeName;
 use crate::print::OutputFormat;
@@ -417,10 +418,18 @@ pub struct RunArgs {
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration_in(range::SHUTDOWN_TIMEOUT))]
     pub shutdown_timeout: Duration,
     /// Deadline of each apiserver request (1s to 10m): a status write, delete or Event that gets no
-    /// answer within it is given up and retried on a new connection; the informer's watch is
-    /// renewed every 4 times it, and one silent for longer is given up and watched again.
+    /// answer within it is given up and retried; the connection (one, HTTP/2) is given up when it
+    /// answers no PING within it either; the informer's watch is renewed every 4 times it, and one
+    /// silent for longer is given up and watched again.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration_in(range::APISERVER_TIMEOUT))]
     pub apiserver_timeout: Duration,
+    /// How the informer lists this node's pods, at start and whenever its watch cannot resume:
+    /// `stream` — one WATCH that sends the pods first (`sendInitialEvents`), from the apiserver's
+    /// watch cache, falling back to `pages` where the apiserver refuses it; `pages` — consistent
+    /// LISTs of 10 pods a page; `cache` — LISTs with resourceVersion=0 (whatever the watch cache
+    /// holds).
+    #[arg(long, value_enum, value_name = "HOW", default_value_t = InitialList::Stream, env = "PLEGD_INITIAL_LIST", hide_env_values = true)]
+    pub initial_list: InitialList,
 }
 
 /// Who may read /metrics (`--metrics-auth`).
@@ -603,6 +612,7 @@ impl RunArgs {
             health_address: self.health_address.0,
             shutdown_timeout: self.shutdown_timeout,
             apiserver_timeout: self.apiserver_timeout,
+            initial_list: self.initial_list,
         })
     }
 }

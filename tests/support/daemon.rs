@@ -36,6 +36,7 @@ pub fn options(cri_socket: &Path, kubeconfig: PathBuf, node: &str, mode: StatusM
         health_address: None,
         shutdown_timeout: Duration::from_secs(5),
         apiserver_timeout: Duration::from_secs(30),
+        initial_list: plegd::informer::InitialList::Stream,
     }
 }
 
