@@ -213,6 +213,11 @@ fn every_bad_input_is_one_line_and_exit_2() {
             &["--status-report-form", "stored, generated"],
         ),
         (
+            vec!["run", "--initial-list", "all"],
+            true,
+            &["--initial-list", "stream, pages, cache"],
+        ),
+        (
             vec!["run", "--metrics-tls-cert-file", &cert],
             true,
             &["--metrics-tls-cert-file needs --metrics-tls-private-key-file"],
