@@ -10,7 +10,7 @@ use manifests::{
     DASHBOARD, OPTIONAL_COMPONENTS, OVERLAYS, RBAC_EVENTS, RBAC_FULL_MODE, RBAC_READ, RBAC_STATUS, documents, granted,
     granted_by, path, render,
 };
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use plegd_test_support::manifests;
 
@@ -178,6 +178,81 @@ fn each_install_has_its_admission_policies() {
         };
         assert_eq!(names("ValidatingAdmissionPolicy"), expected, "deploy/{overlay}");
         assert_eq!(names("ValidatingAdmissionPolicyBinding"), expected, "deploy/{overlay}");
+    }
+}
+
+/// Every install puts plegd's pod and Event requests in a priority level of its own (not
+/// `workload-low`), which borrows no seat from the kubelets' `system` or the leases' `node-high`,
+/// and whose FlowSchema matches every pod and Event right plegd's RBAC grants, and only plegd.
+#[test]
+fn every_install_has_plegds_own_priority_level_that_borrows_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, install) in installs(dir.path()) {
+        let of = |kind: &str| -> Vec<&Value> { install.iter().filter(|d| d["kind"] == kind).collect() };
+        let (levels, schemas) = (of("PriorityLevelConfiguration"), of("FlowSchema"));
+        assert_eq!((levels.len(), schemas.len()), (1, 1), "{name}");
+        let (level, schema) = (levels[0], schemas[0]);
+        let limited = &level["spec"]["limited"];
+        assert_eq!(level["spec"]["type"], "Limited", "{name}");
+        assert_eq!(
+            limited["borrowingLimitPercent"], 0,
+            "{name}: it never takes others' seats"
+        );
+        assert_eq!(
+            limited["limitResponse"]["type"], "Queue",
+            "{name}: a storm queues, not 429s at once"
+        );
+        assert_eq!(
+            schema["spec"]["priorityLevelConfiguration"]["name"],
+            level["metadata"]["name"]
+        );
+        let precedence = schema["spec"]["matchingPrecedence"].as_i64().unwrap();
+        assert!(
+            (901..9000).contains(&precedence),
+            "{name}: after the system's schemas, before service-accounts: {precedence}"
+        );
+        let rules = schema["spec"]["rules"].as_array().unwrap();
+        for rule in rules {
+            assert_eq!(
+                rule["subjects"],
+                json!([{"kind": "ServiceAccount", "serviceAccount": {"namespace": "plegd-system", "name": "plegd"}}]),
+                "{name}: plegd alone"
+            );
+        }
+        // Each pod or Event right of plegd's roles is matched by a rule.
+        let matched = |group: &str, resource: &str, verb: &str| {
+            rules
+                .iter()
+                .flat_map(|r| r["resourceRules"].as_array().unwrap())
+                .any(|r| {
+                    let has = |field: &str, v: &str| r[field].as_array().unwrap().iter().any(|x| x == v || x == "*");
+                    has("apiGroups", group) && has("resources", resource) && has("verbs", verb)
+                })
+        };
+        let mut checked = 0;
+        for role in install
+            .iter()
+            .filter(|d| d["kind"] == "ClusterRole" || d["kind"] == "Role")
+        {
+            for rule in role["rules"].as_array().into_iter().flatten() {
+                for group in rule["apiGroups"].as_array().into_iter().flatten() {
+                    for resource in rule["resources"].as_array().into_iter().flatten() {
+                        let resource = resource.as_str().unwrap();
+                        if !resource.starts_with("pods") && resource != "events" {
+                            continue;
+                        }
+                        for verb in rule["verbs"].as_array().into_iter().flatten() {
+                            checked += 1;
+                            assert!(
+                                matched(group.as_str().unwrap(), resource, verb.as_str().unwrap()),
+                                "{name}: {group}/{resource} {verb} falls outside plegd's level"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        assert!(checked >= 2, "{name}: plegd's pod rights were found ({checked})");
     }
 }
 

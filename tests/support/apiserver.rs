@@ -144,7 +144,7 @@ fn parse_rfc3339(text: &str) -> Option<SystemTime> {
 pub struct Options {
     /// Nodes whose plegd gets a token from the start (others get one when asked for).
     pub plegd_nodes: Vec<String>,
-    /// RBAC manifests, relative to the repository.
+    /// RBAC manifests (and plegd's API priority level), relative to the repository.
     pub rbac: Vec<String>,
     /// More flags for kube-apiserver.
     pub args: Vec<String>,
@@ -166,6 +166,7 @@ impl Default for Options {
                 "deploy/components/events/rbac-events.yaml",
                 "deploy/components/pod-monitor/metrics-reader.yaml",
                 "tests/support/rbac-kubelet.yaml",
+                "deploy/base/priority.yaml",
             ]
             .map(str::to_owned)
             .into(),
@@ -647,6 +648,33 @@ impl Apiserver {
             args.extend(["--audience", audience]);
         }
         self.kubectl_as_admin(&args, None).trim().to_owned()
+    }
+
+    /// A token of service account `namespace/name` (made, with its namespace, if missing), for
+    /// the apiserver: a tenant's workload, as a test plays it.
+    pub fn service_account_token(&self, namespace: &str, name: &str) -> String {
+        self.kubectl_apply(&json!({"apiVersion": "v1", "kind": "List", "items": [
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": namespace}},
+        ]}));
+        self.kubectl_as_admin(&["-n", namespace, "create", "token", name, "--duration", "48h"], None)
+            .trim()
+            .to_owned()
+    }
+
+    /// A client with bearer `token`.
+    pub async fn client_with_token(&self, dir: &Path, name: &str, token: &str) -> kube::Client {
+        let ca = self.dir.path().join("apiserver.crt");
+        client_for(&write_kubeconfig(dir, name, self.port, token, &ca), &ca).await
+    }
+
+    /// The server's own metrics (`/metrics`, as the administrator).
+    pub async fn server_metrics(&self) -> String {
+        let request = http::Request::get("/metrics").body(Vec::new()).expect("a request");
+        self.client
+            .request_text(request)
+            .await
+            .expect("the apiserver's /metrics")
     }
 
     /// A token of service account `plegd-system/account`, bound to Node `node` if any.
