@@ -202,7 +202,6 @@ async fn a_tenants_flood_of_workload_low_leaves_plegds_writes_in_its_own_level()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plegd_at_its_worst_leaves_the_kubelets_and_the_leases_their_seats() {
     let api = Apiserver::start_with(small_server()).await;
-    let dir = tempfile::tempdir().unwrap();
     // 150 pods on another node, for lists that take a while; plegd's flood lists them all.
     for i in 0..150 {
         api.create_bound_pod(&format!("pod-{i}"), "n2", 1, "Never").await;
