@@ -61,6 +61,8 @@ pub struct Logged {
     pub at: SystemTime,
     /// When the apiserver received it (the audit event's `requestReceivedTimestamp`).
     pub received: SystemTime,
+    /// The node its credentials are bound to (their `authentication.kubernetes.io/node-name`).
+    pub node: Option<String>,
 }
 
 impl Logged {
@@ -114,6 +116,7 @@ impl Logged {
             status,
             at: time("stageTimestamp"),
             received: time("requestReceivedTimestamp"),
+            node: event["user"]["extra"][NODE_CLAIM][0].as_str().map(str::to_owned),
         }
     }
 }
@@ -204,6 +207,7 @@ pub struct Apiserver {
     port: u16,
     etcd_port: u16,
     etcd: Mutex<Option<Child>>,
+    etcd_args: Vec<String>,
     server: Mutex<Option<Child>>,
     server_args: Vec<String>,
     /// Identity → token, made as tests ask for them.
@@ -374,22 +378,25 @@ impl Apiserver {
             })
             .expect("state dir");
         let (port, etcd_port, peer_port) = (free_port(), free_port(), free_port());
-        let etcd_child = Command::new(bin.join("etcd"))
-            .args(["--name", "plegd-test", "--log-level", "warn"])
-            .arg("--data-dir")
-            .arg(dir.path().join("etcd"))
-            .args(["--listen-client-urls", &format!("http://127.0.0.1:{etcd_port}")])
-            .args(["--advertise-client-urls", &format!("http://127.0.0.1:{etcd_port}")])
-            .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer_port}")])
-            .args([
-                "--initial-advertise-peer-urls",
-                &format!("http://127.0.0.1:{peer_port}"),
-            ])
-            .args(["--initial-cluster", &format!("plegd-test=http://127.0.0.1:{peer_port}")])
-            .stdout(Stdio::null())
-            .stderr(log_file(dir.path(), "etcd.log"))
-            .spawn()
-            .unwrap_or_else(|e| panic!("start etcd: {e}"));
+        let etcd_args = vec![
+            "--name".to_owned(),
+            "plegd-test".into(),
+            "--log-level".into(),
+            "warn".into(),
+            "--data-dir".into(),
+            dir.path().join("etcd").display().to_string(),
+            "--listen-client-urls".into(),
+            format!("http://127.0.0.1:{etcd_port}"),
+            "--advertise-client-urls".into(),
+            format!("http://127.0.0.1:{etcd_port}"),
+            "--listen-peer-urls".into(),
+            format!("http://127.0.0.1:{peer_port}"),
+            "--initial-advertise-peer-urls".into(),
+            format!("http://127.0.0.1:{peer_port}"),
+            "--initial-cluster".into(),
+            format!("plegd-test=http://127.0.0.1:{peer_port}"),
+        ];
+        let etcd_child = Self::spawn_etcd(&bin, &etcd_args, dir.path());
 
         // Service account tokens: an ECDSA key of this server's own.
         let d = dir.path();
@@ -448,6 +455,7 @@ impl Apiserver {
             port,
             etcd_port,
             etcd: Mutex::new(Some(etcd_child)),
+            etcd_args,
             server: Mutex::new(Some(server)),
             server_args,
             tokens: Mutex::new(
@@ -464,6 +472,41 @@ impl Apiserver {
             log_start: Mutex::default(),
             namespaces: Mutex::default(),
             dir,
+        }
+    }
+
+    fn spawn_etcd(bin: &Path, args: &[String], dir: &Path) -> Child {
+        Command::new(bin.join("etcd"))
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(log_file(dir, "etcd.log"))
+            .spawn()
+            .unwrap_or_else(|e| panic!("start etcd: {e}"))
+    }
+
+    /// Kill etcd (its data kept) and start it again with the same flags; returns once it answers
+    /// its health check (kube-apiserver, which kept running, reconnects by itself).
+    pub async fn restart_etcd(&self) {
+        {
+            let mut etcd = lock(&self.etcd);
+            if let Some(mut c) = etcd.take() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+            *etcd = Some(Self::spawn_etcd(&binaries(), &self.etcd_args, self.dir.path()));
+        }
+        let url = format!("http://127.0.0.1:{}/health", self.etcd_port);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !Command::new("curl")
+            .args(["-sf", "-o", "/dev/null", &url])
+            .status()
+            .is_ok_and(|s| s.success())
+        {
+            assert!(
+                Instant::now() < deadline,
+                "etcd did not answer {url} within 60 s of its restart"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 
@@ -563,6 +606,12 @@ impl Apiserver {
     /// Create or update `objects` (any kinds the server serves) as the administrator, with kubectl.
     pub fn apply(&self, objects: &[Value]) {
         self.kubectl_apply(&json!({"apiVersion": "v1", "kind": "List", "items": objects}));
+    }
+
+    /// Delete `objects` (those that exist) as the administrator, with kubectl.
+    pub fn delete_objects(&self, objects: &[Value]) {
+        let list = json!({"apiVersion": "v1", "kind": "List", "items": objects});
+        self.kubectl_as_admin(&["delete", "--ignore-not-found", "-f", "-"], Some(&list.to_string()));
     }
     /// The server's port on the loopback.
     pub fn port(&self) -> u16 {
@@ -1183,7 +1232,7 @@ fn cluster_role_resource() -> ApiResource {
 /// own with one nominal seat (the least a level with shares gets is what its share of the server's
 /// 600 rounds up to; no share at all leaves it one request at a time), nothing lent or borrowed,
 /// no queue: a request past what runs is answered 429 with Retry-After.
-fn throttle_objects() -> Value {
+pub fn throttle_objects() -> Value {
     json!({"apiVersion": "v1", "kind": "List", "items": [
         {"apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "PriorityLevelConfiguration",
          "metadata": {"name": "plegd-test-throttled"},

@@ -13,6 +13,7 @@ pub mod cluster;
 pub mod containerd;
 pub mod daemon;
 pub mod fake_cri;
+pub mod fleet;
 pub mod history;
 pub mod hung_volume;
 pub mod manifests;
