@@ -1,52 +1,39 @@
-//! What N plegd instances cost one apiserver: the test apiserver built from Kubernetes' own code
-//! (k8s.io/apiserver 1.36 on etcd, processes of their own) and N nodes, each with `--pods` (110, the
-//! kubelet's default maxPods) pods of one container on a fake CRI server of its own (in this
-//! process) and its own `plegd run` (the real binary, full status mode, no triggers, the default 1 s
-//! relist, no metrics endpoint), speaking as plegd's service account bound to its node. Each pod is created in the apiserver first (the
-//! server gives its uid), then started in its node's runtime with that uid.
+//! What a fleet of plegd costs one control plane, and what it does when the control plane
+//! stumbles: tests/support/fleet.rs's hollow nodes (N nodes against one kube-apiserver 1.37.2 and
+//! etcd, built from Kubernetes' own code, with Node and RBAC authorization, NodeRestriction,
+//! priority and fairness with deploy/'s priority level; each node `--pods` pods of one container on
+//! a fake CRI server of its own, in this process, and its own `plegd run` — this build's binary, or
+//! `--binary`'s — as the DaemonSet runs it, with a token bound to its Node).
 //!
-//! Three phases per N, each `--seconds` long: no plegd running yet (the apiserver's own cost with
-//! the same pods stored and the bench's own pod watch open), then, once every pod is Running and
-//! 12 s more have passed (the first 10 s resync of every pod is behind), plegd idle, then plegd
-//! under churn: on every node `--rate` container changes a second, alternating a container's exit
-//! and its restart (a new running container of the same pod, the attempt counted up), round robin
-//! over the node's pods; the churn starts 2 s before the window opens, so that the window holds the
-//! writes of as many changes as it counts. Reported: plegd's requests a second from the server's
-//! request log, by verb, total and per node, and its status PATCHes per change (of every change of
-//! the phase, with the PATCHes landed up to 3 s after it); the CPU time of the server and of etcd
-//! from /proc, in CPU-ms a second, total and per node net of the no-plegd phase (one clock tick,
-//! 10 ms, is 0.33 CPU-ms a second over 30 s), and the apiserver's CPU-ms per PATCH (churn − idle);
-//! then the per-node figures of the largest N times 5,000 nodes, and plegd's writes per node beside
-//! the kubelet's at the same churn (its Lease renewals and node status reports, which plegd does
-//! not make, and its pod status PATCHes, which plegd makes instead).
+//! For each N (`--nodes`), on a fresh apiserver: a phase with no plegd (the server's own cost with
+//! the pods stored), then plegd idle, then under churn at each of `--rates` changes a second per
+//! node (a container's exit, then its restart, round robin). Each phase: plegd's requests a second
+//! by verb from the server's request log; CPU-ms a second of the server, etcd and all plegds
+//! (/proc); resident memory of the server, etcd and a plegd; pod watches open and plegd's TCP
+//! connections to the server; the server's time for a status PATCH (median, p99, from the audit
+//! log). Then a straight line through the per-N figures (least squares) gives 5,000 nodes.
 //!
-//! The apiserver's CPU includes sending every pod change to the bench's own watch of all pods (the
-//! harness's recorder) beside plegd's watch of its node's pods: one more watcher, as a controller
-//! manager's or scheduler's pod informer would be in a cluster.
+//! With `--storms`, at the largest N: kube-apiserver restarted; etcd restarted and compacted;
+//! every plegd restarted 10 % at a time; plegd's priority level cut to one seat for
+//! `--throttle-seconds`; then, for each of `--lists`, every plegd restarted at once with that
+//! `--initial-list` (every node lists at the same moment) and kube-apiserver restarted once more.
+//! Each: plegd's requests per node in the minute after, how long until every node watched again
+//! and wrote every exit made during the fault, PATCHes of pods that did not change, exits landed,
+//! the server's p99 for a status write, CPU of the server and etcd, the server's peak memory.
 //!
-//!     cargo bench --bench apiserver_load                    # 1, 2, 4, 8 nodes, 30 s phases: ~8 min
-//!     cargo bench --bench apiserver_load -- --nodes 1,2 --seconds 5
-//!     cargo bench --bench apiserver_load -- --nodes 4 --rate 5      # 5 changes/s per node
+//!     cargo bench --bench apiserver_load -- --nodes 25,50,100,200 --storms        # ~1 h
+//!     cargo bench --bench apiserver_load -- --nodes 4 --pods 10 --seconds 5 --rates 1
+//!     cargo bench --bench apiserver_load -- --nodes 50 --binary /tmp/old/plegd      # another build
 
-use plegd_test_support::apiserver;
+use plegd_test_support::fleet;
 mod args;
-use plegd_test_support::fake_cri;
-use plegd_test_support::process;
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
-use apiserver::{Apiserver, Identity, Logged, PLEGD_USER};
 use args::arg;
-use futures_util::StreamExt;
-use k8s_cri::v1 as cri;
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams};
-use process::{KillOnDrop, clock_ticks, cpu_ticks};
+use fleet::{Fault, Fleet, Phase, PlegdSetup, Rates, Storm, patch_durations, quantile};
 
-/// The cluster size the per-node figures are multiplied to, as a number and as printed.
+/// The cluster size the per-node figures are carried to, as a number and as printed.
 const CLUSTER_NODES: f64 = 5000.0;
 const CLUSTER: &str = "5,000";
 
@@ -56,449 +43,349 @@ const CLUSTER: &str = "5,000";
 /// NodeStatusUpdateFrequency (10 s) the node is read (GET, from the apiserver's cache) and its
 /// status PATCHed only when it changed or NodeStatusReportFrequency (5 min) has passed.
 const KUBELET_LEASE_PUTS: f64 = 1.0 / 10.0;
-const KUBELET_NODE_GETS: f64 = 1.0 / 10.0;
 const KUBELET_NODE_STATUS_PATCHES: f64 = 1.0 / 300.0;
 
-/// One pod of a node and its container's restarts so far.
-struct ChurnPod {
-    uid: String,
-    restarts: u32,
+/// A comma-separated list after `name`.
+fn list<T: std::str::FromStr>(name: &str) -> Option<Vec<T>> {
+    let text: String = arg(name)?;
+    text.split(',').map(|v| v.trim().parse().ok()).collect()
 }
 
-impl ChurnPod {
-    /// The id of the pod's current container (the fake runtime names the first `ctr-{uid}-0`).
-    fn container(&self) -> String {
-        match self.restarts {
-            0 => format!("ctr-{}-0", self.uid),
-            n => format!("ctr-{}-0-r{n}", self.uid),
-        }
+/// The phases of one N.
+struct Run {
+    nodes: usize,
+    phases: Vec<Phase>,
+}
+
+impl Run {
+    fn base(&self) -> &Phase {
+        &self.phases[0]
     }
 }
 
-/// One node: its runtime, its pods and its plegd.
-struct Node {
-    name: String,
-    cri: fake_cri::FakeServer,
-    pods: Vec<ChurnPod>,
-    /// Changes made so far.
-    changes: u64,
-    plegd: Option<KillOnDrop>,
-    log: PathBuf,
-}
-
-impl Node {
-    /// The node's next change: the current container of the next pod in turn exits or, every
-    /// other change, the pod whose container exited the change before gets a new running container
-    /// (as after the kubelet's restart of a crashed container).
-    fn change(&mut self) {
-        let k = (self.changes / 2) as usize % self.pods.len();
-        let fake = &self.cri.fake;
-        let pod = &mut self.pods[k];
-        if self.changes.is_multiple_of(2) {
-            fake.exit_container(&pod.container(), 1);
-        } else {
-            pod.restarts += 1;
-            let id = pod.container();
-            let sandbox = format!("sb-{}", pod.uid);
-            fake.add_container(&pod.uid, &sandbox, &id, "c0", cri::ContainerState::ContainerRunning);
-            if let Some(meta) = fake
-                .state()
-                .containers
-                .get_mut(&id)
-                .and_then(|c| c.item.metadata.as_mut())
-            {
-                meta.attempt = pod.restarts;
-            }
-        }
-        self.changes += 1;
+/// (intercept, slope, r²) of the least-squares line through `points`.
+fn fit(points: &[(f64, f64)]) -> (f64, f64, f64) {
+    let n = points.len() as f64;
+    if points.len() < 2 {
+        let (x, y) = points.first().copied().unwrap_or((1.0, 0.0));
+        return (0.0, y / x.max(1.0), 1.0);
     }
-
-    fn start_plegd(&mut self, api: &Apiserver, dir: &Path) {
-        let kubeconfig = api.kubeconfig_as(dir, &Identity::Plegd(self.name.clone()));
-        let log = std::fs::File::create(&self.log).expect("plegd log file");
-        let child = process::plegd_run(env!("CARGO_BIN_EXE_plegd"), &self.name, &self.cri.path, &kubeconfig)
-            .args(["--status-mode", "full", "--triggers", "none"])
-            .args(["--metrics-address", "off"])
-            .stderr(Stdio::from(log))
-            .spawn()
-            .expect("spawn plegd");
-        self.plegd = Some(KillOnDrop(child));
-    }
-
-    fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(10)..].join("\n")
-    }
-}
-
-/// What one phase measured.
-struct Phase {
-    name: &'static str,
-    seconds: f64,
-    /// plegd's requests served in the phase's window.
-    requests: Vec<Logged>,
-    /// CPU-ms a second.
-    apiserver_cpu: f64,
-    etcd_cpu: f64,
-    /// Runtime changes made in the window, all nodes.
-    changes: u64,
-    /// Runtime changes made in the whole phase (the window and the warm-up before it).
-    changes_made: u64,
-    /// plegd's successful status PATCHes from the phase's start until 3 s after its end (the
-    /// writes of the last changes land after it).
-    patches_landed: usize,
-}
-
-/// plegd's requests of a phase, a second, by what RBAC authorizes them as.
-#[derive(Default, Clone, Copy)]
-struct Rates {
-    patch: f64,
-    get_list: f64,
-    watch: f64,
-    other: f64,
-}
-
-impl Rates {
-    fn of(phase: &Phase) -> Self {
-        let mut r = Rates::default();
-        for request in &phase.requests {
-            let verb = request.authorization();
-            let verb = verb.as_deref().and_then(|a| a.rsplit(':').next()).unwrap_or("");
-            let slot = match verb {
-                "patch" => &mut r.patch,
-                "get" | "list" => &mut r.get_list,
-                "watch" => &mut r.watch,
-                _ => &mut r.other,
-            };
-            *slot += 1.0 / phase.seconds;
-        }
-        r
-    }
-
-    fn total(&self) -> f64 {
-        self.patch + self.get_list + self.watch + self.other
-    }
-}
-
-/// The server's and etcd's CPU time so far, in ms, and when.
-struct Sample {
-    at: SystemTime,
-    instant: Instant,
-    apiserver: f64,
-    etcd: f64,
-}
-
-impl Sample {
-    fn take(api: &Apiserver, ticks: f64) -> Self {
-        let ms = |pid: Option<u32>| pid.map_or(0.0, |p| cpu_ticks(p) / ticks * 1000.0);
-        Self {
-            at: SystemTime::now(),
-            instant: Instant::now(),
-            apiserver: ms(api.server_pid()),
-            etcd: ms(api.etcd_pid()),
-        }
-    }
-}
-
-/// How long the churn runs before its window opens: the writes of the first changes land up to a
-/// relist period later, so a window opened at once would count their changes but miss their
-/// PATCHes (and the window's last writes land after it, for changes it counted).
-const WARM_UP: Duration = Duration::from_secs(2);
-
-/// Run one phase with a window of `seconds`: with `churn`, `rate` changes a second on every node,
-/// spread evenly over the nodes and the second, from `WARM_UP` before the window to its end.
-async fn measure(api: &Apiserver, name: &'static str, seconds: u64, nodes: &mut [Node], churn: Option<f64>) -> Phase {
-    let ticks = clock_ticks();
-    api.clear_log().await;
-    let started = SystemTime::now();
-    let (mut changes, mut changes_made) = (0, 0);
-    let (begin, end) = match churn {
-        Some(rate) if rate > 0.0 => {
-            let gap = Duration::from_secs_f64(1.0 / (rate * nodes.len() as f64));
-            let window = Instant::now() + WARM_UP;
-            let end = window + Duration::from_secs(seconds);
-            let mut begin = None;
-            let mut next = Instant::now();
-            while next < end {
-                if begin.is_none() && next >= window {
-                    begin = Some(Sample::take(api, ticks));
-                }
-                let n = nodes.len();
-                nodes[changes_made as usize % n].change();
-                changes_made += 1;
-                if begin.is_some() {
-                    changes += 1;
-                }
-                next += gap;
-                tokio::time::sleep_until(next.into()).await;
-            }
-            let begin = begin.unwrap_or_else(|| Sample::take(api, ticks));
-            (begin, Sample::take(api, ticks))
-        }
-        _ => {
-            let begin = Sample::take(api, ticks);
-            tokio::time::sleep(Duration::from_secs(seconds)).await;
-            (begin, Sample::take(api, ticks))
-        }
+    let (sx, sy) = points.iter().fold((0.0, 0.0), |(a, b), (x, y)| (a + x, b + y));
+    let (mx, my) = (sx / n, sy / n);
+    let sxx: f64 = points.iter().map(|(x, _)| (x - mx).powi(2)).sum();
+    let sxy: f64 = points.iter().map(|(x, y)| (x - mx) * (y - my)).sum();
+    let syy: f64 = points.iter().map(|(_, y)| (y - my).powi(2)).sum();
+    let slope = if sxx > 0.0 { sxy / sxx } else { 0.0 };
+    let r2 = if sxx > 0.0 && syy > 0.0 {
+        sxy * sxy / (sxx * syy)
+    } else {
+        1.0
     };
-    let elapsed = (end.instant - begin.instant).as_secs_f64();
-    if changes_made > 0 {
-        // A relist period and some: the writes of the last changes.
-        tokio::time::sleep(Duration::from_secs(3)).await;
-    }
-    let all = api.requests_by(PLEGD_USER).await;
-    let patches_landed = all
-        .iter()
-        .filter(|r| r.at >= started && r.method == "PATCH" && r.path.ends_with("/status") && r.status < 300)
-        .count();
-    let requests = all.into_iter().filter(|r| r.at >= begin.at && r.at <= end.at).collect();
-    Phase {
-        name,
-        seconds: elapsed,
-        requests,
-        apiserver_cpu: (end.apiserver - begin.apiserver) / elapsed,
-        etcd_cpu: (end.etcd - begin.etcd) / elapsed,
-        changes,
-        changes_made,
-        patches_landed,
-    }
+    (my - slope * mx, slope, r2)
 }
 
-/// Wait until `count` pods are Running in the apiserver (one metadata list per look, filtered by
-/// the server).
-async fn wait_running(api: &Apiserver, nodes: &[Node], count: usize, timeout: Duration) {
-    let pods: Api<Pod> = Api::namespaced(api.client(), "default");
-    let deadline = Instant::now() + timeout;
-    loop {
-        let running = pods
-            .list_metadata(&ListParams::default().fields("status.phase=Running"))
-            .await
-            .expect("list pods")
-            .items
-            .len();
-        if running >= count {
-            return;
-        }
-        if Instant::now() >= deadline {
-            let logs: Vec<String> = nodes
-                .iter()
-                .map(|n| format!("--- plegd of {} ---\n{}", n.name, n.log_tail()))
-                .collect();
-            panic!(
-                "only {running} of {count} pods Running after {timeout:?}\n{}\n{}",
-                logs.join("\n"),
-                api.log_tail()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
-
-/// The three phases with `count` nodes of `pods` pods each, on a fresh apiserver.
-async fn run(count: usize, pods: usize, seconds: u64, rate: f64) -> Vec<Phase> {
-    let names: Vec<String> = (0..count).map(|k| format!("node-{k}")).collect();
-    let api = Apiserver::start_with(apiserver::Options {
-        plegd_nodes: names.clone(),
-        ..apiserver::Options::default()
-    })
-    .await;
-    let dir = tempfile::tempdir().expect("temp dir");
-    let mut nodes = Vec::with_capacity(count);
-    for (k, name) in names.iter().enumerate() {
-        let cri = fake_cri::FakeServer::start().await;
-        // A few creates at a time: the server takes them in parallel, as from a scheduler.
-        let created: Vec<(String, String)> = futures_util::stream::iter(0..pods)
-            .map(|i| {
-                let api = &api;
-                async move {
-                    let pod = format!("n{k}-pod-{i}");
-                    let uid = api.create_bound_pod(&pod, name, 1, "Always").await;
-                    (pod, uid)
-                }
-            })
-            .buffered(8)
-            .collect()
-            .await;
-        let mut churn_pods = Vec::with_capacity(pods);
-        for (pod, uid) in created {
-            cri.fake.add_running_pod(&uid, &pod, 1);
-            churn_pods.push(ChurnPod { uid, restarts: 0 });
-        }
-        nodes.push(Node {
-            name: name.clone(),
-            cri,
-            pods: churn_pods,
-            changes: 0,
-            plegd: None,
-            log: dir.path().join(format!("plegd-{name}.log")),
-        });
-    }
-    let mut phases = vec![measure(&api, "no plegd", seconds, &mut nodes, None).await];
-    for node in &mut nodes {
-        node.start_plegd(&api, dir.path());
-    }
-    wait_running(&api, &nodes, count * pods, Duration::from_secs(180)).await;
-    // Past the first 10 s resync of every pod.
-    tokio::time::sleep(Duration::from_secs(12)).await;
-    phases.push(measure(&api, "idle", seconds, &mut nodes, None).await);
-    phases.push(measure(&api, "churn", seconds, &mut nodes, Some(rate)).await);
-    for node in &mut nodes {
-        node.plegd = None;
-    }
-    phases
-}
-
-fn failed(phase: &Phase) -> String {
-    let mut by_status: BTreeMap<u16, usize> = BTreeMap::new();
-    for r in phase.requests.iter().filter(|r| r.status >= 400) {
-        *by_status.entry(r.status).or_default() += 1;
-    }
-    if by_status.is_empty() {
-        return "0".into();
-    }
-    by_status
-        .iter()
-        .map(|(s, n)| format!("{n}× {s}"))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() {
-    let counts: Vec<usize> = std::env::args()
-        .skip_while(|a| a != "--nodes")
-        .nth(1)
-        .map(|list| list.split(',').filter_map(|n| n.trim().parse().ok()).collect())
-        .unwrap_or_else(|| vec![1, 2, 4, 8]);
-    assert!(
-        !counts.is_empty() && counts.iter().all(|&n| n > 0),
-        "--nodes takes a list of node counts, e.g. 1,2,4,8"
-    );
-    let pods: usize = arg("--pods").unwrap_or(110);
-    let seconds: u64 = arg("--seconds").unwrap_or(30);
-    let rate: f64 = arg("--rate").unwrap_or(1.0);
-    let started = Instant::now();
-
-    let mut results = Vec::new();
-    for &count in &counts {
-        let phases = run(count, pods, seconds, rate).await;
-        results.push((count, phases));
-    }
-
+fn print_phases(runs: &[Run]) {
     println!(
-        "\n### What N plegd cost one apiserver: {pods} pods of 1 container per node, full mode, relist 1 s, no triggers; {seconds} s per phase; churn: {rate} changes a second per node\n"
+        "\nplegd's requests a second (the server's request log, plegd's service account only) and what they cost:\n"
     );
-    println!("plegd's requests a second (the server's request log, plegd's service account only):\n");
     println!(
-        "| nodes | phase | changes/s | PATCH/s | GET+LIST/s | WATCH/s (opened) | other/s | total/s | per node/s | PATCHes per change | failed |"
+        "| nodes | phase | changes/s | PATCH/s | LIST/s | WATCH/s | other/s | per node/s | PATCHes per change | failed | apiserver CPU-ms/s | per node | etcd CPU-ms/s | per node | plegd CPU-ms/s per node | PATCH ms median / p99 |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
-    for (count, phases) in &results {
-        for phase in phases.iter().filter(|p| p.name != "no plegd") {
-            let r = Rates::of(phase);
-            let changes = phase.changes as f64 / phase.seconds;
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for run in runs {
+        let n = run.nodes as f64;
+        let base = run.base();
+        for phase in &run.phases {
+            let r = Rates::of(&phase.requests, phase.seconds);
             let per_change = if phase.changes_made > 0 {
                 format!("{:.2}", phase.patches_landed as f64 / phase.changes_made as f64)
             } else {
                 "—".into()
             };
-            println!(
-                "| {count} | {} | {changes:.2} | {:.2} | {:.2} | {:.3} | {:.3} | {:.2} | {:.3} | {per_change} | {} |",
-                phase.name,
-                r.patch,
-                r.get_list,
-                r.watch,
-                r.other,
-                r.total(),
-                r.total() / *count as f64,
-                failed(phase)
-            );
-        }
-    }
-
-    println!(
-        "\nCPU of the server processes (utime + stime from /proc), CPU-ms a second; per node: net of the no-plegd phase, ÷ nodes; per PATCH: the apiserver's churn − idle, ÷ PATCHes:\n"
-    );
-    println!("| nodes | phase | apiserver | apiserver per node | etcd | etcd per node | apiserver CPU-ms per PATCH |");
-    println!("|---|---|---|---|---|---|---|");
-    for (count, phases) in &results {
-        let (base, idle) = (&phases[0], &phases[1]);
-        for phase in phases {
-            let per_node = |v: f64, b: f64| {
+            let net = |v: f64, b: f64| {
                 if phase.name == "no plegd" {
                     "—".to_owned()
                 } else {
-                    format!("{:.2}", (v - b) / *count as f64)
+                    format!("{:.3}", (v - b) / n)
                 }
             };
-            let patches = Rates::of(phase).patch;
-            let per_patch = if phase.name == "churn" && patches > 0.0 {
-                format!("{:.2}", (phase.apiserver_cpu - idle.apiserver_cpu) / patches)
-            } else {
+            let mut durations = patch_durations(&phase.requests);
+            let latency = if durations.is_empty() {
                 "—".to_owned()
+            } else {
+                format!(
+                    "{:.1} / {:.1}",
+                    quantile(&mut durations, 0.5),
+                    quantile(&mut durations, 0.99)
+                )
             };
+            let failed = phase.requests.iter().filter(|r| r.status >= 400).count();
             println!(
-                "| {count} | {} | {:.1} | {} | {:.1} | {} | {per_patch} |",
+                "| {} | {} | {:.1} | {:.2} | {:.3} | {:.3} | {:.3} | {:.4} | {per_change} | {failed} | {:.1} | {} | {:.1} | {} | {:.3} | {latency} |",
+                run.nodes,
                 phase.name,
+                phase.changes as f64 / phase.seconds,
+                r.patch,
+                r.list,
+                r.watch,
+                r.other,
+                r.total() / n,
                 phase.apiserver_cpu,
-                per_node(phase.apiserver_cpu, base.apiserver_cpu),
+                net(phase.apiserver_cpu, base.apiserver_cpu),
                 phase.etcd_cpu,
-                per_node(phase.etcd_cpu, base.etcd_cpu)
+                net(phase.etcd_cpu, base.etcd_cpu),
+                phase.plegd_cpu / n,
             );
         }
     }
-
-    // Per-node figures of the largest N, times 5,000.
-    let (count, phases) = results.iter().max_by_key(|(n, _)| *n).expect("at least one node count");
-    let n = *count as f64;
-    let base = &phases[0];
+    println!("\nMemory, watches and connections at the end of each phase:\n");
     println!(
-        "\nAt {CLUSTER} nodes (the per-node figures at {count} nodes × {CLUSTER}; the apiserver's and etcd's own cost, the no-plegd phase, not included):\n"
+        "| nodes | phase | apiserver RSS MiB | etcd RSS MiB | plegd RSS MiB (mean) | pod watches open | plegd connections to the apiserver |"
     );
-    println!("| phase | plegd requests/s | of them PATCH/s | apiserver CPU, cores | etcd CPU, cores |");
+    println!("|---|---|---|---|---|---|---|");
+    for run in runs {
+        for phase in &run.phases {
+            println!(
+                "| {} | {} | {:.0} | {:.0} | {:.1} | {:.0} | {} |",
+                run.nodes,
+                phase.name,
+                phase.apiserver_rss,
+                phase.etcd_rss,
+                phase.plegd_rss,
+                phase.pod_watches,
+                phase.connections
+            );
+        }
+    }
+}
+
+/// The fit by phase name: apiserver and etcd CPU net of no plegd, requests, server memory growth,
+/// each against N, and 5,000 nodes from the line.
+fn print_fleet(runs: &[Run]) {
+    if runs.is_empty() {
+        return;
+    }
+    println!(
+        "\nAt {CLUSTER} nodes, from a straight line through every N (least squares: intercept + slope × N; r² its fit), net of the server's cost with no plegd:\n"
+    );
+    println!("| phase | quantity | slope per node | r² | at {CLUSTER} nodes |");
     println!("|---|---|---|---|---|");
-    for phase in phases.iter().filter(|p| p.name != "no plegd") {
-        let r = Rates::of(phase);
+    let names: Vec<String> = runs[0].phases.iter().skip(1).map(|p| p.name.clone()).collect();
+    for name in names {
+        let series = |f: &dyn Fn(&Phase, &Phase) -> f64| -> Vec<(f64, f64)> {
+            runs.iter()
+                .filter_map(|run| {
+                    let phase = run.phases.iter().find(|p| p.name == name)?;
+                    Some((run.nodes as f64, f(phase, run.base())))
+                })
+                .collect()
+        };
+        let rows: [(&str, Vec<(f64, f64)>, f64, &str); 5] = [
+            (
+                "apiserver CPU",
+                series(&|p, b| p.apiserver_cpu - b.apiserver_cpu),
+                1000.0,
+                "cores",
+            ),
+            ("etcd CPU", series(&|p, b| p.etcd_cpu - b.etcd_cpu), 1000.0, "cores"),
+            (
+                "plegd requests",
+                series(&|p, _| Rates::of(&p.requests, p.seconds).total()),
+                1.0,
+                "requests/s",
+            ),
+            (
+                "plegd PATCHes",
+                series(&|p, _| Rates::of(&p.requests, p.seconds).patch),
+                1.0,
+                "PATCH/s",
+            ),
+            (
+                "apiserver memory",
+                series(&|p, b| p.apiserver_rss - b.apiserver_rss),
+                1024.0,
+                "GiB",
+            ),
+        ];
+        for (quantity, points, unit, unit_name) in rows {
+            let (a, b, r2) = fit(&points);
+            println!(
+                "| {name} | {quantity} | {:.4} | {r2:.3} | {:.2} {unit_name} |",
+                b,
+                (a + b * CLUSTER_NODES) / unit
+            );
+        }
+    }
+}
+
+/// plegd's writes per node beside the kubelet's at the same churn (of the largest N).
+fn print_beside_kubelet(run: &Run) {
+    let n = run.nodes as f64;
+    for churn in run.phases.iter().filter(|p| p.changes > 0) {
+        let changes = churn.changes as f64 / churn.seconds / n;
+        let r = Rates::of(&churn.requests, churn.seconds);
+        let plegd_patch = r.patch / n;
+        let kubelet_writes = changes + KUBELET_LEASE_PUTS + KUBELET_NODE_STATUS_PATCHES;
         println!(
-            "| {} | {:.0} | {:.0} | {:.2} | {:.2} |",
-            phase.name,
-            r.total() / n * CLUSTER_NODES,
-            r.patch / n * CLUSTER_NODES,
-            (phase.apiserver_cpu - base.apiserver_cpu) / n * CLUSTER_NODES / 1000.0,
-            (phase.etcd_cpu - base.etcd_cpu) / n * CLUSTER_NODES / 1000.0
+            "\nWrites per node at {changes:.2} pod status changes a second per node ({} nodes; kubelet: its defaults, one status PATCH per change at most):\n",
+            run.nodes
+        );
+        println!("| per node, a second | kubelet | plegd |");
+        println!("|---|---|---|");
+        println!("| pod status PATCH | ≤ {changes:.3} | {plegd_patch:.3} |");
+        println!("| Lease renewal (PUT) | {KUBELET_LEASE_PUTS:.3} | 0 |");
+        println!("| node status PATCH | {KUBELET_NODE_STATUS_PATCHES:.4} | 0 |");
+        println!(
+            "| **writes at {CLUSTER} nodes** | **{:.0}** | **{:.0}** |",
+            kubelet_writes * CLUSTER_NODES,
+            plegd_patch * CLUSTER_NODES
         );
     }
+}
 
-    // plegd's writes beside the kubelet's at the same churn, per node.
-    let churn = phases.iter().find(|p| p.name == "churn").expect("churn phase");
-    let r = Rates::of(churn);
-    let changes = churn.changes as f64 / churn.seconds / n;
-    let plegd_patch = r.patch / n;
-    let plegd_other_writes = churn
-        .requests
-        .iter()
-        .filter(|q| q.method != "GET" && q.authorization().as_deref() != Some("/pods/status:patch"))
-        .count() as f64
-        / churn.seconds
-        / n;
-    let kubelet_writes = changes + KUBELET_LEASE_PUTS + KUBELET_NODE_STATUS_PATCHES;
-    let plegd_writes = plegd_patch + plegd_other_writes;
+fn print_storms(storms: &[Storm]) {
+    if storms.is_empty() {
+        return;
+    }
     println!(
-        "\nWrites per node at {changes:.2} pod status changes/s per node (kubelet: its defaults; plegd: measured, churn at {count} nodes):\n"
+        "\nStorms at {} nodes: from the end of the fault, plegd's requests per node in the {} s after, until every node watched again and wrote every exit made during the fault, PATCHes of pods that did not change:\n",
+        storms[0].nodes,
+        storms[0].window.as_secs()
     );
-    println!("| per node, a second | kubelet | plegd |");
-    println!("|---|---|---|");
-    println!("| pod status PATCH | {changes:.3} (one per change) | {plegd_patch:.3} |");
-    println!("| Lease renewal (PUT) | {KUBELET_LEASE_PUTS:.3} | 0 |");
-    println!("| node status PATCH | {KUBELET_NODE_STATUS_PATCHES:.4} | 0 |");
-    println!("| other writes | — | {plegd_other_writes:.3} |");
-    println!("| **writes** | **{kubelet_writes:.3}** | **{plegd_writes:.3}** |");
     println!(
-        "| writes at {CLUSTER} nodes | {:.0} | {:.0} |",
-        kubelet_writes * CLUSTER_NODES,
-        plegd_writes * CLUSTER_NODES
+        "| storm | fault s | LIST per node | WATCH per node | PATCH per node | 429s | synced after s | needless PATCHes | exits landed | PATCH ms p99 | apiserver CPU-s | etcd CPU-s | apiserver peak RSS MiB |"
     );
-    println!("| node GET (status check, from the watch cache) | {KUBELET_NODE_GETS:.3} | 0 |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for storm in storms {
+        let n = storm.nodes as f64;
+        let count =
+            |f: &dyn Fn(&plegd_test_support::apiserver::Logged) -> bool| storm.after.iter().filter(|r| f(r)).count();
+        let lists = count(&|r| r.method == "GET" && !r.query.contains("watch="));
+        let watches = count(&|r| r.method == "GET" && r.query.contains("watch="));
+        let patches = count(&|r| r.method == "PATCH");
+        let refused = count(&|r| r.status == 429);
+        let mut durations = patch_durations(&storm.after);
+        println!(
+            "| {} | {:.1} | {:.2} | {:.2} | {:.2} | {refused} | {:.1} | {} | {} of {} | {:.1} | {:.1} | {:.1} | {:.0} |",
+            storm.name,
+            storm.fault.as_secs_f64(),
+            lists as f64 / n,
+            watches as f64 / n,
+            patches as f64 / n,
+            storm.synced_after.as_secs_f64(),
+            storm.needless_patches,
+            storm.exits_landed,
+            storm.exits,
+            quantile(&mut durations, 0.99),
+            storm.apiserver_cpu_ms / 1000.0,
+            storm.etcd_cpu_ms / 1000.0,
+            storm.apiserver_peak_rss,
+        );
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let counts: Vec<usize> = list("--nodes").unwrap_or_else(|| vec![25, 50, 100, 200]);
+    assert!(
+        !counts.is_empty() && counts.iter().all(|&n| n > 0),
+        "--nodes takes a list of node counts, e.g. 25,50,100,200"
+    );
+    let pods: usize = arg("--pods").unwrap_or(110);
+    let seconds: u64 = arg("--seconds").unwrap_or(30);
+    let rates: Vec<f64> = list("--rates").unwrap_or_else(|| vec![1.0, 5.0]);
+    // Full mode: plegd owns the status, as on a node without a kubelet. (Beside a kubelet, plegd's
+    // writes are its conditions alone, fewer; the fleet here has no kubelet to write the rest.)
+    let mode = "full";
+    let storms = std::env::args().any(|a| a == "--storms");
+    let throttle_seconds: u64 = arg("--throttle-seconds").unwrap_or(60);
+    let lists: Vec<String> = list("--lists").unwrap_or_else(|| vec!["stream".into(), "pages".into(), "cache".into()]);
+    let binary: String = arg("--binary").unwrap_or_else(|| env!("CARGO_BIN_EXE_plegd").into());
+    let setup = |list: &str| PlegdSetup {
+        binary: binary.clone(),
+        args: vec![
+            "--status-mode".into(),
+            mode.into(),
+            "--initial-list".into(),
+            list.into(),
+        ],
+    };
+    let started = Instant::now();
+    let largest = counts.iter().copied().max().unwrap_or(1);
+    let mut runs = Vec::new();
+    let mut storm_results = Vec::new();
+    for &count in &counts {
+        let t = Instant::now();
+        let mut fleet = Fleet::build(count, pods, setup("stream")).await;
+        eprintln!(
+            "{count} nodes: {} pods created in {:.0} s",
+            fleet.pods(),
+            t.elapsed().as_secs_f64()
+        );
+        let mut phases = vec![fleet.measure("no plegd", seconds, 0.0).await];
+        let t = Instant::now();
+        fleet.start_plegds(Duration::from_secs(900)).await;
+        eprintln!(
+            "{count} nodes: every pod Running {:.0} s after plegd started",
+            t.elapsed().as_secs_f64()
+        );
+        // Past the first 10 s resync of every pod.
+        tokio::time::sleep(Duration::from_secs(12)).await;
+        phases.push(fleet.measure("idle", seconds, 0.0).await);
+        for &rate in &rates {
+            let phase = fleet.measure(&format!("churn {rate}/s"), seconds, rate).await;
+            eprintln!(
+                "{count} nodes, {rate}/s: {} PATCHes for {} changes",
+                phase.patches_landed, phase.changes_made
+            );
+            phases.push(phase);
+        }
+        if storms && count == largest {
+            fleet.restart_exited();
+            let wrong = fleet.settled(Duration::from_secs(300)).await;
+            eprintln!("{count} nodes: settled before the storms ({} pods not)", wrong.len());
+            let deadline = Duration::from_secs(600);
+            let minute = Duration::from_secs(60);
+            for fault in [
+                Fault::ApiserverRestart,
+                Fault::EtcdRestartCompaction,
+                Fault::Rollout,
+                Fault::Throttled {
+                    seconds: throttle_seconds,
+                },
+            ] {
+                let storm = fleet.storm(fault, deadline, minute).await;
+                eprintln!("storm {}: synced after {:?}", storm.name, storm.synced_after);
+                storm_results.push(storm);
+                fleet.restart_exited();
+                fleet.settled(Duration::from_secs(300)).await;
+            }
+            for list in &lists {
+                fleet.restart_plegds(setup(list));
+                fleet.settled(Duration::from_secs(300)).await;
+                let mut storm = fleet.storm(Fault::AllRestart, deadline, minute).await;
+                storm.name = format!("{} (--initial-list {list})", storm.name);
+                storm_results.push(storm);
+                fleet.restart_exited();
+                fleet.settled(Duration::from_secs(300)).await;
+                let mut storm = fleet.storm(Fault::ApiserverRestart, deadline, minute).await;
+                storm.name = format!("{} (--initial-list {list})", storm.name);
+                storm_results.push(storm);
+                fleet.restart_exited();
+                fleet.settled(Duration::from_secs(300)).await;
+            }
+        }
+        runs.push(Run { nodes: count, phases });
+    }
+
+    println!(
+        "\n### A fleet on one machine: {pods} pods of 1 container per node, `--status-mode {mode}`, relist 1 s, no triggers, {seconds} s per phase; plegd {binary}\n"
+    );
+    print_phases(&runs);
+    print_fleet(&runs);
+    if let Some(run) = runs.iter().max_by_key(|r| r.nodes) {
+        print_beside_kubelet(run);
+    }
+    print_storms(&storm_results);
     println!("\n(run took {:.0} s)", started.elapsed().as_secs_f64());
 }
