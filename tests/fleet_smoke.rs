@@ -17,7 +17,8 @@ const PLEGD: &str = env!("CARGO_BIN_EXE_plegd");
 async fn a_small_fleet_idles_writes_each_change_at_most_once_and_lives_through_an_apiserver_restart() {
     let setup = PlegdSetup {
         binary: PLEGD.into(),
-        args: vec!["--status-mode".into(), "full".into()],
+        args: Vec::new(),
+        beside_kubelet: false,
     };
     let mut fleet = Fleet::build(4, 10, setup).await;
     fleet.start_plegds(Duration::from_secs(120)).await;

@@ -2,16 +2,24 @@
 //! code (`plegd run` the binary, full mode, the fake CRI server): by default one streaming list (a
 //! WATCH with `sendInitialEvents=true`, served from the watch cache, no LIST at all), and paged
 //! LISTs where the apiserver refuses streaming lists (its WatchList feature gate off) or where
-//! `--initial-list pages` asks for them. Each checks the requests in the server's audit log.
+//! `--initial-list pages` asks for them; and a LIST or WATCH answered 429 is not asked again before
+//! the `Retry-After` has passed. Each checks the requests in the server's audit log.
 
 use plegd_test_support as support;
 use support::bind_pods;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
 
 use support::apiserver::{Apiserver, Identity, Logged, Options, PLEGD_USER};
 use support::fake_cri::FakeServer;
 use support::process::{FULL_MODE_FAST_RELIST, RunningPlegd as Plegd};
+use support::wait_for;
 
 const PLEGD: &str = env!("CARGO_BIN_EXE_plegd");
 
@@ -122,4 +130,90 @@ async fn initial_list_pages_lists_in_pages_of_ten() {
         "consistent lists: {:?}",
         describe(&lists)
     );
+}
+
+/// The informer's watch, renewed every 4 s (`--apiserver-timeout 1s`), meets priority and fairness
+/// holding plegd to one request at a time with no queue while another request of plegd's service
+/// account holds that seat (a status write the fault webhook keeps for 3 s, one after another):
+/// each WATCH is answered 429 with `Retry-After: 1`, and the next comes no sooner. Once the seat is
+/// free again the informer watches and sees a pod created meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_answered_429_is_not_asked_again_before_retry_after() {
+    let cri = FakeServer::start().await;
+    let api = Apiserver::start_with(Options {
+        throttle_plegd: true,
+        ..Options::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    bind_pods(&cri, &api, "n1", 2, 1).await;
+    let plegd = start_plegd(&api, &cri, "n1", dir.path(), &["--apiserver-timeout", "1s"]);
+    every_pod_running(&api, 2).await;
+
+    // The seat, held: plegd's identity writes pod-0's status, each write kept 3 s in admission.
+    api.set_delay(Some(Duration::from_secs(3))).await;
+    let hog = api.client_as(&Identity::Plegd("n1".into())).await;
+    let holding = Arc::new(AtomicBool::new(true));
+    let task = {
+        let holding = holding.clone();
+        tokio::spawn(async move {
+            let pods: Api<Pod> = Api::namespaced(hog, "default");
+            let mut n = 0u64;
+            while holding.load(Ordering::Relaxed) {
+                n += 1;
+                let patch = json!({"status": {"conditions": [{"type": "plegd.test/Held", "status": "True",
+                                   "message": format!("write {n}")}]}});
+                let _ = pods
+                    .patch_status("pod-0", &PatchParams::default(), &Patch::Strategic(&patch))
+                    .await;
+            }
+        })
+    };
+    let refused_watches = || async {
+        let (streaming, _, watches) = reads(&api).await;
+        streaming.into_iter().chain(watches).filter(|r| r.status == 429).count()
+    };
+    wait_for(
+        "three of plegd's watches answered 429",
+        Duration::from_secs(60),
+        || async { refused_watches().await >= 3 },
+    )
+    .await;
+    let uid = api.create_bound_pod("pod-late", "n1", 1, "Never").await;
+    cri.fake.add_running_pod(&uid, "pod-late", 1);
+    holding.store(false, Ordering::Relaxed);
+    task.await.unwrap();
+    api.set_delay(None).await;
+    wait_for(
+        "the pod created while the seat was held, written",
+        Duration::from_secs(60),
+        || async {
+            api.pod("default", "pod-late")
+                .await
+                .is_some_and(|p| p["status"]["phase"] == "Running")
+        },
+    )
+    .await;
+
+    let (streaming, _, watches) = reads(&api).await;
+    let mut attempts: Vec<Logged> = streaming.into_iter().chain(watches).collect();
+    attempts.sort_by_key(|r| r.received);
+    let refused: Vec<&Logged> = attempts.iter().filter(|r| r.status == 429).collect();
+    assert!(refused.len() >= 3, "{:?}", describe(&attempts));
+    // The server asks for 1 s (Retry-After: 1): no watch reaches it within that second after a
+    // 429 was answered (200 ms of slack for a request already on its way, on a loaded machine).
+    for no in &refused {
+        let early: Vec<String> = attempts
+            .iter()
+            .filter(|r| {
+                r.received > no.at + Duration::from_millis(200) && r.received < no.at + Duration::from_millis(900)
+            })
+            .map(|r| format!("{} {}?{}", r.status, r.path, r.query))
+            .collect();
+        assert!(
+            early.is_empty(),
+            "watched again within the Retry-After of a 429: {early:?}"
+        );
+    }
+    assert!(plegd.metric("plegd_apiserver_retry_after_total") >= refused.len() as f64);
 }

@@ -7,7 +7,9 @@
 //!
 //! For each N (`--nodes`), on a fresh apiserver: a phase with no plegd (the server's own cost with
 //! the pods stored), then plegd idle, then under churn at each of `--rates` changes a second per
-//! node (a container's exit, then its restart, round robin). Each phase: plegd's requests a second
+//! node (a container's exit, then its restart, round robin); `--mode full` (plegd owns the status)
+//! or `conditions` (plegd beside a kubelet: the fleet writes each pod's Running status as its
+//! kubelet would, once, and plegd its own condition). Each phase: plegd's requests a second
 //! by verb from the server's request log; CPU-ms a second of the server, etcd and all plegds
 //! (/proc); resident memory of the server, etcd and a plegd; pod watches open and plegd's TCP
 //! connections to the server; the server's time for a status PATCH (median, p99, from the audit
@@ -24,6 +26,7 @@
 //!     cargo bench --bench apiserver_load -- --nodes 25,50,100,200 --storms        # ~1 h
 //!     cargo bench --bench apiserver_load -- --nodes 4 --pods 10 --seconds 5 --rates 1
 //!     cargo bench --bench apiserver_load -- --nodes 50 --binary /tmp/old/plegd      # another build
+//!     cargo bench --bench apiserver_load -- --nodes 25,50,100 --mode conditions     # beside kubelets
 
 use plegd_test_support::fleet;
 mod args;
@@ -294,21 +297,21 @@ async fn main() {
     let pods: usize = arg("--pods").unwrap_or(110);
     let seconds: u64 = arg("--seconds").unwrap_or(30);
     let rates: Vec<f64> = list("--rates").unwrap_or_else(|| vec![1.0, 5.0]);
-    // Full mode: plegd owns the status, as on a node without a kubelet. (Beside a kubelet, plegd's
-    // writes are its conditions alone, fewer; the fleet here has no kubelet to write the rest.)
-    let mode = "full";
+    // full: plegd owns the status, as on a node without a kubelet; conditions: plegd beside a
+    // kubelet (whose own writes the fleet makes once, before plegd starts, and not during churn).
+    let mode: String = arg("--mode").unwrap_or_else(|| "full".into());
+    assert!(
+        mode == "full" || mode == "conditions",
+        "--mode takes full or conditions, not {mode:?}"
+    );
     let storms = std::env::args().any(|a| a == "--storms");
     let throttle_seconds: u64 = arg("--throttle-seconds").unwrap_or(60);
     let lists: Vec<String> = list("--lists").unwrap_or_else(|| vec!["stream".into(), "pages".into(), "cache".into()]);
     let binary: String = arg("--binary").unwrap_or_else(|| env!("CARGO_BIN_EXE_plegd").into());
     let setup = |list: &str| PlegdSetup {
         binary: binary.clone(),
-        args: vec![
-            "--status-mode".into(),
-            mode.into(),
-            "--initial-list".into(),
-            list.into(),
-        ],
+        args: vec!["--initial-list".into(), list.into()],
+        beside_kubelet: mode == "conditions",
     };
     let started = Instant::now();
     let largest = counts.iter().copied().max().unwrap_or(1);

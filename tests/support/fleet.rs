@@ -47,9 +47,15 @@ impl ChurnPod {
 pub struct PlegdSetup {
     /// The plegd binary (another build's, to compare).
     pub binary: String,
-    /// Flags beyond the node's own: `--status-mode full` and the like.
+    /// Flags beyond the node's own and `--status-mode`.
     pub args: Vec<String>,
+    /// `--status-mode conditions` beside a kubelet (the fleet writes each pod's Running status as
+    /// the kubelet would, once, before plegd starts), else `full`.
+    pub beside_kubelet: bool,
 }
+
+/// plegd's own condition, which it writes beside a kubelet.
+const PLEGD_CONDITION: &str = "plegd.io/ContainersRunning";
 
 /// One node: its runtime, its pods and its plegd.
 pub struct Node {
@@ -115,8 +121,9 @@ impl Node {
             .append(true)
             .open(&self.log)
             .expect("plegd log file");
+        let mode = if setup.beside_kubelet { "conditions" } else { "full" };
         let child = process::plegd_run(&setup.binary, &self.name, &self.cri.path, &self.kubeconfig)
-            .args(["--triggers", "none", "--metrics-address", "off"])
+            .args(["--triggers", "none", "--metrics-address", "off", "--status-mode", mode])
             .args(&setup.args)
             .stderr(Stdio::from(log))
             .spawn()
@@ -311,15 +318,21 @@ impl Fleet {
         .await;
         let dir = tempfile::tempdir().expect("temp dir");
         let mut nodes = Vec::with_capacity(count);
+        let kubelet = api.client_as(&Identity::Kubelet).await;
         for (k, name) in names.iter().enumerate() {
             let cri = fake_cri::FakeServer::start().await;
             // A few creates at a time: the server takes them in parallel, as from a scheduler.
             let created: Vec<(String, String)> = futures_util::stream::iter(0..pods)
                 .map(|i| {
                     let api = &api;
+                    let kubelet = kubelet.clone();
+                    let beside_kubelet = setup.beside_kubelet;
                     async move {
                         let pod = format!("n{k}-pod-{i}");
                         let uid = api.create_bound_pod(&pod, name, 1, "Always").await;
+                        if beside_kubelet {
+                            write_running_as_kubelet(kubelet, &pod).await;
+                        }
                         (pod, uid)
                     }
                 })
@@ -378,18 +391,25 @@ impl Fleet {
         }
     }
 
-    /// Wait until every pod of the fleet is Running in the apiserver (a metadata list filtered
-    /// by the server, every 2 s).
+    /// Wait until plegd has written every pod of the fleet: Running in the apiserver (full mode;
+    /// a metadata list filtered by the server), or with plegd's condition (beside a kubelet);
+    /// every 2 s.
     pub async fn wait_running(&self, timeout: Duration) {
         let pods: Api<Pod> = Api::namespaced(self.api.client(), "default");
         let count = self.pods();
         let deadline = Instant::now() + timeout;
         loop {
-            let running = pods
-                .list_metadata(&ListParams::default().fields("status.phase=Running"))
-                .await
-                .map(|l| l.items.len())
-                .unwrap_or(0);
+            let running = if self.setup.beside_kubelet {
+                pods.list(&ListParams::default())
+                    .await
+                    .map(|l| l.items.iter().filter(|p| condition(p) == Some(true)).count())
+                    .unwrap_or(0)
+            } else {
+                pods.list_metadata(&ListParams::default().fields("status.phase=Running"))
+                    .await
+                    .map(|l| l.items.len())
+                    .unwrap_or(0)
+            };
             if running >= count {
                 return;
             }
@@ -550,12 +570,33 @@ impl Fleet {
         made
     }
 
-    /// Which of `exits` the apiserver holds (the pod's container terminated with the code).
+    /// Which of `exits` the apiserver holds (the pod's container terminated with the code; beside
+    /// a kubelet, plegd's condition False with the code in its message).
     async fn landed(&self, exits: &[(String, i32)]) -> usize {
         let pods: Api<Pod> = Api::namespaced(self.api.client(), "default");
         let Ok(list) = pods.list(&ListParams::default()).await else {
             return 0;
         };
+        if self.setup.beside_kubelet {
+            let said: BTreeMap<String, String> = list
+                .items
+                .iter()
+                .filter_map(|p| {
+                    let c = p
+                        .status
+                        .as_ref()?
+                        .conditions
+                        .as_ref()?
+                        .iter()
+                        .find(|c| c.type_ == PLEGD_CONDITION)?;
+                    (c.status == "False").then(|| Some((p.metadata.name.clone()?, c.message.clone()?)))?
+                })
+                .collect();
+            return exits
+                .iter()
+                .filter(|(pod, code)| said.get(pod).is_some_and(|m| m.contains(&format!("code {code}"))))
+                .count();
+        }
         let codes: BTreeMap<String, i32> = list
             .items
             .iter()
@@ -581,16 +622,28 @@ impl Fleet {
                 .unwrap_or_default()
                 .into_iter()
                 .filter_map(|p| {
+                    if self.setup.beside_kubelet {
+                        // plegd writes its condition alone: False once the container exited.
+                        let running = condition(&p)?;
+                        return Some((p.metadata.name?, (0, !running)));
+                    }
                     let status = p.status?.container_statuses?.into_iter().next()?;
                     let exited = status.state.is_some_and(|s| s.terminated.is_some());
                     Some((p.metadata.name?, (status.restart_count, exited)))
                 })
                 .collect();
+            let restarts = |p: &ChurnPod| {
+                if self.setup.beside_kubelet {
+                    0
+                } else {
+                    p.restarts as i32
+                }
+            };
             let wrong: Vec<String> = self
                 .nodes
                 .iter()
                 .flat_map(|n| &n.pods)
-                .filter(|p| stored.get(&p.name) != Some(&(p.restarts as i32, p.exited)))
+                .filter(|p| stored.get(&p.name) != Some(&(restarts(p), p.exited)))
                 .map(|p| p.name.clone())
                 .collect();
             if wrong.is_empty() || Instant::now() >= deadline {
@@ -740,6 +793,27 @@ impl Fleet {
             etcd_cpu_ms: end.etcd - begin.etcd,
         }
     }
+}
+
+/// plegd's condition on `pod`: Some(true) when it says every container runs.
+fn condition(pod: &Pod) -> Option<bool> {
+    let conditions = pod.status.as_ref()?.conditions.as_ref()?;
+    Some(conditions.iter().find(|c| c.type_ == PLEGD_CONDITION)?.status == "True")
+}
+
+/// Pod `name`'s status as a kubelet writes it once its container runs (phase, Ready), through the
+/// stand-in for a kubelet's status writes.
+async fn write_running_as_kubelet(kubelet: kube::Client, name: &str) {
+    let pods: Api<Pod> = Api::namespaced(kubelet, "default");
+    let status = serde_json::json!({"status": {"phase": "Running",
+        "conditions": [{"type": "Ready", "status": "True"}, {"type": "ContainersReady", "status": "True"}]}});
+    pods.patch_status(
+        name,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Strategic(&status),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("write {name}'s status as the kubelet: {e}"));
 }
 
 /// The most resident memory a process had, sampled every 250 ms.
