@@ -183,7 +183,9 @@ fn print_fleet(runs: &[Run]) {
                 })
                 .collect()
         };
-        let rows: [(&str, Vec<(f64, f64)>, f64, &str); 5] = [
+        // (quantity, its points by N, the divisor into its unit, the unit)
+        type Row<'a> = (&'a str, Vec<(f64, f64)>, f64, &'a str);
+        let rows: [Row; 5] = [
             (
                 "apiserver CPU",
                 series(&|p, b| p.apiserver_cpu - b.apiserver_cpu),
