@@ -126,6 +126,26 @@ impl Informer {
     }
 }
 
+/// The changes the syncLoop is told of once `event` is in `store` (pure over the store): a pod
+/// applied or deleted by the watch, and, when a list is complete, every pod it holds. A list's pods
+/// are kept apart until it is complete (kube's reflector swaps them in at `InitDone`): a change sent
+/// for one of them before would name a pod the store does not hold yet, which the syncLoop cannot
+/// sync and forgets at its next housekeeping.
+fn changes_after(event: &Event<ApiPod>, store: &Store<ApiPod>) -> Vec<PodChange> {
+    match event {
+        Event::Apply(pod) => change_of(pod).into_iter().collect(),
+        Event::Delete(pod) => pod
+            .metadata
+            .uid
+            .clone()
+            .map(|uid| PodChange::Deleted { uid })
+            .into_iter()
+            .collect(),
+        Event::Init | Event::InitApply(_) => Vec::new(),
+        Event::InitDone => store.state().iter().filter_map(|pod| change_of(pod)).collect(),
+    }
+}
+
 fn change_of(pod: &ApiPod) -> Option<PodChange> {
     let uid = pod.metadata.uid.clone()?;
     Some(PodChange::Applied {
@@ -154,6 +174,7 @@ pub fn start(
         ready: ready.clone(),
     };
     let node_name = node_name.clone();
+    let store = writer.as_reader();
     let stage: Stage = Box::pin(async move {
         let mut list = list;
         loop {
@@ -165,20 +186,13 @@ pub fn start(
             futures_util::pin_mut!(stream);
             let mut switched = false;
             while let Some(item) = stream.next().await {
-                let change = match item {
+                let found = match item {
                     Ok(event) => {
                         writer.apply_watcher_event(&event);
-                        match event {
-                            Event::Apply(pod) | Event::InitApply(pod) => change_of(&pod),
-                            Event::Delete(pod) => pod.metadata.uid.clone().map(|uid| PodChange::Deleted { uid }),
-                            Event::Init => None,
-                            Event::InitDone => {
-                                if !ready.swap(true, Ordering::AcqRel) {
-                                    info!(node = %node_name, list = list.as_str(), "informer synced");
-                                }
-                                None
-                            }
+                        if matches!(event, Event::InitDone) && !ready.swap(true, Ordering::AcqRel) {
+                            info!(node = %node_name, list = list.as_str(), "informer synced");
                         }
+                        changes_after(&event, &store)
                     }
                     Err(error) => {
                         metrics.informer_errors.inc();
@@ -193,14 +207,14 @@ pub fn start(
                             break;
                         }
                         warn!(error = %error, "pod watch failed; retrying with backoff");
-                        None
+                        Vec::new()
                     }
                 };
-                if let Some(change) = change
-                    && changes.send(change).await.is_err()
-                {
-                    debug!("syncLoop is gone; informer stops");
-                    return;
+                for change in found {
+                    if changes.send(change).await.is_err() {
+                        debug!("syncLoop is gone; informer stops");
+                        return;
+                    }
                 }
             }
             if !switched {
@@ -246,6 +260,62 @@ mod tests {
         // The other lists are what the user chose.
         assert_eq!(list_after(InitialList::Pages, &refused(422)), InitialList::Pages);
         assert_eq!(list_after(InitialList::Cache, &refused(422)), InitialList::Cache);
+    }
+
+    fn pod(name: &str) -> ApiPod {
+        let mut pod = k8s_openapi::api::core::v1::Pod::default();
+        pod.metadata.name = Some(name.into());
+        pod.metadata.namespace = Some("default".into());
+        pod.metadata.uid = Some(format!("uid-{name}"));
+        ApiPod::from(pod)
+    }
+
+    /// Every change the syncLoop is told of names a pod the store holds when it is told: a list's
+    /// pods only once the list is complete (before the fix, each was sent as it came, the store
+    /// did not hold it yet, the syncLoop could not sync it and forgot it at its housekeeping, and a
+    /// node whose list took longer than that under a fleet's load never had its pods written).
+    #[test]
+    fn a_lists_pods_are_changes_once_the_store_holds_them() {
+        let (store, mut writer) = reflector::store::<ApiPod>();
+        let mut told = Vec::new();
+        let events = [
+            Event::Init,
+            Event::InitApply(pod("a")),
+            Event::InitApply(pod("b")),
+            Event::InitApply(pod("c")),
+            Event::InitDone,
+            Event::Apply(pod("d")),
+            Event::Delete(pod("a")),
+            // A list again (after 410 Gone): b is gone meanwhile.
+            Event::Init,
+            Event::InitApply(pod("c")),
+            Event::InitApply(pod("d")),
+            Event::InitDone,
+        ];
+        for event in &events {
+            writer.apply_watcher_event(event);
+            for change in changes_after(event, &store) {
+                if let PodChange::Applied { key, .. } = &change {
+                    assert!(store.get(key).is_some(), "{change:?} after {event:?}: not in the store");
+                }
+                told.push(change);
+            }
+        }
+        let names = |from: usize, to: usize| -> Vec<String> {
+            let mut n: Vec<String> = told[from..to]
+                .iter()
+                .map(|c| match c {
+                    PodChange::Applied { key, .. } => key.name.clone(),
+                    PodChange::Deleted { uid } => format!("deleted {uid}"),
+                })
+                .collect();
+            n.sort();
+            n
+        };
+        assert_eq!(told.len(), 3 + 2 + 2);
+        assert_eq!(names(0, 3), ["a", "b", "c"], "the first list, whole, at its end");
+        assert_eq!(names(3, 5), ["d", "deleted uid-a"]);
+        assert_eq!(names(5, 7), ["c", "d"], "the second list, whole: b is no longer there");
     }
 
     #[test]

@@ -9,15 +9,16 @@ use plegd_test_support as support;
 use support::bind_pods;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::json;
 use support::apiserver::{Apiserver, Identity, Options, PLEGD_USER};
 use support::fake_cri::FakeServer;
+use support::flood::{self, Flood, server_metric};
 use support::process::{FULL_MODE_FAST_RELIST, RunningPlegd as Plegd};
 use support::wait_for;
 
@@ -31,60 +32,6 @@ fn small_server() -> Options {
             "--max-mutating-requests-inflight=4".into(),
         ],
         ..Options::default()
-    }
-}
-
-/// The value of the apiserver's metric `name{labels}` (labels in the server's order), 0 if absent.
-fn server_metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
-    text.lines()
-        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with('{'))
-        .filter(|l| labels.iter().all(|(k, v)| l.contains(&format!("{k}=\"{v}\""))))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
-/// Requests of a flood, by how they ended.
-#[derive(Default)]
-struct Flood {
-    stop: AtomicBool,
-    served: AtomicUsize,
-    refused: AtomicUsize,
-}
-
-impl Flood {
-    /// `clients` × `each` loops of `request` until stopped.
-    fn start<F, Fut>(
-        self: &Arc<Self>,
-        clients: Vec<kube::Client>,
-        each: usize,
-        request: F,
-    ) -> Vec<tokio::task::JoinHandle<()>>
-    where
-        F: Fn(kube::Client) -> Fut + Clone + Send + 'static,
-        Fut: std::future::Future<Output = Result<(), kube::Error>> + Send,
-    {
-        let mut tasks = Vec::new();
-        for client in clients {
-            for _ in 0..each {
-                let (me, client, request) = (self.clone(), client.clone(), request.clone());
-                tasks.push(tokio::spawn(async move {
-                    while !me.stop.load(Ordering::Relaxed) {
-                        match request(client.clone()).await {
-                            Ok(()) => me.served.fetch_add(1, Ordering::Relaxed),
-                            Err(_) => me.refused.fetch_add(1, Ordering::Relaxed),
-                        };
-                    }
-                }));
-            }
-        }
-        tasks
-    }
-
-    async fn stop(&self, tasks: Vec<tokio::task::JoinHandle<()>>) {
-        self.stop.store(true, Ordering::Relaxed);
-        for task in tasks {
-            let _ = task.await;
-        }
     }
 }
 
@@ -119,34 +66,7 @@ async fn a_tenants_flood_of_workload_low_leaves_plegds_writes_in_its_own_level()
     api.wait_all_running(pods, Duration::from_secs(60)).await;
 
     // Twelve service accounts of a tenant, each listing 200 ConfigMaps of 8 KiB four at a time.
-    let data = "x".repeat(8192);
-    let mut objects = vec![
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-               "metadata": {"name": "read-config", "namespace": "tenant"},
-               "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list"]}]}),
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-               "metadata": {"name": "read-config", "namespace": "tenant"},
-               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "read-config"},
-               "subjects": [{"kind": "Group", "name": "system:serviceaccounts:tenant", "apiGroup": "rbac.authorization.k8s.io"}]}),
-    ];
-    let mut clients = Vec::new();
-    for i in 0..12 {
-        let token = api.service_account_token("tenant", &format!("app-{i}"));
-        clients.push(api.client_with_token(dir.path(), &format!("app-{i}"), &token).await);
-    }
-    for i in 0..200 {
-        objects.push(json!({"apiVersion": "v1", "kind": "ConfigMap",
-                            "metadata": {"name": format!("config-{i}"), "namespace": "tenant"},
-                            "data": {"blob": data}}));
-    }
-    api.apply(&objects);
-    let flood = Arc::new(Flood::default());
-    let tasks = flood.start(clients, 4, |client| async move {
-        Api::<ConfigMap>::namespaced(client, "tenant")
-            .list(&ListParams::default())
-            .await
-            .map(drop)
-    });
+    let (flood, tasks) = flood::tenant(&api, dir.path(), 12, 4).await;
     wait_queued(&api, "workload-low").await;
 
     for (i, uid) in uids.iter().enumerate() {

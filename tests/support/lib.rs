@@ -14,6 +14,7 @@ pub mod containerd;
 pub mod daemon;
 pub mod fake_cri;
 pub mod fleet;
+pub mod flood;
 pub mod history;
 pub mod hung_volume;
 pub mod manifests;
