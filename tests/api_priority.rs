@@ -18,7 +18,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::json;
 use support::apiserver::{Apiserver, Identity, Options, PLEGD_USER};
 use support::fake_cri::FakeServer;
-use support::flood::{self, Flood, server_metric};
+use support::flood::{self, Flood, server_metric, wait_queued};
 use support::process::{FULL_MODE_FAST_RELIST, RunningPlegd as Plegd};
 use support::wait_for;
 
@@ -33,23 +33,6 @@ fn small_server() -> Options {
         ],
         ..Options::default()
     }
-}
-
-/// Wait until the server has requests of `level` waiting in its queues.
-async fn wait_queued(api: &Apiserver, level: &str) {
-    wait_for(
-        &format!("requests queued in priority level {level}"),
-        Duration::from_secs(60),
-        || async {
-            let text = api.server_metrics().await;
-            server_metric(
-                &text,
-                "apiserver_flowcontrol_current_inqueue_requests",
-                &[("priority_level", level)],
-            ) > 0.0
-        },
-    )
-    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -23,7 +23,16 @@
 //! and wrote every exit made during the fault, PATCHes of pods that did not change, exits landed,
 //! the server's p99 for a status write, CPU of the server and etcd, the server's peak memory.
 //!
+//! With `--flood`, on a fleet of `--flood-nodes` (25) on a server of 60 seats
+//! (`--max-requests-inflight 40`, `--max-mutating-requests-inflight 20`): churn at 1 change a
+//! second per node with no flood, then beside a tenant's flood of `workload-low` (24 service
+//! accounts listing 1.6 MiB of ConfigMaps, 4 at a time each) with plegd in its own priority level,
+//! then the same flood with deploy/base/priority.yaml deleted (plegd in `workload-low` with the
+//! flood): the server's time for plegd's status PATCHes (its queueing in priority and fairness
+//! included) and its 429s.
+//!
 //!     cargo bench --bench apiserver_load -- --nodes 25,50,100,200 --storms        # ~1 h
+//!     cargo bench --bench apiserver_load -- --nodes 25 --rates 1 --flood
 //!     cargo bench --bench apiserver_load -- --nodes 4 --pods 10 --seconds 5 --rates 1
 //!     cargo bench --bench apiserver_load -- --nodes 50 --binary /tmp/old/plegd      # another build
 //!     cargo bench --bench apiserver_load -- --nodes 25,50,100 --mode conditions     # beside kubelets
@@ -35,6 +44,7 @@ use std::time::{Duration, Instant};
 
 use args::arg;
 use fleet::{Fault, Fleet, Phase, PlegdSetup, Rates, Storm, patch_durations, quantile};
+use plegd_test_support::flood;
 
 /// The cluster size the per-node figures are carried to, as a number and as printed.
 const CLUSTER_NODES: f64 = 5000.0;
@@ -289,6 +299,71 @@ fn print_storms(storms: &[Storm]) {
     }
 }
 
+/// plegd's writes beside a tenant's flood of `workload-low`, with and without plegd's own level.
+async fn flood_phases(nodes: usize, pods: usize, seconds: u64, setup: PlegdSetup) -> Vec<(Phase, f64)> {
+    let server = vec![
+        "--max-requests-inflight=40".to_owned(),
+        "--max-mutating-requests-inflight=20".to_owned(),
+    ];
+    let mut fleet = Fleet::build_with(nodes, pods, setup, server).await;
+    fleet.start_plegds(Duration::from_secs(600)).await;
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let mut phases = vec![(fleet.measure("churn 1/s, no flood", seconds, 1.0).await, 0.0)];
+    for (name, own_level) in [
+        ("churn 1/s, flood, plegd in its own level", true),
+        ("churn 1/s, flood, plegd in workload-low", false),
+    ] {
+        if !own_level {
+            let objects = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/base/priority.yaml"))
+                .expect("deploy/base/priority.yaml");
+            let objects: Vec<serde_json::Value> = objects
+                .split("\n---\n")
+                .map(|doc| serde_saphyr::from_str(doc).expect("a YAML document"))
+                .collect();
+            fleet.api.delete_objects(&objects);
+        }
+        let (tenant, tasks) = flood::tenant(&fleet.api, fleet.dir(), 24, 4).await;
+        flood::wait_queued(&fleet.api, "workload-low").await;
+        let before = tenant.served.load(std::sync::atomic::Ordering::Relaxed);
+        let started = Instant::now();
+        let phase = fleet.measure(name, seconds, 1.0).await;
+        let served = tenant.served.load(std::sync::atomic::Ordering::Relaxed) - before;
+        let rate = served as f64 / started.elapsed().as_secs_f64();
+        tenant.stop(tasks).await;
+        phases.push((phase, rate));
+    }
+    phases
+}
+
+fn print_flood(nodes: usize, phases: &[(Phase, f64)]) {
+    if phases.is_empty() {
+        return;
+    }
+    println!(
+        "
+Beside a tenant's flood of workload-low ({nodes} nodes, a server of 60 seats): the server's time for plegd's status PATCHes, its priority and fairness queueing included:
+"
+    );
+    println!(
+        "| phase | tenant LISTs/s served | plegd PATCH/s | PATCH ms median | p99 | max | plegd's 429s | PATCHes per change |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    for (phase, tenant) in phases {
+        let mut durations = patch_durations(&phase.requests);
+        let r = Rates::of(&phase.requests, phase.seconds);
+        println!(
+            "| {} | {tenant:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {} | {:.2} |",
+            phase.name,
+            r.patch,
+            quantile(&mut durations, 0.5),
+            quantile(&mut durations, 0.99),
+            quantile(&mut durations, 1.0),
+            phase.requests.iter().filter(|r| r.status == 429).count(),
+            phase.patches_landed as f64 / phase.changes_made.max(1) as f64,
+        );
+    }
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let counts: Vec<usize> = list("--nodes").unwrap_or_else(|| vec![25, 50, 100, 200]);
@@ -315,6 +390,7 @@ async fn main() {
         args: vec!["--initial-list".into(), list.into()],
         beside_kubelet: mode == "conditions",
     };
+    let flood_nodes: usize = arg("--flood-nodes").unwrap_or(25);
     let started = Instant::now();
     let largest = counts.iter().copied().max().unwrap_or(1);
     let mut runs = Vec::new();
@@ -383,6 +459,12 @@ async fn main() {
         runs.push(Run { nodes: count, phases });
     }
 
+    let flood = if std::env::args().any(|a| a == "--flood") {
+        flood_phases(flood_nodes, pods, seconds, setup("stream")).await
+    } else {
+        Vec::new()
+    };
+
     println!(
         "\n### A fleet on one machine: {pods} pods of 1 container per node, `--status-mode {mode}`, relist 1 s, no triggers, {seconds} s per phase; plegd {binary}\n"
     );
@@ -392,5 +474,6 @@ async fn main() {
         print_beside_kubelet(run);
     }
     print_storms(&storm_results);
+    print_flood(flood_nodes, &flood);
     println!("\n(run took {:.0} s)", started.elapsed().as_secs_f64());
 }

@@ -310,9 +310,15 @@ impl Fleet {
     /// A fresh apiserver and `count` nodes of `pods` pods of one container each, created in the
     /// apiserver (which gives their uids) and started in each node's runtime; no plegd yet.
     pub async fn build(count: usize, pods: usize, setup: PlegdSetup) -> Self {
+        Self::build_with(count, pods, setup, Vec::new()).await
+    }
+
+    /// [`Fleet::build`], kube-apiserver started with `server_args` more.
+    pub async fn build_with(count: usize, pods: usize, setup: PlegdSetup, server_args: Vec<String>) -> Self {
         let names: Vec<String> = (0..count).map(|k| format!("node-{k}")).collect();
         let api = Apiserver::start_with(Options {
             plegd_nodes: names.clone(),
+            args: server_args,
             ..Options::default()
         })
         .await;
@@ -366,6 +372,11 @@ impl Fleet {
             ticks: clock_ticks(),
             _dir: dir,
         }
+    }
+
+    /// A temporary directory of the fleet's own.
+    pub fn dir(&self) -> &std::path::Path {
+        self._dir.path()
     }
 
     pub fn pods(&self) -> usize {

@@ -6,8 +6,6 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, ListParams};
 use serde_json::json;
 
 use crate::apiserver::Apiserver;
@@ -96,11 +94,29 @@ pub async fn tenant(
     }
     api.apply(&objects);
     let flood = Arc::new(Flood::default());
+    // The answers are read, not decoded: the cost is the server's.
     let tasks = flood.start(clients, each, |client| async move {
-        Api::<ConfigMap>::namespaced(client, "tenant")
-            .list(&ListParams::default())
-            .await
-            .map(drop)
+        let request = http::Request::get("/api/v1/namespaces/tenant/configmaps")
+            .body(Vec::new())
+            .expect("a request");
+        client.request_text(request).await.map(drop)
     });
     (flood, tasks)
+}
+
+/// Wait until the server has requests of priority level `level` waiting in its queues.
+pub async fn wait_queued(api: &Apiserver, level: &str) {
+    crate::wait_for(
+        &format!("requests queued in priority level {level}"),
+        std::time::Duration::from_secs(60),
+        || async {
+            let text = api.server_metrics().await;
+            server_metric(
+                &text,
+                "apiserver_flowcontrol_current_inqueue_requests",
+                &[("priority_level", level)],
+            ) > 0.0
+        },
+    )
+    .await;
 }
