@@ -33,6 +33,7 @@
 //!
 //!     cargo bench --bench apiserver_load -- --nodes 25,50,100,200 --storms        # ~1 h
 //!     cargo bench --bench apiserver_load -- --nodes 25 --rates 1 --flood
+//!     cargo bench --bench apiserver_load -- --nodes 200 --no-phases --list-storms --lists stream,pages,cache,stream
 //!     cargo bench --bench apiserver_load -- --nodes 4 --pods 10 --seconds 5 --rates 1
 //!     cargo bench --bench apiserver_load -- --nodes 50 --binary /tmp/old/plegd      # another build
 //!     cargo bench --bench apiserver_load -- --nodes 25,50,100 --mode conditions     # beside kubelets
@@ -382,6 +383,9 @@ async fn main() {
         "--mode takes full or conditions, not {mode:?}"
     );
     let storms = std::env::args().any(|a| a == "--storms");
+    // Only every plegd restarted at once, then the server restarted, for each of `--lists` in turn.
+    let list_storms = std::env::args().any(|a| a == "--list-storms");
+    let no_phases = std::env::args().any(|a| a == "--no-phases");
     let throttle_seconds: u64 = arg("--throttle-seconds").unwrap_or(60);
     let lists: Vec<String> = list("--lists").unwrap_or_else(|| vec!["stream".into(), "pages".into(), "cache".into()]);
     let binary: String = arg("--binary").unwrap_or_else(|| env!("CARGO_BIN_EXE_plegd").into());
@@ -403,7 +407,10 @@ async fn main() {
             fleet.pods(),
             t.elapsed().as_secs_f64()
         );
-        let mut phases = vec![fleet.measure("no plegd", seconds, 0.0).await];
+        let mut phases = Vec::new();
+        if !no_phases {
+            phases.push(fleet.measure("no plegd", seconds, 0.0).await);
+        }
         let t = Instant::now();
         fleet.start_plegds(Duration::from_secs(900)).await;
         eprintln!(
@@ -412,8 +419,10 @@ async fn main() {
         );
         // Past the first 10 s resync of every pod.
         tokio::time::sleep(Duration::from_secs(12)).await;
-        phases.push(fleet.measure("idle", seconds, 0.0).await);
-        for &rate in &rates {
+        if !no_phases {
+            phases.push(fleet.measure("idle", seconds, 0.0).await);
+        }
+        for &rate in rates.iter().filter(|_| !no_phases) {
             let phase = fleet.measure(&format!("churn {rate}/s"), seconds, rate).await;
             eprintln!(
                 "{count} nodes, {rate}/s: {} PATCHes for {} changes",
@@ -421,20 +430,25 @@ async fn main() {
             );
             phases.push(phase);
         }
-        if storms && count == largest {
+        if (storms || list_storms) && count == largest {
             fleet.restart_exited();
             let wrong = fleet.settled(Duration::from_secs(300)).await;
             eprintln!("{count} nodes: settled before the storms ({} pods not)", wrong.len());
             let deadline = Duration::from_secs(600);
             let minute = Duration::from_secs(60);
-            for fault in [
-                Fault::ApiserverRestart,
-                Fault::EtcdRestartCompaction,
-                Fault::Rollout,
-                Fault::Throttled {
-                    seconds: throttle_seconds,
-                },
-            ] {
+            let faults = if storms {
+                vec![
+                    Fault::ApiserverRestart,
+                    Fault::EtcdRestartCompaction,
+                    Fault::Rollout,
+                    Fault::Throttled {
+                        seconds: throttle_seconds,
+                    },
+                ]
+            } else {
+                Vec::new()
+            };
+            for fault in faults {
                 let storm = fleet.storm(fault, deadline, minute).await;
                 eprintln!("storm {}: synced after {:?}", storm.name, storm.synced_after);
                 storm_results.push(storm);
@@ -456,7 +470,9 @@ async fn main() {
                 fleet.settled(Duration::from_secs(300)).await;
             }
         }
-        runs.push(Run { nodes: count, phases });
+        if !phases.is_empty() {
+            runs.push(Run { nodes: count, phases });
+        }
     }
 
     let flood = if std::env::args().any(|a| a == "--flood") {

@@ -250,13 +250,14 @@ pub struct Storm {
     pub nodes: usize,
     /// How long the fault lasted.
     pub fault: Duration,
-    /// plegd's requests in the window after the fault.
+    /// plegd's requests from the fault's start to the end of the window after it.
     pub after: Vec<Logged>,
     pub window: Duration,
     /// From the end of the fault until every node watched again and every exit made during the
     /// fault was written.
     pub synced_after: Duration,
-    /// Successful status PATCHes, in the window after, of pods that did not change.
+    /// Successful status PATCHes, from the fault's start to the window's end, of pods that did not
+    /// change.
     pub needless_patches: usize,
     /// Exits made during the fault, and how many of them the apiserver holds.
     pub exits: usize,
@@ -693,7 +694,7 @@ impl Fleet {
     pub async fn storm(&mut self, fault: Fault, deadline: Duration, window: Duration) -> Storm {
         self.api.clear_log().await;
         let n = self.nodes.len();
-        let begin = self.sample();
+        let mut begin = self.sample();
         let peak = Arc::new(PeakRss::default());
         let sampler = peak.clone().follow(self.api.server_pid());
         let fault_start = Instant::now();
@@ -703,6 +704,8 @@ impl Fleet {
         let mut rewatch = true;
         match fault {
             Fault::ApiserverRestart => {
+                // The CPU the server used until it is killed; the new one counts from 0.
+                begin.apiserver -= self.sample().apiserver;
                 self.api.set_down(true).await;
                 exits = self.exits_on(0..n, 41);
                 self.api.set_down(false).await;
@@ -711,6 +714,7 @@ impl Fleet {
             Fault::EtcdRestartCompaction => {
                 rewatch = false;
                 exits = self.exits_on(0..n, 42);
+                begin.etcd -= self.sample().etcd;
                 self.api.restart_etcd().await;
                 self.api.compact().await;
             }
@@ -778,7 +782,8 @@ impl Fleet {
         tokio::time::sleep_until((back_instant + window).into()).await;
         let end = self.sample();
         sampler.store(false, Ordering::Relaxed);
-        let after = self.requests_between(back, Some(back + window)).await;
+        // From the fault's start: what the nodes asked while it lasted and in the window after.
+        let after = self.requests_between(fault_began, Some(back + window)).await;
         let changed: BTreeSet<&str> = exits.iter().map(|(pod, _)| pod.as_str()).collect();
         let needless_patches = after
             .iter()
