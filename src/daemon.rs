@@ -343,7 +343,7 @@ fn start_apiserver_side(
     let (changes_tx, changes) = mpsc::channel(4096);
     let (informer, informer_stage) = informer::start(
         clients.watches.clone(),
-        kube_client::watch_timeout(options.apiserver_timeout),
+        kube_client::watch_timeout(options.apiserver_timeout, kube_client::watch_timeout_draw()),
         options.initial_list,
         &options.manager.node_name,
         changes_tx,

@@ -159,18 +159,32 @@ pub struct ApiClients {
     pub requests: kube::Client,
     /// For the informer's LIST and WATCH: the apiserver is asked to end each watch after
     /// [`watch_timeout`] (so a healthy watch is renewed that often), and a watch silent for
-    /// longer than that and a margin is given up.
+    /// longer than the longest such timeout and a margin is given up.
     pub watches: kube::Client,
     /// For the reviews that guard `/metrics`: like `requests`, but a `Retry-After` answered to a
     /// review (which clients of `/metrics` cause) does not hold back the status writes.
     pub reviews: kube::Client,
 }
 
-/// How long the apiserver is asked to keep one watch open, for a request timeout of `request`:
-/// four times it (2 min by default; the kubelet's reflectors ask for 5 to 10 min, which is also
-/// how long they can take to notice a dead watch). Whole seconds, at least one.
-pub fn watch_timeout(request: std::time::Duration) -> std::time::Duration {
-    std::time::Duration::from_secs((request * 4).as_secs().max(1))
+/// How long the apiserver is asked to keep one watch open, for a request timeout of `request` and
+/// a `draw` in [0, 1): as client-go's reflectors ask (the kubelet's among them), between 5 and 10
+/// minutes at the default request timeout — ten to twenty times it, never more than that —, drawn
+/// once per plegd so that a fleet's watches are not renewed in step. A renewal resumes from the
+/// last version seen; on a busy cluster the apiserver's watch cache may no longer hold it, and the
+/// informer lists again: renewing seldom keeps those lists rare. A dead connection is not waited
+/// for that long: it answers no PING ([`ApiClients`]). Whole seconds, at least one.
+pub fn watch_timeout(request: std::time::Duration, draw: f64) -> std::time::Duration {
+    let low = (request * 10).clamp(std::time::Duration::from_secs(1), std::time::Duration::from_secs(300));
+    let timeout = low.mul_f64(1.0 + draw.clamp(0.0, 0.999));
+    std::time::Duration::from_secs(timeout.as_secs().max(1))
+}
+
+/// A draw in [0, 1) for [`watch_timeout`], different in each process.
+pub fn watch_timeout_draw() -> f64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u32(std::process::id());
+    (hasher.finish() >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// Longer than a watch may be silent: the watch's own timeout and this margin.
@@ -210,7 +224,7 @@ pub async fn kube_clients(
         retry_after: Arc::default(),
         ..layer.clone()
     };
-    let watch_silence = watch_timeout(request_timeout) + WATCH_SILENCE_MARGIN;
+    let watch_silence = watch_timeout(request_timeout, 1.0) + WATCH_SILENCE_MARGIN;
     if config.proxy_url.is_some() || config.auth_info.exec.is_some() {
         // A proxy, or a credential plugin whose client certificate expires: kube's own stack,
         // which handles both (HTTP/1.1 only).
@@ -453,6 +467,21 @@ mod tests {
         answer: std::time::Duration::from_secs(2),
         silence: std::time::Duration::from_secs(5),
     };
+
+    #[test]
+    fn watches_last_five_to_ten_minutes_at_the_default_timeout_and_ten_to_twenty_times_a_short_one() {
+        let s = std::time::Duration::from_secs;
+        assert_eq!(watch_timeout(s(30), 0.0), s(300));
+        assert_eq!(watch_timeout(s(30), 0.5), s(450));
+        assert_eq!(watch_timeout(s(30), 1.0), s(599), "the draw is below 1");
+        assert_eq!(watch_timeout(s(600), 0.0), s(300), "never longer than client-go's");
+        assert_eq!(watch_timeout(s(1), 0.0), s(10));
+        assert_eq!(watch_timeout(s(1), 0.99), s(19));
+        for _ in 0..100 {
+            let d = watch_timeout_draw();
+            assert!((0.0..1.0).contains(&d), "{d}");
+        }
+    }
 
     #[tokio::test(start_paused = true)]
     async fn a_request_without_an_answer_fails_at_its_deadline() {

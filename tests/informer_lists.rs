@@ -132,7 +132,7 @@ async fn initial_list_pages_lists_in_pages_of_ten() {
     );
 }
 
-/// The informer's watch, renewed every 4 s (`--apiserver-timeout 1s`), meets priority and fairness
+/// The informer's watch, renewed every 10 to 20 s (`--apiserver-timeout 1s`), meets priority and fairness
 /// holding plegd to one request at a time with no queue while another request of plegd's service
 /// account holds that seat (a status write the fault webhook keeps for 3 s, one after another):
 /// each WATCH is answered 429 with `Retry-After: 1`, and the next comes no sooner. Once the seat is

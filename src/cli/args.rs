@@ -419,8 +419,8 @@ pub struct RunArgs {
     pub shutdown_timeout: Duration,
     /// Deadline of each apiserver request (1s to 10m): a status write, delete or Event that gets no
     /// answer within it is given up and retried; the connection (one, HTTP/2) is given up when it
-    /// answers no PING within it either; the informer's watch is renewed every 4 times it, and one
-    /// silent for longer is given up and watched again.
+    /// answers no PING within it either; the informer's watch is renewed every 10 to 20 times it
+    /// (5 to 10 minutes at most, as the kubelet's), drawn once per plegd.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration_in(range::APISERVER_TIMEOUT))]
     pub apiserver_timeout: Duration,
     /// How the informer lists this node's pods, at start and whenever its watch cannot resume:
