@@ -44,7 +44,7 @@ pub enum InitialList {
     /// A streaming list: one WATCH with `sendInitialEvents=true` from the apiserver's watch cache,
     /// one pod at a time in memory; paged LISTs where the apiserver refuses it.
     Stream,
-    /// Consistent LISTs of [`LIST_PAGE_SIZE`] pods a page (served from the watch cache once it has
+    /// Consistent LISTs of 10 pods a page (LIST_PAGE_SIZE; served from the watch cache once it has
     /// caught up with etcd, else from etcd), then a WATCH.
     Pages,
     /// LISTs with `resourceVersion=0` (whatever the watch cache holds, never etcd), in pages where the
