@@ -121,6 +121,24 @@ impl Logged {
     }
 }
 
+/// Those of `requests` the server received within the 1 s `Retry-After` of one of them answered 429
+/// (past 200 ms of slack: a request already on its way when the 429 was answered arrives soon after
+/// it, later on a loaded machine), as `status path?query`.
+pub fn sent_within_retry_after(requests: &[Logged]) -> Vec<String> {
+    let mut early = Vec::new();
+    for no in requests.iter().filter(|r| r.status == 429) {
+        early.extend(
+            requests
+                .iter()
+                .filter(|r| {
+                    r.received > no.at + Duration::from_millis(200) && r.received < no.at + Duration::from_millis(900)
+                })
+                .map(|r| format!("{} {}?{}", r.status, r.path, r.query)),
+        );
+    }
+    early
+}
+
 /// An RFC 3339 UTC time with fractional seconds, as the audit log writes it.
 fn parse_rfc3339(text: &str) -> Option<SystemTime> {
     let text = text.strip_suffix('Z')?;
