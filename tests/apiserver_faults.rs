@@ -3,7 +3,7 @@
 //! with a max-in-flight of 1 for mutating requests), the server restarted in the middle of churn
 //! (etcd kept), etcd's history compacted while plegd's watch is down (its informer gets 410 and
 //! lists again), and a pod deleted and created again under the same name while a write for the
-//! old one is queued, and plegd stopped (SIGTERM) just as a burst of exits reaches the apiserver.
+//! old one is queued (plegd's path cut meanwhile by a TCP proxy, tests/support/proxy.rs), and plegd stopped (SIGTERM) just as a burst of exits reaches the apiserver.
 //! Each checks every version of every pod the apiserver stored: nothing is lost, nothing goes back.
 
 use plegd_test_support as support;
@@ -16,6 +16,7 @@ use serde_json::Value;
 use support::apiserver::{Apiserver, Identity, Logged, Options, PLEGD_USER, sent_within_retry_after};
 use support::fake_cri::FakeServer;
 use support::process::{FULL_MODE_FAST_RELIST, RunningPlegd as Plegd};
+use support::proxy::{Path as ProxyPath, Proxy};
 use support::wait_for;
 
 const PLEGD: &str = env!("CARGO_BIN_EXE_plegd");
@@ -186,10 +187,17 @@ async fn apiserver_restarted_mid_churn_loses_and_reverts_nothing() {
 async fn a_write_queued_for_a_replaced_pod_is_dropped() {
     let cri = FakeServer::start().await;
     let api = Apiserver::start().await;
+    // plegd reaches the apiserver through a proxy that can reset every connection: while the pod
+    // is deleted and created again, none of plegd's requests reaches the server (a write that
+    // arrived between the delete and the create would be answered 404 and dropped as gone).
+    let proxy = Proxy::start(api.port()).await;
     let dir = tempfile::tempdir().unwrap();
     let old = api.create_bound_pod("web", "swap", 1, "Never").await;
     cri.fake.add_running_pod(&old, "web", 1);
-    let plegd = start_plegd(&api, &cri, "swap", dir.path());
+    let kubeconfig = api.kubeconfig_through(dir.path(), &Identity::Plegd("swap".into()), proxy.port);
+    let mut command = support::process::plegd_run(PLEGD, "swap", &cri.path, &kubeconfig);
+    command.args(FULL_MODE_FAST_RELIST).args(["--log-level", "debug"]);
+    let plegd = Plegd::spawn(command, dir.path());
     wait_for("web Running", Duration::from_secs(60), || async {
         api.pod("default", "web")
             .await
@@ -197,14 +205,12 @@ async fn a_write_queued_for_a_replaced_pod_is_dropped() {
     })
     .await;
 
-    // plegd's view of the pod stops moving: its watch is cut (the server restarted) and neither a
-    // watch nor a list can be made again (a list would let the informer see the new pod before the
-    // queued write goes out, and the write would be dropped as gone instead, not sent); and its
-    // status writes fail, so that the next one waits in its queue.
+    // plegd's view of the pod stops moving: it may no longer list or watch pods (a list would let
+    // the informer see the new pod before the queued write goes out, and the write would be
+    // dropped as gone instead, not sent), and its open watch is cut. Its status write fails on
+    // the cut path, and the next one waits in its queue.
     api.set_fail_pod_reads(true).await;
-    api.set_status_patch_500(true).await;
-    api.set_down(true).await;
-    api.set_down(false).await;
+    proxy.set(ProxyPath::Reset);
     cri.fake.exit_container(&format!("ctr-{old}-0"), 4);
     wait_for("the old pod's write failing", Duration::from_secs(30), || async {
         plegd.metric("plegd_status_writes_total{result=\"retry\"}") >= 1.0
@@ -214,7 +220,7 @@ async fn a_write_queued_for_a_replaced_pod_is_dropped() {
     api.delete("default", "web").await;
     let new = api.create_bound_pod("web", "swap", 1, "Never").await;
     assert_ne!(new, old);
-    api.set_status_patch_500(false).await;
+    proxy.set(ProxyPath::Pass);
 
     // The queued write goes out with the old uid; the server refuses it (422, `metadata.uid ...
     // field is immutable`), and plegd drops it as a replaced pod.
