@@ -3,7 +3,8 @@
 //! few clients fills a level: a tenant's flood of `workload-low` leaves plegd's writes in plegd's
 //! own level, never refused; and plegd at its worst (its level flooded as plegd) leaves the
 //! kubelets' `system` and the leases' `node-high` every request served, no seat of theirs borrowed.
-//! Whether the flood delays plegd's writes is measured, not asserted: `cargo bench --bench fleet`.
+//! Whether the flood delays plegd's writes is measured, not asserted: `cargo bench --bench
+//! apiserver_load -- --flood`.
 
 use plegd_test_support as support;
 use support::bind_pods;
@@ -48,8 +49,9 @@ async fn a_tenants_flood_of_workload_low_leaves_plegds_writes_in_its_own_level()
     let plegd = Plegd::spawn(command, dir.path());
     api.wait_all_running(pods, Duration::from_secs(60)).await;
 
-    // Twelve service accounts of a tenant, each listing 200 ConfigMaps of 8 KiB four at a time.
-    let (flood, tasks) = flood::tenant(&api, dir.path(), 12, 4).await;
+    // Twelve service accounts of a tenant, each writing a ConfigMap four at a time, every write held
+    // 2 s by a slow webhook: workload-low's seats taken, the machine's CPU left to plegd.
+    let (flood, tasks) = flood::tenant_held(&api, dir.path(), 12, 4, Duration::from_secs(2)).await;
     wait_queued(&api, "workload-low").await;
 
     for (i, uid) in uids.iter().enumerate() {

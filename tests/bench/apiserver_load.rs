@@ -25,11 +25,13 @@
 //!
 //! With `--flood`, on a fleet of `--flood-nodes` (25) on a server of 60 seats
 //! (`--max-requests-inflight 40`, `--max-mutating-requests-inflight 20`): churn at 1 change a
-//! second per node with no flood, then beside a tenant's flood of `workload-low` (24 service
-//! accounts listing 1.6 MiB of ConfigMaps, 4 at a time each) with plegd in its own priority level,
-//! then the same flood with deploy/base/priority.yaml deleted (plegd in `workload-low` with the
-//! flood): the server's time for plegd's status PATCHes (its queueing in priority and fairness
-//! included) and its 429s.
+//! second per node with no flood, then beside each of a tenant's floods of `workload-low`
+//! (`--flood-kinds`, 24 service accounts, 4 requests at a time each: `held`, writes of a ConfigMap
+//! that a slow webhook holds `--flood-hold` (2) seconds each, seats taken and no CPU; `lists`,
+//! lists of 1.6 MiB of ConfigMaps, seats and the server's CPU) with plegd in its own priority
+//! level; then all again with deploy/base/priority.yaml deleted (plegd in `workload-low`): the
+//! server's time for plegd's status PATCHes (its queueing in priority and fairness included) and
+//! its 429s.
 //!
 //!     cargo bench --bench apiserver_load -- --nodes 25,50,100,200 --storms        # ~1 h
 //!     cargo bench --bench apiserver_load -- --nodes 25 --rates 1 --flood
@@ -41,7 +43,7 @@
 use plegd_test_support::fleet;
 mod args;
 
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use args::arg;
 use fleet::{Fault, Fleet, Phase, PlegdSetup, Rates, Storm, patch_durations, quantile};
@@ -154,15 +156,16 @@ fn print_phases(runs: &[Run]) {
     }
     println!("\nMemory, watches and connections at the end of each phase:\n");
     println!(
-        "| nodes | phase | apiserver RSS MiB | etcd RSS MiB | plegd RSS MiB (mean) | pod watches open | plegd connections to the apiserver |"
+        "| nodes | phase | apiserver live heap MiB | apiserver RSS MiB | etcd RSS MiB | plegd RSS MiB (mean) | pod watches open | plegd connections to the apiserver |"
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|");
     for run in runs {
         for phase in &run.phases {
             println!(
-                "| {} | {} | {:.0} | {:.0} | {:.1} | {:.0} | {} |",
+                "| {} | {} | {:.0} | {:.0} | {:.0} | {:.1} | {:.0} | {} |",
                 run.nodes,
                 phase.name,
+                phase.apiserver_heap,
                 phase.apiserver_rss,
                 phase.etcd_rss,
                 phase.plegd_rss,
@@ -196,7 +199,7 @@ fn print_fleet(runs: &[Run]) {
         };
         // (quantity, its points by N, the divisor into its unit, the unit)
         type Row<'a> = (&'a str, Vec<(f64, f64)>, f64, &'a str);
-        let rows: [Row; 5] = [
+        let rows: [Row; 6] = [
             (
                 "apiserver CPU",
                 series(&|p, b| p.apiserver_cpu - b.apiserver_cpu),
@@ -217,7 +220,13 @@ fn print_fleet(runs: &[Run]) {
                 "PATCH/s",
             ),
             (
-                "apiserver memory",
+                "apiserver live heap",
+                series(&|p, b| p.apiserver_heap - b.apiserver_heap),
+                1024.0,
+                "GiB",
+            ),
+            (
+                "apiserver RSS",
                 series(&|p, b| p.apiserver_rss - b.apiserver_rss),
                 1024.0,
                 "GiB",
@@ -300,8 +309,32 @@ fn print_storms(storms: &[Storm]) {
     }
 }
 
-/// plegd's writes beside a tenant's flood of `workload-low`, with and without plegd's own level.
-async fn flood_phases(nodes: usize, pods: usize, seconds: u64, setup: PlegdSetup) -> Vec<(Phase, f64)> {
+/// The tenant's flood of a phase: `lists` fills `workload-low`'s seats and the server's CPU; `held`
+/// fills its seats alone (writes a slow webhook holds for `--flood-hold` seconds).
+#[derive(Clone, Copy, PartialEq)]
+enum FloodKind {
+    Lists,
+    Held(Duration),
+}
+
+impl FloodKind {
+    fn name(self) -> String {
+        match self {
+            FloodKind::Lists => "lists of 1.6 MiB".into(),
+            FloodKind::Held(hold) => format!("writes held {} s", hold.as_secs_f64()),
+        }
+    }
+}
+
+/// plegd's writes with no flood and beside each of a tenant's floods of `workload-low`, first with
+/// plegd in its own level, then with the level deleted (plegd in `workload-low`).
+async fn flood_phases(
+    nodes: usize,
+    pods: usize,
+    seconds: u64,
+    setup: PlegdSetup,
+    kinds: &[FloodKind],
+) -> Vec<FloodPhase> {
     let server = vec![
         "--max-requests-inflight=40".to_owned(),
         "--max-mutating-requests-inflight=20".to_owned(),
@@ -309,12 +342,9 @@ async fn flood_phases(nodes: usize, pods: usize, seconds: u64, setup: PlegdSetup
     let mut fleet = Fleet::build_with(nodes, pods, setup, server).await;
     fleet.start_plegds(Duration::from_secs(600)).await;
     tokio::time::sleep(Duration::from_secs(12)).await;
-    let mut phases = vec![(fleet.measure("churn 1/s, no flood", seconds, 1.0).await, 0.0)];
-    for (name, own_level) in [
-        ("churn 1/s, flood, plegd in its own level", true),
-        ("churn 1/s, flood, plegd in workload-low", false),
-    ] {
-        if !own_level {
+    let mut phases = Vec::new();
+    for level in ["its own level", "workload-low"] {
+        if level == "workload-low" {
             let objects = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/base/priority.yaml"))
                 .expect("deploy/base/priority.yaml");
             let objects: Vec<serde_json::Value> = objects
@@ -323,46 +353,75 @@ async fn flood_phases(nodes: usize, pods: usize, seconds: u64, setup: PlegdSetup
                 .collect();
             fleet.api.delete_objects(&objects);
         }
-        let (tenant, tasks) = flood::tenant(&fleet.api, fleet.dir(), 24, 4).await;
-        flood::wait_queued(&fleet.api, "workload-low").await;
-        let before = tenant.served.load(std::sync::atomic::Ordering::Relaxed);
-        let started = Instant::now();
-        let phase = fleet.measure(name, seconds, 1.0).await;
-        let served = tenant.served.load(std::sync::atomic::Ordering::Relaxed) - before;
-        let rate = served as f64 / started.elapsed().as_secs_f64();
-        tenant.stop(tasks).await;
-        phases.push((phase, rate));
+        let name = format!("churn 1/s, no flood, plegd in {level}");
+        let from = SystemTime::now();
+        let phase = fleet.measure(&name, seconds, 1.0).await;
+        let writes = fleet.requests_between(from, None).await;
+        phases.push(FloodPhase { phase, tenant_rate: 0.0, writes });
+        for &kind in kinds {
+            let (tenant, tasks) = match kind {
+                FloodKind::Lists => flood::tenant(&fleet.api, fleet.dir(), 24, 4).await,
+                FloodKind::Held(hold) => flood::tenant_held(&fleet.api, fleet.dir(), 24, 4, hold).await,
+            };
+            flood::wait_queued(&fleet.api, "workload-low").await;
+            let before = tenant.served.load(std::sync::atomic::Ordering::Relaxed);
+            let (started, from) = (Instant::now(), SystemTime::now());
+            let name = format!("churn 1/s, flood of {}, plegd in {level}", kind.name());
+            // Measured until the phase's writes have landed (or none has for 5 s), the flood on.
+            let phase = fleet.measure(&name, seconds, 1.0).await;
+            let served = tenant.served.load(std::sync::atomic::Ordering::Relaxed) - before;
+            let tenant_rate = served as f64 / started.elapsed().as_secs_f64();
+            let writes = fleet.requests_between(from, None).await;
+            tenant.stop(tasks).await;
+            phases.push(FloodPhase { phase, tenant_rate, writes });
+        }
     }
     phases
 }
 
-fn print_flood(nodes: usize, phases: &[(Phase, f64)]) {
+fn print_flood(nodes: usize, phases: &[FloodPhase]) {
     if phases.is_empty() {
         return;
     }
     println!(
         "
-Beside a tenant's flood of workload-low ({nodes} nodes, a server of 60 seats): the server's time for plegd's status PATCHes, its priority and fairness queueing included:
+Beside a tenant's flood of workload-low ({nodes} nodes, a server of 60 seats): plegd's status PATCHes answered in the window, and the server's time for every PATCH of the phase (warm-up, window and the writes landing after it; priority and fairness' queueing included):
 "
     );
     println!(
-        "| phase | tenant LISTs/s served | plegd PATCH/s | PATCH ms median | p99 | max | plegd's 429s | PATCHes per change |"
+        "| phase | tenant requests/s served | plegd PATCH/s in the window | PATCH ms median | p99 | max | PATCHes | plegd's 429s | PATCHes per change |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
-    for (phase, tenant) in phases {
-        let mut durations = patch_durations(&phase.requests);
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for FloodPhase { phase, tenant_rate, writes } in phases {
+        let mut durations = patch_durations(writes);
         let r = Rates::of(&phase.requests, phase.seconds);
+        let quantiles = if durations.is_empty() {
+            "— | — | —".to_owned()
+        } else {
+            format!(
+                "{:.1} | {:.1} | {:.1}",
+                quantile(&mut durations, 0.5),
+                quantile(&mut durations, 0.99),
+                quantile(&mut durations, 1.0)
+            )
+        };
         println!(
-            "| {} | {tenant:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {} | {:.2} |",
+            "| {} | {tenant_rate:.1} | {:.1} | {quantiles} | {} | {} | {:.2} |",
             phase.name,
             r.patch,
-            quantile(&mut durations, 0.5),
-            quantile(&mut durations, 0.99),
-            quantile(&mut durations, 1.0),
-            phase.requests.iter().filter(|r| r.status == 429).count(),
+            durations.len(),
+            writes.iter().filter(|r| r.status == 429).count(),
             phase.patches_landed as f64 / phase.changes_made.max(1) as f64,
         );
     }
+}
+
+/// A phase beside a flood: the tenant's requests served a second, and every request of plegd's
+/// from the phase's start until its writes landed.
+struct FloodPhase {
+    phase: Phase,
+    tenant_rate: f64,
+    writes: Vec<plegd_test_support::apiserver::Logged>,
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -389,12 +448,28 @@ async fn main() {
     let throttle_seconds: u64 = arg("--throttle-seconds").unwrap_or(60);
     let lists: Vec<String> = list("--lists").unwrap_or_else(|| vec!["stream".into(), "pages".into(), "cache".into()]);
     let binary: String = arg("--binary").unwrap_or_else(|| env!("CARGO_BIN_EXE_plegd").into());
+    // `stream` is the default: without the flag, so that a `--binary` that predates it runs (and
+    // lists as it did).
     let setup = |list: &str| PlegdSetup {
         binary: binary.clone(),
-        args: vec!["--initial-list".into(), list.into()],
+        args: if list == "stream" {
+            Vec::new()
+        } else {
+            vec!["--initial-list".into(), list.into()]
+        },
         beside_kubelet: mode == "conditions",
     };
     let flood_nodes: usize = arg("--flood-nodes").unwrap_or(25);
+    let hold = Duration::from_secs_f64(arg("--flood-hold").unwrap_or(2.0));
+    let flood_kinds: Vec<FloodKind> = list::<String>("--flood-kinds")
+        .unwrap_or_else(|| vec!["held".into(), "lists".into()])
+        .iter()
+        .map(|kind| match kind.as_str() {
+            "lists" => FloodKind::Lists,
+            "held" => FloodKind::Held(hold),
+            other => panic!("--flood-kinds takes held and lists, not {other:?}"),
+        })
+        .collect();
     let started = Instant::now();
     let largest = counts.iter().copied().max().unwrap_or(1);
     let mut runs = Vec::new();
@@ -476,7 +551,7 @@ async fn main() {
     }
 
     let flood = if std::env::args().any(|a| a == "--flood") {
-        flood_phases(flood_nodes, pods, seconds, setup("stream")).await
+        flood_phases(flood_nodes, pods, seconds, setup("stream"), &flood_kinds).await
     } else {
         Vec::new()
     };

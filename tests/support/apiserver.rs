@@ -1016,6 +1016,12 @@ impl Apiserver {
             .set(|f| f.delay = delay.unwrap_or_default());
     }
 
+    /// Hold each ConfigMap write of a tenant's service account (namespace `tenant`) for `hold` in
+    /// admission: the request keeps its priority and fairness seat meanwhile, at no CPU.
+    pub async fn set_tenant_hold(&self, hold: Duration) {
+        self.faults().await.as_ref().unwrap().set(|f| f.tenant_hold = hold);
+    }
+
     /// plegd's status PATCHes answered 500 (the webhook says so).
     pub async fn set_status_patch_500(&self, on: bool) {
         self.faults().await.as_ref().unwrap().set(|f| f.status_patch_500 = on);
@@ -1280,12 +1286,18 @@ pub mod faults {
     use super::{ADMIN_USER, PLEGD_USER, lock, pod_resource, run};
 
     const PROBE_POD: &str = "plegd-test-webhook-probe";
+    /// The namespace of a tenant's flood (tests/support/flood.rs).
+    pub const TENANT: &str = "tenant";
 
     #[derive(Debug, Clone, Default)]
     pub struct Faults {
         pub delay: Duration,
         pub status_patch_500: bool,
         pub status_patch_conflicts: u32,
+        /// How long each write of a tenant's service account (`system:serviceaccount:tenant:*`)
+        /// to a ConfigMap of namespace `tenant` is held: a slow webhook, a request that holds its
+        /// seat without using the server's CPU.
+        pub tenant_hold: Duration,
     }
 
     #[derive(Default)]
@@ -1423,6 +1435,18 @@ pub mod faults {
                 "admissionReviewVersions": ["v1"],
                 "failurePolicy": "Fail",
                 "timeoutSeconds": 30,
+            }, {
+                "name": "tenant.plegd.test",
+                "clientConfig": {"url": format!("https://127.0.0.1:{}/", self.port), "caBundle": self.ca_bundle},
+                "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
+                           "resources": ["configmaps"]}],
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": TENANT}},
+                "matchConditions": [{"name": "tenant", "expression":
+                    format!("request.userInfo.username.startsWith('system:serviceaccount:{TENANT}:')")}],
+                "sideEffects": "None",
+                "admissionReviewVersions": ["v1"],
+                "failurePolicy": "Fail",
+                "timeoutSeconds": 30,
             }]})
         }
 
@@ -1458,9 +1482,12 @@ pub mod faults {
         let request = &review["request"];
         let uid = request["uid"].clone();
         let status_write = request["subResource"] == "status" && request["operation"] == "UPDATE";
+        let username = request["userInfo"]["username"].as_str().unwrap_or_default();
         let (delay, refusal) = {
             let mut state = lock(&state);
-            if request["userInfo"]["username"] != PLEGD_USER {
+            if username.starts_with(&format!("system:serviceaccount:{TENANT}:")) {
+                (state.faults.tenant_hold, None)
+            } else if username != PLEGD_USER {
                 state.probed = true;
                 (Duration::ZERO, None)
             } else if status_write && state.faults.status_patch_500 {

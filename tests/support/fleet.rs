@@ -178,6 +178,9 @@ pub struct Phase {
     /// MiB at the end of the window.
     pub apiserver_rss: f64,
     pub etcd_rss: f64,
+    /// The server's live heap, MiB: what its last garbage collection kept (`go_gc_heap_live_bytes`),
+    /// the memory its objects, caches and watches hold, without the garbage RSS still carries.
+    pub apiserver_heap: f64,
     /// Mean over the plegds.
     pub plegd_rss: f64,
     /// Watches of pods open in the server at the end (plegd's, and the harness's own one).
@@ -190,6 +193,14 @@ pub struct Phase {
     pub changes_made: u64,
     /// plegd's successful status PATCHes from the phase's start until its writes have landed.
     pub patches_landed: usize,
+}
+
+/// The value of a metric without labels in a Prometheus text page, 0 if absent.
+fn unlabelled_metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse::<f64>().ok())
+        .next()
+        .unwrap_or(0.0)
 }
 
 /// plegd's requests a second, by what RBAC authorizes them as.
@@ -457,7 +468,8 @@ impl Fleet {
     }
 
     /// plegd's requests answered from `from` on (to `to`, if given).
-    async fn requests_between(&self, from: SystemTime, to: Option<SystemTime>) -> Vec<Logged> {
+    /// plegd's requests answered from `from` (to `to`), from the server's request log.
+    pub async fn requests_between(&self, from: SystemTime, to: Option<SystemTime>) -> Vec<Logged> {
         self.api
             .requests_by(PLEGD_USER)
             .await
@@ -511,6 +523,7 @@ impl Fleet {
             })
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum();
+        let apiserver_heap = unlabelled_metric(&text, "go_gc_heap_live_bytes") / (1024.0 * 1024.0);
         let connections = self
             .nodes
             .iter()
@@ -539,6 +552,7 @@ impl Fleet {
             plegd_cpu: (end.plegd - begin.plegd) / elapsed,
             apiserver_rss,
             etcd_rss,
+            apiserver_heap,
             plegd_rss,
             pod_watches,
             connections,
