@@ -357,7 +357,11 @@ async fn flood_phases(
         let from = SystemTime::now();
         let phase = fleet.measure(&name, seconds, 1.0).await;
         let writes = fleet.requests_between(from, None).await;
-        phases.push(FloodPhase { phase, tenant_rate: 0.0, writes });
+        phases.push(FloodPhase {
+            phase,
+            tenant_rate: 0.0,
+            writes,
+        });
         for &kind in kinds {
             let (tenant, tasks) = match kind {
                 FloodKind::Lists => flood::tenant(&fleet.api, fleet.dir(), 24, 4).await,
@@ -373,7 +377,11 @@ async fn flood_phases(
             let tenant_rate = served as f64 / started.elapsed().as_secs_f64();
             let writes = fleet.requests_between(from, None).await;
             tenant.stop(tasks).await;
-            phases.push(FloodPhase { phase, tenant_rate, writes });
+            phases.push(FloodPhase {
+                phase,
+                tenant_rate,
+                writes,
+            });
         }
     }
     phases
@@ -392,7 +400,12 @@ Beside a tenant's flood of workload-low ({nodes} nodes, a server of 60 seats): p
         "| phase | tenant requests/s served | plegd PATCH/s in the window | PATCH ms median | p99 | max | PATCHes | plegd's 429s | PATCHes per change |"
     );
     println!("|---|---|---|---|---|---|---|---|---|");
-    for FloodPhase { phase, tenant_rate, writes } in phases {
+    for FloodPhase {
+        phase,
+        tenant_rate,
+        writes,
+    } in phases
+    {
         let mut durations = patch_durations(writes);
         let r = Rates::of(&phase.requests, phase.seconds);
         let quantiles = if durations.is_empty() {
