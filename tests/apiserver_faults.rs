@@ -3,7 +3,8 @@
 //! with a max-in-flight of 1 for mutating requests), the server restarted in the middle of churn
 //! (etcd kept), etcd's history compacted while plegd's watch is down (its informer gets 410 and
 //! lists again), and a pod deleted and created again under the same name while a write for the
-//! old one is queued (plegd's path cut meanwhile by a TCP proxy, tests/support/proxy.rs), and plegd stopped (SIGTERM) just as a burst of exits reaches the apiserver.
+//! old one is queued (plegd's path cut meanwhile by a TCP proxy, tests/support/proxy.rs), and plegd
+//! stopped (SIGTERM) just as a burst of exits reaches the apiserver.
 //! Each checks every version of every pod the apiserver stored: nothing is lost, nothing goes back.
 
 use plegd_test_support as support;
@@ -22,8 +23,12 @@ use support::wait_for;
 const PLEGD: &str = env!("CARGO_BIN_EXE_plegd");
 
 fn start_plegd(api: &Apiserver, cri: &FakeServer, node: &str, dir: &std::path::Path) -> Plegd {
-    let kubeconfig = api.kubeconfig_as(dir, &Identity::Plegd(node.into()));
-    let mut command = support::process::plegd_run(PLEGD, node, &cri.path, &kubeconfig);
+    start_plegd_with(&api.kubeconfig_as(dir, &Identity::Plegd(node.into())), cri, node, dir)
+}
+
+/// [`start_plegd`] with a kubeconfig of the caller's (one through a proxy).
+fn start_plegd_with(kubeconfig: &std::path::Path, cri: &FakeServer, node: &str, dir: &std::path::Path) -> Plegd {
+    let mut command = support::process::plegd_run(PLEGD, node, &cri.path, kubeconfig);
     command.args(FULL_MODE_FAST_RELIST).args(["--log-level", "debug"]);
     Plegd::spawn(command, dir)
 }
@@ -195,9 +200,7 @@ async fn a_write_queued_for_a_replaced_pod_is_dropped() {
     let old = api.create_bound_pod("web", "swap", 1, "Never").await;
     cri.fake.add_running_pod(&old, "web", 1);
     let kubeconfig = api.kubeconfig_through(dir.path(), &Identity::Plegd("swap".into()), proxy.port);
-    let mut command = support::process::plegd_run(PLEGD, "swap", &cri.path, &kubeconfig);
-    command.args(FULL_MODE_FAST_RELIST).args(["--log-level", "debug"]);
-    let plegd = Plegd::spawn(command, dir.path());
+    let plegd = start_plegd_with(&kubeconfig, &cri, "swap", dir.path());
     wait_for("web Running", Duration::from_secs(60), || async {
         api.pod("default", "web")
             .await

@@ -354,9 +354,7 @@ async fn flood_phases(
             fleet.api.delete_objects(&objects);
         }
         let name = format!("churn 1/s, no flood, plegd in {level}");
-        let from = SystemTime::now();
-        let phase = fleet.measure(&name, seconds, 1.0).await;
-        let writes = fleet.requests_between(from, None).await;
+        let (phase, writes) = measure_with_writes(&mut fleet, &name, seconds).await;
         phases.push(FloodPhase {
             phase,
             tenant_rate: 0.0,
@@ -369,13 +367,12 @@ async fn flood_phases(
             };
             flood::wait_queued(&fleet.api, "workload-low").await;
             let before = tenant.served.load(std::sync::atomic::Ordering::Relaxed);
-            let (started, from) = (Instant::now(), SystemTime::now());
+            let started = Instant::now();
             let name = format!("churn 1/s, flood of {}, plegd in {level}", kind.name());
             // Measured until the phase's writes have landed (or none has for 5 s), the flood on.
-            let phase = fleet.measure(&name, seconds, 1.0).await;
+            let (phase, writes) = measure_with_writes(&mut fleet, &name, seconds).await;
             let served = tenant.served.load(std::sync::atomic::Ordering::Relaxed) - before;
             let tenant_rate = served as f64 / started.elapsed().as_secs_f64();
-            let writes = fleet.requests_between(from, None).await;
             tenant.stop(tasks).await;
             phases.push(FloodPhase {
                 phase,
@@ -385,6 +382,18 @@ async fn flood_phases(
         }
     }
     phases
+}
+
+/// A phase of churn at 1 change a second, and every request of plegd's from its start until its
+/// writes landed.
+async fn measure_with_writes(
+    fleet: &mut Fleet,
+    name: &str,
+    seconds: u64,
+) -> (Phase, Vec<plegd_test_support::apiserver::Logged>) {
+    let from = SystemTime::now();
+    let phase = fleet.measure(name, seconds, 1.0).await;
+    (phase, fleet.requests_between(from, None).await)
 }
 
 fn print_flood(nodes: usize, phases: &[FloodPhase]) {
@@ -473,7 +482,13 @@ async fn main() {
         beside_kubelet: mode == "conditions",
     };
     let flood_nodes: usize = arg("--flood-nodes").unwrap_or(25);
-    let hold = Duration::from_secs_f64(arg("--flood-hold").unwrap_or(2.0));
+    let hold: f64 = arg("--flood-hold").unwrap_or(2.0);
+    // The webhook's own timeout is 30 s: a longer hold would be a refusal, not a held seat.
+    assert!(
+        (0.0..29.0).contains(&hold),
+        "--flood-hold takes 0 to 29 seconds, not {hold}"
+    );
+    let hold = Duration::from_secs_f64(hold);
     let flood_kinds: Vec<FloodKind> = list::<String>("--flood-kinds")
         .unwrap_or_else(|| vec!["held".into(), "lists".into()])
         .iter()

@@ -1524,3 +1524,29 @@ pub mod faults {
         axum::Json(json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Logged;
+    use serde_json::json;
+
+    fn line(id: &str, verb: &str, stage: &str) -> String {
+        json!({"auditID": id, "verb": verb, "stage": stage, "user": {"username": "u"},
+               "requestURI": "/api/v1/pods?watch=true", "responseStatus": {"code": 200},
+               "stageTimestamp": "2026-11-29T10:00:00.000000Z",
+               "requestReceivedTimestamp": "2026-11-29T10:00:00.000000Z"})
+        .to_string()
+    }
+
+    #[test]
+    fn a_request_is_its_first_answer_and_a_watch_seen_only_ending_is_none() {
+        let mut seen = std::collections::HashSet::new();
+        // A watch seen from its start: counted once, at its start.
+        assert!(Logged::from_audit(&line("a", "watch", "ResponseStarted"), &mut seen).is_some());
+        assert!(Logged::from_audit(&line("a", "watch", "ResponseComplete"), &mut seen).is_none());
+        // A watch that began before the log was cleared: its end alone is not a request.
+        assert!(Logged::from_audit(&line("b", "watch", "ResponseComplete"), &mut seen).is_none());
+        // Anything else completes with its answer.
+        assert!(Logged::from_audit(&line("c", "patch", "ResponseComplete"), &mut seen).is_some());
+    }
+}
