@@ -334,6 +334,10 @@ metrics_table! {
         "trigger_missed_changes", "Container and sandbox changes a periodic relist found while the runtime event stream was connected: changes the stream did not announce (or had not brought in yet), by source";
     container_exits: Family<ExitLabel, Counter> = Default::default(),
         "container_exits", "Container exits plegd saw happen, by namespace, pod, container and reason (as the status gives it); exits that happened before plegd started are not counted; a pod's series leave 2 minutes after the pod left the node; past 2000 series, exits are counted by reason alone (namespace, pod and container empty)";
+    exit_events: Family<ResultLabel, Counter> = Default::default(),
+        "exit_events", "containerd's /tasks/exit of a container's init process, by what became of it (shown: the exit shown at once, ahead of the CRI state; runtime_first: the CRI state showed it already; recorded: a relist had read it first; not_recorded: no record holds a container of that id, left to the CRI state)";
+    exit_corrections: Family<FieldLabel, Counter> = Default::default(),
+        "exit_corrections", "Exits taken from containerd's exit event that the CRI state later showed otherwise, by field (exit_code, finished_at, reason; state: the CRI still said the container ran after plegd's hold ran out); the CRI's value is written";
     trigger_relists: Family<KindLabel, Counter> = Default::default(),
         "trigger_relists", "Relists run on behalf of triggers, by kind (pod: one pod; all: full relist; batch: full relist for many probes and locates due at once; probe, locate, recheck; probed: a probe's change read into its pod's record, the pod's status read without its lists; skipped: an id looked for in vain a moment ago, or gone from the runtime, not looked for)";
     status_writes: Family<ResultLabel, Counter> = Default::default(),
@@ -468,6 +472,10 @@ pub mod known {
     ];
     /// `plegd_pleg_events_total{kind}`: the events the PLEG sends.
     pub const EVENT_KINDS: [&str; 4] = ["ContainerStarted", "ContainerDied", "ContainerRemoved", "PodSync"];
+    /// `plegd_exit_events_total{result}`.
+    pub const EXIT_EVENT_RESULTS: [&str; 4] = ["shown", "runtime_first", "recorded", "not_recorded"];
+    /// `plegd_exit_corrections_total{field}`.
+    pub const EXIT_CORRECTION_FIELDS: [&str; 4] = ["exit_code", "finished_at", "reason", "state"];
     /// `plegd_trigger_relists_total{kind}`.
     pub const TRIGGER_RELIST_KINDS: [&str; 8] =
         ["pod", "all", "batch", "probe", "probed", "locate", "recheck", "skipped"];
@@ -497,6 +505,12 @@ impl Metrics {
         }
         for kind in known::EVENT_KINDS {
             let _ = self.events_sent.get_or_create(&KindLabel { kind: kind.into() });
+        }
+        for result in known::EXIT_EVENT_RESULTS {
+            let _ = self.exit_events.get_or_create(&ResultLabel { result: result.into() });
+        }
+        for field in known::EXIT_CORRECTION_FIELDS {
+            let _ = self.exit_corrections.get_or_create(&FieldLabel { field: field.into() });
         }
         for kind in known::TRIGGER_RELIST_KINDS {
             let _ = self.trigger_relists.get_or_create(&KindLabel { kind: kind.into() });
@@ -620,6 +634,22 @@ impl Metrics {
             .get_or_create(&ListenerLabel {
                 listener: listener.to_owned(),
             })
+            .inc();
+    }
+
+    /// Count what became of an exit event (`known::EXIT_EVENT_RESULTS`).
+    pub fn count_exit_event(&self, result: &str) {
+        self.exit_events
+            .get_or_create(&ResultLabel {
+                result: result.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Count a field of an exit the CRI state showed otherwise (`known::EXIT_CORRECTION_FIELDS`).
+    pub fn count_exit_correction(&self, field: &str) {
+        self.exit_corrections
+            .get_or_create(&FieldLabel { field: field.to_owned() })
             .inc();
     }
 

@@ -742,7 +742,12 @@ mod tests {
             Ok((uid == "u1").then(|| self.pod()))
         }
 
-        async fn pod_status(&self, _: &RuntimePod, _: Option<(&str, ())>) -> Result<RuntimePodStatus, RuntimeError> {
+        async fn pod_status(
+            &self,
+            _: &RuntimePod,
+            _: Option<(&str, ())>,
+            _: &mut [crate::runtime::exits::PendingExit],
+        ) -> Result<RuntimePodStatus, RuntimeError> {
             if let Some(error) = self.0.lock().unwrap().read_error.clone() {
                 return Err(RuntimeError::Call {
                     operation: "ContainerStatus",

@@ -29,9 +29,11 @@ use crate::cache::CacheWriter;
 use crate::clock::{self, Clock};
 use crate::kubecontainer::{PodUid, RuntimeContainerState, RuntimePod, RuntimePodStatus};
 use crate::metrics::{KindLabel, Metrics, StateLabel};
+use crate::runtime::exits::{ExitFact, PendingExit};
 use crate::runtime::{IdKind, Runtime, RuntimeError};
 
 mod events;
+mod exits;
 mod fan_out;
 mod handle;
 pub use events::{
@@ -40,6 +42,8 @@ pub use events::{
 };
 use events::{add_exit_details, current_state_events, pleg_state};
 pub use fan_out::{EventHub, SUBSCRIBER_BUFFER, fan_out};
+pub use exits::{EXIT_HELD_FOR, Settled};
+use exits::HeldExits;
 pub use handle::PlegHandle;
 use handle::RelistHealth;
 
@@ -192,11 +196,16 @@ struct RelistState {
     undelivered: HashMap<PodUid, Vec<PodLifecycleEvent>>,
     /// How many times records were set (complete relists, pod relists, probes applied).
     reads: u64,
+    /// Exits the runtime announced ahead of its CRI state, held in the records until a status
+    /// read shows them ([`GenericPleg::containers_exited`]).
+    exits: HeldExits,
 }
 
 impl RelistState {
-    /// `podRecords.setCurrent`.
-    fn set_current(&mut self, pods: Vec<RuntimePod>) {
+    /// `podRecords.setCurrent`, with the held exits kept in the listing (see [`HeldExits::hold`]);
+    /// returns the exits let go.
+    fn set_current(&mut self, mut pods: Vec<RuntimePod>, now: SystemTime) -> Vec<Settled> {
+        let let_go = self.exits.hold_all(&mut pods, now);
         self.reads += 1;
         let read = self.reads;
         for record in self.records.values_mut() {
@@ -220,6 +229,7 @@ impl RelistState {
                 }
             }
         }
+        let_go
     }
 
     /// Set pod `uid`'s current record (a relist of that pod alone, or a probe's answer).
@@ -302,6 +312,8 @@ struct SyncWork {
     events: Vec<PodLifecycleEvent>,
     /// It was marked for re-inspection (its last status read failed).
     reinspect: bool,
+    /// The exits held for its containers, read against their CRI status by the status read.
+    exits: Vec<PendingExit>,
 }
 
 /// What [`GenericPleg::probe`] found of one id: its state in the runtime (None: gone), which
@@ -351,6 +363,38 @@ enum PodOutcome {
         changed: bool,
     },
     RefreshFailed,
+}
+
+/// What became of an exit fact ([`GenericPleg::containers_exited`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitTaken {
+    /// Shown at once, ahead of the CRI state, and held until the CRI shows it.
+    Shown,
+    /// The CRI state showed it already when the pod's status was read: taken from the CRI.
+    RuntimeFirst,
+    /// The records say the container exited already (a relist read it first), or was removed.
+    Recorded,
+    /// No record holds a container of that id (a container not listed yet, or a sandbox): left
+    /// to the CRI state.
+    NotRecorded,
+}
+
+impl ExitTaken {
+    pub const ALL: [ExitTaken; 4] = [
+        ExitTaken::Shown,
+        ExitTaken::RuntimeFirst,
+        ExitTaken::Recorded,
+        ExitTaken::NotRecorded,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExitTaken::Shown => "shown",
+            ExitTaken::RuntimeFirst => "runtime_first",
+            ExitTaken::Recorded => "recorded",
+            ExitTaken::NotRecorded => "not_recorded",
+        }
+    }
 }
 
 /// The generic relister.
@@ -522,18 +566,26 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
     /// record says, by one cheap status call (None: no change). The records are not held during
     /// the call; [`Self::relist_probed`] reads a change found into the record.
     pub async fn probe(&self, uid: &str, id: &str) -> Result<Option<Probed<R::Answer>>, RuntimeError> {
-        let (start, (recorded, read), kind) = {
+        let (start, (recorded, read), kind, held) = {
             let state = self.state.lock().await;
             let kind = if record_holds_sandbox(state.records.get(uid), id) {
                 IdKind::Sandbox
             } else {
                 IdKind::Container
             };
-            (self.stamp(), state.recorded(uid, id), kind)
+            (self.stamp(), state.recorded(uid, id), kind, state.exits.holds(id))
         };
         let (state, answer) = self.runtime.probe_state(id, kind).await?.unzip();
         let now = state.map_or(PlegContainerState::NonExistent, PlegContainerState::from);
-        Ok((now != recorded).then(|| Probed {
+        // A held exit the CRI shows now (or a container gone) is a change to read: its status read
+        // settles the exit, though the records say exited already.
+        // While an exit is held, a CRI that still says the container runs only lags.
+        let changed = if held {
+            matches!(now, PlegContainerState::Exited | PlegContainerState::NonExistent)
+        } else {
+            now != recorded
+        };
+        Ok(changed.then(|| Probed {
             id: id.to_owned(),
             state,
             answer,
@@ -558,7 +610,12 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
         if !with_probed_state(&mut pod, &probed.id, probed.state) {
             return None;
         }
-        let pod = (!pod.containers.is_empty() || !pod.sandboxes.is_empty()).then_some(pod);
+        if probed.state.is_none_or(|s| s == RuntimeContainerState::Exited) {
+            state.exits.shown(&probed.id);
+        }
+        let mut pod = (!pod.containers.is_empty() || !pod.sandboxes.is_empty()).then_some(pod);
+        let let_go = state.exits.hold(uid, pod.as_mut(), probed.start, false);
+        self.count_settled(&let_go);
         state.set_current_of(uid, pod);
         let known = Known {
             id: &probed.id,
@@ -646,7 +703,8 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
                 .as_secs_f64(),
         );
         self.update_running_gauges(&pods);
-        state.set_current(pods);
+        let let_go = state.set_current(pods, start);
+        self.count_settled(&let_go);
 
         // Only pods with something to do are visited with the state borrowed mutably; for the
         // rest (nearly all, on a quiet node) this pass allocates nothing.
@@ -656,6 +714,7 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
             .filter(|(uid, r)| {
                 state.reinspect.contains(*uid)
                     || state.undelivered.contains_key(*uid)
+                    || state.exits.to_settle(uid)
                     || (r.old.is_none() && r.current.is_none())
                     || !compute_events(r.old.as_ref(), r.current.as_ref(), start).is_empty()
             })
@@ -668,31 +727,7 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
                 .filter(|u| !state.records.contains_key(*u))
                 .cloned(),
         );
-        // The status reads of the pods that changed run side by side (a burst of exits changes
-        // many pods in one relist; read one after the other, the last pod's events waited for every
-        // read before it); each pod's events go out as soon as its own read is done.
-        let mut needs_reinspection = HashSet::new();
-        let mut reads = futures_util::stream::FuturesUnordered::new();
-        let prepared: Vec<(SyncWork, PodUid)> = uids
-            .into_iter()
-            .filter_map(|uid| Some((self.prepare_sync(state, &uid, start)?, uid)))
-            .collect();
-        let mut waiting = prepared.into_iter();
-        loop {
-            while reads.len() < STATUS_READS_AT_ONCE {
-                let Some((work, uid)) = waiting.next() else { break };
-                reads.push(async move {
-                    let status = self.update_cache(&uid, work.current.as_ref(), None).await;
-                    (uid, work, status)
-                });
-            }
-            let Some((uid, work, status)) = futures_util::StreamExt::next(&mut reads).await else {
-                break;
-            };
-            if let PodOutcome::RefreshFailed = self.finish_sync(state, &uid, work, status, start, missed_by) {
-                needs_reinspection.insert(uid);
-            }
-        }
+        let needs_reinspection = self.sync_pods(state, uids, start, missed_by).await;
         debug!(
             list_ms = listed.as_secs_f64() * 1e3,
             total_ms = started.elapsed().as_secs_f64() * 1e3,
@@ -708,6 +743,47 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
         Ok(())
     }
 
+    /// [`Self::sync_record`] for each of `uids`, their status reads side by side (a burst of exits
+    /// changes many pods in one relist; read one after the other, the last pod's events waited for
+    /// every read before it); each pod's events go out as soon as its own read is done. Returns the
+    /// pods whose read failed.
+    async fn sync_pods(
+        &self,
+        state: &mut RelistState,
+        uids: Vec<PodUid>,
+        start: SystemTime,
+        missed_by: Option<&'static str>,
+    ) -> HashSet<PodUid> {
+        let mut failed = HashSet::new();
+        let mut reads = futures_util::stream::FuturesUnordered::new();
+        let prepared: Vec<(SyncWork, PodUid)> = uids
+            .into_iter()
+            .filter_map(|uid| Some((self.prepare_sync(state, &uid, start)?, uid)))
+            .collect();
+        let mut waiting = prepared.into_iter();
+        loop {
+            while reads.len() < STATUS_READS_AT_ONCE {
+                let Some((mut work, uid)) = waiting.next() else { break };
+                reads.push(async move {
+                    let status = self.update_cache(&uid, work.current.as_ref(), None, &mut work.exits).await;
+                    (uid, work, status)
+                });
+            }
+            let Some((uid, work, status)) = futures_util::StreamExt::next(&mut reads).await else {
+                break;
+            };
+            match self.finish_sync(state, &uid, work, status, start, missed_by) {
+                PodOutcome::RefreshFailed => {
+                    failed.insert(uid);
+                }
+                outcome => {
+                    state.pod_relisted(&uid, outcome);
+                }
+            }
+        }
+        failed
+    }
+
     /// Relist one pod by uid: what a runtime trigger asks for. It does not move the global relist
     /// time or the cache's global timestamp: only a complete relist can say every pod is fresh.
     ///
@@ -717,10 +793,89 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
     pub async fn relist_pod(&self, uid: &str) -> Result<bool, RuntimeError> {
         let mut state = self.state.lock().await;
         let start = self.stamp();
-        let pod = self.runtime.list_pod(uid).await?;
+        let mut pod = self.runtime.list_pod(uid).await?;
+        let let_go = state.exits.hold(uid, pod.as_mut(), start, true);
+        self.count_settled(&let_go);
         state.set_current_of(uid, pod);
         let outcome = self.sync_record(&mut state, uid, start, None, None).await;
         Ok(state.pod_relisted(uid, outcome))
+    }
+
+    /// Exits the runtime announced (containerd's `/tasks/exit` of a container's init process:
+    /// `runtime::exits`), taken at once: each container a record holds as created, running or
+    /// unknown is exited in its pod's record, and its pod's status read with the exit written into
+    /// the container's CRI status, so that the ContainerDied event and the status carry it before
+    /// the CRI state shows it. The exit is held until a status read shows it (see `exits.rs`); the
+    /// CRI's values win where they differ. The pods' status reads run side by side. Returns what
+    /// became of each fact, in order.
+    pub async fn containers_exited(&self, facts: Vec<ExitFact>) -> Vec<(String, ExitTaken)> {
+        let mut state = self.state.lock().await;
+        let start = self.stamp();
+        let mut taken = Vec::with_capacity(facts.len());
+        let mut uids: Vec<PodUid> = Vec::new();
+        for fact in facts {
+            let id = fact.id.clone();
+            let Some(uid) = state.owner_of(&id).cloned() else {
+                taken.push((id, ExitTaken::NotRecorded));
+                continue;
+            };
+            let record = state.records.get(&uid);
+            let pod = record.and_then(|r| r.current.as_ref().or(r.old.as_ref()));
+            let Some(pod) = pod.filter(|p| p.find_container(&id).is_some()).cloned() else {
+                // A sandbox: its end is its network torn down, which only the CRI state shows.
+                taken.push((id, ExitTaken::NotRecorded));
+                continue;
+            };
+            if !matches!(
+                pleg_state(Some(&pod), &id),
+                PlegContainerState::Running | PlegContainerState::Unknown
+            ) {
+                taken.push((id, ExitTaken::Recorded));
+                continue;
+            }
+            state.exits.take(&uid, fact, start);
+            let mut pod = Some(pod);
+            let let_go = state.exits.hold(&uid, pod.as_mut(), start, false);
+            self.count_settled(&let_go);
+            state.set_current_of(&uid, pod);
+            if !uids.contains(&uid) {
+                uids.push(uid);
+            }
+            taken.push((id, ExitTaken::Shown));
+        }
+        let failed = self.sync_pods(&mut state, uids, start, None).await;
+        state.reinspect.extend(failed);
+        // An exit the read found shown by the CRI already was not ahead of it.
+        for (id, outcome) in &mut taken {
+            if *outcome == ExitTaken::Shown && !state.exits.holds(id) {
+                *outcome = ExitTaken::RuntimeFirst;
+            }
+        }
+        for (_, outcome) in &taken {
+            self.metrics.count_exit_event(outcome.as_str());
+        }
+        taken
+    }
+
+    /// Whether an exit is held for container `id` (see [`Self::containers_exited`]): a check of
+    /// it that finds it exited settles the exit, though the records say exited already.
+    pub async fn holds_exit(&self, id: &str) -> bool {
+        self.state.lock().await.exits.holds(id)
+    }
+
+    /// Count (and log) exits settled: the CRI confirmed them, or showed them otherwise.
+    fn count_settled(&self, settled: &[Settled]) {
+        for s in settled {
+            match &s.corrected {
+                None => debug!(pod = %s.uid, container = %s.id, "exit confirmed by the CRI state"),
+                Some(fields) => {
+                    info!(pod = %s.uid, container = %s.id, fields = ?fields, "the CRI state shows the exit otherwise than containerd's exit event; the CRI's values are written");
+                    for field in fields {
+                        self.metrics.count_exit_correction(field);
+                    }
+                }
+            }
+        }
     }
 
     /// Compare, refresh, advance and send for one pod (the body of the relist loop). Changes found
@@ -734,10 +889,12 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
         missed_by: Option<&'static str>,
         probed: Option<Known<'_, R::Answer>>,
     ) -> PodOutcome {
-        let Some(work) = self.prepare_sync(state, uid, start) else {
+        let Some(mut work) = self.prepare_sync(state, uid, start) else {
             return PodOutcome::Unchanged;
         };
-        let status = self.update_cache(uid, work.current.as_ref(), probed).await;
+        let status = self
+            .update_cache(uid, work.current.as_ref(), probed, &mut work.exits)
+            .await;
         self.finish_sync(state, uid, work, status, start, missed_by)
     }
 
@@ -750,7 +907,7 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
         let events = compute_events(old, current, start);
         let reinspect = state.reinspect.contains(uid);
         let has_undelivered = state.undelivered.contains_key(uid);
-        if events.is_empty() && !reinspect && !has_undelivered {
+        if events.is_empty() && !reinspect && !has_undelivered && !state.exits.to_settle(uid) {
             if old.is_none() && current.is_none() {
                 state.records.remove(uid);
             }
@@ -761,6 +918,7 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
             current: current.cloned(),
             events,
             reinspect,
+            exits: state.exits.of_pod(uid),
         })
     }
 
@@ -779,9 +937,10 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
             current,
             mut events,
             reinspect,
+            exits,
         } = work;
         let current = current.as_ref();
-        let changed = !events.is_empty();
+        let mut changed = !events.is_empty();
         let status = match status {
             Ok(status) => status,
             Err(error) => {
@@ -792,12 +951,18 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
         };
 
         state.advance(uid);
+        let settled = state.exits.after_read(uid, exits);
+        self.count_settled(&settled);
+        changed |= !settled.is_empty();
+        let corrected = settled.iter().any(|s| s.corrected.is_some());
         events.retain(|e| e.kind != PodLifecycleEventType::ContainerChanged);
         if let Some(source) = missed_by.filter(|_| !events.is_empty()) {
             self.metrics.count_missed_trigger(source, events.len() as u64);
         }
-        // A successful re-inspection with nothing else to say still asks for a sync of the pod.
-        if reinspect && events.is_empty() {
+        // A successful re-inspection with nothing else to say still asks for a sync of the pod, and
+        // so does an exit the CRI showed otherwise than it was taken (its values are the status's
+        // now).
+        if (reinspect || corrected) && events.is_empty() {
             events.push(PodLifecycleEvent::pod_sync(uid, current, start));
         }
         add_exit_details(&mut events, status.as_ref());
@@ -888,6 +1053,7 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
         uid: &str,
         pod: Option<&RuntimePod>,
         probed: Option<Known<'_, R::Answer>>,
+        exits: &mut [PendingExit],
     ) -> Result<Option<RuntimePodStatus>, RuntimeError> {
         // Taken before the read (or before the probe whose answer is part of it): the status is at
         // least this fresh.
@@ -897,7 +1063,7 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
             return Ok(None);
         };
         let answer = probed.and_then(|k| Some((k.id, k.answer?)));
-        match self.runtime.pod_status(pod, answer).await {
+        match self.runtime.pod_status(pod, answer, exits).await {
             Ok(mut status) => {
                 status.ips = preserve_ips(&self.cache.get(uid).status, &status);
                 self.cache.set(uid, Ok(status.clone()), timestamp);
@@ -1114,7 +1280,7 @@ mod tests {
                 assert_eq!(state.owner_of(id).cloned(), searched(state, id), "{step}: {id}");
             }
         };
-        state.set_current(vec![pod("a", &["s1", "c1", "c2"]), pod("b", &["s2", "c3"])]);
+        state.set_current(vec![pod("a", &["s1", "c1", "c2"]), pod("b", &["s2", "c3"])], SystemTime::UNIX_EPOCH);
         check(&state, "first relist");
         state.advance("a");
         state.advance("b");
@@ -1131,14 +1297,14 @@ mod tests {
         state.advance("b");
         check(&state, "b gone");
         // A runtime that lists the ids of a pod gone under another one; c4 is removed from a.
-        state.set_current(vec![pod("a", &["s1", "c2"]), pod("c", &["s2", "c3"])]);
+        state.set_current(vec![pod("a", &["s1", "c2"]), pod("c", &["s2", "c3"])], SystemTime::UNIX_EPOCH);
         check(&state, "b's ids listed under c");
         state.advance("a");
         state.advance("c");
         state.prune_owners();
         check(&state, "pruned");
         assert_eq!(state.owners.len(), 4, "{:?}", state.owners);
-        state.set_current(vec![]);
+        state.set_current(vec![], SystemTime::UNIX_EPOCH);
         state.advance("a");
         state.advance("c");
         state.prune_owners();

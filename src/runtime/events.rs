@@ -1,7 +1,10 @@
 //! The runtime's event streams, read off the wire: containerd's events service
 //! (`containerd.services.events.v1.Events/Subscribe`) and CRI `GetContainerEvents`. Each event is
-//! turned into what it names ([`EventSubject`]) and, for CRI, when it happened; nothing else of it
-//! is read. What to do with it (a targeted relist) is the triggers' business.
+//! turned into what it names ([`EventSubject`]) and, for CRI, when it happened. Of containerd's
+//! events, two are also read as data ([`ContainerdData`]): `/tasks/exit` of a container's init
+//! process (its exit status and time, which containerd's CRI copies into the container's status:
+//! see `runtime::exits`) and `/tasks/oom` (which decides that exit's reason). What to do with an
+//! event (a targeted relist, an exit shown at once) is the triggers' business.
 
 use containerd_client::services::v1::SubscribeRequest;
 use containerd_client::services::v1::events_client::EventsClient;
@@ -36,6 +39,22 @@ pub struct RuntimeEvent {
     pub topic: String,
     /// A CRI event's names, each read on its own ([`cri_names`]); None for containerd's events.
     pub cri: Option<CriNames>,
+    /// What a containerd event says as data (an exit, an OOM kill); None for every other event.
+    pub data: Option<ContainerdData>,
+}
+
+/// What a containerd event says of a container beyond naming it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ContainerdData {
+    /// `/tasks/exit` of a container's init process: its exit status, and when it exited (seconds
+    /// and nanoseconds since the epoch; None if the event carries no time).
+    Exit {
+        id: String,
+        exit_status: u32,
+        exited_at: Option<(i64, i32)>,
+    },
+    /// `/tasks/oom`: a process of the container was killed by the kernel's OOM killer.
+    Oom(String),
 }
 
 /// The names a CRI container event carries, each one read on its own: the container (or sandbox)
@@ -78,11 +97,16 @@ pub enum EventStream {
 impl EventStream {
     /// Subscribe to containerd's events of the topics that change a container's state, in
     /// `namespace`. Returns when the runtime answers (see `triggers` for why that can be late).
-    pub async fn containerd(channel: Channel, namespace: &str) -> Result<Self, Status> {
+    /// `exits_only`: only the topics read as data ([`containerd_data_filters`]), for a stream
+    /// that runs beside the CRI's own events.
+    pub async fn containerd(channel: Channel, namespace: &str, exits_only: bool) -> Result<Self, Status> {
         let mut client = EventsClient::new(channel).max_decoding_message_size(MAX_MESSAGE_SIZE);
-        let request = SubscribeRequest {
-            filters: containerd_filters(namespace),
+        let filters = if exits_only {
+            containerd_data_filters(namespace)
+        } else {
+            containerd_filters(namespace)
         };
+        let request = SubscribeRequest { filters };
         Ok(Self::Containerd(client.subscribe(request).await?.into_inner()))
     }
 
@@ -106,6 +130,7 @@ impl EventStream {
                 RuntimeEvent {
                     subject: containerd_subject(&envelope.topic, payload).map(EventSubject::Container),
                     created_at: 0,
+                    data: containerd_data(&envelope.topic, payload),
                     topic: envelope.topic,
                     cri: None,
                 }
@@ -117,6 +142,7 @@ impl EventStream {
                     created_at: event.created_at,
                     topic: String::new(),
                     cri: Some(names),
+                    data: None,
                 }
             }),
         })
@@ -125,12 +151,12 @@ impl EventStream {
 
 /// The container a containerd event names, if the event can change a container's state.
 ///
-/// `/tasks/oom` cannot: an OOM kill of a child process leaves the container running (containerd's
-/// CRI plugin only notes the reason OOMKilled for the container's eventual exit), and an OOM kill
-/// of the container's own process ends its task, which containerd announces as `/tasks/exit`. A
-/// container that keeps OOM-killing a child sends a stream of them that would keep plegd probing
-/// a container that does not change, so it is not subscribed to ([`containerd_filters`]) and read
-/// as naming nothing here.
+/// `/tasks/oom` does not name one: an OOM kill of a child process leaves the container running
+/// (containerd's CRI plugin only notes the reason OOMKilled for the container's eventual exit), and
+/// an OOM kill of the container's own process ends its task, which containerd announces as
+/// `/tasks/exit`. A container that keeps OOM-killing a child sends a stream of them, which must
+/// not keep plegd probing a container that does not change: the event is read as data only
+/// ([`containerd_data`]).
 pub fn containerd_subject(topic: &str, payload: &[u8]) -> Option<String> {
     use containerd_client::events::{ContainerCreate, ContainerDelete, TaskDelete, TaskExit, TaskStart};
     let id = match topic {
@@ -157,18 +183,59 @@ pub fn containerd_subject(topic: &str, payload: &[u8]) -> Option<String> {
     (!id.is_empty()).then_some(id)
 }
 
+/// What a containerd event says as data ([`ContainerdData`]): the exit of a container's init
+/// process (an exec'd process's exit, whose id differs from its container's, says nothing of the
+/// container), or an OOM kill in a container. None for anything else or a payload that does not
+/// decode.
+pub fn containerd_data(topic: &str, payload: &[u8]) -> Option<ContainerdData> {
+    use containerd_client::events::{TaskExit, TaskOom};
+    match topic {
+        "/tasks/exit" => {
+            let exit = TaskExit::decode(payload).ok()?;
+            (!exit.container_id.is_empty() && (exit.id == exit.container_id || exit.id.is_empty())).then(|| {
+                ContainerdData::Exit {
+                    exited_at: exit.exited_at.map(|t| (t.seconds, t.nanos)),
+                    exit_status: exit.exit_status,
+                    id: exit.container_id,
+                }
+            })
+        }
+        "/tasks/oom" => {
+            let id = TaskOom::decode(payload).ok()?.container_id;
+            (!id.is_empty()).then_some(ContainerdData::Oom(id))
+        }
+        _ => None,
+    }
+}
+
+/// The topics of the containerd events that change a container's state, and `/tasks/oom`.
+const TOPICS: [&str; 6] = [
+    "/tasks/start",
+    "/tasks/exit",
+    "/tasks/delete",
+    "/tasks/oom",
+    "/containers/create",
+    "/containers/delete",
+];
+
+/// The topics read as data ([`containerd_data`]).
+const DATA_TOPICS: [&str; 2] = ["/tasks/exit", "/tasks/oom"];
+
+fn filters(namespace: &str, topics: &[&str]) -> Vec<String> {
+    topics
+        .iter()
+        .map(|topic| format!("namespace=={namespace},topic==\"{topic}\""))
+        .collect()
+}
+
 /// The containerd event filters for `namespace` (each one an AND; the list an OR).
 pub fn containerd_filters(namespace: &str) -> Vec<String> {
-    [
-        "/tasks/start",
-        "/tasks/exit",
-        "/tasks/delete",
-        "/containers/create",
-        "/containers/delete",
-    ]
-    .iter()
-    .map(|topic| format!("namespace=={namespace},topic==\"{topic}\""))
-    .collect()
+    filters(namespace, &TOPICS)
+}
+
+/// The filters of a stream that reads exits and OOM kills only.
+pub fn containerd_data_filters(namespace: &str) -> Vec<String> {
+    filters(namespace, &DATA_TOPICS)
 }
 
 /// What a CRI container event names (see [`CriNames::subject`]). Nothing else of the event is read
@@ -363,25 +430,59 @@ mod tests {
     #[test]
     fn filters_are_per_topic_in_the_namespace() {
         let f = containerd_filters("k8s.io");
-        assert_eq!(f.len(), 5);
+        assert_eq!(f.len(), 6);
         assert_eq!(f[1], "namespace==k8s.io,topic==\"/tasks/exit\"");
+        assert_eq!(
+            containerd_data_filters("k8s.io"),
+            [
+                "namespace==k8s.io,topic==\"/tasks/exit\"",
+                "namespace==k8s.io,topic==\"/tasks/oom\""
+            ]
+        );
     }
 
     /// An OOM kill changes no container's CRI state: a child process killed leaves the container
-    /// running, and the container's own end comes as `/tasks/exit`. So `/tasks/oom` is neither
-    /// asked for nor, should one come, read as naming anything.
+    /// running, and the container's own end comes as `/tasks/exit`. So `/tasks/oom` names nothing
+    /// to relist; it is read as data, for the reason of the exit.
     #[test]
-    fn an_oom_event_names_nothing() {
+    fn an_oom_event_is_data_not_a_trigger() {
         use containerd_client::events::TaskOom;
         let oom = TaskOom {
             container_id: "c1".into(),
         }
         .encode_to_vec();
         assert_eq!(containerd_subject("/tasks/oom", &oom), None);
-        assert!(
-            containerd_filters("k8s.io").iter().all(|f| !f.contains("/tasks/oom")),
-            "not subscribed to"
-        );
+        assert_eq!(containerd_data("/tasks/oom", &oom), Some(ContainerdData::Oom("c1".into())));
+        assert_eq!(containerd_data("/tasks/oom", &TaskOom::default().encode_to_vec()), None);
+    }
+
+    #[test]
+    fn an_init_process_exit_is_data_an_exec_exit_is_not() {
+        use containerd_client::events::{TaskExit, TaskStart};
+        let exit = |id: &str| TaskExit {
+            container_id: "c1".into(),
+            id: id.into(),
+            pid: 9,
+            exit_status: 137,
+            exited_at: Some(prost_types::Timestamp {
+                seconds: 1_700_000_000,
+                nanos: 5,
+            }),
+        };
+        let want = ContainerdData::Exit {
+            id: "c1".into(),
+            exit_status: 137,
+            exited_at: Some((1_700_000_000, 5)),
+        };
+        assert_eq!(containerd_data("/tasks/exit", &exit("c1").encode_to_vec()), Some(want.clone()));
+        assert_eq!(containerd_data("/tasks/exit", &exit("").encode_to_vec()), Some(want));
+        assert_eq!(containerd_data("/tasks/exit", &exit("exec-1").encode_to_vec()), None);
+        assert_eq!(containerd_data("/tasks/exit", b"\xff\xff garbage"), None);
+        let start = TaskStart {
+            container_id: "c1".into(),
+            pid: 7,
+        };
+        assert_eq!(containerd_data("/tasks/start", &start.encode_to_vec()), None);
     }
     #[test]
     fn cri_events_name_the_pod_when_they_can() {

@@ -4,6 +4,7 @@
 //! skipped, never a panic. This stage never holds state about pods: that is the relister's job.
 
 pub mod convert;
+pub mod exits;
 pub mod events;
 pub mod lists;
 pub mod statuses;
@@ -83,11 +84,14 @@ pub trait Runtime: Send + Sync + 'static {
     fn list_pod(&self, uid: &str) -> impl Future<Output = Result<Option<RuntimePod>, RuntimeError>> + Send;
     /// The full status of a pod whose sandboxes and containers were just listed (or read into its
     /// record from a probe). `probed`: one of its ids' probe answer, read a moment ago, used
-    /// instead of asking for that id's status again.
+    /// instead of asking for that id's status again. `exits`: exits the runtime announced for
+    /// containers of the pod, read against each one's status ([`exits::read`]: written into a
+    /// status that does not show them yet, compared with one that does), each one's outcome set.
     fn pod_status(
         &self,
         pod: &RuntimePod,
         probed: Option<(&str, Self::Answer)>,
+        exits: &mut [exits::PendingExit],
     ) -> impl Future<Output = Result<RuntimePodStatus, RuntimeError>> + Send;
     /// The state of one container or sandbox by id, with the runtime's answer, None if the
     /// runtime has no such id: a cheap look (no list) used to notice that a runtime event's
@@ -655,6 +659,7 @@ impl Runtime for CriRuntime {
         &self,
         pod: &RuntimePod,
         probed: Option<(&str, CriAnswer)>,
+        exits: &mut [exits::PendingExit],
     ) -> Result<RuntimePodStatus, RuntimeError> {
         let (mut known_sandbox, mut known_container) = match probed {
             Some((id, CriAnswer(Answer::Sandbox(s)))) => (Some((id, s)), None),
@@ -689,8 +694,14 @@ impl Runtime for CriRuntime {
             }
         }
         let mut plans = Vec::new();
+        for exit in exits.iter_mut() {
+            exit.outcome = None;
+        }
         for (c, listed) in containers.into_iter().zip(&pod.containers) {
-            if let Some(answer) = c? {
+            if let Some(mut answer) = c? {
+                if let Some(exit) = exits.iter_mut().find(|e| e.fact.id == listed.id) {
+                    exits::read(exit, &mut answer);
+                }
                 let c = statuses::container_status(&listed.id, &answer, &mut bad);
                 if let Some(plan) = termination::plan(&c) {
                     plans.push((status.container_statuses.len(), plan));

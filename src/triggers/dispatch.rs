@@ -12,7 +12,7 @@ use tracing::debug;
 use crate::clock::Clock;
 use crate::kubecontainer::PodUid;
 use crate::metrics::Metrics;
-use crate::pleg::{GenericPleg, PlegContainerState};
+use crate::pleg::{ExitTaken, GenericPleg, PlegContainerState};
 use crate::runtime::Runtime;
 
 use super::settle::SecondProbe;
@@ -36,6 +36,8 @@ pub struct Pending {
     /// Containers named by a [`Trigger::ContainerExact`] (also in `containers` and `settled`): the
     /// pod its event named, if any did, and whether every such event said the id was removed.
     pub exact: HashMap<String, (Option<PodUid>, bool)>,
+    /// Exits from the runtime's exit events, in arrival order ([`Trigger::Exited`]).
+    pub exits: Vec<crate::runtime::exits::ExitFact>,
     /// The ids in `containers`, for a lookup that stays cheap in a burst.
     named: HashSet<String>,
     seen: HashSet<Trigger>,
@@ -62,6 +64,7 @@ impl Pending {
                 self.name(id, Named::Settled);
             }
             Trigger::ContainerAhead(id) => self.name(id, Named::Ahead),
+            Trigger::Exited(fact) => self.exits.push(fact),
             Trigger::ContainerGone(id) => self.name(id, Named::Gone),
             Trigger::ContainerExact { id, pod, announces } => {
                 let gone = announces == Some(PlegContainerState::NonExistent);
@@ -100,7 +103,7 @@ impl Pending {
     }
 
     pub fn is_empty(&self) -> bool {
-        !self.all && self.pods.is_empty() && self.containers.is_empty()
+        !self.all && self.pods.is_empty() && self.containers.is_empty() && self.exits.is_empty()
     }
 }
 
@@ -673,6 +676,16 @@ pub async fn dispatch<R: Runtime, C: Clock>(
         if queue.overflow.swap(false, Ordering::AcqRel) {
             pending.add(Trigger::All);
         }
+        // Exits first, all at once: each one shown before any check of the round. An id no record
+        // holds as a running container is checked as its event names it.
+        let exits = std::mem::take(&mut pending.exits);
+        if !exits.is_empty() {
+            for (id, taken) in pleg.containers_exited(exits).await {
+                if taken == ExitTaken::NotRecorded {
+                    pending.name(id, Named::Ahead);
+                }
+            }
+        }
         // Fresh triggers are checked at once and start a schedule (a quiet target's sparse end of
         // one), unless their target waits for a re-check already: they join that, except that the
         // first settling trigger of a schedule pulls its check forward with the fine probes again
@@ -716,7 +729,12 @@ pub async fn dispatch<R: Runtime, C: Clock>(
         }));
         for (target, exact, hinted) in fresh {
             let now_recorded = recorded(&pleg, &target).await;
-            let read_already = announces(&target) == Some(now_recorded);
+            // An exit held for the container is settled by the check that finds the CRI showing it.
+            let held = match &target.container {
+                Some(id) => pleg.holds_exit(id).await,
+                None => false,
+            };
+            let read_already = announces(&target) == Some(now_recorded) && !held;
             if read_already {
                 // A relist read what the settling (or exact) event announces while it waited in
                 // the queue, or before it was sent: a probe could find nothing new (an id's state
@@ -1175,6 +1193,7 @@ mod tests {
             &self,
             pod: &crate::kubecontainer::RuntimePod,
             probed: Option<(&str, String)>,
+            _: &mut [crate::runtime::exits::PendingExit],
         ) -> Result<crate::kubecontainer::RuntimePodStatus, crate::runtime::RuntimeError> {
             self.count("pod_status");
             if let Some((id, answer)) = probed {

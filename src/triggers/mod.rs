@@ -1,15 +1,17 @@
 //! Runtime triggers: streams that say "something changed for this container or pod", turned into
-//! targeted relists. A trigger never carries state into plegd — no state, exit code or timestamp is
-//! taken from an event's payload; it only names what to relist (the lesson of the kubelet's
-//! Evented PLEG). The periodic relist keeps running as the safety net: every
+//! targeted relists. A trigger carries no state into plegd but one: containerd's `/tasks/exit` of a
+//! container's init process, whose exit status and time containerd's CRI copies into the
+//! container's status once it gets to it ([`Trigger::Exited`]; `runtime::exits`). Every other
+//! event only names what to relist (the lesson of the kubelet's Evented PLEG), and the CRI state
+//! confirms each exit taken so, and wins where it differs. The periodic relist keeps running as the safety net: every
 //! `relist_period_with_triggers` (default 30 s) while the stream is connected, every `relist_period`
 //! (default 1 s) from the moment it fails until it is connected again.
 //!
 //! Sources:
-//! - **containerd**: containerd's own events service (`/tasks/start|exit|delete`,
+//! - **containerd**: containerd's own events service (`/tasks/start|exit|delete|oom`,
 //!   `/containers/create|delete` in namespace `k8s.io`). It broadcasts to every subscriber, so it is safe
-//!   beside a kubelet. `/tasks/oom` is left out: an OOM kill changes no container's CRI state by
-//!   itself (see `runtime::events::containerd_subject`).
+//!   beside a kubelet. `/tasks/oom` names nothing to check (an OOM kill changes no container's CRI
+//!   state by itself): it is read as data, for the reason of the container's exit.
 //! - **cri**: CRI `GetContainerEvents` (containerd ≥ 1.7, CRI-O). On containerd 1.7 each event goes
 //!   to ONE subscriber, so plegd would take events from a kubelet that uses Evented PLEG on the
 //!   same runtime (plegd warns); containerd 2.x broadcasts, and replays recent events to a new
@@ -23,7 +25,10 @@
 //!   relisted on the schedule.
 //!
 //! `auto`: CRI events on containerd 2.x, containerd's events service on containerd 1.x, CRI events
-//! on any other runtime that implements them.
+//! on any other runtime that implements them. Where CRI events run on containerd, a second stream
+//! of containerd's events reads its exits and OOM kills alone ([`run_exit_source`]), so that exits
+//! are shown at once there too. CRI-O and other runtimes have no such event: their exits come
+//! from the CRI state.
 //!
 //! A runtime's event can be ahead of its CRI state (containerd 1.6 publishes `/tasks/exit` 20–70 ms
 //! before its CRI plugin reports the container exited). So an event that names a known container is
@@ -60,13 +65,14 @@ use crate::clock::Clock;
 use crate::kubecontainer::PodUid;
 use crate::pleg::{GenericPleg, PlegContainerState};
 use crate::runtime::events::{EventSubject, cri_events_follow_state};
+use crate::runtime::exits::ExitFact;
 use crate::runtime::{CriRuntime, RuntimeVersion};
 use crate::supervise::Stage;
 
 pub use dispatch::{
     MAX_RECHECKS, Pending, QUIET_FOR, Rechecks, Target, UNLOCATABLE_FOR, dispatch, first_attempt, recheck_delay,
 };
-pub use streams::{SUBSCRIBED_AFTER, UNUSABLE_AFTER, replayed, run_source};
+pub use streams::{MAX_OOM_KILLED, OomKilled, SUBSCRIBED_AFTER, UNUSABLE_AFTER, replayed, run_exit_source, run_source};
 
 /// What a trigger asks for.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -116,6 +122,10 @@ pub enum Trigger {
         pod: Option<PodUid>,
         announces: Option<PlegContainerState>,
     },
+    /// The exit of a container's init process, from containerd's `/tasks/exit`: shown at once
+    /// ([`GenericPleg::containers_exited`]) for a container a record holds running; any other id
+    /// is checked as [`Trigger::ContainerAhead`] names it.
+    Exited(ExitFact),
     /// Relist this pod.
     Pod(PodUid),
     /// Relist everything.
@@ -259,10 +269,17 @@ pub fn stages<C: Clock>(
     info!(source = source.as_str(), "runtime triggers on");
     let version = version.clone();
     let health = pleg.trigger_health();
+    let exits = (source == Source::Cri && version.runtime_name == "containerd").then(|| {
+        let (runtime, options, sender) = (runtime.clone(), options.clone(), sender.clone());
+        let stage: Stage = Box::pin(async move { run_exit_source(&runtime, options, sender).await });
+        ("exit-source", stage)
+    });
     let source_stage: Stage =
         Box::pin(async move { run_source(source, mode, &runtime, &version, options, sender, health).await });
     let dispatcher: Stage = Box::pin(dispatch(pleg, receiver, metrics));
-    vec![("trigger-source", source_stage), ("trigger-dispatcher", dispatcher)]
+    let mut stages = vec![("trigger-source", source_stage), ("trigger-dispatcher", dispatcher)];
+    stages.extend(exits);
+    stages
 }
 
 /// [`stages`] spawned as plain tasks, for tests and benches that drive a relister by hand.

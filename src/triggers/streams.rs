@@ -10,8 +10,10 @@ use tracing::{debug, info, warn};
 use crate::metrics::Metrics;
 use crate::pleg::{PlegContainerState, StreamState, TriggerHealth};
 use crate::runtime::events::{
-    CriNames, EventStream, EventSubject, RuntimeEvent, cri_events_follow_state, cri_events_go_to_one_subscriber,
+    ContainerdData, CriNames, EventStream, EventSubject, RuntimeEvent, cri_events_follow_state,
+    cri_events_go_to_one_subscriber,
 };
+use crate::runtime::exits::ExitFact;
 use crate::runtime::{CriRuntime, RuntimeVersion};
 
 use super::{Source, Trigger, TriggerConfig, TriggerMode, TriggerSender};
@@ -133,14 +135,76 @@ impl Link {
 /// Streams that end at once, in a row, after which the runtime is taken to have no usable events.
 pub const UNUSABLE_AFTER: u32 = 3;
 
+/// The containers an OOM kill was announced for (`/tasks/oom`) whose exit has not come yet: an
+/// exit of one of them has the reason OOMKilled, as containerd's CRI plugin stores it. At most
+/// [`MAX_OOM_KILLED`] are remembered (then the memory starts over: an exit whose OOM was forgotten
+/// is written as Error until the CRI shows OOMKilled, a correction counted).
+#[derive(Debug, Default)]
+pub struct OomKilled {
+    ids: std::collections::HashSet<String>,
+}
+
+/// See [`OomKilled`].
+pub const MAX_OOM_KILLED: usize = 4096;
+
+impl OomKilled {
+    /// What containerd's event says as data, as a trigger: an exit as an [`ExitFact`] (OOM-killed
+    /// if an OOM of the container came before it); an OOM kill noted, no trigger. An exit without
+    /// a time is no fact: None, and its container is checked as its event names it.
+    pub fn read(&mut self, data: ContainerdData) -> Option<Trigger> {
+        match data {
+            ContainerdData::Oom(id) => {
+                if self.ids.len() >= MAX_OOM_KILLED {
+                    self.ids.clear();
+                }
+                self.ids.insert(id);
+                None
+            }
+            ContainerdData::Exit {
+                id,
+                exit_status,
+                exited_at,
+            } => {
+                let oom = self.ids.remove(&id);
+                ExitFact::new(id, exit_status, exited_at, oom).map(Trigger::Exited)
+            }
+        }
+    }
+
+    /// The container is gone (`/containers/delete`): an OOM noted for it is forgotten.
+    pub fn forget(&mut self, id: &str) {
+        self.ids.remove(id);
+    }
+}
+
+/// What one containerd event asks for: an exit fact, else the check of what it names.
+fn containerd_trigger(event: RuntimeEvent, oom: &mut OomKilled) -> Option<Trigger> {
+    if let Some(trigger) = event.data.and_then(|data| oom.read(data)) {
+        return Some(trigger);
+    }
+    Some(match event.subject? {
+        EventSubject::Container(id) if event.topic == "/containers/delete" => {
+            oom.forget(&id);
+            Trigger::ContainerGone(id)
+        }
+        EventSubject::Container(id) if settles(&event.topic) => Trigger::ContainerSettled {
+            id,
+            runs: event.topic == "/tasks/start",
+        },
+        EventSubject::Container(id) if ahead(&event.topic) => Trigger::ContainerAhead(id),
+        subject => Trigger::from(subject),
+    })
+}
+
 async fn containerd_subscription(
     channel: Channel,
     options: &TriggerConfig,
     sender: &TriggerSender,
     metrics: &Metrics,
     link: &mut Link,
+    oom: &mut OomKilled,
 ) -> StreamEnd {
-    let call = EventStream::containerd(channel, &options.namespace);
+    let call = EventStream::containerd(channel, &options.namespace, false);
     let mut stream = match open(Source::Containerd, call, sender, metrics, link).await {
         Ok(stream) => stream,
         Err(end) => return end,
@@ -150,25 +214,57 @@ async fn containerd_subscription(
             Ok(Some(event)) => {
                 link.delivered = true;
                 metrics.count_trigger(Source::Containerd.as_str());
-                if let Some(subject) = event.subject {
-                    let trigger = match subject {
-                        EventSubject::Container(id) if event.topic == "/containers/delete" => {
-                            Trigger::ContainerGone(id)
-                        }
-                        EventSubject::Container(id) if settles(&event.topic) => Trigger::ContainerSettled {
-                            id,
-                            runs: event.topic == "/tasks/start",
-                        },
-                        EventSubject::Container(id) if ahead(&event.topic) => Trigger::ContainerAhead(id),
-                        subject => Trigger::from(subject),
-                    };
-                    debug!(source = "containerd", topic = %event.topic, ?trigger, "trigger");
+                let topic = event.topic.clone();
+                if let Some(trigger) = containerd_trigger(event, oom) {
+                    debug!(source = "containerd", %topic, ?trigger, "trigger");
                     sender.send(trigger);
                 }
             }
             Ok(None) => return StreamEnd::Closed,
             Err(status) => return StreamEnd::Failed(status),
         }
+    }
+}
+
+/// containerd's exits and OOM kills, read beside the CRI's own events (on containerd 2.x, whose
+/// CRI events come once its CRI state shows a change: an exit 2–3 s after it in a burst), so that
+/// each exit is shown at once ([`Trigger::Exited`]). Everything else comes from the CRI events, and
+/// this stream's health does not move the relist period: while it is down, exits come from the
+/// CRI, later. Reconnects with backoff forever; never returns.
+pub async fn run_exit_source(runtime: &CriRuntime, options: TriggerConfig, sender: TriggerSender) {
+    let metrics = runtime.metrics().clone();
+    let mut backoff = options.backoff.clone();
+    let mut oom = OomKilled::default();
+    loop {
+        let opened = tokio::time::Instant::now();
+        let mut delivered = false;
+        let end = match EventStream::containerd(runtime.stream_channel(), &options.namespace, true).await {
+            Ok(mut stream) => loop {
+                match stream.message().await {
+                    Ok(Some(event)) => {
+                        if !delivered {
+                            info!(source = "containerd", "exit event stream delivering");
+                            delivered = true;
+                        }
+                        metrics.count_trigger(Source::Containerd.as_str());
+                        if let Some(trigger) = event.data.and_then(|data| oom.read(data)) {
+                            debug!(source = "containerd", topic = %event.topic, ?trigger, "exit event");
+                            sender.send(trigger);
+                        }
+                    }
+                    Ok(None) => break "closed by the runtime".to_owned(),
+                    Err(status) => break status.message().to_owned(),
+                }
+            },
+            Err(status) => status.message().to_owned(),
+        };
+        metrics.count_trigger_error(Source::Containerd.as_str());
+        if delivered || opened.elapsed() >= backoff.cap() {
+            backoff.reset();
+        }
+        let wait = backoff.next_wait();
+        warn!(source = "containerd", error = %end, retry_in = ?wait, "exit event stream ended; exits come from the CRI events meanwhile; reconnecting");
+        tokio::time::sleep(wait).await;
     }
 }
 
@@ -285,11 +381,14 @@ pub async fn run_source(
     state(StreamState::Connecting);
     // Streams in a row that the runtime answered and ended at once.
     let mut ended_at_once = 0u32;
+    let mut oom = OomKilled::default();
     loop {
         let mut link = Link::new(health.clone());
         let channel = runtime.stream_channel();
         let end = match source {
-            Source::Containerd => containerd_subscription(channel, &options, &sender, &metrics, &mut link).await,
+            Source::Containerd => {
+                containerd_subscription(channel, &options, &sender, &metrics, &mut link, &mut oom).await
+            }
             Source::Cri => cri_subscription(channel, exact, &sender, &metrics, &mut link).await,
         };
         // Whatever the stream would have said from now on is the relister's to find.
