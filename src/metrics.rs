@@ -287,6 +287,8 @@ metrics_table! {
         "pleg_discard_events", "Lifecycle events that did not fit in the full event channel (kept and re-sent by the next relist of the pod)";
     running_pods: Gauge = Default::default(),
         "running_pods", "Number of pods that have a running pod sandbox";
+    exits_held: Gauge = Default::default(),
+        "exits_held", "Exits taken from containerd's exit event that the CRI state does not show yet (held in the pod records; see plegd_exit_corrections_total)";
     running_containers: Family<StateLabel, Gauge> = Default::default(),
         "running_containers", "Number of containers currently running";
     runtime_bad_data: Family<KindLabel, Counter> = Default::default(),
@@ -649,7 +651,9 @@ impl Metrics {
     /// Count a field of an exit the CRI state showed otherwise (`known::EXIT_CORRECTION_FIELDS`).
     pub fn count_exit_correction(&self, field: &str) {
         self.exit_corrections
-            .get_or_create(&FieldLabel { field: field.to_owned() })
+            .get_or_create(&FieldLabel {
+                field: field.to_owned(),
+            })
             .inc();
     }
 

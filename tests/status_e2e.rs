@@ -1407,25 +1407,31 @@ async fn a_stop_in_a_burst_of_exits_writes_every_exit_before_it() {
     })
     .await;
     // What the runtime reports exited when the stop is asked (its CRI state can lag an exit by
-    // seconds under load: only what it reports can be written, never a guess).
-    let reported_exited: std::collections::HashSet<String> = cd
-        .client
-        .clone()
-        .list_containers(k8s_cri::v1::ListContainersRequest {
-            filter: Some(k8s_cri::v1::ContainerFilter {
-                state: Some(k8s_cri::v1::ContainerStateValue {
-                    state: k8s_cri::v1::ContainerState::ContainerExited as i32,
+    // seconds under load; containerd's exit events, which plegd writes from, come before it).
+    let exited = || async {
+        let listed = cd
+            .client
+            .clone()
+            .list_containers(k8s_cri::v1::ListContainersRequest {
+                filter: Some(k8s_cri::v1::ContainerFilter {
+                    state: Some(k8s_cri::v1::ContainerStateValue {
+                        state: k8s_cri::v1::ContainerState::ContainerExited as i32,
+                    }),
+                    ..Default::default()
                 }),
-                ..Default::default()
-            }),
-        })
-        .await
-        .expect("ListContainers")
-        .into_inner()
-        .containers
-        .into_iter()
-        .map(|c| c.id)
-        .collect();
+            })
+            .await
+            .expect("ListContainers");
+        let ids: std::collections::HashSet<String> = listed.into_inner().containers.into_iter().map(|c| c.id).collect();
+        ids
+    };
+    support::wait_for(
+        "the runtime reporting one of the exits",
+        Duration::from_secs(30),
+        || async { exited().await.iter().any(|id| ids.contains(id)) },
+    )
+    .await;
+    let reported_exited = exited().await;
     let Daemon { _run: run, .. } = daemon;
     let stopping = Instant::now();
     run.stop().await;

@@ -658,3 +658,93 @@ async fn containerd_killed_and_restarted() {
     latency(&mut p, &pod.uid, E::ContainerStarted, &ctr2).await;
     cd.cleanup(&pod).await;
 }
+
+/// Exits taken from containerd's own exit event (`/tasks/exit`; on containerd 2.x read beside the
+/// CRI events by a stream of its own), on the tested version: a container that fails and one the
+/// kernel OOM-kills. Each exit's ContainerDied carries the exit code and reason containerd's CRI
+/// shows afterwards; each one is held until the CRI state shows it, then settled. The relist period
+/// is an hour: nothing but the events can deliver or settle them. An OOM kill's event is not
+/// ordered with the exit's by the shim: an exit taken before its OOM was announced says Error, and
+/// the CRI's OOMKilled then wins, counted as a correction of the reason; every other field agrees.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exit_is_taken_from_containerds_exit_event() {
+    let Some(cd) = containerd().await else { return };
+    let mut p = start(&cd.socket, TriggerMode::Auto, Duration::from_secs(3600)).await;
+    let pod = cd.run_pod("exitfact", true).await;
+    let source = if cd.version().await.0 >= 2 { "cri" } else { "containerd" };
+    wait_for("a connected stream", Duration::from_secs(20), || {
+        counter(
+            &p.metrics,
+            &format!("plegd_trigger_stream_connects_total{{source=\"{source}\"}}"),
+        ) >= 1
+    })
+    .await;
+    let failing = cd
+        .run_container(&pod, "app", "trap 'exit 7' TERM; sleep 1000 & wait")
+        .await;
+    latency(&mut p, &pod.uid, E::ContainerStarted, &failing).await;
+    let hog = cd
+        .create_container_from(&pod, "hog", support::containerd::memory_hog())
+        .await;
+    cd.start_container(&hog).await;
+    cd.stop_container(&failing, 10).await;
+    let (died, _) = latency(&mut p, &pod.uid, E::ContainerDied, &failing).await;
+    assert_eq!(
+        (died.exit_code, died.reason.as_deref()),
+        (Some(7), Some("Error")),
+        "{died:?}"
+    );
+    let (oom_died, _) = latency(&mut p, &pod.uid, E::ContainerDied, &hog).await;
+    assert_eq!(oom_died.exit_code, Some(137), "{oom_died:?}");
+    // Both exits came by containerd's event, shown ahead of the CRI state or found there already.
+    let by_event = || {
+        counter(&p.metrics, "plegd_exit_events_total{result=\"shown\"}")
+            + counter(&p.metrics, "plegd_exit_events_total{result=\"runtime_first\"}")
+    };
+    wait_for("both exits taken from the exit event", Duration::from_secs(20), || {
+        by_event() >= 2
+    })
+    .await;
+    // Settled by the CRI's own event (containerd's /tasks/delete, or the CRI's CONTAINER_STOPPED).
+    wait_for(
+        "every held exit settled by the CRI state",
+        Duration::from_secs(20),
+        || counter(&p.metrics, "plegd_exits_held") == 0,
+    )
+    .await;
+    eprintln!(
+        "exits shown ahead of the CRI: {}, found in the CRI first: {}; the OOM kill's reason at once: {:?}",
+        counter(&p.metrics, "plegd_exit_events_total{result=\"shown\"}"),
+        counter(&p.metrics, "plegd_exit_events_total{result=\"runtime_first\"}"),
+        oom_died.reason
+    );
+    let reason = counter(&p.metrics, "plegd_exit_corrections_total{field=\"reason\"}");
+    match oom_died.reason.as_deref() {
+        Some("OOMKilled") => assert_eq!(reason, 0),
+        Some("Error") => assert_eq!(reason, 1, "the OOM announced after the exit: the CRI's reason won"),
+        other => panic!("reason {other:?} for an OOM kill"),
+    }
+    for field in ["exit_code", "finished_at", "state"] {
+        assert_eq!(
+            counter(
+                &p.metrics,
+                &format!("plegd_exit_corrections_total{{field=\"{field}\"}}")
+            ),
+            0,
+            "{field}"
+        );
+    }
+    // The status cache holds the CRI's values now.
+    let status = p.pleg.cache().get(&pod.uid);
+    let status = status.read().expect("the pod's status was read");
+    for (id, code) in [(&failing, 7), (&hog, 137)] {
+        let c = status.find_container(id).expect("the container's status");
+        let (_, finished_at) = cd.container_times(id).await;
+        assert_eq!((c.exit_code, c.finished_at), (code, Some(finished_at)), "{c:?}");
+    }
+    assert_eq!(
+        status.find_container(&hog).map(|c| c.reason.as_str()),
+        Some("OOMKilled")
+    );
+    cd.cleanup(&pod).await;
+}

@@ -69,6 +69,10 @@ impl HeldExits {
         self.held.contains_key(id)
     }
 
+    pub fn len(&self) -> usize {
+        self.held.len()
+    }
+
     #[cfg(test)]
     fn is_empty(&self) -> bool {
         self.held.is_empty()
@@ -88,7 +92,9 @@ impl HeldExits {
             if held.uid != uid {
                 return true;
             }
-            let Some(container) = pod.as_deref_mut().and_then(|p| p.containers.iter_mut().find(|c| c.id == *id))
+            let Some(container) = pod
+                .as_deref_mut()
+                .and_then(|p| p.containers.iter_mut().find(|c| c.id == *id))
             else {
                 return false;
             };

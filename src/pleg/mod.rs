@@ -41,9 +41,9 @@ pub use events::{
     generate_events,
 };
 use events::{add_exit_details, current_state_events, pleg_state};
-pub use fan_out::{EventHub, SUBSCRIBER_BUFFER, fan_out};
-pub use exits::{EXIT_HELD_FOR, Settled};
 use exits::HeldExits;
+pub use exits::{EXIT_HELD_FOR, Settled};
+pub use fan_out::{EventHub, SUBSCRIBER_BUFFER, fan_out};
 pub use handle::PlegHandle;
 use handle::RelistHealth;
 
@@ -765,7 +765,9 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
             while reads.len() < STATUS_READS_AT_ONCE {
                 let Some((mut work, uid)) = waiting.next() else { break };
                 reads.push(async move {
-                    let status = self.update_cache(&uid, work.current.as_ref(), None, &mut work.exits).await;
+                    let status = self
+                        .update_cache(&uid, work.current.as_ref(), None, &mut work.exits)
+                        .await;
                     (uid, work, status)
                 });
             }
@@ -781,6 +783,7 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
                 }
             }
         }
+        self.metrics.exits_held.set(state.exits.len() as i64);
         failed
     }
 
@@ -890,12 +893,15 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
         probed: Option<Known<'_, R::Answer>>,
     ) -> PodOutcome {
         let Some(mut work) = self.prepare_sync(state, uid, start) else {
+            self.metrics.exits_held.set(state.exits.len() as i64);
             return PodOutcome::Unchanged;
         };
         let status = self
             .update_cache(uid, work.current.as_ref(), probed, &mut work.exits)
             .await;
-        self.finish_sync(state, uid, work, status, start, missed_by)
+        let outcome = self.finish_sync(state, uid, work, status, start, missed_by);
+        self.metrics.exits_held.set(state.exits.len() as i64);
+        outcome
     }
 
     /// The first step of [`Self::sync_record`]: the pod's events from its records, and whether
@@ -1280,7 +1286,10 @@ mod tests {
                 assert_eq!(state.owner_of(id).cloned(), searched(state, id), "{step}: {id}");
             }
         };
-        state.set_current(vec![pod("a", &["s1", "c1", "c2"]), pod("b", &["s2", "c3"])], SystemTime::UNIX_EPOCH);
+        state.set_current(
+            vec![pod("a", &["s1", "c1", "c2"]), pod("b", &["s2", "c3"])],
+            SystemTime::UNIX_EPOCH,
+        );
         check(&state, "first relist");
         state.advance("a");
         state.advance("b");
@@ -1297,7 +1306,10 @@ mod tests {
         state.advance("b");
         check(&state, "b gone");
         // A runtime that lists the ids of a pod gone under another one; c4 is removed from a.
-        state.set_current(vec![pod("a", &["s1", "c2"]), pod("c", &["s2", "c3"])], SystemTime::UNIX_EPOCH);
+        state.set_current(
+            vec![pod("a", &["s1", "c2"]), pod("c", &["s2", "c3"])],
+            SystemTime::UNIX_EPOCH,
+        );
         check(&state, "b's ids listed under c");
         state.advance("a");
         state.advance("c");

@@ -452,7 +452,10 @@ mod tests {
         }
         .encode_to_vec();
         assert_eq!(containerd_subject("/tasks/oom", &oom), None);
-        assert_eq!(containerd_data("/tasks/oom", &oom), Some(ContainerdData::Oom("c1".into())));
+        assert_eq!(
+            containerd_data("/tasks/oom", &oom),
+            Some(ContainerdData::Oom("c1".into()))
+        );
         assert_eq!(containerd_data("/tasks/oom", &TaskOom::default().encode_to_vec()), None);
     }
 
@@ -474,7 +477,10 @@ mod tests {
             exit_status: 137,
             exited_at: Some((1_700_000_000, 5)),
         };
-        assert_eq!(containerd_data("/tasks/exit", &exit("c1").encode_to_vec()), Some(want.clone()));
+        assert_eq!(
+            containerd_data("/tasks/exit", &exit("c1").encode_to_vec()),
+            Some(want.clone())
+        );
         assert_eq!(containerd_data("/tasks/exit", &exit("").encode_to_vec()), Some(want));
         assert_eq!(containerd_data("/tasks/exit", &exit("exec-1").encode_to_vec()), None);
         assert_eq!(containerd_data("/tasks/exit", b"\xff\xff garbage"), None);

@@ -178,7 +178,12 @@ mod tests {
         let at = ExitFact::new("c1".into(), 137, Some((1_700_000_000, 123_456_789)), false).unwrap();
         assert_eq!(at, fact(137, false));
         // Go's int32() of a uint32 above i32::MAX wraps.
-        assert_eq!(ExitFact::new("c1".into(), u32::MAX, Some((1, 0)), false).unwrap().exit_code, -1);
+        assert_eq!(
+            ExitFact::new("c1".into(), u32::MAX, Some((1, 0)), false)
+                .unwrap()
+                .exit_code,
+            -1
+        );
         assert_eq!(ExitFact::new("c1".into(), 0, None, false), None, "no time: not a fact");
         assert_eq!(ExitFact::new("c1".into(), 0, Some((i64::MAX, 0)), false), None);
     }
@@ -212,7 +217,10 @@ mod tests {
         let mut running = status(RUNNING, 0, 0, "");
         assert_eq!(read(&mut pending, &mut running), ExitRead::Ahead);
         assert_eq!(running.state, CRI_EXITED);
-        assert_eq!((running.exit_code, running.finished_at), (3, fact(3, false).finished_at));
+        assert_eq!(
+            (running.exit_code, running.finished_at),
+            (3, fact(3, false).finished_at)
+        );
         assert_eq!(&running.reason[..], b"Error");
         assert_eq!(running.started_at, 1_699_999_999_000_000_000, "the rest is the CRI's");
         assert_eq!(pending.reason.as_deref(), Some(&b"Error"[..]));

@@ -4,8 +4,8 @@
 //! skipped, never a panic. This stage never holds state about pods: that is the relister's job.
 
 pub mod convert;
-pub mod exits;
 pub mod events;
+pub mod exits;
 pub mod lists;
 pub mod statuses;
 pub mod termination;
