@@ -973,18 +973,7 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
         }
         add_exit_details(&mut events, status.as_ref());
         if self.health.saw_happen(start) {
-            for event in events
-                .iter()
-                .filter(|e| e.kind == PodLifecycleEventType::ContainerDied && !e.sandbox)
-            {
-                self.metrics.count_container_exit(
-                    uid,
-                    event.namespace.as_deref().unwrap_or_default(),
-                    event.pod.as_deref().unwrap_or_default(),
-                    event.container.as_deref().unwrap_or_default(),
-                    exit_reason(event),
-                );
-            }
+            self.count_exits(uid, &events);
         }
         if current.is_none() {
             // Nothing of the pod is left in the runtime: it left the node.
@@ -1011,6 +1000,22 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
             state.undelivered.insert(uid.to_owned(), left);
         }
         PodOutcome::Refreshed { changed }
+    }
+
+    /// Count the containers' exits among `events` of pod `uid` (`plegd_container_exits_total`).
+    fn count_exits(&self, uid: &str, events: &[PodLifecycleEvent]) {
+        for event in events
+            .iter()
+            .filter(|e| e.kind == PodLifecycleEventType::ContainerDied && !e.sandbox)
+        {
+            self.metrics.count_container_exit(
+                uid,
+                event.namespace.as_deref().unwrap_or_default(),
+                event.pod.as_deref().unwrap_or_default(),
+                event.container.as_deref().unwrap_or_default(),
+                exit_reason(event),
+            );
+        }
     }
 
     /// At the end: every event still kept for a pod's next relist (the channel was full) is sent,

@@ -44,11 +44,14 @@
 //! lock, so a pod is never relisted concurrently and its events never reorder.
 //!
 //! The rooms: the streams themselves are read by `runtime::events`; `streams.rs` holds each event
-//! source's life (subscribe, forward, end, retry, and
-//! what the stream's health says); `dispatch.rs` turns triggers into checks and keeps their
-//! re-check schedules; this file holds the vocabulary and starts the stages.
+//! source's life (subscribe, forward, end, retry, and what the stream's health says);
+//! `schedule.rs` keeps each target's re-check schedule in one record and plans each fresh trigger
+//! (pure); `settle.rs` learns when a settling event's second probe comes (pure); `dispatch.rs` is
+//! the I/O loop around them: gather, show exits, plan, check, feed back; this file holds the
+//! vocabulary and starts the stages.
 
 mod dispatch;
+mod schedule;
 mod settle;
 mod streams;
 
@@ -69,8 +72,10 @@ use crate::runtime::exits::ExitFact;
 use crate::runtime::{CriRuntime, RuntimeVersion};
 use crate::supervise::Stage;
 
-pub use dispatch::{
-    MAX_RECHECKS, Pending, QUIET_FOR, Rechecks, Target, UNLOCATABLE_FOR, dispatch, first_attempt, recheck_delay,
+pub use dispatch::{Pending, dispatch};
+pub use schedule::{
+    FINE_PROBES, Fresh, FreshPlan, MAX_RECHECKS, QUIET_FOR, Schedules, Target, UNLOCATABLE_FOR, first_attempt,
+    recheck_delay,
 };
 pub use streams::{MAX_OOM_KILLED, OomKilled, SUBSCRIBED_AFTER, UNUSABLE_AFTER, replayed, run_exit_source, run_source};
 

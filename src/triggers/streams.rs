@@ -422,35 +422,51 @@ pub async fn run_source(
             ended_at_once = 0;
         }
         state(StreamState::Reconnecting);
-        match end {
-            StreamEnd::Unimplemented if mode == TriggerMode::Auto => {
-                state(StreamState::Off);
-                info!(
-                    source = source.as_str(),
-                    "the runtime does not implement this event stream; relying on the periodic relist"
-                );
-                // Nothing more to do, but a stage that ends is a failure: stay until cancelled.
-                return std::future::pending::<()>().await;
-            }
-            StreamEnd::Unimplemented => {
-                metrics.count_trigger_error(source.as_str());
-                warn!(source = source.as_str(), retry_in = ?wait, "the runtime does not implement this event stream; retrying");
-            }
-            StreamEnd::Failed(status) => {
-                if !link.ended_at_once() {
-                    metrics.count_trigger_error(source.as_str());
-                }
-                warn!(source = source.as_str(), code = ?status.code(), error = %status.message(), retry_in = ?wait, "trigger stream failed; reconnecting");
-            }
-            StreamEnd::Closed => {
-                if !link.ended_at_once() {
-                    metrics.count_trigger_error(source.as_str());
-                }
-                warn!(source = source.as_str(), retry_in = ?wait, "trigger stream closed by the runtime; reconnecting");
-            }
+        if !report_end(end, source, mode, link.ended_at_once(), wait, &metrics) {
+            state(StreamState::Off);
+            // Nothing more to do, but a stage that ends is a failure: stay until cancelled.
+            return std::future::pending::<()>().await;
         }
         tokio::time::sleep(wait).await;
     }
+}
+
+/// Say how a stream ended (log, count), before it is retried after `wait`. False when the runtime
+/// does not implement the stream and `mode` is `Auto`: nothing to retry, the periodic relist alone.
+fn report_end(
+    end: StreamEnd,
+    source: Source,
+    mode: TriggerMode,
+    ended_at_once: bool,
+    wait: Duration,
+    metrics: &Metrics,
+) -> bool {
+    match end {
+        StreamEnd::Unimplemented if mode == TriggerMode::Auto => {
+            info!(
+                source = source.as_str(),
+                "the runtime does not implement this event stream; relying on the periodic relist"
+            );
+            return false;
+        }
+        StreamEnd::Unimplemented => {
+            metrics.count_trigger_error(source.as_str());
+            warn!(source = source.as_str(), retry_in = ?wait, "the runtime does not implement this event stream; retrying");
+        }
+        StreamEnd::Failed(status) => {
+            if !ended_at_once {
+                metrics.count_trigger_error(source.as_str());
+            }
+            warn!(source = source.as_str(), code = ?status.code(), error = %status.message(), retry_in = ?wait, "trigger stream failed; reconnecting");
+        }
+        StreamEnd::Closed => {
+            if !ended_at_once {
+                metrics.count_trigger_error(source.as_str());
+            }
+            warn!(source = source.as_str(), retry_in = ?wait, "trigger stream closed by the runtime; reconnecting");
+        }
+    }
+    true
 }
 
 #[cfg(test)]
