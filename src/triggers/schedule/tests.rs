@@ -225,172 +225,59 @@ fn a_slow_change_leaves_the_second_probe_where_it_was() {
     assert_eq!(r.records(), 0, "nothing kept once found");
 }
 
-/// The cases of [`the_plan_of_a_fresh_trigger`]: (case, the trigger read, the target waits, was
-/// quiet) → (plan, waits after).
-#[allow(clippy::type_complexity)]
-fn plan_cases() -> Vec<(&'static str, Fresh, bool, bool, FreshPlan, bool)> {
-    use PlegContainerState::{Exited, Running, Unknown};
-    let ctr = Target {
-        pod: Some("u1".into()),
-        container: Some("c1".into()),
-    };
-    let new_id = Target {
-        pod: None,
-        container: Some("c9".into()),
-    };
-    let pod = Target {
-        pod: Some("u1".into()),
-        container: None,
-    };
-    let fresh = |target: &Target, recorded| Fresh {
+/// A fresh trigger for `target` read as the records say `recorded` of it and the trigger announces
+/// `announces`, named as `flags` say (any of `held`, `exact`, `settles`, `ahead`, `slow`).
+fn fresh(target: &Target, recorded: PlegContainerState, announces: Option<PlegContainerState>, flags: &str) -> Fresh {
+    let has = |flag| flags.split(' ').any(|f| f == flag);
+    Fresh {
         target: target.clone(),
         recorded,
-        announces: None,
-        held_exit: false,
-        exact: false,
-        settles: false,
-        ahead: false,
-        slow: false,
-    };
-    let end = schedule_end(&ctr);
-    let sparse = first_attempt(&ctr, true);
-    vec![
-        (
-            "a plain trigger: checked now",
-            fresh(&ctr, Running),
-            false,
-            false,
-            FreshPlan::Check(0),
-            false,
-        ),
-        (
-            "a pod: relisted now",
-            fresh(&pod, Running),
-            false,
-            false,
-            FreshPlan::Check(0),
-            false,
-        ),
-        (
-            "a quiet target: the sparse end",
-            fresh(&ctr, Running),
-            false,
-            true,
-            FreshPlan::Check(sparse),
-            false,
-        ),
-        (
-            "read already: nothing to check",
-            Fresh {
-                announces: Some(Exited),
-                settles: true,
-                ..fresh(&ctr, Exited)
-            },
-            false,
-            false,
-            FreshPlan::Skip,
-            false,
-        ),
-        (
-            "read already, but an exit is held: checked to settle it",
-            Fresh {
-                announces: Some(Exited),
-                settles: true,
-                held_exit: true,
-                ..fresh(&ctr, Exited)
-            },
-            false,
-            false,
-            FreshPlan::Check(0),
-            false,
-        ),
-        (
-            "read already while waiting: the schedule ends",
-            Fresh {
-                announces: Some(Running),
-                settles: true,
-                ..fresh(&ctr, Running)
-            },
-            true,
-            false,
-            FreshPlan::Skip,
-            false,
-        ),
-        (
-            "exact: once, at the end of the schedule",
-            Fresh {
-                exact: true,
-                announces: Some(Exited),
-                ..fresh(&ctr, Running)
-            },
-            true,
-            false,
-            FreshPlan::Check(end),
-            true,
-        ),
-        (
-            "settling while waiting: pulled forward",
-            Fresh {
-                settles: true,
-                announces: Some(Running),
-                ..fresh(&ctr, Unknown)
-            },
-            true,
-            false,
-            FreshPlan::Check(0),
-            false,
-        ),
-        (
-            "plain while waiting: joins",
-            fresh(&ctr, Running),
-            true,
-            false,
-            FreshPlan::Skip,
-            true,
-        ),
-        (
-            "ahead, known pod: sparse checks later, none now",
-            Fresh {
-                ahead: true,
-                ..fresh(&ctr, Unknown)
-            },
-            false,
-            false,
-            FreshPlan::Later,
-            true,
-        ),
-        (
-            "ahead, a new id: located now, from the sparse end",
-            Fresh {
-                ahead: true,
-                ..fresh(&new_id, PlegContainerState::NonExistent)
-            },
-            false,
-            false,
-            FreshPlan::Check(first_attempt(&new_id, true)),
-            false,
-        ),
-        (
-            "settling: the fine probes from now, even for a quiet target",
-            Fresh {
-                settles: true,
-                announces: Some(Running),
-                ..fresh(&ctr, Unknown)
-            },
-            false,
-            true,
-            FreshPlan::Check(0),
-            false,
-        ),
-    ]
+        announces,
+        held_exit: has("held"),
+        exact: has("exact"),
+        settles: has("settles"),
+        ahead: has("ahead"),
+        slow: has("slow"),
+    }
 }
 
 /// The planning step for one fresh trigger, table-driven: what the records say, what the trigger
 /// announces and how it names its target, against whether the target waits for a re-check or was
-/// quiet → the plan, and the schedule it leaves.
+/// quiet → the plan, and whether the target waits for a re-check after it.
 #[test]
 fn the_plan_of_a_fresh_trigger() {
-    let cases = plan_cases();
+    use FreshPlan::{Check, Later, Skip};
+    use PlegContainerState::{Exited, NonExistent, Running, Unknown};
+    let target = |pod: Option<&str>, container: Option<&str>| Target {
+        pod: pod.map(Into::into),
+        container: container.map(Into::into),
+    };
+    let (ctr, new_id, pod) = (
+        target(Some("u1"), Some("c1")),
+        target(None, Some("c9")),
+        target(Some("u1"), None),
+    );
+    let (end, sparse, sparse_new) = (
+        schedule_end(&ctr),
+        first_attempt(&ctr, true),
+        first_attempt(&new_id, true),
+    );
+    // (case, the trigger read, the target waits, was quiet) → (plan, waits after)
+    #[rustfmt::skip]
+    let cases = [
+        ("plain: checked now", fresh(&ctr, Running, None, ""), false, false, Check(0), false),
+        ("a pod: relisted now", fresh(&pod, Running, None, ""), false, false, Check(0), false),
+        ("quiet: the sparse end", fresh(&ctr, Running, None, ""), false, true, Check(sparse), false),
+        ("read already: nothing", fresh(&ctr, Exited, Some(Exited), "settles"), false, false, Skip, false),
+        ("read, exit held: settled", fresh(&ctr, Exited, Some(Exited), "settles held"), false, false, Check(0), false),
+        ("read while waiting: ends", fresh(&ctr, Running, Some(Running), "settles"), true, false, Skip, false),
+        ("exact: once, at the end", fresh(&ctr, Running, Some(Exited), "exact"), true, false, Check(end), true),
+        ("settling, waiting: pulled", fresh(&ctr, Unknown, Some(Running), "settles"), true, false, Check(0), false),
+        ("plain while waiting: joins", fresh(&ctr, Running, None, ""), true, false, Skip, true),
+        ("ahead, known: sparse later", fresh(&ctr, Unknown, None, "ahead"), false, false, Later, true),
+        ("ahead, new id: located", fresh(&new_id, NonExistent, None, "ahead"), false, false, Check(sparse_new), false),
+        ("settling, quiet: fine", fresh(&ctr, Unknown, Some(Running), "settles"), false, true, Check(0), false),
+    ];
     let t0 = tokio::time::Instant::now();
     for (case, read, waits, quiet, plan, waits_after) in cases {
         let mut r = Schedules::default();
