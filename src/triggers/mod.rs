@@ -96,15 +96,14 @@ pub enum Trigger {
     /// nothing for a whole schedule (~67 probes).
     ContainerSettled { id: String, runs: bool },
     /// As [`Trigger::Container`], from an event the runtime's CRI state does not follow until a
-    /// settling one comes ([`Trigger::ContainerSettled`]): containerd's `/tasks/exit` (its CRI
-    /// plugin shows the container exited only once it has deleted the task: `/tasks/delete`) and
-    /// `/containers/create` (the container runs only at its `/tasks/start`). The container is
-    /// checked sparsely, on a quiet target's schedule ([`dispatch::first_attempt`]): the fine
-    /// probes wait for the settling event, which pulls the schedule forward. A container the
-    /// records hold (an exit) gets no check at once: its probe nearly never found a change. A new
-    /// id is located at once, so that its start finds it in the records. Probed every 2 ms from
-    /// `/tasks/exit`, one exit cost ~50 status calls on a loaded node (the CRI state came ~100 ms
-    /// later), for nothing.
+    /// settling one comes ([`Trigger::ContainerSettled`]): containerd's `/containers/create` (the
+    /// container runs only at its `/tasks/start`), and a `/tasks/exit` that is no exit fact (no
+    /// time in it, or for an id no record holds running: its CRI plugin shows the container
+    /// exited only once it has deleted the task, `/tasks/delete`). The container is checked
+    /// sparsely, on a quiet target's schedule ([`schedule::first_attempt`]): the fine probes wait
+    /// for the settling event, which pulls the schedule forward. A container the records hold gets
+    /// no check at once: its probe nearly never found a change. A new id is located at once, so
+    /// that its start finds it in the records.
     ContainerAhead(String),
     /// As [`Trigger::ContainerSettled`], from containerd's `/containers/delete`: the container is
     /// gone from the runtime. A container a record holds is probed as after a settling event; an

@@ -617,7 +617,12 @@ start() {
   kubelet_feature_gates >/dev/null
   build
   lock
-  if running && healthz "https://$NODE_IP:$APISERVER_PORT/readyz" >/dev/null 2>&1 && node_ready; then
+  # A node running another containerd than the one asked for is started anew, never reused.
+  local wanted=${PLEGD_CLUSTER_CONTAINERD_VERSION:-2.1} was_version
+  was_version=$(cat "$RUN/containerd.version" 2>/dev/null || echo unknown)
+  if running && [ "$was_version" != "$wanted" ]; then
+    log "running on containerd $was_version, $wanted asked for (PLEGD_CLUSTER_CONTAINERD_VERSION): starting anew"
+  elif running && healthz "https://$NODE_IP:$APISERVER_PORT/readyz" >/dev/null 2>&1 && node_ready; then
     log "already running (node $NODE Ready)"
     # Other kubelet feature gates than it runs with: the kubelet restarts with them.
     local was
@@ -635,6 +640,7 @@ start() {
   stop_locked
   local t0=$SECONDS
   mkdir -p "$RUN"
+  echo "$wanted" >"$RUN/containerd.version"
   save_machine_state
 
   # The node's address: a private /32 on an interface of its own, a dummy one, or a bridge with
