@@ -430,6 +430,17 @@ async fn a_sandbox_trigger_asks_about_a_sandbox() {
     assert_eq!(server.fake.calls("PodSandboxStatus NotFound"), 0);
 }
 
+/// Wait until `p`'s trigger stream of `source` has connected.
+async fn connected(p: &Relister, source: &str) {
+    wait_for("a connected stream", Duration::from_secs(20), || {
+        counter(
+            &p.metrics,
+            &format!("plegd_trigger_stream_connects_total{{source=\"{source}\"}}"),
+        ) >= 1
+    })
+    .await;
+}
+
 /// Wall-clock time from `since` to the arrival of the event of `kind` for `id`.
 async fn latency(p: &mut Relister, uid: &str, kind: E, id: &str) -> (PodLifecycleEvent, SystemTime) {
     let seen = collect_until(&mut p.events, uid, Duration::from_secs(20), |e| has(e, kind, id)).await;
@@ -454,13 +465,7 @@ async fn events_arrive_by_trigger(cd: &Containerd, mode: TriggerMode) {
     let mut p = start(&cd.socket, mode, Duration::from_secs(3600)).await;
     // The sandbox's own events connect the stream (neither stream answers before its first event).
     let pod = cd.run_pod("trig", true).await;
-    wait_for("a connected stream", Duration::from_secs(20), || {
-        counter(
-            &p.metrics,
-            &format!("plegd_trigger_stream_connects_total{{source=\"{source}\"}}"),
-        ) >= 1
-    })
-    .await;
+    connected(&p, source).await;
     // A sandbox started once the stream is up arrives by trigger too (containerd 2.x publishes its
     // start before its CRI plugin lists it).
     let second = cd.run_pod("trig2", true).await;
@@ -672,13 +677,7 @@ async fn an_exit_is_taken_from_containerds_exit_event() {
     let mut p = start(&cd.socket, TriggerMode::Auto, Duration::from_secs(3600)).await;
     let pod = cd.run_pod("exitfact", true).await;
     let source = if cd.version().await.0 >= 2 { "cri" } else { "containerd" };
-    wait_for("a connected stream", Duration::from_secs(20), || {
-        counter(
-            &p.metrics,
-            &format!("plegd_trigger_stream_connects_total{{source=\"{source}\"}}"),
-        ) >= 1
-    })
-    .await;
+    connected(&p, source).await;
     let failing = cd
         .run_container(&pod, "app", "trap 'exit 7' TERM; sleep 1000 & wait")
         .await;
