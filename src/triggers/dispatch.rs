@@ -272,11 +272,11 @@ impl Check {
 }
 
 /// Serve triggers until every sender is gone. Each round: wait for a trigger (or for a re-check to
-/// be due) and take everything else already queued ([`gather`]); show the exits
-/// ([`show_exits`]); plan each fresh target ([`plan_fresh`], the decision being
+/// be due) and take everything else already queued (`gather`); show the exits
+/// (`show_exits`); plan each fresh target (`plan_fresh`, the decision being
 /// [`Schedules::plan`]'s) and add the re-checks due; drop those whose change a relist read first;
-/// answer many probes and locates with one complete relist ([`relist_batch`]); check the rest one
-/// after another, likeliest first ([`run_checks`]); and feed what each found back to its schedule.
+/// answer many probes and locates with one complete relist (`relist_batch`); check the rest one
+/// after another, likeliest first (`run_checks`); and feed what each found back to its schedule.
 pub async fn dispatch<R: Runtime, C: Clock>(
     pleg: Arc<GenericPleg<R, C>>,
     mut queue: TriggerReceiver,

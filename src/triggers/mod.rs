@@ -74,8 +74,8 @@ use crate::supervise::Stage;
 
 pub use dispatch::{Pending, dispatch};
 pub use schedule::{
-    FINE_PROBES, Fresh, FreshPlan, MAX_RECHECKS, QUIET_FOR, Schedules, Target, UNLOCATABLE_FOR, first_attempt,
-    recheck_delay,
+    BATCH_PROBES, FINE_PROBES, Fresh, FreshPlan, MAX_RECHECKS, QUIET_FOR, Schedules, Target, UNLOCATABLE_FOR,
+    first_attempt, recheck_delay,
 };
 pub use streams::{MAX_OOM_KILLED, OomKilled, SUBSCRIBED_AFTER, UNUSABLE_AFTER, replayed, run_exit_source, run_source};
 

@@ -308,7 +308,7 @@ impl Schedules {
 
     /// A settling trigger starts `target`'s fine probes now, at attempt 0, or for a `slow` target
     /// a check now and the doubling waits. Only a container of a known pod has its second probe
-    /// placed ([`SecondProbe`], which a slow target's late changes would push late for every
+    /// placed (`SecondProbe`, which a slow target's late changes would push late for every
     /// container). `announces`: the state the trigger announces, if known.
     pub fn settle(&mut self, target: &Target, now: Instant, announces: Option<PlegContainerState>, slow: bool) {
         if target.container.is_none() {
