@@ -934,3 +934,70 @@ async fn stopping_sends_what_a_full_channel_kept_back() {
     let started: Vec<_> = seen.iter().filter(|e| e.kind == E::ContainerStarted).collect();
     assert_eq!(started.len(), 4, "the sandbox and three containers: {seen:?}");
 }
+
+/// An exit taken from containerd's exit event, which the CRI state then shows otherwise — the
+/// fault of a containerd that recovered the exit after a restart (255, `Unknown`), which the real
+/// one does not make on demand, so the fake CRI makes it. The exit is shown at once from the event
+/// while the CRI still says the container runs (a relist in between keeps it exited, with no
+/// ContainerStarted); once the CRI shows its own exit, its values are what the cache holds, each
+/// field that differed is counted, and a PodSync asks for the pod's status to be written again.
+#[tokio::test]
+async fn an_exit_the_cri_shows_otherwise_is_corrected_and_counted() {
+    use plegd::pleg::ExitTaken;
+    use plegd::runtime::exits::ExitFact;
+    let mut h = Harness::new().await;
+    h.fake().add_running_pod("u1", "web", 1);
+    h.relist().await;
+    let finished_at = 1_700_000_123_000_000_000;
+    let fact = ExitFact::new("ctr-u1-0".into(), 3, Some((1_700_000_123, 0)), false).expect("a fact");
+    let taken = h.pleg.containers_exited(vec![fact]).await;
+    assert_eq!(taken, [("ctr-u1-0".to_owned(), ExitTaken::Shown)]);
+    let events = h.drain();
+    assert_eq!(kinds(&events), [ev(E::ContainerDied, "ctr-u1-0")]);
+    assert_eq!(
+        (events[0].exit_code, events[0].reason.as_deref()),
+        (Some(3), Some("Error"))
+    );
+    let cached = h.cache().get("u1");
+    let c = cached.status.find_container("ctr-u1-0").expect("its status");
+    assert_eq!(
+        (c.state, c.exit_code, c.finished_at),
+        (
+            plegd::kubecontainer::RuntimeContainerState::Exited,
+            3,
+            Some(SystemTime::UNIX_EPOCH + Duration::from_nanos(finished_at))
+        )
+    );
+    assert_eq!(h.metrics.sample("plegd_exits_held"), Some(1.0));
+    // The CRI still lags: the relist keeps the exit, and says nothing.
+    assert_eq!(kinds(&h.relist().await), []);
+    // The CRI shows the exit otherwise: its values win, and each field that differs is counted.
+    h.fake().exit_container("ctr-u1-0", 255);
+    h.fake().state().containers.get_mut("ctr-u1-0").unwrap().reason = "Unknown".into();
+    let events = h.relist().await;
+    assert_eq!(kinds(&events), [(E::PodSync, String::new())]);
+    let cached = h.cache().get("u1");
+    let c = cached.status.find_container("ctr-u1-0").expect("its status");
+    assert_eq!((c.exit_code, c.reason.as_str()), (255, "Unknown"));
+    for (field, n) in [
+        ("exit_code", 1.0),
+        ("finished_at", 1.0),
+        ("reason", 1.0),
+        ("state", 0.0),
+    ] {
+        let name = format!("plegd_exit_corrections_total{{field=\"{field}\"}}");
+        assert_eq!(h.metrics.sample(&name), Some(n), "{field}");
+    }
+    assert_eq!(h.metrics.sample("plegd_exits_held"), Some(0.0));
+    assert_eq!(h.metrics.sample("plegd_exit_events_total{result=\"shown\"}"), Some(1.0));
+    // An exit of a container the records do not hold running is left to the CRI.
+    let again = ExitFact::new("ctr-u1-0".into(), 3, Some((1, 0)), false).expect("a fact");
+    let unknown = ExitFact::new("nope".into(), 3, Some((1, 0)), false).expect("a fact");
+    assert_eq!(
+        h.pleg.containers_exited(vec![again, unknown]).await,
+        [
+            ("ctr-u1-0".to_owned(), ExitTaken::Recorded),
+            ("nope".to_owned(), ExitTaken::NotRecorded)
+        ]
+    );
+}
