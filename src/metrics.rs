@@ -337,7 +337,7 @@ metrics_table! {
     container_exits: Family<ExitLabel, Counter> = Default::default(),
         "container_exits", "Container exits plegd saw happen, by namespace, pod, container and reason (as the status gives it); exits that happened before plegd started are not counted; a pod's series leave 2 minutes after the pod left the node; past 2000 series, exits are counted by reason alone (namespace, pod and container empty)";
     exit_events: Family<ResultLabel, Counter> = Default::default(),
-        "exit_events", "containerd's /tasks/exit of a container's init process, by what became of it (shown: the exit shown at once, ahead of the CRI state; runtime_first: the CRI state showed it already; recorded: a relist had read it first; not_recorded: no record holds a container of that id, left to the CRI state)";
+        "exit_events", "containerd's /tasks/exit of a container's init process, by what became of it (shown: the exit shown at once, ahead of the CRI state; runtime_first: the CRI state showed it already; recorded: a relist had read it first; not_recorded: no record holds that id; sandbox: a sandbox's; both left to the CRI state)";
     exit_corrections: Family<FieldLabel, Counter> = Default::default(),
         "exit_corrections", "Exits taken from containerd's exit event that the CRI state later showed otherwise, by field (exit_code, finished_at, reason; state: the CRI still said the container ran after plegd's hold ran out); the CRI's value is written";
     trigger_relists: Family<KindLabel, Counter> = Default::default(),
@@ -475,7 +475,7 @@ pub mod known {
     /// `plegd_pleg_events_total{kind}`: the events the PLEG sends.
     pub const EVENT_KINDS: [&str; 4] = ["ContainerStarted", "ContainerDied", "ContainerRemoved", "PodSync"];
     /// `plegd_exit_events_total{result}`.
-    pub const EXIT_EVENT_RESULTS: [&str; 4] = ["shown", "runtime_first", "recorded", "not_recorded"];
+    pub const EXIT_EVENT_RESULTS: [&str; 5] = ["shown", "runtime_first", "recorded", "not_recorded", "sandbox"];
     /// `plegd_exit_corrections_total{field}`.
     pub const EXIT_CORRECTION_FIELDS: [&str; 4] = ["exit_code", "finished_at", "reason", "state"];
     /// `plegd_trigger_relists_total{kind}`.

@@ -202,10 +202,8 @@ struct RelistState {
 }
 
 impl RelistState {
-    /// `podRecords.setCurrent`, with the held exits kept in the listing (see [`HeldExits::hold`]);
-    /// returns the exits let go.
-    fn set_current(&mut self, mut pods: Vec<RuntimePod>, now: SystemTime) -> Vec<Settled> {
-        let let_go = self.exits.hold_all(&mut pods, now);
+    /// `podRecords.setCurrent`. The held exits are kept in `pods` first ([`HeldExits::hold_all`]).
+    fn set_current(&mut self, pods: Vec<RuntimePod>) {
         self.reads += 1;
         let read = self.reads;
         for record in self.records.values_mut() {
@@ -229,7 +227,6 @@ impl RelistState {
                 }
             }
         }
-        let_go
     }
 
     /// Set pod `uid`'s current record (a relist of that pod alone, or a probe's answer).
@@ -374,17 +371,19 @@ pub enum ExitTaken {
     RuntimeFirst,
     /// The records say the container exited already (a relist read it first), or was removed.
     Recorded,
-    /// No record holds a container of that id (a container not listed yet, or a sandbox): left
-    /// to the CRI state.
+    /// No record holds that id (a container not listed yet): left to the CRI state.
     NotRecorded,
+    /// A sandbox's: its end is its network torn down, which only the CRI state shows.
+    Sandbox,
 }
 
 impl ExitTaken {
-    pub const ALL: [ExitTaken; 4] = [
+    pub const ALL: [ExitTaken; 5] = [
         ExitTaken::Shown,
         ExitTaken::RuntimeFirst,
         ExitTaken::Recorded,
         ExitTaken::NotRecorded,
+        ExitTaken::Sandbox,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -393,6 +392,7 @@ impl ExitTaken {
             ExitTaken::RuntimeFirst => "runtime_first",
             ExitTaken::Recorded => "recorded",
             ExitTaken::NotRecorded => "not_recorded",
+            ExitTaken::Sandbox => "sandbox",
         }
     }
 }
@@ -702,9 +702,12 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
                 .unwrap_or_default()
                 .as_secs_f64(),
         );
-        self.update_running_gauges(&pods);
-        let let_go = state.set_current(pods, start);
+        let mut pods = pods;
+        let let_go = state.exits.hold_all(&mut pods, start);
         self.count_settled(&let_go);
+        // Counted as the records will hold them: a held exit is no running container.
+        self.update_running_gauges(&pods);
+        state.set_current(pods);
 
         // Only pods with something to do are visited with the state borrowed mutably; for the
         // rest (nearly all, on a quiet node) this pass allocates nothing.
@@ -826,7 +829,7 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
             let pod = record.and_then(|r| r.current.as_ref().or(r.old.as_ref()));
             let Some(pod) = pod.filter(|p| p.find_container(&id).is_some()).cloned() else {
                 // A sandbox: its end is its network torn down, which only the CRI state shows.
-                taken.push((id, ExitTaken::NotRecorded));
+                taken.push((id, ExitTaken::Sandbox));
                 continue;
             };
             if !matches!(
@@ -1219,6 +1222,13 @@ pub fn preserve_ips(old: &RuntimePodStatus, new: &RuntimePodStatus) -> Vec<Strin
 mod tests {
     use super::*;
 
+    /// Every result an exit event can have is a series of `plegd_exit_events_total` from the start.
+    #[test]
+    fn exit_results_are_the_metrics_known_ones() {
+        let results: Vec<&str> = ExitTaken::ALL.iter().map(|t| t.as_str()).collect();
+        assert_eq!(results, crate::metrics::known::EXIT_EVENT_RESULTS);
+    }
+
     #[test]
     fn a_config_keeps_its_periods_in_order() {
         let s = Duration::from_secs;
@@ -1291,10 +1301,7 @@ mod tests {
                 assert_eq!(state.owner_of(id).cloned(), searched(state, id), "{step}: {id}");
             }
         };
-        state.set_current(
-            vec![pod("a", &["s1", "c1", "c2"]), pod("b", &["s2", "c3"])],
-            SystemTime::UNIX_EPOCH,
-        );
+        state.set_current(vec![pod("a", &["s1", "c1", "c2"]), pod("b", &["s2", "c3"])]);
         check(&state, "first relist");
         state.advance("a");
         state.advance("b");
@@ -1311,17 +1318,14 @@ mod tests {
         state.advance("b");
         check(&state, "b gone");
         // A runtime that lists the ids of a pod gone under another one; c4 is removed from a.
-        state.set_current(
-            vec![pod("a", &["s1", "c2"]), pod("c", &["s2", "c3"])],
-            SystemTime::UNIX_EPOCH,
-        );
+        state.set_current(vec![pod("a", &["s1", "c2"]), pod("c", &["s2", "c3"])]);
         check(&state, "b's ids listed under c");
         state.advance("a");
         state.advance("c");
         state.prune_owners();
         check(&state, "pruned");
         assert_eq!(state.owners.len(), 4, "{:?}", state.owners);
-        state.set_current(vec![], SystemTime::UNIX_EPOCH);
+        state.set_current(vec![]);
         state.advance("a");
         state.advance("c");
         state.prune_owners();

@@ -233,10 +233,18 @@ async fn settles_slowly<R: Runtime, C: Clock>(
 }
 
 /// What the records say of a probe target's container.
+///
+/// A container whose exit is held (shown from containerd's exit event, not yet from the CRI state)
+/// is *running* here: what a check looks for is the CRI state, and the settling of the exit (the
+/// records then say exited) is the change that ends its schedule. Taken as exited, a check (or a
+/// batch relist) that settled it found no change, and its schedule ran on to its end.
 async fn recorded<R: Runtime, C: Clock>(pleg: &GenericPleg<R, C>, target: &Target) -> PlegContainerState {
     let (Some(pod), Some(id)) = (&target.pod, &target.container) else {
         return PlegContainerState::NonExistent;
     };
+    if pleg.holds_exit(id).await {
+        return PlegContainerState::Running;
+    }
     pleg.recorded_state(pod, id).await
 }
 

@@ -274,7 +274,25 @@ impl Schedules {
             if record.due.is_some() {
                 self.waiting -= 1;
             }
-            let due = record.due.take();
+            let mut due = record.due.take();
+            // A schedule the new key has already (a trigger that named the id once it was in the
+            // records) is merged with it: the earlier check, and the marks of both.
+            if let Some(mut there) = self.records.remove(to) {
+                if there.due.is_some() {
+                    self.waiting -= 1;
+                }
+                due = match (due, there.due.take()) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+                record.joined |= there.joined;
+                record.pulled |= there.pulled;
+                record.slow |= there.slow;
+                record.settling = record.settling.or(there.settling);
+                record.baseline = there.baseline.or(record.baseline);
+                record.expect = record.expect.or(there.expect);
+                record.quiet = there.quiet;
+            }
             self.records.insert(to.clone(), record);
             self.set_due(to, due);
             self.tidy(to);

@@ -105,9 +105,25 @@ impl Runtime for SteadyRuntime {
         &self,
         pod: &crate::kubecontainer::RuntimePod,
         probed: Option<(&str, String)>,
-        _: &mut [crate::runtime::exits::PendingExit],
+        exits: &mut [crate::runtime::exits::PendingExit],
     ) -> Result<crate::kubecontainer::RuntimePodStatus, crate::runtime::RuntimeError> {
         self.count("pod_status");
+        // An exit held for a container: confirmed once this runtime shows it, else still ahead.
+        for exit in exits.iter_mut() {
+            let i = exit
+                .fact
+                .id
+                .strip_prefix('c')
+                .and_then(|i| i.parse().ok())
+                .unwrap_or_default();
+            exit.outcome = Some(
+                if self.state(i) == crate::kubecontainer::RuntimeContainerState::Exited {
+                    crate::runtime::exits::ExitRead::Confirmed
+                } else {
+                    crate::runtime::exits::ExitRead::Ahead
+                },
+            );
+        }
         if let Some((id, answer)) = probed {
             assert_eq!(id, answer, "the answer of the id probed");
             self.count("pod_status given a probe's answer");
@@ -664,3 +680,35 @@ async fn an_exact_event_is_checked_once() {
 /// names it, is relisted once (a new sandbox is no container to probe), with no locate; an id
 /// the event says was removed costs nothing; one whose event names no pod is located once.
 mod locate;
+
+/// A burst of 20 exits taken from containerd's exit events, then their `/tasks/delete` once the
+/// runtime's CRI state shows them: one complete relist settles every held exit, and that ends the
+/// containers' schedules. (Taken as exited already, the settled exits looked unchanged to the batch,
+/// and a complete relist ran every round for the whole schedule.)
+#[tokio::test(start_paused = true)]
+async fn exits_settled_by_a_batch_relist_end_their_schedules() {
+    use crate::runtime::exits::ExitFact;
+    let t0 = tokio::time::Instant::now();
+    let runtime = SteadyRuntime {
+        pods: 20,
+        exits_at: Some(t0 + Duration::from_millis(100)),
+        ..Default::default()
+    };
+    let (mut events, sender, dispatcher) = dispatching(&runtime, 64).await;
+    for i in 0..20 {
+        let fact = ExitFact::new(format!("c{i}"), 1, Some((1_700_000_000, 0)), false).unwrap();
+        sender.send(Trigger::Exited(fact));
+    }
+    seen(&mut events, PodLifecycleEventType::ContainerDied, 20).await;
+    assert_eq!(runtime.calls("probe_state"), 0, "shown from the events, no probe");
+    tokio::time::sleep_until(t0 + Duration::from_millis(100)).await;
+    for i in 0..20 {
+        sender.send(Trigger::ContainerSettled {
+            id: format!("c{i}"),
+            runs: false,
+        });
+    }
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    dispatcher.abort();
+    assert_eq!(runtime.calls("list_pods"), 2, "the first relist and one batch");
+}

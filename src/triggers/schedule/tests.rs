@@ -324,3 +324,30 @@ fn a_schedule_is_pulled_forward_once_by_the_plan() {
     );
     assert!(r.waiting(&ctr));
 }
+
+/// A target located while the records already gave it a schedule of its own under the new key
+/// (a trigger named the id once a relist had read it): the two schedules become one, the earlier
+/// check kept, and the count of waiting targets stays right.
+#[test]
+fn a_located_target_merges_with_the_schedule_its_new_key_has() {
+    let t0 = tokio::time::Instant::now();
+    let mut r = Schedules::default();
+    let unlocated = Target {
+        pod: None,
+        container: Some("c".into()),
+    };
+    let located = Target {
+        pod: Some("p".into()),
+        container: Some("c".into()),
+    };
+    r.after_check(&unlocated, false, first_attempt(&unlocated, true), t0);
+    r.after_check(&located, false, 0, t0);
+    assert_eq!(r.len(), 2);
+    r.located(&unlocated, &located, false);
+    assert_eq!(r.len(), 1, "one schedule");
+    assert_eq!(r.next_due(), Some(t0 + Duration::from_millis(2)), "the earlier check");
+    assert_eq!(r.take_due(t0 + Duration::from_millis(2)), [(located.clone(), 1)]);
+    r.after_check(&located, true, 1, t0);
+    assert!(r.is_empty());
+    assert_eq!(r.records(), 0);
+}
