@@ -704,6 +704,9 @@ async fn an_exit_is_taken_from_containerds_exit_event() {
         by_event() >= 2
     })
     .await;
+    // containerd's events service is connected: the source itself on 1.x, the exit stream beside
+    // the CRI events on 2.x (counted when its first event came).
+    assert!(counter(&p.metrics, "plegd_trigger_stream_connects_total{source=\"containerd\"}") >= 1);
     // Settled by the CRI's own event (containerd's /tasks/delete, or the CRI's CONTAINER_STOPPED).
     wait_for(
         "every held exit settled by the CRI state",

@@ -230,7 +230,10 @@ async fn containerd_subscription(
 /// CRI events come once its CRI state shows a change: an exit 2–3 s after it in a burst), so that
 /// each exit is shown at once ([`Trigger::Exited`]). Everything else comes from the CRI events, and
 /// this stream's health does not move the relist period: while it is down, exits come from the
-/// CRI, later. Reconnects with backoff forever; never returns.
+/// CRI, later. Its events, connections and failures are counted under the source `containerd`
+/// (`plegd_triggers_total`, `plegd_trigger_stream_connects_total`, `..._errors_total`); its state
+/// is not in `plegd_trigger_stream_state`, which is the main stream's. Reconnects with backoff
+/// forever; never returns.
 pub async fn run_exit_source(runtime: &CriRuntime, options: TriggerConfig, sender: TriggerSender) {
     let metrics = runtime.metrics().clone();
     let mut backoff = options.backoff.clone();
@@ -239,11 +242,13 @@ pub async fn run_exit_source(runtime: &CriRuntime, options: TriggerConfig, sende
         let opened = tokio::time::Instant::now();
         let mut delivered = false;
         let end = match EventStream::containerd(runtime.stream_channel(), &options.namespace, true).await {
+            // containerd answers a subscription with its first event: counted as connected then.
             Ok(mut stream) => loop {
                 match stream.message().await {
                     Ok(Some(event)) => {
                         if !delivered {
                             info!(source = "containerd", "exit event stream delivering");
+                            metrics.count_trigger_connect(Source::Containerd.as_str());
                             delivered = true;
                         }
                         metrics.count_trigger(Source::Containerd.as_str());
