@@ -527,8 +527,8 @@ fn image_build_is_pinned_and_small() {
     }
 }
 
-/// Every test, script or manifest of tests/ that deploy/ and the project's documents name is
-/// there: a reader sent to a file finds it.
+/// Every test, script or manifest of tests/ (or a unit-test file of src/) that deploy/ and the
+/// project's documents name is there: a reader sent to a file finds it.
 #[test]
 fn the_files_the_docs_name_exist() {
     let mut named = Vec::new();
@@ -552,7 +552,11 @@ fn the_files_the_docs_name_exist() {
             continue;
         };
         for (i, _) in text.match_indices("tests/") {
-            let rest = &text[i..];
+            // A unit-test file of src/ is named by its whole path (`src/triggers/dispatch/tests/locate.rs`).
+            let path_char = |c: char| c.is_ascii_alphanumeric() || "_/.-".contains(c);
+            let token = text[..i].rfind(|c: char| !path_char(c)).map_or(0, |b| b + 1);
+            let start = if text[token..].starts_with("src/") { token } else { i };
+            let rest = &text[start..];
             let end = rest
                 .find(|c: char| !(c.is_ascii_alphanumeric() || "_/.-".contains(c)))
                 .unwrap_or(rest.len());

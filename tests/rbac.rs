@@ -144,6 +144,14 @@ async fn used(mode: &str, emit_events: bool, rendered: &std::path::Path, install
             api.pod("default", "web").await.is_none()
         })
         .await;
+        // The apiserver logs a request once it has answered it: the pod can be seen gone before
+        // the DELETE that removed it is in the log.
+        wait_for(
+            "plegd's DELETE in the apiserver's request log",
+            Duration::from_secs(20),
+            || async { api.requests_by(PLEGD_USER).await.iter().any(|r| r.method == "DELETE") },
+        )
+        .await;
     } else {
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
