@@ -577,9 +577,9 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
         };
         let (state, answer) = self.runtime.probe_state(id, kind).await?.unzip();
         let now = state.map_or(PlegContainerState::NonExistent, PlegContainerState::from);
-        // A held exit the CRI shows now (or a container gone) is a change to read: its status read
-        // settles the exit, though the records say exited already.
-        // While an exit is held, a CRI that still says the container runs only lags.
+        // While an exit is held, a CRI that still says the container runs only lags; one that shows
+        // the exit (or the container gone) is a change to read, though the records say exited
+        // already: its status read settles the exit.
         let changed = if held {
             matches!(now, PlegContainerState::Exited | PlegContainerState::NonExistent)
         } else {
@@ -693,7 +693,7 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
         missed_by: Option<&'static str>,
     ) -> Result<(), RuntimeError> {
         let started = std::time::Instant::now();
-        let pods = self.runtime.list_pods().await?;
+        let mut pods = self.runtime.list_pods().await?;
         let listed = started.elapsed();
         self.health.relisted(start, started);
         self.metrics.last_seen.set(
@@ -702,7 +702,6 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
                 .unwrap_or_default()
                 .as_secs_f64(),
         );
-        let mut pods = pods;
         let let_go = state.exits.hold_all(&mut pods, start);
         self.count_settled(&let_go);
         // Counted as the records will hold them: a held exit is no running container.
@@ -895,14 +894,15 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
         missed_by: Option<&'static str>,
         probed: Option<Known<'_, R::Answer>>,
     ) -> PodOutcome {
-        let Some(mut work) = self.prepare_sync(state, uid, start) else {
-            self.metrics.exits_held.set(state.exits.len() as i64);
-            return PodOutcome::Unchanged;
+        let outcome = match self.prepare_sync(state, uid, start) {
+            None => PodOutcome::Unchanged,
+            Some(mut work) => {
+                let status = self
+                    .update_cache(uid, work.current.as_ref(), probed, &mut work.exits)
+                    .await;
+                self.finish_sync(state, uid, work, status, start, missed_by)
+            }
         };
-        let status = self
-            .update_cache(uid, work.current.as_ref(), probed, &mut work.exits)
-            .await;
-        let outcome = self.finish_sync(state, uid, work, status, start, missed_by);
         self.metrics.exits_held.set(state.exits.len() as i64);
         outcome
     }

@@ -158,19 +158,18 @@ impl EventStream {
 /// not keep plegd probing a container that does not change: the event is read as data only
 /// ([`containerd_data`]).
 pub fn containerd_subject(topic: &str, payload: &[u8]) -> Option<String> {
-    use containerd_client::events::{ContainerCreate, ContainerDelete, TaskDelete, TaskExit, TaskStart};
+    use containerd_client::events::{ContainerCreate, ContainerDelete, TaskDelete, TaskStart};
     let id = match topic {
         // A container created and not started (CRI CREATED): a state the status shows (waiting, with
         // its id), which no task event announces.
         "/containers/create" => ContainerCreate::decode(payload).ok()?.id,
         "/tasks/start" => TaskStart::decode(payload).ok()?.container_id,
-        // The exit of an exec'd process (id != container id) changes nothing.
-        "/tasks/exit" => {
-            TaskExit::decode(payload)
-                .ok()
-                .filter(|e| e.id == e.container_id || e.id.is_empty())?
-                .container_id
-        }
+        // The exit of an exec'd process (id != container id) changes nothing: the one rule of
+        // what an init process's exit is, `containerd_data`'s.
+        "/tasks/exit" => match containerd_data(topic, payload)? {
+            ContainerdData::Exit { id, .. } => id,
+            ContainerdData::Oom(_) => return None,
+        },
         "/tasks/delete" => {
             TaskDelete::decode(payload)
                 .ok()
