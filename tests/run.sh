@@ -11,6 +11,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# A fresh clone builds everything once: incremental state would only take disk (gigabytes) there.
+if [ -n "${CI:-}" ]; then export CARGO_INCREMENTAL=0; fi
+# The builds, the test containerds and the cluster need about 15 GiB; say so at once when they may
+# not fit, rather than fail later on a short write.
+free_kib=$(df -Pk . | awk 'NR == 2 { print $4 }')
+if [ "${free_kib:-0}" -lt $((15 * 1024 * 1024)) ]; then
+  echo "tests/run.sh: warning: $((free_kib / 1024 / 1024)) GiB free where the tests build; they need about 15 GiB" >&2
+fi
+
 if [ "$(id -u)" = 0 ] && [ "$(uname -s)" = Linux ]; then
   read -r -a VERSIONS <<<"${PLEGD_CONTAINERD_VERSIONS:-2.1 1.7}"
   [ ${#VERSIONS[@]} -gt 0 ] || { echo "tests/run.sh: PLEGD_CONTAINERD_VERSIONS is empty (e.g. \"2.1 1.7\")" >&2; exit 2; }
