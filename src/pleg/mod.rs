@@ -301,7 +301,15 @@ impl RelistState {
     }
 }
 
-/// What one pass over one pod did.
+/// A check's hold on one pod ([`GenericPleg::pod_turn`]): complete relists and exits taken wait
+/// for it (its share of the gate), and so does every other check of the same pod (its pod's own
+/// lock); checks of other pods do not. Nothing but its holder changes the pod's record while it
+/// reads the runtime with the records unlocked.
+struct PodTurn<'a> {
+    _pod: tokio::sync::OwnedMutexGuard<()>,
+    _shared: tokio::sync::RwLockReadGuard<'a, ()>,
+}
+
 /// What a pod's sync needs from its records, taken before its status is read.
 struct SyncWork {
     /// The pod as the relist found it (None: gone).
@@ -408,9 +416,17 @@ pub struct GenericPleg<R, C> {
     metrics: Arc<Metrics>,
     config: PlegConfig,
     events: mpsc::Sender<PodLifecycleEvent>,
-    /// Serialises global and single-pod relists (`relistLock`): no pod is relisted concurrently and
-    /// a pod's events are never reordered.
+    /// The records. Held for a complete relist from its lists to its last event, and by a check of
+    /// one pod only to compute and to send, not while it reads the runtime (see [`PodTurn`]).
     state: tokio::sync::Mutex<RelistState>,
+    /// `relistLock`, split: what reads or writes every record (a complete relist, exits taken)
+    /// holds it exclusively; a check of one pod shares it, and holds its pod's own lock besides, so
+    /// that no pod is relisted by two at once and a pod's events are never reordered, while checks
+    /// of different pods read the runtime side by side.
+    gate: tokio::sync::RwLock<()>,
+    /// The lock of each pod a check holds or waits for (entries no one holds are dropped as new
+    /// ones come).
+    pod_locks: Mutex<HashMap<PodUid, Arc<tokio::sync::Mutex<()>>>>,
     /// Whether the runtime event stream is connected (see [`TriggerHealth`]).
     triggers_healthy: watch::Sender<bool>,
     trigger_source: Arc<Mutex<Option<&'static str>>>,
@@ -501,6 +517,8 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
             config,
             events: tx,
             state: Default::default(),
+            gate: Default::default(),
+            pod_locks: Default::default(),
             triggers_healthy: watch::Sender::new(false),
             trigger_source: Arc::new(Mutex::new(None)),
         };
@@ -604,26 +622,44 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
     /// nothing done, when the record was set again since the probe compared it (a relist ran
     /// meanwhile) or does not hold the id: the caller relists the pod instead.
     pub async fn relist_probed(&self, uid: &str, probed: Probed<R::Answer>) -> Option<bool> {
-        let mut state = self.state.lock().await;
-        let record = state.records.get(uid).filter(|r| r.read == probed.read)?;
-        let mut pod = record.current.as_ref().or(record.old.as_ref())?.clone();
-        if !with_probed_state(&mut pod, &probed.id, probed.state) {
-            return None;
+        let turn = self.pod_turn(uid).await;
+        {
+            let mut state = self.state.lock().await;
+            let record = state.records.get(uid).filter(|r| r.read == probed.read)?;
+            let mut pod = record.current.as_ref().or(record.old.as_ref())?.clone();
+            if !with_probed_state(&mut pod, &probed.id, probed.state) {
+                return None;
+            }
+            if probed.state.is_none_or(|s| s == RuntimeContainerState::Exited) {
+                state.exits.shown(&probed.id);
+            }
+            let mut pod = (!pod.containers.is_empty() || !pod.sandboxes.is_empty()).then_some(pod);
+            let let_go = state.exits.hold(uid, pod.as_mut(), probed.start, false);
+            self.count_settled(&let_go);
+            state.set_current_of(uid, pod);
         }
-        if probed.state.is_none_or(|s| s == RuntimeContainerState::Exited) {
-            state.exits.shown(&probed.id);
-        }
-        let mut pod = (!pod.containers.is_empty() || !pod.sandboxes.is_empty()).then_some(pod);
-        let let_go = state.exits.hold(uid, pod.as_mut(), probed.start, false);
-        self.count_settled(&let_go);
-        state.set_current_of(uid, pod);
         let known = Known {
             id: &probed.id,
             answer: probed.answer,
             read_at: probed.start,
         };
-        let outcome = self.sync_record(&mut state, uid, probed.start, None, Some(known)).await;
-        Some(state.pod_relisted(uid, outcome))
+        Some(self.sync_record(&turn, uid, probed.start, Some(known)).await)
+    }
+
+    /// A check's turn at pod `uid` (see [`PodTurn`]).
+    async fn pod_turn(&self, uid: &str) -> PodTurn<'_> {
+        let shared = self.gate.read().await;
+        let lock = {
+            let mut locks = self.pod_locks.lock().unwrap_or_else(|e| e.into_inner());
+            if !locks.contains_key(uid) {
+                locks.retain(|_, lock| Arc::strong_count(lock) > 1);
+            }
+            locks.entry(uid.to_owned()).or_default().clone()
+        };
+        PodTurn {
+            _pod: lock.lock_owned().await,
+            _shared: shared,
+        }
     }
 
     /// Whether pod `uid`'s record (old or current) holds `id` as a sandbox.
@@ -672,6 +708,7 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
     }
 
     async fn relist_counting(&self, missed_by: Option<&'static str>) -> Result<(), RuntimeError> {
+        let _every_pod = self.gate.write().await;
         let mut state = self.state.lock().await;
         let start = self.stamp();
         if let Some(last) = self.last_relist() {
@@ -796,14 +833,16 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
     /// computed, sent or not); a pod whose status read failed counts as changed, since it will be
     /// re-inspected by the next relist anyway.
     pub async fn relist_pod(&self, uid: &str) -> Result<bool, RuntimeError> {
-        let mut state = self.state.lock().await;
+        let turn = self.pod_turn(uid).await;
         let start = self.stamp();
         let mut pod = self.runtime.list_pod(uid).await?;
-        let let_go = state.exits.hold(uid, pod.as_mut(), start, true);
-        self.count_settled(&let_go);
-        state.set_current_of(uid, pod);
-        let outcome = self.sync_record(&mut state, uid, start, None, None).await;
-        Ok(state.pod_relisted(uid, outcome))
+        {
+            let mut state = self.state.lock().await;
+            let let_go = state.exits.hold(uid, pod.as_mut(), start, true);
+            self.count_settled(&let_go);
+            state.set_current_of(uid, pod);
+        }
+        Ok(self.sync_record(&turn, uid, start, None).await)
     }
 
     /// Exits the runtime announced (containerd's `/tasks/exit` of a container's init process:
@@ -814,6 +853,7 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
     /// CRI's values win where they differ. The pods' status reads run side by side. Returns what
     /// became of each fact, in order.
     pub async fn containers_exited(&self, facts: Vec<ExitFact>) -> Vec<(String, ExitTaken)> {
+        let _every_pod = self.gate.write().await;
         let mut state = self.state.lock().await;
         let start = self.stamp();
         let mut taken = Vec::with_capacity(facts.len());
@@ -883,28 +923,31 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
         }
     }
 
-    /// Compare, refresh, advance and send for one pod (the body of the relist loop). Changes found
-    /// are counted as missed by the trigger source `missed_by`, if given; `probed`: what a probe
-    /// read for the status read.
+    /// Compare, refresh, advance and send for one pod whose turn the caller holds: the records are
+    /// locked to compute its events and again to send them, not while its status is read, so that
+    /// checks of other pods go on meanwhile. `probed`: what a probe read, for the status read.
+    /// Returns whether an event was computed (see [`RelistState::pod_relisted`]).
     async fn sync_record(
         &self,
-        state: &mut RelistState,
+        _turn: &PodTurn<'_>,
         uid: &str,
         start: SystemTime,
-        missed_by: Option<&'static str>,
         probed: Option<Known<'_, R::Answer>>,
-    ) -> PodOutcome {
-        let outcome = match self.prepare_sync(state, uid, start) {
-            None => PodOutcome::Unchanged,
-            Some(mut work) => {
-                let status = self
-                    .update_cache(uid, work.current.as_ref(), probed, &mut work.exits)
-                    .await;
-                self.finish_sync(state, uid, work, status, start, missed_by)
+    ) -> bool {
+        let mut work = {
+            let mut state = self.state.lock().await;
+            match self.prepare_sync(&mut state, uid, start) {
+                Some(work) => work,
+                None => return state.pod_relisted(uid, PodOutcome::Unchanged),
             }
         };
+        let status = self
+            .update_cache(uid, work.current.as_ref(), probed, &mut work.exits)
+            .await;
+        let mut state = self.state.lock().await;
+        let outcome = self.finish_sync(&mut state, uid, work, status, start, None);
         self.metrics.exits_held.set(state.exits.len() as i64);
-        outcome
+        state.pod_relisted(uid, outcome)
     }
 
     /// The first step of [`Self::sync_record`]: the pod's events from its records, and whether

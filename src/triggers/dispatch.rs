@@ -7,6 +7,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use futures_util::StreamExt;
 use tracing::debug;
 
 use crate::clock::Clock;
@@ -283,8 +284,8 @@ impl Check {
 /// be due) and take everything else already queued (`gather`); show the exits
 /// (`show_exits`); plan each fresh target (`plan_fresh`, the decision being
 /// [`Schedules::plan`]'s) and add the re-checks due; drop those whose change a relist read first;
-/// answer many probes and locates with one complete relist (`relist_batch`); check the rest one
-/// after another, likeliest first (`run_checks`); and feed what each found back to its schedule.
+/// answer many probes and locates with one complete relist (`relist_batch`); check the rest, pods
+/// side by side and likeliest first (`run_checks`); and feed what each found back to its schedule.
 pub async fn dispatch<R: Runtime, C: Clock>(
     pleg: Arc<GenericPleg<R, C>>,
     mut queue: TriggerReceiver,
@@ -523,34 +524,107 @@ async fn relist_batch<R: Runtime, C: Clock>(
     }
 }
 
-/// The round's checks, one after another ([`check`]), each one's finding fed back to its schedule
-/// (a target located is keyed anew).
+/// Checks of different pods a round runs side by side: under a start of many pods each check
+/// (a pod's lists, or a probe, and its status read) waits on a busy runtime, and one after another
+/// the last of them waited for every one before it (BENCHMARKS.md, "Checks side by side").
+pub(super) const CHECKS_AT_ONCE: usize = 8;
+
+/// What one check found, for its schedule.
+struct Checked {
+    /// The target as it was planned (without a pod, if it was to be located).
+    before: Target,
+    target: Target,
+    attempt: usize,
+    changed: bool,
+    /// Once located: whether its pod's record holds it as a sandbox.
+    located_sandbox: Option<bool>,
+    /// Once changed: what the records say of it now.
+    reached: Option<PlegContainerState>,
+}
+
+/// The round's checks ([`check`]): those of one pod (or of one id to locate) one after another,
+/// in the round's order; those of different pods side by side, [`CHECKS_AT_ONCE`] pods at a time,
+/// the likeliest first. Each one's finding is fed back to its schedule as soon as its pod's
+/// checks are done (a target located is keyed anew).
 async fn run_checks<R: Runtime, C: Clock>(
     pleg: &GenericPleg<R, C>,
     schedules: &mut Schedules,
     checks: Vec<Check>,
     metrics: &Metrics,
 ) {
-    for Check {
+    let mut pods: Vec<Vec<Check>> = Vec::new();
+    let mut place: HashMap<String, usize> = HashMap::new();
+    for check in checks {
+        let key = check
+            .target
+            .pod
+            .clone()
+            .or_else(|| check.target.container.clone())
+            .unwrap_or_default();
+        match place.get(&key) {
+            Some(&at) => pods[at].push(check),
+            None => {
+                place.insert(key, pods.len());
+                pods.push(vec![check]);
+            }
+        }
+    }
+    let mut rounds = futures_util::stream::iter(pods.into_iter().map(|of_pod| async move {
+        let mut found = Vec::with_capacity(of_pod.len());
+        for one in of_pod {
+            found.push(check_one(pleg, one, metrics).await);
+        }
+        found
+    }))
+    .buffer_unordered(CHECKS_AT_ONCE);
+    while let Some(found) = rounds.next().await {
+        for checked in found {
+            if let (Some(sandbox), Some(_)) = (checked.located_sandbox, &checked.target.pod) {
+                schedules.located(&checked.before, &checked.target, sandbox);
+            }
+            if let Some(state) = checked.reached {
+                schedules.reached(&checked.target, state);
+            }
+            schedules.after_check(
+                &checked.target,
+                checked.changed,
+                checked.attempt,
+                tokio::time::Instant::now(),
+            );
+        }
+    }
+}
+
+/// One check ([`check`]) and what its schedule needs to know of it.
+async fn check_one<R: Runtime, C: Clock>(pleg: &GenericPleg<R, C>, one: Check, metrics: &Metrics) -> Checked {
+    let Check {
         mut target,
         attempt,
         fresh,
         exact,
         hinted,
-    } in checks
-    {
-        let began = tokio::time::Instant::now();
-        let before = target.clone();
-        let changed = check(pleg, &mut target, fresh, hinted, metrics).await;
-        if let (None, Some(pod), Some(id)) = (&before.pod, &target.pod, &target.container) {
-            schedules.located(&before, &target, pleg.holds_sandbox(pod, id).await);
-        }
-        let took_ms = began.elapsed().as_secs_f64() * 1000.0;
-        debug!(pod = ?target.pod, container = ?target.container, attempt, fresh, exact, changed, took_ms, "trigger check");
-        if changed {
-            schedules.reached(&target, recorded(pleg, &target).await);
-        }
-        schedules.after_check(&target, changed, attempt, tokio::time::Instant::now());
+    } = one;
+    let began = tokio::time::Instant::now();
+    let before = target.clone();
+    let changed = check(pleg, &mut target, fresh, hinted, metrics).await;
+    let located_sandbox = match (&before.pod, &target.pod, &target.container) {
+        (None, Some(pod), Some(id)) => Some(pleg.holds_sandbox(pod, id).await),
+        _ => None,
+    };
+    let took_ms = began.elapsed().as_secs_f64() * 1000.0;
+    debug!(pod = ?target.pod, container = ?target.container, attempt, fresh, exact, changed, took_ms, "trigger check");
+    let reached = if changed {
+        Some(recorded(pleg, &target).await)
+    } else {
+        None
+    };
+    Checked {
+        before,
+        target,
+        attempt,
+        changed,
+        located_sandbox,
+        reached,
     }
 }
 

@@ -95,7 +95,8 @@ pub fn schedule_end(target: &Target) -> usize {
     (0..).find(|a| recheck_delay(target, *a).is_none()).unwrap_or_default()
 }
 
-/// Where a check comes in its round (the round's checks run one after another): the ones likeliest
+/// Where a check comes in its round (a pod's checks run one after another, and the pods a few at a
+/// time in this order): the ones likeliest
 /// to find a change first — a container's fine probes after its settling event (the CRI state
 /// follows within milliseconds), pod relists and locates, by attempt — and the sparse checks last
 /// (an event ahead of its CRI state, a quiet target), which nearly never find one. In arrival

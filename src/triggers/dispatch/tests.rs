@@ -25,6 +25,10 @@ struct SteadyRuntime {
     sandboxes_exit_at: Option<tokio::time::Instant>,
     /// Until then, the runtime shows every container created, not running.
     runs_from: Option<tokio::time::Instant>,
+    /// How long a pod's status read takes (a busy runtime).
+    status_takes: Duration,
+    /// Status reads under way, per pod, and the most under way at once, of one pod and of all.
+    reading: Arc<std::sync::Mutex<(std::collections::HashMap<String, usize>, usize, usize)>>,
 }
 
 impl SteadyRuntime {
@@ -108,6 +112,16 @@ impl Runtime for SteadyRuntime {
         exits: &mut [crate::runtime::exits::PendingExit],
     ) -> Result<crate::kubecontainer::RuntimePodStatus, crate::runtime::RuntimeError> {
         self.count("pod_status");
+        {
+            let mut reading = self.reading.lock().unwrap();
+            let of_pod = reading.0.entry(pod.id.clone()).or_default();
+            *of_pod += 1;
+            let (of_pod, all) = (*of_pod, reading.0.values().sum());
+            reading.1 = reading.1.max(of_pod);
+            reading.2 = reading.2.max(all);
+        }
+        tokio::time::sleep(self.status_takes).await;
+        *self.reading.lock().unwrap().0.get_mut(&pod.id).unwrap() -= 1;
         // An exit held for a container: confirmed once this runtime shows it, else still ahead.
         for exit in exits.iter_mut() {
             let i = exit
@@ -276,6 +290,92 @@ async fn a_settled_exit_is_not_held_up_by_a_sparse_check() {
     assert!(
         late <= Duration::from_millis(5),
         "the settled exit seen {late:?} after its CRI state"
+    );
+}
+
+/// Starts of a few pods at once, each status read taking 200 ms on a busy runtime: their checks
+/// run side by side, so the last start is seen 200 ms after the runtime shows it, not after every
+/// other pod's read; and no pod is read by two checks at once.
+#[tokio::test(start_paused = true)]
+async fn checks_of_different_pods_run_side_by_side() {
+    const PODS: usize = 3;
+    let t0 = tokio::time::Instant::now();
+    let runs = t0 + Duration::from_secs(1);
+    let runtime = SteadyRuntime {
+        pods: PODS,
+        runs_from: Some(runs),
+        status_takes: Duration::from_millis(200),
+        ..Default::default()
+    };
+    let (mut events, sender, dispatcher) = dispatching(&runtime, 64).await;
+    // The sandboxes' starts, seen by the first relist.
+    seen(&mut events, PodLifecycleEventType::ContainerStarted, PODS).await;
+    tokio::time::sleep_until(runs).await;
+    for i in 0..PODS {
+        sender.send(Trigger::ContainerSettled {
+            id: format!("c{i}"),
+            runs: true,
+        });
+        // A second target of the same pod: its sandbox.
+        sender.send(Trigger::Container(format!("s{i}")));
+    }
+    let last = seen(&mut events, PodLifecycleEventType::ContainerStarted, PODS).await;
+    dispatcher.abort();
+    let late = last - runs;
+    assert!(
+        late < Duration::from_millis(400),
+        "the last of {PODS} starts seen {late:?} after the runtime showed it"
+    );
+    let (_, most_of_one_pod, most) = *runtime.reading.lock().unwrap();
+    assert_eq!(most_of_one_pod, 1, "one status read of a pod at a time");
+    assert_eq!(most, PODS, "the pods' status reads side by side");
+}
+
+/// Two relists of one pod and a complete relist at once, over a runtime slow to read a status:
+/// the pod's start is sent once. The pod's turn keeps the second from comparing the records before
+/// the first advanced them (which would send the start twice), though neither holds the records
+/// while it reads the runtime.
+#[tokio::test(start_paused = true)]
+async fn relists_of_one_pod_at_once_send_its_start_once() {
+    let t0 = tokio::time::Instant::now();
+    let runs = t0 + Duration::from_secs(1);
+    let runtime = SteadyRuntime {
+        pods: 2,
+        runs_from: Some(runs),
+        status_takes: Duration::from_millis(200),
+        ..Default::default()
+    };
+    let (pleg, mut events) = GenericPleg::new(
+        runtime.clone(),
+        crate::clock::SystemClock,
+        Arc::new(Metrics::new()),
+        crate::pleg::PlegConfig::default(),
+    );
+    pleg.relist().await.unwrap();
+    tokio::time::sleep_until(runs).await;
+    let (first, second, all, other) = tokio::join!(
+        pleg.relist_pod("u0"),
+        pleg.relist_pod("u0"),
+        pleg.relist(),
+        pleg.relist_pod("u1")
+    );
+    assert!(first.unwrap() ^ second.unwrap(), "one of the two found the start");
+    all.unwrap();
+    // Asked for after the complete relist, which found the start first.
+    assert!(!other.unwrap(), "u1's start found twice");
+    drop(pleg);
+    let mut started = Vec::new();
+    while let Some(event) = events.recv().await {
+        if event.kind == PodLifecycleEventType::ContainerStarted && !event.sandbox {
+            started.push(event.pod_uid.to_string());
+        }
+    }
+    started.sort();
+    assert_eq!(started, ["u0", "u1"], "each start once");
+    assert_eq!(
+        runtime.reading.lock().unwrap().1,
+        1,
+        "one status read of a pod at a time"
     );
 }
 
