@@ -27,8 +27,16 @@ struct SteadyRuntime {
     runs_from: Option<tokio::time::Instant>,
     /// How long a pod's status read takes (a busy runtime).
     status_takes: Duration,
-    /// Status reads under way, per pod, and the most under way at once, of one pod and of all.
-    reading: Arc<std::sync::Mutex<(std::collections::HashMap<String, usize>, usize, usize)>>,
+    /// Status reads under way.
+    reading: Arc<std::sync::Mutex<Reading>>,
+}
+
+/// Status reads under way, per pod, and the most under way at once, of one pod and of all.
+#[derive(Default)]
+struct Reading {
+    of_pod: std::collections::HashMap<String, usize>,
+    most_of_one_pod: usize,
+    most: usize,
 }
 
 impl SteadyRuntime {
@@ -114,14 +122,14 @@ impl Runtime for SteadyRuntime {
         self.count("pod_status");
         {
             let mut reading = self.reading.lock().unwrap();
-            let of_pod = reading.0.entry(pod.id.clone()).or_default();
+            let of_pod = reading.of_pod.entry(pod.id.clone()).or_default();
             *of_pod += 1;
-            let (of_pod, all) = (*of_pod, reading.0.values().sum());
-            reading.1 = reading.1.max(of_pod);
-            reading.2 = reading.2.max(all);
+            let (of_pod, all) = (*of_pod, reading.of_pod.values().sum());
+            reading.most_of_one_pod = reading.most_of_one_pod.max(of_pod);
+            reading.most = reading.most.max(all);
         }
         tokio::time::sleep(self.status_takes).await;
-        *self.reading.lock().unwrap().0.get_mut(&pod.id).unwrap() -= 1;
+        *self.reading.lock().unwrap().of_pod.get_mut(&pod.id).unwrap() -= 1;
         // An exit held for a container: confirmed once this runtime shows it, else still ahead.
         for exit in exits.iter_mut() {
             let i = exit
@@ -326,9 +334,9 @@ async fn checks_of_different_pods_run_side_by_side() {
         late < Duration::from_millis(400),
         "the last of {PODS} starts seen {late:?} after the runtime showed it"
     );
-    let (_, most_of_one_pod, most) = *runtime.reading.lock().unwrap();
-    assert_eq!(most_of_one_pod, 1, "one status read of a pod at a time");
-    assert_eq!(most, PODS, "the pods' status reads side by side");
+    let reading = runtime.reading.lock().unwrap();
+    assert_eq!(reading.most_of_one_pod, 1, "one status read of a pod at a time");
+    assert_eq!(reading.most, PODS, "the pods' status reads side by side");
 }
 
 /// Two relists of one pod and a complete relist at once, over a runtime slow to read a status:
@@ -373,7 +381,7 @@ async fn relists_of_one_pod_at_once_send_its_start_once() {
     started.sort();
     assert_eq!(started, ["u0", "u1"], "each start once");
     assert_eq!(
-        runtime.reading.lock().unwrap().1,
+        runtime.reading.lock().unwrap().most_of_one_pod,
         1,
         "one status read of a pod at a time"
     );
