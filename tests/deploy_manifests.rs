@@ -536,7 +536,11 @@ fn the_files_the_docs_name_exist() {
         .iter()
         .map(|f| path(f).into())
         .collect();
-    let mut dirs = vec![std::path::PathBuf::from(path("deploy")), path("systemd").into()];
+    let mut dirs = vec![
+        std::path::PathBuf::from(path("deploy")),
+        path("systemd").into(),
+        path("docs").into(),
+    ];
     while let Some(dir) = dirs.pop() {
         for entry in std::fs::read_dir(&dir).unwrap().flatten() {
             let p = entry.path();

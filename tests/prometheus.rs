@@ -3,7 +3,7 @@
 //! apiserver — one writing statuses (full mode, Kubernetes Events on) for one node, one in shadow
 //! mode for another, whose pod no one writes the status of — and
 //! evaluates deploy/'s alerting rules:
-//! - every metric README's table lists is there, with the type and the labels it gives, and nothing
+//! - every metric docs/operating.md's table lists is there, with the type and the labels it gives, and nothing
 //!   else is; `promtool check metrics` finds nothing wrong with /metrics;
 //! - every query of the Grafana dashboard returns data;
 //! - the alerts made true by a fault are: the apiserver refusing status writes
@@ -147,9 +147,9 @@ impl Prometheus {
     }
 }
 
-/// README's metric table: name → (type, labels).
+/// docs/operating.md's metric table: name → (type, labels).
 fn documented_metrics() -> BTreeMap<String, (String, BTreeSet<String>)> {
-    let readme = std::fs::read_to_string(path("README.md")).unwrap();
+    let readme = std::fs::read_to_string(path("docs/operating.md")).unwrap();
     let mut out = BTreeMap::new();
     for line in readme.lines() {
         let cells: Vec<&str> = line.split('|').map(str::trim).collect();
@@ -164,11 +164,11 @@ fn documented_metrics() -> BTreeMap<String, (String, BTreeSet<String>)> {
             .collect();
         out.insert(name, (cells[2].to_owned(), labels));
     }
-    assert!(out.len() >= 30, "README's metric table: {out:?}");
+    assert!(out.len() >= 30, "docs/operating.md's metric table: {out:?}");
     out
 }
 
-/// The family a series name belongs to, as README names it (counters with `_total`).
+/// The family a series name belongs to, as docs/operating.md names it (counters with `_total`).
 fn family(name: &str, documented: &BTreeMap<String, (String, BTreeSet<String>)>) -> Option<String> {
     if documented.contains_key(name) {
         return Some(name.to_owned());
@@ -253,10 +253,10 @@ fn alert_rules_pass_their_unit_tests_and_the_operator_rule_is_the_same() {
         String::from_utf8_lossy(&test.stdout),
         String::from_utf8_lossy(&test.stderr)
     );
-    // Every alert has a unit test, a severity and a runbook that README has.
+    // Every alert has a unit test, a severity and a runbook that docs/operating.md has.
     let rules: Value = serde_saphyr::from_str(&std::fs::read_to_string(path(RULES)).unwrap()).unwrap();
     let tests = std::fs::read_to_string(path("tests/prometheus/alerts.test.yaml")).unwrap();
-    let readme = std::fs::read_to_string(path("README.md")).unwrap().to_lowercase();
+    let readme = std::fs::read_to_string(path("docs/operating.md")).unwrap().to_lowercase();
     for rule in rules["groups"][0]["rules"].as_array().unwrap() {
         let name = rule["alert"].as_str().unwrap();
         assert!(
@@ -265,15 +265,15 @@ fn alert_rules_pass_their_unit_tests_and_the_operator_rule_is_the_same() {
         );
         assert!(rule["labels"]["severity"].is_string(), "{name}: severity");
         let runbook = rule["annotations"]["runbook_url"].as_str().unwrap();
-        let anchor = runbook.strip_prefix("README.md#").expect("a README section");
+        let anchor = runbook.strip_prefix("docs/operating.md#").expect("a section of docs/operating.md");
         assert_eq!(
             anchor,
             name.to_lowercase(),
             "{name}: the runbook is the alert's own section"
         );
         assert!(
-            readme.contains(&format!("#### {anchor}")),
-            "README has no section for {name}"
+            readme.contains(&format!("\n### {anchor}\n")),
+            "docs/operating.md has no section for {name}"
         );
     }
     // The PrometheusRule carries the same rules.
@@ -426,7 +426,7 @@ async fn a_real_prometheus_scrapes_plegd_and_hears_its_faults() {
         if name.starts_with("plegd_") {
             assert!(
                 family(name, &documented).is_some(),
-                "{name} is scraped but not in README's metric table"
+                "{name} is scraped but not in docs/operating.md's metric table"
             );
         }
     }

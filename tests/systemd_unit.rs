@@ -71,7 +71,7 @@ fn unit_verifies_and_is_well_sandboxed() {
         .and_then(|rest| rest.split_whitespace().next())
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no exposure score in: {text}"));
-    assert!(score <= 1.6, "exposure {score} (README records 1.6)");
+    assert!(score <= 1.6, "exposure {score} (docs/operating.md records 1.6)");
     for needle in [
         "Type=notify",
         "WatchdogSec=",
@@ -274,7 +274,7 @@ async fn unit_under_systemd_waits_for_the_runtime_and_resumes_its_watchdog() {
         "[Unit]\nDefaultDependencies=no\nWants=plegd.service\n",
     )
     .unwrap();
-    // The settings as a user writes them (README, "systemd").
+    // The settings as a user writes them (docs/operating.md, "systemd").
     let settings = format!(
         "NODE_NAME=node-sd\nPLEGD_CRI_SOCKET={}\nPLEGD_METRICS_ADDRESS=127.0.0.1:{port}\nKUBECONFIG={}\n\
          PLEGD_STATUS_MODE=shadow\nPLEGD_TRIGGERS=none\nPLEGD_RELIST_PERIOD=200ms\nPLEGD_RELIST_THRESHOLD=1s\n",

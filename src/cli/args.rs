@@ -35,7 +35,7 @@ const fn secs(n: u64) -> Duration {
     Duration::from_secs(n)
 }
 
-/// The allowed range of every ranged flag: (flag, lowest, highest), as `--help` and the README
+/// The allowed range of every ranged flag: (flag, lowest, highest), as `--help` and docs/operating.md
 /// state them. The parsers below take their bounds from here.
 pub mod range {
     use super::{Duration, ms, secs};

@@ -75,7 +75,7 @@ pub const KUBELET_WAITING_REASONS: &[&str] = &[
 ];
 
 /// Fields plegd cannot know, each with its reason: the kubelet sets them from what it did, not from
-/// anything the runtime reports. README ("What plegd cannot know") lists the same.
+/// anything the runtime reports. docs/kubernetes-versions.md ("What plegd cannot know") lists the same.
 pub const UNKNOWABLE: &[(&str, &str)] = &[
     (
         "waiting",

@@ -230,7 +230,7 @@ pub fn pod_is_finished(pod: &ApiPod, runtime: &RuntimePodStatus, phase: Option<&
 /// it is finished, it is not a mirror pod (the kubelet deletes those through their static pod's
 /// config), and what plegd can see of its resources is released — no sandbox of it is ready. The
 /// kubelet also waits for its volumes to be unmounted and its cgroups removed, which plegd cannot
-/// see (README: "The end of a pod").
+/// see (docs/operating.md: "The end of a pod").
 pub fn pod_can_be_deleted(pod: &ApiPod, runtime: &RuntimePodStatus, phase: Option<&str>) -> bool {
     pod_is_finished(pod, runtime, phase)
         && !is_mirror_pod(pod)

@@ -1,0 +1,194 @@
+//! The docs cannot drift from the code: every flag of every command (`--help`), every metric plegd
+//! exports and every file under src/ is named in docs/ (the README points there), and README stays
+//! short enough to read in five minutes.
+
+use clap::CommandFactory;
+use plegd_test_support::manifests::path;
+
+/// Every page of docs/, as one text.
+fn docs() -> String {
+    let mut text = String::new();
+    for entry in std::fs::read_dir(path("docs")).expect("docs/").flatten() {
+        if entry.path().extension().is_some_and(|e| e == "md") {
+            text.push_str(&std::fs::read_to_string(entry.path()).unwrap());
+            text.push('\n');
+        }
+    }
+    assert!(text.len() > 10_000, "docs/ is nearly empty");
+    text
+}
+
+/// Every long flag of `command` and its subcommands (clap's own `--help` and `--version` aside),
+/// with the command that has it.
+fn flags(command: &clap::Command, under: &str, out: &mut Vec<(String, String)>) {
+    let name = format!("{under} {}", command.get_name()).trim().to_owned();
+    for arg in command.get_arguments() {
+        if let Some(long) = arg.get_long()
+            && !["help", "version"].contains(&long)
+        {
+            out.push((name.clone(), format!("--{long}")));
+        }
+    }
+    for sub in command.get_subcommands() {
+        flags(sub, &name, out);
+    }
+}
+
+#[test]
+fn every_flag_is_in_the_docs() {
+    let docs = docs();
+    let mut all = Vec::new();
+    flags(&plegd::cli::args::Cli::command(), "", &mut all);
+    assert!(all.len() > 40, "{all:?}");
+    let missing: Vec<_> = all
+        .iter()
+        .filter(|(_, flag)| {
+            // Named as a flag: followed by a space, `=`, a backquote or the end of a word.
+            !docs.match_indices(flag.as_str()).any(|(at, _)| {
+                docs[at + flag.len()..]
+                    .chars()
+                    .next()
+                    .is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '-'))
+            })
+        })
+        .collect();
+    assert!(missing.is_empty(), "flags docs/ does not name: {missing:?}");
+}
+
+#[test]
+fn every_metric_is_in_the_docs() {
+    let docs = docs();
+    let exported = plegd::metrics::Metrics::new().encode();
+    let mut names = Vec::new();
+    for line in exported.lines() {
+        let Some(rest) = line.strip_prefix("# TYPE ") else { continue };
+        let mut words = rest.split_whitespace();
+        let (Some(name), Some(kind)) = (words.next(), words.next()) else { continue };
+        // A counter is named as its series are, with `_total`.
+        let name = if kind == "counter" && !name.ends_with("_total") {
+            format!("{name}_total")
+        } else {
+            name.to_owned()
+        };
+        names.push(name);
+    }
+    assert!(names.len() > 30, "{exported}");
+    let missing: Vec<_> = names.iter().filter(|n| !docs.contains(&format!("`{n}`"))).collect();
+    assert!(missing.is_empty(), "metrics docs/ does not name: {missing:?}");
+}
+
+#[test]
+fn every_source_file_is_in_the_docs() {
+    let docs = docs();
+    let mut files = Vec::new();
+    let mut dirs = vec![path("src")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let p = entry.path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else {
+                let relative = p.strip_prefix(path("")).unwrap().to_string_lossy().into_owned();
+                files.push(relative);
+            }
+        }
+    }
+    assert!(files.len() > 50, "{files:?}");
+    let missing: Vec<_> = files.iter().filter(|f| !docs.contains(f.as_str())).collect();
+    assert!(missing.is_empty(), "files of src/ docs/ does not name: {missing:?}");
+}
+
+#[test]
+fn the_readme_is_short_and_sends_readers_to_the_docs() {
+    let readme = std::fs::read_to_string(path("README.md")).unwrap();
+    let lines = readme.lines().count();
+    assert!(lines <= 200, "README.md is {lines} lines");
+    for page in [
+        "docs/operating.md",
+        "docs/architecture.md",
+        "docs/testing.md",
+        "docs/kubernetes-versions.md",
+        "SECURITY.md",
+        "RELIABILITY.md",
+        "BENCHMARKS.md",
+    ] {
+        assert!(readme.contains(&format!("]({page}")), "README links no {page}");
+        assert!(std::path::Path::new(&path(page)).exists(), "{page} is not there");
+    }
+    // The two commands, near the top.
+    let head: String = readme.lines().take(70).collect::<Vec<_>>().join("\n");
+    for command in ["    bash deploy/demo.sh", "    bash tests/run.sh"] {
+        assert!(head.contains(command), "README's first 70 lines lack {command:?}");
+    }
+    let ci = std::fs::read_to_string(path(".ci/run")).unwrap();
+    assert!(ci.contains("bash tests/run.sh"), ".ci/run runs another command");
+}
+
+/// Every link of README and docs/ to a file of the repository, and to a section of a page of it,
+/// leads somewhere (GitHub's anchors: lower case, spaces to `-`, punctuation dropped).
+#[test]
+fn the_docs_links_lead_somewhere() {
+    let mut pages = vec![path("README.md")];
+    for entry in std::fs::read_dir(path("docs")).unwrap().flatten() {
+        pages.push(entry.path().to_string_lossy().into_owned());
+    }
+    let mut broken = Vec::new();
+    for page in &pages {
+        let text = std::fs::read_to_string(page).unwrap();
+        let dir = std::path::Path::new(page).parent().unwrap();
+        for (at, _) in text.match_indices("](") {
+            let rest = &text[at + 2..];
+            let Some(end) = rest.find(')') else { continue };
+            let target = &rest[..end];
+            if target.starts_with("http") || target.contains(' ') {
+                continue;
+            }
+            let (file, anchor) = target.split_once('#').unwrap_or((target, ""));
+            let file = if file.is_empty() {
+                std::path::PathBuf::from(page)
+            } else {
+                dir.join(file)
+            };
+            if !file.exists() {
+                broken.push(format!("{page}: {target}"));
+                continue;
+            }
+            if !anchor.is_empty() && file.extension().is_some_and(|e| e == "md") {
+                let anchors = anchors(&std::fs::read_to_string(&file).unwrap());
+                if !anchors.iter().any(|a| a == anchor) {
+                    broken.push(format!("{page}: {target}"));
+                }
+            }
+        }
+    }
+    assert!(broken.is_empty(), "links that lead nowhere: {broken:?}");
+}
+
+/// The anchors GitHub gives a page's headings (a repeated one gets `-1`, `-2`, …).
+fn anchors(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    let mut fenced = false;
+    for line in text.lines() {
+        if line.starts_with("```") {
+            fenced = !fenced;
+        }
+        if fenced || !line.starts_with('#') {
+            continue;
+        }
+        let heading = line.trim_start_matches('#').trim();
+        let slug: String = heading
+            .to_lowercase()
+            .chars()
+            .filter_map(|c| match c {
+                ' ' => Some('-'),
+                c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+                _ => None,
+            })
+            .collect();
+        let times = seen.entry(slug.clone()).or_default();
+        out.push(if *times == 0 { slug } else { format!("{slug}-{times}") });
+        *times += 1;
+    }
+    out
+}
