@@ -875,3 +875,148 @@ async fn full_mode_on_a_node_without_a_kubelet() {
     daemon.stop().await;
     cd.cleanup(&sandbox).await;
 }
+
+/// deploy/helm/plegd with a real helm (tests/helm/helm.sh): every mode's objects, with every
+/// optional component, accepted by the apiserver (`--dry-run=server`); installed, plegd Ready
+/// under the kubelet and its condition on a pod; upgraded from conditions to shadow and back with
+/// no condition flipped and no restart beyond the rollout; uninstalled, leaving no object of
+/// plegd's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_helm_chart_installs_upgrades_and_uninstalls() {
+    let Some(cluster) = cluster().await else { return };
+    cluster.remove_plegd().await;
+    let chart = support::REPO.to_owned() + "/deploy/helm/plegd";
+    let every = [
+        "--set",
+        "events.enabled=true",
+        "--set",
+        "podMonitor.enabled=true",
+        "--set",
+        "prometheusRule.enabled=true",
+        "--set",
+        "grafanaDashboard.enabled=true",
+        "--set",
+        "metricsCertificate.enabled=true",
+    ];
+    let rendered = support::REPO.to_owned() + "/target/tmp/helm-every-component.yaml";
+    for mode in ["conditions", "shadow", "full"] {
+        let mode_value = format!("statusMode={mode}");
+        let mut args = vec![
+            "template",
+            "plegd",
+            chart.as_str(),
+            "--namespace",
+            NAMESPACE,
+            "--kube-version",
+            "1.37.2",
+            "--set",
+            &mode_value,
+        ];
+        args.extend(every);
+        let text = cluster.helm(&args).await;
+        std::fs::create_dir_all(support::REPO.to_owned() + "/target/tmp").unwrap();
+        std::fs::write(&rendered, &text).unwrap();
+        cluster.install_operator_crds(std::path::Path::new(&rendered)).await;
+        // The namespace first: a server-side dry run of an object in a namespace that is not there
+        // is refused.
+        let namespace = support::REPO.to_owned() + "/target/tmp/helm-namespace.yaml";
+        std::fs::write(
+            &namespace,
+            format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {NAMESPACE}\n"),
+        )
+        .unwrap();
+        cluster.kubectl(&["apply", "-f", &namespace]).await;
+        let out = cluster
+            .kubectl(&["apply", "--dry-run=server", "-n", NAMESPACE, "-f", &rendered])
+            .await;
+        assert!(out.contains("daemonset.apps/plegd"), "{mode}: {out}");
+    }
+
+    cluster.on_exit(&["delete", "namespace", NAMESPACE, "--wait=false", "--ignore-not-found"]);
+    cluster
+        .helm(&[
+            "install",
+            "plegd",
+            &chart,
+            "--namespace",
+            NAMESPACE,
+            "--create-namespace",
+            "--wait",
+            "--timeout",
+            "180s",
+        ])
+        .await;
+    let node = cluster.node().await;
+    let first = ready_plegd(&cluster, &node).await;
+    let pods = cluster.namespace("e2e-helm").await;
+    let pp = PostParams::default();
+    pods.create(&pp, &pod("steady", &node, "sleep 3600")).await.unwrap();
+    let steady = wait_condition(&pods, "steady", "True", "").await;
+    let since = condition(&steady, CONDITION).unwrap().last_transition_time.clone();
+
+    let mut plegds = vec![first];
+    for mode in ["shadow", "conditions"] {
+        cluster
+            .helm(&[
+                "upgrade",
+                "plegd",
+                &chart,
+                "--namespace",
+                NAMESPACE,
+                "--reuse-values",
+                "--set",
+                &format!("statusMode={mode}"),
+                "--wait",
+                "--timeout",
+                "180s",
+            ])
+            .await;
+        let plegd = eventually(
+            &format!("a new plegd pod, Ready, after the upgrade to {mode}"),
+            WAIT,
+            || async { ready_plegd(&cluster, &node).await },
+            |p| plegds.iter().all(|old| old.metadata.uid != p.metadata.uid),
+        )
+        .await;
+        assert_eq!(restarts(&plegd), 0, "{mode}: {plegd:#?}");
+        let args = plegd.spec.as_ref().unwrap().containers[0]
+            .args
+            .clone()
+            .unwrap_or_default();
+        assert!(args.contains(&format!("--status-mode={mode}")), "{args:?}");
+        plegds.push(plegd);
+        let now = get(&pods, "steady").await;
+        let c = condition(&now, CONDITION).unwrap();
+        assert_eq!(
+            (c.status.as_str(), &c.last_transition_time),
+            ("True", &since),
+            "{mode}: {now:#?}"
+        );
+    }
+    pods.create(&pp, &pod("after", &node, "sleep 1; exit 5")).await.unwrap();
+    wait_condition(&pods, "after", "False", "exited with code 5").await;
+
+    cluster
+        .helm(&[
+            "uninstall",
+            "plegd",
+            "--namespace",
+            NAMESPACE,
+            "--wait",
+            "--timeout",
+            "180s",
+        ])
+        .await;
+    let left = cluster
+        .kubectl(&[
+            "get",
+            "daemonsets,serviceaccounts,networkpolicies,configmaps,clusterroles,clusterrolebindings,\
+             validatingadmissionpolicies,validatingadmissionpolicybindings,flowschemas,prioritylevelconfigurations",
+            "--all-namespaces",
+            "-o",
+            "name",
+        ])
+        .await;
+    let plegds: Vec<&str> = left.lines().filter(|l| l.contains("plegd")).collect();
+    assert!(plegds.is_empty(), "left by helm uninstall: {plegds:?}");
+}

@@ -61,9 +61,13 @@ fn every_metric_is_in_the_docs() {
     let exported = plegd::metrics::Metrics::new().encode();
     let mut names = Vec::new();
     for line in exported.lines() {
-        let Some(rest) = line.strip_prefix("# TYPE ") else { continue };
+        let Some(rest) = line.strip_prefix("# TYPE ") else {
+            continue;
+        };
         let mut words = rest.split_whitespace();
-        let (Some(name), Some(kind)) = (words.next(), words.next()) else { continue };
+        let (Some(name), Some(kind)) = (words.next(), words.next()) else {
+            continue;
+        };
         // A counter is named as its series are, with `_total`.
         let name = if kind == "counter" && !name.ends_with("_total") {
             format!("{name}_total")
@@ -81,7 +85,7 @@ fn every_metric_is_in_the_docs() {
 fn every_source_file_is_in_the_docs() {
     let docs = docs();
     let mut files = Vec::new();
-    let mut dirs = vec![path("src")];
+    let mut dirs = vec![std::path::PathBuf::from(path("src"))];
     while let Some(dir) = dirs.pop() {
         for entry in std::fs::read_dir(&dir).unwrap().flatten() {
             let p = entry.path();

@@ -256,7 +256,9 @@ fn alert_rules_pass_their_unit_tests_and_the_operator_rule_is_the_same() {
     // Every alert has a unit test, a severity and a runbook that docs/operating.md has.
     let rules: Value = serde_saphyr::from_str(&std::fs::read_to_string(path(RULES)).unwrap()).unwrap();
     let tests = std::fs::read_to_string(path("tests/prometheus/alerts.test.yaml")).unwrap();
-    let readme = std::fs::read_to_string(path("docs/operating.md")).unwrap().to_lowercase();
+    let readme = std::fs::read_to_string(path("docs/operating.md"))
+        .unwrap()
+        .to_lowercase();
     for rule in rules["groups"][0]["rules"].as_array().unwrap() {
         let name = rule["alert"].as_str().unwrap();
         assert!(
@@ -265,7 +267,9 @@ fn alert_rules_pass_their_unit_tests_and_the_operator_rule_is_the_same() {
         );
         assert!(rule["labels"]["severity"].is_string(), "{name}: severity");
         let runbook = rule["annotations"]["runbook_url"].as_str().unwrap();
-        let anchor = runbook.strip_prefix("docs/operating.md#").expect("a section of docs/operating.md");
+        let anchor = runbook
+            .strip_prefix("docs/operating.md#")
+            .expect("a section of docs/operating.md");
         assert_eq!(
             anchor,
             name.to_lowercase(),

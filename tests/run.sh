@@ -52,6 +52,10 @@ fi
 # talks to an apiserver talks to this kube-apiserver.
 echo "=== Kubernetes v1.37.2 and etcd (tests/cluster/cluster.sh build) ===" >&2
 bash tests/cluster/cluster.sh build
+# Helm v3.22.0 from its own module (about 2 minutes once; cached by version), for tests/helm.rs and
+# the chart's install on the cluster.
+echo "=== Helm (tests/helm/helm.sh install) ===" >&2
+bash tests/helm/helm.sh install >/dev/null
 
 # Lints: clippy with warnings as errors over every target, and the API docs with broken links refused.
 echo "=== clippy and docs ===" >&2

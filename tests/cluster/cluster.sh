@@ -22,6 +22,9 @@
 #                                     # kube-controller-manager or kube-scheduler (stopped and
 #                                     # started with the same flags); returns when it serves again
 #   tests/cluster/cluster.sh remove-plegd  # the plegd install removed, the cluster left running
+#   tests/cluster/cluster.sh helm ARGS...  # helm (tests/helm/helm.sh) as the cluster's admin;
+#                                     # install and upgrade run PLEGD_BINARY's image, the chart's
+#                                     # objects moved onto this cluster's layout (post-render)
 #   tests/cluster/cluster.sh operator-crds INSTALL_YAML  # the Prometheus operator's CRD files the
 #                                     # YAML file needs (PodMonitor, PrometheusRule, Prometheus)
 #   tests/cluster/cluster.sh install-crds YAML  # those CRDs installed, and Established
@@ -866,6 +869,42 @@ compact() {
   log "etcd compacted to revision $rev"
 }
 
+# helm_plegd ARGS...: helm (tests/helm/helm.sh) as the cluster's admin. install and upgrade run
+# this checkout's plegd image (imported offline, never pulled) and move the chart's objects onto
+# this cluster's layout as deploy_plegd moves an overlay's (post_render); the rest run as given.
+helm_plegd() {
+  need_root
+  [ -f "$RUN/admin.kubeconfig" ] || die "no cluster is running (start it first)"
+  local helm
+  helm=$(bash "$REPO/tests/helm/helm.sh" install) || die "helm: tests/helm/helm.sh install failed"
+  case ${1:-} in
+    install|upgrade)
+      local binary
+      binary=$(plegd_binary)
+      "${CONTAINERD[@]}" import-binary "$binary" "$PLEGD_IMAGE" 8>&- 9>&-
+      mkdir -p "$RUN/plegd"
+      "$helm" --kubeconfig "$RUN/admin.kubeconfig" "$@" \
+        --set image.repository="${PLEGD_IMAGE%:*}" --set image.tag="${PLEGD_IMAGE##*:}" --set image.pullPolicy=Never \
+        --post-renderer bash --post-renderer-args "$HERE/cluster.sh" --post-renderer-args post-render >&2
+      ;;
+    *) "$helm" --kubeconfig "$RUN/admin.kubeconfig" "$@" ;;
+  esac
+}
+
+# post_render: helm's rendered objects (standard input) moved onto this cluster's layout
+# (PLEGD_ON_CLUSTER), as YAML documents on standard output.
+post_render() {
+  local binary
+  binary=$(plegd_binary)
+  kubectl_admin create --dry-run=client -o json -f - \
+    | jq -s '{apiVersion: "v1", kind: "List", items: .}' \
+    | jq --arg containerd "$CLUSTER/containerd" --arg plegd_run "$RUN/plegd" --arg kubelet_root "$RUN/kubelet" \
+      --arg pod_logs "$RUN/pod-logs" --arg apiserver_host "$NODE_IP" --arg binary "$(sha256sum "$binary" | cut -c1-64)" \
+      --arg binary_key plegd.test/binary-sha256 --arg apiserver_port "$APISERVER_PORT" \
+      --arg log_level "${PLEGD_CLUSTER_PLEGD_LOG_LEVEL:-}" "$PLEGD_ON_CLUSTER" \
+    | jq -c '.items[]' | sed 's/^/---\n/' || die "post-render: could not move helm's objects onto this cluster"
+}
+
 case "${1:-}" in
   modules) build_lock; modules ;;
   build) build ;;
@@ -876,6 +915,8 @@ case "${1:-}" in
   restart) [ $# -eq 2 ] || die "usage: $0 restart COMPONENT"; restart "$2" ;;
   compact) compact ;;
   remove-plegd) remove_plegd ;;
+  helm) shift; helm_plegd "$@" ;;
+  post-render) post_render ;;
   operator-crds) [ $# -eq 2 ] || die "usage: $0 operator-crds INSTALL_YAML"; operator_crds "$2" ;;
   install-crds) [ $# -eq 2 ] || die "usage: $0 install-crds YAML"; install_crds "$2" ;;
   import-binary) [ $# -eq 3 ] || die "usage: $0 import-binary BINARY IMAGE"; "${CONTAINERD[@]}" import-binary "$2" "$3" 8>&- 9>&- ;;

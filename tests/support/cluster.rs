@@ -203,6 +203,13 @@ impl Cluster {
         self.script(&["remove-plegd"]).await;
     }
 
+    /// `helm ARGS` as the cluster's admin, with this checkout's plegd image in the node's
+    /// containerd and the chart's objects moved onto the cluster's layout as `install` moves an
+    /// overlay's (a post-renderer); install and upgrade use that image. Its standard output.
+    pub async fn helm(&self, args: &[&str]) -> String {
+        self.script(&[&["helm"], args].concat()).await
+    }
+
     /// `kubectl ARGS` as the cluster's admin; its standard output.
     pub async fn kubectl(&self, args: &[&str]) -> String {
         self.script(&[&["kubectl"], args].concat()).await

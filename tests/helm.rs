@@ -1,0 +1,241 @@
+//! deploy/helm/plegd, with a real `helm` (built from helm.sh/helm/v3 by tests/helm/helm.sh): it
+//! lints; for every mode, with no optional component and with all of them, it renders exactly the
+//! objects the matching kustomize install renders (names, RBAC verbs, policies, probes, security
+//! context: everything but the Namespace, which `helm install --create-namespace` makes); and its
+//! values schema refuses wrong values with a message that names the value.
+//! On the one-node cluster the chart is installed, upgraded and uninstalled: tests/cluster_e2e.rs.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+
+use plegd_test_support::manifests::{OPTIONAL_COMPONENTS, OVERLAYS, path, render};
+use serde_json::Value;
+
+/// The chart.
+const CHART: &str = "deploy/helm/plegd";
+/// What `helm template` renders for (its default is older than the chart's `kubeVersion`).
+const KUBE_VERSION: &str = "1.37.2";
+/// The namespace deploy/ installs into.
+const NAMESPACE: &str = "plegd-system";
+
+/// helm, built once per version (tests/helm/helm.sh).
+fn helm() -> String {
+    let out = Command::new("bash")
+        .arg(path("tests/helm/helm.sh"))
+        .arg("install")
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .expect("run tests/helm/helm.sh install");
+    assert!(out.status.success(), "tests/helm/helm.sh install failed");
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+/// The chart's values that match kustomize `components` added to the overlay of `mode`.
+fn values_for(mode: &str, components: &[&str]) -> Vec<String> {
+    let mut set = vec![format!("statusMode={mode}")];
+    for component in components {
+        set.push(
+            match *component {
+                "events" => "events.enabled=true",
+                "pod-monitor" => "podMonitor.enabled=true",
+                "grafana-dashboard" => "grafanaDashboard.enabled=true",
+                "alerts" => "prometheusRule.enabled=true",
+                "metrics-certificate" => "metricsCertificate.enabled=true",
+                other => panic!("no value for component {other}"),
+            }
+            .to_owned(),
+        );
+    }
+    set
+}
+
+/// `helm template` of the chart with `set` values: its documents, or helm's error.
+fn template(helm: &str, set: &[String]) -> Result<Vec<Value>, String> {
+    let mut command = Command::new(helm);
+    command.args([
+        "template",
+        "plegd",
+        &path(CHART),
+        "--namespace",
+        NAMESPACE,
+        "--kube-version",
+        KUBE_VERSION,
+    ]);
+    for value in set {
+        command.args(["--set", value]);
+    }
+    let out = command.output().expect("run helm template");
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    let text = String::from_utf8(out.stdout).unwrap();
+    let documents: Vec<Value> =
+        serde_saphyr::from_multiple(&text).unwrap_or_else(|e| panic!("helm template {set:?}: {e}\n{text}"));
+    Ok(documents.into_iter().filter(|d| !d.is_null()).collect())
+}
+
+/// Objects by kind and name, in a form where what has no order has none (a pod's volumes and
+/// mounts, which kustomize's strategic merge puts first and the chart may put elsewhere).
+fn by_name(documents: Vec<Value>) -> BTreeMap<String, Value> {
+    let mut out = BTreeMap::new();
+    for mut doc in documents {
+        let kind = doc["kind"].as_str().unwrap_or_default().to_owned();
+        if kind == "Namespace" {
+            continue;
+        }
+        if kind == "DaemonSet" {
+            let pod = &mut doc["spec"]["template"]["spec"];
+            sort_by(&mut pod["volumes"], "name");
+            for container in pod["containers"].as_array_mut().into_iter().flatten() {
+                sort_by(&mut container["volumeMounts"], "mountPath");
+            }
+        }
+        let name = format!("{kind}/{}", doc["metadata"]["name"].as_str().unwrap_or_default());
+        assert!(out.insert(name.clone(), doc).is_none(), "{name} twice");
+    }
+    out
+}
+
+fn sort_by(list: &mut Value, key: &str) {
+    if let Some(items) = list.as_array_mut() {
+        items.sort_by(|a, b| a[key].as_str().cmp(&b[key].as_str()));
+    }
+}
+
+#[test]
+fn the_chart_lints_in_every_mode() {
+    let helm = helm();
+    for mode in OVERLAYS {
+        let out = Command::new(&helm)
+            .args([
+                "lint",
+                "--strict",
+                &path(CHART),
+                "--kube-version",
+                KUBE_VERSION,
+                "--set",
+            ])
+            .arg(format!("statusMode={mode}"))
+            .output()
+            .expect("run helm lint");
+        assert!(
+            out.status.success(),
+            "helm lint --strict ({mode}): {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn the_chart_renders_what_kustomize_renders() {
+    let helm = helm();
+    let dir = tempfile::tempdir().unwrap();
+    for mode in OVERLAYS {
+        for components in [&[][..], &OPTIONAL_COMPONENTS[..]] {
+            let what = format!("deploy/{mode} + {components:?}");
+            let kustomize = by_name(render(mode, components, dir.path()).1);
+            let chart =
+                by_name(template(&helm, &values_for(mode, components)).unwrap_or_else(|e| panic!("{what}: {e}")));
+            let names = |m: &BTreeMap<String, Value>| m.keys().cloned().collect::<Vec<_>>();
+            assert_eq!(names(&chart), names(&kustomize), "{what}: the objects");
+            for (name, object) in &kustomize {
+                assert_eq!(&chart[name], object, "{what}: {name}");
+            }
+        }
+    }
+}
+
+#[test]
+fn the_values_change_what_they_name() {
+    let helm = helm();
+    let set = |values: &[&str]| {
+        let values: Vec<String> = values.iter().map(|v| v.to_string()).collect();
+        by_name(template(&helm, &values).unwrap())
+    };
+    let objects = set(&[
+        "image.repository=registry.example/plegd",
+        "image.digest=sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+        "resources.limits.memory=256Mi",
+        "priorityClassName=",
+        "nodeSelector.kubernetes\\.io/os=linux",
+        "updateStrategy.rollingUpdate.maxUnavailable=1",
+        "extraArgs[0]=--relist-period=2s",
+        "prometheus.namespace=observability",
+        "podMonitor.enabled=true",
+        "prometheus.serviceAccount=prometheus",
+        "admissionPolicies=false",
+    ]);
+    let ds = &objects["DaemonSet/plegd"];
+    let pod = &ds["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    assert_eq!(
+        container["image"],
+        "registry.example/plegd@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+    );
+    assert_eq!(container["resources"]["limits"]["memory"], "256Mi");
+    assert!(pod.get("priorityClassName").is_none(), "{pod}");
+    assert_eq!(pod["nodeSelector"]["kubernetes.io/os"], "linux");
+    assert_eq!(ds["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"], 1);
+    let args: Vec<&str> = container["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(args.last(), Some(&"--relist-period=2s"), "{args:?}");
+    let from = &objects["NetworkPolicy/plegd"]["spec"]["ingress"][0]["from"][0];
+    assert_eq!(
+        from["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+        "observability"
+    );
+    let reader = &objects["ClusterRoleBinding/plegd-metrics-reader"]["subjects"][0];
+    assert_eq!(
+        (&reader["name"], &reader["namespace"]),
+        (&"prometheus".into(), &"observability".into())
+    );
+    assert!(
+        !objects.keys().any(|k| k.starts_with("ValidatingAdmissionPolicy")),
+        "admissionPolicies=false: {:?}",
+        objects.keys()
+    );
+    // Another namespace: every object and reference to it follows.
+    let out = Command::new(&helm)
+        .args([
+            "template",
+            "plegd",
+            &path(CHART),
+            "--namespace",
+            "node-agents",
+            "--kube-version",
+            KUBE_VERSION,
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(out.status.success() && !text.contains(NAMESPACE), "{text}");
+    assert!(text.contains("system:serviceaccount:node-agents:plegd"), "{text}");
+}
+
+#[test]
+fn wrong_values_are_refused_with_a_message_that_names_them() {
+    let helm = helm();
+    for (value, named) in [
+        ("statusMode=fast", "statusMode"),
+        ("statusmode=full", "statusmode"),
+        ("image.digest=latest", "digest"),
+        ("image.pullPolicy=Sometimes", "pullPolicy"),
+        ("updateStrategy.type=Recreate", "type"),
+        ("updateStrategy.rollingUpdate.maxUnavailable=0", "maxUnavailable"),
+        ("extraArgs[0]=relist-period=2s", "extraArgs"),
+        ("events.enabled=yes", "enabled"),
+        ("prometheus.namespace=Monitoring", "namespace"),
+        ("resources.requests.memory=lots", "memory"),
+    ] {
+        let error = template(&helm, &[value.to_owned()]).expect_err(value);
+        assert!(
+            error.contains("values don't meet the specifications of the schema") && error.contains(named),
+            "{value}: {error}"
+        );
+    }
+}
