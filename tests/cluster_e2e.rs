@@ -885,6 +885,17 @@ async fn full_mode_on_a_node_without_a_kubelet() {
 async fn the_helm_chart_installs_upgrades_and_uninstalls() {
     let Some(cluster) = cluster().await else { return };
     cluster.remove_plegd().await;
+    // An earlier run's namespace gone for good: nothing is made in a namespace being removed.
+    let gone = [
+        "delete",
+        "namespace",
+        NAMESPACE,
+        "--ignore-not-found",
+        "--wait=true",
+        "--timeout=180s",
+    ];
+    cluster.kubectl(&gone).await;
+    cluster.on_exit(&gone);
     let chart = support::REPO.to_owned() + "/deploy/helm/plegd";
     let every = [
         "--set",
@@ -932,7 +943,6 @@ async fn the_helm_chart_installs_upgrades_and_uninstalls() {
         assert!(out.contains("daemonset.apps/plegd"), "{mode}: {out}");
     }
 
-    cluster.on_exit(&["delete", "namespace", NAMESPACE, "--wait=false", "--ignore-not-found"]);
     cluster
         .helm(&[
             "install",
