@@ -943,6 +943,7 @@ async fn the_helm_chart_installs_upgrades_and_uninstalls() {
         assert!(out.contains("daemonset.apps/plegd"), "{mode}: {out}");
     }
 
+    let before = plegds_objects(&cluster).await;
     cluster
         .helm(&[
             "install",
@@ -1017,7 +1018,17 @@ async fn the_helm_chart_installs_upgrades_and_uninstalls() {
             "180s",
         ])
         .await;
-    let left = cluster
+    assert_eq!(
+        plegds_objects(&cluster).await,
+        before,
+        "what helm uninstall left of plegd's (against what there was before the install)"
+    );
+}
+
+/// The names of the objects of plegd's kinds whose names say plegd, in every namespace: what an
+/// install makes and an uninstall must take away (another test's leftovers are there before too).
+async fn plegds_objects(cluster: &Cluster) -> Vec<String> {
+    let all = cluster
         .kubectl(&[
             "get",
             "daemonsets,serviceaccounts,networkpolicies,configmaps,clusterroles,clusterrolebindings,\
@@ -1027,6 +1038,5 @@ async fn the_helm_chart_installs_upgrades_and_uninstalls() {
             "name",
         ])
         .await;
-    let plegds: Vec<&str> = left.lines().filter(|l| l.contains("plegd")).collect();
-    assert!(plegds.is_empty(), "left by helm uninstall: {plegds:?}");
+    all.lines().filter(|l| l.contains("plegd")).map(str::to_owned).collect()
 }

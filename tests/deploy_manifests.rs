@@ -536,21 +536,7 @@ fn the_files_the_docs_name_exist() {
         .iter()
         .map(|f| path(f).into())
         .collect();
-    let mut dirs = vec![
-        std::path::PathBuf::from(path("deploy")),
-        path("systemd").into(),
-        path("docs").into(),
-    ];
-    while let Some(dir) = dirs.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
-            let p = entry.path();
-            if p.is_dir() {
-                dirs.push(p);
-            } else {
-                files.push(p);
-            }
-        }
-    }
+    files.extend(manifests::files_under(&["deploy", "systemd", "docs"]));
     for file in files {
         let Ok(text) = std::fs::read_to_string(&file) else {
             continue;

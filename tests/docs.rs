@@ -3,7 +3,7 @@
 //! short enough to read in five minutes.
 
 use clap::CommandFactory;
-use plegd_test_support::manifests::path;
+use plegd_test_support::manifests::{files_under, path};
 
 /// Every page of docs/, as one text.
 fn docs() -> String {
@@ -84,19 +84,11 @@ fn every_metric_is_in_the_docs() {
 #[test]
 fn every_source_file_is_in_the_docs() {
     let docs = docs();
-    let mut files = Vec::new();
-    let mut dirs = vec![std::path::PathBuf::from(path("src"))];
-    while let Some(dir) = dirs.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
-            let p = entry.path();
-            if p.is_dir() {
-                dirs.push(p);
-            } else {
-                let relative = p.strip_prefix(path("")).unwrap().to_string_lossy().into_owned();
-                files.push(relative);
-            }
-        }
-    }
+    let root = std::path::PathBuf::from(path(""));
+    let files: Vec<String> = files_under(&["src"])
+        .iter()
+        .map(|p| p.strip_prefix(&root).unwrap().to_string_lossy().into_owned())
+        .collect();
     assert!(files.len() > 50, "{files:?}");
     let missing: Vec<_> = files.iter().filter(|f| !docs.contains(f.as_str())).collect();
     assert!(missing.is_empty(), "files of src/ docs/ does not name: {missing:?}");

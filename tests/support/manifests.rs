@@ -97,6 +97,26 @@ pub fn kustomization(root: &std::path::Path, overlay: &str, components: &[&str])
     root
 }
 
+/// Every file under the repository's directories `relative` (e.g. "deploy"), at any depth.
+pub fn files_under(relative: &[&str]) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut dirs: Vec<PathBuf> = relative.iter().map(|d| PathBuf::from(path(d))).collect();
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+            .flatten()
+        {
+            let p = entry.path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else {
+                files.push(p);
+            }
+        }
+    }
+    files
+}
+
 /// `relative` (e.g. "deploy/base/rbac.yaml") under the repository.
 pub fn path(relative: &str) -> String {
     format!("{}/{relative}", crate::REPO)
