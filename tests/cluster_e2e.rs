@@ -918,8 +918,6 @@ async fn the_helm_chart_installs_upgrades_and_uninstalls() {
             chart.as_str(),
             "--namespace",
             NAMESPACE,
-            "--kube-version",
-            "1.37.2",
             "--set",
             &mode_value,
         ];

@@ -13,8 +13,6 @@ use serde_json::Value;
 
 /// The chart.
 const CHART: &str = "deploy/helm/plegd";
-/// What `helm template` renders for (its default is older than the chart's `kubeVersion`).
-const KUBE_VERSION: &str = "1.37.2";
 /// The namespace deploy/ installs into.
 const NAMESPACE: &str = "plegd-system";
 
@@ -52,15 +50,7 @@ fn values_for(mode: &str, components: &[&str]) -> Vec<String> {
 /// `helm template` of the chart with `set` values: its documents, or helm's error.
 fn template(helm: &str, set: &[String]) -> Result<Vec<Value>, String> {
     let mut command = Command::new(helm);
-    command.args([
-        "template",
-        "plegd",
-        &path(CHART),
-        "--namespace",
-        NAMESPACE,
-        "--kube-version",
-        KUBE_VERSION,
-    ]);
+    command.args(["template", "plegd", &path(CHART), "--namespace", NAMESPACE]);
     for value in set {
         command.args(["--set", value]);
     }
@@ -107,14 +97,7 @@ fn the_chart_lints_in_every_mode() {
     let helm = helm();
     for mode in OVERLAYS {
         let out = Command::new(&helm)
-            .args([
-                "lint",
-                "--strict",
-                &path(CHART),
-                "--kube-version",
-                KUBE_VERSION,
-                "--set",
-            ])
+            .args(["lint", "--strict", &path(CHART), "--set"])
             .arg(format!("statusMode={mode}"))
             .output()
             .expect("run helm lint");
@@ -201,15 +184,7 @@ fn the_values_change_what_they_name() {
     );
     // Another namespace: every object and reference to it follows.
     let out = Command::new(&helm)
-        .args([
-            "template",
-            "plegd",
-            &path(CHART),
-            "--namespace",
-            "node-agents",
-            "--kube-version",
-            KUBE_VERSION,
-        ])
+        .args(["template", "plegd", &path(CHART), "--namespace", "node-agents"])
         .output()
         .unwrap();
     let text = String::from_utf8(out.stdout).unwrap();
