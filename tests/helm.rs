@@ -8,25 +8,13 @@
 use std::collections::BTreeMap;
 use std::process::Command;
 
-use plegd_test_support::manifests::{OPTIONAL_COMPONENTS, OVERLAYS, path, render};
+use plegd_test_support::manifests::{OPTIONAL_COMPONENTS, OVERLAYS, helm, path, render};
 use serde_json::Value;
 
 /// The chart.
 const CHART: &str = "deploy/helm/plegd";
 /// The namespace deploy/ installs into.
 const NAMESPACE: &str = "plegd-system";
-
-/// helm, built once per version (tests/helm/helm.sh).
-fn helm() -> String {
-    let out = Command::new("bash")
-        .arg(path("tests/helm/helm.sh"))
-        .arg("install")
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .expect("run tests/helm/helm.sh install");
-    assert!(out.status.success(), "tests/helm/helm.sh install failed");
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
-}
 
 /// The chart's values that match kustomize `components` added to the overlay of `mode`.
 fn values_for(mode: &str, components: &[&str]) -> Vec<String> {
@@ -48,7 +36,7 @@ fn values_for(mode: &str, components: &[&str]) -> Vec<String> {
 }
 
 /// `helm template` of the chart with `set` values: its documents, or helm's error.
-fn template(helm: &str, set: &[String]) -> Result<Vec<Value>, String> {
+fn template(helm: &std::path::Path, set: &[String]) -> Result<Vec<Value>, String> {
     let mut command = Command::new(helm);
     command.args(["template", "plegd", &path(CHART), "--namespace", NAMESPACE]);
     for value in set {

@@ -938,7 +938,11 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
             let mut state = self.state.lock().await;
             match self.prepare_sync(&mut state, uid, start) {
                 Some(work) => work,
-                None => return state.pod_relisted(uid, PodOutcome::Unchanged),
+                None => {
+                    // The records may have let an exit go (the relist showed it).
+                    self.metrics.exits_held.set(state.exits.len() as i64);
+                    return state.pod_relisted(uid, PodOutcome::Unchanged);
+                }
             }
         };
         let status = self

@@ -57,17 +57,27 @@ pub fn render(overlay: &str, components: &[&str], dir: &std::path::Path) -> (Pat
 
 /// kubectl v1.37.2, as tests/cluster/cluster.sh builds it (once per version, cached).
 pub fn kubectl() -> PathBuf {
+    built("tests/cluster/cluster.sh", "bin", "kubectl").join("kubectl")
+}
+
+/// helm v3.22.0, as tests/helm/helm.sh builds it (once per version, cached).
+pub fn helm() -> PathBuf {
+    built("tests/helm/helm.sh", "install", "helm")
+}
+
+/// The path a build script of the repository prints last, once it has built `what`.
+fn built(script: &str, command: &str, what: &str) -> PathBuf {
     let out = std::process::Command::new("bash")
-        .arg(path("tests/cluster/cluster.sh"))
-        .arg("bin")
+        .arg(path(script))
+        .arg(command)
         .stderr(std::process::Stdio::inherit())
         .output()
-        .expect("run tests/cluster/cluster.sh bin");
+        .unwrap_or_else(|e| panic!("run {script} {command}: {e}"));
     assert!(
         out.status.success(),
-        "building kubectl failed: run `bash tests/cluster/cluster.sh build` to see why"
+        "building {what} failed: run `bash {script} {command}` to see why"
     );
-    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("kubectl")
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
 }
 
 /// A kustomization in directory `root` (made if missing) that installs deploy/`overlay` with
