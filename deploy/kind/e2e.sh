@@ -57,6 +57,9 @@ case "${1:-}" in
     echo "$KUBECONFIG_FILE"
     ;;
   kubectl) shift; k "$@" ;;
+  # helm (tests/helm/helm.sh) on the kind cluster; the chart's default image, plegd:dev, is the one
+  # loaded into kind's node.
+  helm) shift; "$(bash "$REPO/tests/helm/helm.sh" install)" --kubeconfig "$KUBECONFIG_FILE" "$@" ;;
   restart)
     case "${2:-}" in
       # On every node: the suite's node is one of them.
@@ -100,5 +103,5 @@ case "${1:-}" in
     if ! cargo nextest --version >/dev/null 2>&1; then cargo install cargo-nextest --locked; fi
     PLEGD_CLUSTER_E2E=1 PLEGD_CLUSTER_SCRIPT="$REPO/deploy/kind/e2e.sh" cargo nextest run --test cluster_e2e
     ;;
-  *) echo "usage: $0 [start [--plegd DIR] | kubectl ARGS... | restart COMPONENT | compact | remove-plegd]" >&2; exit 2 ;;
+  *) echo "usage: $0 [start [--plegd DIR] | kubectl ARGS... | helm ARGS... | restart COMPONENT | compact | remove-plegd]" >&2; exit 2 ;;
 esac
