@@ -1,7 +1,7 @@
 //! deploy/: every install (each overlay, with every optional component) renders with kustomize and
 //! validates offline against the Kubernetes 1.36 schemas (strict: unknown fields refused), grants
 //! what its mode needs and no more, and carries what running plegd safely needs: the node name
-//! from the downward API, the CRI socket by hostPath, no capabilities, a read-only root file
+//! from the downward API, the CRI socket by hostPath, a non-root user, no capabilities, a read-only root file
 //! system, system-node-critical with its tolerations. The kind recipe parses.
 
 use std::process::Command;
@@ -286,6 +286,20 @@ fn every_install_keeps_plegd_least_privileged_and_node_critical() {
         assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false, "{name}");
         assert_eq!(c["securityContext"]["capabilities"]["drop"], serde_json::json!(["ALL"]));
         assert!(c["securityContext"]["capabilities"]["add"].is_null());
+        // Never root: the image's user 65532, in group 0 for the runtime's root:root 0660 socket.
+        let pod_security = &spec["securityContext"];
+        assert_eq!(
+            (&pod_security["runAsUser"], &pod_security["runAsGroup"], &pod_security["runAsNonRoot"]),
+            (&65532.into(), &65532.into(), &true.into()),
+            "{name}"
+        );
+        assert_eq!(pod_security["supplementalGroups"], serde_json::json!([0]), "{name}");
+        assert!(c["securityContext"]["runAsUser"].is_null(), "{name}: the pod's user, not another");
+        // Nothing written on the node: every node path read-only, the API socket in the pod's memory.
+        for m in c["volumeMounts"].as_array().unwrap() {
+            let v = spec["volumes"].as_array().unwrap().iter().find(|v| v["name"] == m["name"]).unwrap();
+            assert!(v["hostPath"].is_null() || m["readOnly"] == true, "{name}: {m} writable on the node");
+        }
         assert!(c["resources"]["limits"]["memory"].is_string() && c["resources"]["requests"]["cpu"].is_string());
         let args: Vec<&str> = c["args"]
             .as_array()
@@ -313,6 +327,7 @@ fn every_install_keeps_plegd_least_privileged_and_node_critical() {
                 .cloned()
         };
         assert_eq!(volume("cri-socket-dir").unwrap()["hostPath"]["type"], "Directory");
+        assert_eq!(volume("plegd-run").unwrap()["emptyDir"]["medium"], "Memory", "{name}");
         let socket_mount = mount("cri-socket-dir").unwrap();
         assert_eq!(socket_mount["readOnly"], true);
         let socket_arg = args.iter().find_map(|a| a.strip_prefix("--cri-socket=")).unwrap();

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::process::Command;
 
 use plegd_test_support::manifests::{OPTIONAL_COMPONENTS, OVERLAYS, helm, path, render};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// The chart.
 const CHART: &str = "deploy/helm/plegd";
@@ -136,6 +136,7 @@ fn the_values_change_what_they_name() {
         "podMonitor.enabled=true",
         "prometheus.serviceAccount=prometheus",
         "admissionPolicies=false",
+        "runtimeSocketGroup=990",
     ]);
     let ds = &objects["DaemonSet/plegd"];
     let pod = &ds["spec"]["template"]["spec"];
@@ -147,6 +148,7 @@ fn the_values_change_what_they_name() {
     assert_eq!(container["resources"]["limits"]["memory"], "256Mi");
     assert!(pod.get("priorityClassName").is_none(), "{pod}");
     assert_eq!(pod["nodeSelector"]["kubernetes.io/os"], "linux");
+    assert_eq!(pod["securityContext"]["supplementalGroups"], json!([990]));
     assert_eq!(ds["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"], 1);
     let args: Vec<&str> = container["args"]
         .as_array()
@@ -194,6 +196,7 @@ fn wrong_values_are_refused_with_a_message_that_names_them() {
         ("events.enabled=yes", "enabled"),
         ("prometheus.namespace=Monitoring", "namespace"),
         ("resources.requests.memory=lots", "memory"),
+        ("runtimeSocketGroup=-1", "runtimeSocketGroup"),
     ] {
         let error = template(&helm, &[value.to_owned()]).expect_err(value);
         assert!(

@@ -39,9 +39,8 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use serde_json::{Value, json};
 
-use plegd::observe::api::status_service_client::StatusServiceClient;
-use plegd::observe::api::{StatusServiceWatchRequest, status_service_watch_response};
-use support::cluster::{CONTAINERD_SOCKET, IMAGE, PLEGD_API_SOCKET, STATIC_PODS, cluster};
+use plegd::observe::api::status_service_watch_response;
+use support::cluster::{CONTAINERD_SOCKET, IMAGE, STATIC_PODS, cluster, plegd_status_stream};
 
 const NS: &str = "parity";
 /// A kubelet write that stays the newest this long is settled: the kubelet relists every second
@@ -525,19 +524,7 @@ fn watch_kubelet(pods: Api<Pod>, shared: Shared) -> tokio::task::JoinHandle<()> 
 /// Follow plegd's generated statuses of the namespace's pods.
 fn watch_plegd(shared: Shared) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let options = plegd::runtime::CriConfig::default();
-        let channel = plegd::runtime::unix_channel(
-            std::path::Path::new(PLEGD_API_SOCKET),
-            options.connect_timeout,
-            options.backoff.clone(),
-            None,
-        );
-        let mut client = StatusServiceClient::new(channel);
-        let request = StatusServiceWatchRequest {
-            namespace: NS.into(),
-            pod: String::new(),
-        };
-        let mut stream = client.watch(request).await.expect("plegd's StatusService").into_inner();
+        let mut stream = plegd_status_stream(NS).await;
         while let Some(response) = stream.message().await.expect("plegd's status stream") {
             let report = match response.item {
                 Some(status_service_watch_response::Item::Report(report)) => report,

@@ -1,6 +1,7 @@
 //! plegd as a container in a real containerd, mounted as deploy/base/daemonset.yaml mounts it: the
 //! runtime's socket *directory* (hostPath → /run/containerd, read-only) and a read-only root file
-//! system. Its image is built offline from the binary (and the libraries it loads) and imported.
+//! system, as the image's non-root user 65532 in group 0 (the socket is root:root 0660). Its image
+//! is deploy/image/image.sh's, assembled offline from the binary and imported.
 //! It must report a neighbouring pod's container dying, with its exit code; then containerd is
 //! killed and started again (a new socket in the directory) and plegd, never restarted, must report
 //! the next death within seconds.
@@ -78,7 +79,7 @@ async fn plegd_runs_as_a_pod_and_sees_containerd_restart() {
     };
     let cd = &instance.handle;
     let binary = std::env::var("PLEGD_BINARY").unwrap_or_else(|_| env!("CARGO_BIN_EXE_plegd").to_owned());
-    instance.script_with("import-binary", &[&binary, IMAGE]).await;
+    instance.import_plegd_image(&binary, IMAGE).await;
 
     let socket_dir = cd.socket.parent().expect("the socket's directory");
     let logs = tempfile::tempdir().unwrap();
@@ -108,8 +109,12 @@ async fn plegd_runs_as_a_pod_and_sees_containerd_restart() {
         }],
         log_path: "plegd.log".into(),
         linux: Some(cri::LinuxContainerConfig {
+            // As deploy/base/daemonset.yaml's pod: the image's user, and group 0 for the socket.
             security_context: Some(cri::LinuxContainerSecurityContext {
                 readonly_rootfs: true,
+                run_as_user: Some(cri::Int64Value { value: 65532 }),
+                run_as_group: Some(cri::Int64Value { value: 65532 }),
+                supplemental_groups: vec![0],
                 ..Default::default()
             }),
             ..Default::default()
@@ -124,6 +129,16 @@ async fn plegd_runs_as_a_pod_and_sees_containerd_restart() {
     let neighbour = cd.run_pod("neighbour", true).await;
     let ctr = cd.run_container(&neighbour, "app", "sleep 2; exit 4").await;
     died(&log, &neighbour, &ctr, 4, Duration::from_secs(30)).await;
+    // It saw that through the socket as the non-root user, with group 0 beside its own.
+    let status = std::fs::read_to_string(format!("/proc/{}/status", cd.container_pid(&plegd).await)).unwrap();
+    let field = |name: &str| {
+        let line = status.lines().find(|l| l.starts_with(name)).unwrap_or_default();
+        line[name.len()..].split_whitespace().map(str::to_owned).collect::<Vec<_>>()
+    };
+    assert_eq!(field("Uid:"), ["65532"; 4], "{status}");
+    assert_eq!(field("Gid:"), ["65532"; 4], "{status}");
+    assert!(field("Groups:").contains(&"0".to_owned()), "{status}");
+    assert_eq!(field("CapEff:"), ["0000000000000000"], "{status}");
 
     // containerd dies and comes back: a new socket in the mounted directory.
     instance.script("kill").await;

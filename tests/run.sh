@@ -57,6 +57,16 @@ bash tests/cluster/cluster.sh build
 echo "=== Helm (tests/helm/helm.sh install) ===" >&2
 bash tests/helm/helm.sh install >/dev/null
 
+# plegd for arm64, cross-built (Rust's standard library from source), for tests/image.rs: the image
+# index of both architectures, the arm64 one run under qemu-user, and its SBOM. Built as the
+# cluster's binary is, without LTO (deploy/image/image.sh build makes the release image with it).
+if [ ${#VERSIONS[@]} -gt 0 ]; then
+  echo "=== plegd for arm64 (deploy/image/image.sh cross-binary) ===" >&2
+  bash deploy/image/image.sh tools
+  PLEGD_ARM64_BINARY=$(bash deploy/image/image.sh cross-binary release-without-lto)
+  export PLEGD_ARM64_BINARY PLEGD_REQUIRE_IMAGE=1
+fi
+
 # Lints: clippy with warnings as errors over every target, and the API docs with broken links refused.
 echo "=== clippy and docs ===" >&2
 cargo clippy --workspace --all-targets -- -D warnings

@@ -88,16 +88,19 @@ case "${1:-}" in
     if [ -f "$STATE/plegd.yaml" ]; then k delete -f "$STATE/plegd.yaml" --ignore-not-found --wait=true >&2; rm -f "$STATE/plegd.yaml"; fi
     ;;
   "")
-    for tool in docker kind kubectl jq go cargo; do
+    for tool in docker kind kubectl jq go cargo python3 readelf; do
       command -v "$tool" >/dev/null || die "$tool is needed"
     done
     mkdir -p "$STATE"
     kind create cluster --name "$CLUSTER" --config "$REPO/deploy/kind/cluster.yaml" --kubeconfig "$KUBECONFIG_FILE" --wait 180s
     trap 'kind delete cluster --name "$CLUSTER"; rm -rf "$STATE"' EXIT
-    # plegd's image, and the suite's test image (busybox and a pause binary, as the local
-    # cluster's containerd has it), loaded into the node: nothing is pulled.
-    docker build -f "$REPO/deploy/Containerfile" -t plegd:dev "$REPO"
-    kind load docker-image plegd:dev --name "$CLUSTER"
+    # plegd's image (deploy/image/image.sh's, of this machine's architecture), and the suite's
+    # test image (busybox and a pause binary, as the local cluster's containerd has it), loaded
+    # into the node: nothing is pulled.
+    (cd "$REPO" && cargo build --locked --release --bin plegd)
+    bash "$REPO/deploy/image/image.sh" assemble --out "$STATE/image" --name plegd:dev \
+      "$(dpkg --print-architecture)=$REPO/target/release/plegd" >/dev/null
+    kind load image-archive "$STATE/image/plegd.oci.tar" --name "$CLUSTER"
     kind load image-archive "$(bash "$REPO/tests/containerd/containerd.sh" image)" --name "$CLUSTER"
     cd "$REPO"
     if ! cargo nextest --version >/dev/null 2>&1; then cargo install cargo-nextest --locked; fi

@@ -56,10 +56,9 @@ use kube::runtime::watcher;
 use serde_json::{Value, json};
 
 use args::arg;
-use plegd::observe::api::status_service_client::StatusServiceClient;
-use plegd::observe::api::{StatusServiceWatchRequest, status_service_watch_response};
+use plegd::observe::api::status_service_watch_response;
 use stats::percentile;
-use support::cluster::{CONTAINERD_SOCKET, IMAGE, PLEGD_API_SOCKET, client_from};
+use support::cluster::{CONTAINERD_SOCKET, IMAGE, client_from, plegd_status_stream};
 use support::process::{clock_ticks, cpu_ticks, rss_mib};
 
 const NS: &str = "side-by-side";
@@ -202,19 +201,7 @@ fn watch_apiserver(pods: Api<Pod>, seen: Seen) -> tokio::task::JoinHandle<()> {
 /// plegd's generated statuses, from its StatusService.
 fn watch_computed(seen: Seen) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let options = plegd::runtime::CriConfig::default();
-        let channel = plegd::runtime::unix_channel(
-            Path::new(PLEGD_API_SOCKET),
-            options.connect_timeout,
-            options.backoff.clone(),
-            None,
-        );
-        let mut client = StatusServiceClient::new(channel);
-        let request = StatusServiceWatchRequest {
-            namespace: NS.into(),
-            pod: String::new(),
-        };
-        let mut stream = client.watch(request).await.expect("plegd's StatusService").into_inner();
+        let mut stream = plegd_status_stream(NS).await;
         while let Ok(Some(response)) = stream.message().await {
             let report = match response.item {
                 Some(status_service_watch_response::Item::Report(report)) => report,

@@ -497,8 +497,8 @@ plegd_overlay() {
 
 # The plegd DaemonSet as the install renders it, moved onto this cluster's layout, which a static
 # component cannot say (the paths depend on PLEGD_CLUSTER_DIR, and a mount's path is its merge
-# key): the node paths it mounts become this cluster's (its containerd's socket directory, a run
-# directory of its own, and — where the install mounts them — the kubelet's root and pod log
+# key): the node paths it mounts become this cluster's (its containerd's socket directory and —
+# where the install mounts them — the kubelet's root and pod log
 # directories, mounted at the same paths since the runtime reports them, and named to plegd as a
 # kubelet with another --root-dir and podLogsDir needs), and kube-apiserver at the node's IP (no
 # kube-proxy serves the service IP). The image is tests/cluster/local-image's; the pod template names
@@ -506,7 +506,6 @@ plegd_overlay() {
 PLEGD_ON_CLUSTER='
 def node_path:
   if . == "/run/containerd" then $containerd
-  elif . == "/run/plegd" then $plegd_run
   elif . == "/var/lib/kubelet" or startswith("/var/lib/kubelet/") then $kubelet_root + .[16:]
   elif . == "/var/log/pods" or startswith("/var/log/pods/") then $pod_logs + .[13:]
   else . end;
@@ -565,13 +564,20 @@ crd_established() {
   [ "$(kubectl_admin get -f "$1" -o 'jsonpath={.status.conditions[?(@.type=="Established")].status}')" = True ]
 }
 
+# import_plegd_image BINARY: plegd's image as deploy/image/image.sh makes it (non-root, BINARY and
+# Debian's C libraries), for this machine's architecture, into the node's containerd.
+import_plegd_image() {
+  bash "$REPO/deploy/image/image.sh" assemble --out "$RUN/plegd-image" --name "$PLEGD_IMAGE" \
+    "$(dpkg --print-architecture)=$1" >/dev/null || die "could not assemble plegd's image of $1"
+  "${CONTAINERD[@]}" import "$RUN/plegd-image/plegd.oci.tar" 8>&- 9>&-
+}
+
 # deploy_plegd DIR: plegd's image imported offline, the overlay in DIR applied as PLEGD_ON_CLUSTER
 # moves it, and its DaemonSet rolled out.
 deploy_plegd() {
   local dir=$1 binary
   binary=$(plegd_binary)
-  "${CONTAINERD[@]}" import-binary "$binary" "$PLEGD_IMAGE" 8>&- 9>&-
-  mkdir -p "$RUN/plegd"
+  import_plegd_image "$binary"
   # The install as given, with the component a local image needs (tests/cluster/local-image).
   mkdir -p "$RUN/plegd-install"
   printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - %s\ncomponents:\n  - %s\n' \
@@ -582,7 +588,7 @@ deploy_plegd() {
   install_crds "$RUN/plegd-overlay.yaml"
   kubectl_admin create --dry-run=client -o json -f "$RUN/plegd-overlay.yaml" \
     | jq -s '{apiVersion: "v1", kind: "List", items: .}' >"$RUN/plegd-overlay.json" || die "--plegd: could not read $dir's objects"
-  jq --arg containerd "$CLUSTER/containerd" --arg plegd_run "$RUN/plegd" --arg kubelet_root "$RUN/kubelet" \
+  jq --arg containerd "$CLUSTER/containerd" --arg kubelet_root "$RUN/kubelet" \
     --arg pod_logs "$RUN/pod-logs" --arg apiserver_host "$NODE_IP" --arg binary "$(sha256sum "$binary" | cut -c1-64)" --arg binary_key plegd.test/binary-sha256 \
     --arg apiserver_port "$APISERVER_PORT" --arg log_level "${PLEGD_CLUSTER_PLEGD_LOG_LEVEL:-}" "$PLEGD_ON_CLUSTER" "$RUN/plegd-overlay.json" >"$RUN/plegd.json.new" \
     || die "--plegd: could not move $dir onto this cluster (see $RUN/plegd-overlay.json)"
@@ -881,8 +887,7 @@ helm_plegd() {
     install|upgrade)
       local binary
       binary=$(plegd_binary)
-      "${CONTAINERD[@]}" import-binary "$binary" "$PLEGD_IMAGE" 8>&- 9>&-
-      mkdir -p "$RUN/plegd"
+      import_plegd_image "$binary"
       "$helm" --kubeconfig "$RUN/admin.kubeconfig" "$@" \
         --set image.repository="${PLEGD_IMAGE%:*}" --set image.tag="${PLEGD_IMAGE##*:}" --set image.pullPolicy=Never \
         --post-renderer bash --post-renderer-args "$HERE/cluster.sh" --post-renderer-args post-render >&2
@@ -898,7 +903,7 @@ post_render() {
   binary=$(plegd_binary)
   kubectl_admin create --dry-run=client -o json -f - \
     | jq -s '{apiVersion: "v1", kind: "List", items: .}' \
-    | jq --arg containerd "$CLUSTER/containerd" --arg plegd_run "$RUN/plegd" --arg kubelet_root "$RUN/kubelet" \
+    | jq --arg containerd "$CLUSTER/containerd" --arg kubelet_root "$RUN/kubelet" \
       --arg pod_logs "$RUN/pod-logs" --arg apiserver_host "$NODE_IP" --arg binary "$(sha256sum "$binary" | cut -c1-64)" \
       --arg binary_key plegd.test/binary-sha256 --arg apiserver_port "$APISERVER_PORT" \
       --arg log_level "${PLEGD_CLUSTER_PLEGD_LOG_LEVEL:-}" "$PLEGD_ON_CLUSTER" \

@@ -7,6 +7,7 @@
 #   tests/containerd/containerd.sh socket    # print the CRI socket path
 #   tests/containerd/containerd.sh kill      # kill -9 containerd only (its shims and pods live on)
 #   tests/containerd/containerd.sh import-binary BINARY IMAGE   # BINARY + its libraries as IMAGE
+#   tests/containerd/containerd.sh import ARCHIVE   # an OCI archive (deploy/image/image.sh's)
 #
 # PLEGD_CONTAINERD_VERSION picks the containerd: 2.1 (the default: what kind and current
 # distributions run) from Debian unstable's package, 1.7 from Debian 13's, 1.6 from this machine's
@@ -167,6 +168,14 @@ import_binary() {
   ctr -a "$SOCK" -n k8s.io images import "$work/image.tar" >/dev/null
   log "imported $binary as $name ($(du -h "$work/image.tar" | cut -f1))"
   rm -rf "$work"
+}
+
+# import_archive ARCHIVE: the images an OCI archive names, this machine's platform of each.
+import_archive() {
+  [ -f "$1" ] || die "import: $1 is not a file"
+  running || die "import: containerd is not running (start it first)"
+  ctr -a "$SOCK" -n k8s.io images import "$1" >/dev/null
+  log "imported $1"
 }
 
 # What both config versions say alike: this instance's own sockets, no debug or metrics listener,
@@ -375,9 +384,10 @@ case "${1:-}" in
   install) install ;;
   kill) kill_containerd ;;
   import-binary) need_root; import_binary "${2:?usage: import-binary BINARY IMAGE}" "${3:?usage: import-binary BINARY IMAGE}" ;;
+  import) need_root; import_archive "${2:?usage: import ARCHIVE}" ;;
   image) need_root; install; mkdir -p "$DIR"; build_image; echo "$DIR/image/image.tar" ;;
   start) start ;;
   stop) stop ;;
   socket) echo "$SOCK" ;;
-  *) echo "usage: $0 install|image|start|stop|socket|kill|import-binary" >&2; exit 2 ;;
+  *) echo "usage: $0 install|image|start|stop|socket|kill|import-binary|import" >&2; exit 2 ;;
 esac

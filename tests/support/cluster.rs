@@ -25,9 +25,8 @@ pub const CONDITION: &str = "plegd.io/ContainersRunning";
 pub const IMAGE: &str = "plegd.test/busybox:1";
 /// plegd's namespace and service account, as deploy/ names them.
 pub const NAMESPACE: &str = "plegd-system";
-/// Where tests/cluster/cluster.sh keeps what runs on the node: plegd's run directory (its API
-/// socket, `/run/plegd` in the pod), the kubelet's static pod directory and the cluster's containerd.
-pub const PLEGD_API_SOCKET: &str = "/var/lib/plegd-test/cluster/run/plegd/plegd.sock";
+/// Where tests/cluster/cluster.sh keeps what runs on the node: the kubelet's static pod directory
+/// and the cluster's containerd.
 pub const STATIC_PODS: &str = "/var/lib/plegd-test/cluster/run/manifests";
 pub const CONTAINERD_SOCKET: &str = "/var/lib/plegd-test/cluster/containerd/containerd.sock";
 
@@ -393,4 +392,43 @@ pub fn condition<'a>(pod: &'a Pod, kind: &str) -> Option<&'a k8s_openapi::api::c
         .as_ref()?
         .iter()
         .find(|c| c.type_ == kind)
+}
+
+/// The API socket of the DaemonSet's plegd as the node reaches it: `/run/plegd/plegd.sock` in the
+/// pod is a memory volume of the pod's own, so from the node it is found through the process'
+/// root (`/proc/PID/root/run/plegd/plegd.sock`), as docs/operating.md tells a node's admin. The
+/// plegd in a container, not one a test runs on the node itself: its root is not the node's.
+pub async fn plegd_api_socket() -> PathBuf {
+    use std::os::unix::fs::MetadataExt;
+    let node_root = std::fs::metadata("/").expect("/");
+    let mut found = None;
+    crate::wait_until("the DaemonSet's plegd and its API socket", Duration::from_secs(120), || {
+        found = std::fs::read_dir("/proc").into_iter().flatten().flatten().find_map(|entry| {
+            let dir = entry.path();
+            let comm = std::fs::read_to_string(dir.join("comm")).ok()?;
+            let root = std::fs::metadata(dir.join("root")).ok()?;
+            let socket = dir.join("root/run/plegd/plegd.sock");
+            let in_container = (root.dev(), root.ino()) != (node_root.dev(), node_root.ino());
+            (comm.trim() == "plegd" && in_container && socket.exists()).then_some(socket)
+        });
+        found.is_some()
+    })
+    .await;
+    found.expect("found")
+}
+
+/// The generated statuses of the namespace's pods from the DaemonSet's plegd: its StatusService,
+/// what `plegd status` follows (`--status-report-form=generated`).
+pub async fn plegd_status_stream(namespace: &str) -> tonic::Streaming<plegd::observe::api::StatusServiceWatchResponse> {
+    use plegd::observe::api::StatusServiceWatchRequest;
+    use plegd::observe::api::status_service_client::StatusServiceClient;
+    let options = plegd::runtime::CriConfig::default();
+    let channel =
+        plegd::runtime::unix_channel(&plegd_api_socket().await, options.connect_timeout, options.backoff.clone(), None);
+    let request = StatusServiceWatchRequest {
+        namespace: namespace.into(),
+        pod: String::new(),
+    };
+    let stream = StatusServiceClient::new(channel).watch(request).await;
+    stream.expect("plegd's StatusService").into_inner()
 }

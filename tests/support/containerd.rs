@@ -7,7 +7,7 @@
 //! so CI can never pass by skipping.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -442,6 +442,41 @@ impl PrivateContainerd {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+
+    /// plegd's image as deploy/image/image.sh assembles it (non-root, `binary` and Debian's C
+    /// libraries, this machine's architecture), imported into this instance as `name`.
+    pub async fn import_plegd_image(&self, binary: &str, name: &str) {
+        let dir = std::env::temp_dir().join(format!("plegd-image-{}-{}", std::process::id(), unique_uid("i")));
+        let archive = plegd_image(binary, name, &dir).await;
+        self.script_with("import", &[archive.to_str().expect("a UTF-8 path")]).await;
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+/// `deploy/image/image.sh assemble` of `binary` for this machine's architecture, as `name`, in
+/// `out`: the OCI archive's path.
+pub async fn plegd_image(binary: &str, name: &str, out: &Path) -> PathBuf {
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => panic!("plegd's image is built for amd64 and arm64, not {other}"),
+    };
+    let args = [
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/image/image.sh").to_owned(),
+        "assemble".into(),
+        "--out".into(),
+        out.display().to_string(),
+        "--name".into(),
+        name.into(),
+        format!("{arch}={binary}"),
+    ];
+    let output = tokio::process::Command::new("bash").args(&args).output().await.expect("run image.sh");
+    assert!(
+        output.status.success(),
+        "deploy/image/image.sh assemble failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    out.join("plegd.oci.tar")
 }
 
 impl Drop for PrivateContainerd {

@@ -1,9 +1,11 @@
 # Debian packages through a package list of a directory's own: `apt-get update`, `apt-get download`
 # and `apt-cache` against Debian SUITE with their lists, archives and (empty) status under ROOT, so
 # that nothing of the machine's apt state is read or changed; the callers unpack with dpkg-deb -x.
-# Sourced by tests/containerd/containerd.sh and tests/apiserver/apiserver.sh.
+# Sourced by tests/containerd/containerd.sh, tests/prometheus/prometheus.sh and
+# deploy/image/image.sh.
 #
-#   private_apt_update ROOT SUITE         # ROOT/etc/sources.list for SUITE on the machine's mirror
+#   private_apt_update ROOT SUITE [ARCH]  # ROOT/etc/sources.list for SUITE on the machine's mirror,
+#                                         # for ARCH (Debian's name: amd64, arm64) or the machine's
 #   private_apt ROOT apt-get|apt-cache ARGS...
 
 # The mirror the machine's own package list names (deb822 or one-line), else Debian's.
@@ -15,17 +17,21 @@ debian_mirror() {
 }
 
 private_apt() {
-  local root=$1 tool=$2
+  local root=$1 tool=$2 arch=()
   shift 2
-  "$tool" -o "Dir::Etc::SourceList=$root/etc/sources.list" -o Dir::Etc::SourceParts=/dev/null \
+  if [ -s "$root/etc/arch" ]; then
+    arch=(-o "APT::Architecture=$(cat "$root/etc/arch")" -o "APT::Architectures=$(cat "$root/etc/arch")")
+  fi
+  "$tool" "${arch[@]}" -o "Dir::Etc::SourceList=$root/etc/sources.list" -o Dir::Etc::SourceParts=/dev/null \
     -o "Dir::State::Lists=$root/lists" -o "Dir::Cache::Archives=$root/archives" -o APT::Get::List-Cleanup=0 \
     -o APT::Sandbox::User=root -o "Dir::State::status=$root/etc/status" "$@"
 }
 
 private_apt_update() {
-  local root=$1 suite=$2
+  local root=$1 suite=$2 arch=${3:-}
   mkdir -p "$root/lists/partial" "$root/archives/partial" "$root/etc" "$root/deb"
-  echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $(debian_mirror) $suite main" >"$root/etc/sources.list"
+  printf '%s' "$arch" >"$root/etc/arch"
+  echo "deb [${arch:+arch=$arch }signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $(debian_mirror) $suite main" >"$root/etc/sources.list"
   [ -f "$root/etc/status" ] || : >"$root/etc/status"
   private_apt "$root" apt-get -qq update
 }
