@@ -98,7 +98,8 @@ cross_toolchain() {
     mkdir -p "$tc/lib/rustlib/src.tmp"
     dpkg-deb -x "$apt"/deb/rust-src_*.deb "$tc/lib/rustlib/src.tmp"
     mkdir -p "$tc/lib/rustlib/src"
-    mv "$tc/lib/rustlib/src.tmp/usr/lib/rustlib/src/rust" "$tc/lib/rustlib/src/rust"
+    # Debian's usr/lib/rustlib/src/rust is a link to usr/src/rustc-VERSION.
+    mv "$(realpath "$tc/lib/rustlib/src.tmp/usr/lib/rustlib/src/rust")" "$tc/lib/rustlib/src/rust"
     rm -rf "$tc/lib/rustlib/src.tmp"
     echo "$release $nightly" >"$tc/release"
   fi
@@ -149,10 +150,11 @@ cross_binary() {
 sbom() {
   local out=$1
   tools
-  (cd "$REPO" && cargo cyclonedx --format json --spec-version 1.5 --describe binaries --no-build-deps \
-    --override-filename plegd.cdx >&2)
-  mv "$REPO/plegd_bin.cdx.json" "$out" 2>/dev/null || mv "$REPO/plegd.cdx.json" "$out"
-  find "$REPO/tests" -maxdepth 2 -name '*.cdx.json' -delete
+  # Each package of the workspace gets one; plegd's is the one at the top.
+  (cd "$REPO" && cargo cyclonedx -q --format json --spec-version 1.5 --no-build-deps --override-filename plegd-sbom >&2) \
+    || die "cargo cyclonedx failed"
+  mv "$REPO/plegd-sbom.json" "$out"
+  find "$REPO/tests" -maxdepth 2 -name 'plegd-sbom.json' -delete
 }
 
 # assemble --out DIR --name NAME [--sbom FILE] ARCH=BINARY...

@@ -146,7 +146,7 @@ class Layout:
 
 def image(layout, arch, binary, base, labels, epoch):
     tar = layer(binary, base, arch, epoch)
-    layer_desc = layout.blob(gzip.compress(tar, mtime=0), LAYER)
+    layer_desc = layout.blob(gzip.compress(tar, compresslevel=6, mtime=0), LAYER)
     platform = {"architecture": arch, "os": "linux", **({"variant": "v8"} if arch == "arm64" else {})}
     config = {
         **platform,
