@@ -85,10 +85,7 @@ async fn plegd_runs_as_a_pod_and_sees_containerd_restart() {
     let logs = tempfile::tempdir().unwrap();
     let pod = cd.run_pod_with("plegd", true, Some(logs.path())).await;
     let config = cri::ContainerConfig {
-        image: Some(cri::ImageSpec {
-            image: IMAGE.into(),
-            ..Default::default()
-        }),
+        image: Some(support::containerd::image_spec(IMAGE)),
         command: vec!["/usr/local/bin/plegd".into()],
         args: [
             "watch",

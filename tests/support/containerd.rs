@@ -62,6 +62,36 @@ async fn start() -> Option<PathBuf> {
     }
 }
 
+/// The CRI runtime under test, as its `Version` names it: `PLEGD_TEST_RUNTIME` (tests/run.sh sets
+/// `cri-o` when it runs the real-runtime suites against tests/crio/crio.sh's CRI-O), else
+/// `containerd`. What differs between runtimes is asserted per runtime on this name.
+pub fn runtime_under_test() -> &'static str {
+    match std::env::var("PLEGD_TEST_RUNTIME").as_deref() {
+        Err(_) | Ok("" | "containerd") => "containerd",
+        Ok("cri-o") => "cri-o",
+        Ok(other) => panic!("PLEGD_TEST_RUNTIME must be containerd or cri-o, not {other:?}"),
+    }
+}
+
+/// How the runtime under test names the test image's ID (a container status' `imageRef`, the
+/// pod status' `imageID`): containerd by the image's config digest (`sha256:...`), CRI-O by its
+/// repository digest (`plegd.test/busybox@sha256:...`).
+pub fn image_id_prefix() -> &'static str {
+    match runtime_under_test() {
+        "cri-o" => "plegd.test/busybox@sha256:",
+        _ => "sha256:",
+    }
+}
+
+/// The start of a pod IP from the runtime's test CNI bridge (tests/containerd/containerd.sh's
+/// 10.234.0.0/24, tests/crio/crio.sh's 10.236.0.0/24).
+pub fn pod_ip_prefix() -> &'static str {
+    match runtime_under_test() {
+        "cri-o" => "10.236.0.",
+        _ => "10.234.0.",
+    }
+}
+
 /// A handle on the shared real containerd.
 #[derive(Clone)]
 pub struct Containerd {
@@ -537,6 +567,16 @@ fn sandbox_config(
     }
 }
 
+/// The image of a container as the kubelet names it: the reference and, as the user wrote it,
+/// `user_specified_image` (CRI-O refuses a container without it).
+pub fn image_spec(image: &str) -> cri::ImageSpec {
+    cri::ImageSpec {
+        image: image.into(),
+        user_specified_image: image.into(),
+        ..Default::default()
+    }
+}
+
 /// The config of attempt `attempt` of a container running `sh -c script`, annotated with its
 /// restart count as the kubelet annotates it.
 pub fn attempt(attempt: u32, script: &str) -> cri::ContainerConfig {
@@ -545,10 +585,7 @@ pub fn attempt(attempt: u32, script: &str) -> cri::ContainerConfig {
             name: String::new(),
             attempt,
         }),
-        image: Some(cri::ImageSpec {
-            image: IMAGE.into(),
-            ..Default::default()
-        }),
+        image: Some(image_spec(IMAGE)),
         command: vec!["/bin/sh".into(), "-c".into(), script.into()],
         annotations: [(
             plegd::kubecontainer::ANNOTATION_RESTART_COUNT.to_owned(),
@@ -563,10 +600,7 @@ pub fn attempt(attempt: u32, script: &str) -> cri::ContainerConfig {
 /// reason OOMKilled) about a second after it starts.
 pub fn memory_hog() -> cri::ContainerConfig {
     cri::ContainerConfig {
-        image: Some(cri::ImageSpec {
-            image: IMAGE.into(),
-            ..Default::default()
-        }),
+        image: Some(image_spec(IMAGE)),
         command: vec![
             "/bin/sh".into(),
             "-c".into(),
