@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs every plegd check and test: Kubernetes' own kube-apiserver (and the rest of a node) built
 # from k8s.io/kubernetes v1.37.2, clippy and the docs (warnings as errors), unit tests, fake-CRI
-# tests and the real-containerd tests, the latter on containerd 2.1 (the default) and again on 1.7
-# (PLEGD_CONTAINERD_VERSIONS="2.1 1.7" to change), and plegd as a DaemonSet in a real one-node
-# cluster (tests/cluster_e2e.rs) and beside its kubelet (tests/kubelet_parity.rs).
+# tests and the real-containerd tests, the latter on containerd 2.1 (the default), again on 1.7
+# (PLEGD_CONTAINERD_VERSIONS="2.1 1.7" to change) and on CRI-O 1.34, plegd as a DaemonSet in a real
+# one-node cluster (tests/cluster_e2e.rs) and beside its kubelet (tests/kubelet_parity.rs), and its
+# image for amd64 and arm64 (tests/image.rs).
 # Installs what it needs on a fresh Debian machine (as root): runc, CNI plugins, busybox-static and
 # protoc from the distribution's packages, containerd 2.1 and 1.7 from Debian's unstable and 13
 # packages unpacked privately; starts an isolated containerd (tests/containerd/containerd.sh) for
@@ -113,6 +114,17 @@ for version in "${VERSIONS[@]:1}"; do
   export PLEGD_TEST_CRI_SOCKET
   run_tests "${REAL_SUITES[@]}"
 done
+
+# The same suites against CRI-O v1.34.0, the one version the Go module proxy serves (built from its
+# module by tests/crio/crio.sh once, about 3 minutes; cached), with Debian 12's conmon and runc.
+# What is containerd's own (its events service, an instance killed under plegd) says so and is not
+# run there; every difference between the runtimes is asserted per runtime (PLEGD_TEST_RUNTIME).
+if [ ${#VERSIONS[@]} -gt 0 ]; then
+  echo "=== real-runtime suites on CRI-O (tests/crio/crio.sh) ===" >&2
+  trap 'bash tests/crio/crio.sh stop; bash tests/containerd/containerd.sh stop' EXIT
+  PLEGD_TEST_CRI_SOCKET=$(bash tests/crio/crio.sh start) PLEGD_TEST_RUNTIME=cri-o run_tests "${REAL_SUITES[@]}"
+  bash tests/crio/crio.sh stop
+fi
 
 # Fuzz targets (CRI answer decoding and conversion, status patches), 60 s each.
 bash tests/fuzz/run.sh 60

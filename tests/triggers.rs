@@ -12,7 +12,7 @@ use plegd::metrics::Metrics;
 use plegd::pleg::{PlegConfig, PodLifecycleEvent, PodLifecycleEventType as E};
 use plegd::runtime::CriConfig;
 use plegd::triggers::{TriggerConfig, TriggerMode};
-use support::containerd::{Containerd, PrivateContainerd, collect_until, containerd};
+use support::containerd::{Containerd, PrivateContainerd, PrivateCrio, collect_until, containerd, containerd_only, runtime_under_test};
 use support::fake_cri::FakeServer;
 
 /// The threshold of the tests' relisters, some of whose periods are an hour (no periodic relist
@@ -457,9 +457,11 @@ async fn latency(p: &mut Relister, uid: &str, kind: E, id: &str) -> (PodLifecycl
 /// `cargo bench --bench trigger_latency`, not from a timed assertion).
 async fn events_arrive_by_trigger(cd: &Containerd, mode: TriggerMode) {
     let major = cd.version().await.0;
+    let containerd = runtime_under_test() == "containerd";
     let source = match mode {
         TriggerMode::Cri => "cri",
-        TriggerMode::Auto if major >= 2 => "cri",
+        // Any other runtime's are its CRI events.
+        TriggerMode::Auto if major >= 2 || !containerd => "cri",
         _ => "containerd",
     };
     let mut p = start(&cd.socket, mode, Duration::from_secs(3600)).await;
@@ -493,7 +495,7 @@ async fn events_arrive_by_trigger(cd: &Containerd, mode: TriggerMode) {
     eprintln!("{source}: started +{started_lag:?}, died +{died_lag:?}, removed +{removed_lag:?}");
     cd.cleanup(&pod).await;
     assert!(counter(&p.metrics, "plegd_trigger_relists_total{kind=\"pod\"}") >= 1);
-    if source == "cri" && major >= 2 {
+    if source == "cri" && major >= 2 && containerd {
         // containerd 2.x's CRI events follow its CRI state: each is checked once, none again on
         // a schedule.
         assert_eq!(counter(&p.metrics, "plegd_trigger_relists_total{kind=\"recheck\"}"), 0);
@@ -503,11 +505,14 @@ async fn events_arrive_by_trigger(cd: &Containerd, mode: TriggerMode) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn containerd_events_arrive_by_trigger() {
     let Some(cd) = containerd().await else { return };
+    if !containerd_only("its events service") {
+        return;
+    }
     events_arrive_by_trigger(&cd, TriggerMode::Containerd).await;
 }
 
-/// `auto` takes CRI events on containerd 2.x, whose CRI state they follow, and containerd's
-/// events service on containerd 1.x.
+/// `auto` takes CRI events on containerd 2.x, whose CRI state they follow, containerd's events
+/// service on containerd 1.x, and CRI events on any other runtime (CRI-O).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auto_takes_the_events_of_the_containerd_version() {
     let Some(cd) = containerd().await else { return };
@@ -559,6 +564,11 @@ async fn a_burst_of_exits_arrives_by_trigger() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cri_events_arrive_by_trigger() {
     let Some(cd) = containerd().await else { return };
+    if runtime_under_test() == "cri-o" {
+        // CRI-O sends each event to every subscriber: the shared instance serves.
+        events_arrive_by_trigger(&cd, TriggerMode::Cri).await;
+        return;
+    }
     let version = match cd.version().await {
         (1, 6) => "1.7".to_owned(),
         (major, minor) => format!("{major}.{minor}"),
@@ -615,6 +625,9 @@ async fn cri_events_arrive_by_trigger() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn containerd_killed_and_restarted() {
     let Some(shared) = containerd().await else { return };
+    if !containerd_only("an instance of its own killed and restarted") {
+        return;
+    }
     let (major, minor) = shared.version().await;
     let Some(instance) = PrivateContainerd::start("kr", &format!("{major}.{minor}"), 236).await else {
         return;
@@ -674,6 +687,9 @@ async fn containerd_killed_and_restarted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_exit_is_taken_from_containerds_exit_event() {
     let Some(cd) = containerd().await else { return };
+    if !containerd_only("its exit events") {
+        return;
+    }
     let mut p = start(&cd.socket, TriggerMode::Auto, Duration::from_secs(3600)).await;
     let pod = cd.run_pod("exitfact", true).await;
     let source = if cd.version().await.0 >= 2 { "cri" } else { "containerd" };
@@ -748,5 +764,35 @@ async fn an_exit_is_taken_from_containerds_exit_event() {
         status.find_container(&hog).map(|c| c.reason.as_str()),
         Some("OOMKilled")
     );
+    cd.cleanup(&pod).await;
+}
+
+/// CRI-O with its pod events off (`enable_pod_events = false`, CRI-O's default): its
+/// GetContainerEvents ends as soon as it opens. plegd says the runtime has no usable events, relists
+/// at --relist-period and reports every change from there (measured on CRI-O 1.34). A CRI-O of the
+/// test's own, since the shared one has its events on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crio_without_pod_events_is_relisted() {
+    let Some(_) = containerd().await else { return };
+    if runtime_under_test() != "cri-o" {
+        eprintln!("\n!!!!!!!! NOT RUN ON {}: CRI-O's enable_pod_events = false !!!!!!!!\n", runtime_under_test());
+        return;
+    }
+    let instance = PrivateCrio::start("noev", false, 237).await;
+    let cd = &instance.handle;
+    let config = PlegConfig::new(Duration::from_millis(500), Some(Duration::from_secs(3600)), LONG_THRESHOLD).unwrap();
+    let mut p = start_with(&cd.socket, TriggerMode::Auto, config).await;
+    let unusable = || {
+        p.metrics
+            .encode()
+            .contains("plegd_trigger_stream_state{source=\"cri\",state=\"unusable\"} 1")
+    };
+    wait_for("CRI-O's event stream found unusable", Duration::from_secs(20), unusable).await;
+    assert_eq!(counter(&p.metrics, "plegd_trigger_stream_connects_total{source=\"cri\"}"), 0);
+    let pod = cd.run_pod("noev", true).await;
+    let ctr = cd.run_container(&pod, "app", "exit 3").await;
+    let (died, _) = latency(&mut p, &pod.uid, E::ContainerDied, &ctr).await;
+    assert_eq!((died.exit_code, died.reason.as_deref()), (Some(3), Some("Error")), "{died:?}");
+    assert_eq!(counter(&p.metrics, "plegd_trigger_relists_total{kind=\"pod\"}"), 0, "nothing came by trigger");
     cd.cleanup(&pod).await;
 }

@@ -73,6 +73,66 @@ pub fn runtime_under_test() -> &'static str {
     }
 }
 
+/// Whether a test of containerd's own behaviour (its events service, killing and restarting an
+/// instance of its own) runs here: false, after a loud note, on another runtime.
+pub fn containerd_only(what: &str) -> bool {
+    let runtime = runtime_under_test();
+    if runtime != "containerd" {
+        eprintln!("\n!!!!!!!! NOT RUN ON {runtime}: containerd's own behaviour ({what}) !!!!!!!!\n");
+    }
+    runtime == "containerd"
+}
+
+/// A CRI-O of one test's own (tests/crio/crio.sh with its own dir, bridge and subnet), e.g. with
+/// its pod events off. Stopped and cleaned when dropped.
+pub struct PrivateCrio {
+    pub handle: Containerd,
+    env: Vec<(String, String)>,
+}
+
+fn crio_script() -> &'static str {
+    concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/crio/crio.sh")
+}
+
+impl PrivateCrio {
+    /// Start instance `name` with `enable_pod_events = events`, pod IPs from 10.`octet`.0.0/24.
+    pub async fn start(name: &str, events: bool, octet: u8) -> Self {
+        let env = vec![
+            ("PLEGD_CRIO_DIR".to_owned(), format!("/var/lib/plegd-test/crio-{name}")),
+            ("PLEGD_CRIO_EVENTS".to_owned(), events.to_string()),
+            ("PLEGD_CRIO_BRIDGE".to_owned(), format!("plc{name}")),
+            ("PLEGD_CRIO_SUBNET".to_owned(), format!("10.{octet}.0.0/24")),
+        ];
+        let out = tokio::process::Command::new("bash")
+            .arg(crio_script())
+            .arg("start")
+            .envs(env.clone())
+            .output()
+            .await
+            .expect("run crio.sh");
+        assert!(
+            out.status.success(),
+            "crio.sh start ({name}) failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let socket = String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or_default().trim().to_owned();
+        Self {
+            handle: Containerd::at(PathBuf::from(socket)),
+            env,
+        }
+    }
+}
+
+impl Drop for PrivateCrio {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("bash")
+            .arg(crio_script())
+            .arg("stop")
+            .envs(self.env.clone())
+            .output();
+    }
+}
+
 /// How the runtime under test names the test image's ID (a container status' `imageRef`, the
 /// pod status' `imageID`): containerd by the image's config digest (`sha256:...`), CRI-O by its
 /// repository digest (`plegd.test/busybox@sha256:...`).
@@ -347,7 +407,29 @@ impl Containerd {
             .unwrap_or_else(|e| panic!("RemoveContainer {id}: {e}"));
     }
 
+    /// Stop the pod's sandbox. On CRI-O its running containers are stopped first (at once), as
+    /// the kubelet's killPod does: CRI-O's StopPodSandbox gives each a grace period that `sh` as
+    /// PID 1 (deaf to SIGTERM) always uses up, where containerd kills them at once.
     pub async fn stop_pod(&self, pod: &TestPod) {
+        if runtime_under_test() == "cri-o" {
+            let filter = cri::ContainerFilter {
+                pod_sandbox_id: pod.sandbox_id.clone(),
+                state: Some(cri::ContainerStateValue {
+                    state: cri::ContainerState::ContainerRunning as i32,
+                }),
+                ..Default::default()
+            };
+            let running = self
+                .client()
+                .list_containers(cri::ListContainersRequest { filter: Some(filter) })
+                .await
+                .unwrap_or_else(|e| panic!("ListContainers of {}: {e}", pod.name))
+                .into_inner()
+                .containers;
+            for c in running {
+                self.stop_container(&c.id, 0).await;
+            }
+        }
         self.client()
             .stop_pod_sandbox(cri::StopPodSandboxRequest {
                 pod_sandbox_id: pod.sandbox_id.clone(),
