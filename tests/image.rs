@@ -426,3 +426,16 @@ fn wrong_arguments_are_refused_with_a_message() {
         assert!(!out.status.success() && stderr.contains(says), "{args:?}: {stderr}");
     }
 }
+
+/// A name without a registry is stored as containerd and the kubelet name it (`plegd:dev` is
+/// `docker.io/library/plegd:dev`): else a pod of image `plegd:dev` finds no image and pulls.
+#[test]
+fn a_name_without_a_registry_is_docker_hubs() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().to_str().unwrap();
+    script(&["assemble", "--out", out, "--name", "plegd:dev", &format!("amd64={PLEGD}")]);
+    let top: Value = serde_json::from_slice(&std::fs::read(dir.path().join("layout/index.json")).unwrap()).unwrap();
+    let annotations = &top["manifests"][0]["annotations"];
+    assert_eq!(annotations["io.containerd.image.name"], "docker.io/library/plegd:dev", "{top}");
+    assert_eq!(annotations["org.opencontainers.image.ref.name"], "dev", "{top}");
+}

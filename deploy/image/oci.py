@@ -171,6 +171,15 @@ def image(layout, arch, binary, base, labels, epoch):
     return layout.json_blob(manifest, MANIFEST, platform=platform)
 
 
+def normalized(name):
+    """NAME as containerd (and the kubelet, which asks for it so) stores it: a name without a
+    registry is Docker Hub's, `plegd:dev` is `docker.io/library/plegd:dev`."""
+    first, _, rest = name.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        return name
+    return f"docker.io/{name}" if rest else f"docker.io/library/{name}"
+
+
 def sbom(cargo_sbom, bases, digest):
     """plegd's crates (cargo-cyclonedx's SBOM) and the Debian packages each image carries."""
     with open(cargo_sbom) as f:
@@ -216,7 +225,7 @@ def main():
             bases.append((arch, json.load(f)))
         manifests.append(image(layout, arch, binary, base, labels, epoch))
     index = layout.json_blob({"schemaVersion": 2, "mediaType": INDEX, "manifests": manifests, "annotations": labels}, INDEX)
-    index["annotations"] = {"io.containerd.image.name": args.name, "org.opencontainers.image.ref.name": args.name.rpartition(":")[2]}
+    index["annotations"] = {"io.containerd.image.name": normalized(args.name), "org.opencontainers.image.ref.name": args.name.rpartition(":")[2]}
     with open(f"{out}/layout/index.json", "w") as f:
         json.dump({"schemaVersion": 2, "mediaType": INDEX, "manifests": [index]}, f)
     with open(f"{out}/layout/oci-layout", "w") as f:

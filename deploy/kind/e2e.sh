@@ -3,12 +3,22 @@
 # make on tests/cluster/cluster.sh's node built from Kubernetes' own code, on kind's node (a
 # container around the same processes) where Docker is available.
 #
-#   bash deploy/kind/e2e.sh           # create the cluster, build and load the images, run the suite,
-#                                     # delete the cluster
+#   bash deploy/kind/e2e.sh [run TEST...]   # create the cluster, build and load the images, run the
+#                                       # suite (or the tests named), delete the cluster
 #
 # Needs docker, kind (v0.31.0 or newer), kubectl, jq, Go (the Prometheus operator's CRDs come from
-# its Go module) and Rust, and network access for kind's node image. The suite calls this script
-# back with the commands it needs of a cluster, the same as tests/cluster/cluster.sh's:
+# its Go module) and Rust, and network access for kind's node image (deploy/kind/cluster.yaml, two
+# nodes of kindest/node). PLEGD_BINARY names the plegd binary the image holds (else a release
+# build).
+#
+# PLEGD_KIND_LOCAL=1: on a machine with no Docker engine and no registry (what tests/run.sh runs),
+# everything is the project's own: a Docker engine of the tests (tests/kind/docker.sh, removed
+# afterwards), kind from Debian, and a node image built here from Kubernetes' own code
+# (tests/kind/node-image.sh; tests/kind/cluster.yaml: one node, no kube-proxy or kindnetd, which are
+# images to pull, so plegd reaches the apiserver at the node's address).
+#
+# The suite calls this script back with the commands it needs of a cluster, the same as
+# tests/cluster/cluster.sh's:
 #
 #   deploy/kind/e2e.sh start [--plegd DIR]   # prints the kubeconfig's path last; with --plegd, the
 #                                             # kustomization DIR installed (the one before removed)
@@ -17,11 +27,17 @@
 #   deploy/kind/e2e.sh restart etcd|kube-apiserver  # the control plane's static pod, started again
 #   deploy/kind/e2e.sh compact                      # etcd compacted to its newest revision
 #   deploy/kind/e2e.sh remove-plegd
+#   deploy/kind/e2e.sh import-binary BINARY IMAGE   # BINARY and its libraries as IMAGE, on every node
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 CLUSTER=${CLUSTER:-plegd-e2e}
 STATE=${PLEGD_KIND_STATE:-$REPO/target/kind-e2e}
 KUBECONFIG_FILE="$STATE/kubeconfig"
+LOCAL=${PLEGD_KIND_LOCAL:-}
+case "$LOCAL" in
+  ""|1) ;;
+  *) echo "e2e.sh: error: PLEGD_KIND_LOCAL must be 1 or unset, not '$LOCAL'" >&2; exit 2 ;;
+esac
 
 log() { echo "e2e.sh: $*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -30,18 +46,35 @@ k() { kubectl --kubeconfig "$KUBECONFIG_FILE" "$@"; }
 # install_crds YAML: the Prometheus operator's CRDs of the kinds the install has (tests/cluster/cluster.sh
 # finds them).
 install_crds() {
-  local f
-  for f in $(bash "$REPO/tests/cluster/cluster.sh" operator-crds "$1"); do
+  local f crds
+  crds=$(bash "$REPO/tests/cluster/cluster.sh" operator-crds "$1") || die "the Prometheus operator's CRDs are not at hand"
+  for f in $crds; do
     k apply --server-side -f "$f" >&2
     k wait --for condition=Established --timeout=60s -f "$f" >&2
   done
+}
+
+# without_kube_proxy FILE: the install in FILE, its DaemonSet told the apiserver's address on the
+# node (the service's address needs kube-proxy, which the local cluster has not).
+without_kube_proxy() {
+  local host
+  host=$(k get nodes -o jsonpath='{.items[0].status.addresses[?(@.type=="InternalIP")].address}')
+  k create --dry-run=client -o json -f "$1" \
+    | jq -s --arg host "$host" '{apiVersion: "v1", kind: "List", items: [.[] | if .kind == "List" then .items[] else . end]}
+        | .items |= map(if .kind == "DaemonSet" then .spec.template.spec.containers |= map(.env = ((.env // [])
+            + [{name: "KUBERNETES_SERVICE_HOST", value: $host}, {name: "KUBERNETES_SERVICE_PORT", value: "6443"}])) else . end)'
 }
 
 deploy_plegd() {
   local dir=$1
   mkdir -p "$STATE"
   k kustomize "$dir" >"$STATE/plegd.yaml.new"
+  # Before the objects are read: kubectl knows no kind whose definition is not installed.
   install_crds "$STATE/plegd.yaml.new"
+  if [ -n "$LOCAL" ]; then
+    without_kube_proxy "$STATE/plegd.yaml.new" >"$STATE/plegd.json" || die "could not read $dir's objects"
+    mv "$STATE/plegd.json" "$STATE/plegd.yaml.new"
+  fi
   if [ -f "$STATE/plegd.yaml" ] && ! cmp -s "$STATE/plegd.yaml" "$STATE/plegd.yaml.new"; then
     k delete -f "$STATE/plegd.yaml" --ignore-not-found --wait=true --timeout=180s >&2
   fi
@@ -87,24 +120,58 @@ case "${1:-}" in
   remove-plegd)
     if [ -f "$STATE/plegd.yaml" ]; then k delete -f "$STATE/plegd.yaml" --ignore-not-found --wait=true >&2; rm -f "$STATE/plegd.yaml"; fi
     ;;
-  "")
+  import-binary)
+    [ $# -eq 3 ] || die "usage: $0 import-binary BINARY IMAGE"
+    mkdir -p "$STATE"
+    bash "$REPO/tests/containerd/containerd.sh" binary-archive "$2" "$3" "$STATE/binary.tar"
+    kind load image-archive "$STATE/binary.tar" --name "$CLUSTER" >&2
+    ;;
+  ""|run)
+    [ "${1:-}" != run ] || shift
+    if [ -n "$LOCAL" ] && [ -z "${PLEGD_KIND_IN_ENGINE:-}" ]; then
+      # The engine of the tests, its node image, and this script again inside the engine's
+      # network namespace (where kind's node and its published apiserver port are).
+      # What the suite fetches from the Go module proxy, fetched here: the engine's network
+      # namespace has no way out.
+      printf 'kind: PodMonitor\n---\nkind: PrometheusRule\n---\nkind: Prometheus\n' >"$STATE.kinds.yaml"
+      bash "$REPO/tests/cluster/cluster.sh" operator-crds "$STATE.kinds.yaml" >/dev/null
+      rm -f "$STATE.kinds.yaml"
+      bash "$REPO/tests/kind/docker.sh" start >/dev/null
+      trap 'bash "$REPO/tests/kind/docker.sh" stop' EXIT
+      bash "$REPO/tests/kind/docker.sh" run bash "$REPO/tests/kind/node-image.sh" build >/dev/null
+      PATH="$(bash "$REPO/tests/cluster/cluster.sh" bin):$PATH" PLEGD_KIND_IN_ENGINE=1 \
+        bash "$REPO/tests/kind/docker.sh" run bash "$0" run "$@"
+      exit
+    fi
     for tool in docker kind kubectl jq go cargo python3 readelf; do
       command -v "$tool" >/dev/null || die "$tool is needed"
     done
     mkdir -p "$STATE"
-    kind create cluster --name "$CLUSTER" --config "$REPO/deploy/kind/cluster.yaml" --kubeconfig "$KUBECONFIG_FILE" --wait 180s
+    config="$REPO/deploy/kind/cluster.yaml"
+    [ -z "$LOCAL" ] || config="$REPO/tests/kind/cluster.yaml"
+    started=$SECONDS
+    kind delete cluster --name "$CLUSTER" >/dev/null 2>&1 || true
+    kind create cluster --name "$CLUSTER" --config "$config" --kubeconfig "$KUBECONFIG_FILE" --wait 180s
     trap 'kind delete cluster --name "$CLUSTER"; rm -rf "$STATE"' EXIT
+    # CoreDNS' image is not in the local node image; nothing in the suite resolves names.
+    [ -z "$LOCAL" ] || k -n kube-system scale deployment coredns --replicas=0 >&2
     # plegd's image (deploy/image/image.sh's, of this machine's architecture), and the suite's
     # test image (busybox and a pause binary, as the local cluster's containerd has it), loaded
     # into the node: nothing is pulled.
-    (cd "$REPO" && cargo build --locked --release --bin plegd)
+    binary=${PLEGD_BINARY:-}
+    if [ -z "$binary" ]; then
+      (cd "$REPO" && cargo build --locked --release --bin plegd)
+      binary="$REPO/target/release/plegd"
+    fi
     bash "$REPO/deploy/image/image.sh" assemble --out "$STATE/image" --name plegd:dev \
-      "$(dpkg --print-architecture)=$REPO/target/release/plegd" >/dev/null
+      "$(dpkg --print-architecture)=$binary" >/dev/null
     kind load image-archive "$STATE/image/plegd.oci.tar" --name "$CLUSTER"
     kind load image-archive "$(bash "$REPO/tests/containerd/containerd.sh" image)" --name "$CLUSTER"
+    log "kind cluster ready with plegd's image in $((SECONDS - started)) s"
     cd "$REPO"
     if ! cargo nextest --version >/dev/null 2>&1; then cargo install cargo-nextest --locked; fi
-    PLEGD_CLUSTER_E2E=1 PLEGD_CLUSTER_SCRIPT="$REPO/deploy/kind/e2e.sh" cargo nextest run --test cluster_e2e
+    PLEGD_BINARY=$binary PLEGD_CLUSTER_E2E=1 PLEGD_CLUSTER_SCRIPT="$REPO/deploy/kind/e2e.sh" \
+      cargo nextest run --no-fail-fast --test cluster_e2e "$@"
     ;;
-  *) echo "usage: $0 [start [--plegd DIR] | kubectl ARGS... | helm ARGS... | restart COMPONENT | compact | remove-plegd]" >&2; exit 2 ;;
+  *) echo "usage: $0 [run] [TEST...] | start [--plegd DIR] | kubectl ARGS... | helm ARGS... | restart COMPONENT | compact | remove-plegd | import-binary BINARY IMAGE" >&2; exit 2 ;;
 esac

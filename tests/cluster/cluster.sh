@@ -254,6 +254,28 @@ build() {
   log "built Kubernetes v$K8S_VERSION and etcd v$etcd in $((SECONDS - start))s: $BIN"
 }
 
+# build_kubeadm: kubeadm v$K8S_VERSION from the same sources and flags as the cluster's binary, for
+# kind's node image (tests/kind/node-image.sh); once, cached beside it. Prints its path.
+build_kubeadm() {
+  build >&2
+  if [ -x "$BIN/kubeadm" ] && [ "$BIN/kubeadm" -nt "$BIN/.complete" ]; then echo "$BIN/kubeadm"; return; fi
+  local t=$SECONDS
+  log "building kubeadm v$K8S_VERSION (about 3 min on 2 cores the first time)"
+  # The cluster binary's module (its replaces of Kubernetes' staging modules), in a copy of its own:
+  # kubeadm needs a few modules more, which -mod=mod adds there.
+  local src="$CLUSTER/src/kubeadm-v$K8S_VERSION"
+  rm -rf "$src"
+  mkdir -p "$src"
+  cp "$CLUSTER/src/kubernetes-v$K8S_VERSION/go.mod" "$CLUSTER/src/kubernetes-v$K8S_VERSION/go.sum" "$src/"
+  (cd "$src" && goenv nice -n 10 go build -mod=mod -trimpath -tags selinux,notest,grpcnotrace \
+    -ldflags "-s -w$(version_ldflags)" -o "$BIN/kubeadm.tmp" k8s.io/kubernetes/cmd/kubeadm) >&2 \
+    || die "building kubeadm v$K8S_VERSION failed"
+  mv "$BIN/kubeadm.tmp" "$BIN/kubeadm"
+  [ "$("$BIN/kubeadm" version -o short)" = "v$K8S_VERSION" ] || die "kubeadm version says $("$BIN/kubeadm" version -o short)"
+  log "built $BIN/kubeadm in $((SECONDS - t))s"
+  echo "$BIN/kubeadm"
+}
+
 # check_versions ETCD_VERSION: each command reports the version it was built as.
 check_versions() {
   local c out
@@ -914,6 +936,7 @@ case "${1:-}" in
   modules) build_lock; modules ;;
   build) build ;;
   bin) build >&2; echo "$BIN" ;;
+  kubeadm) build_lock; build_kubeadm ;;
   start) shift; start "$@" ;;
   stop) stop ;;
   kubectl) shift; [ -f "$RUN/admin.kubeconfig" ] || die "no cluster is running (start it first)"; kubectl_admin "$@" ;;
@@ -925,5 +948,5 @@ case "${1:-}" in
   operator-crds) [ $# -eq 2 ] || die "usage: $0 operator-crds INSTALL_YAML"; operator_crds "$2" ;;
   install-crds) [ $# -eq 2 ] || die "usage: $0 install-crds YAML"; install_crds "$2" ;;
   import-binary) [ $# -eq 3 ] || die "usage: $0 import-binary BINARY IMAGE"; "${CONTAINERD[@]}" import-binary "$2" "$3" 8>&- 9>&- ;;
-  *) echo "usage: $0 modules|build|bin|start|stop|kubectl ARGS...|restart COMPONENT|compact|remove-plegd|operator-crds INSTALL_YAML|install-crds YAML|import-binary BINARY IMAGE" >&2; exit 2 ;;
+  *) echo "usage: $0 modules|build|bin|kubeadm|start|stop|kubectl ARGS...|restart COMPONENT|compact|remove-plegd|operator-crds INSTALL_YAML|install-crds YAML|import-binary BINARY IMAGE" >&2; exit 2 ;;
 esac

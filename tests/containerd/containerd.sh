@@ -8,6 +8,8 @@
 #   tests/containerd/containerd.sh kill      # kill -9 containerd only (its shims and pods live on)
 #   tests/containerd/containerd.sh import-binary BINARY IMAGE   # BINARY + its libraries as IMAGE
 #   tests/containerd/containerd.sh import ARCHIVE   # an OCI archive (deploy/image/image.sh's)
+#   tests/containerd/containerd.sh oci-archive ROOTFS NAME ENTRYPOINT_JSON OUT   # ROOTFS as one layer
+#   tests/containerd/containerd.sh binary-archive BINARY IMAGE OUT   # import-binary's image, as a file
 #
 # PLEGD_CONTAINERD_VERSION picks the containerd: 2.1 (the default: what kind and current
 # distributions run) from Debian unstable's package, 1.7 from Debian 13's, 1.6 from this machine's
@@ -150,9 +152,19 @@ build_image() {
 # import_binary BINARY NAME: an image with BINARY as /usr/local/bin/<its name> and the shared
 # libraries it loads (as ldd lists them), imported into the running instance as NAME.
 import_binary() {
-  local binary=$1 name=$2 work base
-  [ -x "$binary" ] || die "import-binary: $binary is not an executable"
   running || die "import-binary: containerd is not running (start it first)"
+  local work
+  work=$(mktemp -d)
+  binary_archive "$1" "$2" "$work/image.tar"
+  ctr -a "$SOCK" -n k8s.io images import "$work/image.tar" >/dev/null
+  log "imported $1 as $2 ($(du -h "$work/image.tar" | cut -f1))"
+  rm -rf "$work"
+}
+
+# binary_archive BINARY NAME OUT: the OCI archive import_binary imports.
+binary_archive() {
+  local binary=$1 name=$2 out=$3 work base
+  [ -x "$binary" ] || die "import-binary: $binary is not an executable"
   work=$(mktemp -d)
   base=$(basename "$binary")
   mkdir -p "$work/rootfs/usr/local/bin" "$work/rootfs/etc" "$work/rootfs/tmp" "$work/rootfs/run"
@@ -164,9 +176,7 @@ import_binary() {
   done
   printf 'root:x:0:0:root:/root:/sbin/nologin\n' >"$work/rootfs/etc/passwd"
   printf 'root:x:0:\n' >"$work/rootfs/etc/group"
-  oci_archive "$work/rootfs" "$name" "[\"/usr/local/bin/$base\"]" "$work/image.tar"
-  ctr -a "$SOCK" -n k8s.io images import "$work/image.tar" >/dev/null
-  log "imported $binary as $name ($(du -h "$work/image.tar" | cut -f1))"
+  oci_archive "$work/rootfs" "$name" "[\"/usr/local/bin/$base\"]" "$out"
   rm -rf "$work"
 }
 
@@ -385,6 +395,8 @@ case "${1:-}" in
   kill) kill_containerd ;;
   import-binary) need_root; import_binary "${2:?usage: import-binary BINARY IMAGE}" "${3:?usage: import-binary BINARY IMAGE}" ;;
   import) need_root; import_archive "${2:?usage: import ARCHIVE}" ;;
+  binary-archive) [ $# -eq 4 ] || die "usage: $0 binary-archive BINARY IMAGE OUT"; binary_archive "$2" "$3" "$4" ;;
+  oci-archive) [ $# -eq 5 ] || die "usage: $0 oci-archive ROOTFS NAME ENTRYPOINT_JSON OUT"; oci_archive "$2" "$3" "$4" "$5" ;;
   image) need_root; install; mkdir -p "$DIR"; build_image; echo "$DIR/image/image.tar" ;;
   start) start ;;
   stop) stop ;;
