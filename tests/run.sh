@@ -99,6 +99,13 @@ if [ ${#VERSIONS[@]} -gt 0 ]; then
   trap 'bash tests/cluster/cluster.sh stop; bash tests/containerd/containerd.sh stop' EXIT
   PLEGD_BINARY=$CLUSTER_PLEGD PLEGD_CLUSTER_E2E=1 run_tests --test cluster_e2e --test kubelet_parity
   bash tests/cluster/cluster.sh stop
+  # The same suite in kind, on a Docker engine of the tests' own with a node image built here
+  # (deploy/kind/e2e.sh, PLEGD_KIND_LOCAL=1): in CI's time, the DaemonSet under kind's kubelet with
+  # every component (conditions, Events), shadow mode, and containerd restarted under plegd; the
+  # whole suite with `PLEGD_KIND_LOCAL=1 bash deploy/kind/e2e.sh run`.
+  echo "=== plegd in kind (deploy/kind/e2e.sh, part of tests/cluster_e2e.rs) ===" >&2
+  PLEGD_KIND_LOCAL=1 PLEGD_BINARY=$CLUSTER_PLEGD bash deploy/kind/e2e.sh run \
+    conditions_with_every_component shadow_counts_differences_and_writes_nothing containerd_restarted_under_plegd
   echo "=== plegd beside the kubelet on containerd 1.7 (tests/kubelet_parity.rs) ===" >&2
   PLEGD_BINARY=$CLUSTER_PLEGD PLEGD_CLUSTER_CONTAINERD_VERSION=1.7 PLEGD_CLUSTER_E2E=1 run_tests --test kubelet_parity
   bash tests/cluster/cluster.sh stop

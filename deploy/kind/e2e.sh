@@ -28,6 +28,8 @@
 #   deploy/kind/e2e.sh compact                      # etcd compacted to its newest revision
 #   deploy/kind/e2e.sh remove-plegd
 #   deploy/kind/e2e.sh import-binary BINARY IMAGE   # BINARY and its libraries as IMAGE, on every node
+#   deploy/kind/e2e.sh install-crds YAML            # the Prometheus operator's CRDs YAML's kinds need
+#   deploy/kind/e2e.sh mounted-token POD_UID VOLUME # the token the kubelet mounted in a pod
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 CLUSTER=${CLUSTER:-plegd-e2e}
@@ -92,7 +94,19 @@ case "${1:-}" in
   kubectl) shift; k "$@" ;;
   # helm (tests/helm/helm.sh) on the kind cluster; the chart's default image, plegd:dev, is the one
   # loaded into kind's node.
-  helm) shift; "$(bash "$REPO/tests/helm/helm.sh" install)" --kubeconfig "$KUBECONFIG_FILE" "$@" ;;
+  helm)
+    shift
+    helm=$(bash "$REPO/tests/helm/helm.sh" install)
+    case "${1:-}" in
+      # The local cluster has no kube-proxy: the chart's objects as deploy_plegd moves an overlay's.
+      install|upgrade) [ -z "$LOCAL" ] || set -- "$@" --post-renderer bash --post-renderer-args "$0" --post-renderer-args post-render ;;
+    esac
+    "$helm" --kubeconfig "$KUBECONFIG_FILE" "$@"
+    ;;
+  post-render)
+    cat >"$STATE/helm.yaml"
+    without_kube_proxy "$STATE/helm.yaml" | jq -c '.items[]' | sed 's/^/---\n/' || die "post-render: could not read helm's objects"
+    ;;
   restart)
     case "${2:-}" in
       # On every node: the suite's node is one of them.
@@ -110,16 +124,31 @@ case "${1:-}" in
     esac
     ;;
   compact)
+    # etcd's own API over its client TLS, from the control-plane node (curl and jq are in kind's
+    # node images): its revision, then a compaction to it.
     cp=$(kind get nodes --name "$CLUSTER" | grep control-plane | head -1)
     docker exec "$cp" sh -c '
-      id=$(crictl ps --name "^etcd$" -q)
-      ctl="crictl exec $id etcdctl --endpoints https://127.0.0.1:2379 --cacert /etc/kubernetes/pki/etcd/ca.crt --cert /etc/kubernetes/pki/etcd/server.crt --key /etc/kubernetes/pki/etcd/server.key"
-      rev=$($ctl endpoint status --write-out fields | sed -n "s/^\"Revision\" : //p")
-      $ctl compact "$rev" --physical' >&2
+      set -e
+      e() { curl -sf --cacert /etc/kubernetes/pki/etcd/ca.crt --cert /etc/kubernetes/pki/apiserver-etcd-client.crt \
+        --key /etc/kubernetes/pki/apiserver-etcd-client.key "https://127.0.0.1:2379/v3/kv/$1" -d "$2"; }
+      rev=$(e range "{\"key\":\"AA==\"}" | jq -r .header.revision)
+      e compaction "{\"revision\":\"$rev\",\"physical\":true}" >/dev/null
+      echo "etcd compacted to revision $rev"' >&2 || die "compact: etcd refused"
+    ;;
+  mounted-token)
+    [ $# -eq 3 ] || die "usage: $0 mounted-token POD_UID VOLUME"
+    # Through the kubelet's own view of its pod directory (its volume mounts may not show in the
+    # node's other mount namespaces).
+    for node in $(kind get nodes --name "$CLUSTER"); do
+      docker exec "$node" sh -c 'cat "/proc/$(pgrep -xo kubelet)/root/var/lib/kubelet/pods/$1/volumes/kubernetes.io~projected/$2/token"' \
+        _ "$2" "$3" 2>/dev/null && exit 0
+    done
+    die "no token of volume $3 in pod $2 on any node"
     ;;
   remove-plegd)
     if [ -f "$STATE/plegd.yaml" ]; then k delete -f "$STATE/plegd.yaml" --ignore-not-found --wait=true >&2; rm -f "$STATE/plegd.yaml"; fi
     ;;
+  install-crds) [ $# -eq 2 ] || die "usage: $0 install-crds YAML"; install_crds "$2" ;;
   import-binary)
     [ $# -eq 3 ] || die "usage: $0 import-binary BINARY IMAGE"
     mkdir -p "$STATE"
@@ -173,5 +202,5 @@ case "${1:-}" in
     PLEGD_BINARY=$binary PLEGD_CLUSTER_E2E=1 PLEGD_CLUSTER_SCRIPT="$REPO/deploy/kind/e2e.sh" \
       cargo nextest run --no-fail-fast --test cluster_e2e "$@"
     ;;
-  *) echo "usage: $0 [run] [TEST...] | start [--plegd DIR] | kubectl ARGS... | helm ARGS... | restart COMPONENT | compact | remove-plegd | import-binary BINARY IMAGE" >&2; exit 2 ;;
+  *) echo "usage: $0 [run] [TEST...] | start [--plegd DIR] | kubectl ARGS... | helm ARGS... | restart COMPONENT | compact | remove-plegd | import-binary BINARY IMAGE | install-crds YAML | mounted-token POD_UID VOLUME" >&2; exit 2 ;;
 esac

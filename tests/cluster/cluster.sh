@@ -28,6 +28,7 @@
 #   tests/cluster/cluster.sh operator-crds INSTALL_YAML  # the Prometheus operator's CRD files the
 #                                     # YAML file needs (PodMonitor, PrometheusRule, Prometheus)
 #   tests/cluster/cluster.sh install-crds YAML  # those CRDs installed, and Established
+#   tests/cluster/cluster.sh mounted-token POD_UID VOLUME  # the token the kubelet mounted in a pod
 #   tests/cluster/cluster.sh import-binary BINARY IMAGE  # an image of BINARY and the libraries
 #                                     # it loads, in the node's containerd (a client the test
 #                                     # image's busybox is not: curl, for TLS)
@@ -942,6 +943,10 @@ case "${1:-}" in
   kubectl) shift; [ -f "$RUN/admin.kubeconfig" ] || die "no cluster is running (start it first)"; kubectl_admin "$@" ;;
   restart) [ $# -eq 2 ] || die "usage: $0 restart COMPONENT"; restart "$2" ;;
   compact) compact ;;
+  mounted-token)
+    [ $# -eq 3 ] || die "usage: $0 mounted-token POD_UID VOLUME"
+    cat "$RUN/kubelet/pods/$2/volumes/kubernetes.io~projected/$3/token" || die "no token of volume $3 in pod $2"
+    ;;
   remove-plegd) remove_plegd ;;
   helm) shift; helm_plegd "$@" ;;
   post-render) post_render ;;

@@ -296,18 +296,11 @@ impl Cluster {
     }
 
     /// The API token the kubelet mounted into plegd's pod `plegd` (the DaemonSet's projected
-    /// `api-token` volume), read where the kubelet writes it on this machine, and its claims.
-    pub fn mounted_plegd_token(&self, plegd: &Pod) -> (String, Value) {
-        let dir = std::env::var_os("PLEGD_CLUSTER_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("/var/lib/plegd-test/cluster"));
+    /// `api-token` volume), read where the kubelet writes it on the node (the cluster script's
+    /// `mounted-token`), and its claims.
+    pub async fn mounted_plegd_token(&self, plegd: &Pod) -> (String, Value) {
         let uid = plegd.metadata.uid.as_deref().expect("plegd's pod has a uid");
-        let path = dir
-            .join("run/kubelet/pods")
-            .join(uid)
-            .join("volumes/kubernetes.io~projected/api-token/token");
-        let token =
-            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("plegd's mounted token {}: {e}", path.display()));
+        let token = self.script(&["mounted-token", uid, "api-token"]).await;
         let payload = token.split('.').nth(1).expect("a JWT");
         use base64::Engine as _;
         let claims = base64::engine::general_purpose::URL_SAFE_NO_PAD
