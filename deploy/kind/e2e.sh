@@ -137,11 +137,11 @@ case "${1:-}" in
     ;;
   mounted-token)
     [ $# -eq 3 ] || die "usage: $0 mounted-token POD_UID VOLUME"
-    # Through the kubelet's own view of its pod directory (its volume mounts may not show in the
-    # node's other mount namespaces).
+    # The file itself, not the `token` link beside it: the kubelet gives the link to the pod's
+    # user (65532) in a sticky, world-writable directory, which fs.protected_symlinks forbids even
+    # root to follow.
     for node in $(kind get nodes --name "$CLUSTER"); do
-      docker exec "$node" sh -c 'cat "/proc/$(pgrep -xo kubelet)/root/var/lib/kubelet/pods/$1/volumes/kubernetes.io~projected/$2/token"' \
-        _ "$2" "$3" 2>/dev/null && exit 0
+      docker exec "$node" cat "/var/lib/kubelet/pods/$2/volumes/kubernetes.io~projected/$3/..data/token" 2>/dev/null && exit 0
     done
     die "no token of volume $3 in pod $2 on any node"
     ;;
