@@ -289,16 +289,31 @@ fn every_install_keeps_plegd_least_privileged_and_node_critical() {
         // Never root: the image's user 65532, in group 0 for the runtime's root:root 0660 socket.
         let pod_security = &spec["securityContext"];
         assert_eq!(
-            (&pod_security["runAsUser"], &pod_security["runAsGroup"], &pod_security["runAsNonRoot"]),
+            (
+                &pod_security["runAsUser"],
+                &pod_security["runAsGroup"],
+                &pod_security["runAsNonRoot"]
+            ),
             (&65532.into(), &65532.into(), &true.into()),
             "{name}"
         );
         assert_eq!(pod_security["supplementalGroups"], serde_json::json!([0]), "{name}");
-        assert!(c["securityContext"]["runAsUser"].is_null(), "{name}: the pod's user, not another");
+        assert!(
+            c["securityContext"]["runAsUser"].is_null(),
+            "{name}: the pod's user, not another"
+        );
         // Nothing written on the node: every node path read-only, the API socket in the pod's memory.
         for m in c["volumeMounts"].as_array().unwrap() {
-            let v = spec["volumes"].as_array().unwrap().iter().find(|v| v["name"] == m["name"]).unwrap();
-            assert!(v["hostPath"].is_null() || m["readOnly"] == true, "{name}: {m} writable on the node");
+            let v = spec["volumes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|v| v["name"] == m["name"])
+                .unwrap();
+            assert!(
+                v["hostPath"].is_null() || m["readOnly"] == true,
+                "{name}: {m} writable on the node"
+            );
         }
         assert!(c["resources"]["limits"]["memory"].is_string() && c["resources"]["requests"]["cpu"].is_string());
         let args: Vec<&str> = c["args"]

@@ -29,14 +29,20 @@ fn arm64_binary() -> Option<String> {
             panic!("PLEGD_REQUIRE_IMAGE=1 but PLEGD_ARM64_BINARY is not set (deploy/image/image.sh cross-binary)")
         }
         _ => {
-            eprintln!("!!! SKIPPED: PLEGD_ARM64_BINARY is not set (bash deploy/image/image.sh cross-binary builds it) !!!");
+            eprintln!(
+                "!!! SKIPPED: PLEGD_ARM64_BINARY is not set (bash deploy/image/image.sh cross-binary builds it) !!!"
+            );
             None
         }
     }
 }
 
 fn script(args: &[&str]) -> String {
-    let out = Command::new("bash").arg(SCRIPT).args(args).output().expect("run image.sh");
+    let out = Command::new("bash")
+        .arg(SCRIPT)
+        .args(args)
+        .output()
+        .expect("run image.sh");
     assert!(
         out.status.success(),
         "image.sh {args:?} failed: {}",
@@ -66,7 +72,11 @@ impl Layout {
         let digest = descriptor["digest"].as_str().expect("a digest");
         let hex = digest.strip_prefix("sha256:").expect("sha256");
         let bytes = std::fs::read(self.0.join("blobs/sha256").join(hex)).expect("the blob");
-        assert_eq!(bytes.len() as u64, descriptor["size"].as_u64().unwrap(), "{digest}: size");
+        assert_eq!(
+            bytes.len() as u64,
+            descriptor["size"].as_u64().unwrap(),
+            "{digest}: size"
+        );
         assert_eq!(sha256(&bytes), hex, "{digest}: content");
         bytes
     }
@@ -81,7 +91,10 @@ impl Layout {
         assert_eq!(top["manifests"].as_array().unwrap().len(), 1, "{top}");
         let named = &top["manifests"][0];
         assert_eq!(named["mediaType"], "application/vnd.oci.image.index.v1+json");
-        assert_eq!(named["annotations"]["io.containerd.image.name"], "plegd.test/plegd:image");
+        assert_eq!(
+            named["annotations"]["io.containerd.image.name"],
+            "plegd.test/plegd:image"
+        );
         let index = self.json(named);
         index["manifests"]
             .as_array()
@@ -90,7 +103,14 @@ impl Layout {
             .map(|m| {
                 let p = &m["platform"];
                 let variant = p["variant"].as_str().map(|v| format!("/{v}")).unwrap_or_default();
-                (format!("{}/{}{variant}", p["os"].as_str().unwrap(), p["architecture"].as_str().unwrap()), self.json(m))
+                (
+                    format!(
+                        "{}/{}{variant}",
+                        p["os"].as_str().unwrap(),
+                        p["architecture"].as_str().unwrap()
+                    ),
+                    self.json(m),
+                )
             })
             .collect()
     }
@@ -194,7 +214,11 @@ impl TarEntries<'_> {
             }
             let prefix = text(345, 155);
             let name = text(0, 100);
-            let path = pax.remove("path").unwrap_or(if prefix.is_empty() { name } else { format!("{prefix}/{name}") });
+            let path = pax.remove("path").unwrap_or(if prefix.is_empty() {
+                name
+            } else {
+                format!("{prefix}/{name}")
+            });
             return Some(Entry {
                 path: format!("/{}", path.trim_end_matches('/')),
                 mode: octal(100, 8) as u32,
@@ -224,7 +248,11 @@ fn the_image_is_an_index_of_amd64_and_arm64_that_runs_as_non_root() {
     for (platform, manifest) in &manifests {
         let config = layout.json(&manifest["config"]);
         assert_eq!(config["config"]["User"], "65532:65532", "{platform}");
-        assert_eq!(config["config"]["Entrypoint"], serde_json::json!(["/usr/local/bin/plegd"]), "{platform}");
+        assert_eq!(
+            config["config"]["Entrypoint"],
+            serde_json::json!(["/usr/local/bin/plegd"]),
+            "{platform}"
+        );
         assert_eq!(config["config"]["Cmd"], serde_json::json!(["run"]), "{platform}");
         assert_eq!(
             config["config"]["Labels"]["org.opencontainers.image.licenses"], "Apache-2.0",
@@ -236,7 +264,12 @@ fn the_image_is_an_index_of_amd64_and_arm64_that_runs_as_non_root() {
         // but /tmp (sticky).
         for e in &files {
             let own = ["/run/plegd", "/home/nonroot"].contains(&e.path.as_str());
-            assert_eq!((e.uid, e.gid), if own { (65532, 65532) } else { (0, 0) }, "{platform} {}", e.path);
+            assert_eq!(
+                (e.uid, e.gid),
+                if own { (65532, 65532) } else { (0, 0) },
+                "{platform} {}",
+                e.path
+            );
             assert_eq!(e.mode & 0o6000, 0, "{platform} {}: setuid or setgid", e.path);
             if e.kind != b'2' && e.path != "/tmp" {
                 assert_eq!(e.mode & 0o002, 0, "{platform} {}: world-writable", e.path);
@@ -247,25 +280,49 @@ fn the_image_is_an_index_of_amd64_and_arm64_that_runs_as_non_root() {
         assert!(passwd.contains("nonroot:x:65532:65532:"), "{platform}: {passwd}");
         assert_eq!(by_path["/usr/local/bin/plegd"].mode, 0o755);
         // Nothing but plegd, its accounts and the C libraries it links.
-        let regular: BTreeSet<&str> = files.iter().filter(|e| e.kind == b'0').map(|e| e.path.as_str()).collect();
-        let triplet = if platform.contains("amd64") { "x86_64-linux-gnu" } else { "aarch64-linux-gnu" };
-        let allowed: BTreeSet<String> = ["/etc/passwd", "/etc/group", "/etc/nsswitch.conf", "/usr/local/bin/plegd"]
-            .map(String::from)
-            .into_iter()
-            .chain(["libc.so.6", "libm.so.6", "libgcc_s.so.1"].map(|l| format!("/lib/{triplet}/{l}")))
-            .chain([format!(
-                "/lib/{triplet}/{}",
-                if triplet.starts_with("x86") { "ld-linux-x86-64.so.2" } else { "ld-linux-aarch64.so.1" }
-            )])
+        let regular: BTreeSet<&str> = files
+            .iter()
+            .filter(|e| e.kind == b'0')
+            .map(|e| e.path.as_str())
             .collect();
+        let triplet = if platform.contains("amd64") {
+            "x86_64-linux-gnu"
+        } else {
+            "aarch64-linux-gnu"
+        };
+        let allowed: BTreeSet<String> = [
+            "/etc/passwd",
+            "/etc/group",
+            "/etc/nsswitch.conf",
+            "/usr/local/bin/plegd",
+        ]
+        .map(String::from)
+        .into_iter()
+        .chain(["libc.so.6", "libm.so.6", "libgcc_s.so.1"].map(|l| format!("/lib/{triplet}/{l}")))
+        .chain([format!(
+            "/lib/{triplet}/{}",
+            if triplet.starts_with("x86") {
+                "ld-linux-x86-64.so.2"
+            } else {
+                "ld-linux-aarch64.so.1"
+            }
+        )])
+        .collect();
         for path in &regular {
             assert!(allowed.contains(*path), "{platform}: {path} in the image");
         }
-        assert!(regular.contains(format!("/lib/{triplet}/libc.so.6").as_str()), "{platform}: {regular:?}");
+        assert!(
+            regular.contains(format!("/lib/{triplet}/libc.so.6").as_str()),
+            "{platform}: {regular:?}"
+        );
     }
     // The same inputs, the same digest: a rebuild can be checked against a published image.
     let again = tempfile::tempdir().unwrap();
-    assert_eq!(assemble(again.path(), &arm64, None), digest, "the index's digest, built twice");
+    assert_eq!(
+        assemble(again.path(), &arm64, None),
+        digest,
+        "the index's digest, built twice"
+    );
 }
 
 /// The arm64 image's files: plegd, run by qemu-user with the image's own C libraries.
@@ -287,7 +344,10 @@ fn arm64_root(layout: &Layout, into: &Path) {
 fn qemu() -> &'static str {
     let qemu = "qemu-aarch64";
     assert!(
-        Command::new(qemu).arg("--version").output().is_ok_and(|o| o.status.success()),
+        Command::new(qemu)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success()),
         "qemu-aarch64 runs the arm64 image here (Debian: apt-get install qemu-user)"
     );
     qemu
@@ -302,7 +362,13 @@ async fn the_arm64_image_runs_plegd_under_qemu() {
     arm64_root(&Layout(dir.path().join("layout")), &root);
     let plegd = root.join("usr/local/bin/plegd");
     // -L: the image's own interpreter and libraries, not the machine's.
-    let version = Command::new(qemu()).arg("-L").arg(&root).arg(&plegd).arg("--version").output().unwrap();
+    let version = Command::new(qemu())
+        .arg("-L")
+        .arg(&root)
+        .arg(&plegd)
+        .arg("--version")
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&version.stdout);
     assert!(
         version.status.success() && text.trim() == format!("plegd {}", env!("CARGO_PKG_VERSION")),
@@ -317,7 +383,13 @@ async fn the_arm64_image_runs_plegd_under_qemu() {
         .arg("-L")
         .arg(&root)
         .arg(&plegd)
-        .args(["watch", "--cri-socket", server.path.to_str().unwrap(), "--relist-period", "100ms"])
+        .args([
+            "watch",
+            "--cri-socket",
+            server.path.to_str().unwrap(),
+            "--relist-period",
+            "100ms",
+        ])
         .args(["--output", "json"])
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -342,7 +414,11 @@ async fn the_arm64_image_runs_plegd_under_qemu() {
     .await;
     server.fake.exit_container("ctr-u1-0", 4);
     let died = next_event("ContainerDied", &|e| e["type"] == "ContainerDied").await;
-    assert_eq!((&died["container_id"], &died["exit_code"]), (&"ctr-u1-0".into(), &4.into()), "{died}");
+    assert_eq!(
+        (&died["container_id"], &died["exit_code"]),
+        (&"ctr-u1-0".into(), &4.into()),
+        "{died}"
+    );
     watch.kill().await.unwrap();
 }
 
@@ -357,7 +433,9 @@ fn the_sbom_names_every_crate_and_package_in_the_image() {
     assert_eq!(sbom["bomFormat"], "CycloneDX");
     let properties = sbom["metadata"]["properties"].as_array().unwrap();
     assert!(
-        properties.iter().any(|p| p["name"] == "plegd:image-index-digest" && p["value"] == digest.as_str()),
+        properties
+            .iter()
+            .any(|p| p["name"] == "plegd:image-index-digest" && p["value"] == digest.as_str()),
         "the SBOM names the image it describes: {properties:?}"
     );
     let components = sbom["components"].as_array().unwrap();
@@ -366,7 +444,9 @@ fn the_sbom_names_every_crate_and_package_in_the_image() {
     let mut missing = Vec::new();
     for target in ["x86_64-unknown-linux-gnu", "aarch64-unknown-linux-gnu"] {
         let tree = Command::new(env!("CARGO"))
-            .args(["tree", "--locked", "-p", "plegd", "-e", "normal", "--prefix", "none", "--format", "{p}"])
+            .args([
+                "tree", "--locked", "-p", "plegd", "-e", "normal", "--prefix", "none", "--format", "{p}",
+            ])
             .args(["--target", target])
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .output()
@@ -374,7 +454,9 @@ fn the_sbom_names_every_crate_and_package_in_the_image() {
         assert!(tree.status.success(), "{}", String::from_utf8_lossy(&tree.stderr));
         for line in String::from_utf8(tree.stdout).unwrap().lines() {
             let mut words = line.split_whitespace();
-            let (Some(name), Some(version)) = (words.next(), words.next()) else { continue };
+            let (Some(name), Some(version)) = (words.next(), words.next()) else {
+                continue;
+            };
             if name == "plegd" {
                 continue;
             }
@@ -388,10 +470,18 @@ fn the_sbom_names_every_crate_and_package_in_the_image() {
     missing.dedup();
     assert!(missing.is_empty(), "crates missing from the SBOM: {missing:?}");
     // Every crate with its license and Cargo.lock's checksum.
-    for c in components.iter().filter(|c| c["purl"].as_str().is_some_and(|p| p.starts_with("pkg:cargo/"))) {
-        assert!(c["licenses"].as_array().is_some_and(|l| !l.is_empty()), "no license: {c}");
+    for c in components
+        .iter()
+        .filter(|c| c["purl"].as_str().is_some_and(|p| p.starts_with("pkg:cargo/")))
+    {
         assert!(
-            c["hashes"].as_array().is_some_and(|h| h.iter().any(|h| h["alg"] == "SHA-256")),
+            c["licenses"].as_array().is_some_and(|l| !l.is_empty()),
+            "no license: {c}"
+        );
+        assert!(
+            c["hashes"]
+                .as_array()
+                .is_some_and(|h| h.iter().any(|h| h["alg"] == "SHA-256")),
             "no checksum: {c}"
         );
     }
@@ -401,9 +491,9 @@ fn the_sbom_names_every_crate_and_package_in_the_image() {
             let c = components
                 .iter()
                 .find(|c| {
-                    c["purl"]
-                        .as_str()
-                        .is_some_and(|p| p.starts_with(&format!("pkg:deb/debian/{package}@")) && p.contains(&format!("arch={arch}")))
+                    c["purl"].as_str().is_some_and(|p| {
+                        p.starts_with(&format!("pkg:deb/debian/{package}@")) && p.contains(&format!("arch={arch}"))
+                    })
                 })
                 .unwrap_or_else(|| panic!("{package} ({arch}) missing from the SBOM"));
             assert_eq!(c["hashes"][0]["content"].as_str().unwrap().len(), 64, "{c}");
@@ -415,8 +505,14 @@ fn the_sbom_names_every_crate_and_package_in_the_image() {
 fn wrong_arguments_are_refused_with_a_message() {
     for (args, says) in [
         (&["assemble", "--out", "/tmp/x"][..], "name at least one ARCH=BINARY"),
-        (&["assemble", "--out", "/tmp/x", "riscv64=/bin/true"][..], "ARCH must be amd64 or arm64"),
-        (&["assemble", "--out", "/tmp/x", "amd64=/nonexistent"][..], "/nonexistent is not an executable"),
+        (
+            &["assemble", "--out", "/tmp/x", "riscv64=/bin/true"][..],
+            "ARCH must be amd64 or arm64",
+        ),
+        (
+            &["assemble", "--out", "/tmp/x", "amd64=/nonexistent"][..],
+            "/nonexistent is not an executable",
+        ),
         (&["assemble", "amd64=/bin/true"][..], "--out DIR is required"),
         (&["build", "--fast"][..], "unknown argument '--fast'"),
         (&["frobnicate"][..], "usage:"),
@@ -433,9 +529,19 @@ fn wrong_arguments_are_refused_with_a_message() {
 fn a_name_without_a_registry_is_docker_hubs() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().to_str().unwrap();
-    script(&["assemble", "--out", out, "--name", "plegd:dev", &format!("amd64={PLEGD}")]);
+    script(&[
+        "assemble",
+        "--out",
+        out,
+        "--name",
+        "plegd:dev",
+        &format!("amd64={PLEGD}"),
+    ]);
     let top: Value = serde_json::from_slice(&std::fs::read(dir.path().join("layout/index.json")).unwrap()).unwrap();
     let annotations = &top["manifests"][0]["annotations"];
-    assert_eq!(annotations["io.containerd.image.name"], "docker.io/library/plegd:dev", "{top}");
+    assert_eq!(
+        annotations["io.containerd.image.name"], "docker.io/library/plegd:dev",
+        "{top}"
+    );
     assert_eq!(annotations["org.opencontainers.image.ref.name"], "dev", "{top}");
 }

@@ -133,7 +133,10 @@ async fn plegd_runs_as_a_pod_and_sees_containerd_restart() {
     let status = std::fs::read_to_string(format!("/proc/{}/status", cd.container_pid(&plegd).await)).unwrap();
     let field = |name: &str| {
         let line = status.lines().find(|l| l.starts_with(name)).unwrap_or_default();
-        line[name.len()..].split_whitespace().map(str::to_owned).collect::<Vec<_>>()
+        line[name.len()..]
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
     };
     assert_eq!(field("Uid:"), ["65532"; 4], "{status}");
     assert_eq!(field("Gid:"), ["65532"; 4], "{status}");

@@ -118,7 +118,11 @@ async fn container_exiting_with_code_3() {
     let c = status.find_container(&ctr).expect("status of the dead container");
     assert_eq!(c.exit_code, 3);
     assert!(c.finished_at.is_some() && c.started_at.is_some() && c.finished_at >= c.started_at);
-    assert!(c.image_ref.starts_with(support::containerd::image_id_prefix()), "{}", c.image_ref);
+    assert!(
+        c.image_ref.starts_with(support::containerd::image_id_prefix()),
+        "{}",
+        c.image_ref
+    );
 
     // A container that completes: exit 0, reason Completed.
     let ok = cd.run_container(&pod, "done", "sleep 1").await;
@@ -141,7 +145,10 @@ async fn pod_network_ip_is_seen_and_kept_after_stop() {
     let status = run.pleg.cache().get(&pod.uid).status.clone();
     assert_eq!(status.ips.len(), 1, "{status:?}");
     let ip = status.ips[0].clone();
-    assert!(ip.starts_with(support::containerd::pod_ip_prefix()), "IP from the test CNI bridge: {ip}");
+    assert!(
+        ip.starts_with(support::containerd::pod_ip_prefix()),
+        "IP from the test CNI bridge: {ip}"
+    );
     assert!(!status.sandbox_statuses[0].host_network);
 
     // Stopping the sandbox kills the container (137) and tears the network down; the dead pod keeps its IP.

@@ -134,7 +134,12 @@ async fn full_mode_running_then_failed() {
     assert_eq!(cs["containerID"], format!("{}://{ctr}", runtime_under_test()));
     assert!(cs["state"]["running"]["startedAt"].is_string(), "{cs:#}");
     assert_eq!(cs["ready"], true);
-    assert!(cs["imageID"].as_str().unwrap().starts_with(support::containerd::image_id_prefix()));
+    assert!(
+        cs["imageID"]
+            .as_str()
+            .unwrap()
+            .starts_with(support::containerd::image_id_prefix())
+    );
     assert_eq!(p["status"]["hostIP"], "192.0.2.10");
     assert_eq!(condition(&p["status"], "Ready").unwrap()["status"], "True");
     assert_eq!(
@@ -603,7 +608,11 @@ async fn a_restart_under_always() {
             last["reason"].clone(),
             last["containerID"].clone()
         ),
-        (json!(2), json!("Error"), json!(format!("{}://{first}", runtime_under_test()))),
+        (
+            json!(2),
+            json!("Error"),
+            json!(format!("{}://{first}", runtime_under_test()))
+        ),
         "{cs:#}"
     );
     assert_eq!(p["status"]["phase"], "Running");

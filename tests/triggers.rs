@@ -12,7 +12,9 @@ use plegd::metrics::Metrics;
 use plegd::pleg::{PlegConfig, PodLifecycleEvent, PodLifecycleEventType as E};
 use plegd::runtime::CriConfig;
 use plegd::triggers::{TriggerConfig, TriggerMode};
-use support::containerd::{Containerd, PrivateContainerd, PrivateCrio, collect_until, containerd, containerd_only, runtime_under_test};
+use support::containerd::{
+    Containerd, PrivateContainerd, PrivateCrio, collect_until, containerd, containerd_only, runtime_under_test,
+};
 use support::fake_cri::FakeServer;
 
 /// The threshold of the tests' relisters, some of whose periods are an hour (no periodic relist
@@ -775,12 +777,20 @@ async fn an_exit_is_taken_from_containerds_exit_event() {
 async fn crio_without_pod_events_is_relisted() {
     let Some(_) = containerd().await else { return };
     if runtime_under_test() != "cri-o" {
-        eprintln!("\n!!!!!!!! NOT RUN ON {}: CRI-O's enable_pod_events = false !!!!!!!!\n", runtime_under_test());
+        eprintln!(
+            "\n!!!!!!!! NOT RUN ON {}: CRI-O's enable_pod_events = false !!!!!!!!\n",
+            runtime_under_test()
+        );
         return;
     }
     let instance = PrivateCrio::start("noev", false, 237).await;
     let cd = &instance.handle;
-    let config = PlegConfig::new(Duration::from_millis(500), Some(Duration::from_secs(3600)), LONG_THRESHOLD).unwrap();
+    let config = PlegConfig::new(
+        Duration::from_millis(500),
+        Some(Duration::from_secs(3600)),
+        LONG_THRESHOLD,
+    )
+    .unwrap();
     let mut p = start_with(&cd.socket, TriggerMode::Auto, config).await;
     let unusable = || {
         p.metrics
@@ -788,11 +798,22 @@ async fn crio_without_pod_events_is_relisted() {
             .contains("plegd_trigger_stream_state{source=\"cri\",state=\"unusable\"} 1")
     };
     wait_for("CRI-O's event stream found unusable", Duration::from_secs(20), unusable).await;
-    assert_eq!(counter(&p.metrics, "plegd_trigger_stream_connects_total{source=\"cri\"}"), 0);
+    assert_eq!(
+        counter(&p.metrics, "plegd_trigger_stream_connects_total{source=\"cri\"}"),
+        0
+    );
     let pod = cd.run_pod("noev", true).await;
     let ctr = cd.run_container(&pod, "app", "exit 3").await;
     let (died, _) = latency(&mut p, &pod.uid, E::ContainerDied, &ctr).await;
-    assert_eq!((died.exit_code, died.reason.as_deref()), (Some(3), Some("Error")), "{died:?}");
-    assert_eq!(counter(&p.metrics, "plegd_trigger_relists_total{kind=\"pod\"}"), 0, "nothing came by trigger");
+    assert_eq!(
+        (died.exit_code, died.reason.as_deref()),
+        (Some(3), Some("Error")),
+        "{died:?}"
+    );
+    assert_eq!(
+        counter(&p.metrics, "plegd_trigger_relists_total{kind=\"pod\"}"),
+        0,
+        "nothing came by trigger"
+    );
     cd.cleanup(&pod).await;
 }

@@ -395,17 +395,25 @@ pub async fn plegd_api_socket() -> PathBuf {
     use std::os::unix::fs::MetadataExt;
     let node_root = std::fs::metadata("/").expect("/");
     let mut found = None;
-    crate::wait_until("the DaemonSet's plegd and its API socket", Duration::from_secs(120), || {
-        found = std::fs::read_dir("/proc").into_iter().flatten().flatten().find_map(|entry| {
-            let dir = entry.path();
-            let comm = std::fs::read_to_string(dir.join("comm")).ok()?;
-            let root = std::fs::metadata(dir.join("root")).ok()?;
-            let socket = dir.join("root/run/plegd/plegd.sock");
-            let in_container = (root.dev(), root.ino()) != (node_root.dev(), node_root.ino());
-            (comm.trim() == "plegd" && in_container && socket.exists()).then_some(socket)
-        });
-        found.is_some()
-    })
+    crate::wait_until(
+        "the DaemonSet's plegd and its API socket",
+        Duration::from_secs(120),
+        || {
+            found = std::fs::read_dir("/proc")
+                .into_iter()
+                .flatten()
+                .flatten()
+                .find_map(|entry| {
+                    let dir = entry.path();
+                    let comm = std::fs::read_to_string(dir.join("comm")).ok()?;
+                    let root = std::fs::metadata(dir.join("root")).ok()?;
+                    let socket = dir.join("root/run/plegd/plegd.sock");
+                    let in_container = (root.dev(), root.ino()) != (node_root.dev(), node_root.ino());
+                    (comm.trim() == "plegd" && in_container && socket.exists()).then_some(socket)
+                });
+            found.is_some()
+        },
+    )
     .await;
     found.expect("found")
 }
@@ -416,8 +424,12 @@ pub async fn plegd_status_stream(namespace: &str) -> tonic::Streaming<plegd::obs
     use plegd::observe::api::StatusServiceWatchRequest;
     use plegd::observe::api::status_service_client::StatusServiceClient;
     let options = plegd::runtime::CriConfig::default();
-    let channel =
-        plegd::runtime::unix_channel(&plegd_api_socket().await, options.connect_timeout, options.backoff.clone(), None);
+    let channel = plegd::runtime::unix_channel(
+        &plegd_api_socket().await,
+        options.connect_timeout,
+        options.backoff.clone(),
+        None,
+    );
     let request = StatusServiceWatchRequest {
         namespace: namespace.into(),
         pod: String::new(),

@@ -115,7 +115,12 @@ impl PrivateCrio {
             "crio.sh start ({name}) failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let socket = String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or_default().trim().to_owned();
+        let socket = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .last()
+            .unwrap_or_default()
+            .trim()
+            .to_owned();
         Self {
             handle: Containerd::at(PathBuf::from(socket)),
             env,
@@ -560,7 +565,8 @@ impl PrivateContainerd {
     pub async fn import_plegd_image(&self, binary: &str, name: &str) {
         let dir = std::env::temp_dir().join(format!("plegd-image-{}-{}", std::process::id(), unique_uid("i")));
         let archive = plegd_image(binary, name, &dir).await;
-        self.script_with("import", &[archive.to_str().expect("a UTF-8 path")]).await;
+        self.script_with("import", &[archive.to_str().expect("a UTF-8 path")])
+            .await;
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
@@ -582,7 +588,11 @@ pub async fn plegd_image(binary: &str, name: &str, out: &Path) -> PathBuf {
         name.into(),
         format!("{arch}={binary}"),
     ];
-    let output = tokio::process::Command::new("bash").args(&args).output().await.expect("run image.sh");
+    let output = tokio::process::Command::new("bash")
+        .args(&args)
+        .output()
+        .await
+        .expect("run image.sh");
     assert!(
         output.status.success(),
         "deploy/image/image.sh assemble failed: {}",
