@@ -130,34 +130,29 @@ impl Layout {
     }
 }
 
-fn sha256(bytes: &[u8]) -> String {
-    let mut child = Command::new("sha256sum")
+/// `command args` with `input` on its stdin: its stdout.
+fn piped(command: &str, args: &[&str], input: &[u8]) -> Vec<u8> {
+    let mut child = Command::new(command)
+        .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
-        .unwrap();
+        .unwrap_or_else(|e| panic!("{command}: {e}"));
     let mut stdin = child.stdin.take().unwrap();
-    let data = bytes.to_vec();
+    let data = input.to_vec();
     let writer = std::thread::spawn(move || std::io::Write::write_all(&mut stdin, &data));
     let out = child.wait_with_output().unwrap();
     writer.join().unwrap().unwrap();
-    String::from_utf8(out.stdout).unwrap()[..64].to_owned()
+    assert!(out.status.success(), "{command} {args:?}");
+    out.stdout
+}
+
+fn sha256(bytes: &[u8]) -> String {
+    String::from_utf8(piped("sha256sum", &[], bytes)).unwrap()[..64].to_owned()
 }
 
 fn gunzip(gz: &[u8]) -> Vec<u8> {
-    let mut child = Command::new("gzip")
-        .arg("-dc")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let data = gz.to_vec();
-    let writer = std::thread::spawn(move || std::io::Write::write_all(&mut stdin, &data));
-    let out = child.wait_with_output().unwrap();
-    writer.join().unwrap().unwrap();
-    assert!(out.status.success(), "gzip -dc");
-    out.stdout
+    piped("gzip", &["-dc"], gz)
 }
 
 #[derive(Debug)]

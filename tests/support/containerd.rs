@@ -90,6 +90,18 @@ pub struct PrivateCrio {
     env: Vec<(String, String)>,
 }
 
+/// The socket a runtime script's `start` printed last, or a failure that says what `what` said.
+fn started_socket(what: &str, out: std::io::Result<std::process::Output>) -> PathBuf {
+    let out = out.unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    PathBuf::from(stdout.lines().last().unwrap_or_default().trim())
+}
+
 fn crio_script() -> &'static str {
     concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/crio/crio.sh")
 }
@@ -108,21 +120,9 @@ impl PrivateCrio {
             .arg("start")
             .envs(env.clone())
             .output()
-            .await
-            .expect("run crio.sh");
-        assert!(
-            out.status.success(),
-            "crio.sh start ({name}) failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let socket = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .last()
-            .unwrap_or_default()
-            .trim()
-            .to_owned();
+            .await;
         Self {
-            handle: Containerd::at(PathBuf::from(socket)),
+            handle: Containerd::at(started_socket(&format!("crio.sh start ({name})"), out)),
             env,
         }
     }
@@ -525,20 +525,9 @@ impl PrivateContainerd {
             ("PLEGD_CNI_BRIDGE".to_owned(), format!("plg{name}")),
             ("PLEGD_CNI_SUBNET".to_owned(), format!("10.{octet}.0.0/24")),
         ];
-        let out = containerd_sh(&["start"], env.clone()).await.expect("run containerd.sh");
-        assert!(
-            out.status.success(),
-            "containerd.sh start ({name}, {version}) failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let socket = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .last()
-            .unwrap_or_default()
-            .trim()
-            .to_owned();
+        let out = containerd_sh(&["start"], env.clone()).await;
         Some(Self {
-            handle: Containerd::at(PathBuf::from(socket)),
+            handle: Containerd::at(started_socket(&format!("containerd.sh start ({name}, {version})"), out)),
             env,
         })
     }
