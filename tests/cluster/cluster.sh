@@ -945,7 +945,10 @@ case "${1:-}" in
   compact) compact ;;
   mounted-token)
     [ $# -eq 3 ] || die "usage: $0 mounted-token POD_UID VOLUME"
-    cat "$RUN/kubelet/pods/$2/volumes/kubernetes.io~projected/$3/token" || die "no token of volume $3 in pod $2"
+    # The file itself, not the `token` link beside it: the kubelet gives the link to the pod's
+    # user in a sticky, world-writable directory, which fs.protected_symlinks forbids even root to
+    # follow.
+    cat "$RUN/kubelet/pods/$2/volumes/kubernetes.io~projected/$3/..data/token" || die "no token of volume $3 in pod $2"
     ;;
   remove-plegd) remove_plegd ;;
   helm) shift; helm_plegd "$@" ;;
