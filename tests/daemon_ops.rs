@@ -14,12 +14,9 @@ use serde_json::{Value, json};
 use support::apiserver::{Apiserver, Identity};
 use support::fake_cri::FakeServer;
 use support::process::{KillOnDrop, free_port, http_get, metric};
+use support::wait_until;
 
 const PLEGD: &str = env!("CARGO_BIN_EXE_plegd");
-
-async fn wait_until(what: &str, timeout: Duration, cond: impl FnMut() -> bool) {
-    support::wait_until_every(what, timeout, Duration::from_millis(50), cond).await
-}
 
 /// Notifications received on the test NOTIFY_SOCKET so far.
 struct Notifications {
