@@ -106,6 +106,13 @@ cross_toolchain() {
   echo "$tc"
 }
 
+# cyclonedx: cargo-cyclonedx from crates.io, where missing (the SBOM needs nothing else).
+cyclonedx() {
+  cargo cyclonedx --version >/dev/null 2>&1 && return
+  log "installing cargo-cyclonedx from crates.io (a few minutes, once)"
+  cargo install --locked cargo-cyclonedx >&2 || die "cargo install cargo-cyclonedx failed"
+}
+
 # tools: what the build and tests/image.rs need beyond Rust: Debian's cross compiler and
 # qemu-user (apt-get, as root) and cargo-cyclonedx (crates.io), each where missing.
 tools() {
@@ -120,10 +127,7 @@ tools() {
       || { apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2; } \
       || die "apt-get install ${missing[*]} failed"
   fi
-  if ! cargo cyclonedx --version >/dev/null 2>&1; then
-    log "installing cargo-cyclonedx from crates.io (a few minutes, once)"
-    cargo install --locked cargo-cyclonedx >&2 || die "cargo install cargo-cyclonedx failed"
-  fi
+  cyclonedx
   for p in aarch64-linux-gnu-gcc qemu-aarch64 readelf; do command -v "$p" >/dev/null || die "$p is still missing"; done
 }
 
@@ -149,7 +153,7 @@ cross_binary() {
 # Cargo.lock's checksums), without dev- and build-only dependencies.
 sbom() {
   local out=$1
-  tools
+  cyclonedx
   # Each package of the workspace gets one; plegd's is the one at the top.
   (cd "$REPO" && cargo cyclonedx -q --format json --spec-version 1.5 --no-build-deps --override-filename plegd-sbom >&2) \
     || die "cargo cyclonedx failed"

@@ -57,7 +57,7 @@ rootfs() {
   mv "$CACHE/rootfs.tmp" "$CACHE/rootfs"
 }
 
-crictl() {
+build_crictl() {
   [ -x "$CACHE/bin/crictl" ] && return
   log "building crictl $CRICTL_VERSION (sigs.k8s.io/cri-tools)"
   GOBIN="$CACHE/bin" GOMODCACHE="$CACHE/gomod" GOFLAGS=-modcacherw CGO_ENABLED=0 GOTOOLCHAIN=local \
@@ -84,7 +84,7 @@ build() {
   bin=$(bash "$REPO/tests/cluster/cluster.sh" bin)
   kubeadm=$(bash "$REPO/tests/cluster/cluster.sh" kubeadm)
   rootfs
-  crictl
+  build_crictl
   files=$(kind_files)
   containerd_root=/var/lib/plegd-test/kind/packages/root
   [ -x "$containerd_root/usr/bin/containerd" ] || die "no containerd from tests/kind/docker.sh install"

@@ -130,12 +130,18 @@ impl PrivateCrio {
 
 impl Drop for PrivateCrio {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("bash")
-            .arg(crio_script())
-            .arg("stop")
-            .envs(self.env.clone())
-            .output();
+        stop_instance(crio_script(), &self.env);
     }
+}
+
+/// `SCRIPT stop` of a runtime instance of a test's own, its outcome left to the script's log (a
+/// drop cannot fail).
+fn stop_instance(script: &str, env: &[(String, String)]) {
+    let _ = std::process::Command::new("bash")
+        .arg(script)
+        .arg("stop")
+        .envs(env.iter().cloned())
+        .output();
 }
 
 /// How the runtime under test names the test image's ID (a container status' `imageRef`, the
@@ -592,11 +598,7 @@ pub async fn plegd_image(binary: &str, name: &str, out: &Path) -> PathBuf {
 
 impl Drop for PrivateContainerd {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("bash")
-            .arg(script())
-            .arg("stop")
-            .envs(self.env.clone())
-            .output();
+        stop_instance(script(), &self.env);
     }
 }
 
