@@ -36,6 +36,8 @@ bash tests/cluster/cluster.sh build
 # it. For a node, build with `cargo build --release`.
 echo "== building plegd (debug; the first build takes a few minutes)" >&2
 cargo build --workspace --bins
+# What cargo built (CARGO_TARGET_DIR when set).
+BIN=$(realpath -m "${CARGO_TARGET_DIR:-target}")/debug
 SOCK=$(bash tests/containerd/containerd.sh start)
 RUN=$(mktemp -d)
 PIDS=()
@@ -71,15 +73,15 @@ echo "== kubectl get pods --namespace plegd-test --watch --output-watch-events" 
 KUBECTL get pods --namespace plegd-test --watch --output-watch-events > >(sed -u 's/^/  kubectl:  /' >&2) 2>&1 &
 PIDS+=($!)
 echo "== plegd run --status-mode full --node-name $NODE --kubeconfig $RUN/plegd.kubeconfig (its log: $RUN/plegd-run.log)" >&2
-target/debug/plegd run --status-mode full --node-name "$NODE" --kubeconfig "$RUN/plegd.kubeconfig" \
+"$BIN/plegd" run --status-mode full --node-name "$NODE" --kubeconfig "$RUN/plegd.kubeconfig" \
   --cri-socket "$SOCK" --api-socket off --metrics-address off >"$RUN/plegd-run.log" 2>&1 &
 PIDS+=($!)
 echo "== plegd watch --cri-socket $SOCK --relist-period 1s --output $OUTPUT" >&2
-target/debug/plegd watch --cri-socket "$SOCK" --relist-period 1s --output "$OUTPUT" &
+"$BIN/plegd" watch --cri-socket "$SOCK" --relist-period 1s --output "$OUTPUT" &
 PIDS+=($!)
 sleep 1
 status=0
-target/debug/workload "$SOCK" "$ADMIN" || status=$?
+"$BIN/workload" "$SOCK" "$ADMIN" || status=$?
 sleep 2
 if [ "$status" != 0 ]; then
   echo "== the workload failed; plegd run's log:" >&2
@@ -93,7 +95,7 @@ for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
 # would ever run the DaemonSet's pod there.
 KUBECTL delete node "$NODE" >/dev/null
 echo "== kubectl apply -k deploy/conditions: plegd beside the kubelet (its image from target/debug/plegd)" >&2
-PLEGD_BINARY=target/debug/plegd bash tests/cluster/cluster.sh start --plegd conditions >/dev/null
+PLEGD_BINARY="$BIN/plegd" bash tests/cluster/cluster.sh start --plegd conditions >/dev/null
 KUBELET_NODE=$(KUBECTL -n plegd-system get pods -o jsonpath='{.items[0].spec.nodeName}')
 KUBECTL create namespace demo >/dev/null
 KUBECTL -n demo run failer --image=plegd.test/busybox:1 --image-pull-policy=Never --restart=Never \

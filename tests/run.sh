@@ -14,6 +14,13 @@ cd "$(dirname "$0")/.."
 
 # A fresh clone builds everything once: incremental state would only take disk (gigabytes) there.
 if [ -n "${CI:-}" ]; then export CARGO_INCREMENTAL=0; fi
+# CI's clones share one cargo target directory on the machine (tests/ci-target.sh): the
+# dependencies are built once, a clone builds only plegd's own packages.
+if [ -n "${CI:-}" ] && [ -z "${CARGO_TARGET_DIR:-}" ] && [ "$(id -u)" = 0 ]; then
+  # shellcheck source=tests/ci-target.sh
+  source tests/ci-target.sh
+fi
+TARGET_DIR=$(realpath -m "${CARGO_TARGET_DIR:-target}")
 # The builds, the test containerds and the cluster need about 15 GiB; say so at once when they may
 # not fit, rather than fail later on a short write.
 free_kib=$(df -Pk . | awk 'NR == 2 { print $4 }')
@@ -95,7 +102,7 @@ run_tests --workspace
 if [ ${#VERSIONS[@]} -gt 0 ]; then
   echo "=== plegd in a real Kubernetes 1.37 node (tests/cluster_e2e.rs, tests/kubelet_parity.rs) ===" >&2
   cargo build --profile release-without-lto --bin plegd
-  CLUSTER_PLEGD=$PWD/target/release-without-lto/plegd
+  CLUSTER_PLEGD=$TARGET_DIR/release-without-lto/plegd
   trap 'bash tests/cluster/cluster.sh stop; bash tests/containerd/containerd.sh stop' EXIT
   PLEGD_BINARY=$CLUSTER_PLEGD PLEGD_CLUSTER_E2E=1 run_tests --test cluster_e2e --test kubelet_parity
   bash tests/cluster/cluster.sh stop

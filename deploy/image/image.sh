@@ -25,6 +25,8 @@
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 HERE="$REPO/deploy/image"
+# Where cargo puts what it builds (CARGO_TARGET_DIR when set).
+TARGET=$(cd "$REPO" && realpath -m "${CARGO_TARGET_DIR:-target}")
 CACHE=${PLEGD_IMAGE_CACHE:-/var/lib/plegd-test/image}
 NAME=${PLEGD_IMAGE_NAME:-plegd:dev}
 # shellcheck source=../../tests/support/private-apt.sh
@@ -142,11 +144,11 @@ cross_binary() {
     export RUSTC="$tc/bin/rustc" CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
     export CC_aarch64_unknown_linux_gnu=aarch64-linux-gnu-gcc AR_aarch64_unknown_linux_gnu=aarch64-linux-gnu-ar
     "$tc/bin/cargo" build --locked --bin plegd --profile "$profile" --target aarch64-unknown-linux-gnu \
-      -Zbuild-std=std,panic_abort --target-dir "$REPO/target/cross" >&2
+      -Zbuild-std=std,panic_abort --target-dir "$TARGET/cross" >&2
   )
   dir=$profile
   [ "$profile" != dev ] || dir=debug
-  echo "$REPO/target/cross/aarch64-unknown-linux-gnu/$dir/plegd"
+  echo "$TARGET/cross/aarch64-unknown-linux-gnu/$dir/plegd"
 }
 
 # sbom OUT: cargo-cyclonedx's CycloneDX JSON of the plegd package (its crates, licenses and
@@ -194,7 +196,7 @@ assemble() {
 }
 
 build() {
-  local out="$REPO/target/image"
+  local out="$TARGET/image"
   while [ $# -gt 0 ]; do
     case "$1" in
       --out) out=${2:?--out needs a directory}; shift 2 ;;
@@ -208,7 +210,7 @@ build() {
   mkdir -p "$out"
   sbom "$out/plegd-crates.cdx.json"
   assemble --out "$out" --name "$NAME" --sbom "$out/plegd-crates.cdx.json" \
-    "amd64=$REPO/target/release/plegd" "arm64=$arm64"
+    "amd64=$TARGET/release/plegd" "arm64=$arm64"
   rm -f "$out/plegd-crates.cdx.json"
   log "$NAME: $out/plegd.oci.tar (amd64, arm64), SBOM $out/plegd.cdx.json"
 }

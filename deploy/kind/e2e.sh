@@ -192,7 +192,7 @@ case "${1:-}" in
     binary=${PLEGD_BINARY:-}
     if [ -z "$binary" ]; then
       (cd "$REPO" && cargo build --locked --release --bin plegd)
-      binary="$REPO/target/release/plegd"
+      binary="$(cd "$REPO" && realpath -m "${CARGO_TARGET_DIR:-target}")/release/plegd"
     fi
     bash "$REPO/deploy/image/image.sh" assemble --out "$STATE/image" --name plegd:dev \
       "$(dpkg --print-architecture)=$binary" >/dev/null

@@ -15,12 +15,15 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
 fi
 export RUSTC_BOOTSTRAP=1
 dir=(--fuzz-dir tests/fuzz)
-cargo fuzz build "${dir[@]}" -O -s none
+# Beside the rest of the build when CARGO_TARGET_DIR names where it goes (CI's shared cache).
+build=()
+[ -z "${CARGO_TARGET_DIR:-}" ] || build=(--target-dir "$(realpath -m "$CARGO_TARGET_DIR")/fuzz")
+cargo fuzz build "${dir[@]}" "${build[@]}" -O -s none
 
 status=0
 for target in $(cargo fuzz list "${dir[@]}"); do
   log=$(mktemp)
-  if cargo fuzz run "${dir[@]}" -O -s none "$target" -- -max_total_time="$seconds" -print_final_stats=1 >"$log" 2>&1; then
+  if cargo fuzz run "${dir[@]}" "${build[@]}" -O -s none "$target" -- -max_total_time="$seconds" -print_final_stats=1 >"$log" 2>&1; then
     runs=$(grep -o 'Done [0-9]* runs' "$log" | grep -o '[0-9]*' || echo '?')
     corpus=$(find "tests/fuzz/corpus/$target" -type f | wc -l)
     echo "fuzz $target: ${seconds} s, $runs executions, no finding (corpus $corpus inputs)"
