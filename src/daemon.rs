@@ -203,9 +203,9 @@ async fn run_with(
         "plegd starting"
     );
     let health = StageHealth::default();
-    let mut sets = DaemonStages::new(&health);
-    let runtime_side = start_runtime_side(&options, &runtime.version, runtime.cri, &metrics, &mut sets);
-    let apiserver_side = start_apiserver_side(&options, &clients, retry_after, &metrics, &mut sets);
+    let mut stages = DaemonStages::new(&health);
+    let runtime_side = start_runtime_side(&options, &runtime.version, runtime.cri, &metrics, &mut stages);
+    let apiserver_side = start_apiserver_side(&options, &clients, retry_after, &metrics, &mut stages);
     let daemon_health = Arc::new(DaemonHealth {
         pleg: runtime_side.pleg.clone(),
         informer: apiserver_side.informer.clone(),
@@ -219,7 +219,7 @@ async fn run_with(
         &reports,
         daemon_health.clone(),
         &metrics,
-        &mut sets.output,
+        &mut stages.outputs,
     )
     .await?;
     let node = NodeFacts {
@@ -239,20 +239,19 @@ async fn run_with(
         metrics,
     )
     .reporting_to(reports);
-    sets.pipeline.spawn(
+    stages.pipeline.spawn(
         "sync-loop",
         sync_loop.run(runtime_side.sync_events, apiserver_side.changes),
     );
     if let Some(started) = started {
-        let stages = health.started();
         let _ = started.send(Started {
             health: daemon_health,
-            stages,
+            stages: health.started(),
         });
     }
 
-    let failure = supervise(&mut sets, abort.as_mut(), shutdown.as_mut()).await;
-    stop(sets, &manager, options.shutdown_timeout).await;
+    let failure = supervise(&mut stages, abort.as_mut(), shutdown.as_mut()).await;
+    stop(stages, &manager, options.shutdown_timeout).await;
     if let Some(path) = &options.api_socket {
         let _ = std::fs::remove_file(path);
     }
@@ -301,21 +300,28 @@ fn start_runtime_side(
     version: &RuntimeVersion,
     cri: CriRuntime,
     metrics: &Arc<Metrics>,
-    sets: &mut DaemonStages,
+    stages: &mut DaemonStages,
 ) -> RuntimeSide {
     let (pleg, events) = GenericPleg::new(cri, SystemClock, metrics.clone(), options.pleg.clone());
     let pleg = Arc::new(pleg);
     for (name, stage) in triggers::stages(options.triggers, version, pleg.clone(), options.trigger_config.clone()) {
-        sets.sources.spawn(name, stage);
+        stages.inputs.spawn(name, stage);
     }
-    sets.relister
-        .spawn("relister", pleg.clone().run_until(sets.relist_stop.clone()));
+    stages
+        .relister
+        .spawn("relister", pleg.clone().run_until(stages.relist_stop.clone()));
     let hub = EventHub::new(pleg::SUBSCRIBER_BUFFER);
     // The syncLoop's queue has the configured capacity too, so that the setting bounds what is buffered.
     let (to_sync, sync_events) = mpsc::channel(options.pleg.channel_capacity().get());
-    sets.pipeline.spawn(
+    stages.pipeline.spawn(
         "event-fan-out",
-        pleg::fan_out(events, hub.clone(), Some(to_sync), metrics.clone(), sets.drain.clone()),
+        pleg::fan_out(
+            events,
+            hub.clone(),
+            Some(to_sync),
+            metrics.clone(),
+            stages.drain.clone(),
+        ),
     );
     RuntimeSide {
         pleg: pleg.handle(),
@@ -338,7 +344,7 @@ fn start_apiserver_side(
     clients: &ApiClients,
     retry_after: Arc<RetryAfter>,
     metrics: &Arc<Metrics>,
-    sets: &mut DaemonStages,
+    stages: &mut DaemonStages,
 ) -> ApiserverSide {
     let (changes_tx, changes) = mpsc::channel(4096);
     let (informer, informer_stage) = informer::start(
@@ -350,7 +356,7 @@ fn start_apiserver_side(
         retry_after.clone(),
         metrics.clone(),
     );
-    sets.sources.spawn("informer", informer_stage);
+    stages.inputs.spawn("informer", informer_stage);
     let manager = StatusManager::new(
         clients.requests.clone(),
         informer.store.clone(),
@@ -359,7 +365,7 @@ fn start_apiserver_side(
         metrics.clone(),
     );
     for (name, stage) in manager.stages() {
-        sets.output.spawn(name, stage);
+        stages.outputs.spawn(name, stage);
     }
     let recorder = options.emit_events.then(|| {
         let reporter = crate::recorder::Reporter {
@@ -374,7 +380,7 @@ fn start_apiserver_side(
             crate::recorder::QUEUE,
             metrics.clone(),
         );
-        sets.output.spawn("kube-events", stage);
+        stages.outputs.spawn("kube-events", stage);
         sender
     });
     ApiserverSide {
@@ -466,7 +472,7 @@ async fn serve_endpoints(
 /// Wait for shutdown or the first stage to end (said, with its cause, at error level), ending the
 /// stages that tests ask to abort meanwhile.
 async fn supervise(
-    sets: &mut DaemonStages,
+    stages: &mut DaemonStages,
     abort: Option<&mut mpsc::Receiver<String>>,
     mut shutdown: std::pin::Pin<&mut impl Future<Output = ()>>,
 ) -> Option<StageEnded> {
@@ -474,16 +480,16 @@ async fn supervise(
     let failure = loop {
         tokio::select! {
             // A stage that ends takes down those that feed on it (a syncLoop gone closes the
-            // Kubernetes Events queue): the first one named is the cause, the sources' first.
+            // Kubernetes Events queue): the first one named is the cause, the inputs' first.
             biased;
             () = &mut shutdown => break None,
-            ended = sets.sources.failure() => break Some(ended),
-            ended = sets.relister.failure() => break Some(ended),
-            ended = sets.pipeline.failure() => break Some(ended),
-            ended = sets.output.failure() => break Some(ended),
+            ended = stages.inputs.failure() => break Some(ended),
+            ended = stages.relister.failure() => break Some(ended),
+            ended = stages.pipeline.failure() => break Some(ended),
+            ended = stages.outputs.failure() => break Some(ended),
             Some(name) = next_abort(abort.as_deref_mut()) => {
-                let sets_ = [&mut sets.sources, &mut sets.relister, &mut sets.pipeline, &mut sets.output];
-                if !sets_.into_iter().any(|set| set.abort(&name)) {
+                let groups = [&mut stages.inputs, &mut stages.relister, &mut stages.pipeline, &mut stages.outputs];
+                if !groups.into_iter().any(|group| group.abort(&name)) {
                     warn!(stage = %name, "no such stage to abort");
                 }
             }
@@ -503,30 +509,34 @@ async fn next_abort(abort: Option<&mut mpsc::Receiver<String>>) -> Option<String
     }
 }
 
-/// The daemon's stages in four sets, stopped in order: the sources of work (runtime triggers, the
-/// informer), the relister, the pipeline that carries what they computed (the event fan-out, the
-/// syncLoop), and the output (status writers, endpoints).
+/// The daemon's stages in four groups, by when they stop ([`stop`]): what brings work in first,
+/// what sends results out last, so that what was computed before the signal is still delivered.
 struct DaemonStages {
-    sources: Stages,
+    /// Stopped first: the sources of work (runtime triggers, the informer).
+    inputs: Stages,
     /// The relister alone: told to stop by `relist_stop`, it ends after the relist under way.
     relister: Stages,
     relist_stop: CancellationToken,
+    /// What carries the computed events on (the event fan-out, the syncLoop): told to hand over
+    /// what it holds by `drain`, and given until the shutdown deadline.
     pipeline: Stages,
     /// Tells the pipeline to hand over what it holds and end.
     drain: CancellationToken,
-    output: Stages,
+    /// Stopped last, once the status writes are flushed or the deadline passed: the status
+    /// writers, the Kubernetes Events queue and the endpoints (observation API, metrics).
+    outputs: Stages,
 }
 
 impl DaemonStages {
     fn new(health: &StageHealth) -> Self {
         let set = || Stages::new(CancellationToken::new(), health.clone());
         Self {
-            sources: set(),
+            inputs: set(),
             relister: set(),
             relist_stop: CancellationToken::new(),
             pipeline: set(),
             drain: CancellationToken::new(),
-            output: set(),
+            outputs: set(),
         }
     }
 }
@@ -534,21 +544,21 @@ impl DaemonStages {
 /// Stop taking in work; let the pipeline hand what was computed before the signal (lifecycle
 /// events in the PLEG's channel and the syncLoop's queue) to the status manager and the observers;
 /// give the status writes until `timeout` to land; then stop the writers and endpoints.
-async fn stop(sets: DaemonStages, manager: &StatusManager, timeout: std::time::Duration) {
+async fn stop(stages: DaemonStages, manager: &StatusManager, timeout: std::time::Duration) {
     if let Err(error) = crate::watchdog::notify(&[sd_notify::NotifyState::Stopping]) {
         warn!(error = %error, "systemd notification STOPPING=1 not sent");
     }
     info!(pending_status_writes = manager.pending(), "plegd stopping");
     let deadline = tokio::time::Instant::now() + timeout;
     // Within the deadline, however short `--shutdown-timeout` is.
-    sets.sources.shutdown(STAGE_DRAIN.min(timeout)).await;
-    sets.relist_stop.cancel();
-    let cut = sets.relister.finish_by(deadline).await;
+    stages.inputs.shutdown(STAGE_DRAIN.min(timeout)).await;
+    stages.relist_stop.cancel();
+    let cut = stages.relister.finish_by(deadline).await;
     if !cut.is_empty() {
         warn!("shutdown deadline reached in the middle of a relist");
     }
-    sets.drain.cancel();
-    let cut = sets.pipeline.finish_by(deadline).await;
+    stages.drain.cancel();
+    let cut = stages.pipeline.finish_by(deadline).await;
     if !cut.is_empty() {
         warn!(stages = ?cut, "shutdown deadline reached before the computed events were handed over");
     }
@@ -567,5 +577,5 @@ async fn stop(sets: DaemonStages, manager: &StatusManager, timeout: std::time::D
             "shutdown deadline reached with status writes pending"
         );
     }
-    sets.output.shutdown(STAGE_DRAIN).await;
+    stages.outputs.shutdown(STAGE_DRAIN).await;
 }

@@ -502,7 +502,7 @@ impl ApiPod {
     /// the new deletion (which watchers see) and then deletes it at once, so a status PATCH sent
     /// after this copy is answered 404. Not always: should the delete itself fail after the copy
     /// was stored, the pod stays until a DELETE (or any update) comes again, as the kubelet's
-    /// status manager sends for a finished pod ([`crate::status::decide::removed_with_copy`]).
+    /// status manager sends for a finished pod ([`crate::status::decide::removal_drops_write`]).
     pub fn being_removed(&self) -> bool {
         let meta = &self.metadata;
         meta.deletion_timestamp.is_some()

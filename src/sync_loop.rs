@@ -61,6 +61,9 @@ use crate::status::decide::{Action, NodeFacts, decide, informer_change_matters};
 use crate::status::manager::StatusManager;
 use crate::status::report::{StatusReport, StatusReports};
 
+mod shadow;
+use shadow::{ShadowStep, shadow_step};
+
 /// Settings of the syncLoop.
 #[derive(Debug, Clone)]
 pub struct SyncConfig {
@@ -538,38 +541,28 @@ impl SyncLoop {
                 return;
             }
             Action::Shadow { differences } => {
-                // A status someone wrote after plegd's runtime read (the kubelet saw a change
-                // first) is compared again, and counted, from a read after it: plegd's lag is not
-                // its difference. The report above already shows it.
-                // Fresh enough once the pod's entry, or the whole cache (a complete relist), is
-                // newer than the status's arrival: the wait below ends exactly then.
-                let stale = self
+                // The report above already shows the generated status.
+                let fresh = self
                     .pleg
                     .cache()
                     .try_get_newer_than(&tracked.runtime_uid, tracked.status_seen_at)
-                    .is_none();
-                if stale {
-                    debug!(pod = %tracked.key, "shadow: the apiserver's status is newer than plegd's runtime read; compared again from a newer one");
-                    let seen_at = tracked.status_seen_at;
-                    self.request_sync(uid, seen_at);
-                    return;
-                }
-                // What plegd cannot know is not its difference (`compare::UNKNOWABLE`).
-                let fields: Vec<String> = differences
-                    .iter()
-                    .filter(|d| d.unknowable.is_none())
-                    .map(|d| d.field().to_owned())
-                    .collect();
-                for field in &fields {
-                    self.metrics.count_shadow_difference(field);
-                }
-                if !fields.is_empty() {
-                    let paths: Vec<&str> = differences
-                        .iter()
-                        .filter(|d| d.unknowable.is_none())
-                        .map(|d| d.path.as_str())
-                        .collect();
-                    info!(pod = %tracked.key, fields = ?paths, "shadow: plegd's status differs from the apiserver's");
+                    .is_some();
+                match shadow_step(&differences, fresh) {
+                    ShadowStep::CompareAgain => {
+                        debug!(pod = %tracked.key, "shadow: the apiserver's status is newer than plegd's runtime read; compared again from a newer one");
+                        // The wait ends once the pod's entry, or the whole cache, is newer than
+                        // the status's arrival.
+                        let seen_at = tracked.status_seen_at;
+                        self.request_sync(uid, seen_at);
+                    }
+                    ShadowStep::Count { fields, paths } => {
+                        for field in fields {
+                            self.metrics.count_shadow_difference(field);
+                        }
+                        if !paths.is_empty() {
+                            info!(pod = %tracked.key, fields = ?paths, "shadow: plegd's status differs from the apiserver's");
+                        }
+                    }
                 }
                 return;
             }
@@ -619,7 +612,7 @@ impl SyncLoop {
         if event.kind != PodLifecycleEventType::ContainerDied || event.sandbox {
             return;
         }
-        if !self.pleg.saw_happen(event.timestamp) {
+        if !self.pleg.happened_while_watching(event.timestamp) {
             debug!(pod = %uid, container = event.container.as_deref().unwrap_or(""), "exit found at the first relist; no Kubernetes Event");
             return;
         }

@@ -27,29 +27,150 @@ fn module_name(relative: &Path) -> String {
     }
 }
 
-/// The code of a file: without its unit tests and without comment lines.
+/// The code of a file: without comment lines and without its test code — every item under
+/// `#[cfg(test)]` (a `mod tests`, a fixture, a helper, a test-only `use`), wherever it stands.
 fn code(source: &str) -> String {
-    let without_tests = source.split("#[cfg(test)]\nmod tests").next().unwrap_or_default();
-    without_tests
+    let lines: Vec<&str> = source
         .lines()
         .filter(|line| !line.trim_start().starts_with("//"))
-        .collect::<Vec<_>>()
-        .join("\n")
+        .collect();
+    let chars: Vec<char> = lines.join("\n").chars().collect();
+    let mut out = String::new();
+    let mut i = 0;
+    while i < chars.len() {
+        if let Some(after) = test_attribute_end(&chars, i) {
+            i = item_end(&chars, after);
+        } else {
+            out.push(chars[i]);
+            i += 1;
+        }
+    }
+    out
 }
 
-fn read_sources(dir: &Path, root: &Path, out: &mut Sources) {
+/// Past `#[cfg(test)]` (or `#[cfg(all(test, …))]`) when one starts at `at`.
+fn test_attribute_end(chars: &[char], at: usize) -> Option<usize> {
+    ["#[cfg(test)]", "#[cfg(all(test,"]
+        .into_iter()
+        .find(|attribute| code_at(chars, at, attribute))
+        .map(|attribute| {
+            let close = if attribute.ends_with(',') { "))]" } else { "" };
+            let from = at + attribute.chars().count();
+            (from..chars.len())
+                .find(|&k| code_at(chars, k, close))
+                .map_or(chars.len(), |k| k + close.len())
+        })
+}
+
+/// Where the item that starts at `at` (its other attributes first) ends: past its `;` or its
+/// closing brace, whichever closes it. Strings, raw strings, characters and line comments are read
+/// as such, so that a brace inside one does not count.
+fn item_end(chars: &[char], mut at: usize) -> usize {
+    let (mut braces, mut brackets) = (0usize, 0usize);
+    while at < chars.len() {
+        match chars[at] {
+            '"' => at = string_end(chars, at),
+            'r' if (at == 0 || !is_ident(chars[at - 1])) && matches!(chars.get(at + 1), Some('"' | '#')) => {
+                let hashes = chars[at + 1..].iter().take_while(|&&c| c == '#').count();
+                if chars.get(at + 1 + hashes) == Some(&'"') {
+                    let close: String = std::iter::once('"').chain(std::iter::repeat_n('#', hashes)).collect();
+                    at = (at + 2 + hashes..chars.len())
+                        .find(|&k| code_at(chars, k, &close))
+                        .map_or(chars.len(), |k| k + close.len() - 1);
+                }
+            }
+            '\'' => {
+                // A character ('{', '\'', '\u{7d}'), or a lifetime ('a), which has no closing quote.
+                if chars.get(at + 1) == Some(&'\\') {
+                    at = (at + 3..chars.len()).find(|&k| chars[k] == '\'').unwrap_or(chars.len());
+                } else if chars.get(at + 2) == Some(&'\'') {
+                    at += 2;
+                }
+            }
+            '/' if chars.get(at + 1) == Some(&'/') => {
+                at = (at..chars.len()).find(|&k| chars[k] == '\n').unwrap_or(chars.len());
+            }
+            '(' | '[' => brackets += 1,
+            ')' | ']' => brackets = brackets.saturating_sub(1),
+            '{' => braces += 1,
+            '}' => {
+                braces = braces.saturating_sub(1);
+                if braces == 0 && brackets == 0 {
+                    return at + 1;
+                }
+            }
+            ';' if braces == 0 && brackets == 0 => return at + 1,
+            _ => {}
+        }
+        at += 1;
+    }
+    chars.len()
+}
+
+/// The index of the quote that closes the string opened at `open`.
+fn string_end(chars: &[char], open: usize) -> usize {
+    let mut at = open + 1;
+    while at < chars.len() {
+        match chars[at] {
+            '\\' => at += 2,
+            '"' => return at,
+            _ => at += 1,
+        }
+    }
+    chars.len()
+}
+
+/// The modules a file declares under `#[cfg(test)]` (`mod test_support;`): files of test code.
+fn test_modules(source: &str) -> Vec<String> {
+    let chars: Vec<char> = source.chars().collect();
+    let mut found = Vec::new();
+    for at in 0..chars.len() {
+        let Some(after) = test_attribute_end(&chars, at) else {
+            continue;
+        };
+        let item: String = chars[after..item_end(&chars, after)].iter().collect();
+        let words: Vec<&str> = item.split(|c: char| !is_ident(c)).filter(|w| !w.is_empty()).collect();
+        if let Some(name) = words.iter().position(|w| *w == "mod").and_then(|k| words.get(k + 1)) {
+            found.push((*name).to_owned());
+        }
+    }
+    found
+}
+
+/// Every module under `src/` with its code, test code left out: the unit tests beside the code
+/// and the files of test code a module declares (`#[cfg(test)] mod test_support;`).
+fn read_sources(src: &Path) -> Sources {
+    let mut files = BTreeMap::new();
+    read_files(src, src, &mut files);
+    let test_only: Vec<String> = files
+        .iter()
+        .flat_map(|(name, source)| {
+            test_modules(source).into_iter().map(move |child| match name.as_str() {
+                "crate" => child,
+                parent => format!("{parent}::{child}"),
+            })
+        })
+        .collect();
+    files
+        .into_iter()
+        .filter(|(name, _)| {
+            !test_only
+                .iter()
+                .any(|t| name == t || name.starts_with(&format!("{t}::")))
+        })
+        .map(|(name, source)| (name, code(&source)))
+        .collect()
+}
+
+/// Module name → the file's whole source.
+fn read_files(dir: &Path, root: &Path, out: &mut BTreeMap<String, String>) {
     for entry in std::fs::read_dir(dir).expect("read src") {
         let path = entry.expect("dir entry").path();
         if path.is_dir() {
-            read_sources(&path, root, out);
+            read_files(&path, root, out);
         } else if path.extension().is_some_and(|e| e == "rs") {
             let name = module_name(path.strip_prefix(root).expect("under src"));
-            // A module's unit tests in a file of their own are test code, as `mod tests` is.
-            if name.ends_with("::tests") {
-                continue;
-            }
-            let source = std::fs::read_to_string(&path).expect("read source");
-            out.insert(name, code(&source));
+            out.insert(name, std::fs::read_to_string(&path).expect("read source"));
         }
     }
 }
@@ -210,8 +331,7 @@ fn circle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
 #[test]
 fn modules_depend_on_each_other_without_circles() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut modules = Sources::new();
-    read_sources(&src, &src, &mut modules);
+    let modules = read_sources(&src);
     let uses = graph(&modules);
     // The reading works: the relister uses the runtime, status generation the runtime's view.
     assert!(uses["pleg"].contains("runtime"), "{:?}", uses["pleg"]);
@@ -234,8 +354,7 @@ fn modules_depend_on_each_other_without_circles() {
 #[test]
 fn each_room_keeps_to_its_job() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut modules = Sources::new();
-    read_sources(&src, &src, &mut modules);
+    let modules = read_sources(&src);
     let uses = graph(&modules);
     let mut strays = Vec::new();
     for (name, code) in &modules {
@@ -311,4 +430,40 @@ fn a_circle_is_found_through_any_path_form() {
         found.contains(&"b".to_owned()) && found.contains(&"c".to_owned()),
         "{found:?}"
     );
+}
+
+/// Test code is not code, wherever it stands and whatever braces its strings hold: only the
+/// production paths count, and the files a module declares under `#[cfg(test)]` are test code.
+#[test]
+fn test_code_is_left_out_wherever_it_stands() {
+    let source = r##"use crate::a::A;
+#[cfg(test)]
+use crate::b::B;
+#[cfg(test)]
+#[derive(Debug)]
+struct Fixture<'a> { braces: &'a str, bytes: [u8; 4] }
+#[cfg(test)]
+fn helper() -> char { let _ = "}{\"}"; let _ = r#"}"#; let _ = '\''; '}' } // {
+#[cfg(all(test, feature = "x"))]
+pub(crate) mod script { use crate::c::C; fn f() { if true { crate::c::g() } } }
+#[cfg(test)]
+mod test_support;
+fn after<'a>(x: &'a str) -> crate::d::D { todo!() }
+#[cfg(test)]
+mod tests { use crate::e::E; }
+#[cfg(any(test, feature = "test-util"))]
+pub mod patch_apply;
+fn last() -> crate::f::F { todo!() }
+"##;
+    let kept = code(source);
+    let mut used: Vec<String> = paths(&kept).into_iter().map(|p| p.join("::")).collect();
+    used.sort();
+    assert_eq!(used, ["crate::a::A", "crate::d::D", "crate::f::F"], "{kept}");
+    assert!(kept.contains("pub mod patch_apply;"), "built with a feature too: code");
+    assert_eq!(test_modules(source), ["script", "test_support", "tests"]);
+    // The project's own files: status generation's test fixtures are test code.
+    let modules = read_sources(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
+    assert!(!modules.contains_key("status::generate::test_support"));
+    assert!(!modules.contains_key("status::generate::tests"));
+    assert!(modules.contains_key("status::generate::ips"));
 }

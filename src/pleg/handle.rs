@@ -60,7 +60,8 @@ impl RelistHealth {
         let _ = self.first_relist.set(start);
     }
 
-    pub(super) fn saw_happen(&self, at: SystemTime) -> bool {
+    /// Whether a relist stamped `at` came after the first complete relist ([`PlegHandle::happened_while_watching`]).
+    pub(super) fn happened_while_watching(&self, at: SystemTime) -> bool {
         self.first_relist.get().is_some_and(|first| at > *first)
     }
 
@@ -137,8 +138,8 @@ impl PlegHandle {
     /// any single-pod relist before it ends) finds exits from before plegd started, which a plegd
     /// before a restart already saw: `plegd_container_exits_total` does not count them and
     /// `--emit-events` does not publish them again.
-    pub fn saw_happen(&self, at: SystemTime) -> bool {
-        self.health.saw_happen(at)
+    pub fn happened_while_watching(&self, at: SystemTime) -> bool {
+        self.health.happened_while_watching(at)
     }
 
     /// `Healthy()`: the last successful relist started no more than the threshold ago.

@@ -15,7 +15,6 @@
 //! sends again, in order, before any newer event (see [`MAX_UNDELIVERED_PER_POD`]).
 
 use std::collections::{HashMap, HashSet};
-use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
 
 use std::time::{Duration, SystemTime};
@@ -32,136 +31,32 @@ use crate::metrics::{KindLabel, Metrics, StateLabel};
 use crate::runtime::exits::{ExitFact, PendingExit};
 use crate::runtime::{IdKind, Runtime, RuntimeError};
 
+mod config;
 mod events;
 mod exits;
 mod fan_out;
 mod handle;
+mod records;
+pub use config::{
+    DEFAULT_CHANNEL_CAPACITY, DEFAULT_RELIST_PERIOD, DEFAULT_RELIST_PERIOD_WITH_TRIGGERS, DEFAULT_RELIST_THRESHOLD,
+    InvalidPlegConfig, PlegConfig,
+};
 pub use events::{
     MAX_EVENT_MESSAGE, PlegContainerState, PodLifecycleEvent, PodLifecycleEventType, bounded, compute_events,
     generate_events,
 };
 use events::{add_exit_details, current_state_events, pleg_state};
-use exits::HeldExits;
 pub use exits::{EXIT_HELD_FOR, Settled};
 pub use fan_out::{EventHub, SUBSCRIBER_BUFFER, fan_out};
 pub use handle::PlegHandle;
 use handle::RelistHealth;
+pub use records::PodRecord;
+use records::{PodOutcome, RelistState, record_holds_sandbox};
 
-/// Default period between two global relists.
-pub const DEFAULT_RELIST_PERIOD: Duration = Duration::from_secs(1);
-/// Default period between two global relists while a runtime event stream is healthy: the relist is
-/// then only the safety net for an event the stream lost (BENCHMARKS.md, "Idle cost on containerd
-/// 2.1", says why 30 s).
-pub const DEFAULT_RELIST_PERIOD_WITH_TRIGGERS: Duration = Duration::from_secs(30);
-/// Default threshold after which a PLEG that has not relisted is unhealthy.
-pub const DEFAULT_RELIST_THRESHOLD: Duration = Duration::from_secs(180);
-/// Default capacity of the event channel.
-pub const DEFAULT_CHANNEL_CAPACITY: NonZeroUsize = NonZeroUsize::new(1000).unwrap();
 /// Undelivered events kept per pod. Past this the pod's queue is replaced by events that state
 /// each of its containers' current state, followed by a PodSync, when that is shorter: a consumer
 /// may then miss an intermediate transition of a container, never the final state of one.
 pub const MAX_UNDELIVERED_PER_POD: usize = 128;
-
-/// Settings of the relister. Its periods keep their order (checked by [`PlegConfig::new`]): a
-/// relister whose period reached its threshold would be unhealthy between two relists.
-#[derive(Debug, Clone)]
-pub struct PlegConfig {
-    relist_period: Duration,
-    relist_period_with_triggers: Duration,
-    relist_threshold: Duration,
-    channel_capacity: NonZeroUsize,
-}
-
-/// Relist periods out of order.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum InvalidPlegConfig {
-    #[error("the relist period {period:?} must be less than the relist threshold {threshold:?}")]
-    PeriodNotBelowThreshold { period: Duration, threshold: Duration },
-    #[error(
-        "the relist period with triggers {with_triggers:?} must be at least the relist period {period:?} and less than the relist threshold {threshold:?}"
-    )]
-    WithTriggersOutOfOrder {
-        with_triggers: Duration,
-        period: Duration,
-        threshold: Duration,
-    },
-}
-
-impl PlegConfig {
-    /// A global relist every `relist_period`, every `relist_period_with_triggers` instead while a
-    /// runtime event stream is healthy (None: no triggers, `relist_period` always), and unhealthy
-    /// after `relist_threshold` without one. The periods must be below the threshold, and the
-    /// period with triggers at least the other. The channel holds [`DEFAULT_CHANNEL_CAPACITY`].
-    pub fn new(
-        relist_period: Duration,
-        relist_period_with_triggers: Option<Duration>,
-        relist_threshold: Duration,
-    ) -> Result<Self, InvalidPlegConfig> {
-        if relist_period >= relist_threshold {
-            return Err(InvalidPlegConfig::PeriodNotBelowThreshold {
-                period: relist_period,
-                threshold: relist_threshold,
-            });
-        }
-        let with_triggers = relist_period_with_triggers.unwrap_or(relist_period);
-        if with_triggers < relist_period || with_triggers >= relist_threshold {
-            return Err(InvalidPlegConfig::WithTriggersOutOfOrder {
-                with_triggers,
-                period: relist_period,
-                threshold: relist_threshold,
-            });
-        }
-        Ok(Self {
-            relist_period,
-            relist_period_with_triggers: with_triggers,
-            relist_threshold,
-            channel_capacity: DEFAULT_CHANNEL_CAPACITY,
-        })
-    }
-
-    /// The same, with a channel of `capacity` lifecycle events to the syncLoop (and the syncLoop's
-    /// own queue of as many).
-    pub fn with_channel_capacity(self, capacity: NonZeroUsize) -> Self {
-        Self {
-            channel_capacity: capacity,
-            ..self
-        }
-    }
-
-    /// The wait before the next global relist, by whether the runtime event stream is healthy.
-    pub fn period(&self, triggers_healthy: bool) -> Duration {
-        if triggers_healthy {
-            self.relist_period_with_triggers
-        } else {
-            self.relist_period
-        }
-    }
-
-    /// The period of the global relist while no runtime event stream is healthy.
-    pub fn relist_period(&self) -> Duration {
-        self.relist_period
-    }
-
-    /// How long without a relist before the relister is unhealthy.
-    pub fn relist_threshold(&self) -> Duration {
-        self.relist_threshold
-    }
-
-    pub fn channel_capacity(&self) -> NonZeroUsize {
-        self.channel_capacity
-    }
-}
-
-impl Default for PlegConfig {
-    fn default() -> Self {
-        Self {
-            relist_period: DEFAULT_RELIST_PERIOD,
-            relist_period_with_triggers: DEFAULT_RELIST_PERIOD_WITH_TRIGGERS,
-            relist_threshold: DEFAULT_RELIST_THRESHOLD,
-            channel_capacity: DEFAULT_CHANNEL_CAPACITY,
-        }
-    }
-}
 
 /// Why the PLEG is not healthy.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -170,135 +65,6 @@ pub enum PlegHealthError {
     NeverRelisted,
     #[error("pleg was last seen active {}s ago; threshold is {}s", elapsed.as_secs(), threshold.as_secs())]
     Stale { elapsed: Duration, threshold: Duration },
-}
-
-/// Old and current view of one pod (`podRecord`).
-#[derive(Debug, Default, Clone)]
-pub struct PodRecord {
-    pub old: Option<RuntimePod>,
-    pub current: Option<RuntimePod>,
-    /// Which setting of the records last set `current` ([`RelistState::reads`]): a probe's answer
-    /// is applied only to the record it was compared with.
-    read: u64,
-}
-
-#[derive(Debug, Default)]
-struct RelistState {
-    records: HashMap<PodUid, PodRecord>,
-    /// The pod each container and sandbox id was recorded under: every id a record holds (old or
-    /// current) is here, so that [`GenericPleg::pod_of`] (asked for every trigger) looks one up
-    /// instead of searching every record. An id whose record has since dropped it may linger until
-    /// the next complete relist prunes it; a lookup checks the record still holds it.
-    owners: HashMap<String, PodUid>,
-    /// Pods whose status read failed: re-inspected at the next relist.
-    reinspect: HashSet<PodUid>,
-    /// Events that did not fit in the channel, per pod, oldest first.
-    undelivered: HashMap<PodUid, Vec<PodLifecycleEvent>>,
-    /// How many times records were set (complete relists, pod relists, probes applied).
-    reads: u64,
-    /// Exits the runtime announced ahead of its CRI state, held in the records until a status
-    /// read shows them ([`GenericPleg::containers_exited`]).
-    exits: HeldExits,
-}
-
-impl RelistState {
-    /// `podRecords.setCurrent`. The held exits are kept in `pods` first ([`HeldExits::hold_all`]).
-    fn set_current(&mut self, pods: Vec<RuntimePod>) {
-        self.reads += 1;
-        let read = self.reads;
-        for record in self.records.values_mut() {
-            record.current = None;
-            record.read = read;
-        }
-        for pod in pods {
-            self.own(&pod.id, &pod);
-            match self.records.get_mut(&pod.id) {
-                Some(record) => record.current = Some(pod),
-                None => {
-                    let uid = pod.id.clone();
-                    self.records.insert(
-                        uid,
-                        PodRecord {
-                            old: None,
-                            current: Some(pod),
-                            read,
-                        },
-                    );
-                }
-            }
-        }
-    }
-
-    /// Set pod `uid`'s current record (a relist of that pod alone, or a probe's answer).
-    fn set_current_of(&mut self, uid: &str, pod: Option<RuntimePod>) {
-        if let Some(pod) = &pod {
-            self.own(uid, pod);
-        }
-        self.reads += 1;
-        let record = self.records.entry(uid.to_owned()).or_default();
-        record.current = pod;
-        record.read = self.reads;
-    }
-
-    /// What pod `uid`'s records say of `id`, and which setting of the records that is.
-    fn recorded(&self, uid: &str, id: &str) -> (PlegContainerState, u64) {
-        let record = self.records.get(uid);
-        let pod = record.and_then(|r| r.current.as_ref().or(r.old.as_ref()));
-        (pleg_state(pod, id), record.map_or(0, |r| r.read))
-    }
-
-    /// Note the ids of `pod`, recorded under `uid`, as that record's (allocating only for an id
-    /// not noted so yet).
-    fn own(&mut self, uid: &str, pod: &RuntimePod) {
-        for c in pod.containers.iter().chain(&pod.sandboxes) {
-            if self.owners.get(&c.id).is_none_or(|owner| owner != uid) {
-                self.owners.insert(c.id.clone(), uid.to_owned());
-            }
-        }
-    }
-
-    /// Drop the ids no record holds any more (after a complete relist: the ids of pods gone and of
-    /// containers removed since the last one).
-    fn prune_owners(&mut self) {
-        let records = &self.records;
-        self.owners
-            .retain(|id, uid| records.get(uid).is_some_and(|r| record_holds(r, id)));
-    }
-
-    /// The pod whose record (old or current) holds container or sandbox `id`.
-    fn owner_of(&self, id: &str) -> Option<&PodUid> {
-        self.owners
-            .get(id)
-            .filter(|uid| self.records.get(*uid).is_some_and(|r| record_holds(r, id)))
-    }
-
-    /// After one pod's sync: a pod whose status read failed is re-inspected at the next relist.
-    /// Returns whether the pod changed (a failed read counts as a change).
-    fn pod_relisted(&mut self, uid: &str, outcome: PodOutcome) -> bool {
-        match outcome {
-            PodOutcome::RefreshFailed => {
-                self.reinspect.insert(uid.to_owned());
-                true
-            }
-            PodOutcome::Refreshed { changed } => {
-                self.reinspect.remove(uid);
-                changed
-            }
-            PodOutcome::Unchanged => false,
-        }
-    }
-
-    /// `podRecords.update`: old := current; a pod that no longer exists loses its record.
-    fn advance(&mut self, uid: &str) {
-        if let Some(record) = self.records.get_mut(uid) {
-            match record.current.take() {
-                Some(current) => record.old = Some(current),
-                None => {
-                    self.records.remove(uid);
-                }
-            }
-        }
-    }
 }
 
 /// A check's hold on one pod ([`GenericPleg::pod_turn`]): complete relists and exits taken wait
@@ -360,15 +126,6 @@ fn with_probed_state(pod: &mut RuntimePod, id: &str, state: Option<RuntimeContai
 
 /// Status reads a relist runs side by side (of the pods it found changed).
 const STATUS_READS_AT_ONCE: usize = 16;
-
-enum PodOutcome {
-    Unchanged,
-    /// The status was read; `changed` says whether any container or sandbox changed state.
-    Refreshed {
-        changed: bool,
-    },
-    RefreshFailed,
-}
 
 /// What became of an exit fact ([`GenericPleg::containers_exited`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1022,7 +779,7 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
             events.push(PodLifecycleEvent::pod_sync(uid, current, start));
         }
         add_exit_details(&mut events, status.as_ref());
-        if self.health.saw_happen(start) {
+        if self.health.happened_while_watching(start) {
             self.count_exits(uid, &events);
         }
         if current.is_none() {
@@ -1223,23 +980,6 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
     }
 }
 
-/// Whether `record` (old or current) holds `id` as a sandbox.
-/// Whether a record (old or current) holds container or sandbox `id`.
-fn record_holds(record: &PodRecord, id: &str) -> bool {
-    [&record.current, &record.old]
-        .into_iter()
-        .flatten()
-        .any(|p| p.find_any(id).is_some())
-}
-
-fn record_holds_sandbox(record: Option<&PodRecord>, id: &str) -> bool {
-    record
-        .into_iter()
-        .flat_map(|r| [r.current.as_ref(), r.old.as_ref()])
-        .flatten()
-        .any(|p| p.find_sandbox(id).is_some())
-}
-
 /// The reason of a container's exit as its status says it: the runtime's, else Completed or Error
 /// by the exit code, and ContainerStatusUnknown for a container gone without an exit the runtime
 /// reported (what the status writer then says).
@@ -1274,110 +1014,6 @@ mod tests {
     fn exit_results_are_the_metrics_known_ones() {
         let results: Vec<&str> = ExitTaken::ALL.iter().map(|t| t.as_str()).collect();
         assert_eq!(results, crate::metrics::known::EXIT_EVENT_RESULTS);
-    }
-
-    #[test]
-    fn a_config_keeps_its_periods_in_order() {
-        let s = Duration::from_secs;
-        let config = PlegConfig::new(s(1), Some(s(30)), s(180)).unwrap();
-        assert_eq!((config.period(false), config.period(true)), (s(1), s(30)));
-        let without_triggers = PlegConfig::new(s(5), None, s(180)).unwrap();
-        assert_eq!(without_triggers.period(true), s(5), "no triggers: one period");
-        assert_eq!(
-            PlegConfig::new(s(180), None, s(180)).unwrap_err(),
-            InvalidPlegConfig::PeriodNotBelowThreshold {
-                period: s(180),
-                threshold: s(180)
-            }
-        );
-        for with_triggers in [s(1) - Duration::from_nanos(1), s(180), s(3600)] {
-            assert!(
-                matches!(
-                    PlegConfig::new(s(1), Some(with_triggers), s(180)),
-                    Err(InvalidPlegConfig::WithTriggersOutOfOrder { .. })
-                ),
-                "{with_triggers:?}"
-            );
-        }
-        assert_eq!(
-            PlegConfig::default()
-                .with_channel_capacity(NonZeroUsize::MIN)
-                .channel_capacity(),
-            NonZeroUsize::MIN
-        );
-    }
-
-    /// The ids' owners answer as a search of every record would, through complete relists, pod
-    /// relists, records advanced and dropped, ids removed and containers moved between pods.
-    #[test]
-    fn the_owner_of_an_id_is_the_record_that_holds_it() {
-        use crate::kubecontainer::{RuntimeContainer, RuntimeContainerState};
-        let searched = |state: &RelistState, id: &str| -> Option<PodUid> {
-            state
-                .records
-                .iter()
-                .find(|(_, r)| record_holds(r, id))
-                .map(|(uid, _)| uid.clone())
-        };
-        // Ids starting with `s` are sandboxes, the others containers.
-        let pod = |uid: &str, ids: &[&str]| {
-            let entries = |sandboxes: bool| {
-                ids.iter()
-                    .filter(|id| id.starts_with('s') == sandboxes)
-                    .map(|id| RuntimeContainer {
-                        id: (*id).into(),
-                        sandbox_id: String::new(),
-                        name: String::new(),
-                        state: RuntimeContainerState::Running,
-                        created_at: 0,
-                        attempt: 0,
-                    })
-                    .collect()
-            };
-            RuntimePod {
-                id: uid.into(),
-                containers: entries(false),
-                sandboxes: entries(true),
-                ..RuntimePod::default()
-            }
-        };
-        let ids = ["s1", "c1", "c2", "s2", "c3", "c4", "c9"];
-        let mut state = RelistState::default();
-        let check = |state: &RelistState, step: &str| {
-            for id in ids {
-                assert_eq!(state.owner_of(id).cloned(), searched(state, id), "{step}: {id}");
-            }
-        };
-        state.set_current(vec![pod("a", &["s1", "c1", "c2"]), pod("b", &["s2", "c3"])]);
-        check(&state, "first relist");
-        state.advance("a");
-        state.advance("b");
-        check(&state, "advanced");
-        state.set_current_of("a", Some(pod("a", &["s1", "c2", "c4"])));
-        check(&state, "a pod relisted: c1 removed, c4 new");
-        state.advance("a");
-        check(&state, "c1 gone from both of a's records");
-        // A pod relist by uid whose answer names another pod: its ids are the record's they are
-        // kept under.
-        state.set_current_of("b", Some(pod("x", &["s2", "c3"])));
-        check(&state, "b relisted as x");
-        state.set_current_of("b", None);
-        state.advance("b");
-        check(&state, "b gone");
-        // A runtime that lists the ids of a pod gone under another one; c4 is removed from a.
-        state.set_current(vec![pod("a", &["s1", "c2"]), pod("c", &["s2", "c3"])]);
-        check(&state, "b's ids listed under c");
-        state.advance("a");
-        state.advance("c");
-        state.prune_owners();
-        check(&state, "pruned");
-        assert_eq!(state.owners.len(), 4, "{:?}", state.owners);
-        state.set_current(vec![]);
-        state.advance("a");
-        state.advance("c");
-        state.prune_owners();
-        check(&state, "every pod gone");
-        assert!(state.owners.is_empty() && state.records.is_empty());
     }
 
     #[test]

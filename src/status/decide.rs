@@ -227,9 +227,9 @@ pub fn decide(
 /// cached; any other change (plegd's own writes coming back, someone else's status) waits for a
 /// newer runtime status, as the kubelet's pod workers do. In shadow mode a new status is compared at
 /// once: it is what plegd compares with (the kubelet's write). A copy of a pod the apiserver is
-/// removing changes nothing plegd would write ([`removed_with_copy`]).
+/// removing changes nothing plegd would write ([`removal_drops_write`]).
 pub fn informer_change_matters(mode: StatusMode, old: &ApiPod, new: &ApiPod) -> bool {
-    if removed_with_copy(mode, new) {
+    if removal_drops_write(mode, new) {
         return false;
     }
     (mode == StatusMode::Shadow && old.status != new.status)
@@ -248,7 +248,7 @@ pub fn informer_change_matters(mode: StatusMode, old: &ApiPod, new: &ApiPod) -> 
 /// stored (`canBeDeleted`), so plegd's write would only be answered 404. In full mode plegd is
 /// that status manager: its write goes on, and so does its DELETE, whose retry after a timeout
 /// may find the pod stored with grace 0 already.
-pub fn removed_with_copy(mode: StatusMode, pod: &ApiPod) -> bool {
+pub fn removal_drops_write(mode: StatusMode, pod: &ApiPod) -> bool {
     mode.writes() && !mode.deletes_finished_pods() && pod.being_removed()
 }
 

@@ -32,7 +32,7 @@ use crate::metrics::Metrics;
 use crate::pod::{ApiPod, NodeName};
 use crate::rate_limit::{Qps, TokenBucket};
 use crate::status::StatusMode;
-use crate::status::decide::{LastWrite, apiserver_status, rebase, removed_with_copy};
+use crate::status::decide::{LastWrite, apiserver_status, rebase, removal_drops_write};
 use crate::status::generate::{CONTAINERS_RUNNING, is_terminal};
 use crate::status::patch::status_patch_body;
 use crate::status::semantic::canonical;
@@ -309,6 +309,25 @@ fn to_json(status: &PodStatus) -> Value {
     serde_json::to_value(status).unwrap_or(Value::Null)
 }
 
+/// The body of the status PATCH that brings the pod `uid` from `newest` — its status as the
+/// apiserver holds it as far as plegd knows: the informer's copy, or plegd's own newer write — to
+/// `desired` in `mode`; None when the apiserver already has what is wanted. What is wanted is
+/// merged with `newest` first ([`rebase`]), so that a status decided from an older copy does not
+/// undo what another writer put in since, and both sides are compared as the apiserver stores them
+/// ([`canonical`]), so that only real changes are sent. In conditions mode only conditions are
+/// written: the rest of the status is left out of both sides, neither copied nor compared.
+fn write_body(mode: StatusMode, uid: &str, newest: Option<&PodStatus>, desired: &PodStatus) -> Option<Value> {
+    let newest = match mode {
+        StatusMode::Conditions => PodStatus {
+            conditions: newest.and_then(|s| s.conditions.clone()),
+            ..PodStatus::default()
+        },
+        StatusMode::Full | StatusMode::Shadow => newest.cloned().unwrap_or_default(),
+    };
+    let desired = rebase(mode, &newest, desired);
+    status_patch_body(uid, &to_json(&canonical(&newest)), &to_json(&canonical(&desired)))
+}
+
 impl StatusManager {
     /// `retry_after` is where the apiserver client notes the waits the apiserver asks for
     /// (`Retry-After`): every PATCH and DELETE waits for it first.
@@ -363,7 +382,7 @@ impl StatusManager {
     /// Want `status` for `pod` (the informer's copy), and, with `delete_when_written`, the pod
     /// deleted once it is written (`decide::Action::Write`). Returns whether a write was queued:
     /// a status equal to the one already wanted is not, nor one for a pod the apiserver is
-    /// removing ([`removed_with_copy`]).
+    /// removing ([`removal_drops_write`]).
     pub fn set_status(&self, pod: &ApiPod, status: PodStatus, delete_when_written: bool) -> Result<bool, Unwritable> {
         let meta = &pod.metadata;
         let (Some(uid), Some(name), Some(namespace)) =
@@ -381,7 +400,7 @@ impl StatusManager {
                 node: self.config.node_name.as_str().to_owned(),
             });
         }
-        if removed_with_copy(self.config.mode, pod) {
+        if removal_drops_write(self.config.mode, pod) {
             // Gone with the request that made this copy: a write would only be answered 404.
             return Ok(false);
         }
@@ -633,31 +652,16 @@ impl StatusManager {
             warn!(pod = %key, "pod is no longer bound to this node; not writing its status");
             return Outcome::Gone;
         }
-        if removed_with_copy(self.config.mode, &pod) {
+        if removal_drops_write(self.config.mode, &pod) {
             debug!(pod = %key, "pod is being removed (deleted with grace period 0, no finalizer); dropping its status");
             return Outcome::Gone;
         }
-        // Diff against what the apiserver has: the informer's copy, or plegd's own newer write; and
-        // merge what is wanted with it first, so that a status decided from an older copy does not
-        // undo what another writer put in since. Both sides as the apiserver stores them, so that
-        // only real changes are sent.
-        let (base, desired) = {
+        let body = {
             let pods = self.lock();
             let last_write = pods.get(uid).and_then(|p| p.last_write.as_deref());
-            let newest = apiserver_status(&pod, last_write).0;
-            // In conditions mode only conditions are written, and the rest of the status is the
-            // newest copy's on both sides: left out of both, it is neither copied nor compared.
-            let newest = match self.config.mode {
-                StatusMode::Conditions => PodStatus {
-                    conditions: newest.and_then(|s| s.conditions.clone()),
-                    ..PodStatus::default()
-                },
-                StatusMode::Full | StatusMode::Shadow => newest.cloned().unwrap_or_default(),
-            };
-            let desired = rebase(self.config.mode, &newest, desired);
-            (canonical(&newest), canonical(&desired))
+            write_body(self.config.mode, uid, apiserver_status(&pod, last_write).0, desired)
         };
-        let Some(body) = status_patch_body(uid, &to_json(&base), &to_json(&desired)) else {
+        let Some(body) = body else {
             return Outcome::NothingToSend;
         };
         self.retry_after.wait().await;
@@ -1023,6 +1027,78 @@ mod tests {
         let mut bad: Value = serde_json::from_str(stored).unwrap();
         bad["status"]["conditions"] = json!("not a list");
         assert!(serde_json::from_value::<WrittenPod>(bad).is_err());
+    }
+
+    fn status_of(v: Value) -> PodStatus {
+        serde_json::from_value(v).unwrap()
+    }
+
+    /// The patch body: only what differs from the newest copy, the uid with it; nothing at all
+    /// when the apiserver holds what is wanted, as it stores it.
+    #[test]
+    fn a_write_body_sends_only_what_differs() {
+        let newest = status_of(json!({"phase": "Pending", "message": "", "podIPs": [],
+            "conditions": [{"type": "Ready", "status": "False"}]}));
+        let same = status_of(json!({"phase": "Pending", "conditions": [{"type": "Ready", "status": "False"}]}));
+        assert_eq!(write_body(StatusMode::Full, "u1", Some(&newest), &same), None);
+        let running = status_of(json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}]}));
+        assert_eq!(
+            write_body(StatusMode::Full, "u1", Some(&newest), &running),
+            Some(json!({"metadata": {"uid": "u1"}, "status": {"phase": "Running"}}))
+        );
+        // A pod the apiserver has no status for yet: the whole of it.
+        assert_eq!(
+            write_body(StatusMode::Full, "u1", None, &running),
+            Some(json!({"metadata": {"uid": "u1"}, "status": {"phase": "Running",
+                "conditions": [{"type": "Ready", "status": "False"}]}}))
+        );
+    }
+
+    /// What another writer put in since the status was decided stays: a condition that is not
+    /// the kubelet's is neither removed nor changed by a status decided without it.
+    #[test]
+    fn a_write_body_keeps_what_others_wrote_since() {
+        let newest = status_of(json!({"phase": "Pending", "conditions": [
+            {"type": "Ready", "status": "False"}, {"type": "example.com/Gate", "status": "True"}]}));
+        let decided = status_of(json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}));
+        let body = write_body(StatusMode::Full, "u1", Some(&newest), &decided).unwrap();
+        assert_eq!(body["status"]["phase"], "Running");
+        let conditions = body["status"]["conditions"].as_array().unwrap();
+        assert!(
+            conditions.iter().all(|c| c["type"] != "example.com/Gate"),
+            "another's condition is not touched: {body}"
+        );
+        assert!(
+            conditions.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"),
+            "{body}"
+        );
+    }
+
+    /// In conditions mode only plegd's condition is written: the rest of a decided status, the
+    /// kubelet's, is neither sent nor compared.
+    #[test]
+    fn a_write_body_in_conditions_mode_is_plegds_condition_alone() {
+        let own = |status: &str| json!({"type": CONTAINERS_RUNNING, "status": status});
+        let newest =
+            status_of(json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}, own("True")]}));
+        let decided =
+            status_of(json!({"phase": "Pending", "conditions": [{"type": "Ready", "status": "False"}, own("True")]}));
+        assert_eq!(
+            write_body(StatusMode::Conditions, "u1", Some(&newest), &decided),
+            None,
+            "the kubelet's fields differ, plegd's condition does not"
+        );
+        let decided =
+            status_of(json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}, own("False")]}));
+        let body = write_body(StatusMode::Conditions, "u1", Some(&newest), &decided).unwrap();
+        assert_eq!(body["metadata"]["uid"], "u1");
+        let status = body["status"].as_object().unwrap();
+        assert!(status.keys().all(|k| k.contains("conditions")), "{body}");
+        assert_eq!(
+            status["conditions"],
+            json!([{"type": CONTAINERS_RUNNING, "status": "False"}]),
+            "{body}"
+        );
     }
 
     /// A status's hash tells a repeat from a change, and the delete flag counts.

@@ -9,8 +9,9 @@
 //! directive, so conditions written by others are never touched. A JSON merge patch would replace
 //! the whole list and wipe them.
 //!
-//! The inverse, applying such a patch, is test code (`tests/support/patch_apply.rs`): the test
-//! apiserver applies patches with it, and the tests here check `apply(old, diff(old, new)) == new`.
+//! The inverse, applying such a patch, is test code (`patch_apply.rs`, built for unit tests and
+//! with the `test-util` feature only): the bench's Rust apiserver applies patches with it, and the
+//! tests here and the fuzz target check `apply(old, diff(old, new)) == new`.
 
 use serde_json::{Map, Value, json};
 

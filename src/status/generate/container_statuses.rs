@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::SystemTime;
 
 use k8s_openapi::api::core::v1::{
-    ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus,
+    ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -129,6 +129,30 @@ pub(super) enum ListKind {
     Ephemeral,
 }
 
+impl ListKind {
+    /// Every list, in the order generation builds them.
+    pub(super) const ALL: [ListKind; 3] = [ListKind::Regular, ListKind::Init, ListKind::Ephemeral];
+
+    /// The pod's containers of this kind.
+    pub(super) fn specs(self, pod: &ApiPod) -> &[ApiContainer] {
+        match self {
+            ListKind::Regular => &pod.spec.containers,
+            ListKind::Init => &pod.spec.init_containers,
+            ListKind::Ephemeral => &pod.spec.ephemeral_containers,
+        }
+    }
+
+    /// The statuses of this kind a pod status holds.
+    pub(super) fn statuses(self, status: &PodStatus) -> &[ContainerStatus] {
+        match self {
+            ListKind::Regular => status.container_statuses.as_deref(),
+            ListKind::Init => status.init_container_statuses.as_deref(),
+            ListKind::Ephemeral => status.ephemeral_container_statuses.as_deref(),
+        }
+        .unwrap_or_default()
+    }
+}
+
 /// The message upstream gives an init container whose runtime status is gone once the pod has
 /// initialized (kubernetes#131317, Kubernetes 1.35).
 pub const LOST_INIT_CONTAINER_MESSAGE: &str = "Unable to get init container status from container runtime and pod has been initialized, treat it as exited normally";
@@ -146,9 +170,6 @@ fn any_regular_container_created(pod: &ApiPod, runtime: &RuntimePodStatus) -> bo
     })
 }
 
-/// `convertToAPIContainerStatuses` for one list of containers, then what the prober manager's
-/// `UpdatePodStatus` sets (`started`, `ready`). Regular and ephemeral statuses come out sorted by
-/// name, init container statuses in spec order (the status manager's `normalizeStatus`).
 /// What converting a pod's container statuses needs besides the lists: the runtime's name, whether
 /// its handler supports recursive read-only mounts, and whether the pod restarts all containers
 /// (`ShouldAllContainersRestart`).
@@ -159,26 +180,64 @@ pub(super) struct Conversion<'a> {
     pub(super) pod_restarting: bool,
 }
 
+/// The statuses of one list being built, by container name.
+type Statuses<'a> = BTreeMap<&'a str, ContainerStatus>;
+
+/// `convertToAPIContainerStatuses` for the pod's containers of one `kind`, then what the prober
+/// manager's `UpdatePodStatus` sets (`started`, `ready`); `previous` is the list of that kind the
+/// old status holds. Its passes, in upstream's order: [`waiting_statuses`],
+/// [`vanished_containers`], [`runtime_statuses`], [`lost_init_containers`] (init containers only),
+/// [`set_started_and_ready`]. Regular and ephemeral statuses come out sorted by name, init
+/// container statuses in spec order (the status manager's `normalizeStatus`).
 pub(super) fn container_statuses(
     pod: &ApiPod,
-    specs: &[ApiContainer],
     kind: ListKind,
     previous: &[ContainerStatus],
     runtime: &RuntimePodStatus,
     conversion: Conversion<'_>,
 ) -> Vec<ContainerStatus> {
-    let Conversion {
-        runtime_name,
-        recursive_read_only,
-        pod_restarting,
-    } = conversion;
-    let deleting = pod.metadata.deletion_timestamp.is_some();
+    let specs = kind.specs(pod);
     let default_reason = if pod.spec.init_containers.is_empty() {
         "ContainerCreating"
     } else {
         "PodInitializing"
     };
-    let mut statuses: BTreeMap<&str, ContainerStatus> = BTreeMap::new();
+    let mut statuses = waiting_statuses(specs, previous, default_reason, conversion.recursive_read_only);
+    vanished_containers(
+        pod,
+        specs,
+        previous,
+        runtime,
+        conversion.pod_restarting,
+        default_reason,
+        &mut statuses,
+    );
+    runtime_statuses(specs, previous, runtime, conversion, &mut statuses);
+    if kind == ListKind::Init && any_regular_container_created(pod, runtime) {
+        lost_init_containers(specs, runtime, &mut statuses);
+    }
+    for c in specs {
+        if let Some(status) = statuses.get_mut(c.name.as_str()) {
+            set_started_and_ready(c, kind, status, find(previous, &c.name));
+        }
+    }
+    match kind {
+        ListKind::Init => specs.iter().filter_map(|c| statuses.remove(c.name.as_str())).collect(),
+        // Sorted by name, as the status manager leaves them.
+        ListKind::Regular | ListKind::Ephemeral => statuses.into_values().collect(),
+    }
+}
+
+/// Every container of the list waiting with `default_reason` (ContainerCreating, or
+/// PodInitializing in a pod with init containers), its volume mounts from the spec; a container
+/// the old status has keeps its restart count and last state, a terminated one its whole status.
+fn waiting_statuses<'a>(
+    specs: &'a [ApiContainer],
+    previous: &[ContainerStatus],
+    default_reason: &str,
+    recursive_read_only: Option<bool>,
+) -> Statuses<'a> {
+    let mut statuses = Statuses::new();
     for c in specs {
         let mut status = ContainerStatus {
             name: c.name.clone(),
@@ -203,19 +262,33 @@ pub(super) fn container_statuses(
         }
         statuses.insert(c.name.as_str(), status);
     }
+    statuses
+}
 
-    // A container that was running and has vanished from the runtime terminated, code unknown.
-    // Only ever from a successful read: the syncLoop never generates from a failed one.
+/// A container that was running and has vanished from the runtime terminated, code unknown
+/// (ContainerStatusUnknown in its last state; counted as a restart unless the pod is being
+/// deleted); one the kubelet removed to restart all containers waits, its last state says so.
+/// Only ever from a successful read: the syncLoop never generates from a failed one.
+fn vanished_containers(
+    pod: &ApiPod,
+    specs: &[ApiContainer],
+    previous: &[ContainerStatus],
+    runtime: &RuntimePodStatus,
+    pod_restarting: bool,
+    default_reason: &str,
+    statuses: &mut Statuses<'_>,
+) {
+    let deleting = pod.metadata.deletion_timestamp.is_some();
     for c in specs {
         if runtime.container_statuses.iter().any(|s| s.name == c.name) {
             continue;
         }
         let Some(old) = find(previous, &c.name) else { continue };
+        let Some(status) = statuses.get_mut(c.name.as_str()) else {
+            continue;
+        };
         // Removed by the kubelet to restart all containers: waiting, its last state says so.
         if pod_restarting && !waiting(old) {
-            let Some(status) = statuses.get_mut(c.name.as_str()) else {
-                continue;
-            };
             let (reason, message) = (
                 RESTARTING_ALL_CONTAINERS.to_owned(),
                 RESTARTING_ALL_CONTAINERS_MESSAGE.to_owned(),
@@ -242,9 +315,6 @@ pub(super) fn container_statuses(
         if terminated(old).is_some() || !running(old) {
             continue;
         }
-        let Some(status) = statuses.get_mut(c.name.as_str()) else {
-            continue;
-        };
         let is_default = status
             .state
             .as_ref()
@@ -269,8 +339,18 @@ pub(super) fn container_statuses(
             status.restart_count = status.restart_count.saturating_add(1);
         }
     }
+}
 
-    // Newest first: the newest runtime status of a name is its state, the one before its lastState.
+/// The runtime's statuses of the list's containers, newest first: the newest of a name is its
+/// state (with the fields read from the runtime's container: resources, user, stop signal), the
+/// one before it its last state; older ones are not looked at.
+fn runtime_statuses<'a>(
+    specs: &'a [ApiContainer],
+    previous: &[ContainerStatus],
+    runtime: &RuntimePodStatus,
+    conversion: Conversion<'_>,
+    statuses: &mut Statuses<'a>,
+) {
     let mut by_age: Vec<&RuntimeContainerStatus> = runtime.container_statuses.iter().collect();
     by_age.sort_by_key(|s| std::cmp::Reverse(s.created_at));
     let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
@@ -283,7 +363,7 @@ pub(super) fn container_statuses(
             continue;
         }
         let old = find(previous, &cs.name);
-        let mut status = convert(cs, old, runtime_name, pod_restarting);
+        let mut status = convert(cs, old, conversion.runtime_name, conversion.pod_restarting);
         if *count == 0 {
             // Every container the runtime reported, of any kind (`GetContainerSpec`; ephemeral
             // containers have no resources: `{}`).
@@ -294,39 +374,28 @@ pub(super) fn container_statuses(
         }
         *count += 1;
     }
+}
 
-    // An init container the runtime no longer has, in a pod whose regular containers were
-    // created, completed (kubernetes#131317): it does not run again.
-    if kind == ListKind::Init && any_regular_container_created(pod, runtime) {
-        for c in specs.iter().filter(|c| !c.is_restartable_init()) {
-            if runtime.container_statuses.iter().any(|s| s.name == c.name) {
-                continue;
-            }
-            if let Some(status) = statuses.get_mut(c.name.as_str())
-                && status.state.as_ref().is_some_and(|s| s.waiting.is_some())
-            {
-                status.state = Some(ContainerState {
-                    terminated: Some(ContainerStateTerminated {
-                        exit_code: 0,
-                        reason: Some("Completed".to_owned()),
-                        message: Some(LOST_INIT_CONTAINER_MESSAGE.to_owned()),
-                        ..ContainerStateTerminated::default()
-                    }),
-                    ..ContainerState::default()
-                });
-            }
+/// An init container the runtime no longer has, in a pod whose regular containers were created,
+/// completed (kubernetes#131317): it does not run again. Sidecars are left as they are.
+fn lost_init_containers(specs: &[ApiContainer], runtime: &RuntimePodStatus, statuses: &mut Statuses<'_>) {
+    for c in specs.iter().filter(|c| !c.is_restartable_init()) {
+        if runtime.container_statuses.iter().any(|s| s.name == c.name) {
+            continue;
         }
-    }
-
-    for c in specs {
-        if let Some(status) = statuses.get_mut(c.name.as_str()) {
-            set_started_and_ready(c, kind, status, find(previous, &c.name));
+        if let Some(status) = statuses.get_mut(c.name.as_str())
+            && status.state.as_ref().is_some_and(|s| s.waiting.is_some())
+        {
+            status.state = Some(ContainerState {
+                terminated: Some(ContainerStateTerminated {
+                    exit_code: 0,
+                    reason: Some("Completed".to_owned()),
+                    message: Some(LOST_INIT_CONTAINER_MESSAGE.to_owned()),
+                    ..ContainerStateTerminated::default()
+                }),
+                ..ContainerState::default()
+            });
         }
-    }
-    match kind {
-        ListKind::Init => specs.iter().filter_map(|c| statuses.remove(c.name.as_str())).collect(),
-        // Sorted by name, as the status manager leaves them.
-        ListKind::Regular | ListKind::Ephemeral => statuses.into_values().collect(),
     }
 }
 

@@ -1,7 +1,9 @@
 //! Pod IPs: the runtime's IPs parsed as Go parses them and ordered by the node's families
-//! (`sortPodIPs`).
+//! (`sortPodIPs`), and the pod's and host's IPs of a status, host-network pods' included.
 
 use std::net::IpAddr;
+
+use k8s_openapi::api::core::v1::{HostIP, PodIP, PodStatus};
 
 /// Parse an IP as Go's `netutils.ParseIPSloppy` does: IPv4 parts may have leading zeros, read as
 /// decimal (`010.000.000.001` is 10.0.0.1). None for anything that is not an IP.
@@ -46,10 +48,45 @@ pub fn sort_pod_ips(ips: &[String], node_ips: &[String]) -> Vec<String> {
     out
 }
 
+/// The pod's and the host's IPs as `generateAPIPodStatus` writes them into `status`: the runtime's
+/// (`sortPodIPs`), and for a pod on the host's network the node's primary IP when the runtime gave
+/// none and, on a dual-stack node, the node's IP of the other family when the runtime gave one
+/// family only (kubernetes#105320). A pod the runtime gives no IP (its sandbox is gone) keeps the
+/// IPs `old` has. The host IPs are the node's, sorted the same way.
+pub(super) fn set_pod_and_host_ips(
+    status: &mut PodStatus,
+    old: &PodStatus,
+    runtime_ips: &[String],
+    node_ips: &[String],
+    host_network: bool,
+) {
+    let mut pod_ips = sort_pod_ips(runtime_ips, node_ips);
+    let host_ips = sort_pod_ips(node_ips, node_ips);
+    if host_network {
+        if pod_ips.is_empty() {
+            pod_ips.extend(host_ips.first().cloned());
+        }
+        if let ([only], [_, second]) = (pod_ips.as_slice(), host_ips.as_slice())
+            && only.contains(':') != second.contains(':')
+        {
+            pod_ips.push(second.clone());
+        }
+    }
+    if pod_ips.is_empty() {
+        status.pod_ip = old.pod_ip.clone();
+        status.pod_ips = old.pod_ips.clone();
+    } else {
+        status.pod_ip = pod_ips.first().cloned();
+        status.pod_ips = Some(pod_ips.into_iter().map(|ip| PodIP { ip }).collect());
+    }
+    if let Some(first) = host_ips.first() {
+        status.host_ip = Some(first.clone());
+        status.host_ips = Some(host_ips.into_iter().map(|ip| HostIP { ip }).collect());
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::api::core::v1::PodStatus;
-
     use super::*;
     use crate::kubecontainer::RuntimePodStatus;
     use crate::pod::ApiPod;

@@ -17,7 +17,7 @@
 
 use std::time::SystemTime;
 
-use k8s_openapi::api::core::v1::{ContainerStateTerminated, ContainerStatus, HostIP, PodCondition, PodIP, PodStatus};
+use k8s_openapi::api::core::v1::{ContainerStateTerminated, ContainerStatus, PodCondition, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::resources;
@@ -41,6 +41,7 @@ pub use conditions::{
     ready_to_start_containers_condition, set_transition_time, should_all_containers_restart,
 };
 pub use container_statuses::LOST_INIT_CONTAINER_MESSAGE;
+use ips::set_pod_and_host_ips;
 pub use ips::{parse_ip_sloppy, sort_pod_ips};
 pub use phase::{RESTARTING_ALL_CONTAINERS, container_should_restart, get_phase, is_terminal};
 pub use pod_end::{
@@ -239,9 +240,6 @@ pub fn generate_api_pod_status(input: &StatusInput<'_>) -> PodStatus {
         }
     };
     let spec = &pod.spec;
-    let init = &spec.init_containers;
-    let has_init = !init.is_empty();
-    let ephemeral = &spec.ephemeral_containers;
     let recursive_read_only = supports_recursive_read_only(pod, input.runtime, input.recursive_read_only_handlers);
     let conversion = Conversion {
         runtime_name: input.runtime_name,
@@ -249,30 +247,8 @@ pub fn generate_api_pod_status(input: &StatusInput<'_>) -> PodStatus {
         pod_restarting: should_all_containers_restart(pod, input.runtime, old),
     };
 
-    let mut container_list = container_statuses(
-        pod,
-        &spec.containers,
-        ListKind::Regular,
-        old.container_statuses.as_deref().unwrap_or_default(),
-        input.runtime,
-        conversion,
-    );
-    let mut init_list = container_statuses(
-        pod,
-        init,
-        ListKind::Init,
-        old.init_container_statuses.as_deref().unwrap_or_default(),
-        input.runtime,
-        conversion,
-    );
-    let mut ephemeral_list = container_statuses(
-        pod,
-        ephemeral,
-        ListKind::Ephemeral,
-        old.ephemeral_container_statuses.as_deref().unwrap_or_default(),
-        input.runtime,
-        conversion,
-    );
+    let [mut container_list, mut init_list, mut ephemeral_list] =
+        ListKind::ALL.map(|kind| container_statuses(pod, kind, kind.statuses(old), input.runtime, conversion));
     truncate_messages(
         pod,
         input.runtime,
@@ -332,39 +308,15 @@ pub fn generate_api_pod_status(input: &StatusInput<'_>) -> PodStatus {
     }
     status.conditions = Some(conditions(pod, old, input.runtime, &all, phase, input.now));
 
-    let mut pod_ips = sort_pod_ips(&input.runtime.ips, input.node_ips);
-    let host_ips = sort_pod_ips(input.node_ips, input.node_ips);
-    if spec.host_network {
-        // The node's primary IP when the runtime gave none; on a dual-stack node, its IP of the
-        // other family when the runtime gave one family only (kubernetes#105320).
-        if pod_ips.is_empty() {
-            pod_ips.extend(host_ips.first().cloned());
-        }
-        if let ([only], [_, second]) = (pod_ips.as_slice(), host_ips.as_slice())
-            && only.contains(':') != second.contains(':')
-        {
-            pod_ips.push(second.clone());
-        }
-    }
-    if pod_ips.is_empty() {
-        // A pod whose sandbox is gone keeps the IPs it had.
-        status.pod_ip = old.pod_ip.clone();
-        status.pod_ips = old.pod_ips.clone();
-    } else {
-        status.pod_ip = pod_ips.first().cloned();
-        status.pod_ips = Some(pod_ips.into_iter().map(|ip| PodIP { ip }).collect());
-    }
-    if let Some(first) = host_ips.first() {
-        status.host_ip = Some(first.clone());
-        status.host_ips = Some(host_ips.into_iter().map(|ip| HostIP { ip }).collect());
-    }
+    set_pod_and_host_ips(&mut status, old, &input.runtime.ips, input.node_ips, spec.host_network);
     status.start_time = old.start_time.clone().or_else(|| Some(api_time(input.now)));
     (status.resources, status.allocated_resources) =
         resources::pod_status_resources(spec, old.phase.as_deref(), old.resources.as_ref());
     status.container_statuses = Some(container_list);
-    status.init_container_statuses = (has_init || old.init_container_statuses.is_some()).then_some(init_list);
+    status.init_container_statuses =
+        (!spec.init_containers.is_empty() || old.init_container_statuses.is_some()).then_some(init_list);
     status.ephemeral_container_statuses =
-        (!ephemeral.is_empty() || old.ephemeral_container_statuses.is_some()).then_some(ephemeral_list);
+        (!spec.ephemeral_containers.is_empty() || old.ephemeral_container_statuses.is_some()).then_some(ephemeral_list);
     merge_pod_status(old, status, could_have_running_containers(input.runtime), input.now)
 }
 
@@ -451,7 +403,10 @@ pub fn merge_pod_status(old: &PodStatus, mut new: PodStatus, could_have_running:
 /// TestStaleUpdates, TestStatusEquality), its GET-then-PATCH sync (TestSyncPod,
 /// TestSyncPodIgnoresNotFound, TestSyncPodChecksMismatchedUID, TestSyncPodNoDeadlock; plegd
 /// patches against the informer's copy with a uid precondition, tested in manager.rs and
-/// tests/status_e2e.rs), static and mirror pods, prober results, and in-place resize.
+/// tests/status_e2e.rs), prober results, and in-place resize. What TestStaticPod checks — a mirror
+/// pod's status comes from its static pod's runtime status — is checked by decide.rs'
+/// `a_mirror_pod_is_written_only_from_its_static_pod` (phase.rs and pod_end.rs hold how a mirror
+/// pod's phase and end differ).
 ///
 /// Of Kubernetes 1.36's additions: the getPhase tables of container restart policies and rules
 /// (`TestPodPhaseWithContainerRestartPolicy`, `…InitContainers`, `TestPodPhaseWithRestartAllContainers`),

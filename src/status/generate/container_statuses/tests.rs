@@ -824,7 +824,6 @@ fn upstream_convert_to_api_container_statuses_1_37() {
         };
         let got = container_statuses(
             &pod,
-            &pod.spec.containers,
             ListKind::Regular,
             &old,
             &runtime,
