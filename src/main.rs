@@ -13,6 +13,7 @@ fn main() -> std::process::ExitCode {
 /// own, returned when they are freed. At 1,000 pods this keeps ~3 MiB off plegd's resident set for
 /// one page fault per 4 KiB of each large buffer (BENCHMARKS.md, "Idle cost on containerd 2.1").
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[allow(unsafe_code, reason = "mallopt is a C function; see SAFETY below")]
 fn fix_mmap_threshold() {
     const MMAP_THRESHOLD: libc::c_int = 128 * 1024;
     // SAFETY: mallopt only sets an allocator parameter; it is called before any other thread

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every plegd check and test: Kubernetes' own kube-apiserver (and the rest of a node) built
-# from k8s.io/kubernetes v1.37.2, clippy and the docs (warnings as errors), unit tests, fake-CRI
-# tests and the real-containerd tests, the latter on containerd 2.1 (the default), again on 1.7
+# from k8s.io/kubernetes v1.37.2, clippy and the docs (warnings as errors), the dependency graph
+# (cargo deny), unit tests, fake-CRI tests and the real-containerd tests, the latter on containerd 2.1 (the default), again on 1.7
 # (PLEGD_CONTAINERD_VERSIONS="2.1 1.7" to change) and on CRI-O 1.34, plegd as a DaemonSet in a real
 # one-node cluster (tests/cluster_e2e.rs) and beside its kubelet (tests/kubelet_parity.rs), and its
 # image for amd64 and arm64 (tests/image.rs).
@@ -79,6 +79,20 @@ fi
 echo "=== clippy and docs ===" >&2
 cargo clippy --workspace --all-targets -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p plegd
+
+# The dependency graph against deny.toml: licenses, a second major of a crate, sources; and
+# RustSec's advisories where its database (github.com/RustSec/advisory-db) can be fetched.
+# cargo-deny is installed from crates.io when missing (about 4 minutes, once).
+echo "=== cargo deny ===" >&2
+if ! cargo deny --version >/dev/null 2>&1; then
+  cargo install cargo-deny --locked
+fi
+cargo deny --locked check licenses bans sources
+if timeout 120 cargo deny fetch db >/dev/null 2>&1; then
+  cargo deny --locked --offline check advisories
+else
+  echo "!!! RustSec's advisory database cannot be fetched from here: dependency advisories NOT checked (cargo deny fetch db) !!!" >&2
+fi
 
 # The suites run under cargo-nextest (each test a process of its own); installed from crates.io
 # when missing (a few minutes, once).

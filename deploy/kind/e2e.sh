@@ -116,8 +116,18 @@ case "${1:-}" in
       # Static pods of the control-plane node: their container stopped, the kubelet starts a new one.
       etcd|kube-apiserver)
         cp=$(kind get nodes --name "$CLUSTER" | grep control-plane | head -1)
-        docker exec "$cp" sh -c "crictl stop \$(crictl ps --name '^$2\$' -q)" >&2
-        sleep 2
+        old=$(docker exec "$cp" crictl ps --name "^$2\$" -q)
+        [ -n "$old" ] || die "restart: no running $2 container on $cp"
+        # shellcheck disable=SC2086 # one id per word
+        docker exec "$cp" crictl stop $old >&2
+        # The kubelet starts a new container of the static pod; then the apiserver answers again.
+        new=$old
+        for _ in $(seq 1 120); do
+          new=$(docker exec "$cp" crictl ps --name "^$2\$" -q 2>/dev/null || true)
+          [ -z "$new" ] || [ "$new" = "$old" ] || break
+          sleep 1
+        done
+        [ -n "$new" ] && [ "$new" != "$old" ] || die "restart: no new $2 container 120 s after the old one stopped"
         for _ in $(seq 1 120); do k get --raw /readyz >/dev/null 2>&1 && break; sleep 1; done
         k get --raw /readyz >/dev/null || die "restart: the apiserver is not ready 120 s after $2 restarted" ;;
       *) die "restart: containerd, kubelet, etcd or kube-apiserver" ;;

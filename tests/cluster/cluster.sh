@@ -224,7 +224,7 @@ built() {
 build_lock() {
   mkdir -p "$CLUSTER"
   exec 8>"$CLUSTER/build.lock"
-  flock 8
+  flock -w 3600 8 || die "waited an hour for $CLUSTER/build.lock: another build of Kubernetes holds it"
 }
 
 build() {
@@ -418,7 +418,7 @@ running() {
 lock() {
   mkdir -p "$CLUSTER"
   exec 9>"$CLUSTER/run.lock"
-  flock 9
+  flock -w 900 9 || die "waited 15 min for $CLUSTER/run.lock: another start or stop of the cluster holds it"
 }
 
 # What the kubelet changes on the machine, as it was: restored by stop.

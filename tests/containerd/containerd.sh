@@ -305,7 +305,7 @@ running() {
 lock() {
   mkdir -p "$(dirname "$DIR")"
   exec 9>"$DIR.lock"
-  flock 9
+  flock -w 600 9 || die "waited 10 min for $DIR.lock: another start or stop of this containerd holds it"
 }
 
 start() {

@@ -75,7 +75,7 @@ build() {
   install
   mkdir -p "$CACHE"
   exec 8>"$CACHE/build.lock"
-  flock 8
+  flock -w 3600 8 || die "waited an hour for $CACHE/build.lock: another build of CRI-O holds it"
   if [ -x "$BIN/crio" ] && [ -x "$BIN/pinns" ]; then echo "$BIN"; return; fi
   local started=$SECONDS src
   export GOMODCACHE="$CACHE/gomod" GOFLAGS=-modcacherw GOTOOLCHAIN=local
@@ -183,7 +183,7 @@ running() {
 lock() {
   mkdir -p "$(dirname "$DIR")"
   exec 9>"$DIR.lock"
-  flock 9
+  flock -w 600 9 || die "waited 10 min for $DIR.lock: another start or stop of this CRI-O holds it"
 }
 
 start() {

@@ -72,7 +72,7 @@ start() {
   install
   mkdir -p "$DATA" "$RUN"
   exec 9>"$DATA.lock"
-  flock 9
+  flock -w 600 9 || die "waited 10 min for $DATA.lock: another start or stop of this Docker engine holds it"
   write_env
   if running; then echo "$DATA/env"; return; fi
   ip netns add "$NETNS" 2>/dev/null || true
@@ -105,7 +105,7 @@ start() {
 stop() {
   need_root
   exec 9>"$DATA.lock"
-  flock 9
+  flock -w 600 9 || die "waited 10 min for $DATA.lock: another start or stop of this Docker engine holds it"
   if running; then
     local pid
     pid=$(cat "$RUN/dockerd.pid")

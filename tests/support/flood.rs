@@ -68,9 +68,17 @@ impl Flood {
                 tasks.push(tokio::spawn(async move {
                     while !me.stop.load(Ordering::Relaxed) {
                         match request().await {
-                            Ok(()) => me.served.fetch_add(1, Ordering::Relaxed),
-                            Err(_) => me.refused.fetch_add(1, Ordering::Relaxed),
-                        };
+                            Ok(()) => {
+                                me.served.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Err(_) => {
+                                me.refused.fetch_add(1, Ordering::Relaxed);
+                                // A request refused at once (a server gone: the test failed and
+                                // dropped it) never waits, and a loop that never waits cannot be
+                                // stopped when the runtime shuts down: the test would hang.
+                                tokio::task::yield_now().await;
+                            }
+                        }
                     }
                 }));
             }
@@ -180,16 +188,18 @@ async fn tenant_accounts(
     clients
 }
 
-/// Wait until the server has requests of priority level `level` waiting in its queues.
+/// Wait until the server has queued requests of priority level `level`: its count of requests
+/// enqueued, which only grows, so that a queue that formed and drained between two scrapes counts
+/// (the current queue length is a sample that a scrape on a busy machine can miss every time).
 pub async fn wait_queued(api: &Apiserver, level: &str) {
     crate::wait_for(
         &format!("requests queued in priority level {level}"),
-        std::time::Duration::from_secs(60),
+        std::time::Duration::from_secs(120),
         || async {
             let text = api.server_metrics().await;
             server_metric(
                 &text,
-                "apiserver_flowcontrol_current_inqueue_requests",
+                "apiserver_flowcontrol_request_queue_length_after_enqueue_count",
                 &[("priority_level", level)],
             ) > 0.0
         },
