@@ -53,8 +53,13 @@ fn script(args: &[&str]) -> String {
 
 /// `image.sh assemble` of both architectures into `out`; the image index's digest.
 fn assemble(out: &Path, arm64: &str, sbom: Option<&Path>) -> String {
+    assemble_from(out, PLEGD, arm64, sbom)
+}
+
+/// [`assemble`] with `amd64` as the amd64 binary.
+fn assemble_from(out: &Path, amd64: &str, arm64: &str, sbom: Option<&Path>) -> String {
     let out = out.to_str().unwrap();
-    let amd64 = format!("amd64={PLEGD}");
+    let amd64 = format!("amd64={amd64}");
     let arm64 = format!("arm64={arm64}");
     let mut args = vec!["assemble", "--out", out, "--name", "plegd.test/plegd:image"];
     if let Some(sbom) = sbom {
@@ -231,7 +236,13 @@ impl TarEntries<'_> {
 fn the_image_is_an_index_of_amd64_and_arm64_that_runs_as_non_root() {
     let Some(arm64) = arm64_binary() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let digest = assemble(dir.path(), &arm64, None);
+    // Both builds from one copy of this build's plegd: deploy/demo.sh (tests/demo.rs, which may
+    // run meanwhile) builds the workspace's binaries again at the same path.
+    let binaries = tempfile::tempdir().unwrap();
+    let amd64 = binaries.path().join("plegd");
+    std::fs::copy(PLEGD, &amd64).unwrap();
+    let amd64 = amd64.to_str().unwrap();
+    let digest = assemble_from(dir.path(), amd64, &arm64, None);
     assert!(digest.starts_with("sha256:"), "{digest}");
     let layout = Layout(dir.path().join("layout"));
     let manifests = layout.manifests();
@@ -314,7 +325,7 @@ fn the_image_is_an_index_of_amd64_and_arm64_that_runs_as_non_root() {
     // The same inputs, the same digest: a rebuild can be checked against a published image.
     let again = tempfile::tempdir().unwrap();
     assert_eq!(
-        assemble(again.path(), &arm64, None),
+        assemble_from(again.path(), amd64, &arm64, None),
         digest,
         "the index's digest, built twice"
     );
