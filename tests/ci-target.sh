@@ -19,7 +19,8 @@ esac
 mkdir -p "$(dirname "$ci_target")"
 exec {ci_target_lock}>"$ci_target.lock"
 if flock -n "$ci_target_lock"; then
-  ci_target_kib=$(du -sk "$ci_target" 2>/dev/null | awk '{ print $1 }')
+  ci_target_kib=0
+  if [ -d "$ci_target" ]; then ci_target_kib=$(du -sk "$ci_target" | awk '{ print $1 }'); fi
   if [ "${ci_target_kib:-0}" -gt $((ci_target_gib * 1024 * 1024)) ]; then
     echo "tests/ci-target.sh: $ci_target holds $((ci_target_kib / 1024 / 1024)) GiB (over PLEGD_CI_TARGET_GIB=$ci_target_gib): emptied" >&2
     rm -rf "$ci_target"
