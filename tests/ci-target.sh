@@ -4,18 +4,23 @@
 # cross build and the fuzz targets) not again but only plegd's own packages.
 #
 #   PLEGD_CI_TARGET_DIR   the directory (default /var/lib/plegd-test/cargo-target)
-#   PLEGD_CI_TARGET_GIB   when it has grown beyond this many GiB it is emptied first (default 40)
+#   PLEGD_CI_TARGET_GIB   when it has grown beyond this many GiB (1 to 100000) it is emptied first (default 40)
 #
 # A run holds the directory's lock for its whole life; a second run at the same time builds in its
-# own target/ instead (and says so). At the start, what an earlier clone left of plegd's own
-# packages is removed (`cargo clean --package`): each clone builds them anew, at another path and
-# so under other names, and they would pile up (about 4 GB a clone). Sets CARGO_TARGET_DIR.
+# own target/ instead (and says so). A clone's own packages are built again (its files are newer
+# than what an earlier clone built) under the same names, which cargo takes relative to the
+# workspace: they replace the earlier clone's and do not pile up. Sets CARGO_TARGET_DIR.
 
 ci_target=${PLEGD_CI_TARGET_DIR:-/var/lib/plegd-test/cargo-target}
 ci_target_gib=${PLEGD_CI_TARGET_GIB:-40}
 case $ci_target_gib in
-  '' | *[!0-9]*) echo "tests/ci-target.sh: PLEGD_CI_TARGET_GIB must be a whole number of GiB, got '$ci_target_gib'" >&2; exit 2 ;;
+  '' | *[!0-9]* | 0*) ci_target_gib_bad=1 ;;
+  *) [ ${#ci_target_gib} -le 6 ] && [ "$ci_target_gib" -le 100000 ] && ci_target_gib_bad= || ci_target_gib_bad=1 ;;
 esac
+if [ -n "$ci_target_gib_bad" ]; then
+  echo "tests/ci-target.sh: PLEGD_CI_TARGET_GIB must be a whole number of GiB from 1 to 100000, got '$ci_target_gib'" >&2
+  exit 2
+fi
 mkdir -p "$(dirname "$ci_target")"
 exec {ci_target_lock}>"$ci_target.lock"
 if flock -n "$ci_target_lock"; then
@@ -26,25 +31,10 @@ if flock -n "$ci_target_lock"; then
     rm -rf "$ci_target"
   fi
   mkdir -p "$ci_target"
-  # ci_target_prune DIR ARGS...: `cargo clean` of plegd's packages in DIR, when DIR has a build.
-  ci_target_prune() {
-    local dir=$1
-    shift
-    [ -d "$dir" ] || return 0
-    cargo clean --quiet --target-dir "$dir" "$@" \
-      || echo "tests/ci-target.sh: warning: could not remove the last clone's packages from $dir" >&2
-  }
-  ci_target_packages=(--package plegd --package plegd-demo --package plegd-test-support)
-  ci_target_prune "$ci_target" --profile dev "${ci_target_packages[@]}"
-  ci_target_prune "$ci_target" --profile release-without-lto "${ci_target_packages[@]}"
-  ci_target_prune "$ci_target/cross" --profile release-without-lto --target aarch64-unknown-linux-gnu --package plegd
-  ci_target_prune "$ci_target/fuzz" --manifest-path tests/fuzz/Cargo.toml --release \
-    --target "$(rustc -vV | awk '/^host:/ { print $2 }')" --package plegd --package plegd-fuzz
-  unset -f ci_target_prune
   export CARGO_TARGET_DIR=$ci_target
   echo "tests/ci-target.sh: building in $CARGO_TARGET_DIR (shared by CI's runs on this machine)" >&2
 else
   echo "tests/ci-target.sh: another run holds $ci_target; this one builds in its own target/" >&2
   exec {ci_target_lock}>&-
 fi
-unset ci_target ci_target_gib ci_target_kib ci_target_packages
+unset ci_target ci_target_gib ci_target_gib_bad ci_target_kib

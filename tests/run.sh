@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs every plegd check and test: Kubernetes' own kube-apiserver (and the rest of a node) built
 # from k8s.io/kubernetes v1.37.2, clippy and the docs (warnings as errors), the dependency graph
-# (cargo deny), unit tests, fake-CRI tests and the real-containerd tests, the latter on containerd 2.1 (the default), again on 1.7
-# (PLEGD_CONTAINERD_VERSIONS="2.1 1.7" to change) and on CRI-O 1.34, plegd as a DaemonSet in a real
+# (cargo deny), unit tests, fake-CRI tests and the real-containerd tests, the latter on containerd
+# 2.1 (the default), again on 1.7 (PLEGD_CONTAINERD_VERSIONS="2.1 1.7" to change) and on CRI-O 1.34, plegd as a DaemonSet in a real
 # one-node cluster (tests/cluster_e2e.rs) and beside its kubelet (tests/kubelet_parity.rs), and its
 # image for amd64 and arm64 (tests/image.rs).
 # Installs what it needs on a fresh Debian machine (as root): runc, CNI plugins, busybox-static and
