@@ -543,7 +543,8 @@ impl DaemonStages {
 
 /// Stop taking in work; let the pipeline hand what was computed before the signal (lifecycle
 /// events in the PLEG's channel and the syncLoop's queue) to the status manager and the observers;
-/// give the status writes until `timeout` to land; then stop the writers and endpoints.
+/// give the status writes until `timeout` to land, then, within the same deadline, hand the gated
+/// pods back to the kubelet (conditions mode); then stop the writers and endpoints.
 async fn stop(stages: DaemonStages, manager: &StatusManager, timeout: std::time::Duration) {
     if let Err(error) = crate::watchdog::notify(&[sd_notify::NotifyState::Stopping]) {
         warn!(error = %error, "systemd notification STOPPING=1 not sent");
@@ -576,6 +577,20 @@ async fn stop(stages: DaemonStages, manager: &StatusManager, timeout: std::time:
             pending_status_writes = manager.pending(),
             "shutdown deadline reached with status writes pending"
         );
+    }
+    // The gated pods go back to the kubelet after the last writes of what the runtime showed, so
+    // that each is handed back with the condition plegd last read.
+    let handed_back = manager.hand_back_gated_pods();
+    if handed_back > 0 {
+        if tokio::time::timeout_at(deadline, manager.flushed()).await.is_ok() {
+            info!(pods = handed_back, "gated pods handed back to the kubelet");
+        } else {
+            warn!(
+                pods = handed_back,
+                pending_status_writes = manager.pending(),
+                "shutdown deadline reached before every gated pod was handed back to the kubelet"
+            );
+        }
     }
     stages.outputs.shutdown(STAGE_DRAIN).await;
 }

@@ -150,6 +150,49 @@ pub enum Command {
     /// Follow the pod statuses a running `plegd run` generates, and how each differs from the
     /// apiserver's (in shadow mode: from what the kubelet wrote).
     Status(StatusArgs),
+    /// Uninstall plegd's readiness gate safely: delete the admission policy that adds it to new
+    /// pods, then set plegd's condition True (reason GateReleased) on every pod that has the
+    /// gate, cluster-wide, so that none waits on a plegd that is going away. The Helm chart's
+    /// pre-delete hook runs it; needs list pods, patch pods/status, delete of that policy and get and patch of the
+    /// policy plegd-readiness-gate-kubelet and its binding (their finalizer).
+    ReleaseGates(ReleaseGatesArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ReleaseGatesArgs {
+    /// Kubeconfig file; without it, KUBECONFIG, ~/.kube/config or the in-cluster service account.
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Deadline of each apiserver request (1s to 10m).
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration_in(range::APISERVER_TIMEOUT))]
+    pub apiserver_timeout: Duration,
+    /// The MutatingAdmissionPolicy that adds the gate to new pods, deleted first.
+    #[arg(long, value_name = "NAME", default_value = crate::status::release::GATE_POLICY, value_parser = object_name)]
+    pub policy: String,
+}
+
+impl ReleaseGatesArgs {
+    fn release_config(&self) -> crate::status::release::ReleaseConfig {
+        crate::status::release::ReleaseConfig {
+            kubeconfig: self.kubeconfig.clone(),
+            apiserver_timeout: self.apiserver_timeout,
+            policy: self.policy.clone(),
+        }
+    }
+}
+
+/// A Kubernetes object name (a DNS subdomain: lowercase letters, digits, '-' and '.', at most 253).
+fn object_name(s: &str) -> Result<String, String> {
+    let valid = !s.is_empty()
+        && s.len() <= 253
+        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        && s.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && s.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if valid {
+        Ok(s.to_owned())
+    } else {
+        Err("must be an object name: lowercase letters, digits, '-' and '.', 1 to 253, starting and ending alphanumeric".into())
+    }
 }
 
 #[derive(Debug, Args)]
@@ -414,7 +457,8 @@ pub struct RunArgs {
     /// beside /metrics.
     #[arg(long, value_name = "IP:PORT", default_value = "off", value_parser = parse_listen, env = "PLEGD_HEALTH_ADDRESS", hide_env_values = true)]
     pub health_address: Listen,
-    /// How long pending status writes may take to land at shutdown (0s to 10m).
+    /// How long pending status writes, and then handing this node's gated pods back to the
+    /// kubelet (docs/readiness-gate.md), may take at shutdown (0s to 10m).
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration_in(range::SHUTDOWN_TIMEOUT))]
     pub shutdown_timeout: Duration,
     /// Deadline of each apiserver request (1s to 10m): a status write, delete or Event that gets no
@@ -625,6 +669,7 @@ pub enum Invocation {
     Run(Box<DaemonConfig>),
     Events(EventsArgs),
     Status(StatusArgs),
+    ReleaseGates(crate::status::release::ReleaseConfig),
 }
 
 /// The command line, checked: the process-wide settings and the command to run.
@@ -645,6 +690,7 @@ impl Cli {
             Command::Run(args) => Invocation::Run(Box::new(args.daemon_config()?)),
             Command::Events(args) => Invocation::Events(args),
             Command::Status(args) => Invocation::Status(args),
+            Command::ReleaseGates(args) => Invocation::ReleaseGates(args.release_config()),
         };
         Ok(Checked {
             log: self.log,

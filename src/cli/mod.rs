@@ -81,6 +81,17 @@ async fn run(invocation: Invocation) -> anyhow::Result<()> {
                 () = shutdown_signal() => {}
             }
         }
+        Invocation::ReleaseGates(config) => {
+            let done = crate::status::release::release_gates(&config).await?;
+            println!(
+                "readiness gate released on {} pods ({} released before); policy {} {}; {} may be deleted",
+                done.released,
+                done.already,
+                config.policy,
+                if done.policy_deleted { "deleted" } else { "was not there" },
+                crate::status::release::KUBELET_POLICY,
+            );
+        }
         Invocation::Run(config) => {
             let metrics = std::sync::Arc::new(crate::metrics::Metrics::new());
             crate::daemon::run(*config, metrics, shutdown_signal()).await?;

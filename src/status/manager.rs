@@ -441,6 +441,34 @@ impl StatusManager {
         Ok(true)
     }
 
+    /// Hand this node's gated pods back to the kubelet (conditions mode, at shutdown, once the
+    /// syncLoop has stopped): every pod whose readiness gates name plegd's condition and whose
+    /// condition is plegd's gets it with the reason `KubeletReported`, so that the admission policy
+    /// of deploy/components/readiness-gate makes it follow the kubelet until plegd is back
+    /// ([`super::gate::handed_back`]). Returns how many writes were queued; nothing in the other
+    /// modes (full: no kubelet to hand to; shadow: writes nothing).
+    pub fn hand_back_gated_pods(&self) -> usize {
+        if self.config.mode != StatusMode::Conditions {
+            return 0;
+        }
+        let mut queued = 0;
+        for pod in self.store.state() {
+            if !super::gate::is_gated(&pod.spec.readiness_gates) {
+                continue;
+            }
+            let last_write = self.last_write(&pod);
+            let Some(status) = super::gate::handed_back(apiserver_status(&pod, last_write.as_ref()).0) else {
+                continue;
+            };
+            match self.set_status(&pod, status, false) {
+                Ok(true) => queued += 1,
+                Ok(false) => {}
+                Err(error) => debug!(error = %error, "gated pod not handed back"),
+            }
+        }
+        queued
+    }
+
     /// Give up the writes the apiserver refused and that wait for their slow retry (at shutdown:
     /// they would hold it for its whole timeout). Returns how many.
     pub fn give_up_refused(&self) -> usize {

@@ -3,8 +3,12 @@
 //! - [`compare`] (pure): two statuses of a pod compared field by field (shadow mode, `plegd status`).
 //! - [`decide`] (pure): what is written for a pod, per [`StatusMode`]: a status to write, a comparison
 //!   (shadow mode), or nothing and why.
+//! - [`gate`] (pure): plegd's condition as a readiness gate, handed back to the kubelet when plegd
+//!   stops and released when the gate is uninstalled.
 //! - [`generate`] (pure): the kubelet-equivalent status of a pod.
 //! - [`resources`] (pure): the resources and user of a container status.
+//! - [`release`] (I/O): `plegd release-gates`, the readiness gate's uninstall: every gated pod's
+//!   condition set True (GateReleased), cluster-wide, once no new pod gets the gate.
 //! - [`report`]: the status last generated for each pod, for followers (`plegd status`).
 //! - [`patch`] (pure): the strategic merge patch from the apiserver's status to the desired one.
 //! - [`semantic`] (pure): a status as the apiserver stores it, so that statuses compare as typed values.
@@ -16,11 +20,13 @@
 
 pub mod compare;
 pub mod decide;
+pub mod gate;
 pub mod generate;
 pub mod manager;
 pub mod patch;
 #[cfg(any(test, feature = "test-util"))]
 pub mod patch_apply;
+pub mod release;
 pub mod report;
 pub mod resources;
 pub mod semantic;

@@ -50,8 +50,8 @@
 # The node: named PLEGD_NODE_NAME (default: the host name), its IP (PLEGD_CLUSTER_NODE_IP,
 # 10.236.0.1) on an interface of its own, plegdk8s-node (traffic stays on this machine; the kubelet
 # refuses a loopback node IP), pods on the CNI bridge plegdk8s0 (10.236.1.0/24, the bridge their
-# gateway: the kubelet probes them, they reach the node's IP), services in 10.236.128.0/24 (no
-# kube-proxy: service IPs do not route; a pod reaches kube-apiserver at the node's IP). containerd is
+# gateway: the kubelet probes them, they reach the node's IP), services in 10.236.128.0/24 through
+# kube-proxy (iptables mode, its defaults) in this machine's network namespace. containerd is
 # tests/containerd/containerd.sh's 2.1 (PLEGD_CLUSTER_CONTAINERD_VERSION=1.7 for 1.7) with a directory of its own ($PLEGD_CLUSTER_DIR/containerd),
 # never the one the other tests use. The kubelet writes sysctls and creates cgroups
 # (/plegd-cluster in each hierarchy) on the machine: run this on CI and test machines only.
@@ -80,11 +80,11 @@ CONTAINERD=(env PLEGD_CONTAINERD_DIR="$CLUSTER/containerd" PLEGD_CONTAINERD_VERS
 # The Prometheus operator whose CRDs an install with components/pod-monitor or components/alerts
 # needs (the newest version of its module the Go module proxy serves).
 PROMETHEUS_OPERATOR_VERSION=${PLEGD_PROMETHEUS_OPERATOR_VERSION:-v0.85.0}
-COMMANDS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl pod-status-served)
+COMMANDS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl pod-status-served)
 # The sysctls the kubelet sets when it does not only check them (protectKernelDefaults: false), and
-# the forwarding the CNI bridge plugin turns on for the pods' gateway.
+# the forwarding the CNI bridge plugin turns on for the pods' gateway, and kube-proxy's route_localnet.
 SYSCTLS=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops kernel.keys.root_maxkeys
-  kernel.keys.root_maxbytes net.ipv4.ip_forward)
+  kernel.keys.root_maxbytes net.ipv4.ip_forward net.ipv4.conf.all.route_localnet)
 # Directories the kubelet creates whatever its root directory (its device plugin socket, its
 # container log links): removed by stop when they did not exist before start.
 MACHINE_PATHS=(/var/lib/kubelet /var/log/containers /var/log/pods /usr/libexec/kubernetes /etc/kubernetes /run/kubernetes)
@@ -280,7 +280,7 @@ build_kubeadm() {
 # check_versions ETCD_VERSION: each command reports the version it was built as.
 check_versions() {
   local c out
-  for c in kube-apiserver kube-controller-manager kube-scheduler kubelet; do
+  for c in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy; do
     out=$("$BIN/$c" --version 2>&1) || die "$c --version failed: $out"
     [ "$out" = "Kubernetes v$K8S_VERSION" ] || die "$c --version says '$out', not 'Kubernetes v$K8S_VERSION'"
   done
@@ -333,6 +333,7 @@ certificates() {
   cert admin "/O=system:masters/CN=admin"
   cert controller-manager "/CN=system:kube-controller-manager"
   cert scheduler "/CN=system:kube-scheduler"
+  cert kube-proxy "/CN=system:kube-proxy"
   cert kubelet "/O=system:nodes/CN=system:node:$NODE"
   cert kubelet-server "/CN=$NODE" "IP:$NODE_IP,DNS:$NODE"
   cert controller-manager-server "/CN=kube-controller-manager" "IP:127.0.0.1,DNS:localhost"
@@ -622,8 +623,7 @@ deploy_plegd() {
   # (A new binary alone is no other install: its digest in the pod template rolls the pods.)
   if [ -f "$RUN/plegd.json" ] && ! cmp -s <(jq "$WITHOUT_BINARY" "$RUN/plegd.json") <(jq "$WITHOUT_BINARY" "$RUN/plegd.json.new"); then
     log "removing the plegd install that runs now"
-    kubectl_admin delete -f "$RUN/plegd.json" --ignore-not-found --wait=true --timeout=180s >&2 \
-      || die "could not remove the plegd install that runs now ($RUN/plegd.json)"
+    uninstall_plegd || die "could not remove the plegd install that runs now ($RUN/plegd.json)"
   fi
   mv "$RUN/plegd.json.new" "$RUN/plegd.json"
   kubectl_admin apply -f "$RUN/plegd.json" >&2
@@ -665,6 +665,11 @@ start() {
       log "the kubelet's configuration changed (PLEGD_CLUSTER_KUBELET_FEATURE_GATES): restarting it"
       restart kubelet
     fi
+    # A cluster started before kube-proxy was part of it gets one.
+    if ! { [ -f "$RUN/kube-proxy.pid" ] && kill -0 "$(cat "$RUN/kube-proxy.pid")" 2>/dev/null; }; then
+      [ -f "$RUN/kube-proxy.kubeconfig" ] || { cert kube-proxy "/CN=system:kube-proxy"; kubeconfig kube-proxy; }
+      start_kube_proxy
+    fi
     if [ -n "$plegd" ]; then deploy_plegd "$plegd"; fi
     echo "$RUN/admin.kubeconfig"
     return
@@ -687,7 +692,7 @@ start() {
 
   certificates
   local name
-  for name in admin controller-manager scheduler kubelet; do kubeconfig "$name"; done
+  for name in admin controller-manager scheduler kubelet kube-proxy; do kubeconfig "$name"; done
 
   spawn etcd "$BIN/etcd" --name "$NODE" --data-dir "$RUN/etcd" \
     --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
@@ -752,6 +757,7 @@ YAML
   spawn kubelet "$BIN/kubelet" --config "$RUN/kubelet.yaml" --kubeconfig "$RUN/kubelet.kubeconfig" \
     --root-dir "$RUN/kubelet" --cert-dir "$RUN/kubelet/pki" --hostname-override "$NODE" --node-ip "$NODE_IP"
   wait_for "node $NODE Ready" 120 kubelet node_ready
+  start_kube_proxy
   wait_for "kube-controller-manager's /healthz" 30 kube-controller-manager healthz https://127.0.0.1:10257/healthz
   wait_for "kube-scheduler's /healthz" 30 kube-scheduler healthz https://127.0.0.1:10259/healthz
   wait_for "the default service account" 60 kube-controller-manager kubectl_admin get serviceaccount default
@@ -759,6 +765,31 @@ YAML
   kubectl_admin get nodes -o wide >&2
   if [ -n "$plegd" ]; then deploy_plegd "$plegd"; fi
   echo "$RUN/admin.kubeconfig"
+}
+
+# start_kube_proxy: kube-proxy on the node, as a cluster's nodes run it: iptables mode (its default
+# on Linux), its default sync settings (minSyncPeriod 1 s, syncPeriod 30 s), its rules in this
+# machine's network namespace for the cluster's own Service range only. The conntrack table and
+# timeouts are left as the machine has them (nothing to restore). Ready once its first sync is done.
+start_kube_proxy() {
+  cat >"$RUN/kube-proxy.yaml" <<YAML
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection:
+  kubeconfig: $RUN/kube-proxy.kubeconfig
+hostnameOverride: $NODE
+clusterCIDR: $POD_SUBNET
+mode: iptables
+metricsBindAddress: 127.0.0.1:10249
+healthzBindAddress: 127.0.0.1:10256
+conntrack:
+  maxPerCore: 0
+  min: 0
+  tcpEstablishedTimeout: 0s
+  tcpCloseWaitTimeout: 0s
+YAML
+  spawn kube-proxy "$BIN/kube-proxy" --config "$RUN/kube-proxy.yaml"
+  wait_for "kube-proxy's /healthz" 60 kube-proxy curl -sf http://127.0.0.1:10256/healthz
 }
 
 # stop_processes NAME...: TERM, then KILL after 10 s, the processes (and their sessions) in
@@ -782,7 +813,11 @@ stop_processes() {
 stop_locked() {
   local m h s t table chain p
   # The kubelet first: it would restart the pods containerd.sh removes.
-  stop_processes kubelet
+  stop_processes kubelet kube-proxy
+  # kube-proxy's own rules and chains (iptables), removed by kube-proxy itself.
+  if [ -x "$BIN/kube-proxy" ] && [ -f "$RUN/kube-proxy.yaml" ]; then
+    "$BIN/kube-proxy" --cleanup >/dev/null 2>&1 || log "kube-proxy --cleanup failed"
+  fi
   if [ -d "$CLUSTER/containerd" ]; then
     # containerd.sh kills the sandboxes without a CNI DEL: their cached results stay behind.
     local id
@@ -856,7 +891,7 @@ restart() {
       "${CONTAINERD[@]}" start 8>&- 9>&- >/dev/null || die "containerd did not start again"
       wait_for "the kubelet's runtime Ready" 60 kubelet node_ready
       ;;
-    etcd|kube-apiserver|kube-controller-manager|kube-scheduler|kubelet)
+    etcd|kube-apiserver|kube-controller-manager|kube-scheduler|kubelet|kube-proxy)
       [ -f "$RUN/$name.cmd" ] || die "restart: no command line recorded for $name ($RUN/$name.cmd)"
       mapfile -d '' -t cmd <"$RUN/$name.cmd"
       stop_processes "$name"
@@ -868,11 +903,23 @@ restart() {
         kube-scheduler) wait_for "kube-scheduler's /healthz" 60 "$name" healthz https://127.0.0.1:10259/healthz ;;
         kubelet) wait_for "the kubelet's /healthz" 60 kubelet curl -sf http://127.0.0.1:10248/healthz
           wait_for "node $NODE Ready" 60 kubelet node_ready ;;
+        kube-proxy) wait_for "kube-proxy's /healthz" 60 kube-proxy curl -sf http://127.0.0.1:10256/healthz ;;
       esac
       ;;
-    *) die "restart: unknown component '$name' (containerd, kubelet, kube-apiserver, etcd, kube-controller-manager, kube-scheduler)" ;;
+    *) die "restart: unknown component '$name' (containerd, kubelet, kube-proxy, kube-apiserver, etcd, kube-controller-manager, kube-scheduler)" ;;
   esac
   log "$name restarted"
+}
+
+# uninstall_plegd: every object of the install in $RUN/plegd.json deleted, as a user uninstalls it:
+# with the readiness gate (components/readiness-gate), `plegd release-gates` first (the kubelet
+# policy's deletion waits for it).
+uninstall_plegd() {
+  if jq -e '.items[] | select(.kind == "MutatingAdmissionPolicy" and .metadata.name == "plegd-readiness-gate-kubelet")' \
+    "$RUN/plegd.json" >/dev/null; then
+    "$(plegd_binary)" release-gates --kubeconfig "$RUN/admin.kubeconfig" >&2 || return 1
+  fi
+  kubectl_admin delete -f "$RUN/plegd.json" --ignore-not-found --wait=true --timeout=180s >&2
 }
 
 # remove_plegd: the plegd install that runs, if any, removed (every object of it).
@@ -880,8 +927,7 @@ remove_plegd() {
   need_root
   lock
   [ -f "$RUN/plegd.json" ] || { log "no plegd install to remove"; return; }
-  kubectl_admin delete -f "$RUN/plegd.json" --ignore-not-found --wait=true --timeout=180s >&2 \
-    || die "could not remove the plegd install ($RUN/plegd.json)"
+  uninstall_plegd || die "could not remove the plegd install ($RUN/plegd.json)"
   rm -f "$RUN/plegd.json"
   log "plegd removed"
 }

@@ -1,7 +1,7 @@
-// One binary for the five Kubernetes commands of tests/cluster/cluster.sh, built from
-// k8s.io/kubernetes: it links once instead of five times. It runs the command it is started as
-// (kube-apiserver, kube-controller-manager, kube-scheduler, kubelet or kubectl, through a symlink
-// of that name) or the one its first argument names. A sixth, pod-status-served, is the parity
+// One binary for the six Kubernetes commands of tests/cluster/cluster.sh, built from
+// k8s.io/kubernetes: it links once instead of six times. It runs the command it is started as
+// (kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy or kubectl, through
+// a symlink of that name) or the one its first argument names. A sixth, pod-status-served, is the parity
 // test's: a pod status as kube-apiserver serves it.
 package main
 
@@ -29,6 +29,7 @@ import (
 	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
+	proxy "k8s.io/kubernetes/cmd/kube-proxy/app"
 	kubelet "k8s.io/kubernetes/cmd/kubelet/app"
 )
 
@@ -38,6 +39,7 @@ var commands = map[string]func() int{
 	"kube-controller-manager": func() int { return cli.Run(controllermanager.NewControllerManagerCommand()) },
 	"kube-scheduler":          func() int { return cli.Run(scheduler.NewSchedulerCommand()) },
 	"kubelet":                 func() int { return cli.Run(kubelet.NewKubeletCommand(context.Background())) },
+	"kube-proxy":              func() int { return cli.Run(proxy.NewProxyCommand()) },
 	"kubectl":                 kubectl,
 	"pod-status-served":       podStatusServed,
 }
