@@ -27,6 +27,7 @@ fn values_for(mode: &str, components: &[&str]) -> Vec<String> {
                 "grafana-dashboard" => "grafanaDashboard.enabled=true",
                 "alerts" => "prometheusRule.enabled=true",
                 "metrics-certificate" => "metricsCertificate.enabled=true",
+                "readiness-gate" => "readinessGate.enabled=true",
                 other => panic!("no value for component {other}"),
             }
             .to_owned(),
@@ -35,10 +36,22 @@ fn values_for(mode: &str, components: &[&str]) -> Vec<String> {
     set
 }
 
-/// `helm template` of the chart with `set` values: its documents, or helm's error.
+/// `helm template` of the chart with `set` values: its documents, or helm's error. The apiserver it
+/// renders for serves MutatingAdmissionPolicy (Kubernetes >= 1.36).
 fn template(helm: &std::path::Path, set: &[String]) -> Result<Vec<Value>, String> {
+    template_for(helm, set, &[MAP_API])
+}
+
+/// The API version and kind of MutatingAdmissionPolicy, as helm's capabilities name it.
+const MAP_API: &str = "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy";
+
+/// [`template`] for an apiserver that serves `api_versions` besides helm's defaults.
+fn template_for(helm: &std::path::Path, set: &[String], api_versions: &[&str]) -> Result<Vec<Value>, String> {
     let mut command = Command::new(helm);
     command.args(["template", "plegd", &path(CHART), "--namespace", NAMESPACE]);
+    for api in api_versions {
+        command.args(["--api-versions", api]);
+    }
     for value in set {
         command.args(["--set", value]);
     }
@@ -52,13 +65,20 @@ fn template(helm: &std::path::Path, set: &[String]) -> Result<Vec<Value>, String
     Ok(documents.into_iter().filter(|d| !d.is_null()).collect())
 }
 
+/// Whether a rendered object is one of the chart's hooks (the readiness gate's pre-delete release,
+/// which kustomize has no way to run).
+fn is_hook(doc: &Value) -> bool {
+    doc["metadata"]["annotations"].get("helm.sh/hook").is_some()
+}
+
 /// Objects by kind and name, in a form where what has no order has none (a pod's volumes and
-/// mounts, which kustomize's strategic merge puts first and the chart may put elsewhere).
+/// mounts, which kustomize's strategic merge puts first and the chart may put elsewhere); the
+/// chart's hooks left out.
 fn by_name(documents: Vec<Value>) -> BTreeMap<String, Value> {
     let mut out = BTreeMap::new();
     for mut doc in documents {
         let kind = doc["kind"].as_str().unwrap_or_default().to_owned();
-        if kind == "Namespace" {
+        if kind == "Namespace" || is_hook(&doc) {
             continue;
         }
         if kind == "DaemonSet" {
@@ -103,7 +123,12 @@ fn the_chart_renders_what_kustomize_renders() {
     let helm = helm();
     let dir = tempfile::tempdir().unwrap();
     for mode in OVERLAYS {
-        for components in [&[][..], &OPTIONAL_COMPONENTS[..]] {
+        // The chart refuses the readiness gate in shadow mode (no condition is written for it).
+        let every: Vec<&str> = OPTIONAL_COMPONENTS
+            .into_iter()
+            .filter(|c| mode != "shadow" || *c != "readiness-gate")
+            .collect();
+        for components in [&[][..], &every[..]] {
             let what = format!("deploy/{mode} + {components:?}");
             let kustomize = by_name(render(mode, components, dir.path()).1);
             let chart =
@@ -204,4 +229,81 @@ fn wrong_values_are_refused_with_a_message_that_names_them() {
             "{value}: {error}"
         );
     }
+}
+
+#[test]
+fn the_readiness_gate_uninstalls_through_a_release_hook_and_is_refused_where_it_cannot_work() {
+    let helm = helm();
+    let set = |values: &[&str]| values.iter().map(|v| v.to_string()).collect::<Vec<_>>();
+    let documents = template(&helm, &set(&["readinessGate.enabled=true"])).unwrap();
+    let hooks: Vec<&Value> = documents.iter().filter(|d| is_hook(d)).collect();
+    let names: Vec<String> = hooks
+        .iter()
+        .map(|d| {
+            format!(
+                "{}/{}",
+                d["kind"].as_str().unwrap(),
+                d["metadata"]["name"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "ServiceAccount/plegd-release-gates",
+            "ClusterRole/plegd-release-gates",
+            "ClusterRoleBinding/plegd-release-gates",
+            "ValidatingAdmissionPolicy/plegd-release-gates",
+            "ValidatingAdmissionPolicyBinding/plegd-release-gates",
+            "Job/plegd-release-gates",
+        ]
+    );
+    for hook in &hooks {
+        let annotations = &hook["metadata"]["annotations"];
+        assert_eq!(annotations["helm.sh/hook"], "pre-delete", "{hook}");
+        assert_eq!(
+            annotations["helm.sh/hook-delete-policy"],
+            "before-hook-creation,hook-succeeded"
+        );
+    }
+    let job = hooks.iter().find(|d| d["kind"] == "Job").unwrap();
+    let container = &job["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(container["args"], json!(["release-gates"]));
+    assert_eq!(container["image"], "plegd:dev");
+    assert_eq!(
+        job["spec"]["template"]["spec"]["serviceAccountName"],
+        "plegd-release-gates"
+    );
+    // The release's account may list pods, write their status, and touch the gate's two policies
+    // by name: nothing else.
+    let role = hooks.iter().find(|d| d["kind"] == "ClusterRole").unwrap();
+    assert_eq!(
+        role["rules"],
+        json!([
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+            {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]},
+            {"apiGroups": ["admissionregistration.k8s.io"], "resources": ["mutatingadmissionpolicies"],
+             "resourceNames": ["plegd-readiness-gate"], "verbs": ["delete"]},
+            {"apiGroups": ["admissionregistration.k8s.io"],
+             "resources": ["mutatingadmissionpolicies", "mutatingadmissionpolicybindings"],
+             "resourceNames": ["plegd-readiness-gate-kubelet"], "verbs": ["get", "patch"]},
+        ])
+    );
+    // Without the gate: no hook at all.
+    assert!(!template(&helm, &[]).unwrap().iter().any(is_hook));
+
+    // Shadow mode writes no condition: refused, nothing rendered.
+    let error = template(&helm, &set(&["readinessGate.enabled=true", "statusMode=shadow"])).expect_err("shadow");
+    assert!(
+        error.contains("readinessGate.enabled needs statusMode conditions or full"),
+        "{error}"
+    );
+    // An apiserver without MutatingAdmissionPolicy (helm's own defaults lack it): refused before
+    // anything is installed, with what to do.
+    let error = template_for(&helm, &set(&["readinessGate.enabled=true"]), &[]).unwrap_err();
+    assert!(
+        error.contains("readinessGate.enabled needs MutatingAdmissionPolicy")
+            && error.contains("nothing was installed"),
+        "{error}"
+    );
 }

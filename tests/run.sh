@@ -109,8 +109,9 @@ run_tests --workspace
 
 # plegd installed as deploy/ installs it into a real one-node cluster (kube-apiserver,
 # controller-manager, scheduler, kubelet on a containerd of its own), from this checkout's optimized
-# binary: tests/cluster_e2e.rs, one test at a time; then plegd's status against the kubelet's on
-# that node (tests/kubelet_parity.rs), on containerd 2.1 and again on 1.7. The cluster is removed
+# binary: tests/cluster_e2e.rs and the readiness gate (tests/readiness_gate.rs), one test at a
+# time; then plegd's status against the kubelet's on that node (tests/kubelet_parity.rs), on
+# containerd 2.1 and again on 1.7. The cluster is removed
 # afterwards. The binary is built as release is, without its whole-program optimization (LTO),
 # which would add about a minute and a half to a run (Cargo.toml, profile release-without-lto).
 if [ ${#VERSIONS[@]} -gt 0 ]; then
@@ -118,7 +119,7 @@ if [ ${#VERSIONS[@]} -gt 0 ]; then
   cargo build --profile release-without-lto --bin plegd
   CLUSTER_PLEGD=$TARGET_DIR/release-without-lto/plegd
   trap 'bash tests/cluster/cluster.sh stop; bash tests/containerd/containerd.sh stop' EXIT
-  PLEGD_BINARY=$CLUSTER_PLEGD PLEGD_CLUSTER_E2E=1 run_tests --test cluster_e2e --test kubelet_parity
+  PLEGD_BINARY=$CLUSTER_PLEGD PLEGD_CLUSTER_E2E=1 run_tests --test cluster_e2e --test kubelet_parity --test readiness_gate
   bash tests/cluster/cluster.sh stop
   # The same suite in kind, on a Docker engine of the tests' own with a node image built here
   # (deploy/kind/e2e.sh, PLEGD_KIND_LOCAL=1): in CI's time, the DaemonSet under kind's kubelet with

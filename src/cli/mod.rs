@@ -88,7 +88,11 @@ async fn run(invocation: Invocation) -> anyhow::Result<()> {
                 done.released,
                 done.already,
                 config.policy,
-                if done.policy_deleted { "deleted" } else { "was not there" },
+                if done.policy_deleted {
+                    "deleted"
+                } else {
+                    "was not there"
+                },
                 crate::status::release::KUBELET_POLICY,
             );
         }

@@ -16,6 +16,7 @@ use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
 
 use super::StatusMode;
 use super::compare::{Difference, Probed, differences};
+use super::gate::{GATE_RELEASED, own_condition};
 use super::generate::{
     CONTAINERS_RUNNING, DISRUPTION_TARGET, IllegalTransition, KUBELET_CONDITIONS, StatusInput, active_deadline,
     check_container_state_transition, containers_running_condition, generate, is_terminal, observed_generation,
@@ -252,8 +253,14 @@ pub fn removal_drops_write(mode: StatusMode, pod: &ApiPod) -> bool {
     mode.writes() && !mode.deletes_finished_pods() && pod.being_removed()
 }
 
-/// plegd's own condition for `pod`, from the container statuses it generated.
+/// plegd's own condition for `pod`, from the container statuses it generated; or, where the
+/// readiness gate was released on the pod (`plegd release-gates`), the released condition as it is:
+/// plegd never arms a released gate again (the pod's readiness is the kubelet's alone until the pod
+/// is created anew).
 fn running_condition(pod: &ApiPod, generated: &PodStatus) -> PodCondition {
+    if let Some(released) = own_condition(pod.status.as_ref()).filter(|c| c.reason.as_deref() == Some(GATE_RELEASED)) {
+        return released.clone();
+    }
     let statuses = generated.container_statuses.as_deref().unwrap_or_default();
     PodCondition {
         observed_generation: observed_generation(pod),
@@ -718,6 +725,25 @@ mod tests {
         written.status.as_mut().unwrap().phase = Some("Running".into());
         assert!(informer_change_matters(StatusMode::Shadow, &old, &written));
         assert!(!informer_change_matters(StatusMode::Conditions, &old, &written));
+    }
+
+    #[test]
+    fn a_released_gate_is_never_armed_again() {
+        let mut pod = pod("Always");
+        let released = crate::status::gate::released(None, at(1)).unwrap();
+        pod.status = Some(PodStatus {
+            conditions: Some(vec![released.clone()]),
+            ..PodStatus::default()
+        });
+        for mode in [StatusMode::Conditions, StatusMode::Full] {
+            let decision = decide(mode, &node(), &pod, None, &exited(), at(9));
+            let (status, _) = write_of(&decision);
+            assert_eq!(
+                condition_of(status, CONTAINERS_RUNNING),
+                &released,
+                "{mode:?}: a dead container does not make it False again"
+            );
+        }
     }
 
     #[test]

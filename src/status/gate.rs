@@ -32,8 +32,7 @@ pub const HANDED_BACK_MESSAGE: &str =
     "plegd stopped on this node: the condition follows the kubelet's container statuses until plegd is back";
 
 /// The message of a released condition.
-pub const RELEASED_MESSAGE: &str =
-    "plegd's readiness gate was uninstalled: readiness is the kubelet's alone (this condition no longer follows the containers)";
+pub const RELEASED_MESSAGE: &str = "plegd's readiness gate was uninstalled: readiness is the kubelet's alone (this condition no longer follows the containers)";
 
 /// Whether a pod's readiness gates (their condition types) name plegd's condition.
 pub fn is_gated(readiness_gates: &[String]) -> bool {
@@ -42,7 +41,11 @@ pub fn is_gated(readiness_gates: &[String]) -> bool {
 
 /// plegd's condition in `status`, if any.
 pub fn own_condition(status: Option<&PodStatus>) -> Option<&PodCondition> {
-    status?.conditions.as_deref()?.iter().find(|c| c.type_ == CONTAINERS_RUNNING)
+    status?
+        .conditions
+        .as_deref()?
+        .iter()
+        .find(|c| c.type_ == CONTAINERS_RUNNING)
 }
 
 /// The status that hands a gated pod back to the kubelet: `status` with plegd's condition given the
@@ -133,7 +136,11 @@ mod tests {
         assert_eq!(c.reason.as_deref(), Some(KUBELET_REPORTED));
         assert_eq!(c.message.as_deref(), Some(HANDED_BACK_MESSAGE));
         assert_eq!(c.last_transition_time, Some(time(1_000)));
-        assert_eq!(back.conditions.as_ref().unwrap()[0], ready(), "others' conditions untouched");
+        assert_eq!(
+            back.conditions.as_ref().unwrap()[0],
+            ready(),
+            "others' conditions untouched"
+        );
     }
 
     #[test]
@@ -149,9 +156,17 @@ mod tests {
         let from_false = released(Some(&with(vec![own("False", "ContainerDied")])), at(5)).unwrap();
         assert_eq!(from_false.status, "True");
         assert_eq!(from_false.reason.as_deref(), Some(GATE_RELEASED));
-        assert_ne!(from_false.last_transition_time, Some(time(1_000)), "False to True moves it");
+        assert_ne!(
+            from_false.last_transition_time,
+            Some(time(1_000)),
+            "False to True moves it"
+        );
         let from_true = released(Some(&with(vec![own("True", "AllContainersRunning")])), at(5)).unwrap();
-        assert_eq!(from_true.last_transition_time, Some(time(1_000)), "True stays True: kept");
+        assert_eq!(
+            from_true.last_transition_time,
+            Some(time(1_000)),
+            "True stays True: kept"
+        );
         let absent = released(Some(&with(vec![ready()])), at(5)).unwrap();
         assert!(absent.last_transition_time.is_some());
         assert_eq!(released(Some(&with(vec![own("True", GATE_RELEASED)])), at(5)), None);

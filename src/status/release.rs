@@ -73,20 +73,20 @@ pub struct Released {
 pub enum ReleaseError {
     #[error(transparent)]
     Client(#[from] ClientError),
-    #[error("cannot delete the MutatingAdmissionPolicy {name}: {source}")]
+    #[error("cannot delete the MutatingAdmissionPolicy {name}")]
     DeletePolicy {
         name: String,
         #[source]
         source: kube::Error,
     },
-    #[error("cannot remove the finalizer {FINALIZER} of the {kind} {name}: {source}")]
+    #[error("cannot remove the finalizer {FINALIZER} of the {kind} {name}")]
     Finalizer {
         kind: &'static str,
         name: String,
         #[source]
         source: kube::Error,
     },
-    #[error("cannot list the cluster's pods: {0}")]
+    #[error("cannot list the cluster's pods")]
     List(#[source] kube::Error),
     #[error("{count} gated pods could not be released (first: {first}); run plegd release-gates again")]
     Unreleased { count: usize, first: String },
@@ -151,11 +151,13 @@ pub async fn release_gates(config: &ReleaseConfig) -> Result<Released, ReleaseEr
     Err(ReleaseError::StillGating(config.policy.clone()))
 }
 
-/// The admissionregistration.k8s.io/v1 objects of `kind` (MutatingAdmissionPolicy or ...Binding).
-fn admission(client: &kube::Client, kind: &str) -> Api<DynamicObject> {
+/// The admissionregistration.k8s.io/v1 objects of a kind: (kind, plural).
+const POLICY: (&str, &str) = ("MutatingAdmissionPolicy", "mutatingadmissionpolicies");
+const BINDING: (&str, &str) = ("MutatingAdmissionPolicyBinding", "mutatingadmissionpolicybindings");
+
+fn admission(client: &kube::Client, (kind, plural): (&str, &str)) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", kind);
-    let resource = ApiResource::from_gvk_with_plural(&gvk, &format!("{}s", kind.to_lowercase()));
-    Api::all_with(client.clone(), &resource)
+    Api::all_with(client.clone(), &ApiResource::from_gvk_with_plural(&gvk, plural))
 }
 
 /// The JSON patch that removes [`FINALIZER`] from `finalizers`, tested in place (a concurrent
@@ -171,10 +173,10 @@ pub fn finalizer_removal(finalizers: &[String]) -> Option<Value> {
 /// Remove [`FINALIZER`] from the kubelet policy and its binding; how many had it.
 async fn remove_finalizers(client: &kube::Client) -> Result<usize, ReleaseError> {
     let mut removed = 0;
-    for kind in ["MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"] {
-        let api = admission(client, kind);
+    for which in [POLICY, BINDING] {
+        let api = admission(client, which);
         let error = |source| ReleaseError::Finalizer {
-            kind,
+            kind: which.0,
             name: KUBELET_POLICY.to_owned(),
             source,
         };
@@ -196,10 +198,7 @@ async fn remove_finalizers(client: &kube::Client) -> Result<usize, ReleaseError>
 
 /// Delete the policy; whether it was there.
 async fn delete_policy(client: &kube::Client, name: &str) -> Result<bool, ReleaseError> {
-    match admission(client, "MutatingAdmissionPolicy")
-        .delete(name, &DeleteParams::default())
-        .await
-    {
+    match admission(client, POLICY).delete(name, &DeleteParams::default()).await {
         Ok(_) => {
             info!(policy = name, "policy deleted: no new pod gets the gate");
             Ok(true)
@@ -329,7 +328,11 @@ mod tests {
         assert_eq!(conditions[0]["type"], CONTAINERS_RUNNING);
         assert_eq!(conditions[0]["status"], "True");
         assert_eq!(conditions[0]["reason"], GATE_RELEASED);
-        assert_eq!(patch.as_object().unwrap().len(), 2, "nothing but the uid and the condition: {patch}");
+        assert_eq!(
+            patch.as_object().unwrap().len(),
+            2,
+            "nothing but the uid and the condition: {patch}"
+        );
     }
 
     #[test]
@@ -347,12 +350,18 @@ mod tests {
 
     #[test]
     fn pods_without_the_gate_or_released_already_are_left_alone() {
-        assert_eq!(release_patch(&pod(&["example.com/Other"], Some(("False", "X"))), at(3)), None);
+        assert_eq!(
+            release_patch(&pod(&["example.com/Other"], Some(("False", "X"))), at(3)),
+            None
+        );
         assert_eq!(release_patch(&pod(&[], None), at(3)), None);
         assert_eq!(
             release_patch(&pod(&[CONTAINERS_RUNNING], Some(("True", GATE_RELEASED))), at(3)),
             None
         );
-        assert!(release_patch(&pod(&[CONTAINERS_RUNNING], None), at(3)).is_some(), "absent: released");
+        assert!(
+            release_patch(&pod(&[CONTAINERS_RUNNING], None), at(3)).is_some(),
+            "absent: released"
+        );
     }
 }

@@ -20,12 +20,13 @@ pub const RBAC_FILES: [&str; 4] = [RBAC_READ, RBAC_STATUS, RBAC_FULL_MODE, RBAC_
 pub const OVERLAYS: [&str; 3] = ["conditions", "full", "shadow"];
 /// The optional components an operator adds to an overlay (the admission policies and the
 /// network policy are in the overlays already).
-pub const OPTIONAL_COMPONENTS: [&str; 5] = [
+pub const OPTIONAL_COMPONENTS: [&str; 6] = [
     "events",
     "pod-monitor",
     "grafana-dashboard",
     "alerts",
     "metrics-certificate",
+    "readiness-gate",
 ];
 
 /// An install as `kubectl apply -k` makes it: overlay `deploy/<overlay>` with `components` (names

@@ -1,0 +1,732 @@
+//! What plegd's readiness gate buys a Service's clients, with real traffic through kube-proxy, on the
+//! one-node cluster of tests/cluster/cluster.sh (kube-apiserver, kube-controller-manager with the
+//! EndpointSlice controller, the kubelet and kube-proxy in iptables mode with its default sync
+//! settings, all built from Kubernetes' own code; plegd in conditions mode with
+//! deploy/components/readiness-gate).
+//!
+//! Two Services side by side in one run, each of `--backends` (20) HTTP backends (busybox httpd,
+//! one pod each, restarted by the kubelet): `gated` in a namespace opted into the gate, `plain` in
+//! one that is not. A client per Service sends `--rate` (100) requests a second through its
+//! ClusterIP, each on a new connection (kube-proxy picks a backend per connection). Crashes:
+//! `--crashes` (20) SIGKILLs per Service at random moments (1 to 2 s apart, alternating Services,
+//! each backend at most once), then a burst: every backend of both Services killed at once.
+//!
+//! Per crash, from the kill (the bench's clock; every watcher on this machine):
+//!   endpoint  its endpoint `ready: false` in the Service's EndpointSlice (a watch);
+//!   rules     kube-proxy's rules without it (the Service's iptables chain, read every 10 ms);
+//!   last fail the last failed request of the Service after the kill and before the rules dropped it;
+//!   failed    failed requests of the Service in that window;
+//!   back      its endpoint ready again (the kubelet restarted it, Ready).
+//!
+//! Passes (`--passes`, default `defaults`): `defaults` (the kubelet as it ships), `evented` (its
+//! EventedPLEG gate on), each `+load` (`defaults+load`): the same while `--load` (100) other pods are
+//! created and deleted in a loop beside them. Needs root; a pass takes 2 to 3 minutes.
+//!
+//!     cargo bench --bench traffic
+//!     cargo bench --bench traffic -- --passes defaults,evented,defaults+load
+//!
+//! `PLEGD_BENCH_TRACE=DIR` writes each crash's figures (`DIR/PASS.jsonl`).
+
+mod args;
+mod stats;
+use plegd_test_support as support;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::TryStreamExt;
+use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::runtime::watcher;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use args::arg;
+use stats::percentile;
+use support::cluster::{IMAGE, client_from};
+
+const GROUPS: [&str; 2] = ["gated", "plain"];
+const LOAD_NS: &str = "traffic-load";
+
+fn script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/cluster/cluster.sh")
+}
+
+fn plegd_binary() -> String {
+    std::env::var("PLEGD_BINARY").unwrap_or_else(|_| env!("CARGO_BIN_EXE_plegd").to_owned())
+}
+
+/// `cluster.sh ARGS` with the kubelet's feature gates; its last line of output.
+fn cluster_sh(args: &[&str], gates: &str) -> String {
+    let out = Command::new("bash")
+        .arg(script())
+        .args(args)
+        .env("PLEGD_CLUSTER_KUBELET_FEATURE_GATES", gates)
+        .env("PLEGD_BINARY", plegd_binary())
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .expect("run tests/cluster/cluster.sh");
+    assert!(out.status.success(), "cluster.sh {args:?} failed");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .trim()
+        .to_owned()
+}
+
+fn namespace(group: &str) -> String {
+    format!("traffic-{group}")
+}
+
+/// The port backend `i` of `group` listens on: its own, so that the bench kills exactly it.
+fn port(group: &str, i: usize) -> u16 {
+    (if group == "gated" { 8100 } else { 8300 }) + i as u16
+}
+
+/// Backend `i` of `group`: busybox httpd serving its own name at /id, restarted by the kubelet.
+fn backend(group: &str, i: usize, node: &str) -> Pod {
+    let port = port(group, i);
+    serde_json::from_value(json!({
+        "metadata": {"name": format!("backend-{i}"), "namespace": namespace(group), "labels": {"app": "backend"}},
+        "spec": {
+            "nodeName": node,
+            "restartPolicy": "Always",
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{
+                "name": "http",
+                "image": IMAGE,
+                "imagePullPolicy": "Never",
+                "command": ["sh", "-c", format!(
+                    "mkdir -p /tmp/www && hostname > /tmp/www/id && exec busybox httpd -f -p {port} -h /tmp/www")],
+                "ports": [{"name": "http", "containerPort": port}],
+            }],
+        },
+    }))
+    .unwrap()
+}
+
+/// SIGKILL backend `i` of `group` (its httpd, the container's only process); the moment.
+fn kill(group: &str, i: usize) -> Instant {
+    let at = Instant::now();
+    let out = Command::new("pkill")
+        .args(["-KILL", "-f", &format!("busybox httpd -f -p {} ", port(group, i))])
+        .output()
+        .expect("run pkill");
+    assert!(out.status.success(), "no backend {group}/{i} to kill");
+    at
+}
+
+/// What the watchers saw, by endpoint IP: (when, ready) transitions of its EndpointSlice entry.
+type Seen = Arc<Mutex<HashMap<String, Vec<(Instant, bool)>>>>;
+
+/// Follow the Services' EndpointSlices: each endpoint's readiness changes.
+fn watch_endpoints(client: kube::Client, group: &str, seen: Seen) -> tokio::task::JoinHandle<()> {
+    let slices: Api<EndpointSlice> = Api::namespaced(client, &namespace(group));
+    tokio::spawn(async move {
+        let mut last: HashMap<String, bool> = HashMap::new();
+        let stream = watcher(slices, watcher::Config::default());
+        futures_util::pin_mut!(stream);
+        while let Ok(Some(event)) = stream.try_next().await {
+            let now = Instant::now();
+            let slices = match event {
+                watcher::Event::Apply(s) | watcher::Event::InitApply(s) => vec![s],
+                _ => continue,
+            };
+            for slice in slices {
+                for endpoint in slice.endpoints.into_iter().flatten() {
+                    let ready = endpoint.conditions.as_ref().and_then(|c| c.ready).unwrap_or(false);
+                    for ip in endpoint.addresses {
+                        if last.insert(ip.clone(), ready) != Some(ready) {
+                            seen.lock().unwrap().entry(ip).or_default().push((now, ready));
+                        }
+                    }
+                }
+            }
+        }
+    })
+}
+
+/// The endpoint IPs in kube-proxy's iptables chain of Service `service` (namespace/name).
+fn rules(chain: &str) -> Vec<String> {
+    let out = Command::new("iptables")
+        .args(["-w", "-t", "nat", "-S", chain])
+        .output()
+        .expect("run iptables");
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .filter_map(|l| l.split(" -> ").nth(1))
+        .filter_map(|rest| rest.split(':').next())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The iptables chain kube-proxy gives `namespace/name:http` (KUBE-SVC-...), found in the nat table.
+fn service_chain(service: &str) -> Option<String> {
+    let out = Command::new("iptables")
+        .args(["-w", "-t", "nat", "-S", "KUBE-SERVICES"])
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find(|l| l.contains(&format!("\"{service}:http cluster IP\"")) && l.contains("-j KUBE-SVC-"))
+        .and_then(|l| l.split("-j ").nth(1))
+        .map(|c| c.trim().to_owned())
+}
+
+/// Read each Service's chain every 10 ms: when each endpoint IP leaves or comes back.
+fn watch_rules(
+    chains: Vec<(String, String)>,
+    seen: Seen,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut last: HashMap<String, Vec<String>> = HashMap::new();
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            for (group, chain) in &chains {
+                let now = Instant::now();
+                let ips = rules(chain);
+                let before = last.insert(group.clone(), ips.clone()).unwrap_or_default();
+                let mut seen = seen.lock().unwrap();
+                for ip in before.iter().filter(|ip| !ips.contains(ip)) {
+                    seen.entry(ip.clone()).or_default().push((now, false));
+                }
+                for ip in ips.iter().filter(|ip| !before.contains(ip)) {
+                    seen.entry(ip.clone()).or_default().push((now, true));
+                }
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    })
+}
+
+/// One request's outcome: when it was sent, and whether an HTTP 200 came back.
+type Requests = Arc<Mutex<Vec<(Instant, bool)>>>;
+
+/// GET /id on a new connection to `address`; whether it answered 200 within 1 s.
+async fn request(address: &str) -> bool {
+    let attempt = async {
+        let mut stream = tokio::net::TcpStream::connect(address).await.ok()?;
+        stream.write_all(b"GET /id HTTP/1.0\r\n\r\n").await.ok()?;
+        let mut answer = Vec::new();
+        stream.read_to_end(&mut answer).await.ok()?;
+        Some(answer.starts_with(b"HTTP/1.0 200") || answer.starts_with(b"HTTP/1.1 200"))
+    };
+    tokio::time::timeout(Duration::from_secs(1), attempt)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or(false)
+}
+
+/// Send `rate` requests a second to `address` until `stop`, each on a task of its own (a slow one
+/// does not hold the next back), recording each.
+fn requester(
+    address: String,
+    rate: u32,
+    log: Requests,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / f64::from(rate)));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            tick.tick().await;
+            let address = address.clone();
+            let log = log.clone();
+            tokio::spawn(async move {
+                let sent = Instant::now();
+                let ok = request(&address).await;
+                log.lock().unwrap().push((sent, ok));
+            });
+        }
+    })
+}
+
+/// A small random number generator (xorshift), seeded from the clock: crash moments.
+struct Draw(u64);
+
+impl Draw {
+    fn new() -> Self {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64;
+        Self(seed | 1)
+    }
+    fn next(&mut self) -> f64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// The first transition to `ready` at or after `from` in `events`: its time since `from`.
+fn first_after(events: Option<&Vec<(Instant, bool)>>, from: Instant, ready: bool) -> Option<Duration> {
+    events?
+        .iter()
+        .find(|(at, r)| *at >= from && *r == ready)
+        .map(|(at, _)| *at - from)
+}
+
+/// One crash's figures, in ms from the kill.
+#[derive(Debug, Default, Clone)]
+struct Crash {
+    group: String,
+    endpoint: Option<f64>,
+    rules: Option<f64>,
+    last_fail: Option<f64>,
+    failed: usize,
+    back: Option<f64>,
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// The figures of a crash of the backend at `ip` of `group`, killed at `killed`; `until` bounds
+/// the window of failures it is blamed for (the next crash of the same Service, or the end).
+fn figures(
+    group: &str,
+    ip: &str,
+    killed: Instant,
+    until: Instant,
+    endpoints: &Seen,
+    rules: &Seen,
+    requests: &Requests,
+) -> Crash {
+    let endpoints = endpoints.lock().unwrap();
+    let rules = rules.lock().unwrap();
+    let out_of_rules = first_after(rules.get(ip), killed, false);
+    let window_end = out_of_rules.map_or(until, |d| (killed + d + Duration::from_millis(1000)).min(until));
+    let requests = requests.lock().unwrap();
+    let failures: Vec<Instant> = requests
+        .iter()
+        .filter(|(sent, ok)| !ok && *sent >= killed && *sent < window_end)
+        .map(|(sent, _)| *sent)
+        .collect();
+    Crash {
+        group: group.to_owned(),
+        endpoint: first_after(endpoints.get(ip), killed, false).map(ms),
+        rules: out_of_rules.map(ms),
+        last_fail: failures.iter().max().map(|t| ms(*t - killed)),
+        failed: failures.len(),
+        back: first_after(endpoints.get(ip), killed, false)
+            .and_then(|gone| first_after(endpoints.get(ip), killed + gone, true))
+            .map(|d| ms(d) + first_after(endpoints.get(ip), killed, false).map_or(0.0, ms)),
+    }
+}
+
+/// p50/p90/p99 of the present values, as text.
+fn quantiles(values: &[Option<f64>]) -> (String, Option<f64>, Option<f64>, Option<f64>) {
+    let mut v: Vec<f64> = values.iter().flatten().copied().collect();
+    v.sort_by(|a, b| a.total_cmp(b));
+    if v.is_empty() {
+        return ("n/a".into(), None, None, None);
+    }
+    let (p50, p90, p99) = (percentile(&v, 0.5), percentile(&v, 0.9), percentile(&v, 0.99));
+    let missing = values.len() - v.len();
+    (
+        format!(
+            "{p50:>8.0} {p90:>8.0} {p99:>8.0}{}",
+            if missing > 0 {
+                format!("  ({missing} not seen)")
+            } else {
+                String::new()
+            }
+        ),
+        Some(p50),
+        Some(p90),
+        Some(p99),
+    )
+}
+
+fn report(title: &str, crashes: &[Crash]) {
+    println!("\n### {title}\n");
+    println!("| per crash, ms from the kill | group | p50 | p90 | p99 |");
+    println!("|---|---|---:|---:|---:|");
+    let mut p50s: BTreeMap<(&str, &str), (f64, f64, f64)> = BTreeMap::new();
+    for (name, pick) in [
+        (
+            "endpoint not ready",
+            (|c: &Crash| c.endpoint) as fn(&Crash) -> Option<f64>,
+        ),
+        ("kube-proxy's rules without it", |c: &Crash| c.rules),
+        ("last failed request", |c: &Crash| c.last_fail),
+        ("failed requests (count)", |c: &Crash| Some(c.failed as f64)),
+        ("back in service", |c: &Crash| c.back),
+    ] {
+        for group in GROUPS {
+            let values: Vec<Option<f64>> = crashes.iter().filter(|c| c.group == group).map(pick).collect();
+            let (text, p50, p90, p99) = quantiles(&values);
+            let cells: Vec<&str> = text.split_whitespace().collect();
+            println!(
+                "| {name} | {group} | {} | {} | {}{} |",
+                cells.first().unwrap_or(&"n/a"),
+                cells.get(1).unwrap_or(&""),
+                cells.get(2).unwrap_or(&""),
+                if cells.len() > 3 {
+                    format!(" {}", cells[3..].join(" "))
+                } else {
+                    String::new()
+                }
+            );
+            if let (Some(a), Some(b), Some(c)) = (p50, p90, p99) {
+                p50s.insert((name, group), (a, b, c));
+            }
+        }
+    }
+    for name in [
+        "endpoint not ready",
+        "kube-proxy's rules without it",
+        "failed requests (count)",
+    ] {
+        if let (Some(g), Some(p)) = (p50s.get(&(name, "gated")), p50s.get(&(name, "plain"))) {
+            println!(
+                "\n{name}: plain / gated = {:.1}x at p50, {:.1}x at p90, {:.1}x at p99",
+                p.0 / g.0.max(0.5),
+                p.1 / g.1.max(0.5),
+                p.2 / g.2.max(0.5)
+            );
+        }
+    }
+    let failed = |group: &str| {
+        crashes
+            .iter()
+            .filter(|c| c.group == group)
+            .map(|c| c.failed)
+            .sum::<usize>()
+    };
+    println!(
+        "\nfailed requests in all: gated {}, plain {} ({} crashes each)",
+        failed("gated"),
+        failed("plain"),
+        crashes.iter().filter(|c| c.group == "gated").count()
+    );
+    let windows: Vec<Option<f64>> = crashes
+        .iter()
+        .filter(|c| c.group == "gated")
+        .map(|c| c.last_fail)
+        .collect();
+    println!(
+        "gated window of failures (kill to last failed request), p50: {}",
+        quantiles(&windows).0
+    );
+}
+
+/// Pods created and deleted in a loop in their own namespace until `stop`: a busy runtime.
+fn load(
+    client: kube::Client,
+    node: String,
+    pods: usize,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let api: Api<Pod> = Api::namespaced(client, LOAD_NS);
+        let mut round = 0u64;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            round += 1;
+            for i in 0..pods {
+                let pod: Pod = serde_json::from_value(json!({
+                    "metadata": {"name": format!("load-{round}-{i}")},
+                    "spec": {"nodeName": node, "restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
+                             "containers": [{"name": "c", "image": IMAGE, "imagePullPolicy": "Never", "command": ["sleep", "30"]}]},
+                }))
+                .unwrap();
+                let _ = api.create(&PostParams::default(), &pod).await;
+            }
+            tokio::time::sleep(Duration::from_secs(15)).await;
+            let _ = api
+                .delete_collection(&DeleteParams::default().grace_period(0), &ListParams::default())
+                .await;
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        }
+        let _ = api
+            .delete_collection(&DeleteParams::default().grace_period(0), &ListParams::default())
+            .await;
+    })
+}
+
+async fn ensure_namespace(client: &kube::Client, name: &str, labels: Value) {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    if namespaces.get_opt(name).await.unwrap().is_some() {
+        let _ = namespaces.delete(name, &DeleteParams::default()).await;
+        support::wait_for(&format!("namespace {name} gone"), Duration::from_secs(180), || async {
+            namespaces.get_opt(name).await.ok().flatten().is_none()
+        })
+        .await;
+    }
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(client.clone(), name);
+    support::wait_for(
+        &format!("{name}'s default service account"),
+        Duration::from_secs(60),
+        || async { accounts.get_opt("default").await.ok().flatten().is_some() },
+    )
+    .await;
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let backends: usize = arg("--backends").unwrap_or(20);
+    let crashes: usize = arg("--crashes").unwrap_or(20).min(backends);
+    let rate: u32 = arg("--rate").unwrap_or(100);
+    let load_pods: usize = arg("--load").unwrap_or(100);
+    let passes: String = arg("--passes").unwrap_or_else(|| "defaults".to_owned());
+    println!(
+        "kubelet 1.37.2, kube-proxy 1.37.2 (iptables, defaults) and plegd {} on one node, containerd {}: \
+         {backends} backends per Service, {crashes} spread crashes each, then a burst of {}; {rate} requests/s per Service",
+        env!("CARGO_PKG_VERSION"),
+        std::env::var("PLEGD_CLUSTER_CONTAINERD_VERSION").unwrap_or_else(|_| "2.1".into()),
+        2 * backends
+    );
+    let install = support::manifests::kustomization(
+        &PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/tmp/traffic-install"),
+        "conditions",
+        &["readiness-gate"],
+    );
+    for pass in passes.split(',') {
+        let (gates, loaded) = match pass {
+            "defaults" => ("", false),
+            "evented" => ("EventedPLEG=true", false),
+            "defaults+load" => ("", true),
+            "evented+load" => ("EventedPLEG=true", true),
+            other => panic!("--passes: unknown pass {other:?} (defaults, evented, defaults+load, evented+load)"),
+        };
+        println!("\n## pass: {pass}");
+        let kubeconfig = cluster_sh(&["start", "--plegd", &install.display().to_string()], gates);
+        let client = client_from(Path::new(&kubeconfig)).await;
+        let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+        let node = nodes.list(&ListParams::default()).await.unwrap().items[0]
+            .metadata
+            .name
+            .clone()
+            .unwrap();
+        for group in GROUPS {
+            let labels = if group == "gated" {
+                json!({"plegd.io/readiness-gate": "enabled"})
+            } else {
+                json!({})
+            };
+            ensure_namespace(&client, &namespace(group), labels).await;
+            let services: Api<Service> = Api::namespaced(client.clone(), &namespace(group));
+            services
+                .create(
+                    &PostParams::default(),
+                    &serde_json::from_value(json!({
+                        "metadata": {"name": "backend"},
+                        "spec": {"selector": {"app": "backend"}, "ports": [{"name": "http", "port": 80, "targetPort": "http"}]},
+                    }))
+                    .unwrap(),
+                )
+                .await
+                .unwrap();
+            let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace(group));
+            for i in 0..backends {
+                pods.create(&PostParams::default(), &backend(group, i, &node))
+                    .await
+                    .unwrap();
+            }
+        }
+        // Every backend Ready, the gated ones gated.
+        let mut ips: HashMap<(&str, usize), String> = HashMap::new();
+        for group in GROUPS {
+            let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace(group));
+            support::wait_for(
+                &format!("{group}'s backends Ready"),
+                Duration::from_secs(300),
+                || async {
+                    let list = pods.list(&ListParams::default()).await.unwrap().items;
+                    list.len() == backends
+                        && list.iter().all(|p| {
+                            p.status
+                                .as_ref()
+                                .and_then(|s| s.conditions.as_ref())
+                                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+                        })
+                },
+            )
+            .await;
+            for pod in pods.list(&ListParams::default()).await.unwrap().items {
+                let gated = pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.readiness_gates.as_ref())
+                    .is_some_and(|g| g.iter().any(|g| g.condition_type == "plegd.io/ContainersRunning"));
+                assert_eq!(gated, group == "gated", "{:?}", pod.metadata.name);
+                let name = pod.metadata.name.clone().unwrap();
+                let i: usize = name.trim_start_matches("backend-").parse().unwrap();
+                ips.insert((group, i), pod.status.unwrap().pod_ip.unwrap());
+            }
+        }
+        let endpoints: Seen = Seen::default();
+        let in_rules: Seen = Seen::default();
+        let requests: HashMap<&str, Requests> = GROUPS.iter().map(|g| (*g, Requests::default())).collect();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut tasks = Vec::new();
+        let mut chains = Vec::new();
+        for group in GROUPS {
+            tasks.push(watch_endpoints(client.clone(), group, endpoints.clone()));
+            let service = format!("{}/backend", namespace(group));
+            let chain = {
+                let mut found = None;
+                support::wait_for(
+                    &format!("kube-proxy's chain of {service}"),
+                    Duration::from_secs(60),
+                    || {
+                        found = service_chain(&service);
+                        let ok = found.as_ref().is_some_and(|c| rules(c).len() == backends);
+                        async move { ok }
+                    },
+                )
+                .await;
+                found.unwrap()
+            };
+            chains.push((group.to_owned(), chain));
+            let services: Api<Service> = Api::namespaced(client.clone(), &namespace(group));
+            let ip = services.get("backend").await.unwrap().spec.unwrap().cluster_ip.unwrap();
+            tasks.push(requester(
+                format!("{ip}:80"),
+                rate,
+                requests[group].clone(),
+                stop.clone(),
+            ));
+        }
+        let rules_thread = watch_rules(chains, in_rules.clone(), stop.clone());
+        let mut loader = None;
+        if loaded {
+            ensure_namespace(&client, LOAD_NS, json!({})).await;
+            loader = Some(load(client.clone(), node.clone(), load_pods, stop.clone()));
+        }
+        tokio::time::sleep(Duration::from_secs(if loaded { 20 } else { 3 })).await;
+
+        // Spread crashes: alternating Services, 1 to 2 s apart.
+        let mut draw = Draw::new();
+        let mut kills: Vec<(&str, usize, Instant)> = Vec::new();
+        for n in 0..crashes * 2 {
+            let group = GROUPS[n % 2];
+            tokio::time::sleep(Duration::from_secs_f64(1.0 + draw.next())).await;
+            kills.push((group, n / 2, kill(group, n / 2)));
+        }
+        // Every restarted backend back (a second kill of one would meet the kubelet's backoff
+        // before its restart, not a state the spread crashes measure).
+        tokio::time::sleep(Duration::from_secs(15)).await;
+        let spread_end = Instant::now();
+        // The burst: every backend of both Services at once.
+        let burst_at = Instant::now();
+        let mut burst = Vec::new();
+        for group in GROUPS {
+            for i in 0..backends {
+                burst.push((group, i, kill(group, i)));
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(40)).await;
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let _ = rules_thread.join();
+        if let Some(loader) = loader {
+            let _ = loader.await;
+        }
+        for task in tasks {
+            task.abort();
+        }
+
+        let spread: Vec<Crash> = kills
+            .iter()
+            .enumerate()
+            .map(|(k, (group, i, at))| {
+                let next = kills[k + 1..]
+                    .iter()
+                    .find(|(g, _, _)| g == group)
+                    .map_or(spread_end, |(_, _, t)| *t);
+                figures(
+                    group,
+                    &ips[&(*group, *i)],
+                    *at,
+                    next,
+                    &endpoints,
+                    &in_rules,
+                    &requests[group],
+                )
+            })
+            .collect();
+        report(&format!("{pass}: {} spread crashes per Service", crashes), &spread);
+        let burst_figures: Vec<Crash> = burst
+            .iter()
+            .map(|(group, i, at)| {
+                let mut crash = figures(
+                    group,
+                    &ips[&(*group, *i)],
+                    *at,
+                    burst_at + Duration::from_secs(30),
+                    &endpoints,
+                    &in_rules,
+                    &requests[group],
+                );
+                // Failures in a burst belong to the Service, not one backend: counted once below.
+                crash.failed = 0;
+                crash
+            })
+            .collect();
+        report(
+            &format!("{pass}: a burst of {} crashes per Service", backends),
+            &burst_figures,
+        );
+        for group in GROUPS {
+            let failed = requests[group]
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|(sent, ok)| !ok && *sent >= burst_at)
+                .count();
+            println!("burst, {group}: {failed} failed requests");
+        }
+        let endpoint_q = |group: &str, p: f64| {
+            let mut v: Vec<f64> = burst_figures
+                .iter()
+                .filter(|c| c.group == group)
+                .filter_map(|c| c.endpoint)
+                .collect();
+            v.sort_by(|a, b| a.total_cmp(b));
+            (!v.is_empty()).then(|| percentile(&v, p))
+        };
+        if let (Some(g99), Some(p50)) = (endpoint_q("gated", 0.99), endpoint_q("plain", 0.5)) {
+            println!("burst: gated endpoints' p99 {g99:.0} ms, plain endpoints' p50 {p50:.0} ms");
+        }
+        if let Ok(dir) = std::env::var("PLEGD_BENCH_TRACE") {
+            let lines: Vec<String> = spread
+                .iter()
+                .map(|c| {
+                    json!({"kind": "spread", "group": c.group, "endpoint_ms": c.endpoint, "rules_ms": c.rules,
+                           "last_fail_ms": c.last_fail, "failed": c.failed, "back_ms": c.back})
+                    .to_string()
+                })
+                .chain(burst_figures.iter().map(|c| {
+                    json!({"kind": "burst", "group": c.group, "endpoint_ms": c.endpoint, "rules_ms": c.rules,
+                           "back_ms": c.back})
+                    .to_string()
+                }))
+                .collect();
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(Path::new(&dir).join(format!("{pass}.jsonl")), lines.join("\n") + "\n").unwrap();
+        }
+        for group in GROUPS {
+            let namespaces: Api<Namespace> = Api::all(client.clone());
+            let _ = namespaces.delete(&namespace(group), &DeleteParams::default()).await;
+        }
+        if loaded {
+            let namespaces: Api<Namespace> = Api::all(client.clone());
+            let _ = namespaces.delete(LOAD_NS, &DeleteParams::default()).await;
+        }
+    }
+}
