@@ -9,7 +9,9 @@
 # the pod status `plegd run --status-mode full` writes for the same pods, as `kubectl get pods
 # --watch` follows it (`kubectl:` lines on stderr, beside the workload's own `workload:` lines).
 # Then plegd as the DaemonSet the node's kubelet runs (deploy/conditions), its condition on a pod
-# the kubelet runs (`daemonset:` lines). The cluster is tests/cluster/cluster.sh's: one started by
+# the kubelet runs (`daemonset:` lines); and with its readiness gate (components/readiness-gate),
+# one backend crash behind each of two Services, one gated and one not, while requests go through
+# kube-proxy: how many failed, and for how long (`traffic:` lines). The cluster is tests/cluster/cluster.sh's: one started by
 # hand is stopped at the end. Cleans up when it ends. Needs root, Go and Rust; the first run builds
 # Kubernetes (about 11 minutes on 2 cores) and plegd (a few minutes), later runs take under a minute.
 # PLEGD_CONTAINERD_VERSION=2.1|1.7|1.6|system picks one explicitly.
@@ -105,4 +107,51 @@ KUBECTL -n demo wait pod/failer --for=condition=plegd.io/ContainersRunning=False
 KUBECTL -n demo wait pod/failer --for=jsonpath='{.status.phase}'=Failed --timeout=90s >/dev/null
 KUBECTL -n demo get pod failer -o jsonpath='{range .status.conditions[*]}  daemonset:  {.type}={.status} {.reason} {.message}{"\n"}{end}' >&2
 echo "  daemonset:  phase=$(KUBECTL -n demo get pod failer -o jsonpath='{.status.phase}') (the kubelet's)" >&2
+
+# One backend crash behind a Service, with plegd's readiness gate and without.
+mkdir -p "$RUN/gate"
+printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - %s\ncomponents:\n  - %s\n' \
+  "$(realpath --relative-to "$RUN/gate" deploy/conditions)" "$(realpath --relative-to "$RUN/gate" deploy/components/readiness-gate)" \
+  >"$RUN/gate/kustomization.yaml"
+echo "== plegd with its readiness gate (components/readiness-gate); two Services of 2 HTTP backends each, one in a namespace labelled plegd.io/readiness-gate=enabled" >&2
+PLEGD_BINARY="$BIN/plegd" bash tests/cluster/cluster.sh start --plegd "$RUN/gate" >/dev/null
+for ns in gated plain; do
+  KUBECTL create namespace "traffic-$ns" >/dev/null
+  [ "$ns" = plain ] || KUBECTL label namespace "traffic-$ns" plegd.io/readiness-gate=enabled >/dev/null
+  for i in 1 2; do
+    port=$(( $([ "$ns" = gated ] && echo 8100 || echo 8200) + i ))
+    KUBECTL -n "traffic-$ns" run "backend-$i" --image=plegd.test/busybox:1 --image-pull-policy=Never --labels=app=backend \
+      --port="$port" --overrides='{"spec": {"nodeName": "'"$KUBELET_NODE"'", "terminationGracePeriodSeconds": 0,
+        "containers": [{"name": "backend-'"$i"'", "image": "plegd.test/busybox:1", "imagePullPolicy": "Never",
+          "ports": [{"name": "http", "containerPort": '"$port"'}],
+          "command": ["sh", "-c", "mkdir -p /tmp/www && hostname > /tmp/www/id && exec busybox httpd -f -p '"$port"' -h /tmp/www"]}]}}' >/dev/null
+  done
+  KUBECTL -n "traffic-$ns" create service clusterip backend --tcp=80:http >/dev/null
+  KUBECTL -n "traffic-$ns" patch service backend --type=merge -p '{"spec": {"selector": {"app": "backend"}}}' >/dev/null
+done
+for ns in gated plain; do KUBECTL -n "traffic-$ns" wait pod --all --for=condition=Ready --timeout=90s >/dev/null; done
+# Requests through each Service's ClusterIP, one connection each, for 8 s; a line per request:
+# the time in ms and curl's HTTP code (000: refused or timed out).
+send() {
+  local ip=$1 end=$(( $(date +%s%3N) + 8000 ))
+  while [ "$(date +%s%3N)" -lt "$end" ]; do
+    echo "$(date +%s%3N) $(curl -s -o /dev/null -m 1 -w '%{http_code}' "http://$ip/id")"
+  done
+}
+for ns in gated plain; do
+  ip=$(KUBECTL -n "traffic-$ns" get service backend -o jsonpath='{.spec.clusterIP}')
+  send "$ip" >"$RUN/traffic-$ns.log" &
+  PIDS+=($!)
+done
+sleep 3
+killed=$(date +%s%3N)
+pkill -KILL -f 'busybox httpd -f -p 8101 ' ; pkill -KILL -f 'busybox httpd -f -p 8201 '
+echo "  traffic:  killed one backend of each Service (SIGKILL), requests going on" >&2
+wait "${PIDS[@]: -2}" 2>/dev/null || true
+for ns in gated plain; do
+  awk -v killed="$killed" -v ns="$ns" '$2 != "200" && $1 >= killed { n++; if (!first) first = $1; last = $1 }
+    END { printf "  traffic:  %s Service: %d requests failed, the last %d ms after the kill\n", (ns == "gated" ? "gated" : "ungated"), n, (n ? last - killed : 0) }' \
+    "$RUN/traffic-$ns.log" >&2
+done
+echo "  traffic:  (the gated endpoint left as soon as plegd saw the exit; the other at the kubelet's next relist)" >&2
 exit 0

@@ -6,7 +6,7 @@
 
 use plegd_test_support as support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures_util::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Event, Pod};
@@ -14,37 +14,13 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, W
 use serde_json::{Value, json};
 
 use support::cluster::{CONDITION, Cluster, NAMESPACE, cluster, condition, pod, pod_running};
+use support::eventually;
 use support::process::metric;
 
 /// Every optional component of deploy/ (the admission policies and the network policy are in the
 /// overlays already).
 const EVERY_COMPONENT: [&str; 4] = ["events", "pod-monitor", "grafana-dashboard", "alerts"];
 const WAIT: Duration = Duration::from_secs(90);
-
-/// Poll `get` until `cond` holds of what it returns; panics with the last value after `timeout`.
-async fn eventually<T: std::fmt::Debug, F, Fut>(
-    what: &str,
-    timeout: Duration,
-    mut get: F,
-    cond: impl Fn(&T) -> bool,
-) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = T>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        let value = get().await;
-        if cond(&value) {
-            return value;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}; last seen: {value:#?}"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
 
 async fn get(pods: &Api<Pod>, name: &str) -> Pod {
     pods.get(name).await.unwrap_or_else(|e| panic!("get pod {name}: {e}"))

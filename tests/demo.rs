@@ -2,7 +2,8 @@
 //! of its own of the version the suite runs: what its narration says happened must be what plegd
 //! reported — the lifecycle events of `plegd watch` on stdout, and the pod status `plegd run`
 //! wrote to kube-apiserver as `kubectl get pods --watch` showed it (`kubectl:` lines on stderr),
-//! then plegd as the DaemonSet beside the kubelet (`daemonset:` lines).
+//! then plegd as the DaemonSet beside the kubelet (`daemonset:` lines), and a backend crash behind a
+//! gated and an ungated Service (`traffic:` lines).
 
 use plegd_test_support as support;
 
@@ -168,6 +169,18 @@ async fn the_demo_shows_what_happened() {
         stderr.contains("  daemonset:  phase=Failed (the kubelet's)"),
         "{context}"
     );
+    // Part three: one backend crash behind a gated and an ungated Service, requests counted (which
+    // left first is tests/readiness_gate.rs' to show: the kubelet's relist may by chance come first).
+    for service in ["gated", "ungated"] {
+        let line = stderr
+            .lines()
+            .find(|l| l.starts_with(&format!("  traffic:  {service} Service: ")))
+            .unwrap_or_else(|| panic!("no traffic line for the {service} Service: {context}"));
+        assert!(
+            line.contains(" requests failed, the last ") && line.ends_with(" ms after the kill"),
+            "{line}"
+        );
+    }
     // Nothing is coloured when NO_COLOR is set.
     assert!(!stderr.contains('\x1b'), "{context}");
 }

@@ -28,24 +28,13 @@ const WAIT: Duration = Duration::from_secs(120);
 /// The label that opts a namespace or a pod in (or, `disabled`, a pod out).
 const OPT_IN: &str = "plegd.io/readiness-gate";
 
-/// Poll `get` until `cond` holds of what it returns; panics naming `what` and the last value.
-async fn eventually<T: std::fmt::Debug, F, Fut>(what: &str, mut get: F, cond: impl Fn(&T) -> bool) -> T
+/// [`support::eventually`] within [`WAIT`].
+async fn eventually<T: std::fmt::Debug, F, Fut>(what: &str, get: F, cond: impl Fn(&T) -> bool) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = T>,
 {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let value = get().await;
-        if cond(&value) {
-            return value;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}; last seen: {value:#?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    support::eventually(what, WAIT, get, cond).await
 }
 
 /// A pod on `node` whose container sleeps as `sleep MARK` (a number no other pod uses, so that the
@@ -186,6 +175,31 @@ async fn plegd_away(cluster: &Cluster, away: bool) {
     .await;
 }
 
+/// plegd's pod deleted (the DaemonSet makes another): a restart.
+async fn restart_plegd(cluster: &Cluster) {
+    cluster
+        .kubectl(&[
+            "-n",
+            NAMESPACE,
+            "delete",
+            "pod",
+            "-l",
+            "app.kubernetes.io/name=plegd",
+            "--wait=false",
+        ])
+        .await;
+}
+
+/// plegd's one pod, once a new one is Ready.
+async fn plegd_ready(cluster: &Cluster) -> Vec<Pod> {
+    eventually(
+        "plegd's new pod Ready",
+        || cluster.plegd_pods(),
+        |p| p.len() == 1 && p[0].metadata.deletion_timestamp.is_none() && is(&p[0], "Ready", "True"),
+    )
+    .await
+}
+
 /// The gate is added at CREATE to opted-in pods exactly once; never to others or plegd's own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn opted_in_pods_get_the_gate_exactly_once() {
@@ -279,23 +293,8 @@ async fn opted_in_pods_get_the_gate_exactly_once() {
         ])
         .await;
     cluster.on_exit(&["label", "namespace", NAMESPACE, &format!("{OPT_IN}-")]);
-    cluster
-        .kubectl(&[
-            "-n",
-            NAMESPACE,
-            "delete",
-            "pod",
-            "-l",
-            "app.kubernetes.io/name=plegd",
-            "--wait=false",
-        ])
-        .await;
-    let plegd = eventually(
-        "plegd's new pod Ready",
-        || cluster.plegd_pods(),
-        |p| p.len() == 1 && p[0].metadata.deletion_timestamp.is_none() && is(&p[0], "Ready", "True"),
-    )
-    .await;
+    restart_plegd(&cluster).await;
+    let plegd = plegd_ready(&cluster).await;
     assert!(gates(&plegd[0]).is_empty(), "{:?}", plegd[0].spec);
 
     // A gated pod's crash: plegd's condition False at once (the endpoint's way out), True again
@@ -371,28 +370,13 @@ async fn no_gated_pod_waits_while_plegd_is_away_restarts_or_rolls() {
         .await;
         assert!(is(&pod, "Ready", "True"));
     }
-    cluster
-        .kubectl(&[
-            "-n",
-            NAMESPACE,
-            "delete",
-            "pod",
-            "-l",
-            "app.kubernetes.io/name=plegd",
-            "--wait=false",
-        ])
-        .await;
+    restart_plegd(&cluster).await;
     pods.create(&pp, &sleeper("during-restart", &node, 920_003, json!({}), &[]))
         .await
         .unwrap();
     crash_and_recover(&pods, "before", 920_001, "(d) plegd restarting").await;
     ready(&pods, "during-restart").await;
-    eventually(
-        "plegd's new pod Ready",
-        || cluster.plegd_pods(),
-        |p| p.len() == 1 && p[0].metadata.deletion_timestamp.is_none() && is(&p[0], "Ready", "True"),
-    )
-    .await;
+    plegd_ready(&cluster).await;
 
     // (b) A rolling update, a crash in the middle of it.
     cluster
@@ -687,10 +671,11 @@ async fn a_gated_endpoint_leaves_before_an_ungated_one() {
         }
     }
     for round in 0..rounds {
+        let name = format!("backend-{round}");
         for pods in [&gated, &plain] {
             eventually(
-                &format!("backend-{round} Ready"),
-                || get(pods, &format!("backend-{round}")),
+                &format!("{name} Ready"),
+                || get(pods, &name),
                 |p| is(p, "Ready", "True"),
             )
             .await;

@@ -39,6 +39,7 @@
 //! through plegd from that.
 
 mod args;
+mod cluster_sh;
 mod stats;
 use plegd_test_support as support;
 
@@ -56,6 +57,7 @@ use kube::runtime::watcher;
 use serde_json::{Value, json};
 
 use args::arg;
+use cluster_sh::cluster_sh;
 use plegd::observe::api::status_service_watch_response;
 use stats::percentile;
 use support::cluster::{CONTAINERD_SOCKET, IMAGE, client_from, plegd_status_stream};
@@ -99,35 +101,6 @@ fn see(seen: &Seen, pod: &str, change: Change, seer: Seer) {
         .unwrap()
         .entry((pod.to_owned(), change, seer))
         .or_insert_with(SystemTime::now);
-}
-
-fn script() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/cluster/cluster.sh")
-}
-
-/// The plegd binary installed: `PLEGD_BINARY` if set (another tree's build, for an A/B:
-/// tests/bench/side_by_side_ab.sh), else this tree's.
-fn plegd_binary() -> String {
-    std::env::var("PLEGD_BINARY").unwrap_or_else(|_| env!("CARGO_BIN_EXE_plegd").to_owned())
-}
-
-/// `cluster.sh ARGS` with the kubelet's feature gates; its last line of output.
-fn cluster_sh(args: &[&str], gates: &str) -> String {
-    let out = Command::new("bash")
-        .arg(script())
-        .args(args)
-        .env("PLEGD_CLUSTER_KUBELET_FEATURE_GATES", gates)
-        .env("PLEGD_BINARY", plegd_binary())
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .expect("run tests/cluster/cluster.sh");
-    assert!(out.status.success(), "cluster.sh {args:?} failed");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .last()
-        .unwrap_or_default()
-        .trim()
-        .to_owned()
 }
 
 fn pid_of(name: &str) -> Option<u32> {
@@ -481,7 +454,7 @@ fn trace(
     }
     std::fs::write(dir.join(format!("{pass}.jsonl")), lines).expect("PLEGD_BENCH_TRACE: write the changes");
     let log = Command::new("bash")
-        .arg(script())
+        .arg(cluster_sh::script())
         .args([
             "kubectl",
             "-n",

@@ -8,12 +8,14 @@
 //! one pod each, restarted by the kubelet): `gated` in a namespace opted into the gate, `plain` in
 //! one that is not. A client per Service sends `--rate` (100) requests a second through its
 //! ClusterIP, each on a new connection (kube-proxy picks a backend per connection). Crashes:
-//! `--crashes` (20) SIGKILLs per Service at random moments (1 to 2 s apart, alternating Services,
-//! each backend at most once), then a burst: every backend of both Services killed at once.
+//! `--crashes` (20) SIGKILLs per Service at random moments (`--gap-secs` (4) ± 1 s apart,
+//! alternating Services, each backend at most once: one crash at a time, on a kube-proxy idle for
+//! longer than its 1 s minSyncPeriod), then a burst: every backend of both Services killed at once.
 //!
 //! Per crash, from the kill (the bench's clock; every watcher on this machine):
 //!   endpoint  its endpoint `ready: false` in the Service's EndpointSlice (a watch);
-//!   rules     kube-proxy's rules without it (the Service's iptables chain, read every 10 ms);
+//!   rules     kube-proxy's rules without it (the Service's iptables chain, read every 10 ms); "not
+//!             seen" where it was back before kube-proxy's next sync dropped it;
 //!   last fail the last failed request of the Service after the kill and before the rules dropped it;
 //!   failed    failed requests of the Service in that window;
 //!   back      its endpoint ready again (the kubelet restarted it, Ready).
@@ -25,9 +27,16 @@
 //!     cargo bench --bench traffic
 //!     cargo bench --bench traffic -- --passes defaults,evented,defaults+load
 //!
+//! Never wrong, checked over every crash of the pass (and `--soak-secs` (0) more of random kills of
+//! either Service's backends, 2 to 4 s apart): no gated pod made Ready while its container is dead
+//! (each transition to Ready comes with a container started after the pod's last kill), and no flip
+//! of the gate without a change of the containers (False once per kill at the most, True only with
+//! a start after it, never a change on a pod not killed).
+//!
 //! `PLEGD_BENCH_TRACE=DIR` writes each crash's figures (`DIR/PASS.jsonl`).
 
 mod args;
+mod cluster_sh;
 mod stats;
 use plegd_test_support as support;
 
@@ -46,38 +55,12 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use args::arg;
+use cluster_sh::cluster_sh;
 use stats::percentile;
 use support::cluster::{IMAGE, client_from};
 
 const GROUPS: [&str; 2] = ["gated", "plain"];
 const LOAD_NS: &str = "traffic-load";
-
-fn script() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/cluster/cluster.sh")
-}
-
-fn plegd_binary() -> String {
-    std::env::var("PLEGD_BINARY").unwrap_or_else(|_| env!("CARGO_BIN_EXE_plegd").to_owned())
-}
-
-/// `cluster.sh ARGS` with the kubelet's feature gates; its last line of output.
-fn cluster_sh(args: &[&str], gates: &str) -> String {
-    let out = Command::new("bash")
-        .arg(script())
-        .args(args)
-        .env("PLEGD_CLUSTER_KUBELET_FEATURE_GATES", gates)
-        .env("PLEGD_BINARY", plegd_binary())
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .expect("run tests/cluster/cluster.sh");
-    assert!(out.status.success(), "cluster.sh {args:?} failed");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .last()
-        .unwrap_or_default()
-        .trim()
-        .to_owned()
-}
 
 fn namespace(group: &str) -> String {
     format!("traffic-{group}")
@@ -266,11 +249,12 @@ impl Draw {
     }
 }
 
-/// The first transition to `ready` at or after `from` in `events`: its time since `from`.
-fn first_after(events: Option<&Vec<(Instant, bool)>>, from: Instant, ready: bool) -> Option<Duration> {
+/// The first transition to `ready` at or after `from` and before `until` in `events`: its time
+/// since `from`.
+fn first_after(events: Option<&Vec<(Instant, bool)>>, from: Instant, until: Instant, ready: bool) -> Option<Duration> {
     events?
         .iter()
-        .find(|(at, r)| *at >= from && *r == ready)
+        .find(|(at, r)| *at >= from && *at < until && *r == ready)
         .map(|(at, _)| *at - from)
 }
 
@@ -283,6 +267,117 @@ struct Crash {
     last_fail: Option<f64>,
     failed: usize,
     back: Option<f64>,
+}
+
+/// What the apiserver showed of a gated backend, update by update: (when, Ready, plegd's condition,
+/// the running container's start in seconds since the epoch, restart count).
+type Shown = Arc<Mutex<HashMap<String, Vec<(std::time::SystemTime, bool, Option<bool>, Option<i64>, i32)>>>>;
+
+/// Follow the gated backends' pods: every update, as [`Shown`] keeps it.
+fn watch_gated_pods(client: kube::Client, shown: Shown) -> tokio::task::JoinHandle<()> {
+    let pods: Api<Pod> = Api::namespaced(client, &namespace("gated"));
+    tokio::spawn(async move {
+        let stream = watcher(pods, watcher::Config::default());
+        futures_util::pin_mut!(stream);
+        while let Ok(Some(event)) = stream.try_next().await {
+            let (watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) = event else {
+                continue;
+            };
+            let now = std::time::SystemTime::now();
+            let Some(status) = pod.status else { continue };
+            let condition = |kind: &str| {
+                status
+                    .conditions
+                    .iter()
+                    .flatten()
+                    .find(|c| c.type_ == kind)
+                    .map(|c| c.status == "True")
+            };
+            let container = status.container_statuses.iter().flatten().next();
+            let started = container
+                .and_then(|c| c.state.as_ref())
+                .and_then(|s| s.running.as_ref())
+                .and_then(|r| r.started_at.as_ref())
+                .map(|t| t.0.as_second());
+            let restarts = container.map_or(0, |c| c.restart_count);
+            shown
+                .lock()
+                .unwrap()
+                .entry(pod.metadata.name.unwrap_or_default())
+                .or_default()
+                .push((
+                    now,
+                    condition("Ready").unwrap_or(false),
+                    condition("plegd.io/ContainersRunning"),
+                    started,
+                    restarts,
+                ));
+        }
+    })
+}
+
+/// Check what the apiserver showed of the gated backends against the kills (by pod name, when):
+/// - never made Ready with a dead container: each transition to Ready comes with a running
+///   container started after the pod's last kill (the runtime's start, in seconds);
+/// - no flip of the gate without a change of the containers: plegd's condition goes False once
+///   per kill at the most, and True again only with a start after that kill; on a pod never
+///   killed it never changes.
+/// Returns (gate transitions seen, violations).
+fn never_wrong(shown: &Shown, kills: &HashMap<String, Vec<std::time::SystemTime>>) -> (usize, Vec<String>) {
+    let shown = shown.lock().unwrap();
+    let mut transitions = 0;
+    let mut violations = Vec::new();
+    let secs = |t: std::time::SystemTime| t.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+    for (pod, updates) in shown.iter() {
+        let pod_kills = kills.get(pod).cloned().unwrap_or_default();
+        let killed_before = |t: std::time::SystemTime| pod_kills.iter().filter(|k| **k <= t).max().copied();
+        let mut falls = 0;
+        for pair in updates.windows(2) {
+            let (_, was_ready, was_gate, _, _) = pair[0];
+            let (at, ready, gate, started, _) = pair[1];
+            if ready
+                && !was_ready
+                && let Some(kill) = killed_before(at)
+                && started.is_none_or(|s| s < secs(kill))
+            {
+                violations.push(format!(
+                    "{pod}: made Ready {at:?} with no container started since its kill {kill:?}"
+                ));
+            }
+            if gate != was_gate && was_gate.is_some() {
+                transitions += 1;
+                match gate {
+                    Some(false) => {
+                        falls += 1;
+                        if falls > pod_kills.iter().filter(|k| **k <= at).count() {
+                            violations.push(format!(
+                                "{pod}: plegd's condition False at {at:?} with no kill before it"
+                            ));
+                        }
+                    }
+                    Some(true) => {
+                        // The start the kubelet reports, in this update or a later one (it may
+                        // report it after plegd): the container's first start since the kill,
+                        // which must not be after plegd said True.
+                        if let Some(kill) = killed_before(at) {
+                            let start = updates
+                                .iter()
+                                .filter(|u| u.0 >= at || u.3.is_some_and(|s| s >= secs(kill)))
+                                .filter_map(|u| u.3)
+                                .find(|s| *s >= secs(kill));
+                            if start.is_none_or(|s| s > secs(at)) {
+                                violations.push(format!(
+                                    "{pod}: plegd's condition True at {at:?}, no start between its kill {kill:?} and then (the kubelet's: {start:?})"
+                                ));
+                            }
+                        }
+                    }
+                    None => violations.push(format!("{pod}: plegd's condition gone at {at:?}")),
+                }
+            }
+        }
+    }
+    (transitions, violations)
 }
 
 fn ms(d: Duration) -> f64 {
@@ -302,7 +397,7 @@ fn figures(
 ) -> Crash {
     let endpoints = endpoints.lock().unwrap();
     let rules = rules.lock().unwrap();
-    let out_of_rules = first_after(rules.get(ip), killed, false);
+    let out_of_rules = first_after(rules.get(ip), killed, until, false);
     let window_end = out_of_rules.map_or(until, |d| (killed + d + Duration::from_millis(1000)).min(until));
     let requests = requests.lock().unwrap();
     let failures: Vec<Instant> = requests
@@ -312,13 +407,13 @@ fn figures(
         .collect();
     Crash {
         group: group.to_owned(),
-        endpoint: first_after(endpoints.get(ip), killed, false).map(ms),
+        endpoint: first_after(endpoints.get(ip), killed, until, false).map(ms),
         rules: out_of_rules.map(ms),
         last_fail: failures.iter().max().map(|t| ms(*t - killed)),
         failed: failures.len(),
-        back: first_after(endpoints.get(ip), killed, false)
-            .and_then(|gone| first_after(endpoints.get(ip), killed + gone, true))
-            .map(|d| ms(d) + first_after(endpoints.get(ip), killed, false).map_or(0.0, ms)),
+        back: first_after(endpoints.get(ip), killed, until, false)
+            .and_then(|gone| first_after(endpoints.get(ip), killed + gone, until, true).map(|back| gone + back))
+            .map(ms),
     }
 }
 
@@ -484,6 +579,8 @@ async fn main() {
     let rate: u32 = arg("--rate").unwrap_or(100);
     let load_pods: usize = arg("--load").unwrap_or(100);
     let passes: String = arg("--passes").unwrap_or_else(|| "defaults".to_owned());
+    let soak_secs: u64 = arg("--soak-secs").unwrap_or(0);
+    let gap: f64 = arg::<f64>("--gap-secs").unwrap_or(4.0).max(1.5);
     println!(
         "kubelet 1.37.2, kube-proxy 1.37.2 (iptables, defaults) and plegd {} on one node, containerd {}: \
          {backends} backends per Service, {crashes} spread crashes each, then a burst of {}; {rate} requests/s per Service",
@@ -604,6 +701,9 @@ async fn main() {
             ));
         }
         let rules_thread = watch_rules(chains, in_rules.clone(), stop.clone());
+        let shown = Shown::default();
+        tasks.push(watch_gated_pods(client.clone(), shown.clone()));
+        let mut killed_at: HashMap<String, Vec<std::time::SystemTime>> = HashMap::new();
         let mut loader = None;
         if loaded {
             ensure_namespace(&client, LOAD_NS, json!({})).await;
@@ -611,13 +711,20 @@ async fn main() {
         }
         tokio::time::sleep(Duration::from_secs(if loaded { 20 } else { 3 })).await;
 
-        // Spread crashes: alternating Services, 1 to 2 s apart.
+        // Spread crashes: alternating Services, `--gap-secs` apart on average (uniformly within
+        // ±1 s): one crash at a time, each on a kube-proxy idle for longer than its minSyncPeriod.
         let mut draw = Draw::new();
         let mut kills: Vec<(&str, usize, Instant)> = Vec::new();
         for n in 0..crashes * 2 {
             let group = GROUPS[n % 2];
-            tokio::time::sleep(Duration::from_secs_f64(1.0 + draw.next())).await;
+            tokio::time::sleep(Duration::from_secs_f64(gap - 1.0 + 2.0 * draw.next())).await;
             kills.push((group, n / 2, kill(group, n / 2)));
+            if group == "gated" {
+                killed_at
+                    .entry(format!("backend-{}", n / 2))
+                    .or_default()
+                    .push(std::time::SystemTime::now());
+            }
         }
         // Every restarted backend back (a second kill of one would meet the kubelet's backoff
         // before its restart, not a state the spread crashes measure).
@@ -629,9 +736,41 @@ async fn main() {
         for group in GROUPS {
             for i in 0..backends {
                 burst.push((group, i, kill(group, i)));
+                if group == "gated" {
+                    killed_at
+                        .entry(format!("backend-{i}"))
+                        .or_default()
+                        .push(std::time::SystemTime::now());
+                }
             }
         }
         tokio::time::sleep(Duration::from_secs(40)).await;
+        // The soak: a random backend of either Service killed every 2 to 4 s, for `--soak-secs`.
+        let soak_end = Instant::now() + Duration::from_secs(soak_secs);
+        let mut soak_kills = 0;
+        while Instant::now() < soak_end {
+            tokio::time::sleep(Duration::from_secs_f64(2.0 + 2.0 * draw.next())).await;
+            let group = GROUPS[(draw.next() * 2.0) as usize % 2];
+            let i = (draw.next() * backends as f64) as usize % backends;
+            // A backend in the kubelet's restart backoff has no process to kill: skipped.
+            let running = Command::new("pgrep")
+                .args(["-f", &format!("busybox httpd -f -p {} ", port(group, i))])
+                .output()
+                .is_ok_and(|o| o.status.success());
+            if running {
+                kill(group, i);
+                soak_kills += 1;
+                if group == "gated" {
+                    killed_at
+                        .entry(format!("backend-{i}"))
+                        .or_default()
+                        .push(std::time::SystemTime::now());
+                }
+            }
+        }
+        if soak_secs > 0 {
+            tokio::time::sleep(Duration::from_secs(40)).await;
+        }
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         let _ = rules_thread.join();
         if let Some(loader) = loader {
@@ -702,6 +841,15 @@ async fn main() {
         };
         if let (Some(g99), Some(p50)) = (endpoint_q("gated", 0.99), endpoint_q("plain", 0.5)) {
             println!("burst: gated endpoints' p99 {g99:.0} ms, plain endpoints' p50 {p50:.0} ms");
+        }
+        let (transitions, violations) = never_wrong(&shown, &killed_at);
+        println!(
+            "\nnever wrong: {} kills of gated backends ({soak_kills} of either in a {soak_secs} s soak), {transitions} transitions of the gate, {} violations",
+            killed_at.values().map(Vec::len).sum::<usize>(),
+            violations.len()
+        );
+        for v in &violations {
+            println!("  violation: {v}");
         }
         if let Ok(dir) = std::env::var("PLEGD_BENCH_TRACE") {
             let lines: Vec<String> = spread

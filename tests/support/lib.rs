@@ -37,6 +37,32 @@ where
     }
 }
 
+/// Poll `get` every 100 ms until `cond` holds of what it returns, and return that; panics naming
+/// `what`, with the last value, after `timeout`.
+pub async fn eventually<T: std::fmt::Debug, F, Fut>(
+    what: &str,
+    timeout: std::time::Duration,
+    mut get: F,
+    cond: impl Fn(&T) -> bool,
+) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = T>,
+{
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let value = get().await;
+        if cond(&value) {
+            return value;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}; last seen: {value:#?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
 /// Poll `cond` every 100 ms until it holds; panics naming `what` after `timeout`.
 pub async fn wait_until(what: &str, timeout: std::time::Duration, cond: impl FnMut() -> bool) {
     wait_until_every(what, timeout, std::time::Duration::from_millis(100), cond).await
