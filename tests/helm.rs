@@ -237,7 +237,7 @@ fn the_readiness_gate_uninstalls_through_a_release_hook_and_is_refused_where_it_
     let set = |values: &[&str]| values.iter().map(|v| v.to_string()).collect::<Vec<_>>();
     let documents = template(&helm, &set(&["readinessGate.enabled=true"])).unwrap();
     let hooks: Vec<&Value> = documents.iter().filter(|d| is_hook(d)).collect();
-    let names: Vec<String> = hooks
+    let mut names: Vec<String> = hooks
         .iter()
         .map(|d| {
             format!(
@@ -247,15 +247,16 @@ fn the_readiness_gate_uninstalls_through_a_release_hook_and_is_refused_where_it_
             )
         })
         .collect();
+    names.sort();
     assert_eq!(
         names,
         [
-            "ServiceAccount/plegd-release-gates",
             "ClusterRole/plegd-release-gates",
             "ClusterRoleBinding/plegd-release-gates",
+            "Job/plegd-release-gates",
+            "ServiceAccount/plegd-release-gates",
             "ValidatingAdmissionPolicy/plegd-release-gates",
             "ValidatingAdmissionPolicyBinding/plegd-release-gates",
-            "Job/plegd-release-gates",
         ]
     );
     for hook in &hooks {
