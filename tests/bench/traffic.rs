@@ -31,7 +31,9 @@
 //! either Service's backends, 2 to 4 s apart): no gated pod made Ready while its container is dead
 //! (each transition to Ready comes with a container started after the pod's last kill), and no flip
 //! of the gate without a change of the containers (False once per kill at the most, True only with
-//! a start after it, never a change on a pod not killed).
+//! a start after it, never a change on a pod not killed). Its ground truth is what the kubelet
+//! reports of each container: sound on a quiet node, not under load or in a crash loop's backoff,
+//! where the kubelet reports starts late or never (BENCHMARKS.md says what that run showed).
 //!
 //! `PLEGD_BENCH_TRACE=DIR` writes each crash's figures (`DIR/PASS.jsonl`).
 
@@ -322,6 +324,7 @@ fn watch_gated_pods(client: kube::Client, shown: Shown) -> tokio::task::JoinHand
 /// - no flip of the gate without a change of the containers: plegd's condition goes False once
 ///   per death at the most (a kill of the bench's, or a death the kubelet counted as a restart),
 ///   and True again only with a start after the last kill.
+///
 /// Returns (gate transitions seen, violations).
 fn never_wrong(shown: &Shown, kills: &HashMap<String, Vec<std::time::SystemTime>>) -> (usize, Vec<String>) {
     let shown = shown.lock().unwrap();
