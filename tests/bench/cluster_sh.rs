@@ -25,10 +25,5 @@ pub fn cluster_sh(args: &[&str], gates: &str) -> String {
         .output()
         .expect("run tests/cluster/cluster.sh");
     assert!(out.status.success(), "cluster.sh {args:?} failed");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .last()
-        .unwrap_or_default()
-        .trim()
-        .to_owned()
+    plegd_test_support::cluster::last_line(&out)
 }

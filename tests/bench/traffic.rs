@@ -136,7 +136,7 @@ fn watch_endpoints(client: kube::Client, group: &str, seen: Seen) -> tokio::task
     })
 }
 
-/// The endpoint IPs in kube-proxy's iptables chain of Service `service` (namespace/name).
+/// The endpoint IPs in kube-proxy's iptables chain `chain` (a Service's KUBE-SVC-...).
 fn rules(chain: &str) -> Vec<String> {
     let out = Command::new("iptables")
         .args(["-w", "-t", "nat", "-S", chain])

@@ -106,7 +106,8 @@ impl Drop for Cluster {
     }
 }
 
-fn last_line(out: &Output) -> String {
+/// The last line of `out`'s standard output, trimmed: what the cluster scripts print last.
+pub fn last_line(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .last()
