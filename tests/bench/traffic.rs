@@ -28,12 +28,12 @@
 //!     cargo bench --bench traffic -- --passes defaults,evented,defaults+load
 //!
 //! Never wrong, checked over every crash of the pass (and `--soak-secs` (0) more of random kills of
-//! either Service's backends, 2 to 4 s apart): no gated pod made Ready while its container is dead
-//! (each transition to Ready comes with a container started after the pod's last kill), and no flip
-//! of the gate without a change of the containers (False once per kill at the most, True only with
-//! a start after it, never a change on a pod not killed). Its ground truth is what the kubelet
-//! reports of each container: sound on a quiet node, not under load or in a crash loop's backoff,
-//! where the kubelet reports starts late or never (BENCHMARKS.md says what that run showed).
+//! either Service's backends, 2 to 4 s apart) by tests/support/never_wrong.rs: no gated pod made
+//! Ready, or given plegd's condition True, with no container running since the observation before;
+//! no change of plegd's condition to False without a death of its container to account for it;
+//! never the condition removed. Its ground truth is the runtime's: the node's containerd polled
+//! (ListContainers every 50 ms, a ContainerStatus once a container runs and once it has exited) for
+//! each container's `started_at` and `finished_at`.
 //!
 //! `PLEGD_BENCH_TRACE=DIR` writes each crash's figures (`DIR/PASS.jsonl`).
 
@@ -49,6 +49,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::TryStreamExt;
+use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
@@ -59,7 +60,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use args::arg;
 use cluster_sh::cluster_sh;
 use stats::percentile;
-use support::cluster::{IMAGE, client_from};
+use support::cluster::{CONTAINERD_SOCKET, IMAGE, client_from};
+use support::never_wrong;
 
 const GROUPS: [&str; 2] = ["gated", "plain"];
 const LOAD_NS: &str = "traffic-load";
@@ -271,9 +273,8 @@ struct Crash {
     back: Option<f64>,
 }
 
-/// What the apiserver showed of a gated backend, update by update: (when, Ready, plegd's condition,
-/// the running container's start in seconds since the epoch, restart count).
-type Shown = Arc<Mutex<HashMap<String, Vec<(std::time::SystemTime, bool, Option<bool>, Option<i64>, i32)>>>>;
+/// What the apiserver showed of each gated backend, watch event by watch event.
+type Shown = Arc<Mutex<HashMap<String, Vec<never_wrong::Shown>>>>;
 
 /// Follow the gated backends' pods: every update, as [`Shown`] keeps it.
 fn watch_gated_pods(client: kube::Client, shown: Shown) -> tokio::task::JoinHandle<()> {
@@ -285,7 +286,7 @@ fn watch_gated_pods(client: kube::Client, shown: Shown) -> tokio::task::JoinHand
             let (watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) = event else {
                 continue;
             };
-            let now = std::time::SystemTime::now();
+            let at = std::time::SystemTime::now();
             let Some(status) = pod.status else { continue };
             let condition = |kind: &str| {
                 status
@@ -295,97 +296,82 @@ fn watch_gated_pods(client: kube::Client, shown: Shown) -> tokio::task::JoinHand
                     .find(|c| c.type_ == kind)
                     .map(|c| c.status == "True")
             };
-            let container = status.container_statuses.iter().flatten().next();
-            let started = container
-                .and_then(|c| c.state.as_ref())
-                .and_then(|s| s.running.as_ref())
-                .and_then(|r| r.started_at.as_ref())
-                .map(|t| t.0.as_second());
-            let restarts = container.map_or(0, |c| c.restart_count);
             shown
                 .lock()
                 .unwrap()
                 .entry(pod.metadata.name.unwrap_or_default())
                 .or_default()
-                .push((
-                    now,
-                    condition("Ready").unwrap_or(false),
-                    condition("plegd.io/ContainersRunning"),
-                    started,
-                    restarts,
-                ));
+                .push(never_wrong::Shown {
+                    at,
+                    ready: condition("Ready").unwrap_or(false),
+                    gate: condition("plegd.io/ContainersRunning"),
+                });
         }
     })
 }
 
-/// Check what the apiserver showed of the gated backends against the kills (by pod name, when):
-/// - never made Ready with a dead container: each transition to Ready comes with a running
-///   container started after the pod's last kill (the runtime's start, in seconds);
-/// - no flip of the gate without a change of the containers: plegd's condition goes False once
-///   per death at the most (a kill of the bench's, or a death the kubelet counted as a restart),
-///   and True again only with a start after the last kill.
-///
-/// Returns (gate transitions seen, violations).
-fn never_wrong(shown: &Shown, kills: &HashMap<String, Vec<std::time::SystemTime>>) -> (usize, Vec<String>) {
-    let shown = shown.lock().unwrap();
-    let mut transitions = 0;
-    let mut violations = Vec::new();
-    let secs = |t: std::time::SystemTime| t.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
-    for (pod, updates) in shown.iter() {
-        let pod_kills = kills.get(pod).cloned().unwrap_or_default();
-        let killed_before = |t: std::time::SystemTime| pod_kills.iter().filter(|k| **k <= t).max().copied();
-        let mut falls = 0;
-        for pair in updates.windows(2) {
-            let (_, was_ready, was_gate, _, _) = pair[0];
-            let (at, ready, gate, started, _) = pair[1];
-            if ready
-                && !was_ready
-                && let Some(kill) = killed_before(at)
-                && started.is_none_or(|s| s < secs(kill))
-            {
-                violations.push(format!(
-                    "{pod}: made Ready {at:?} with no container started since its kill {kill:?}"
-                ));
-            }
-            if gate != was_gate && was_gate.is_some() {
-                transitions += 1;
-                match gate {
-                    Some(false) => {
-                        // A death: one of the bench's kills, or one the kubelet saw (it restarts
-                        // every death: its restart count, now or later, counts them).
-                        falls += 1;
-                        let killed = pod_kills.iter().filter(|k| **k <= at).count();
-                        let restarted = updates.iter().map(|u| u.4).max().unwrap_or(0) as usize;
-                        let dead_at_end = updates.last().is_some_and(|u| u.3.is_none());
-                        if falls > killed.max(restarted + usize::from(dead_at_end)) {
-                            violations.push(format!(
-                                "{pod}: plegd's condition False at {at:?}, death {falls}, with {killed} kills before it and {restarted} restarts in all"
-                            ));
-                        }
-                    }
-                    Some(true) => {
-                        // The start the kubelet reports, in this update or a later one (it may
-                        // report it after plegd): the container's first start since the kill,
-                        // which must not be after plegd said True.
-                        if let Some(kill) = killed_before(at) {
-                            let start = updates
-                                .iter()
-                                .filter(|u| u.0 >= at || u.3.is_some_and(|s| s >= secs(kill)))
-                                .filter_map(|u| u.3)
-                                .find(|s| *s >= secs(kill));
-                            if start.is_none_or(|s| s > secs(at)) {
-                                violations.push(format!(
-                                    "{pod}: plegd's condition True at {at:?}, no start between its kill {kill:?} and then (the kubelet's: {start:?})"
-                                ));
-                            }
-                        }
-                    }
-                    None => violations.push(format!("{pod}: plegd's condition gone at {at:?}")),
+/// The gated backends' containers as the node's containerd ran them: pod name → container id →
+/// its life (the CRI's own `started_at` and `finished_at`).
+type Lives = Arc<Mutex<HashMap<String, BTreeMap<String, never_wrong::Life>>>>;
+
+/// Follow the gated backends' containers in the runtime: a ListContainers of their namespace
+/// every 50 ms, and a ContainerStatus of each container once it runs and once it has exited (the
+/// kubelet keeps an exited container until its next start and its garbage collection, far longer
+/// than a poll). Calls that fail are tried again at the next poll.
+fn watch_runtime(
+    mut client: cri::runtime_service_client::RuntimeServiceClient<tonic::transport::Channel>,
+    lives: Lives,
+) -> tokio::task::JoinHandle<()> {
+    let time = |nanos: i64| {
+        (nanos > 0).then(|| std::time::UNIX_EPOCH + Duration::from_nanos(nanos.unsigned_abs()))
+    };
+    tokio::spawn(async move {
+        let filter = cri::ContainerFilter {
+            label_selector: [("io.kubernetes.pod.namespace".to_owned(), namespace("gated"))].into(),
+            ..Default::default()
+        };
+        loop {
+            let listed = client
+                .list_containers(cri::ListContainersRequest {
+                    filter: Some(filter.clone()),
+                })
+                .await;
+            for c in listed.map(|l| l.into_inner().containers).unwrap_or_default() {
+                let Some(pod) = c.labels.get("io.kubernetes.pod.name").cloned() else {
+                    continue;
+                };
+                let exited = c.state == cri::ContainerState::ContainerExited as i32;
+                let running = c.state == cri::ContainerState::ContainerRunning as i32;
+                let known = lives.lock().unwrap().get(&pod).and_then(|p| p.get(&c.id)).copied();
+                let wanted = match known {
+                    None => running || exited,
+                    Some(life) => exited && life.finished.is_none(),
+                };
+                if !wanted {
+                    continue;
                 }
+                let Ok(status) = client
+                    .container_status(cri::ContainerStatusRequest {
+                        container_id: c.id.clone(),
+                        verbose: false,
+                    })
+                    .await
+                else {
+                    continue;
+                };
+                let Some(status) = status.into_inner().status else { continue };
+                let Some(started) = time(status.started_at) else { continue };
+                let finished = time(status.finished_at);
+                lives
+                    .lock()
+                    .unwrap()
+                    .entry(pod)
+                    .or_default()
+                    .insert(c.id, never_wrong::Life { started, finished });
             }
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
-    }
-    (transitions, violations)
+    })
 }
 
 fn ms(d: Duration) -> f64 {
@@ -711,7 +697,18 @@ async fn main() {
         let rules_thread = watch_rules(chains, in_rules.clone(), stop.clone());
         let shown = Shown::default();
         tasks.push(watch_gated_pods(client.clone(), shown.clone()));
-        let mut killed_at: HashMap<String, Vec<std::time::SystemTime>> = HashMap::new();
+        let lives = Lives::default();
+        tasks.push(watch_runtime(
+            plegd::runtime::CriRuntime::new(
+                Path::new(CONTAINERD_SOCKET),
+                &plegd::runtime::CriConfig::default(),
+                Arc::new(plegd::metrics::Metrics::new()),
+            )
+            .client(),
+            lives.clone(),
+        ));
+        // Kills of gated backends.
+        let mut killed = 0;
         let mut loader = None;
         if loaded {
             ensure_namespace(&client, LOAD_NS, json!({})).await;
@@ -728,10 +725,7 @@ async fn main() {
             tokio::time::sleep(Duration::from_secs_f64(gap - 1.0 + 2.0 * draw.next())).await;
             kills.push((group, n / 2, kill(group, n / 2)));
             if group == "gated" {
-                killed_at
-                    .entry(format!("backend-{}", n / 2))
-                    .or_default()
-                    .push(std::time::SystemTime::now());
+                killed += 1;
             }
         }
         // Every restarted backend back (a second kill of one would meet the kubelet's backoff
@@ -745,10 +739,7 @@ async fn main() {
             for i in 0..backends {
                 burst.push((group, i, kill(group, i)));
                 if group == "gated" {
-                    killed_at
-                        .entry(format!("backend-{i}"))
-                        .or_default()
-                        .push(std::time::SystemTime::now());
+                    killed += 1;
                 }
             }
         }
@@ -769,10 +760,7 @@ async fn main() {
                 kill(group, i);
                 soak_kills += 1;
                 if group == "gated" {
-                    killed_at
-                        .entry(format!("backend-{i}"))
-                        .or_default()
-                        .push(std::time::SystemTime::now());
+                    killed += 1;
                 }
             }
         }
@@ -850,10 +838,28 @@ async fn main() {
         if let (Some(g99), Some(p50)) = (endpoint_q("gated", 0.99), endpoint_q("plain", 0.5)) {
             println!("burst: gated endpoints' p99 {g99:.0} ms, plain endpoints' p50 {p50:.0} ms");
         }
-        let (transitions, violations) = never_wrong(&shown, &killed_at);
+        let (mut transitions, mut violations) = (0, Vec::new());
+        {
+            let lives = lives.lock().unwrap();
+            for (pod, seen) in shown.lock().unwrap().iter() {
+                let pod_lives: Vec<never_wrong::Life> =
+                    lives.get(pod).map(|l| l.values().copied().collect()).unwrap_or_default();
+                let verdict = never_wrong::check(pod, seen, &pod_lives);
+                transitions += verdict.transitions;
+                violations.extend(verdict.violations);
+            }
+        }
+        let deaths: usize = lives
+            .lock()
+            .unwrap()
+            .values()
+            .flat_map(|l| l.values())
+            .filter(|l| l.finished.is_some())
+            .count();
         println!(
-            "\nnever wrong: {} kills of gated backends ({soak_kills} of either in a {soak_secs} s soak), {transitions} transitions of the gate, {} violations",
-            killed_at.values().map(Vec::len).sum::<usize>(),
+            "\nnever wrong: {} kills of gated backends ({soak_kills} of either in a {soak_secs} s soak), \
+             {deaths} deaths of their containers in the runtime, {transitions} transitions of the gate, {} violations",
+            killed,
             violations.len()
         );
         for v in &violations {

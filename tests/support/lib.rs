@@ -18,6 +18,7 @@ pub mod flood;
 pub mod history;
 pub mod hung_volume;
 pub mod manifests;
+pub mod never_wrong;
 pub mod process;
 pub mod proxy;
 pub mod relister;
