@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # plegd's main job, end to end on this machine: bring up an isolated containerd — the machine's own
-# when it is 2.x, else containerd 2.1 from Debian unstable's package unpacked privately (the
-# machine's packages untouched) — and a Kubernetes 1.37 control plane built from Kubernetes' own code
+# when it is 2.3 or newer, else containerd 2.3 (the long-term release) built from its own Go module
+# once (tests/containerd/containerd.sh; the machine's packages untouched) — and a Kubernetes 1.37 control plane built from Kubernetes' own code
 # (tests/cluster/cluster.sh: kube-apiserver, controller manager, scheduler and a kubelet of its own,
 # built once through the Go module proxy), and run a short pod workload through them on
 # `demo-node`, a node no kubelet runs: plegd writes its pods' whole status, as on such a node. Both
@@ -14,7 +14,7 @@
 # kube-proxy: how many failed, and for how long (`traffic:` lines). The cluster is tests/cluster/cluster.sh's: one started by
 # hand is stopped at the end. Cleans up when it ends. Needs root, Go and Rust; the first run builds
 # Kubernetes (about 11 minutes on 2 cores) and plegd (a few minutes), later runs take under a minute.
-# PLEGD_CONTAINERD_VERSION=2.1|1.7|1.6|system picks one explicitly.
+# PLEGD_CONTAINERD_VERSION=2.3|2.4|1.7|1.6|system picks one explicitly.
 #
 #   bash deploy/demo.sh            # text events
 #   OUTPUT=json bash deploy/demo.sh
@@ -26,12 +26,17 @@ command -v cargo >/dev/null || { echo "demo: cargo is needed (https://rustup.rs)
 bash tests/containerd/containerd.sh install
 if [ -z "${PLEGD_CONTAINERD_VERSION:-}" ]; then
   case "$(containerd --version 2>/dev/null | awk '{print $3}' | sed 's/^v//')" in
-    2.*) PLEGD_CONTAINERD_VERSION=system ;;
-    *) PLEGD_CONTAINERD_VERSION=2.1 ;;
+    2.[3-9].*|2.[1-9][0-9].*|[3-9].*) PLEGD_CONTAINERD_VERSION=system ;;
+    *) PLEGD_CONTAINERD_VERSION=2.3 ;;
   esac
 fi
 export PLEGD_CONTAINERD_VERSION
-echo "== containerd: $PLEGD_CONTAINERD_VERSION ($( [ "$PLEGD_CONTAINERD_VERSION" = system ] && echo "this machine's" || echo "fetched from Debian's packages, unpacked privately"))" >&2
+case "$PLEGD_CONTAINERD_VERSION" in
+  system) where="this machine's" ;;
+  2.3|2.4) where="built from its Go module once, about 2 minutes" ;;
+  *) where="fetched from Debian's packages, unpacked privately" ;;
+esac
+echo "== containerd: $PLEGD_CONTAINERD_VERSION ($where)" >&2
 echo "== Kubernetes v1.37.2 (tests/cluster/cluster.sh; the first run builds it, about 11 minutes)" >&2
 bash tests/cluster/cluster.sh build
 # A debug build: it is made in about half the time of a release build, and the demo asks little of

@@ -233,7 +233,9 @@ pub struct RuntimeContainerStatus {
     pub finished_at: Option<SystemTime>,
     pub exit_code: i32,
     pub image: String,
-    pub image_ref: String,
+    /// The kubelet's ImageID: the runtime's `image_id` (CRI's field since Kubernetes 1.30), else its
+    /// `image_ref` where it leaves `image_id` empty (older runtimes), as `toKubeContainerStatus`.
+    pub image_id: String,
     pub reason: String,
     /// The runtime's message, then `": "` and the termination message read from the container's
     /// file or log — bytes, which need not be UTF-8 (see [`RawText`]).

@@ -854,11 +854,12 @@ async fn full_mode_on_a_node_without_a_kubelet() {
     cd.cleanup(&sandbox).await;
 }
 
-/// deploy/helm/plegd with a real helm (tests/helm/helm.sh): every mode's objects, with every
-/// optional component, accepted by the apiserver (`--dry-run=server`); installed, plegd Ready
-/// under the kubelet and its condition on a pod; upgraded from conditions to shadow and back with
-/// no condition flipped and no restart beyond the rollout; uninstalled, leaving no object of
-/// plegd's.
+/// deploy/helm/plegd with Helm 4 (tests/helm/helm.sh) and its defaults (server-side apply, the
+/// watcher's wait, rollback on failure): every mode's objects, with every optional component,
+/// accepted by the apiserver (`--dry-run=server`); installed (its objects applied server-side),
+/// plegd Ready under the kubelet and its condition on a pod; upgraded from conditions to shadow and
+/// rolled back to conditions with no condition flipped and no restart beyond the rollout;
+/// uninstalled, leaving no object of plegd's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_helm_chart_installs_upgrades_and_uninstalls() {
     let Some(cluster) = cluster().await else { return };
@@ -928,11 +929,17 @@ async fn the_helm_chart_installs_upgrades_and_uninstalls() {
             "--namespace",
             NAMESPACE,
             "--create-namespace",
+            "--rollback-on-failure",
             "--wait",
             "--timeout",
             "180s",
         ])
         .await;
+    assert_eq!(
+        managers(&cluster, "daemonset/plegd").await,
+        ["helm Apply"],
+        "Helm 4 installs server-side"
+    );
     let node = cluster.node().await;
     let first = ready_plegd(&cluster, &node).await;
     let pods = cluster.namespace("e2e-helm").await;
@@ -942,24 +949,34 @@ async fn the_helm_chart_installs_upgrades_and_uninstalls() {
     let since = condition(&steady, CONDITION).unwrap().last_transition_time.clone();
 
     let mut plegds = vec![first];
-    for mode in ["shadow", "conditions"] {
-        cluster
-            .helm(&[
-                "upgrade",
-                "plegd",
-                &chart,
-                "--namespace",
-                NAMESPACE,
-                "--reuse-values",
-                "--set",
-                &format!("statusMode={mode}"),
-                "--wait",
-                "--timeout",
-                "180s",
-            ])
-            .await;
+    let shadow = [
+        "upgrade",
+        "plegd",
+        &chart,
+        "--namespace",
+        NAMESPACE,
+        "--reuse-values",
+        "--set",
+        "statusMode=shadow",
+        "--rollback-on-failure",
+        "--timeout",
+        "180s",
+    ];
+    // Back to revision 1, conditions mode.
+    let rollback = [
+        "rollback",
+        "plegd",
+        "1",
+        "--namespace",
+        NAMESPACE,
+        "--wait",
+        "--timeout",
+        "180s",
+    ];
+    for (mode, args) in [("shadow", &shadow[..]), ("conditions", &rollback[..])] {
+        cluster.helm(args).await;
         let plegd = eventually(
-            &format!("a new plegd pod, Ready, after the upgrade to {mode}"),
+            &format!("a new plegd pod, Ready, after `helm {}` to {mode}", args[0]),
             WAIT,
             || async { ready_plegd(&cluster, &node).await },
             |p| plegds.iter().all(|old| old.metadata.uid != p.metadata.uid),
@@ -980,6 +997,18 @@ async fn the_helm_chart_installs_upgrades_and_uninstalls() {
             "{mode}: {now:#?}"
         );
     }
+    let history = cluster
+        .helm(&["history", "plegd", "--namespace", NAMESPACE, "-o", "json"])
+        .await;
+    let history: Vec<serde_json::Value> = serde_json::from_str(&history).unwrap();
+    assert_eq!(
+        history
+            .iter()
+            .map(|r| r["status"].as_str().unwrap_or_default())
+            .collect::<Vec<_>>(),
+        ["superseded", "superseded", "deployed"],
+        "{history:#?}"
+    );
     pods.create(&pp, &pod("after", &node, "sleep 1; exit 5")).await.unwrap();
     wait_condition(&pods, "after", "False", "exited with code 5").await;
 
@@ -998,6 +1027,134 @@ async fn the_helm_chart_installs_upgrades_and_uninstalls() {
         plegds_objects(&cluster).await,
         before,
         "what helm uninstall left of plegd's (against what there was before the install)"
+    );
+}
+
+/// Who wrote `object` of plegd's namespace, and how: "MANAGER OPERATION" of its managed fields.
+async fn managers(cluster: &Cluster, object: &str) -> Vec<String> {
+    let json = cluster
+        .kubectl(&["get", object, "-n", NAMESPACE, "--show-managed-fields", "-o", "json"])
+        .await;
+    let object: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let mut managers: Vec<String> = object["metadata"]["managedFields"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|m| m["subresource"].is_null())
+        .map(|m| {
+            format!(
+                "{} {}",
+                m["manager"].as_str().unwrap_or("?"),
+                m["operation"].as_str().unwrap_or("?")
+            )
+        })
+        .collect();
+    managers.sort();
+    managers.dedup();
+    managers
+}
+
+/// A release that Helm 3 (v3.21.4, still getting security fixes) installed and upgraded, with its
+/// client-side apply, upgraded by Helm 4 (which keeps the release's apply method) and uninstalled
+/// by it, leaving nothing of plegd's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_of_helm_3_upgrades_and_uninstalls_with_helm_4() {
+    let Some(cluster) = cluster().await else { return };
+    cluster.remove_plegd().await;
+    let gone = [
+        "delete",
+        "namespace",
+        NAMESPACE,
+        "--ignore-not-found",
+        "--wait=true",
+        "--timeout=180s",
+    ];
+    cluster.kubectl(&gone).await;
+    cluster.on_exit(&gone);
+    let chart = support::REPO.to_owned() + "/deploy/helm/plegd";
+    let before = plegds_objects(&cluster).await;
+    let node = cluster.node().await;
+    let install = [
+        "install",
+        "plegd",
+        &chart,
+        "--namespace",
+        NAMESPACE,
+        "--create-namespace",
+        "--wait",
+        "--timeout",
+        "180s",
+    ];
+    let upgrade = |mode: &str| {
+        let mode = format!("statusMode={mode}");
+        [
+            "upgrade",
+            "plegd",
+            &chart,
+            "--namespace",
+            NAMESPACE,
+            "--reuse-values",
+            "--set",
+            &mode,
+            "--wait",
+            "--timeout",
+            "180s",
+        ]
+        .map(str::to_owned)
+    };
+    let (to_shadow, to_conditions) = (upgrade("shadow"), upgrade("conditions"));
+    let mut plegds: Vec<Pod> = Vec::new();
+    for (helm, mode, args) in [
+        ("Helm 3", "conditions", install.to_vec()),
+        ("Helm 3", "shadow", to_shadow.iter().map(String::as_str).collect()),
+        (
+            "Helm 4",
+            "conditions",
+            to_conditions.iter().map(String::as_str).collect(),
+        ),
+    ] {
+        if helm == "Helm 3" {
+            cluster.helm_3(&args).await;
+        } else {
+            cluster.helm(&args).await;
+        }
+        let plegd = eventually(
+            &format!("a new plegd pod, Ready, after {helm}'s `helm {}` to {mode}", args[0]),
+            WAIT,
+            || async { ready_plegd(&cluster, &node).await },
+            |p| plegds.iter().all(|old| old.metadata.uid != p.metadata.uid),
+        )
+        .await;
+        let args = plegd.spec.as_ref().unwrap().containers[0]
+            .args
+            .clone()
+            .unwrap_or_default();
+        assert!(
+            args.contains(&format!("--status-mode={mode}")),
+            "{helm}, {mode}: {args:?}"
+        );
+        plegds.push(plegd);
+    }
+    assert_eq!(
+        managers(&cluster, "daemonset/plegd").await,
+        ["helm Update"],
+        "Helm 4 keeps the apply method of the release Helm 3 made (client-side)"
+    );
+    cluster
+        .helm(&[
+            "uninstall",
+            "plegd",
+            "--namespace",
+            NAMESPACE,
+            "--wait",
+            "--timeout",
+            "180s",
+        ])
+        .await;
+    assert_eq!(
+        plegds_objects(&cluster).await,
+        before,
+        "what helm uninstall left of plegd's (against what there was before the Helm 3 install)"
     );
 }
 

@@ -1,14 +1,16 @@
-//! deploy/helm/plegd, with a real `helm` (built from helm.sh/helm/v3 by tests/helm/helm.sh): it
-//! lints; for every mode, with no optional component and with all of them, it renders exactly the
+//! deploy/helm/plegd, with a real `helm` (Helm 4, v4.3.2, built from helm.sh/helm/v4 by
+//! tests/helm/helm.sh; and Helm 3, v3.21.4, where both are said): it lints with both; for every mode, with no optional component and with all of them, it renders exactly the
 //! objects the matching kustomize install renders (names, RBAC verbs, policies, probes, security
 //! context: everything but the Namespace, which `helm install --create-namespace` makes); and its
-//! values schema refuses wrong values with a message that names the value.
+//! values schema (JSON Schema draft-07, as it declares) refuses wrong values with a message that
+//! names the value under both Helms' validators (Helm 4's is a 2020-12 validator that honours the
+//! declared draft).
 //! On the one-node cluster the chart is installed, upgraded and uninstalled: tests/cluster_e2e.rs.
 
 use std::collections::BTreeMap;
 use std::process::Command;
 
-use plegd_test_support::manifests::{OPTIONAL_COMPONENTS, OVERLAYS, helm, path, render};
+use plegd_test_support::manifests::{HELM_3, OPTIONAL_COMPONENTS, OVERLAYS, helm, helm_3, path, render};
 use serde_json::{Value, json};
 
 /// The chart.
@@ -101,21 +103,29 @@ fn sort_by(list: &mut Value, key: &str) {
 }
 
 #[test]
-fn the_chart_lints_in_every_mode() {
-    let helm = helm();
-    for mode in OVERLAYS {
-        let out = Command::new(&helm)
-            .args(["lint", "--strict", &path(CHART), "--set"])
-            .arg(format!("statusMode={mode}"))
-            .output()
-            .expect("run helm lint");
-        assert!(
-            out.status.success(),
-            "helm lint --strict ({mode}): {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+fn the_chart_lints_in_every_mode_with_helm_4_and_helm_3() {
+    for (which, helm) in [("v4.3.2", helm()), (HELM_3, helm_3())] {
+        for mode in OVERLAYS {
+            let out = Command::new(&helm)
+                .args(["lint", "--strict", &path(CHART), "--set"])
+                .arg(format!("statusMode={mode}"))
+                .output()
+                .expect("run helm lint");
+            assert!(
+                out.status.success(),
+                "helm {which} lint --strict ({mode}): {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
     }
+}
+
+#[test]
+fn the_values_schema_declares_its_draft() {
+    let schema: Value =
+        serde_json::from_str(&std::fs::read_to_string(path(&format!("{CHART}/values.schema.json"))).unwrap()).unwrap();
+    assert_eq!(schema["$schema"], "https://json-schema.org/draft-07/schema#");
 }
 
 #[test]
@@ -208,26 +218,27 @@ fn the_values_change_what_they_name() {
 }
 
 #[test]
-fn wrong_values_are_refused_with_a_message_that_names_them() {
-    let helm = helm();
-    for (value, named) in [
-        ("statusMode=fast", "statusMode"),
-        ("statusmode=full", "statusmode"),
-        ("image.digest=latest", "digest"),
-        ("image.pullPolicy=Sometimes", "pullPolicy"),
-        ("updateStrategy.type=Recreate", "type"),
-        ("updateStrategy.rollingUpdate.maxUnavailable=0", "maxUnavailable"),
-        ("extraArgs[0]=relist-period=2s", "extraArgs"),
-        ("events.enabled=yes", "enabled"),
-        ("prometheus.namespace=Monitoring", "namespace"),
-        ("resources.requests.memory=lots", "memory"),
-        ("runtimeSocketGroup=-1", "runtimeSocketGroup"),
-    ] {
-        let error = template(&helm, &[value.to_owned()]).expect_err(value);
-        assert!(
-            error.contains("values don't meet the specifications of the schema") && error.contains(named),
-            "{value}: {error}"
-        );
+fn wrong_values_are_refused_with_a_message_that_names_them_by_helm_4_and_helm_3() {
+    for (which, helm) in [("v4.3.2", helm()), (HELM_3, helm_3())] {
+        for (value, named) in [
+            ("statusMode=fast", "statusMode"),
+            ("statusmode=full", "statusmode"),
+            ("image.digest=latest", "digest"),
+            ("image.pullPolicy=Sometimes", "pullPolicy"),
+            ("updateStrategy.type=Recreate", "type"),
+            ("updateStrategy.rollingUpdate.maxUnavailable=0", "maxUnavailable"),
+            ("extraArgs[0]=relist-period=2s", "extraArgs"),
+            ("events.enabled=yes", "enabled"),
+            ("prometheus.namespace=Monitoring", "namespace"),
+            ("resources.requests.memory=lots", "memory"),
+            ("runtimeSocketGroup=-1", "runtimeSocketGroup"),
+        ] {
+            let error = template(&helm, &[value.to_owned()]).expect_err(value);
+            assert!(
+                error.contains("values don't meet the specifications of the schema") && error.contains(named),
+                "helm {which}, {value}: {error}"
+            );
+        }
     }
 }
 

@@ -197,7 +197,7 @@ proptest! {
                         finished_at: None,
                         exit_code: 0,
                         image: String::new(),
-                        image_ref: String::new(),
+                        image_id: String::new(),
                         reason: String::new(),
                         message: Default::default(),
                         restart_count: { started[i] += 1; started[i] - 1 },

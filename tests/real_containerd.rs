@@ -119,9 +119,9 @@ async fn container_exiting_with_code_3() {
     assert_eq!(c.exit_code, 3);
     assert!(c.finished_at.is_some() && c.started_at.is_some() && c.finished_at >= c.started_at);
     assert!(
-        c.image_ref.starts_with(support::containerd::image_id_prefix()),
+        c.image_id.starts_with(support::containerd::image_id_prefix()),
         "{}",
-        c.image_ref
+        c.image_id
     );
 
     // A container that completes: exit 0, reason Completed.

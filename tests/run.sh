@@ -2,12 +2,13 @@
 # Runs every plegd check and test: Kubernetes' own kube-apiserver (and the rest of a node) built
 # from k8s.io/kubernetes v1.37.2, clippy and the docs (warnings as errors), the dependency graph
 # (cargo deny), unit tests, fake-CRI tests and the real-containerd tests, the latter on containerd
-# 2.1 (the default), again on 1.7 (PLEGD_CONTAINERD_VERSIONS="2.1 1.7" to change) and on CRI-O 1.34, plegd as a DaemonSet in a real
+# 2.3 (the default), again on 2.4 and 1.7 (PLEGD_CONTAINERD_VERSIONS="2.3 2.4 1.7" to change) and on
+# CRI-O 1.34, plegd as a DaemonSet in a real
 # one-node cluster (tests/cluster_e2e.rs) and beside its kubelet (tests/kubelet_parity.rs), and its
 # image for amd64 and arm64 (tests/image.rs).
 # Installs what it needs on a fresh Debian machine (as root): runc, CNI plugins, busybox-static and
-# protoc from the distribution's packages, containerd 2.1 and 1.7 from Debian's unstable and 13
-# packages unpacked privately; starts an isolated containerd (tests/containerd/containerd.sh) for
+# protoc from the distribution's packages, containerd 2.3 and 2.4 (and the runc they pin) built from
+# their Go modules once, 1.7 from Debian 13's package unpacked privately; starts an isolated containerd (tests/containerd/containerd.sh) for
 # each version, runs the suites against it and cleans up afterwards.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,8 +30,8 @@ if [ "${free_kib:-0}" -lt $((15 * 1024 * 1024)) ]; then
 fi
 
 if [ "$(id -u)" = 0 ] && [ "$(uname -s)" = Linux ]; then
-  read -r -a VERSIONS <<<"${PLEGD_CONTAINERD_VERSIONS:-2.1 1.7}"
-  [ ${#VERSIONS[@]} -gt 0 ] || { echo "tests/run.sh: PLEGD_CONTAINERD_VERSIONS is empty (e.g. \"2.1 1.7\")" >&2; exit 2; }
+  read -r -a VERSIONS <<<"${PLEGD_CONTAINERD_VERSIONS:-2.3 2.4 1.7}"
+  [ ${#VERSIONS[@]} -gt 0 ] || { echo "tests/run.sh: PLEGD_CONTAINERD_VERSIONS is empty (e.g. \"2.3 2.4 1.7\")" >&2; exit 2; }
   bash tests/containerd/containerd.sh install
   # Prometheus and promtool (Debian's, unpacked privately) for tests/prometheus.rs.
   bash tests/prometheus/prometheus.sh install >/dev/null
@@ -111,7 +112,8 @@ run_tests --workspace
 # controller-manager, scheduler, kubelet on a containerd of its own), from this checkout's optimized
 # binary: tests/cluster_e2e.rs and the readiness gate (tests/readiness_gate.rs), one test at a
 # time; then plegd's status against the kubelet's on that node (tests/kubelet_parity.rs), on
-# containerd 2.1 and again on 1.7. The cluster is removed
+# containerd 2.3; and a smoke of it on each other version (the DaemonSet with every component, and
+# the parity battery). The cluster is removed
 # afterwards. The binary is built as release is, without its whole-program optimization (LTO),
 # which would add about a minute and a half to a run (Cargo.toml, profile release-without-lto).
 if [ ${#VERSIONS[@]} -gt 0 ]; then
@@ -128,9 +130,12 @@ if [ ${#VERSIONS[@]} -gt 0 ]; then
   echo "=== plegd in kind (deploy/kind/e2e.sh, part of tests/cluster_e2e.rs) ===" >&2
   PLEGD_KIND_LOCAL=1 PLEGD_BINARY=$CLUSTER_PLEGD bash deploy/kind/e2e.sh run \
     conditions_with_every_component shadow_counts_differences_and_writes_nothing containerd_restarted_under_plegd
-  echo "=== plegd beside the kubelet on containerd 1.7 (tests/kubelet_parity.rs) ===" >&2
-  PLEGD_BINARY=$CLUSTER_PLEGD PLEGD_CLUSTER_CONTAINERD_VERSION=1.7 PLEGD_CLUSTER_E2E=1 run_tests --test kubelet_parity
-  bash tests/cluster/cluster.sh stop
+  for version in "${VERSIONS[@]:1}"; do
+    echo "=== plegd in the node on containerd $version (the DaemonSet, tests/kubelet_parity.rs) ===" >&2
+    PLEGD_BINARY=$CLUSTER_PLEGD PLEGD_CLUSTER_CONTAINERD_VERSION=$version PLEGD_CLUSTER_E2E=1 \
+      run_tests --test kubelet_parity --test cluster_e2e -E 'binary(kubelet_parity) | test(=conditions_with_every_component)'
+    bash tests/cluster/cluster.sh stop
+  done
 fi
 
 # The real-containerd suites again on each other version.

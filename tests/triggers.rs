@@ -683,9 +683,11 @@ async fn containerd_killed_and_restarted() {
 /// CRI events by a stream of its own), on the tested version: a container that fails and one the
 /// kernel OOM-kills. Each exit's ContainerDied carries the exit code and reason containerd's CRI
 /// shows afterwards; each one is held until the CRI state shows it, then settled. The relist period
-/// is an hour: nothing but the events can deliver or settle them. An OOM kill's event is not
-/// ordered with the exit's by the shim: an exit taken before its OOM was announced says Error, and
-/// the CRI's OOMKilled then wins, counted as a correction of the reason; every other field agrees.
+/// is an hour: nothing but the events can deliver or settle them. Before containerd 2.3 an OOM
+/// kill's event is not ordered with the exit's by the shim: an exit taken before its OOM was
+/// announced says Error, and the CRI's OOMKilled then wins, counted as a correction of the reason.
+/// From 2.3 the shim sends the OOM first: OOMKilled at once, never corrected. Every other field
+/// agrees on every version.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_exit_is_taken_from_containerds_exit_event() {
     let Some(cd) = containerd().await else { return };
@@ -739,6 +741,14 @@ async fn an_exit_is_taken_from_containerds_exit_event() {
         oom_died.reason
     );
     let reason = counter(&p.metrics, "plegd_exit_corrections_total{field=\"reason\"}");
+    let version = cd.version().await;
+    if version >= (2, 3) {
+        assert_eq!(
+            (oom_died.reason.as_deref(), reason),
+            (Some("OOMKilled"), 0),
+            "containerd {version:?} sends the OOM before the exit: OOMKilled at once, no correction"
+        );
+    }
     match oom_died.reason.as_deref() {
         Some("OOMKilled") => assert_eq!(reason, 0),
         Some("Error") => assert_eq!(reason, 1, "the OOM announced after the exit: the CRI's reason won"),

@@ -99,7 +99,13 @@ case "${1:-}" in
     helm=$(bash "$REPO/tests/helm/helm.sh" install)
     case "${1:-}" in
       # The local cluster has no kube-proxy: the chart's objects as deploy_plegd moves an overlay's.
-      install|upgrade) [ -z "$LOCAL" ] || set -- "$@" --post-renderer bash --post-renderer-args "$0" --post-renderer-args post-render ;;
+      install|upgrade)
+        if [ -n "$LOCAL" ]; then
+          # shellcheck source=tests/helm/post-renderer.sh
+          . "$REPO/tests/helm/post-renderer.sh"
+          helm_post_renderer "$helm" || die "helm: its post-renderer could not be set up (tests/helm/helm.sh plugins)"
+          set -- "$@" "${POST_RENDERER[@]}" --post-renderer-args "$0" --post-renderer-args post-render
+        fi ;;
     esac
     "$helm" --kubeconfig "$KUBECONFIG_FILE" "$@"
     ;;

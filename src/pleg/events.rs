@@ -500,7 +500,7 @@ mod tests {
                 finished_at: None,
                 exit_code: 3,
                 image: String::new(),
-                image_ref: String::new(),
+                image_id: String::new(),
                 reason: "Error".into(),
                 message: message.into(),
                 restart_count: 0,

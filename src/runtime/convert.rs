@@ -446,7 +446,11 @@ pub fn container_status(mut status: cri::ContainerStatus, bad: &mut Vec<BadData>
         state,
         exit_code: status.exit_code,
         image: status.image.map(|i| i.image).unwrap_or_default(),
-        image_ref: status.image_ref,
+        image_id: if status.image_id.is_empty() {
+            status.image_ref
+        } else {
+            status.image_id
+        },
         reason: status.reason,
         message: status.message.into(),
         restart_count,
@@ -920,7 +924,15 @@ mod tests {
             annotations,
             ..Default::default()
         };
+        let with_id = cri::ContainerStatus {
+            image_id: "sha256:def".into(),
+            ..status.clone()
+        };
         let s = container_status(status, &mut bad);
+        // The kubelet's ImageID: the runtime's image_id where it fills one (containerd 2.3 on),
+        // else its image_ref.
+        assert_eq!(s.image_id, "sha256:abc");
+        assert_eq!(container_status(with_id, &mut Vec::new()).image_id, "sha256:def");
         assert_eq!(s.name, "app");
         assert_eq!(s.restart_count, 7);
         assert_eq!(s.exit_code, 3);

@@ -103,6 +103,7 @@ pub fn container_status(
             ..Default::default()
         }),
         image_ref: s.text("image_ref", &status.image_ref),
+        image_id: s.text("image_id", &status.image_id),
         reason: s.text("reason", &status.reason),
         message: s.text("message", &status.message),
         labels: s.map("label key", "label value", &status.labels),
@@ -131,7 +132,6 @@ pub fn container_status(
             }),
             windows: None,
         }),
-        image_id: String::new(),
         user: status.user.as_ref().map(|u| cri::ContainerUser {
             linux: u.linux.as_ref().map(|l| cri::LinuxContainerUser {
                 uid: l.uid,

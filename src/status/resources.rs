@@ -538,7 +538,7 @@ mod tests {
             finished_at: None,
             exit_code: 0,
             image: String::new(),
-            image_ref: String::new(),
+            image_id: String::new(),
             reason: String::new(),
             message: Default::default(),
             restart_count: 0,

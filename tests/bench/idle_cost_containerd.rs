@@ -252,7 +252,7 @@ async fn main() {
     let binaries: Vec<String> = arg::<String>("--binaries")
         .map(|list| list.split(',').map(|b| b.trim().to_owned()).collect())
         .unwrap_or_else(|| vec![env!("CARGO_BIN_EXE_plegd").to_owned()]);
-    let version = std::env::var("PLEGD_CONTAINERD_VERSION").unwrap_or_else(|_| "2.1".into());
+    let version = std::env::var("PLEGD_CONTAINERD_VERSION").unwrap_or_else(|_| "2.3".into());
     let Some(instance) = PrivateContainerd::start("idle", &version, 47).await else {
         eprintln!("idle_cost_containerd: needs a real containerd (root on Linux)");
         std::process::exit(1);

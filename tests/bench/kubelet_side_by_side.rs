@@ -502,7 +502,7 @@ async fn main() {
     println!(
         "kubelet 1.37.2 and plegd {} on one node, containerd {}, {n} pods per round",
         env!("CARGO_PKG_VERSION"),
-        std::env::var("PLEGD_CLUSTER_CONTAINERD_VERSION").unwrap_or_else(|_| "2.1".into())
+        std::env::var("PLEGD_CLUSTER_CONTAINERD_VERSION").unwrap_or_else(|_| "2.3".into())
     );
     let mut apiserver_cpu: BTreeMap<String, f64> = BTreeMap::new();
     // The install: deploy/conditions, or another conditions-mode kustomization (the plegd seer

@@ -460,7 +460,7 @@ async fn main() {
             .init();
     }
     let pods: usize = arg("--pods").unwrap_or(30);
-    let versions: String = arg("--containerd").unwrap_or_else(|| "2.1,1.7".into());
+    let versions: String = arg("--containerd").unwrap_or_else(|| "2.3,1.7".into());
     let burst_of: Option<usize> = arg("--burst");
     let window = Duration::from_millis(arg("--window-ms").unwrap_or(1000));
     for version in versions.split(',') {

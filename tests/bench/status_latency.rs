@@ -162,7 +162,7 @@ async fn round(
 async fn main() {
     let pods: usize = arg("--pods").unwrap_or(30);
     let rounds: usize = arg("--rounds").unwrap_or(2);
-    let version: String = arg("--containerd").unwrap_or_else(|| "2.1".into());
+    let version: String = arg("--containerd").unwrap_or_else(|| "2.3".into());
     let Some(instance) = containerd::PrivateContainerd::start("stlat", &version, 239).await else {
         eprintln!("status_latency: needs a real containerd (root on Linux)");
         std::process::exit(1);

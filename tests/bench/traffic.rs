@@ -322,9 +322,7 @@ fn watch_runtime(
     mut client: cri::runtime_service_client::RuntimeServiceClient<tonic::transport::Channel>,
     lives: Lives,
 ) -> tokio::task::JoinHandle<()> {
-    let time = |nanos: i64| {
-        (nanos > 0).then(|| std::time::UNIX_EPOCH + Duration::from_nanos(nanos.unsigned_abs()))
-    };
+    let time = |nanos: i64| (nanos > 0).then(|| std::time::UNIX_EPOCH + Duration::from_nanos(nanos.unsigned_abs()));
     tokio::spawn(async move {
         let filter = cri::ContainerFilter {
             label_selector: [("io.kubernetes.pod.namespace".to_owned(), namespace("gated"))].into(),
@@ -359,8 +357,12 @@ fn watch_runtime(
                 else {
                     continue;
                 };
-                let Some(status) = status.into_inner().status else { continue };
-                let Some(started) = time(status.started_at) else { continue };
+                let Some(status) = status.into_inner().status else {
+                    continue;
+                };
+                let Some(started) = time(status.started_at) else {
+                    continue;
+                };
                 let finished = time(status.finished_at);
                 lives
                     .lock()
@@ -579,7 +581,7 @@ async fn main() {
         "kubelet 1.37.2, kube-proxy 1.37.2 (iptables, defaults) and plegd {} on one node, containerd {}: \
          {backends} backends per Service, {crashes} spread crashes each, then a burst of {}; {rate} requests/s per Service",
         env!("CARGO_PKG_VERSION"),
-        std::env::var("PLEGD_CLUSTER_CONTAINERD_VERSION").unwrap_or_else(|_| "2.1".into()),
+        std::env::var("PLEGD_CLUSTER_CONTAINERD_VERSION").unwrap_or_else(|_| "2.3".into()),
         2 * backends
     );
     let install = support::manifests::kustomization(
@@ -842,8 +844,10 @@ async fn main() {
         {
             let lives = lives.lock().unwrap();
             for (pod, seen) in shown.lock().unwrap().iter() {
-                let pod_lives: Vec<never_wrong::Life> =
-                    lives.get(pod).map(|l| l.values().copied().collect()).unwrap_or_default();
+                let pod_lives: Vec<never_wrong::Life> = lives
+                    .get(pod)
+                    .map(|l| l.values().copied().collect())
+                    .unwrap_or_default();
                 let verdict = never_wrong::check(pod, seen, &pod_lives);
                 transitions += verdict.transitions;
                 violations.extend(verdict.violations);

@@ -119,7 +119,7 @@ fn stats(name: &str, mut ms: Vec<f64>) -> (f64, f64) {
 async fn main() {
     let argv: Vec<String> = std::env::args().collect();
     let exits: usize = arg("--exits").unwrap_or(40);
-    let version: String = arg("--containerd").unwrap_or_else(|| "2.1".into());
+    let version: String = arg("--containerd").unwrap_or_else(|| "2.3".into());
     // An instance of the bench's own, of the version asked for.
     let private = containerd::PrivateContainerd::start("lat", &version, 237).await;
     let cd = match &private {

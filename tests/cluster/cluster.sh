@@ -52,7 +52,7 @@
 # refuses a loopback node IP), pods on the CNI bridge plegdk8s0 (10.236.1.0/24, the bridge their
 # gateway: the kubelet probes them, they reach the node's IP), services in 10.236.128.0/24 through
 # kube-proxy (iptables mode, its defaults) in this machine's network namespace. containerd is
-# tests/containerd/containerd.sh's 2.1 (PLEGD_CLUSTER_CONTAINERD_VERSION=1.7 for 1.7) with a directory of its own ($PLEGD_CLUSTER_DIR/containerd),
+# tests/containerd/containerd.sh's 2.3 (PLEGD_CLUSTER_CONTAINERD_VERSION=2.4 or 1.7 for those) with a directory of its own ($PLEGD_CLUSTER_DIR/containerd),
 # never the one the other tests use. The kubelet writes sysctls and creates cgroups
 # (/plegd-cluster in each hierarchy) on the machine: run this on CI and test machines only.
 # Needs root and Linux.
@@ -75,7 +75,7 @@ SERVICE_IP=10.236.128.1
 APISERVER_PORT=${PLEGD_CLUSTER_APISERVER_PORT:-16443}
 ETCD_PORT=${PLEGD_CLUSTER_ETCD_PORT:-24790}
 CGROUP_ROOT=/plegd-cluster
-CONTAINERD=(env PLEGD_CONTAINERD_DIR="$CLUSTER/containerd" PLEGD_CONTAINERD_VERSION="${PLEGD_CLUSTER_CONTAINERD_VERSION:-2.1}"
+CONTAINERD=(env PLEGD_CONTAINERD_DIR="$CLUSTER/containerd" PLEGD_CONTAINERD_VERSION="${PLEGD_CLUSTER_CONTAINERD_VERSION:-2.3}"
   PLEGD_CNI_BRIDGE="$POD_BRIDGE" PLEGD_CNI_SUBNET="$POD_SUBNET" PLEGD_CNI_GATEWAY=true "$HERE/../containerd/containerd.sh")
 # The Prometheus operator whose CRDs an install with components/pod-monitor or components/alerts
 # needs (the newest version of its module the Go module proxy serves).
@@ -650,7 +650,7 @@ start() {
   build
   lock
   # A node running another containerd than the one asked for is started anew, never reused.
-  local wanted=${PLEGD_CLUSTER_CONTAINERD_VERSION:-2.1} was_version
+  local wanted=${PLEGD_CLUSTER_CONTAINERD_VERSION:-2.3} was_version
   was_version=$(cat "$RUN/containerd.version" 2>/dev/null || echo unknown)
   if running && [ "$was_version" != "$wanted" ]; then
     log "running on containerd $was_version, $wanted asked for (PLEGD_CLUSTER_CONTAINERD_VERSION): starting anew"
@@ -957,9 +957,12 @@ helm_plegd() {
       local binary
       binary=$(plegd_binary)
       import_plegd_image "$binary"
+      # shellcheck source=tests/helm/post-renderer.sh
+      . "$REPO/tests/helm/post-renderer.sh"
+      helm_post_renderer "$helm" || die "helm: its post-renderer could not be set up (tests/helm/helm.sh plugins)"
       "$helm" --kubeconfig "$RUN/admin.kubeconfig" "$@" \
         --set image.repository="${PLEGD_IMAGE%:*}" --set image.tag="${PLEGD_IMAGE##*:}" --set image.pullPolicy=Never \
-        --post-renderer bash --post-renderer-args "$HERE/cluster.sh" --post-renderer-args post-render >&2
+        "${POST_RENDERER[@]}" --post-renderer-args "$HERE/cluster.sh" --post-renderer-args post-render >&2
       ;;
     *) "$helm" --kubeconfig "$RUN/admin.kubeconfig" "$@" ;;
   esac

@@ -2,6 +2,7 @@
 # An isolated containerd with its CRI plugin, for plegd's tests and demo.
 #
 #   tests/containerd/containerd.sh install   # Debian packages, if missing (apt-get update once)
+#   tests/containerd/containerd.sh build VERSION   # 2.3 or 2.4 built, once; prints its bin directory
 #   tests/containerd/containerd.sh start     # install, build the offline image, start, import it
 #   tests/containerd/containerd.sh stop      # remove every pod, stop containerd, clean up
 #   tests/containerd/containerd.sh socket    # print the CRI socket path
@@ -11,10 +12,13 @@
 #   tests/containerd/containerd.sh oci-archive ROOTFS NAME ENTRYPOINT_JSON OUT   # ROOTFS as one layer
 #   tests/containerd/containerd.sh binary-archive BINARY IMAGE OUT   # import-binary's image, as a file
 #
-# PLEGD_CONTAINERD_VERSION picks the containerd: 2.1 (the default: what kind and current
-# distributions run) from Debian unstable's package, 1.7 from Debian 13's, 1.6 from this machine's
-# own (Debian 12), `system` for whatever containerd this machine has installed. 2.1 and 1.7 are fetched with apt-get download through a private package list and
-# unpacked under /var/lib/plegd-test/<suite>; the machine's packages are not touched. Several
+# PLEGD_CONTAINERD_VERSION picks the containerd: 2.3 (the default: containerd's long-term release)
+# and 2.4 built from github.com/containerd/containerd/v2's own module (v2.3.7, v2.4.2), with the runc
+# both pin (v1.5.2) built from its module; 1.7 from Debian 13's package (with this machine's runc);
+# `system` for whatever containerd this machine has installed. Builds are once per machine, cached
+# under /var/lib/plegd-test/containerd-v<version> (`build VERSION` prints its bin directory); the
+# package is fetched with apt-get download through a private package list and unpacked under
+# /var/lib/plegd-test/<suite>; the machine's packages are not touched. Several
 # instances can run at once with different PLEGD_CONTAINERD_DIR, PLEGD_CNI_BRIDGE and
 # PLEGD_CNI_SUBNET; an instance directory holds one version at a time (stop it to change).
 #
@@ -37,9 +41,10 @@ GATEWAY=${PLEGD_CNI_GATEWAY:-false}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=tests/support/private-apt.sh
 . "$HERE/../support/private-apt.sh"
-VERSION=${PLEGD_CONTAINERD_VERSION:-2.1}
+VERSION=${PLEGD_CONTAINERD_VERSION:-2.3}
 PACKAGES_DIR=${PLEGD_PACKAGES_DIR:-/var/lib/plegd-test}
-PACKAGES=(containerd runc busybox-static containernetworking-plugins protobuf-compiler iproute2 gcc libc6-dev systemd curl)
+PACKAGES=(containerd runc busybox-static containernetworking-plugins protobuf-compiler iproute2 gcc libc6-dev systemd curl
+  libseccomp-dev pkg-config)
 
 log() { echo "containerd.sh: $*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -67,7 +72,7 @@ install() {
 
 # use_debian_containerd SUITE: containerd from Debian SUITE, unpacked privately under
 # $PACKAGES_DIR/SUITE; its usr/bin goes first on PATH so that its own shim is used. Debian 13's 1.7
-# needs libc6 >= 2.34 and unstable's 2.1 runs on Debian 12's too; both use the system's runc.
+# runs on Debian 12's libc6 (>= 2.34) and uses the system's runc.
 use_debian_containerd() {
   local suite=$1 root="$PACKAGES_DIR/$1"
   if [ ! -x "$root/root/usr/bin/containerd" ]; then
@@ -82,17 +87,80 @@ use_debian_containerd() {
   export PATH="$root/root/usr/bin:$PATH"
 }
 
+# use_containerd: the binaries of $VERSION first on PATH (containerd starts its shim, and the shim
+# runc, from PATH).
+use_containerd() {
+  case "$VERSION" in
+    2.3|2.4) local bin; bin=$(build_containerd "$VERSION") || exit 1; export PATH="$bin:$PATH" ;;
+    1.7) use_debian_containerd "$SUITE" ;;
+  esac
+}
+
 case "$GATEWAY" in
   true|false) ;;
   *) die "PLEGD_CNI_GATEWAY must be true or false, not '$GATEWAY'" ;;
 esac
 
+# The releases each built line is built at, and the runc they pin (script/setup/runc-version).
+declare -A RELEASES=([2.3]=2.3.7 [2.4]=2.4.2)
+RUNC_RELEASE=1.5.2
+
 case "$VERSION" in
-  2.1) SUITE=sid ;;
+  2.3|2.4|1.6|system) SUITE= ;;
   1.7) SUITE=trixie ;;
-  1.6|system) SUITE= ;;
-  *) die "PLEGD_CONTAINERD_VERSION must be 2.1, 1.7, 1.6 or system, not '$VERSION'" ;;
+  *) die "PLEGD_CONTAINERD_VERSION must be 2.3, 2.4, 1.7, 1.6 or system, not '$VERSION'" ;;
 esac
+
+# goenv COMMAND...: Go with the builds' own module and build caches (shared by every version).
+goenv() {
+  env GOMODCACHE="$PACKAGES_DIR/go/mod" GOCACHE="$PACKAGES_DIR/go/cache" GOFLAGS="-modcacherw -buildvcs=false" \
+    GOTOOLCHAIN=auto GO111MODULE=on "$@"
+}
+
+# build_recipe RELEASE: what a build of RELEASE is made of, as its .complete records it.
+build_recipe() {
+  echo "containerd v$1 runc v$RUNC_RELEASE; $(sed -n '/^build_containerd()/,/^}/p' "$HERE/containerd.sh" | sha256sum | cut -d' ' -f1)"
+}
+
+# build_containerd LINE (2.3, 2.4): containerd, its runc shim and ctr from containerd's module at
+# the line's release, as containerd's Makefile builds them (its tags; the shim with no_grpc, static;
+# the version stamped; no cgo), and runc from its module at the release containerd pins, as runc's
+# Makefile builds its static binary (seccomp from libseccomp's static library) but without
+# libpathrs (a Rust library its Makefile links: runc keeps its own path handling). Both modules
+# have no replace lines, so `go install MODULE/cmd@VERSION` builds them as released. Once per
+# machine (about 2 min each on 2 cores, runc 1 min); prints the bin directory.
+build_containerd() {
+  local line=$1 release=${RELEASES[$1]:-} out pkg=github.com/containerd/containerd/v2
+  [ -n "$release" ] || die "build: no containerd $line to build (2.3 or 2.4)"
+  out="$PACKAGES_DIR/containerd-v$release"
+  if [ "$(cat "$out/.complete" 2>/dev/null)" = "$(build_recipe "$release")" ]; then echo "$out/bin"; return; fi
+  command -v go >/dev/null || die "no go on PATH (containerd v$release builds with Go 1.26)"
+  mkdir -p "$PACKAGES_DIR"
+  exec 7>"$PACKAGES_DIR/containerd-build.lock"
+  flock -w 1800 7 || die "waited 30 min for $PACKAGES_DIR/containerd-build.lock: another containerd build holds it"
+  if [ "$(cat "$out/.complete" 2>/dev/null)" = "$(build_recipe "$release")" ]; then exec 7>&-; echo "$out/bin"; return; fi
+  install >&2
+  local start=$SECONDS ld="-s -w -X $pkg/version.Version=v$release -X $pkg/version.Package=$pkg"
+  rm -rf "$out" && mkdir -p "$out/bin.tmp"
+  log "building containerd v$release and runc v$RUNC_RELEASE from their modules (about 5 min on 2 cores, once)"
+  goenv GOBIN="$out/bin.tmp" CGO_ENABLED=0 nice -n 10 go install -trimpath -tags urfave_cli_no_docs -ldflags "$ld" \
+    "$pkg/cmd/containerd@v$release" "$pkg/cmd/ctr@v$release" >&2 \
+    || die "building containerd v$release failed (go install $pkg/cmd/containerd@v$release)"
+  goenv GOBIN="$out/bin.tmp" CGO_ENABLED=0 nice -n 10 go install -trimpath -tags "urfave_cli_no_docs no_grpc" \
+    -ldflags "$ld -extldflags -static" "$pkg/cmd/containerd-shim-runc-v2@v$release" >&2 \
+    || die "building containerd-shim-runc-v2 v$release failed"
+  goenv GOBIN="$out/bin.tmp" CGO_ENABLED=1 nice -n 10 go install -trimpath -buildmode=pie \
+    -tags "seccomp urfave_cli_no_docs netgo osusergo" \
+    -ldflags "-X main.gitCommit=v$RUNC_RELEASE -linkmode external -extldflags -static-pie" \
+    "github.com/opencontainers/runc@v$RUNC_RELEASE" >&2 || die "building runc v$RUNC_RELEASE failed (needs gcc, libseccomp-dev, pkg-config)"
+  "$out/bin.tmp/containerd" --version | grep -q " v$release\b" || die "containerd --version says '$("$out/bin.tmp/containerd" --version)'"
+  "$out/bin.tmp/runc" --version | grep -q "^runc version $RUNC_RELEASE$" || die "runc --version says '$("$out/bin.tmp/runc" --version | head -1)'"
+  mv "$out/bin.tmp" "$out/bin"
+  build_recipe "$release" >"$out/.complete"
+  exec 7>&-
+  log "built containerd v$release and runc v$RUNC_RELEASE in $((SECONDS - start))s: $out/bin"
+  echo "$out/bin"
+}
 
 sha() { sha256sum "$1" | cut -d' ' -f1; }
 
@@ -311,7 +379,7 @@ lock() {
 start() {
   need_root
   install
-  [ -z "$SUITE" ] || use_debian_containerd "$SUITE"
+  use_containerd
   lock
   mkdir -p "$DIR"
   build_image
@@ -359,7 +427,8 @@ stop() {
   lock
   # The ctr of the version that runs there.
   case "$(cat "$DIR/version" 2>/dev/null || true)" in
-    2.1) [ ! -x "$PACKAGES_DIR/sid/root/usr/bin/ctr" ] || export PATH="$PACKAGES_DIR/sid/root/usr/bin:$PATH" ;;
+    2.3|2.4) local release=${RELEASES[$(cat "$DIR/version")]}
+      [ ! -x "$PACKAGES_DIR/containerd-v$release/bin/ctr" ] || export PATH="$PACKAGES_DIR/containerd-v$release/bin:$PATH" ;;
     1.7) [ ! -x "$PACKAGES_DIR/trixie/root/usr/bin/ctr" ] || export PATH="$PACKAGES_DIR/trixie/root/usr/bin:$PATH" ;;
   esac
   remove_all
@@ -392,6 +461,7 @@ kill_containerd() {
 
 case "${1:-}" in
   install) install ;;
+  build) [ $# -eq 2 ] || die "usage: $0 build 2.3|2.4"; build_containerd "$2" ;;
   kill) kill_containerd ;;
   import-binary) need_root; import_binary "${2:?usage: import-binary BINARY IMAGE}" "${3:?usage: import-binary BINARY IMAGE}" ;;
   import) need_root; import_archive "${2:?usage: import ARCHIVE}" ;;
@@ -401,5 +471,5 @@ case "${1:-}" in
   start) start ;;
   stop) stop ;;
   socket) echo "$SOCK" ;;
-  *) echo "usage: $0 install|image|start|stop|socket|kill|import-binary|import" >&2; exit 2 ;;
+  *) echo "usage: $0 install|build|image|start|stop|socket|kill|import-binary|import" >&2; exit 2 ;;
 esac

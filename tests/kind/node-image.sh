@@ -5,8 +5,8 @@
 #   - a Debian 12 root file system (debootstrap) with the packages kind's base image installs;
 #   - kind v0.33.0's own base files (entrypoint, systemd units, kubelet drop-ins) from its Go module,
 #     put in place as its images/base/Dockerfile does;
-#   - containerd 2.1.9 (Debian sid's, as tests/kind/docker.sh fetches), Debian 12's runc and CNI
-#     plugins with a bridge network (kind's kindnetd is an image to pull), crictl v1.37.0 built from
+#   - containerd v2.3.7 and the runc it pins (v1.5.2), as tests/containerd/containerd.sh builds them
+#     from their modules (cached), Debian 12's CNI plugins with a bridge network (kind's kindnetd is an image to pull), crictl v1.37.0 built from
 #     sigs.k8s.io/cri-tools;
 #   - kubeadm, kubelet and kubectl v1.37.2 built from k8s.io/kubernetes (tests/cluster/cluster.sh);
 #   - kube-apiserver, kube-controller-manager, kube-scheduler, etcd and pause images made from the
@@ -80,14 +80,13 @@ one_layer_image() {
 build() {
   docker_env
   command -v go >/dev/null || die "the node image needs Go (kubeadm, crictl)"
-  local started=$SECONDS bin kubeadm files containerd_root work node
+  local started=$SECONDS bin kubeadm files containerd_bin work node
   bin=$(bash "$REPO/tests/cluster/cluster.sh" bin)
+  containerd_bin=$(bash "$REPO/tests/containerd/containerd.sh" build 2.3)
   kubeadm=$(bash "$REPO/tests/cluster/cluster.sh" kubeadm)
   rootfs
   build_crictl
   files=$(kind_files)
-  containerd_root=/var/lib/plegd-test/kind/packages/root
-  [ -x "$containerd_root/usr/bin/containerd" ] || die "no containerd from tests/kind/docker.sh install"
   work=$(mktemp -d "$CACHE/node.XXXXXX")
   # shellcheck disable=SC2064
   trap "rm -rf '$work'" EXIT
@@ -117,9 +116,9 @@ build() {
   ln -sf /usr/lib/systemd/systemd "$node/sbin/init"
   systemctl --root="$node" enable kubelet.service containerd.service undo-mount-hacks.service >/dev/null 2>&1
   systemctl --root="$node" mask systemd-binfmt.service >/dev/null 2>&1
-  # containerd, its shim and ctr; runc is Debian's (/usr/sbin/runc).
-  install -m 0755 "$containerd_root/usr/bin/containerd" "$containerd_root/usr/bin/ctr" \
-    "$containerd_root/usr/bin/containerd-shim-runc-v2" "$node/usr/local/bin/"
+  # containerd, its shim, ctr and runc (found before Debian's /usr/sbin/runc on systemd's PATH).
+  install -m 0755 "$containerd_bin/containerd" "$containerd_bin/ctr" "$containerd_bin/containerd-shim-runc-v2" \
+    "$containerd_bin/runc" "$node/usr/local/bin/"
   "$node/usr/local/bin/ctr" oci spec \
     | jq '.hooks.createContainer[.hooks.createContainer | length] |= . + {"path": "/kind/bin/mount-product-files.sh"}' \
     | jq 'del(.process.rlimits)' >"$node/etc/containerd/cri-base.json"

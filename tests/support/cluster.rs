@@ -190,9 +190,15 @@ impl Cluster {
 
     /// The cluster script with `args`, which must succeed; its standard output.
     async fn script(&self, args: &[&str]) -> String {
+        self.script_with(args, &[]).await
+    }
+
+    /// [`Self::script`] with variables `env` set for it.
+    async fn script_with(&self, args: &[&str], env: &[(&str, &str)]) -> String {
         let script = self.script.clone();
         let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-        let out = tokio::task::spawn_blocking(move || run(Command::new("bash").arg(script).args(args)))
+        let env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let out = tokio::task::spawn_blocking(move || run(Command::new("bash").arg(script).args(args).envs(env)))
             .await
             .expect("the cluster script's task");
         String::from_utf8_lossy(&out.stdout).into_owned()
@@ -208,6 +214,15 @@ impl Cluster {
     /// overlay's (a post-renderer); install and upgrade use that image. Its standard output.
     pub async fn helm(&self, args: &[&str]) -> String {
         self.script(&[&["helm"], args].concat()).await
+    }
+
+    /// [`Self::helm`] with the Helm 3 still tested ([`crate::manifests::HELM_3`]).
+    pub async fn helm_3(&self, args: &[&str]) -> String {
+        self.script_with(
+            &[&["helm"], args].concat(),
+            &[("PLEGD_HELM_VERSION", crate::manifests::HELM_3)],
+        )
+        .await
     }
 
     /// `kubectl ARGS` as the cluster's admin; its standard output.

@@ -58,19 +58,33 @@ pub fn render(overlay: &str, components: &[&str], dir: &std::path::Path) -> (Pat
 
 /// kubectl v1.37.2, as tests/cluster/cluster.sh builds it (once per version, cached).
 pub fn kubectl() -> PathBuf {
-    built("tests/cluster/cluster.sh", "bin", "kubectl").join("kubectl")
+    built("tests/cluster/cluster.sh", "bin", "kubectl", &[]).join("kubectl")
 }
 
-/// helm v3.22.0, as tests/helm/helm.sh builds it (once per version, cached).
+/// The tested Helm, v4.3.2, as tests/helm/helm.sh builds it (once per version, cached).
 pub fn helm() -> PathBuf {
-    built("tests/helm/helm.sh", "install", "helm")
+    built("tests/helm/helm.sh", "install", "helm", &[])
 }
+
+/// The Helm 3 that is still tested beside it while Helm 3 gets security fixes: v3.21.4.
+pub fn helm_3() -> PathBuf {
+    built(
+        "tests/helm/helm.sh",
+        "install",
+        "helm",
+        &[("PLEGD_HELM_VERSION", HELM_3)],
+    )
+}
+
+/// The release of [`helm_3`].
+pub const HELM_3: &str = "v3.21.4";
 
 /// The path a build script of the repository prints last, once it has built `what`.
-fn built(script: &str, command: &str, what: &str) -> PathBuf {
+fn built(script: &str, command: &str, what: &str, env: &[(&str, &str)]) -> PathBuf {
     let out = std::process::Command::new("bash")
         .arg(path(script))
         .arg(command)
+        .envs(env.iter().copied())
         .stderr(std::process::Stdio::inherit())
         .output()
         .unwrap_or_else(|e| panic!("run {script} {command}: {e}"));

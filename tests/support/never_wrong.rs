@@ -214,9 +214,16 @@ mod tests {
     #[test]
     fn a_condition_removed_is_flagged_and_one_never_shown_is_not() {
         let lives = [life(0, None)];
-        let seen = [shown(100, false, None), shown(200, true, Some(true)), shown(300, true, None)];
+        let seen = [
+            shown(100, false, None),
+            shown(200, true, Some(true)),
+            shown(300, true, None),
+        ];
         let verdict = check("p", &seen, &lives);
         assert_eq!(verdict.transitions, 0);
-        assert_eq!(verdict.violations, vec![format!("p: plegd's condition gone at {:?}", at(300))]);
+        assert_eq!(
+            verdict.violations,
+            vec![format!("p: plegd's condition gone at {:?}", at(300))]
+        );
     }
 }

@@ -42,7 +42,7 @@ fn convert(
         // A count from the runtime beyond what the API holds stays at the API's largest.
         restart_count: i32::try_from(cs.restart_count).unwrap_or(i32::MAX),
         image: cs.image.clone(),
-        image_id: cs.image_ref.clone(),
+        image_id: cs.image_id.clone(),
         container_id: Some(container_id.clone()),
         // The CRI does not know volume names: the mounts the status listed stay as they were.
         volume_mounts: old.and_then(|o| o.volume_mounts.clone()),

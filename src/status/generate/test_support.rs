@@ -131,7 +131,7 @@ pub(crate) fn runtime_status(
         finished_at: (state == RuntimeContainerState::Exited).then(|| at(created + 5)),
         exit_code: if state == RuntimeContainerState::Exited { 3 } else { 0 },
         image: "docker.io/library/busybox:1".into(),
-        image_ref: "sha256:abc".into(),
+        image_id: "sha256:abc".into(),
         reason: if state == RuntimeContainerState::Exited {
             "Error".into()
         } else {
