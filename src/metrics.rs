@@ -42,6 +42,11 @@ pub struct SourceLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ModeLabel {
+    pub mode: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StreamStateLabel {
     pub source: String,
     pub state: String,
@@ -169,6 +174,8 @@ metrics_table! {
         "informer_errors", "Failed pod list or watch calls of the informer, each retried with backoff";
     runtime_errors: Family<OperationLabel, Counter> = Default::default(),
         "runtime_errors", "Failed CRI calls by operation";
+    runtime_list_mode: Family<ModeLabel, Gauge> = Default::default(),
+        "runtime_list_mode", "How the relist lists the runtime's sandboxes and containers on its connection: 1 for the way chosen (streaming: StreamPodSandboxes and StreamContainers; unary: ListPodSandbox and ListContainers, where the runtime does not serve the streams), 0 for the other; both 0 until the first list";
     pod_status_refresh_errors: Counter = Default::default(),
         "pleg_pod_status_refresh_errors", "Pod status reads that failed; the pod is re-inspected at the next relist";
     events_sent: Family<KindLabel, Counter> = Default::default(),
@@ -316,14 +323,18 @@ pub mod known {
         "read_timeout",
     ];
     /// `plegd_runtime_errors_total{operation}`: the CRI calls plegd makes.
-    pub const RUNTIME_OPERATIONS: [&str; 6] = [
+    pub const RUNTIME_OPERATIONS: [&str; 8] = [
         "ListPodSandbox",
         "ListContainers",
+        "StreamPodSandboxes",
+        "StreamContainers",
         "PodSandboxStatus",
         "ContainerStatus",
         "Version",
         "Status",
     ];
+    /// `plegd_runtime_list_mode{mode}`.
+    pub const LIST_MODES: [&str; 2] = ["streaming", "unary"];
     /// `plegd_pleg_events_total{kind}`: the events the PLEG sends.
     pub const EVENT_KINDS: [&str; 4] = ["ContainerStarted", "ContainerDied", "ContainerRemoved", "PodSync"];
     /// `plegd_exit_events_total{result}`.
@@ -359,6 +370,9 @@ impl Metrics {
         }
         for kind in known::EVENT_KINDS {
             let _ = self.events_sent.get_or_create(&KindLabel { kind: kind.into() });
+        }
+        for mode in known::LIST_MODES {
+            let _ = self.runtime_list_mode.get_or_create(&ModeLabel { mode: mode.into() });
         }
         for result in known::EXIT_EVENT_RESULTS {
             let _ = self.exit_events.get_or_create(&ResultLabel { result: result.into() });
@@ -402,6 +416,16 @@ impl Metrics {
                 operation: operation.to_owned(),
             })
             .inc();
+    }
+
+    /// Set the one-hot gauge of how the relist lists: `mode`, one of [`known::LIST_MODES`], or
+    /// none (not chosen yet).
+    pub fn set_list_mode(&self, mode: Option<&str>) {
+        for m in known::LIST_MODES {
+            self.runtime_list_mode
+                .get_or_create(&ModeLabel { mode: m.to_owned() })
+                .set(i64::from(Some(m) == mode));
+        }
     }
 
     /// Set the one-hot state gauge of a trigger stream: `state`, one of `states`.

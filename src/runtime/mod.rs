@@ -6,6 +6,7 @@
 pub mod convert;
 pub mod events;
 pub mod exits;
+pub mod list_mode;
 pub mod lists;
 pub mod statuses;
 pub mod termination;
@@ -30,9 +31,16 @@ use crate::backoff::ExponentialBackoff;
 use crate::kubecontainer::{LABEL_POD_UID, PodUid, RuntimeContainerState, RuntimePod, RuntimePodStatus, SandboxState};
 use crate::metrics::Metrics;
 use convert::BadData;
+use list_mode::{ListMode, ListModeChoice, ListOutcome};
 
 /// CRI responses for a thousand pods are larger than gRPC's 4 MiB default; the kubelet allows 16 MiB.
 pub const MAX_MESSAGE_SIZE: usize = 16 * 1024 * 1024;
+
+/// The most a streamed list may bring in all its messages (the items' encoded bytes): a runtime
+/// that streams without end fails the list instead of growing plegd's memory. 16 times the one
+/// message the unary list may be: a node of 10,000 containers with 4 KiB of labels each is about
+/// 45 MiB.
+pub const MAX_STREAMED_LIST_BYTES: usize = 16 * MAX_MESSAGE_SIZE;
 
 /// What can go wrong talking to the runtime.
 #[derive(Debug, thiserror::Error)]
@@ -119,6 +127,50 @@ pub enum IdKind {
 /// go.
 fn malformed(error: prost::DecodeError) -> tonic::Status {
     tonic::Status::internal(error.to_string())
+}
+
+/// What a failed list call says about the way to list.
+fn list_outcome(status: &tonic::Status) -> ListOutcome {
+    match status.code() {
+        tonic::Code::Unimplemented => ListOutcome::StreamUnimplemented,
+        tonic::Code::Unavailable => ListOutcome::ConnectionLost,
+        _ => ListOutcome::Other,
+    }
+}
+
+/// `call` within `deadline`, or DeadlineExceeded.
+async fn within<T>(
+    deadline: Duration,
+    call: impl Future<Output = Result<T, tonic::Status>>,
+) -> Result<T, tonic::Status> {
+    match tokio::time::timeout(deadline, call).await {
+        Ok(answer) => answer,
+        Err(_) => Err(tonic::Status::deadline_exceeded(format!(
+            "the streamed list did not end within {deadline:?}"
+        ))),
+    }
+}
+
+/// Every item of a streamed list, in the order sent: the stream read to its end, refused once its
+/// items pass [`MAX_STREAMED_LIST_BYTES`] (ResourceExhausted).
+async fn collect_streamed<M>(
+    mut stream: tonic::Streaming<M>,
+    items_of: impl Fn(M) -> Vec<bytes::Bytes>,
+) -> Result<Vec<bytes::Bytes>, tonic::Status> {
+    let mut items = Vec::new();
+    let mut total = 0usize;
+    while let Some(message) = stream.message().await? {
+        for item in items_of(message) {
+            total = total.saturating_add(item.len());
+            if total > MAX_STREAMED_LIST_BYTES {
+                return Err(tonic::Status::resource_exhausted(format!(
+                    "a streamed list of more than {MAX_STREAMED_LIST_BYTES} bytes"
+                )));
+            }
+            items.push(item);
+        }
+    }
+    Ok(items)
 }
 
 /// What one pair of list calls asks for.
@@ -259,6 +311,10 @@ pub struct CriRuntime {
     metrics: Arc<Metrics>,
     bad_data_seen: Arc<Mutex<HashSet<(&'static str, String)>>>,
     termination: Arc<termination::TerminationReader>,
+    /// The deadline of a whole streamed list (each unary call has it from the channel).
+    call_timeout: Duration,
+    /// Streaming or unary lists on this connection (see [`list_mode`]).
+    list_mode: Arc<ListModeChoice>,
 }
 
 /// How many distinct bad items are remembered for log de-duplication before the memory is reset.
@@ -289,6 +345,30 @@ impl CriRuntime {
             metrics,
             bad_data_seen: Default::default(),
             termination: Arc::new(termination::TerminationReader::new(options.host_files.clone())),
+            call_timeout: options.call_timeout,
+            list_mode: Default::default(),
+        }
+    }
+
+    /// How the relist lists on this connection; None before its first list.
+    pub fn list_mode(&self) -> Option<ListMode> {
+        self.list_mode.get()
+    }
+
+    /// Take what a list call said about the way to list; say and count a change.
+    fn settle_list_mode(&self, outcome: ListOutcome) {
+        let Some(changed) = self.list_mode.settle(outcome) else {
+            return;
+        };
+        self.metrics.set_list_mode(changed.map(ListMode::name));
+        match changed {
+            Some(ListMode::Streaming) => {
+                info!("the runtime streams its lists (StreamPodSandboxes, StreamContainers): relists use them")
+            }
+            Some(ListMode::Unary) => info!(
+                "the runtime does not serve streaming lists (StreamPodSandboxes, StreamContainers: Unimplemented): relists use ListPodSandbox and ListContainers"
+            ),
+            None => debug!("the runtime connection was lost: the way to list is chosen again at the next list"),
         }
     }
 
@@ -549,25 +629,28 @@ impl CriRuntime {
                 }),
             ),
         };
-        let (mut sandboxes_client, mut containers_client) = (self.lists.clone(), self.lists.clone());
-        let (sandboxes, containers) = tokio::try_join!(
-            async {
-                let request = lists::ListPodSandboxRequest { filter: sandbox_filter };
-                match sandboxes_client.list_pod_sandbox(request).await {
-                    Ok(answer) => Ok(answer.into_inner().items),
-                    Err(status) => Err(self.call_failed("ListPodSandbox", status)),
-                }
-            },
-            async {
-                let request = lists::ListContainersRequest {
-                    filter: container_filter,
-                };
-                match containers_client.list_containers(request).await {
-                    Ok(answer) => Ok(answer.into_inner().containers),
-                    Err(status) => Err(self.call_failed("ListContainers", status)),
+        let (sandboxes, containers) = match self.list_mode.get() {
+            Some(ListMode::Unary) => self.unary_lists(sandbox_filter, container_filter).await?,
+            Some(ListMode::Streaming) | None => {
+                match self
+                    .streamed_lists(sandbox_filter.clone(), container_filter.clone())
+                    .await
+                {
+                    Ok(items) => {
+                        self.settle_list_mode(ListOutcome::Streamed);
+                        items
+                    }
+                    Err((_, status)) if status.code() == tonic::Code::Unimplemented => {
+                        self.settle_list_mode(ListOutcome::StreamUnimplemented);
+                        self.unary_lists(sandbox_filter, container_filter).await?
+                    }
+                    Err((operation, status)) => {
+                        self.settle_list_mode(list_outcome(&status));
+                        return Err(self.call_failed(operation, status));
+                    }
                 }
             }
-        )?;
+        };
         let mut bad = Vec::new();
         // Grouped as they are decoded; ids and uids stay borrowed from the answers until a pod
         // record keeps them.
@@ -588,6 +671,73 @@ impl CriRuntime {
         let pods = grouping.into_pods();
         self.report(bad);
         Ok(pods)
+    }
+
+    /// `ListPodSandbox` and `ListContainers` at once: their items, still encoded.
+    async fn unary_lists(
+        &self,
+        sandbox_filter: Option<lists::PodSandboxFilter>,
+        container_filter: Option<lists::ContainerFilter>,
+    ) -> Result<(Vec<bytes::Bytes>, Vec<bytes::Bytes>), RuntimeError> {
+        let (mut sandboxes_client, mut containers_client) = (self.lists.clone(), self.lists.clone());
+        let failed = |operation, status: tonic::Status| {
+            self.settle_list_mode(list_outcome(&status));
+            self.call_failed(operation, status)
+        };
+        tokio::try_join!(
+            async {
+                let request = lists::ListPodSandboxRequest { filter: sandbox_filter };
+                match sandboxes_client.list_pod_sandbox(request).await {
+                    Ok(answer) => Ok(answer.into_inner().items),
+                    Err(status) => Err(failed("ListPodSandbox", status)),
+                }
+            },
+            async {
+                let request = lists::ListContainersRequest {
+                    filter: container_filter,
+                };
+                match containers_client.list_containers(request).await {
+                    Ok(answer) => Ok(answer.into_inner().containers),
+                    Err(status) => Err(failed("ListContainers", status)),
+                }
+            }
+        )
+    }
+
+    /// `StreamPodSandboxes` and `StreamContainers` at once, each read to its end within the call
+    /// deadline and [`MAX_STREAMED_LIST_BYTES`]: their items, still encoded. A failure names its
+    /// call.
+    async fn streamed_lists(
+        &self,
+        sandbox_filter: Option<lists::PodSandboxFilter>,
+        container_filter: Option<lists::ContainerFilter>,
+    ) -> Result<(Vec<bytes::Bytes>, Vec<bytes::Bytes>), (&'static str, tonic::Status)> {
+        let (mut sandboxes_client, mut containers_client) = (self.lists.clone(), self.lists.clone());
+        let deadline = self.call_timeout;
+        tokio::try_join!(
+            async {
+                let request = lists::StreamPodSandboxesRequest { filter: sandbox_filter };
+                let read = async {
+                    let stream = sandboxes_client.stream_pod_sandboxes(request).await?.into_inner();
+                    collect_streamed(stream, |m: lists::StreamPodSandboxesResponse| m.pod_sandboxes).await
+                };
+                within(deadline, read)
+                    .await
+                    .map_err(|status| ("StreamPodSandboxes", status))
+            },
+            async {
+                let request = lists::StreamContainersRequest {
+                    filter: container_filter,
+                };
+                let read = async {
+                    let stream = containers_client.stream_containers(request).await?.into_inner();
+                    collect_streamed(stream, |m: lists::StreamContainersResponse| m.containers).await
+                };
+                within(deadline, read)
+                    .await
+                    .map_err(|status| ("StreamContainers", status))
+            }
+        )
     }
 
     /// A sandbox's status, its strings still bytes (see [`statuses`]); None if it is gone.
