@@ -58,6 +58,7 @@ use crate::pod::ApiPod;
 use crate::recorder::EventSender;
 use crate::status::StatusMode;
 use crate::status::decide::{Action, NodeFacts, decide, informer_change_matters};
+use crate::status::gate;
 use crate::status::manager::StatusManager;
 use crate::status::report::{StatusReport, StatusReports};
 
@@ -534,6 +535,19 @@ impl SyncLoop {
                 StatusReport::new(pod.clone(), *generated, SystemTime::now(), entry.modified)
             };
             self.reports.put(uid, report);
+        }
+        if self.config.mode == StatusMode::Conditions && matches!(decision.action, Action::Write { .. }) {
+            let read_is_newer = self
+                .pleg
+                .cache()
+                .try_get_newer_than(&tracked.runtime_uid, tracked.status_seen_at)
+                .is_some();
+            if gate::waits_for_newer_read(pod.status.as_ref(), read_is_newer) {
+                debug!(pod = %tracked.key, "the condition follows the kubelet's report, newer than plegd's runtime read: decided again from a newer read");
+                let seen_at = tracked.status_seen_at;
+                self.request_sync(uid, seen_at);
+                return;
+            }
         }
         let handed_over = match decision.action {
             Action::Skip(skip) => {

@@ -48,6 +48,18 @@ pub fn own_condition(status: Option<&PodStatus>) -> Option<&PodCondition> {
         .find(|c| c.type_ == CONTAINERS_RUNNING)
 }
 
+/// Whether plegd's write of its condition waits for a runtime read of the pod newer than the pod's
+/// status (`read_is_newer`: plegd's read is newer than that status's arrival). It does where the
+/// condition follows the kubelet ([`KUBELET_REPORTED`]: the kubelet's own write set it through the
+/// policy, or a plegd handed it back): the kubelet read its containers for that write, so a runtime
+/// read of plegd's from before it is older than the fact it would overwrite (a container the
+/// kubelet restarted after plegd's read would be said not running, a flip of the gate with no
+/// change of the containers). A newer read comes with the next relist of the pod (its containers'
+/// events trigger one), and the write is decided from it.
+pub fn waits_for_newer_read(status: Option<&PodStatus>, read_is_newer: bool) -> bool {
+    !read_is_newer && own_condition(status).is_some_and(|c| c.reason.as_deref() == Some(KUBELET_REPORTED))
+}
+
 /// The status that hands a gated pod back to the kubelet: `status` with plegd's condition given the
 /// reason [`KUBELET_REPORTED`] (its status and transition time kept). None when there is nothing to
 /// hand back: no condition of plegd's, or one that already follows the kubelet or was released.
@@ -170,5 +182,25 @@ mod tests {
         let absent = released(Some(&with(vec![ready()])), at(5)).unwrap();
         assert!(absent.last_transition_time.is_some());
         assert_eq!(released(Some(&with(vec![own("True", GATE_RELEASED)])), at(5)), None);
+    }
+
+    #[test]
+    fn a_condition_the_kubelet_set_is_overwritten_only_from_a_newer_read() {
+        let with = |reason: &str| PodStatus {
+            conditions: Some(vec![PodCondition {
+                type_: CONTAINERS_RUNNING.into(),
+                status: "True".into(),
+                reason: Some(reason.into()),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        };
+        assert!(waits_for_newer_read(Some(&with(KUBELET_REPORTED)), false));
+        assert!(!waits_for_newer_read(Some(&with(KUBELET_REPORTED)), true));
+        // plegd's own condition, a released one, or none: written from the read plegd has.
+        assert!(!waits_for_newer_read(Some(&with("ContainersRunning")), false));
+        assert!(!waits_for_newer_read(Some(&with(GATE_RELEASED)), false));
+        assert!(!waits_for_newer_read(Some(&PodStatus::default()), false));
+        assert!(!waits_for_newer_read(None, false));
     }
 }

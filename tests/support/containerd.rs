@@ -204,9 +204,15 @@ pub fn unique_uid(prefix: &str) -> String {
 }
 
 impl Containerd {
-    /// A handle on the containerd serving CRI at `socket`.
+    /// A handle on the containerd serving CRI at `socket`. Its calls wait up to two minutes: the
+    /// tests' own calls (a StopContainer, a CreateContainer) take seconds on a loaded machine, and
+    /// plegd's 10 s deadline is plegd's, not theirs.
     pub fn at(socket: PathBuf) -> Self {
-        let runtime = CriRuntime::new(&socket, &CriConfig::default(), Arc::new(Metrics::new()));
+        let options = CriConfig {
+            call_timeout: Duration::from_secs(120),
+            ..CriConfig::default()
+        };
+        let runtime = CriRuntime::new(&socket, &options, Arc::new(Metrics::new()));
         Self {
             socket,
             client: runtime.client(),
