@@ -1073,7 +1073,6 @@ async fn a_release_of_helm_3_upgrades_and_uninstalls_with_helm_4() {
     cluster.on_exit(&gone);
     let chart = support::REPO.to_owned() + "/deploy/helm/plegd";
     let before = plegds_objects(&cluster).await;
-    let node = cluster.node().await;
     let install = [
         "install",
         "plegd",
@@ -1118,6 +1117,8 @@ async fn a_release_of_helm_3_upgrades_and_uninstalls_with_helm_4() {
         } else {
             cluster.helm(&args).await;
         }
+        // The node plegd runs on (there is a plegd once the install is in).
+        let node = cluster.node().await;
         let plegd = eventually(
             &format!("a new plegd pod, Ready, after {helm}'s `helm {}` to {mode}", args[0]),
             WAIT,
