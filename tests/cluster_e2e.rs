@@ -854,17 +854,11 @@ async fn full_mode_on_a_node_without_a_kubelet() {
     cd.cleanup(&sandbox).await;
 }
 
-/// deploy/helm/plegd with Helm 4 (tests/helm/helm.sh) and its defaults (server-side apply, the
-/// watcher's wait, rollback on failure): every mode's objects, with every optional component,
-/// accepted by the apiserver (`--dry-run=server`); installed (its objects applied server-side),
-/// plegd Ready under the kubelet and its condition on a pod; upgraded from conditions to shadow and
-/// rolled back to conditions with no condition flipped and no restart beyond the rollout;
-/// uninstalled, leaving no object of plegd's.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_helm_chart_installs_upgrades_and_uninstalls() {
-    let Some(cluster) = cluster().await else { return };
+/// No plegd on the cluster and no namespace of plegd's, for a Helm release to make anew (an earlier
+/// run's namespace gone for good: nothing is made in a namespace being removed); the namespace is
+/// removed again when the test ends.
+async fn no_plegd_namespace(cluster: &Cluster) {
     cluster.remove_plegd().await;
-    // An earlier run's namespace gone for good: nothing is made in a namespace being removed.
     let gone = [
         "delete",
         "namespace",
@@ -875,6 +869,18 @@ async fn the_helm_chart_installs_upgrades_and_uninstalls() {
     ];
     cluster.kubectl(&gone).await;
     cluster.on_exit(&gone);
+}
+
+/// deploy/helm/plegd with Helm 4 (tests/helm/helm.sh) and its defaults (server-side apply, the
+/// watcher's wait, rollback on failure): every mode's objects, with every optional component,
+/// accepted by the apiserver (`--dry-run=server`); installed (its objects applied server-side),
+/// plegd Ready under the kubelet and its condition on a pod; upgraded from conditions to shadow and
+/// rolled back to conditions with no condition flipped and no restart beyond the rollout;
+/// uninstalled, leaving no object of plegd's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_helm_chart_installs_upgrades_and_uninstalls() {
+    let Some(cluster) = cluster().await else { return };
+    no_plegd_namespace(&cluster).await;
     let chart = support::REPO.to_owned() + "/deploy/helm/plegd";
     let every = [
         "--set",
@@ -1012,22 +1018,7 @@ async fn the_helm_chart_installs_upgrades_and_uninstalls() {
     pods.create(&pp, &pod("after", &node, "sleep 1; exit 5")).await.unwrap();
     wait_condition(&pods, "after", "False", "exited with code 5").await;
 
-    cluster
-        .helm(&[
-            "uninstall",
-            "plegd",
-            "--namespace",
-            NAMESPACE,
-            "--wait",
-            "--timeout",
-            "180s",
-        ])
-        .await;
-    assert_eq!(
-        plegds_objects(&cluster).await,
-        before,
-        "what helm uninstall left of plegd's (against what there was before the install)"
-    );
+    uninstall_leaving_nothing(&cluster, &before).await;
 }
 
 /// Who wrote `object` of plegd's namespace, and how: "MANAGER OPERATION" of its managed fields.
@@ -1060,17 +1051,7 @@ async fn managers(cluster: &Cluster, object: &str) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_of_helm_3_upgrades_and_uninstalls_with_helm_4() {
     let Some(cluster) = cluster().await else { return };
-    cluster.remove_plegd().await;
-    let gone = [
-        "delete",
-        "namespace",
-        NAMESPACE,
-        "--ignore-not-found",
-        "--wait=true",
-        "--timeout=180s",
-    ];
-    cluster.kubectl(&gone).await;
-    cluster.on_exit(&gone);
+    no_plegd_namespace(&cluster).await;
     let chart = support::REPO.to_owned() + "/deploy/helm/plegd";
     let before = plegds_objects(&cluster).await;
     let install = [
@@ -1141,21 +1122,19 @@ async fn a_release_of_helm_3_upgrades_and_uninstalls_with_helm_4() {
         ["helm Update"],
         "Helm 4 keeps the apply method of the release Helm 3 made (client-side)"
     );
+    uninstall_leaving_nothing(&cluster, &before).await;
+}
+
+/// `helm uninstall` (Helm 4, waiting), which leaves no object of plegd's beyond `before` (what
+/// there was before the install).
+async fn uninstall_leaving_nothing(cluster: &Cluster, before: &[String]) {
     cluster
-        .helm(&[
-            "uninstall",
-            "plegd",
-            "--namespace",
-            NAMESPACE,
-            "--wait",
-            "--timeout",
-            "180s",
-        ])
+        .helm(&["uninstall", "plegd", "--namespace", NAMESPACE, "--wait", "--timeout", "180s"])
         .await;
     assert_eq!(
-        plegds_objects(&cluster).await,
+        plegds_objects(cluster).await,
         before,
-        "what helm uninstall left of plegd's (against what there was before the Helm 3 install)"
+        "what helm uninstall left of plegd's (against what there was before the install)"
     );
 }
 

@@ -208,18 +208,9 @@ fn watch_floor(
     ids: Arc<Mutex<HashMap<String, String>>>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let filter = cri::ContainerFilter {
-            label_selector: [("io.kubernetes.pod.namespace".to_owned(), NS.to_owned())].into(),
-            ..Default::default()
-        };
         loop {
-            let listed = client
-                .list_containers(cri::ListContainersRequest {
-                    filter: Some(filter.clone()),
-                })
-                .await;
-            if let Ok(listed) = listed {
-                for c in listed.into_inner().containers {
+            if let Ok(listed) = support::cluster::namespace_containers(&mut client, NS).await {
+                for c in listed {
                     let Some(pod) = c.labels.get("io.kubernetes.pod.name").cloned() else {
                         continue;
                     };

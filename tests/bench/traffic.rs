@@ -324,17 +324,9 @@ fn watch_runtime(
 ) -> tokio::task::JoinHandle<()> {
     let time = |nanos: i64| (nanos > 0).then(|| std::time::UNIX_EPOCH + Duration::from_nanos(nanos.unsigned_abs()));
     tokio::spawn(async move {
-        let filter = cri::ContainerFilter {
-            label_selector: [("io.kubernetes.pod.namespace".to_owned(), namespace("gated"))].into(),
-            ..Default::default()
-        };
         loop {
-            let listed = client
-                .list_containers(cri::ListContainersRequest {
-                    filter: Some(filter.clone()),
-                })
-                .await;
-            for c in listed.map(|l| l.into_inner().containers).unwrap_or_default() {
+            let listed = support::cluster::namespace_containers(&mut client, &namespace("gated")).await;
+            for c in listed.unwrap_or_default() {
                 let Some(pod) = c.labels.get("io.kubernetes.pod.name").cloned() else {
                     continue;
                 };

@@ -30,6 +30,20 @@ pub const NAMESPACE: &str = "plegd-system";
 pub const STATIC_PODS: &str = "/var/lib/plegd-test/cluster/run/manifests";
 pub const CONTAINERD_SOCKET: &str = "/var/lib/plegd-test/cluster/containerd/containerd.sock";
 
+/// The containers of the cluster's pods in `namespace`, as the node's containerd lists them (the
+/// kubelet's namespace label selects them): for benches that watch the runtime beside the apiserver.
+pub async fn namespace_containers(
+    client: &mut k8s_cri::v1::runtime_service_client::RuntimeServiceClient<tonic::transport::Channel>,
+    namespace: &str,
+) -> Result<Vec<k8s_cri::v1::Container>, tonic::Status> {
+    let filter = k8s_cri::v1::ContainerFilter {
+        label_selector: [("io.kubernetes.pod.namespace".to_owned(), namespace.to_owned())].into(),
+        ..Default::default()
+    };
+    let request = k8s_cri::v1::ListContainersRequest { filter: Some(filter) };
+    Ok(client.list_containers(request).await?.into_inner().containers)
+}
+
 pub struct Cluster {
     script: PathBuf,
     pub kubeconfig: PathBuf,
