@@ -52,7 +52,13 @@ install_crds() {
   crds=$(bash "$REPO/tests/cluster/cluster.sh" operator-crds "$1") || die "the Prometheus operator's CRDs are not at hand"
   for f in $crds; do
     k apply --server-side -f "$f" >&2
-    k wait --for condition=Established --timeout=60s -f "$f" >&2
+    # Polled, not `kubectl wait`: a definition just made has no conditions yet, and kubectl wait
+    # then fails at once ("accessor error: <nil>") instead of waiting.
+    local deadline=$((SECONDS + 60))
+    until [ "$(k get -f "$f" -o 'jsonpath={.status.conditions[?(@.type=="Established")].status}')" = True ]; do
+      [ "$SECONDS" -lt "$deadline" ] || die "$(basename "$f") not Established within 60 s"
+      sleep 0.2
+    done
   done
 }
 
