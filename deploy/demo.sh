@@ -59,8 +59,9 @@ cleanup() {
 trap cleanup EXIT
 ADMIN=$(bash tests/cluster/cluster.sh start | tail -1)
 # A plegd install left in a cluster started by hand (its conditions-only admission policy would
-# refuse full mode's writes) is removed first.
-bash tests/cluster/cluster.sh remove-plegd >/dev/null
+# refuse full mode's writes) is removed first; one with the readiness gate is released by this
+# plegd (`plegd release-gates`) before it goes.
+PLEGD_BINARY="$BIN/plegd" bash tests/cluster/cluster.sh remove-plegd >/dev/null
 # plegd's rights in full mode (deploy/full without its DaemonSet: no kubelet runs demo-node), the
 # node object, and plegd's token bound to it (its node-name claim is what the admission policy checks).
 KUBECTL kustomize deploy/full | KUBECTL apply -f - --dry-run=client -o json \

@@ -1129,7 +1129,15 @@ async fn a_release_of_helm_3_upgrades_and_uninstalls_with_helm_4() {
 /// there was before the install).
 async fn uninstall_leaving_nothing(cluster: &Cluster, before: &[String]) {
     cluster
-        .helm(&["uninstall", "plegd", "--namespace", NAMESPACE, "--wait", "--timeout", "180s"])
+        .helm(&[
+            "uninstall",
+            "plegd",
+            "--namespace",
+            NAMESPACE,
+            "--wait",
+            "--timeout",
+            "180s",
+        ])
         .await;
     assert_eq!(
         plegds_objects(cluster).await,

@@ -683,11 +683,13 @@ async fn containerd_killed_and_restarted() {
 /// CRI events by a stream of its own), on the tested version: a container that fails and one the
 /// kernel OOM-kills. Each exit's ContainerDied carries the exit code and reason containerd's CRI
 /// shows afterwards; each one is held until the CRI state shows it, then settled. The relist period
-/// is an hour: nothing but the events can deliver or settle them. Before containerd 2.3 an OOM
-/// kill's event is not ordered with the exit's by the shim: an exit taken before its OOM was
-/// announced says Error, and the CRI's OOMKilled then wins, counted as a correction of the reason.
-/// From 2.3 the shim sends the OOM first: OOMKilled at once, never corrected. Every other field
-/// agrees on every version.
+/// is an hour: nothing but the events can deliver or settle them. An OOM kill's event is not
+/// ordered with the exit's by the shim before containerd 2.3, nor on cgroup v1 with any version
+/// (2.3's shim drains the cgroup v2 OOM watcher before it sends the exit; its cgroup v1 watcher is
+/// not drained — read in `cmd/containerd-shim-runc-v2/task/service.go`, seen on these cgroup v1
+/// machines): an exit taken before its OOM was announced says Error, and the CRI's OOMKilled then
+/// wins, counted as a correction of the reason. On 2.3 and later with cgroup v2: OOMKilled at once,
+/// never corrected. Every other field agrees on every version.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_exit_is_taken_from_containerds_exit_event() {
     let Some(cd) = containerd().await else { return };
@@ -742,11 +744,12 @@ async fn an_exit_is_taken_from_containerds_exit_event() {
     );
     let reason = counter(&p.metrics, "plegd_exit_corrections_total{field=\"reason\"}");
     let version = cd.version().await;
-    if version >= (2, 3) {
+    let cgroup_v2 = std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
+    if version >= (2, 3) && cgroup_v2 {
         assert_eq!(
             (oom_died.reason.as_deref(), reason),
             (Some("OOMKilled"), 0),
-            "containerd {version:?} sends the OOM before the exit: OOMKilled at once, no correction"
+            "containerd {version:?} on cgroup v2 sends the OOM before the exit: OOMKilled at once, no correction"
         );
     }
     match oom_died.reason.as_deref() {
