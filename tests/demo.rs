@@ -47,7 +47,9 @@ async fn the_demo_shows_what_happened() {
     // would make the demo's own `cargo build` rebuild what tests/run.sh built).
     let mut command = Command::new("bash");
     command.env_clear();
-    for keep in ["PATH", "HOME", "USER", "LANG", "CARGO_HOME", "RUSTUP_HOME"] {
+    // CARGO_TARGET_DIR is the shell's (tests/run.sh's shared build directory in CI), not cargo's:
+    // kept, the demo's debug build finds what the test build made instead of building anew.
+    for keep in ["PATH", "HOME", "USER", "LANG", "CARGO_HOME", "RUSTUP_HOME", "CARGO_TARGET_DIR"] {
         if let Some(value) = std::env::var_os(keep) {
             command.env(keep, value);
         }
