@@ -61,10 +61,11 @@ fi
 # talks to an apiserver talks to this kube-apiserver.
 echo "=== Kubernetes v1.37.2 and etcd (tests/cluster/cluster.sh build) ===" >&2
 bash tests/cluster/cluster.sh build
-# Helm v3.22.0 from its own module (about 2 minutes once; cached by version), for tests/helm.rs and
-# the chart's install on the cluster.
+# Helm 4 (v4.3.2) and the Helm 3 still tested beside it (v3.21.4), each from its own module (about 2
+# minutes once; cached by version), for tests/helm.rs and the chart's install on the cluster.
 echo "=== Helm (tests/helm/helm.sh install) ===" >&2
 bash tests/helm/helm.sh install >/dev/null
+PLEGD_HELM_VERSION=v3.21.4 bash tests/helm/helm.sh install >/dev/null
 
 # plegd for arm64, cross-built (Rust's standard library from source), for tests/image.rs: the image
 # index of both architectures, the arm64 one run under qemu-user, and its SBOM. Built as the
