@@ -46,6 +46,15 @@ install() {
     echo "$BIN"
     return
   fi
+  # One build at a time: tests that run in parallel may ask for the same helm at once.
+  mkdir -p "$ROOT"
+  exec 6>"$ROOT/build.lock"
+  flock -w 900 6 || die "waited 15 min for $ROOT/build.lock: another helm build holds it"
+  if [ -x "$BIN" ] && "$BIN" version --short >/dev/null 2>&1; then
+    exec 6>&-
+    echo "$BIN"
+    return
+  fi
   command -v go >/dev/null || die "Go is needed to build helm (go 1.25 or newer on the PATH)"
   log "building helm $VERSION from $MODULE (the Go module proxy; once)"
   mkdir -p "$ROOT/$VERSION"
@@ -66,6 +75,7 @@ install() {
   [ "$("$BIN.tmp" version --template '{{.Version}}')" = "$VERSION" ] \
     || die "the helm built says it is $("$BIN.tmp" version --short), not $VERSION"
   mv "$BIN.tmp" "$BIN"
+  exec 6>&-
   log "$("$BIN" version --short)"
   echo "$BIN"
 }
