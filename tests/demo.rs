@@ -49,7 +49,15 @@ async fn the_demo_shows_what_happened() {
     command.env_clear();
     // CARGO_TARGET_DIR is the shell's (tests/run.sh's shared build directory in CI), not cargo's:
     // kept, the demo's debug build finds what the test build made instead of building anew.
-    for keep in ["PATH", "HOME", "USER", "LANG", "CARGO_HOME", "RUSTUP_HOME", "CARGO_TARGET_DIR"] {
+    for keep in [
+        "PATH",
+        "HOME",
+        "USER",
+        "LANG",
+        "CARGO_HOME",
+        "RUSTUP_HOME",
+        "CARGO_TARGET_DIR",
+    ] {
         if let Some(value) = std::env::var_os(keep) {
             command.env(keep, value);
         }

@@ -35,6 +35,9 @@
 //! (ListContainers every 50 ms, a ContainerStatus once a container runs and once it has exited) for
 //! each container's `started_at` and `finished_at`.
 //!
+//! `--poll-runtime false` leaves the runtime unpolled (and the check undone), to see what the
+//! polling costs the figures.
+//!
 //! `PLEGD_BENCH_TRACE=DIR` writes each crash's figures (`DIR/PASS.jsonl`).
 
 mod args;
@@ -568,6 +571,9 @@ async fn main() {
     let load_pods: usize = arg("--load").unwrap_or(100);
     let passes: String = arg("--passes").unwrap_or_else(|| "defaults".to_owned());
     let soak_secs: u64 = arg("--soak-secs").unwrap_or(0);
+    // `--poll-runtime false`: no polling of the runtime for the never-wrong check (its own CRI calls
+    // beside the crashes), and no check.
+    let poll_runtime: bool = arg("--poll-runtime").unwrap_or(true);
     let gap: f64 = arg::<f64>("--gap-secs").unwrap_or(4.0).max(1.5);
     println!(
         "kubelet 1.37.2, kube-proxy 1.37.2 (iptables, defaults) and plegd {} on one node, containerd {}: \
@@ -692,15 +698,17 @@ async fn main() {
         let shown = Shown::default();
         tasks.push(watch_gated_pods(client.clone(), shown.clone()));
         let lives = Lives::default();
-        tasks.push(watch_runtime(
-            plegd::runtime::CriRuntime::new(
-                Path::new(CONTAINERD_SOCKET),
-                &plegd::runtime::CriConfig::default(),
-                Arc::new(plegd::metrics::Metrics::new()),
-            )
-            .client(),
-            lives.clone(),
-        ));
+        if poll_runtime {
+            tasks.push(watch_runtime(
+                plegd::runtime::CriRuntime::new(
+                    Path::new(CONTAINERD_SOCKET),
+                    &plegd::runtime::CriConfig::default(),
+                    Arc::new(plegd::metrics::Metrics::new()),
+                )
+                .client(),
+                lives.clone(),
+            ));
+        }
         // Kills of gated backends.
         let mut killed = 0;
         let mut loader = None;
@@ -832,34 +840,38 @@ async fn main() {
         if let (Some(g99), Some(p50)) = (endpoint_q("gated", 0.99), endpoint_q("plain", 0.5)) {
             println!("burst: gated endpoints' p99 {g99:.0} ms, plain endpoints' p50 {p50:.0} ms");
         }
-        let (mut transitions, mut violations) = (0, Vec::new());
-        {
-            let lives = lives.lock().unwrap();
-            for (pod, seen) in shown.lock().unwrap().iter() {
-                let pod_lives: Vec<never_wrong::Life> = lives
-                    .get(pod)
-                    .map(|l| l.values().copied().collect())
-                    .unwrap_or_default();
-                let verdict = never_wrong::check(pod, seen, &pod_lives);
-                transitions += verdict.transitions;
-                violations.extend(verdict.violations);
+        if poll_runtime {
+            let (mut transitions, mut violations) = (0, Vec::new());
+            {
+                let lives = lives.lock().unwrap();
+                for (pod, seen) in shown.lock().unwrap().iter() {
+                    let pod_lives: Vec<never_wrong::Life> = lives
+                        .get(pod)
+                        .map(|l| l.values().copied().collect())
+                        .unwrap_or_default();
+                    let verdict = never_wrong::check(pod, seen, &pod_lives);
+                    transitions += verdict.transitions;
+                    violations.extend(verdict.violations);
+                }
             }
-        }
-        let deaths: usize = lives
-            .lock()
-            .unwrap()
-            .values()
-            .flat_map(|l| l.values())
-            .filter(|l| l.finished.is_some())
-            .count();
-        println!(
-            "\nnever wrong: {} kills of gated backends ({soak_kills} of either in a {soak_secs} s soak), \
-             {deaths} deaths of their containers in the runtime, {transitions} transitions of the gate, {} violations",
-            killed,
-            violations.len()
-        );
-        for v in &violations {
-            println!("  violation: {v}");
+            let deaths: usize = lives
+                .lock()
+                .unwrap()
+                .values()
+                .flat_map(|l| l.values())
+                .filter(|l| l.finished.is_some())
+                .count();
+            println!(
+                "\nnever wrong: {} kills of gated backends ({soak_kills} of either in a {soak_secs} s soak), \
+                 {deaths} deaths of their containers in the runtime, {transitions} transitions of the gate, {} violations",
+                killed,
+                violations.len()
+            );
+            for v in &violations {
+                println!("  violation: {v}");
+            }
+        } else {
+            println!("\nnever wrong: not checked (--poll-runtime false)");
         }
         if let Ok(dir) = std::env::var("PLEGD_BENCH_TRACE") {
             let lines: Vec<String> = spread
