@@ -537,11 +537,7 @@ impl SyncLoop {
             self.reports.put(uid, report);
         }
         if self.config.mode == StatusMode::Conditions && matches!(decision.action, Action::Write { .. }) {
-            let read_is_newer = self
-                .pleg
-                .cache()
-                .try_get_newer_than(&tracked.runtime_uid, tracked.status_seen_at)
-                .is_some();
+            let read_is_newer = read_is_newer_than_status(self.pleg.cache(), tracked);
             if gate::waits_for_newer_read(pod.status.as_ref(), read_is_newer) {
                 debug!(pod = %tracked.key, "the condition follows the kubelet's report, newer than plegd's runtime read: decided again from a newer read");
                 let seen_at = tracked.status_seen_at;
@@ -556,11 +552,7 @@ impl SyncLoop {
             }
             Action::Shadow { differences } => {
                 // The report above already shows the generated status.
-                let fresh = self
-                    .pleg
-                    .cache()
-                    .try_get_newer_than(&tracked.runtime_uid, tracked.status_seen_at)
-                    .is_some();
+                let fresh = read_is_newer_than_status(self.pleg.cache(), tracked);
                 match shadow_step(&differences, fresh) {
                     ShadowStep::CompareAgain => {
                         debug!(pod = %tracked.key, "shadow: the apiserver's status is newer than plegd's runtime read; compared again from a newer one");
@@ -668,6 +660,15 @@ impl SyncLoop {
         let Some(recorder) = &self.recorder else { return };
         recorder.send(event, pod.object_ref(&()));
     }
+}
+
+/// Whether plegd's runtime read of a tracked pod is newer than the apiserver status it last saw
+/// arrive (shadow mode compares, and conditions mode overwrites a kubelet-reported condition, only
+/// from such a read).
+fn read_is_newer_than_status(cache: &crate::cache::CacheReader, tracked: &Tracked) -> bool {
+    cache
+        .try_get_newer_than(&tracked.runtime_uid, tracked.status_seen_at)
+        .is_some()
 }
 
 #[cfg(test)]
