@@ -3,7 +3,7 @@
 //! clear error when the runtime or the apiserver configuration is unusable, and runs until the
 //! shutdown future completes.
 //!
-//! Wiring only: every decision is in a stage, the apiserver clients are built in [`kube_client`].
+//! Wiring only: every decision is in a stage, the apiserver clients are built in [`client`].
 //! [`run`] is four steps — the runtime, the runtime side (relister, triggers, the event fan-out),
 //! the apiserver side (informer, status manager, syncLoop, Kubernetes Events), the endpoints — and
 //! then supervision: every stage runs under `supervise`, and the first one to end ends the daemon.
@@ -15,10 +15,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use crate::backoff::RetryAfter;
-use crate::clock::SystemClock;
-use crate::informer::{self, Informer, PodChange};
-use crate::kube_client::{self, ApiClients, ClientError};
+use crate::apiserver::client::{self, ApiClients, ClientError};
+use crate::apiserver::informer::{self, Informer, PodChange};
 use crate::metrics::Metrics;
 use crate::observe;
 use crate::pleg::{self, EventHub, GenericPleg, PlegConfig, PlegHandle, PodLifecycleEvent, StreamState};
@@ -26,9 +24,11 @@ use crate::runtime::{CriConfig, CriRuntime, RuntimeError, RuntimeVersion};
 use crate::status::decide::NodeFacts;
 use crate::status::manager::{ManagerConfig, StatusManager};
 use crate::status::report::StatusReports;
-use crate::supervise::{StageEnded, StageHealth, Stages};
 use crate::sync_loop::{SyncConfig, SyncLoop};
 use crate::triggers::{self, TriggerConfig, TriggerMode};
+use crate::util::backoff::RetryAfter;
+use crate::util::clock::SystemClock;
+use crate::util::supervise::{StageEnded, StageHealth, Stages};
 
 /// How long a cancelled set of stages may take to end before it is aborted.
 const STAGE_DRAIN: std::time::Duration = std::time::Duration::from_secs(2);
@@ -54,7 +54,7 @@ pub struct DaemonConfig {
     /// The audience a /metrics reader's token must be issued for (`--metrics-token-audience`).
     pub metrics_token_audience: Option<String>,
     /// The certificate /metrics serves over TLS; None: plain HTTP (`--metrics-tls`).
-    pub metrics_tls: Option<crate::tls::CertificateSource>,
+    pub metrics_tls: Option<crate::serve::tls::CertificateSource>,
     /// Where /healthz and /readyz listen alone, for the kubelet's probes; None: not served.
     pub health_address: Option<std::net::SocketAddr>,
     /// How long pending status writes may take to flush at shutdown.
@@ -62,7 +62,7 @@ pub struct DaemonConfig {
     /// The deadline of each apiserver request (`--apiserver-timeout`; see [`ApiClients`]).
     pub apiserver_timeout: std::time::Duration,
     /// How the informer lists this node's pods (`--initial-list`).
-    pub initial_list: crate::informer::InitialList,
+    pub initial_list: crate::apiserver::informer::InitialList,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -76,7 +76,7 @@ pub enum DaemonError {
     #[error(transparent)]
     StageEnded(#[from] StageEnded),
     #[error("/metrics' certificate: {0}")]
-    Tls(crate::tls::TlsError),
+    Tls(crate::serve::tls::TlsError),
     #[error("cannot listen on --{flag} {address}: {error}")]
     Listen {
         flag: &'static str,
@@ -92,7 +92,7 @@ struct DaemonHealth {
     stages: StageHealth,
 }
 
-impl crate::http::Health for DaemonHealth {
+impl crate::serve::http::Health for DaemonHealth {
     fn healthy(&self) -> Result<(), String> {
         self.stages.check()?;
         self.pleg.healthy().map_err(|e| e.to_string())
@@ -160,7 +160,7 @@ pub async fn run_controlled(
 /// A daemon whose stages are all started.
 pub struct Started {
     /// Its health, as /healthz and the systemd watchdog ask it.
-    pub health: Arc<dyn crate::http::Health>,
+    pub health: Arc<dyn crate::serve::http::Health>,
     /// Its stages in the order they started, from the supervisor's record.
     pub stages: Vec<&'static str>,
 }
@@ -188,7 +188,7 @@ async fn run_with(
         runtime = connect_runtime(&options, &metrics) => runtime?,
     };
     let retry_after = Arc::new(RetryAfter::default());
-    let clients = kube_client::kube_clients(
+    let clients = client::kube_clients(
         options.kubeconfig.as_ref(),
         options.apiserver_timeout,
         metrics.clone(),
@@ -335,7 +335,7 @@ struct ApiserverSide {
     informer: Informer,
     changes: mpsc::Receiver<PodChange>,
     manager: Arc<StatusManager>,
-    recorder: Option<crate::recorder::EventSender>,
+    recorder: Option<crate::apiserver::recorder::EventSender>,
 }
 
 /// The informer over this node's pods, the status manager's writers and the Kubernetes Events queue.
@@ -349,7 +349,7 @@ fn start_apiserver_side(
     let (changes_tx, changes) = mpsc::channel(4096);
     let (informer, informer_stage) = informer::start(
         clients.watches.clone(),
-        kube_client::watch_timeout(options.apiserver_timeout, kube_client::watch_timeout_draw()),
+        client::watch_timeout(options.apiserver_timeout, client::watch_timeout_draw()),
         options.initial_list,
         &options.manager.node_name,
         changes_tx,
@@ -368,16 +368,16 @@ fn start_apiserver_side(
         stages.outputs.spawn(name, stage);
     }
     let recorder = options.emit_events.then(|| {
-        let reporter = crate::recorder::Reporter {
+        let reporter = crate::apiserver::recorder::Reporter {
             controller: "plegd".into(),
             instance: options.manager.node_name.to_string(),
         };
-        let (sender, stage) = crate::recorder::queue(
+        let (sender, stage) = crate::apiserver::recorder::queue(
             clients.requests.clone(),
             reporter,
-            crate::recorder::EventLimits::default(),
+            crate::apiserver::recorder::EventLimits::default(),
             retry_after.clone(),
-            crate::recorder::QUEUE,
+            crate::apiserver::recorder::QUEUE,
             metrics.clone(),
         );
         stages.outputs.spawn("kube-events", stage);
@@ -403,22 +403,22 @@ async fn serve_endpoints(
     metrics: &Arc<Metrics>,
     output: &mut Stages,
 ) -> Result<(), DaemonError> {
-    let fd_limit = crate::listen::raise_fd_limit();
+    let fd_limit = crate::serve::listen::raise_fd_limit();
     if let Some(path) = &options.api_socket {
-        let limit = crate::listen::connection_limit(observe::MAX_API_CONNECTIONS, fd_limit);
+        let limit = crate::serve::listen::connection_limit(observe::MAX_API_CONNECTIONS, fd_limit);
         output.spawn(
             "observation-api",
             observe::serve(path, hub, reports.clone(), metrics.clone(), limit)?,
         );
     }
     if let Some(address) = options.metrics_address {
-        let limits = crate::http::HttpLimits::metrics(crate::listen::connection_limit(
-            crate::http::MAX_METRICS_CONNECTIONS,
+        let limits = crate::serve::http::HttpLimits::metrics(crate::serve::listen::connection_limit(
+            crate::serve::http::MAX_METRICS_CONNECTIONS,
             fd_limit,
         ));
         let auth = options.metrics_auth.then(|| {
             Arc::new(
-                crate::metrics_auth::MetricsAuth::new(
+                crate::serve::metrics_auth::MetricsAuth::new(
                     clients.reviews.clone(),
                     options.apiserver_timeout,
                     metrics.clone(),
@@ -428,7 +428,7 @@ async fn serve_endpoints(
         });
         let tls = match options.metrics_tls.clone() {
             Some(source) => Some(Arc::new(
-                crate::tls::ServingCertificate::new(
+                crate::serve::tls::ServingCertificate::new(
                     source,
                     metrics.clone(),
                     std::time::Instant::now(),
@@ -438,7 +438,7 @@ async fn serve_endpoints(
             )),
             None => None,
         };
-        let (_, stage) = crate::http::serve(address, metrics.clone(), health.clone(), auth, tls, limits)
+        let (_, stage) = crate::serve::http::serve(address, metrics.clone(), health.clone(), auth, tls, limits)
             .await
             .map_err(|error| DaemonError::Listen {
                 flag: "metrics-address",
@@ -448,11 +448,11 @@ async fn serve_endpoints(
         output.spawn("http", stage);
     }
     if let Some(address) = options.health_address {
-        let limits = crate::http::HttpLimits::health(crate::listen::connection_limit(
-            crate::http::MAX_HEALTH_CONNECTIONS,
+        let limits = crate::serve::http::HttpLimits::health(crate::serve::listen::connection_limit(
+            crate::serve::http::MAX_HEALTH_CONNECTIONS,
             fd_limit,
         ));
-        let (_, stage) = crate::http::serve_health(address, metrics.clone(), health.clone(), limits)
+        let (_, stage) = crate::serve::http::serve_health(address, metrics.clone(), health.clone(), limits)
             .await
             .map_err(|error| DaemonError::Listen {
                 flag: "health-address",
@@ -464,7 +464,7 @@ async fn serve_endpoints(
     let relister = health.pleg.clone();
     output.spawn(
         "systemd-notify",
-        crate::watchdog::notify_systemd(move || relister.last_relist().is_some(), health),
+        crate::serve::watchdog::notify_systemd(move || relister.last_relist().is_some(), health),
     );
     Ok(())
 }
@@ -546,7 +546,7 @@ impl DaemonStages {
 /// give the status writes until `timeout` to land, then, within the same deadline, hand the gated
 /// pods back to the kubelet (conditions mode); then stop the writers and endpoints.
 async fn stop(stages: DaemonStages, manager: &StatusManager, timeout: std::time::Duration) {
-    if let Err(error) = crate::watchdog::notify(&[sd_notify::NotifyState::Stopping]) {
+    if let Err(error) = crate::serve::watchdog::notify(&[sd_notify::NotifyState::Stopping]) {
         warn!(error = %error, "systemd notification STOPPING=1 not sent");
     }
     info!(pending_status_writes = manager.pending(), "plegd stopping");

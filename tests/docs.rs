@@ -92,6 +92,13 @@ fn every_source_file_is_in_the_docs() {
     assert!(files.len() > 50, "{files:?}");
     let missing: Vec<_> = files.iter().filter(|f| !docs.contains(f.as_str())).collect();
     assert!(missing.is_empty(), "files of src/ docs/ does not name: {missing:?}");
+    // The map of the code names each file where it lives.
+    let map = std::fs::read_to_string(path("docs/architecture.md")).unwrap();
+    let unmapped: Vec<_> = files.iter().filter(|f| !map.contains(&format!("`{f}`"))).collect();
+    assert!(
+        unmapped.is_empty(),
+        "files of src/ docs/architecture.md's map does not name: {unmapped:?}"
+    );
 }
 
 #[test]

@@ -199,7 +199,8 @@ async fn a_conflict_is_counted_once_and_informer_errors_apart_from_the_runtime()
     .unwrap();
     options.triggers = TriggerMode::None;
     options.manager.retry =
-        plegd::backoff::ExponentialBackoff::try_new(Duration::from_millis(50), Duration::from_millis(200)).unwrap();
+        plegd::util::backoff::ExponentialBackoff::try_new(Duration::from_millis(50), Duration::from_millis(200))
+            .unwrap();
     let _daemon = support::daemon::spawn(options, metrics.clone());
     wait_for("the pod Running", Duration::from_secs(30), || async {
         phase(&api, 0).await == "Running"

@@ -85,7 +85,7 @@ async fn setup(extra: &[&str]) -> Setup {
             .spawn()
             .expect("spawn plegd run"),
     );
-    plegd::listen::raise_fd_limit();
+    plegd::serve::listen::raise_fd_limit();
     wait_for("plegd ready", Duration::from_secs(30), || async move {
         get(health_port, "/readyz").await.is_some_and(|(code, _)| code == 200)
     })

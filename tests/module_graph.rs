@@ -348,9 +348,180 @@ fn modules_depend_on_each_other_without_circles() {
     }
 }
 
+/// One rule of the layers docs/architecture.md states: no module of `from` (but those of
+/// `from_except`) uses a module of `never` (but those of `but_may`). A pattern names a module and
+/// everything inside it (`status` is `src/status/` whole); `status::mod` names `src/status/mod.rs`
+/// alone, and `*` every module.
+struct Layer {
+    rule: &'static str,
+    from: &'static [&'static str],
+    from_except: &'static [&'static str],
+    never: &'static [&'static str],
+    but_may: &'static [&'static str],
+}
+
+/// The pure status modules: status generation and what decides, compares and patches.
+const PURE_STATUS: &[&str] = &[
+    "status::generate",
+    "status::resources",
+    "status::compare",
+    "status::decide",
+    "status::gate",
+    "status::patch",
+    "status::semantic",
+];
+
+/// The layers of docs/architecture.md ("Which room may use which"), in its words.
+const LAYERS: &[Layer] = &[
+    Layer {
+        rule: "util is the ground floor: it uses no other room",
+        from: &["util"],
+        from_except: &[],
+        never: &["*"],
+        but_may: &["util"],
+    },
+    Layer {
+        rule: "metrics uses only util",
+        from: &["metrics"],
+        from_except: &[],
+        never: &["*"],
+        but_may: &["metrics", "util"],
+    },
+    Layer {
+        rule: "kubecontainer is plain data: it uses no stage",
+        from: &["kubecontainer"],
+        from_except: &[],
+        never: &["*"],
+        but_may: &["kubecontainer", "util", "metrics"],
+    },
+    Layer {
+        rule: "the runtime client never uses what reads it (pleg, triggers)",
+        from: &["runtime"],
+        from_except: &[],
+        never: &["pleg", "triggers"],
+        but_may: &[],
+    },
+    Layer {
+        rule: "the PLEG never uses its triggers",
+        from: &["pleg"],
+        from_except: &[],
+        never: &["triggers"],
+        but_may: &[],
+    },
+    Layer {
+        rule: "the runtime side never uses the apiserver side",
+        from: &["runtime", "kubecontainer", "pleg", "triggers"],
+        from_except: &[],
+        never: &["apiserver", "sync_loop", "status"],
+        but_may: &[],
+    },
+    Layer {
+        rule: "the apiserver side never uses the runtime side, nor the stages that use it",
+        from: &["apiserver"],
+        from_except: &[],
+        never: &["runtime", "kubecontainer", "pleg", "triggers", "sync_loop", "status"],
+        but_may: &[],
+    },
+    Layer {
+        rule: "status generation is pure: it uses only the runtime's and the apiserver's plain data",
+        from: PURE_STATUS,
+        from_except: &[],
+        never: &["*"],
+        but_may: &[
+            "status::generate",
+            "status::resources",
+            "status::compare",
+            "status::decide",
+            "status::gate",
+            "status::patch",
+            "status::semantic",
+            "status::mod",
+            "kubecontainer::mod",
+            "apiserver::pod",
+            "util::clock",
+        ],
+    },
+    Layer {
+        rule: "the status stage reads the runtime only as data, never its readers",
+        from: &["status"],
+        from_except: &[],
+        never: &["runtime", "pleg", "triggers", "sync_loop", "observe", "serve"],
+        but_may: &[],
+    },
+    Layer {
+        rule: "the syncLoop never reaches the runtime: it reads the PLEG's handle",
+        from: &["sync_loop"],
+        from_except: &[],
+        never: &["runtime", "triggers", "observe", "serve"],
+        but_may: &[],
+    },
+    Layer {
+        rule: "serve is reached only from the daemon's wiring and its flags",
+        from: &["*"],
+        from_except: &["serve", "daemon", "cli", "observe::server"],
+        never: &["serve"],
+        but_may: &[],
+    },
+    Layer {
+        rule: "the observation API's listener borrows only serve's connection bounds",
+        from: &["observe::server"],
+        from_except: &[],
+        never: &["serve"],
+        but_may: &["serve::listen"],
+    },
+    Layer {
+        rule: "the observation API neither borrows from `plegd watch` nor feeds the syncLoop",
+        from: &["observe::mod", "observe::client", "observe::server"],
+        from_except: &[],
+        never: &["observe::watch", "sync_loop", "daemon"],
+        but_may: &[],
+    },
+    Layer {
+        rule: "observe is beside the flow: only the wiring and the commands use it",
+        from: &["*"],
+        from_except: &["observe", "daemon", "cli"],
+        never: &["observe"],
+        but_may: &[],
+    },
+    Layer {
+        rule: "only the command line uses the daemon's wiring, and nothing uses the command line",
+        from: &["*"],
+        from_except: &["cli"],
+        never: &["cli", "daemon"],
+        but_may: &[],
+    },
+];
+
+/// Whether `module` is named by `pattern` (see [`Layer`]).
+fn named(module: &str, pattern: &str) -> bool {
+    match pattern.strip_suffix("::mod") {
+        _ if pattern == "*" => true,
+        Some(exact) => module == exact,
+        None => module == pattern || module.starts_with(&format!("{pattern}::")),
+    }
+}
+
+/// Every use that breaks a layer, as "rule: module uses target".
+fn broken_layers(uses: &BTreeMap<String, BTreeSet<String>>, layers: &[Layer]) -> Vec<String> {
+    let mut broken = Vec::new();
+    for layer in layers {
+        let any = |patterns: &[&str], module: &str| patterns.iter().any(|p| named(module, p));
+        for (module, targets) in uses {
+            if !any(layer.from, module) || any(layer.from_except, module) {
+                continue;
+            }
+            for target in targets {
+                if any(layer.never, target) && !any(layer.but_may, target) {
+                    broken.push(format!("{}: {module} uses {target}", layer.rule));
+                }
+            }
+        }
+    }
+    broken
+}
+
 /// The rooms keep to their jobs: only `src/runtime/` speaks CRI or containerd's API (the README
-/// says so), the syncLoop reads the relister through its handle and never reaches the runtime, and
-/// the observation API neither borrows from `plegd watch` nor feeds the syncLoop.
+/// says so), and every layer of docs/architecture.md holds.
 #[test]
 fn each_room_keeps_to_its_job() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
@@ -375,20 +546,88 @@ fn each_room_keeps_to_its_job() {
         uses["runtime::events"].contains("runtime::lists"),
         "the check reads the files"
     );
-    for (room, never) in [
-        ("sync_loop", ["runtime", "triggers", "observe"]),
-        ("observe", ["watch", "sync_loop", "daemon"]),
-        ("observe::client", ["watch", "sync_loop", "daemon"]),
-        ("observe::server", ["watch", "sync_loop", "daemon"]),
-    ] {
-        for other in never {
-            let reached: Vec<&String> = uses[room]
-                .iter()
-                .filter(|u| *u == other || u.starts_with(&format!("{other}::")))
-                .collect();
-            assert!(reached.is_empty(), "{room} uses {reached:?}");
-        }
+    let broken = broken_layers(&uses, LAYERS);
+    assert!(
+        broken.is_empty(),
+        "imports against the layers of docs/architecture.md:\n{}",
+        broken.join("\n")
+    );
+}
+
+/// Each layer, broken on purpose: one wrong import added to the project's own modules is found,
+/// and named by its rule (and by no other rule that does not forbid it too).
+#[test]
+fn every_layer_catches_a_wrong_import() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let modules = read_sources(&src);
+    let wrong: [(&str, &str, &str); 15] = [
+        (LAYERS[0].rule, "util::backoff", "use crate::metrics::Metrics;"),
+        (LAYERS[1].rule, "metrics", "use crate::apiserver::pod::ApiPod;"),
+        (LAYERS[2].rule, "kubecontainer", "use crate::runtime::CriRuntime;"),
+        (
+            LAYERS[3].rule,
+            "runtime::convert",
+            "use crate::pleg::PodLifecycleEvent;",
+        ),
+        (LAYERS[4].rule, "pleg::records", "use crate::triggers::Trigger;"),
+        (
+            LAYERS[5].rule,
+            "triggers::schedule",
+            "use crate::apiserver::pod::ApiPod;",
+        ),
+        (
+            LAYERS[6].rule,
+            "apiserver::informer",
+            "use crate::kubecontainer::RuntimePod;",
+        ),
+        (
+            LAYERS[7].rule,
+            "status::generate::phase",
+            "use crate::apiserver::client::ClientError;",
+        ),
+        (LAYERS[8].rule, "status::manager", "use crate::pleg::PlegHandle;"),
+        (LAYERS[9].rule, "sync_loop", "use crate::runtime::CriRuntime;"),
+        (LAYERS[10].rule, "status::manager", "use crate::serve::http::Health;"),
+        (
+            LAYERS[11].rule,
+            "observe::server",
+            "use crate::serve::tls::ServingCertificate;",
+        ),
+        (
+            LAYERS[12].rule,
+            "observe::client",
+            "use crate::observe::watch::WatchOptions;",
+        ),
+        (LAYERS[13].rule, "pleg::fan_out", "use crate::observe::to_api;"),
+        (LAYERS[14].rule, "status::release", "use crate::cli::Cli;"),
+    ];
+    assert_eq!(wrong.len(), LAYERS.len(), "a wrong import for every layer");
+    assert!(
+        broken_layers(&graph(&modules), LAYERS).is_empty(),
+        "the project keeps every layer"
+    );
+    for (rule, module, import) in wrong {
+        let mut changed = modules.clone();
+        let source = changed.get_mut(module).unwrap_or_else(|| panic!("no module {module}"));
+        source.push_str(&code(import));
+        source.push('\n');
+        let broken = broken_layers(&graph(&changed), LAYERS);
+        assert!(
+            broken.iter().any(|b| b.starts_with(&format!("{rule}: {module} uses "))),
+            "{import} in {module} breaks \"{rule}\"; found {broken:?}"
+        );
     }
+}
+
+/// A pattern names a module and what is inside it; `x::mod` the file alone; `*` everything.
+#[test]
+fn a_layer_names_modules_as_written() {
+    assert!(named("status::generate::phase", "status::generate"));
+    assert!(named("status", "status"));
+    assert!(!named("status_report", "status"), "a room, not a prefix of letters");
+    assert!(named("status", "status::mod"));
+    assert!(!named("status::manager", "status::mod"));
+    assert!(named("anything::at_all", "*"));
 }
 
 #[test]
@@ -466,4 +705,33 @@ fn last() -> crate::f::F { todo!() }
     assert!(!modules.contains_key("status::generate::test_support"));
     assert!(!modules.contains_key("status::generate::tests"));
     assert!(modules.contains_key("status::generate::ips"));
+}
+
+/// `src/`'s root holds the crate, the binary and the daemon's wiring; everything else is in a room
+/// whose opening comment says its job in one sentence.
+#[test]
+fn every_file_is_in_a_room_that_says_its_job() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut loose = Vec::new();
+    let mut rooms = Vec::new();
+    for entry in std::fs::read_dir(&src).expect("read src") {
+        let path = entry.expect("dir entry").path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if path.is_dir() {
+            rooms.push(name);
+        } else if !["lib.rs", "main.rs", "daemon.rs"].contains(&name.as_str()) {
+            loose.push(name);
+        }
+    }
+    assert!(loose.is_empty(), "files loose at src/'s root: {loose:?}");
+    assert!(rooms.len() >= 10, "{rooms:?}");
+    for room in rooms {
+        let opening = std::fs::read_to_string(src.join(&room).join("mod.rs"))
+            .unwrap_or_else(|e| panic!("src/{room}/mod.rs: {e}"));
+        let first = opening.lines().next().unwrap_or_default();
+        assert!(
+            first.starts_with("//! ") && first.len() > 20,
+            "src/{room}/mod.rs opens without saying its job: {first:?}"
+        );
+    }
 }

@@ -121,7 +121,7 @@ async fn filters_and_a_slow_consumer() {
 }
 
 fn report(namespace: &str, name: &str, rv: &str, api_phase: &str, phase: &str) -> StatusReport {
-    let mut pod = plegd::pod::ApiPod::default();
+    let mut pod = plegd::apiserver::pod::ApiPod::default();
     pod.metadata.namespace = Some(namespace.into());
     pod.metadata.name = Some(name.into());
     pod.metadata.uid = Some(format!("uid-{name}"));
@@ -175,7 +175,7 @@ async fn status_reports_are_followed() {
         observe::follow_statuses(
             &socket,
             request,
-            plegd::print::OutputFormat::Json,
+            plegd::observe::print::OutputFormat::Json,
             Lines(tx, String::new()),
         )
         .await

@@ -8,10 +8,10 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use k8s_cri::v1::ContainerState as Cri;
-use plegd::clock::{Clock, FakeClock};
 use plegd::metrics::Metrics;
 use plegd::pleg::{PlegConfig, PlegHealthError, PodLifecycleEvent, PodLifecycleEventType as E};
 use plegd::runtime::{CriConfig, CriRuntime, RuntimeError};
+use plegd::util::clock::{Clock, FakeClock};
 use support::fake_cri::{FakeCri, FakeServer};
 
 /// The relister on the fake server, driven by hand on a fake clock (its fields are the
@@ -40,8 +40,11 @@ fn fast_options() -> CriConfig {
     CriConfig {
         call_timeout: Duration::from_secs(2),
         connect_timeout: Duration::from_secs(1),
-        backoff: plegd::backoff::ExponentialBackoff::try_new(Duration::from_millis(10), Duration::from_millis(50))
-            .unwrap(),
+        backoff: plegd::util::backoff::ExponentialBackoff::try_new(
+            Duration::from_millis(10),
+            Duration::from_millis(50),
+        )
+        .unwrap(),
         ..CriConfig::default()
     }
 }
@@ -91,7 +94,7 @@ impl Harness {
         out
     }
 
-    fn cache(&self) -> &plegd::cache::CacheReader {
+    fn cache(&self) -> &plegd::kubecontainer::cache::CacheReader {
         self.pleg.cache()
     }
 }

@@ -7,11 +7,11 @@ use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use plegd::apiserver::pod::{ApiContainer, ApiPod, ApiPodSpec};
 use plegd::kubecontainer::{
     RuntimeContainer, RuntimeContainerState, RuntimeContainerStatus, RuntimePod, RuntimePodStatus,
 };
 use plegd::pleg::{PodLifecycleEventType as E, compute_events};
-use plegd::pod::{ApiContainer, ApiPod, ApiPodSpec};
 use plegd::status::generate::{StatusInput, generate};
 use proptest::prelude::*;
 

@@ -8,10 +8,10 @@ use support::relister::Relister;
 
 use std::time::Duration;
 
-use plegd::clock::SystemClock;
 use plegd::pleg::{PlegConfig, PodLifecycleEvent, PodLifecycleEventType as E};
 use plegd::runtime::CriConfig;
 use plegd::triggers::{TriggerConfig, TriggerMode};
+use plegd::util::clock::SystemClock;
 use support::containerd::{Containerd, collect_until, containerd};
 
 const WAIT: Duration = Duration::from_secs(20);

@@ -48,7 +48,7 @@ fn start_daemon_with(
     )
     .unwrap();
     options.manager.retry =
-        plegd::backoff::ExponentialBackoff::try_new(Duration::from_millis(200), Duration::from_secs(2)).unwrap();
+        plegd::util::backoff::ExponentialBackoff::try_new(Duration::from_millis(200), Duration::from_secs(2)).unwrap();
     options.emit_events = true;
     configure(&mut options);
     let metrics = Arc::new(Metrics::new());

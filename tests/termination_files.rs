@@ -10,11 +10,11 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use k8s_cri::v1::ContainerState as Cri;
-use plegd::clock::FakeClock;
 use plegd::metrics::Metrics;
 use plegd::pleg::{GenericPleg, PlegConfig, PodLifecycleEvent, PodLifecycleEventType as E};
 use plegd::runtime::termination::HostFiles;
 use plegd::runtime::{CriConfig, CriRuntime};
+use plegd::util::clock::FakeClock;
 use support::fake_cri::FakeServer;
 use support::hung_volume::HungVolume;
 use tokio::sync::mpsc;

@@ -23,8 +23,11 @@ const LONG_THRESHOLD: Duration = Duration::from_secs(7200);
 
 fn quick_triggers() -> TriggerConfig {
     TriggerConfig {
-        backoff: plegd::backoff::ExponentialBackoff::try_new(Duration::from_millis(10), Duration::from_millis(50))
-            .unwrap(),
+        backoff: plegd::util::backoff::ExponentialBackoff::try_new(
+            Duration::from_millis(10),
+            Duration::from_millis(50),
+        )
+        .unwrap(),
         ..TriggerConfig::default()
     }
 }
@@ -45,8 +48,11 @@ async fn start_with_triggers(
     trigger_config: TriggerConfig,
 ) -> Relister {
     let cri = CriConfig {
-        backoff: plegd::backoff::ExponentialBackoff::try_new(Duration::from_millis(20), Duration::from_millis(200))
-            .unwrap(),
+        backoff: plegd::util::backoff::ExponentialBackoff::try_new(
+            Duration::from_millis(20),
+            Duration::from_millis(200),
+        )
+        .unwrap(),
         ..CriConfig::default()
     };
     Relister::start(socket, &cri, config, mode, trigger_config).await
@@ -176,7 +182,7 @@ async fn a_stream_that_ends_at_once_is_a_runtime_without_events() {
     .unwrap();
     // The defaults' shape, shorter: 100 ms doubling, capped at 2 s.
     let backoff = TriggerConfig {
-        backoff: plegd::backoff::ExponentialBackoff::try_new(Duration::from_millis(100), Duration::from_secs(2))
+        backoff: plegd::util::backoff::ExponentialBackoff::try_new(Duration::from_millis(100), Duration::from_secs(2))
             .unwrap(),
         ..TriggerConfig::default()
     };

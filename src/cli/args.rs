@@ -10,19 +10,19 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::backoff::ExponentialBackoff;
+use crate::apiserver::informer::InitialList;
+use crate::apiserver::pod::NodeName;
+use crate::apiserver::rate_limit::Qps;
 use crate::daemon::DaemonConfig;
-use crate::informer::InitialList;
+use crate::observe::print::OutputFormat;
+use crate::observe::watch::WatchConfig;
 use crate::pleg::{DEFAULT_CHANNEL_CAPACITY, InvalidPlegConfig, PlegConfig};
-use crate::pod::NodeName;
-use crate::print::OutputFormat;
-use crate::rate_limit::Qps;
 use crate::runtime::CriConfig;
 use crate::status::StatusMode;
 use crate::status::manager::ManagerConfig;
 use crate::sync_loop::SyncConfig;
 use crate::triggers::{FIRST_RECONNECT, TriggerConfig, TriggerMode};
-use crate::watch::WatchConfig;
+use crate::util::backoff::ExponentialBackoff;
 
 /// The default containerd CRI socket.
 pub const DEFAULT_CRI_SOCKET: &str = "/run/containerd/containerd.sock";
@@ -559,8 +559,8 @@ impl RunArgs {
 
     /// What /metrics serves over TLS (`None`: plain HTTP, or not served), its files checked;
     /// `authenticates`: whether /metrics asks for a token.
-    fn metrics_tls_source(&self, authenticates: bool) -> Result<Option<crate::tls::CertificateSource>, String> {
-        use crate::tls::CertificateSource;
+    fn metrics_tls_source(&self, authenticates: bool) -> Result<Option<crate::serve::tls::CertificateSource>, String> {
+        use crate::serve::tls::CertificateSource;
         let Some(address) = self.metrics_address.0 else {
             return Ok(None);
         };
@@ -596,11 +596,11 @@ impl RunArgs {
         }
         Ok(Some(match files {
             Some((cert, key)) => {
-                crate::tls::load_files(&cert, &key).map_err(|e| format!("--metrics-tls-cert-file: {e}"))?;
+                crate::serve::tls::load_files(&cert, &key).map_err(|e| format!("--metrics-tls-cert-file: {e}"))?;
                 CertificateSource::Files { cert, key }
             }
             None => CertificateSource::SelfSigned {
-                names: crate::tls::self_signed_names(&self.node_name, Some(address.ip()), &self.node_ip),
+                names: crate::serve::tls::self_signed_names(&self.node_name, Some(address.ip()), &self.node_ip),
             },
         }))
     }

@@ -56,7 +56,7 @@ async fn shutdown_signal() {
 async fn run(invocation: Invocation) -> anyhow::Result<()> {
     match invocation {
         Invocation::Watch(config) => {
-            crate::watch::watch(*config, std::io::stdout(), shutdown_signal()).await?;
+            crate::observe::watch::watch(*config, std::io::stdout(), shutdown_signal()).await?;
         }
         Invocation::Events(args) => {
             let request = crate::observe::api::WatchRequest {
@@ -215,7 +215,7 @@ pub fn main() -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::print::OutputFormat;
+    use crate::observe::print::OutputFormat;
     use crate::status::StatusMode;
     use crate::triggers::TriggerMode;
     use clap::Parser;

@@ -9,7 +9,7 @@ use super::api::{
     self, Lagged, StatusServiceWatchRequest, WatchRequest, status_service_watch_response, watch_response,
 };
 use super::from_api;
-use crate::print::OutputFormat;
+use crate::observe::print::OutputFormat;
 
 /// Why `plegd events` stopped.
 #[derive(Debug, thiserror::Error)]
@@ -42,7 +42,7 @@ pub async fn follow(
         match item {
             Some(watch_response::Item::Event(event)) => {
                 let Some(event) = from_api(&event) else { continue };
-                if !print(&mut out, &crate::print::format_event(&event, format))? {
+                if !print(&mut out, &crate::observe::print::format_event(&event, format))? {
                     return Ok(());
                 }
             }
@@ -93,9 +93,9 @@ pub fn format_report(report: &api::StatusReport, format: OutputFormat) -> String
             let mut line = format!(
                 "{}  {}/{}  rv={}",
                 humantime::format_rfc3339_millis(nanos(report.generated_at_unix_nanos)),
-                crate::print::printable(&report.namespace),
-                crate::print::printable(&report.pod),
-                crate::print::printable(&report.resource_version)
+                crate::observe::print::printable(&report.namespace),
+                crate::observe::print::printable(&report.pod),
+                crate::observe::print::printable(&report.resource_version)
             );
             let known: Vec<_> = report.differences.iter().filter(|d| d.unknowable.is_empty()).collect();
             let unknowable = report.differences.len() - known.len();
@@ -106,9 +106,9 @@ pub fn format_report(report: &api::StatusReport, format: OutputFormat) -> String
                 for d in known {
                     line.push_str(&format!(
                         "  {} apiserver={} plegd={}",
-                        crate::print::printable(&d.path),
-                        crate::print::printable(&d.apiserver_json),
-                        crate::print::printable(&d.plegd_json)
+                        crate::observe::print::printable(&d.path),
+                        crate::observe::print::printable(&d.apiserver_json),
+                        crate::observe::print::printable(&d.plegd_json)
                     ));
                 }
             }
@@ -130,8 +130,8 @@ pub fn format_removed(removed: &api::StatusRemoved, format: OutputFormat) -> Str
         OutputFormat::Text => format!(
             "{}  {}/{}  removed",
             humantime::format_rfc3339_millis(std::time::SystemTime::now()),
-            crate::print::printable(&removed.namespace),
-            crate::print::printable(&removed.pod)
+            crate::observe::print::printable(&removed.namespace),
+            crate::observe::print::printable(&removed.pod)
         ),
     }
 }
@@ -217,7 +217,7 @@ mod tests {
     #[test]
     fn a_report_says_what_differs_on_one_line() {
         use crate::observe::api::{Difference, StatusReport};
-        use crate::print::OutputFormat;
+        use crate::observe::print::OutputFormat;
         let report = StatusReport {
             namespace: "ns".into(),
             pod: "web\nx".into(),

@@ -1,12 +1,16 @@
-//! The observation API: `server`, the `plegd.v1.EventsService` gRPC service (on a unix socket),
-//! streams the lifecycle events the PLEG's fan-out publishes (`pleg::EventHub`) to subscribers, and
-//! `plegd.v1.StatusService` the statuses the syncLoop generates (`status::report`); `client`:
-//! `plegd events` and `plegd status`, such subscribers. A slow subscriber never slows the PLEG: it falls
-//! behind the broadcast's ring buffer, misses events, and is told how many (a `lagged` item), also
-//! counted. This file holds what they share: the API's form of an event and the subscription filter.
+//! How people observe plegd: its lifecycle events and statuses, served and followed. `server`: the
+//! `plegd.v1.EventsService` gRPC service (on a unix socket) streams the lifecycle events the PLEG's
+//! fan-out publishes (`pleg::EventHub`) to subscribers, and `plegd.v1.StatusService` the statuses
+//! the syncLoop generates (`status::report`); `client`: `plegd events` and `plegd status`, such
+//! subscribers; `watch`: `plegd watch`, a PLEG of its own with its events printed; `print`: how all
+//! of them print an event. A slow subscriber never slows the PLEG: it falls behind the broadcast's
+//! ring buffer, misses events, and is told how many (a `lagged` item), also counted. This file holds
+//! what they share: the API's form of an event and the subscription filter.
 
 mod client;
+pub mod print;
 mod server;
+pub mod watch;
 
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -113,7 +117,7 @@ pub fn report_matches(filter: &StatusServiceWatchRequest, report: &StatusReport)
 }
 
 /// Whether pod `pod` passes a status subscriber's filters.
-pub fn pod_matches(filter: &StatusServiceWatchRequest, pod: &crate::pod::ApiPod) -> bool {
+pub fn pod_matches(filter: &StatusServiceWatchRequest, pod: &crate::apiserver::pod::ApiPod) -> bool {
     let meta = &pod.metadata;
     (filter.namespace.is_empty() || meta.namespace.as_deref() == Some(filter.namespace.as_str()))
         && (filter.pod.is_empty() || meta.name.as_deref() == Some(filter.pod.as_str()))

@@ -23,11 +23,11 @@ use super::api::{
     status_service_watch_response, watch_response,
 };
 use super::{kind_from, matches, pod_matches, report_matches, report_to_api, to_api};
-use crate::listen::{ACCEPT_ERROR_PAUSE, Admission, ConnectionLimit, WhenFull};
 use crate::metrics::Metrics;
 use crate::pleg::EventHub;
+use crate::serve::listen::{ACCEPT_ERROR_PAUSE, Admission, ConnectionLimit, WhenFull};
 use crate::status::report::{Followed, StatusReport, StatusReports};
-use crate::supervise::Stage;
+use crate::util::supervise::Stage;
 
 /// One open subscription, counted in `plegd_observer_subscriptions` for as long as its stream
 /// lives: the connection drops the stream when the client goes.
@@ -346,7 +346,7 @@ mod tests {
     use status_service_watch_response::Item;
 
     fn report(namespace: &str, name: &str, rv: usize) -> crate::status::report::StatusReport {
-        let mut pod = crate::pod::ApiPod::default();
+        let mut pod = crate::apiserver::pod::ApiPod::default();
         pod.metadata.namespace = Some(namespace.into());
         pod.metadata.name = Some(name.into());
         pod.metadata.resource_version = Some(rv.to_string());

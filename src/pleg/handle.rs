@@ -6,9 +6,9 @@
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
-use crate::cache::CacheReader;
-use crate::clock::{self, Clock};
+use crate::kubecontainer::cache::CacheReader;
 use crate::metrics::Metrics;
+use crate::util::clock::{self, Clock};
 
 use super::{PlegHealthError, StreamState};
 

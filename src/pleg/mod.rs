@@ -24,12 +24,12 @@ use tokio::sync::mpsc::{self, error::TrySendError};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-use crate::cache::CacheWriter;
-use crate::clock::{self, Clock};
+use crate::kubecontainer::cache::CacheWriter;
 use crate::kubecontainer::{PodUid, RuntimeContainerState, RuntimePod, RuntimePodStatus};
 use crate::metrics::{KindLabel, Metrics, StateLabel};
 use crate::runtime::exits::{ExitFact, PendingExit};
 use crate::runtime::{IdKind, Runtime, RuntimeError};
+use crate::util::clock::{self, Clock};
 
 mod config;
 mod events;
@@ -283,7 +283,7 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
     }
 
     /// The status cache, to read.
-    pub fn cache(&self) -> &crate::cache::CacheReader {
+    pub fn cache(&self) -> &crate::kubecontainer::cache::CacheReader {
         self.cache.reader()
     }
 

@@ -27,9 +27,9 @@ use tokio::net::UnixStream;
 use tonic::transport::{Channel, Endpoint, Uri};
 use tracing::{debug, info, warn};
 
-use crate::backoff::ExponentialBackoff;
 use crate::kubecontainer::{LABEL_POD_UID, PodUid, RuntimeContainerState, RuntimePod, RuntimePodStatus, SandboxState};
 use crate::metrics::Metrics;
+use crate::util::backoff::ExponentialBackoff;
 use convert::BadData;
 use list_mode::{ListMode, ListModeChoice, ListOutcome};
 

@@ -267,7 +267,7 @@ pub struct Probed {
 
 impl Probed {
     /// The probed containers of `pod`.
-    pub fn of(pod: &crate::pod::ApiPod) -> Probed {
+    pub fn of(pod: &crate::apiserver::pod::ApiPod) -> Probed {
         let mut probed = Probed::default();
         for c in pod.spec.containers.iter().chain(&pod.spec.init_containers) {
             if c.readiness_probe {

@@ -22,8 +22,8 @@ use super::generate::{
     check_container_state_transition, containers_running_condition, generate, is_terminal, observed_generation,
     pod_can_be_deleted, set_transition_time,
 };
+use crate::apiserver::pod::ApiPod;
 use crate::kubecontainer::RuntimePodStatus;
-use crate::pod::ApiPod;
 
 /// What a status is generated with besides the pod and its runtime status: facts of this node and
 /// of its runtime, learnt at start.
@@ -587,7 +587,8 @@ mod tests {
             pod.metadata.namespace = Some("kube-system".into());
             pod.metadata.name = Some("etcd-n1".into());
             pod.metadata.uid = Some("m1".into());
-            pod.metadata.annotations = Some([(crate::pod::MIRROR_POD_ANNOTATION.to_owned(), "u1".to_owned())].into());
+            pod.metadata.annotations =
+                Some([(crate::apiserver::pod::MIRROR_POD_ANNOTATION.to_owned(), "u1".to_owned())].into());
             pod
         };
         let of = |namespace: &str, name: &str, mut runtime: RuntimePodStatus| {
@@ -698,8 +699,13 @@ mod tests {
             (
                 "made a mirror pod",
                 |p| {
-                    p.metadata.annotations =
-                        Some([(crate::pod::MIRROR_POD_ANNOTATION.to_owned(), "hash".to_owned())].into())
+                    p.metadata.annotations = Some(
+                        [(
+                            crate::apiserver::pod::MIRROR_POD_ANNOTATION.to_owned(),
+                            "hash".to_owned(),
+                        )]
+                        .into(),
+                    )
                 },
                 true,
             ),

@@ -27,17 +27,17 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use serde_json::Value;
 use tracing::{debug, info, warn};
 
-use crate::backoff::{ExponentialBackoff, RetryAfter};
+use crate::apiserver::pod::{ApiPod, NodeName};
+use crate::apiserver::rate_limit::{Qps, TokenBucket};
 use crate::metrics::Metrics;
-use crate::pod::{ApiPod, NodeName};
-use crate::rate_limit::{Qps, TokenBucket};
 use crate::status::StatusMode;
 use crate::status::decide::{LastWrite, apiserver_status, rebase, removal_drops_write};
 use crate::status::generate::{CONTAINERS_RUNNING, is_terminal};
 use crate::status::patch::status_patch_body;
 use crate::status::semantic::canonical;
-use crate::supervise::Stage;
-use crate::workqueue::{Lease, WorkQueue};
+use crate::util::backoff::{ExponentialBackoff, RetryAfter};
+use crate::util::supervise::Stage;
+use crate::util::workqueue::{Lease, WorkQueue};
 
 /// Settings of the status manager.
 #[derive(Debug, Clone)]
@@ -824,7 +824,7 @@ mod tests {
     use kube::runtime::{reflector, watcher};
     use serde_json::json;
 
-    use crate::pod::ApiPodSpec;
+    use crate::apiserver::pod::ApiPodSpec;
 
     fn pod_json() -> Value {
         json!({"apiVersion": "v1", "kind": "Pod",

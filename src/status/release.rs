@@ -25,9 +25,9 @@ use serde_json::{Value, json};
 use tracing::{info, warn};
 
 use super::gate::{is_gated, released};
-use crate::backoff::RetryAfter;
-use crate::kube_client::{ClientError, kube_clients};
+use crate::apiserver::client::{ClientError, kube_clients};
 use crate::metrics::Metrics;
+use crate::util::backoff::RetryAfter;
 
 /// The policy that adds the gate at pod CREATE (deploy/components/readiness-gate).
 pub const GATE_POLICY: &str = "plegd-readiness-gate";

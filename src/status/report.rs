@@ -16,7 +16,7 @@ use tokio::sync::broadcast;
 use super::compare::{Difference, Probed, differences};
 use super::generate::CONTAINERS_RUNNING;
 use super::semantic;
-use crate::pod::ApiPod;
+use crate::apiserver::pod::ApiPod;
 
 /// One generated status of one pod.
 #[derive(Debug, Clone, PartialEq)]

@@ -12,8 +12,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{ContainerStatus, ContainerUser, LinuxContainerUser, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
+use crate::apiserver::pod::{ApiContainer, ApiPodSpec};
 use crate::kubecontainer::{RuntimeContainerState, RuntimeContainerStatus, RuntimeContainerUser};
-use crate::pod::{ApiContainer, ApiPodSpec};
 
 /// `cm.MinShares`: a CPU request at or below this many millicores is the kernel's floor.
 const MIN_SHARES_MILLI: i64 = 2;

@@ -10,11 +10,11 @@ use std::sync::atomic::Ordering;
 use futures_util::StreamExt;
 use tracing::debug;
 
-use crate::clock::Clock;
 use crate::kubecontainer::PodUid;
 use crate::metrics::Metrics;
 use crate::pleg::{ExitTaken, GenericPleg, PlegContainerState};
 use crate::runtime::Runtime;
+use crate::util::clock::Clock;
 
 use super::schedule::{BATCH_PROBES, Fresh, FreshPlan, Schedules, Target, check_order};
 use super::{Trigger, TriggerReceiver};

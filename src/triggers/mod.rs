@@ -63,14 +63,14 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tracing::info;
 
-use crate::backoff::ExponentialBackoff;
-use crate::clock::Clock;
 use crate::kubecontainer::PodUid;
 use crate::pleg::{GenericPleg, PlegContainerState};
 use crate::runtime::events::{EventSubject, cri_events_follow_state};
 use crate::runtime::exits::ExitFact;
 use crate::runtime::{CriRuntime, RuntimeVersion};
-use crate::supervise::Stage;
+use crate::util::backoff::ExponentialBackoff;
+use crate::util::clock::Clock;
+use crate::util::supervise::Stage;
 
 pub use dispatch::{Pending, dispatch};
 pub use schedule::{

@@ -15,7 +15,7 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use k8s_openapi::api::core::v1::Pod;
-use plegd::pod::ApiPod;
+use plegd::apiserver::pod::ApiPod;
 
 use args::arg;
 use stats::percentile;

@@ -20,10 +20,10 @@ use std::time::{Duration, Instant};
 
 use args::arg;
 use k8s_cri::v1 as cri;
-use plegd::clock::SystemClock;
 use plegd::metrics::Metrics;
 use plegd::pleg::{GenericPleg, PlegConfig};
 use plegd::runtime::{CriConfig, CriRuntime, Runtime};
+use plegd::util::clock::SystemClock;
 use stats::percentile;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]

@@ -14,11 +14,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use k8s_cri::v1 as cri;
-use plegd::clock::SystemClock;
 use plegd::kubecontainer::{RuntimeContainer, RuntimeContainerState, RuntimePod};
 use plegd::metrics::Metrics;
 use plegd::pleg::{GenericPleg, PlegConfig, compute_events};
 use plegd::runtime::{CriConfig, CriRuntime};
+use plegd::util::clock::SystemClock;
 use stats::percentile;
 
 struct Args {

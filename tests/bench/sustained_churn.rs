@@ -53,7 +53,7 @@ async fn main() {
     let kubeconfig = api.kubeconfig_as(dir.path(), &Identity::Plegd("churn".into()));
     let mut options = daemon_support::options(&cri.path, kubeconfig, "churn", StatusMode::Full);
     options.triggers = TriggerMode::Cri;
-    options.manager.qps = plegd::rate_limit::Qps::new(qps as f64).expect("--qps above zero");
+    options.manager.qps = plegd::apiserver::rate_limit::Qps::new(qps as f64).expect("--qps above zero");
     options.manager.burst = std::num::NonZeroU32::new((qps * 2) as u32).expect("--qps above zero");
     let daemon = daemon_support::spawn(options, metrics.clone());
     tokio::time::sleep(Duration::from_secs(2)).await;

@@ -21,7 +21,10 @@ pub fn options(cri_socket: &Path, kubeconfig: PathBuf, node: &str, mode: StatusM
         triggers: TriggerMode::Auto,
         trigger_config: TriggerConfig::default(),
         kubeconfig: Some(kubeconfig),
-        manager: ManagerConfig::new(plegd::pod::NodeName::new(node).expect("a valid node name"), mode),
+        manager: ManagerConfig::new(
+            plegd::apiserver::pod::NodeName::new(node).expect("a valid node name"),
+            mode,
+        ),
         sync: SyncConfig {
             mode,
             node_ips: vec!["192.0.2.10".into()],
@@ -36,7 +39,7 @@ pub fn options(cri_socket: &Path, kubeconfig: PathBuf, node: &str, mode: StatusM
         health_address: None,
         shutdown_timeout: Duration::from_secs(5),
         apiserver_timeout: Duration::from_secs(30),
-        initial_list: plegd::informer::InitialList::Stream,
+        initial_list: plegd::apiserver::informer::InitialList::Stream,
     }
 }
 
@@ -95,7 +98,7 @@ impl Drop for InProcess {
 /// as /healthz answers it, and the result `run` returned (which the binary turns into its exit code).
 pub struct Controlled {
     pub abort: tokio::sync::mpsc::Sender<String>,
-    pub health: std::sync::Arc<dyn plegd::http::Health>,
+    pub health: std::sync::Arc<dyn plegd::serve::http::Health>,
     /// Its stages in the order they started, from the supervisor's record.
     pub stages: Vec<&'static str>,
     result: tokio::sync::oneshot::Receiver<Result<(), String>>,

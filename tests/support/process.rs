@@ -127,7 +127,7 @@ pub fn free_port() -> u16 {
 }
 
 /// A plain HTTP/1.1 GET on loopback: (status code, body). (A bearer token is sent over TLS
-/// alone: see [`crate::tls::https_get`].)
+/// alone: see [`crate::serve::tls::https_get`].)
 pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     let address = std::net::SocketAddr::from(([127, 0, 0, 1], port));
     let mut stream = std::net::TcpStream::connect_timeout(&address, Duration::from_secs(10)).ok()?;

@@ -5,11 +5,11 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use plegd::clock::{Clock, SystemClock};
 use plegd::metrics::Metrics;
 use plegd::pleg::{GenericPleg, PlegConfig, PodLifecycleEvent};
 use plegd::runtime::{CriConfig, CriRuntime, RuntimeVersion};
 use plegd::triggers::{self, TriggerConfig, TriggerMode};
+use plegd::util::clock::{Clock, SystemClock};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 

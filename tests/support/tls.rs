@@ -56,7 +56,7 @@ pub enum Trust {
 }
 
 /// The SHA-256 fingerprint of a certificate, as plegd logs it.
-pub use plegd::tls::fingerprint;
+pub use plegd::serve::tls::fingerprint;
 
 #[derive(Debug)]
 struct PinnedVerifier {

@@ -14,8 +14,8 @@ use super::{
     POD_SANDBOX_NOT_READY, POD_SCHEDULED, READY, SANDBOX_NOT_READY, SUCCEEDED, api_time, condition, find,
     last_terminated, running, terminated,
 };
+use crate::apiserver::pod::{ApiContainer, ApiPod};
 use crate::kubecontainer::{RuntimeContainerState, RuntimePodStatus, SandboxState};
-use crate::pod::{ApiContainer, ApiPod};
 
 /// Go's `%s` of a string slice: `[a b c]`.
 fn go_list(names: &[String]) -> String {

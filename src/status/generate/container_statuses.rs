@@ -17,8 +17,8 @@ use super::{
     CONTAINER_STATUS_UNKNOWN, MAX_TERMINATION_MESSAGES, RESTARTING_ALL_CONTAINERS_MESSAGE, api_time, find,
     last_terminated, running, terminated, waiting,
 };
+use crate::apiserver::pod::{ApiContainer, ApiPod};
 use crate::kubecontainer::{RuntimeContainerState, RuntimeContainerStatus, RuntimePodStatus, go_json_string};
-use crate::pod::{ApiContainer, ApiPod};
 
 /// A time the runtime reported, as `convertContainerStatus` writes it: `time.Unix(0, t)`, so a
 /// runtime that reports none (0, or a value refused as bad data) gives the Unix epoch, not no time.

@@ -88,8 +88,8 @@ pub(super) fn set_pod_and_host_ips(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::apiserver::pod::ApiPod;
     use crate::kubecontainer::RuntimePodStatus;
-    use crate::pod::ApiPod;
     use crate::status::generate::test_support::*;
     use crate::status::generate::*;
 

@@ -21,8 +21,8 @@ use k8s_openapi::api::core::v1::{ContainerStateTerminated, ContainerStatus, PodC
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::resources;
+use crate::apiserver::pod::ApiPod;
 use crate::kubecontainer::{RuntimeContainerState, RuntimePodStatus};
-use crate::pod::ApiPod;
 
 mod conditions;
 mod container_statuses;
@@ -158,7 +158,7 @@ fn condition(type_: &str, status: bool, reason: Option<&str>, message: Option<St
     }
 }
 
-pub use crate::pod::MIRROR_POD_ANNOTATION;
+pub use crate::apiserver::pod::MIRROR_POD_ANNOTATION;
 
 /// A mirror pod: the apiserver's copy of a static pod the kubelet runs from a file or URL.
 pub fn is_mirror_pod(pod: &ApiPod) -> bool {

@@ -5,7 +5,7 @@
 use k8s_openapi::api::core::v1::{ContainerRestartRule, ContainerStateTerminated, ContainerStatus};
 
 use super::{FAILED, PENDING, RUNNING, SUCCEEDED, find, is_mirror_pod, last_terminated, running, terminated, waiting};
-use crate::pod::{ApiContainer, ApiPod};
+use crate::apiserver::pod::{ApiContainer, ApiPod};
 
 /// The reason the kubelet gives a container it removed to restart all of a pod's containers
 /// (RestartAllContainersOnContainerExits): such a container restarts, whatever its exit code.

@@ -12,8 +12,8 @@ use super::{
     CONTAINER_STATUS_UNKNOWN, CONTAINERS_READY, FAILED, find, is_mirror_pod, last_terminated, running, terminated,
     waiting,
 };
+use crate::apiserver::pod::ApiPod;
 use crate::kubecontainer::{RuntimeContainerState, RuntimePodStatus, SandboxState};
-use crate::pod::ApiPod;
 
 /// A status the kubelet's status manager refuses (`checkContainerStateTransition`): a container
 /// that terminated and may not restart would run or wait again. Nothing is written for it.

@@ -8,10 +8,10 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use std::time::{Duration, SystemTime};
 
+use crate::apiserver::pod::{ApiContainer, ApiPod, ApiPodSpec};
 use crate::kubecontainer::{
     RuntimeContainerState, RuntimeContainerStatus, RuntimePodStatus, SandboxState, SandboxStatus,
 };
-use crate::pod::{ApiContainer, ApiPod, ApiPodSpec};
 
 use super::{StatusInput, generate};
 

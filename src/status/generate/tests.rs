@@ -2,8 +2,8 @@ use k8s_openapi::api::core::v1::{ContainerStatus, PodCondition, PodStatus};
 
 use super::test_support::*;
 use super::*;
+use crate::apiserver::pod::{ApiContainer, ApiPodSpec};
 use crate::kubecontainer::{RuntimeContainerState, RuntimeContainerStatus, RuntimePodStatus};
-use crate::pod::{ApiContainer, ApiPodSpec};
 
 #[test]
 fn a_running_pod_in_full() {

@@ -4,8 +4,8 @@
 
 use k8s_openapi::api::core::v1::{VolumeMount, VolumeMountStatus};
 
+use crate::apiserver::pod::{ApiContainer, ApiPod};
 use crate::kubecontainer::RuntimePodStatus;
-use crate::pod::{ApiContainer, ApiPod};
 
 /// Whether the runtime handler of the pod supports recursive read-only mounts
 /// (`runtimeClassSupportsRecursiveReadOnlyMounts`): the handler its newest sandbox runs under, or,
@@ -89,8 +89,8 @@ mod tests {
     use k8s_openapi::api::core::v1::PodStatus;
 
     use super::*;
+    use crate::apiserver::pod::ApiPod;
     use crate::kubecontainer::{RuntimeContainerState, RuntimePodStatus};
-    use crate::pod::ApiPod;
     use crate::status::generate::test_support::*;
     use crate::status::generate::*;
 

@@ -196,7 +196,7 @@ async fn dispatching(
     let metrics = Arc::new(Metrics::new());
     let (pleg, events) = GenericPleg::new(
         runtime.clone(),
-        crate::clock::SystemClock,
+        crate::util::clock::SystemClock,
         metrics.clone(),
         crate::pleg::PlegConfig::default(),
     );
@@ -355,7 +355,7 @@ async fn relists_of_one_pod_at_once_send_its_start_once() {
     };
     let (pleg, mut events) = GenericPleg::new(
         runtime.clone(),
-        crate::clock::SystemClock,
+        crate::util::clock::SystemClock,
         Arc::new(Metrics::new()),
         crate::pleg::PlegConfig::default(),
     );

@@ -6,10 +6,10 @@ use k8s_openapi::api::core::v1::{
 use super::super::test_support::*;
 use super::super::*;
 use super::*;
+use crate::apiserver::pod::ApiContainer;
 use crate::kubecontainer::{
     RuntimeContainerState, RuntimeContainerStatus, RuntimePodStatus, SandboxState, SandboxStatus,
 };
-use crate::pod::ApiContainer;
 
 #[test]
 fn containers_ready_and_ready_conditions() {

@@ -6,8 +6,8 @@ use std::time::SystemTime;
 use super::super::test_support::*;
 use super::super::*;
 use super::*;
+use crate::apiserver::pod::ApiContainer;
 use crate::kubecontainer::{RuntimeContainerState, RuntimeContainerStatus, RuntimePodStatus};
-use crate::pod::ApiContainer;
 
 /// `stopSignal` as `convertToAPIContainerStatuses` copies it with ContainerStopSignals on (a
 /// running and an exited container, a regular and an init one), and not at all with it off, the

@@ -3,7 +3,7 @@ use k8s_openapi::api::core::v1::{ContainerStateWaiting, ContainerStatus};
 use super::super::test_support::*;
 use super::super::*;
 use super::*;
-use crate::pod::{ApiContainer, ApiPod, ApiPodSpec};
+use crate::apiserver::pod::{ApiContainer, ApiPod, ApiPodSpec};
 
 #[test]
 fn phase_by_restart_policy_and_state() {

@@ -1,7 +1,7 @@
 use k8s_openapi::api::core::v1::{ContainerState, ContainerStateWaiting, ContainerStatus, PodStatus};
 
+use crate::apiserver::pod::ApiPod;
 use crate::kubecontainer::{RuntimeContainerState, RuntimePodStatus, SandboxState, SandboxStatus};
-use crate::pod::ApiPod;
 
 use super::super::test_support::*;
 use super::super::*;

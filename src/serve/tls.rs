@@ -365,81 +365,11 @@ pub fn self_signed_names(node_name: &str, listen: Option<IpAddr>, node_ips: &[St
     names
 }
 
-/// One DER element at the start of `input`: its tag, its content, and what follows it.
-fn der_element(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
-    let (&tag, rest) = input.split_first()?;
-    let (&first, rest) = rest.split_first()?;
-    let (length, rest) = if first < 0x80 {
-        (usize::from(first), rest)
-    } else {
-        let count = usize::from(first & 0x7f);
-        if count == 0 || count > 4 || rest.len() < count {
-            return None;
-        }
-        let (bytes, rest) = rest.split_at(count);
-        (bytes.iter().fold(0usize, |n, &b| (n << 8) | usize::from(b)), rest)
-    };
-    if rest.len() < length {
-        return None;
-    }
-    let (content, after) = rest.split_at(length);
-    Some((tag, content, after))
-}
-
-/// When an X.509 certificate expires (its `validity.notAfter`); `None` when its DER is not
-/// what RFC 5280 says.
+/// When an X.509 certificate expires (its `validity.notAfter`, a UTCTime or a GeneralizedTime);
+/// `None` when its DER is not a certificate as RFC 5280 says, or its end is before 1970.
 pub fn not_after(cert: &[u8]) -> Option<SystemTime> {
-    const SEQUENCE: u8 = 0x30;
-    let (SEQUENCE, certificate, _) = der_element(cert)? else {
-        return None;
-    };
-    let (SEQUENCE, tbs, _) = der_element(certificate)? else {
-        return None;
-    };
-    let mut fields = tbs;
-    // version [0] EXPLICIT, when there.
-    if fields.first() == Some(&0xa0) {
-        fields = der_element(fields)?.2;
-    }
-    // serialNumber, signature, issuer.
-    for _ in 0..3 {
-        fields = der_element(fields)?.2;
-    }
-    let (SEQUENCE, validity, _) = der_element(fields)? else {
-        return None;
-    };
-    let (_, _, rest) = der_element(validity)?;
-    let (tag, time, _) = der_element(rest)?;
-    let text = std::str::from_utf8(time).ok()?;
-    let digits = |s: &str| -> Option<u32> { s.bytes().all(|b| b.is_ascii_digit()).then(|| s.parse().ok())? };
-    let (year, rest) = match tag {
-        // UTCTime: YYMMDDHHMMSSZ, years 1950 to 2049.
-        0x17 if text.len() == 13 => {
-            let yy = digits(&text[..2])?;
-            (if yy >= 50 { 1900 + yy } else { 2000 + yy }, &text[2..])
-        }
-        // GeneralizedTime: YYYYMMDDHHMMSSZ.
-        0x18 if text.len() == 15 => (digits(&text[..4])?, &text[4..]),
-        _ => return None,
-    };
-    if !rest.ends_with('Z') {
-        return None;
-    }
-    let field = |i: usize| digits(rest.get(i..i + 2)?);
-    let date = time::Date::from_calendar_date(
-        i32::try_from(year).ok()?,
-        time::Month::try_from(u8::try_from(field(0)?).ok()?).ok()?,
-        u8::try_from(field(2)?).ok()?,
-    )
-    .ok()?;
-    let at = time::Time::from_hms(
-        u8::try_from(field(4)?).ok()?,
-        u8::try_from(field(6)?).ok()?,
-        u8::try_from(field(8)?).ok()?,
-    )
-    .ok()?;
-    let seconds = time::PrimitiveDateTime::new(date, at).assume_utc().unix_timestamp();
-    let seconds = u64::try_from(seconds).ok()?;
+    let (_, certificate) = x509_parser::parse_x509_certificate(cert).ok()?;
+    let seconds = u64::try_from(certificate.validity().not_after.timestamp()).ok()?;
     SystemTime::UNIX_EPOCH.checked_add(Duration::from_secs(seconds))
 }
 

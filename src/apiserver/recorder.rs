@@ -24,10 +24,10 @@ use kube::runtime::events::{Event, EventType};
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
-use crate::backoff::RetryAfter;
+use crate::apiserver::rate_limit::{Qps, TokenBucket};
 use crate::metrics::Metrics;
-use crate::rate_limit::{Qps, TokenBucket};
-use crate::supervise::Stage;
+use crate::util::backoff::RetryAfter;
+use crate::util::supervise::Stage;
 
 /// Events waiting to be published.
 pub const QUEUE: NonZeroUsize = NonZeroUsize::new(256).unwrap();

@@ -21,10 +21,10 @@ use kube::runtime::watcher::{self, Event};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
-use crate::backoff::{ExponentialBackoff, RetryAfter, RetryAfterBackoff};
+use crate::apiserver::pod::{ApiPod, NodeName};
 use crate::metrics::Metrics;
-use crate::pod::{ApiPod, NodeName};
-use crate::supervise::Stage;
+use crate::util::backoff::{ExponentialBackoff, RetryAfter, RetryAfterBackoff};
+use crate::util::supervise::Stage;
 
 /// The watch's retry waits after an error (jittered; kube-runtime's own default has the same bounds).
 const WATCH_RETRY_INITIAL: std::time::Duration = std::time::Duration::from_millis(800);

@@ -12,13 +12,13 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
-use crate::clock::SystemClock;
 use crate::metrics::Metrics;
+use crate::observe::print::{OutputFormat, format_event};
 use crate::pleg::{GenericPleg, PlegConfig, PodLifecycleEvent};
-use crate::print::{OutputFormat, format_event};
 use crate::runtime::{CriConfig, CriRuntime, RuntimeError};
-use crate::supervise::{StageEnded, StageHealth, Stages};
 use crate::triggers::{self, TriggerConfig, TriggerMode};
+use crate::util::clock::SystemClock;
+use crate::util::supervise::{StageEnded, StageHealth, Stages};
 
 #[derive(Debug, Clone)]
 pub struct WatchConfig {

@@ -31,11 +31,11 @@ use axum::routing::get;
 use sysinfo::{Pid, ProcessRefreshKind, ProcessesToUpdate, RefreshKind, System};
 use tracing::{debug, info, warn};
 
-use crate::listen::{ACCEPT_ERROR_PAUSE, Admission, ConnectionLimit, WhenFull};
 use crate::metrics::Metrics;
-use crate::metrics_auth::MetricsAuth;
-use crate::supervise::Stage;
-use crate::tls::ServingCertificate;
+use crate::serve::listen::{ACCEPT_ERROR_PAUSE, Admission, ConnectionLimit, WhenFull};
+use crate::serve::metrics_auth::MetricsAuth;
+use crate::serve::tls::ServingCertificate;
+use crate::util::supervise::Stage;
 
 /// What the endpoint asks about the daemon's state.
 pub trait Health: Send + Sync + 'static {
@@ -261,7 +261,7 @@ fn listen(
     };
     let admission = ConnectionLimit::new(name, limits.admission, metrics);
     let backlog = u32::try_from(limits.admission.max_connections.get()).unwrap_or(u32::MAX);
-    let listener = crate::listen::bind_tcp(address, backlog)?;
+    let listener = crate::serve::listen::bind_tcp(address, backlog)?;
     let bound = listener.local_addr()?;
     let stage: Stage = Box::pin(accept_loop(name, listener, app, admission, tls, limits));
     Ok((bound, stage))

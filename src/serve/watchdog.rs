@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use tracing::{debug, info, warn};
 
-use crate::http::Health;
+use crate::serve::http::Health;
 
 /// How often health is looked at between pings.
 pub const CHECK_EVERY: Duration = Duration::from_secs(1);

@@ -3,10 +3,14 @@
 //! one pod uid as a relist lists them, and a [`RuntimePodStatus`] is the full status of one pod as
 //! read from the runtime on demand. Every type here is named `Runtime…` (or `Sandbox…`) so that it
 //! is never mistaken for the API object of the same idea (k8s-openapi's `Pod`, `PodStatus`,
-//! `ContainerStatus`, … and plegd's [`crate::pod::ApiPod`]).
+//! `ContainerStatus`, … and plegd's [`crate::apiserver::pod::ApiPod`]).
 //!
 //! Plain data: nothing here does I/O or knows CRI or the apiserver. The `runtime` stage fills these
 //! types from CRI answers; the PLEG diffs them; status generation turns them into API statuses.
+//! Beside them, [`cache`]: the newest runtime status of each pod (the kubelet's `container/cache.go`),
+//! written by the relister and read by the syncLoop.
+
+pub mod cache;
 
 use std::time::SystemTime;
 

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use tracing::{debug, warn};
 
-use crate::backoff::RetryAfter;
 use crate::metrics::Metrics;
+use crate::util::backoff::RetryAfter;
 
 /// Why the apiserver clients cannot be built. Each names its cause in its own text.
 #[derive(Debug, thiserror::Error)]

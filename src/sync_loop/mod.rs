@@ -48,19 +48,19 @@ use kube::runtime::reflector::ObjectRef;
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
-use crate::backoff::ExponentialBackoff;
-use crate::cache::CachedStatus;
-use crate::informer::{Informer, PodChange};
+use crate::apiserver::informer::{Informer, PodChange};
+use crate::apiserver::pod::ApiPod;
+use crate::apiserver::recorder::EventSender;
 use crate::kubecontainer::RuntimePodStatus;
+use crate::kubecontainer::cache::CachedStatus;
 use crate::metrics::Metrics;
 use crate::pleg::{MAX_EVENT_MESSAGE, PlegHandle, PodLifecycleEvent, PodLifecycleEventType, bounded};
-use crate::pod::ApiPod;
-use crate::recorder::EventSender;
 use crate::status::StatusMode;
 use crate::status::decide::{Action, NodeFacts, decide, informer_change_matters};
 use crate::status::gate;
 use crate::status::manager::StatusManager;
 use crate::status::report::{StatusReport, StatusReports};
+use crate::util::backoff::ExponentialBackoff;
 
 mod shadow;
 use shadow::{ShadowStep, shadow_step};
@@ -665,7 +665,7 @@ impl SyncLoop {
 /// Whether plegd's runtime read of a tracked pod is newer than the apiserver status it last saw
 /// arrive (shadow mode compares, and conditions mode overwrites a kubelet-reported condition, only
 /// from such a read).
-fn read_is_newer_than_status(cache: &crate::cache::CacheReader, tracked: &Tracked) -> bool {
+fn read_is_newer_than_status(cache: &crate::kubecontainer::cache::CacheReader, tracked: &Tracked) -> bool {
     cache
         .try_get_newer_than(&tracked.runtime_uid, tracked.status_seen_at)
         .is_some()
@@ -680,17 +680,17 @@ mod tests {
     use kube::runtime::{reflector, watcher};
     use serde_json::json;
 
-    use crate::backoff::RetryAfter;
-    use crate::clock::SystemClock;
+    use crate::apiserver::pod::MIRROR_POD_ANNOTATION;
+    use crate::apiserver::pod::{ApiPodSpec, NodeName};
     use crate::kubecontainer::SandboxState;
     use crate::kubecontainer::{PodUid, RuntimeContainer, RuntimeContainerState, RuntimePod};
     use crate::pleg::{GenericPleg, PlegConfig};
-    use crate::pod::MIRROR_POD_ANNOTATION;
-    use crate::pod::{ApiPodSpec, NodeName};
     use crate::runtime::{IdKind, Runtime, RuntimeError};
     use crate::status::generate::test_support::{pod_with, ready_sandbox, runtime_status, sandbox};
     use crate::status::manager::ManagerConfig;
     use crate::status::manager::script::Script;
+    use crate::util::backoff::RetryAfter;
+    use crate::util::clock::SystemClock;
 
     /// One pod, u1, with one container `app` (c1): running or exited, whether its sandbox is
     /// stopped, and whether reading its status fails.
@@ -1046,7 +1046,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_pod_naming_a_static_pods_hash_does_not_take_it() {
         let (recorder, mut published) =
-            crate::recorder::capture(std::num::NonZeroUsize::new(16).unwrap(), Arc::new(Metrics::new()));
+            crate::apiserver::recorder::capture(std::num::NonZeroUsize::new(16).unwrap(), Arc::new(Metrics::new()));
         let mut h = Harness::start(StatusMode::Conditions, mirror_pod(), OnePod::default(), Some(recorder)).await;
         h.pleg.relist().await.unwrap();
         wait_for("the running status", || h.patches().len() == 1).await;
@@ -1126,7 +1126,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn exits_found_at_the_first_relist_are_not_published_again() {
         let (recorder, mut published) =
-            crate::recorder::capture(std::num::NonZeroUsize::new(16).unwrap(), Arc::new(Metrics::new()));
+            crate::apiserver::recorder::capture(std::num::NonZeroUsize::new(16).unwrap(), Arc::new(Metrics::new()));
         let exited = OnePod {
             exited: true,
             ..OnePod::default()
