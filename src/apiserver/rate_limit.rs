@@ -5,6 +5,9 @@
 use std::num::NonZeroU32;
 use std::time::Duration;
 
+/// The longest one sleep of [`TokenBucket::acquire`] lasts before it looks at the bucket again.
+const LONGEST_WAIT: Duration = Duration::from_secs(86_400);
+
 /// A rate of requests a second: finite and above zero (a zero rate would never let one through).
 #[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
 pub struct Qps(f64);
@@ -50,7 +53,10 @@ impl TokenBucket {
                     state.0 -= 1.0;
                     return waited;
                 }
-                Duration::from_secs_f64((1.0 - state.0) / self.qps)
+                // A rate so small that the wait overflows a Duration waits a day, then looks again.
+                Duration::try_from_secs_f64((1.0 - state.0) / self.qps)
+                    .unwrap_or(LONGEST_WAIT)
+                    .min(LONGEST_WAIT)
             };
             waited = true;
             tokio::time::sleep(wait).await;
@@ -75,6 +81,15 @@ mod tests {
         // Two tokens at 10 a second: 0.2 s.
         let elapsed = start.elapsed().as_secs_f64();
         assert!((0.19..0.21).contains(&elapsed), "{elapsed}");
+    }
+
+    /// A rate whose wait would overflow a Duration sleeps in bounded steps: no panic.
+    #[tokio::test(start_paused = true)]
+    async fn a_vanishing_rate_waits_without_overflowing() {
+        let bucket = TokenBucket::new(Qps::new(1e-300).unwrap(), NonZeroU32::new(1).unwrap());
+        assert!(!bucket.acquire().await);
+        let second = tokio::time::timeout(LONGEST_WAIT * 3, bucket.acquire()).await;
+        assert!(second.is_err(), "no token comes at this rate");
     }
 
     #[test]

@@ -82,8 +82,9 @@ pub fn matches(filter: &WatchRequest, event: &PodLifecycleEvent) -> bool {
         && (filter.types.is_empty() || filter.types.iter().any(|t| t == event.kind.as_str()))
 }
 
+/// Nanoseconds since the epoch; a time past what an i64 holds (the year 2262) is its largest.
 fn unix_nanos(t: std::time::SystemTime) -> i64 {
-    t.duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos() as i64
+    i64::try_from(t.duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos()).unwrap_or(i64::MAX)
 }
 
 /// A status report in the API's form.

@@ -96,8 +96,10 @@ fn clean(path: &str) -> String {
 /// (`<time> <stream> <tags> <content>`, tag `P` a partial line, `F` a full one): the content of
 /// its last [`MAX_LOG_LINES`] lines, stdout and stderr as they come, partial lines run together,
 /// and of that the last [`MAX_LOG_BYTES`] (which may start inside a character: kept as bytes, as
-/// the kubelet's ring buffer keeps them). `tail` must start at a line boundary. Lines that do not
-/// parse are skipped.
+/// the kubelet's ring buffer keeps them). `tail` must start at a line boundary. As `ReadLogs`
+/// reads them: a line that does not parse is skipped, and a tail whose first line does not
+/// parse gives nothing (`getParseFunc` knows no format for it); a last line without its newline
+/// is read as it is.
 pub fn last_log_string(tail: &[u8]) -> Vec<u8> {
     let mut lines: Vec<&[u8]> = tail.split_inclusive(|b| *b == b'\n').collect();
     let complete = lines.iter().filter(|l| l.ends_with(b"\n")).count();
@@ -107,25 +109,47 @@ pub fn last_log_string(tail: &[u8]) -> Vec<u8> {
         lines.drain(..complete - MAX_LOG_LINES);
     }
     lines.truncate(MAX_LOG_LINES);
+    if lines.first().is_some_and(|first| cri_log_content(first).is_none()) {
+        return Vec::new();
+    }
     let mut out = Vec::new();
     for line in lines {
-        let line = line.strip_suffix(b"\n").unwrap_or(line);
-        let mut fields = line.splitn(4, |b| *b == b' ');
-        let (Some(_time), Some(stream), Some(tags), content) =
-            (fields.next(), fields.next(), fields.next(), fields.next())
-        else {
-            continue;
-        };
-        if stream != b"stdout" && stream != b"stderr" {
-            continue;
-        }
-        out.extend_from_slice(content.unwrap_or_default());
-        if tags.split(|b| *b == b':').next() != Some(b"P") {
-            out.push(b'\n');
-        }
+        out.extend_from_slice(cri_log_content(line).unwrap_or_default());
     }
     let keep = out.len().saturating_sub(MAX_LOG_BYTES);
     out.split_off(keep)
+}
+
+/// `parseCRILog` (k8s.io/cri-client's logs): the content of one line of a CRI log (its newline
+/// included for a full line, dropped for a partial one), or None when the line is not one: a
+/// timestamp that is not RFC 3339 as Go's `time.RFC3339Nano` reads it, a stream other than stdout
+/// and stderr, or no space after the tags.
+fn cri_log_content(line: &[u8]) -> Option<&[u8]> {
+    let mut fields = line.splitn(4, |b| *b == b' ');
+    let (Some(time), Some(stream), Some(tags), Some(content)) =
+        (fields.next(), fields.next(), fields.next(), fields.next())
+    else {
+        return None;
+    };
+    if !rfc3339(time) || (stream != b"stdout" && stream != b"stderr") {
+        return None;
+    }
+    if tags.split(|b| *b == b':').next() == Some(b"P") {
+        return Some(content.strip_suffix(b"\n").unwrap_or(content));
+    }
+    Some(content)
+}
+
+/// Whether `time` is a timestamp Go's `time.Parse(time.RFC3339Nano, …)` takes: `T` between date
+/// and time, `Z` or a `±hh:mm` offset, every field in range.
+fn rfc3339(time: &[u8]) -> bool {
+    let Ok(text) = std::str::from_utf8(time) else {
+        return false;
+    };
+    let bytes = text.as_bytes();
+    let offset = bytes.last() == Some(&b'Z')
+        || (bytes.len() > 6 && matches!(bytes[bytes.len() - 6], b'+' | b'-') && bytes[bytes.len() - 3] == b':');
+    bytes.get(10) == Some(&b'T') && offset && text.parse::<k8s_openapi::jiff::Timestamp>().is_ok()
 }
 
 /// A path the runtime gave that plegd will not read.
@@ -657,8 +681,30 @@ mod tests {
         ]
         .concat();
         assert_eq!(log_text(log.as_bytes()), "first\npart one, part two\ntagged\n\n");
-        // An empty full line has no content field at all.
-        assert_eq!(log_text(b"2026-11-25T10:00:00Z stdout F\n"), "\n");
+        // An empty full line keeps the space after its tag (containerd writes it so); without it
+        // the line is not one ("log tag is not found").
+        assert_eq!(log_text(b"2026-11-25T10:00:00Z stdout F \n"), "\n");
+        let x = log_line("stdout", "F", "x");
+        assert_eq!(
+            log_text(format!("{x}2026-11-25T10:00:00Z stdout F\n{x}").as_bytes()),
+            "x\nx\n"
+        );
+        // Timestamps as Go's RFC3339Nano reads them: an offset, or none of these.
+        for (time, ok) in [
+            ("2022-10-29T16:10:22.592603036-05:00", true),
+            ("2026-11-25T10:00:00Z", true),
+            ("2026-11-25 10:00:00Z", false),
+            ("2026-11-25t10:00:00z", false),
+            ("2026-13-25T10:00:00Z", false),
+            ("2026-11-25T10:00:00", false),
+            ("yesterday", false),
+        ] {
+            let line = format!("{x}{time} stdout F y\n");
+            let want = if ok { "x\ny\n" } else { "x\n" };
+            assert_eq!(log_text(line.as_bytes()), want, "{time}");
+        }
+        // A tail whose first line is no CRI line gives nothing: the kubelet finds no format for it.
+        assert_eq!(log_text(format!("garbage\n{x}").as_bytes()), "");
 
         // The last 80 lines of 100.
         let many: String = (0..100)
@@ -670,7 +716,7 @@ mod tests {
         let cut = format!("{}2026-11-25T10:00:00Z stdout F tail", many);
         assert!(log_text(cut.as_bytes()).ends_with("line 99\n"));
         let few = format!("{}2026-11-25T10:00:00Z stdout F tail", log_line("stdout", "F", "a"));
-        assert_eq!(log_text(few.as_bytes()), "a\ntail\n");
+        assert_eq!(log_text(few.as_bytes()), "a\ntail", "an incomplete last line, as it is");
 
         // Of those, the last 2 KiB; bytes that are not UTF-8 are replaced, never a panic.
         let long: String = (0..30)

@@ -107,14 +107,5 @@ pub fn apply_strategic_merge(target: &mut Value, patch: &Value) {
 
 /// RFC 7386 JSON merge patch (what `application/merge-patch+json` means): lists are replaced.
 pub fn apply_merge_patch(target: &mut Value, patch: &Value) {
-    let Some((t, patch)) = patch_target(target, patch) else {
-        return;
-    };
-    for (k, v) in patch {
-        if v.is_null() {
-            t.remove(k);
-        } else {
-            apply_merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
-        }
-    }
+    json_patch::merge(target, patch);
 }

@@ -27,7 +27,7 @@ use tracing::{info, warn};
 use super::gate::{is_gated, released};
 use crate::apiserver::client::{ClientError, kube_clients};
 use crate::metrics::Metrics;
-use crate::util::backoff::RetryAfter;
+use crate::util::backoff::{ExponentialBackoff, RetryAfter, RetryAfterBackoff};
 
 /// The policy that adds the gate at pod CREATE (deploy/components/readiness-gate).
 pub const GATE_POLICY: &str = "plegd-readiness-gate";
@@ -42,6 +42,8 @@ pub const FINALIZER: &str = "plegd.io/release-gates";
 const PASSES: usize = 5;
 /// Tries of one pod's write before it counts as not released.
 const TRIES: u32 = 4;
+/// The backoff between tries of one pod's write: (initial, cap).
+const WRITE_BACKOFF: (Duration, Duration) = (Duration::from_millis(200), Duration::from_secs(5));
 /// Pods a page when listing.
 const PAGE: u32 = 500;
 
@@ -120,11 +122,12 @@ fn gated(pod: &Pod) -> bool {
 
 /// Run the release (see the module documentation).
 pub async fn release_gates(config: &ReleaseConfig) -> Result<Released, ReleaseError> {
+    let retry_after = Arc::new(RetryAfter::default());
     let clients = kube_clients(
         config.kubeconfig.as_ref(),
         config.apiserver_timeout,
         Arc::new(Metrics::new()),
-        Arc::new(RetryAfter::default()),
+        Arc::clone(&retry_after),
     )
     .await?;
     let client = clients.requests;
@@ -134,7 +137,7 @@ pub async fn release_gates(config: &ReleaseConfig) -> Result<Released, ReleaseEr
     };
     let pods: Api<Pod> = Api::all(client);
     for pass in 1..=PASSES {
-        let (released, already, failed) = release_pass(&pods).await?;
+        let (released, already, failed) = release_pass(&pods, &retry_after).await?;
         done.released += released;
         if pass == 1 {
             done.already = already;
@@ -162,11 +165,17 @@ fn admission(client: &kube::Client, (kind, plural): (&str, &str)) -> Api<Dynamic
 
 /// The JSON patch that removes [`FINALIZER`] from `finalizers`, tested in place (a concurrent
 /// change fails it rather than remove another one); None when it is not there.
-pub fn finalizer_removal(finalizers: &[String]) -> Option<Value> {
-    let at = finalizers.iter().position(|f| f == FINALIZER)?;
-    Some(json!([
-        { "op": "test", "path": format!("/metadata/finalizers/{at}"), "value": FINALIZER },
-        { "op": "remove", "path": format!("/metadata/finalizers/{at}") },
+pub fn finalizer_removal(finalizers: &[String]) -> Option<json_patch::Patch> {
+    use json_patch::jsonptr::PointerBuf;
+    use json_patch::{PatchOperation, RemoveOperation, TestOperation};
+    let at = finalizers.iter().position(|f| f == FINALIZER)?.to_string();
+    let path = || PointerBuf::from_tokens(["metadata", "finalizers", at.as_str()]);
+    Some(json_patch::Patch(vec![
+        PatchOperation::Test(TestOperation {
+            path: path(),
+            value: Value::from(FINALIZER),
+        }),
+        PatchOperation::Remove(RemoveOperation { path: path() }),
     ]))
 }
 
@@ -187,7 +196,6 @@ async fn remove_finalizers(client: &kube::Client) -> Result<usize, ReleaseError>
         let Some(patch) = finalizer_removal(object.metadata.finalizers.as_deref().unwrap_or_default()) else {
             continue;
         };
-        let patch: json_patch::Patch = serde_json::from_value(patch).expect("a JSON patch");
         api.patch(KUBELET_POLICY, &PatchParams::default(), &Patch::<()>::Json(patch))
             .await
             .map_err(error)?;
@@ -212,7 +220,10 @@ async fn delete_policy(client: &kube::Client, name: &str) -> Result<bool, Releas
 }
 
 /// One pass over every pod: (released, already released, failures as (count, first)).
-async fn release_pass(pods: &Api<Pod>) -> Result<(usize, usize, Option<(usize, String)>), ReleaseError> {
+async fn release_pass(
+    pods: &Api<Pod>,
+    retry_after: &Arc<RetryAfter>,
+) -> Result<(usize, usize, Option<(usize, String)>), ReleaseError> {
     let mut released = 0;
     let mut already = 0;
     let mut failed: Option<(usize, String)> = None;
@@ -227,7 +238,7 @@ async fn release_pass(pods: &Api<Pod>) -> Result<(usize, usize, Option<(usize, S
                 already += 1;
                 continue;
             };
-            match write(pods, pod, &patch).await {
+            match write(pods, pod, &patch, retry_after).await {
                 Ok(true) => released += 1,
                 Ok(false) => {}
                 Err(error) => {
@@ -250,13 +261,17 @@ async fn release_pass(pods: &Api<Pod>) -> Result<(usize, usize, Option<(usize, S
 }
 
 /// Write one pod's release: Ok(true) when written, Ok(false) when the pod is gone or another one
-/// (its name now holds a new pod: uid precondition), else the last error after [`TRIES`].
-async fn write(pods: &Api<Pod>, pod: &Pod, patch: &Value) -> Result<bool, kube::Error> {
+/// (its name now holds a new pod: uid precondition), else the last error after [`TRIES`]. Between
+/// tries, the shared backoff, never shorter than the apiserver's last `Retry-After`.
+async fn write(pods: &Api<Pod>, pod: &Pod, patch: &Value, retry_after: &Arc<RetryAfter>) -> Result<bool, kube::Error> {
     let (Some(namespace), Some(name)) = (pod.metadata.namespace.as_deref(), pod.metadata.name.as_deref()) else {
         return Ok(false);
     };
     let api: Api<Pod> = Api::namespaced(pods.clone().into_client(), namespace);
-    let mut wait = Duration::from_millis(200);
+    let mut waits = RetryAfterBackoff::new(
+        ExponentialBackoff::constant(WRITE_BACKOFF.0, WRITE_BACKOFF.1),
+        Arc::clone(retry_after),
+    );
     let mut tries = 0;
     loop {
         tries += 1;
@@ -270,10 +285,7 @@ async fn write(pods: &Api<Pod>, pod: &Pod, patch: &Value) -> Result<bool, kube::
                 return Ok(false);
             }
             Err(error) if tries >= TRIES => return Err(error),
-            Err(_) => {
-                tokio::time::sleep(wait).await;
-                wait *= 2;
-            }
+            Err(_) => tokio::time::sleep(waits.next().unwrap_or(WRITE_BACKOFF.1)).await,
         }
     }
 }
@@ -339,7 +351,7 @@ mod tests {
     fn only_plegds_finalizer_is_removed_where_it_stands() {
         let finalizers = vec!["example.com/keep".to_owned(), FINALIZER.to_owned()];
         assert_eq!(
-            finalizer_removal(&finalizers),
+            finalizer_removal(&finalizers).map(|p| serde_json::to_value(p).unwrap()),
             Some(json!([
                 {"op": "test", "path": "/metadata/finalizers/1", "value": FINALIZER},
                 {"op": "remove", "path": "/metadata/finalizers/1"},

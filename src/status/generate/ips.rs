@@ -6,10 +6,15 @@ use std::net::IpAddr;
 use k8s_openapi::api::core::v1::{HostIP, PodIP, PodStatus};
 
 /// Parse an IP as Go's `netutils.ParseIPSloppy` does: IPv4 parts may have leading zeros, read as
-/// decimal (`010.000.000.001` is 10.0.0.1). None for anything that is not an IP.
+/// decimal (`010.000.000.001` is 10.0.0.1), and an IPv4-mapped IPv6 address is the IPv4 address
+/// (Go's `To4()` is not nil for it: `IsIPv4` says true and `String()` prints `1.2.3.4`). None for
+/// anything that is not an IP.
 pub fn parse_ip_sloppy(ip: &str) -> Option<IpAddr> {
     if let Ok(parsed) = ip.parse::<IpAddr>() {
-        return Some(parsed);
+        return Some(match parsed {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(parsed, IpAddr::V4),
+            v4 => v4,
+        });
     }
     let mut octets = [0u8; 4];
     let mut parts = ip.split('.');
@@ -139,6 +144,26 @@ mod tests {
             .map(|p| p.ip)
             .collect();
         (s, got)
+    }
+
+    /// Go's `net.ParseIP` reads an IPv4-mapped IPv6 address as the IPv4 address it maps, so the
+    /// kubelet sorts it as IPv4 and writes it in IPv4 form; other IPv6 forms stay IPv6.
+    #[test]
+    fn an_ipv4_mapped_address_is_ipv4_as_go_reads_it() {
+        assert_eq!(parse_ip_sloppy("::ffff:10.0.0.7"), Some(IpAddr::from([10, 0, 0, 7])));
+        assert_eq!(parse_ip_sloppy("::FFFF:0a00:0007"), Some(IpAddr::from([10, 0, 0, 7])));
+        assert!(
+            parse_ip_sloppy("::10.0.0.7").is_some_and(|ip| ip.is_ipv6()),
+            "IPv4-compatible is not mapped"
+        );
+        assert!(parse_ip_sloppy("fd00::7").is_some_and(|ip| ip.is_ipv6()));
+        let node = ips(&["fd00::1", "192.0.2.10"]);
+        assert_eq!(
+            sort_pod_ips(&ips(&["::ffff:10.0.0.7", "fd00::7"]), &node),
+            ["fd00::7", "10.0.0.7"]
+        );
+        let node = ips(&["192.0.2.10"]);
+        assert_eq!(sort_pod_ips(&ips(&["::ffff:10.0.0.7"]), &node), ["10.0.0.7"]);
     }
 
     /// kubelet_pods_test.go `TestSortPodIPs` and `TestGenerateAPIPodStatusPodIPs` (their cases are
