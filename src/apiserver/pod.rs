@@ -35,16 +35,23 @@ pub enum InvalidNodeName {
     NotDnsSubdomain(String),
 }
 
+/// Whether `name` is a DNS subdomain as Kubernetes validates object names
+/// (`IsDNS1123Subdomain`): at most 253 characters, dot-separated labels of lowercase letters,
+/// digits and '-', each starting and ending with a letter or digit.
+pub fn is_dns_subdomain(name: &str) -> bool {
+    let label_ok = |label: &str| {
+        let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+        label.starts_with(alnum) && label.ends_with(alnum) && label.chars().all(|c| alnum(c) || c == '-')
+    };
+    !name.is_empty() && name.len() <= 253 && name.split('.').all(label_ok)
+}
+
 impl NodeName {
     pub fn new(name: &str) -> Result<Self, InvalidNodeName> {
         if name.trim().is_empty() {
             return Err(InvalidNodeName::Empty);
         }
-        let label_ok = |label: &str| {
-            let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
-            label.starts_with(alnum) && label.ends_with(alnum) && label.chars().all(|c| alnum(c) || c == '-')
-        };
-        if name.len() > 253 || !name.split('.').all(label_ok) {
+        if !is_dns_subdomain(name) {
             return Err(InvalidNodeName::NotDnsSubdomain(name.to_owned()));
         }
         Ok(Self(name.to_owned()))

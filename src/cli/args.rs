@@ -181,18 +181,12 @@ impl ReleaseGatesArgs {
     }
 }
 
-/// A Kubernetes object name (a DNS subdomain: lowercase letters, digits, '-' and '.', at most 253).
+/// A Kubernetes object name (a DNS subdomain, as the apiserver validates it).
 fn object_name(s: &str) -> Result<String, String> {
-    let valid = !s.is_empty()
-        && s.len() <= 253
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
-        && s.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && s.ends_with(|c: char| c.is_ascii_alphanumeric());
-    if valid {
+    if crate::apiserver::pod::is_dns_subdomain(s) {
         Ok(s.to_owned())
     } else {
-        Err("must be an object name: lowercase letters, digits, '-' and '.', 1 to 253, starting and ending alphanumeric".into())
+        Err("must be an object name: dot-separated labels of lowercase letters, digits and '-', each starting and ending alphanumeric, 1 to 253 characters".into())
     }
 }
 

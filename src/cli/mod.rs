@@ -413,6 +413,12 @@ mod tests {
             err.contains("--worker-threads") && err.contains("allowed: 1 to 64"),
             "{err}"
         );
+        // An object name as the apiserver validates it: each label on its own.
+        for bad in ["a..b", "a.-b", "a-", "A", "a_b", ""] {
+            let err = parse(&["plegd", "release-gates", &format!("--policy={bad}")]).unwrap_err();
+            assert!(err.contains("--policy") && err.contains("object name"), "{bad}: {err}");
+        }
+        assert!(parse(&["plegd", "release-gates", "--policy", "plegd-gate.v2"]).is_ok());
     }
 
     fn check(args: &[&str]) -> Result<(), String> {
