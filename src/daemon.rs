@@ -17,11 +17,13 @@ use tracing::{error, info, warn};
 
 use crate::apiserver::client::{self, ApiClients, ClientError};
 use crate::apiserver::informer::{self, Informer, PodChange};
+use crate::apiserver::node;
 use crate::metrics::Metrics;
 use crate::observe;
 use crate::pleg::{self, EventHub, GenericPleg, PlegConfig, PlegHandle, PodLifecycleEvent, StreamState};
 use crate::runtime::{CriConfig, CriRuntime, RuntimeError, RuntimeVersion};
 use crate::status::decide::NodeFacts;
+use crate::status::generate::KubeletMinor;
 use crate::status::manager::{ManagerConfig, StatusManager};
 use crate::status::report::StatusReports;
 use crate::sync_loop::{SyncConfig, SyncLoop};
@@ -63,6 +65,8 @@ pub struct DaemonConfig {
     pub apiserver_timeout: std::time::Duration,
     /// How the informer lists this node's pods (`--initial-list`).
     pub initial_list: crate::apiserver::informer::InitialList,
+    /// `--kubelet-version`: the kubelet version whose status is generated; None: the Node's.
+    pub kubelet_version: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -227,6 +231,7 @@ async fn run_with(
         node_ips: options.sync.node_ips.clone(),
         recursive_read_only_handlers: runtime.recursive_read_only_handlers,
         stop_signals: options.sync.stop_signals,
+        kubelet: kubelet_rules(&options, &clients.requests, &metrics).await,
     };
     let manager = apiserver_side.manager.clone();
     let sync_loop = SyncLoop::new(
@@ -292,6 +297,47 @@ struct RuntimeSide {
     pleg: PlegHandle,
     sync_events: mpsc::Receiver<PodLifecycleEvent>,
     hub: EventHub,
+}
+
+/// The kubelet minor whose status plegd generates, said and counted
+/// (`plegd_status_kubelet_rules`): `--kubelet-version`'s, else the version the Node's kubelet
+/// reports. A minor plegd does not know gets the closest one's rules; a node whose version cannot
+/// be read (no Node, no kubelet on it, the GET refused) 1.37's, with a warning.
+async fn kubelet_rules(options: &DaemonConfig, client: &kube::Client, metrics: &Metrics) -> KubeletMinor {
+    let node = &options.manager.node_name;
+    let (version, source) = match &options.kubelet_version {
+        Some(version) => (Some(version.clone()), "--kubelet-version"),
+        None => match node::kubelet_version(client, node).await {
+            Ok(version) => (version, "the Node"),
+            Err(error) => {
+                warn!(%node, %error, "the Node's kubelet version could not be read");
+                (None, "the Node")
+            }
+        },
+    };
+    let chosen = version.as_deref().map(KubeletMinor::of_version);
+    let (minor, fit) = match chosen {
+        Some(Ok((minor, fit))) => (minor, fit.as_str()),
+        Some(Err(error)) => {
+            warn!(%node, %error, "the kubelet version is not one: 1.37's status rules");
+            (KubeletMinor::NEWEST, "unknown")
+        }
+        None => {
+            warn!(%node, "no kubelet version known (a node without a kubelet, or its Node unread): 1.37's status rules; --kubelet-version sets it");
+            (KubeletMinor::NEWEST, "unknown")
+        }
+    };
+    match fit {
+        "exact" => {
+            info!(%node, kubelet = version.as_deref().unwrap_or_default(), from = source, rules = %minor, "status generated as this kubelet writes it")
+        }
+        "older" | "newer" => {
+            warn!(%node, kubelet = version.as_deref().unwrap_or_default(), from = source, rules = %minor, "a kubelet minor plegd does not know: the closest one's status rules")
+        }
+        _ => {}
+    }
+    metrics.set_kubelet_rules(minor.as_str(), fit);
+    minor
 }
 
 /// The relister, the runtime triggers that feed it, and the fan-out of its events.

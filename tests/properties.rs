@@ -224,7 +224,7 @@ proptest! {
             if deleting && n > 3 {
                 pod.metadata.deletion_timestamp = Some(plegd::status::generate::api_time(T0));
             }
-            let status = generate(&StatusInput { pod: &pod, runtime: &runtime, runtime_name: "containerd", node_ips: &[], recursive_read_only_handlers: Some(&[]), stop_signals: false, now: T0 + Duration::from_secs(clock) });
+            let status = generate(&StatusInput { pod: &pod, runtime: &runtime, runtime_name: "containerd", node_ips: &[], recursive_read_only_handlers: Some(&[]), stop_signals: false, kubelet: plegd::status::generate::KubeletMinor::V1_37, now: T0 + Duration::from_secs(clock) });
             let phase = status.phase.clone().unwrap_or_default();
             if let Some(t) = &terminal {
                 prop_assert_eq!(&phase, t, "a terminal phase changed");

@@ -3,6 +3,7 @@
 //!
 //! - [`client`]: the clients of `plegd run`, each request bounded, counted and its warnings logged.
 //! - [`informer`]: the node's pods (watch and reflector), forwarded to the syncLoop as changes.
+//! - [`node`]: the node's kubelet's version, read once at start.
 //! - [`pod`]: the pod as plegd keeps it ([`pod::ApiPod`]): plain data, read by status generation.
 //! - [`recorder`]: Kubernetes Events, published in order by one stage.
 //! - [`rate_limit`]: QPS and token bucket (client-go's flowcontrol) for status writes and Events.
@@ -12,6 +13,7 @@
 
 pub mod client;
 pub mod informer;
+pub mod node;
 pub mod pod;
 pub mod rate_limit;
 pub mod recorder;

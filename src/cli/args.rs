@@ -181,6 +181,13 @@ impl ReleaseGatesArgs {
     }
 }
 
+/// A kubelet version (`v1.MINOR[.PATCH]`), as `--kubelet-version` takes it.
+fn kubelet_version(s: &str) -> Result<String, String> {
+    crate::status::generate::KubeletMinor::of_version(s)
+        .map(|_| s.trim().to_owned())
+        .map_err(|_| "must be a Kubernetes version: v1.MINOR[.PATCH], e.g. v1.35.4 (1.35 to 1.37 known)".to_owned())
+}
+
 /// A Kubernetes object name (a DNS subdomain, as the apiserver validates it).
 fn object_name(s: &str) -> Result<String, String> {
     if crate::apiserver::pod::is_dns_subdomain(s) {
@@ -386,6 +393,12 @@ pub struct RunArgs {
     /// Publish Kubernetes Events when a container dies or is OOM-killed.
     #[arg(long)]
     pub emit_events: bool,
+    /// The version of the kubelet whose status plegd generates (`v1.35.4`, `1.36`): 1.35 to 1.37,
+    /// an older one gets 1.35's rules, a newer one 1.37's. Unset: the node's kubelet's, as its Node
+    /// reports it (`status.nodeInfo.kubeletVersion`), read at start; 1.37's where none is reported
+    /// (a node without a kubelet).
+    #[arg(long, value_name = "VERSION", value_parser = kubelet_version, env = "PLEGD_KUBELET_VERSION", hide_env_values = true)]
+    pub kubelet_version: Option<String>,
     /// Full mode: write each container's `stopSignal` as the runtime reports it, as a kubelet with
     /// the ContainerStopSignals feature gate on does (alpha and off by default in Kubernetes 1.37).
     #[arg(long, env = "PLEGD_CONTAINER_STOP_SIGNALS", hide_env_values = true)]
@@ -652,6 +665,7 @@ impl RunArgs {
             shutdown_timeout: self.shutdown_timeout,
             apiserver_timeout: self.apiserver_timeout,
             initial_list: self.initial_list,
+            kubelet_version: self.kubelet_version.clone(),
         })
     }
 }

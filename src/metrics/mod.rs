@@ -47,6 +47,12 @@ pub struct ModeLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KubeletRulesLabel {
+    pub minor: String,
+    pub fit: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StreamStateLabel {
     pub source: String,
     pub state: String,
@@ -176,6 +182,8 @@ metrics_table! {
         "runtime_errors", "Failed CRI calls by operation";
     runtime_list_mode: Family<ModeLabel, Gauge> = Default::default(),
         "runtime_list_mode", "How the relist lists the runtime's sandboxes and containers on its connection: 1 for the way chosen (streaming: StreamPodSandboxes and StreamContainers; unary: ListPodSandbox and ListContainers, where the runtime does not serve the streams), 0 for the other; both 0 until the first list";
+    status_kubelet_rules: Family<KubeletRulesLabel, Gauge> = Default::default(),
+        "status_kubelet_rules", "The kubelet minor whose status plegd generates (minor: 1.35, 1.36, 1.37), and how it fits the node's kubelet (fit: exact; older or newer, the kubelet's minor is not one plegd knows and the closest is used; unknown, no version could be read: 1.37's); 1 for the one in use";
     pod_status_refresh_errors: Counter = Default::default(),
         "pleg_pod_status_refresh_errors", "Pod status reads that failed; the pod is re-inspected at the next relist";
     events_sent: Family<KindLabel, Counter> = Default::default(),
@@ -335,6 +343,8 @@ pub mod known {
     ];
     /// `plegd_runtime_list_mode{mode}`.
     pub const LIST_MODES: [&str; 2] = ["streaming", "unary"];
+    /// `plegd_status_kubelet_rules{fit}`.
+    pub const KUBELET_RULES_FITS: [&str; 4] = ["exact", "older", "newer", "unknown"];
     /// `plegd_pleg_events_total{kind}`: the events the PLEG sends.
     pub const EVENT_KINDS: [&str; 4] = ["ContainerStarted", "ContainerDied", "ContainerRemoved", "PodSync"];
     /// `plegd_exit_events_total{result}`.
@@ -416,6 +426,17 @@ impl Metrics {
                 operation: operation.to_owned(),
             })
             .inc();
+    }
+
+    /// Say which kubelet minor's status plegd generates, and how it fits the node's kubelet
+    /// (one of [`known::KUBELET_RULES_FITS`]): one series at 1.
+    pub fn set_kubelet_rules(&self, minor: &str, fit: &str) {
+        self.status_kubelet_rules
+            .get_or_create(&KubeletRulesLabel {
+                minor: minor.to_owned(),
+                fit: fit.to_owned(),
+            })
+            .set(1);
     }
 
     /// Set the one-hot gauge of how the relist lists: `mode`, one of [`known::LIST_MODES`], or

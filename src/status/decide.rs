@@ -18,9 +18,9 @@ use super::StatusMode;
 use super::compare::{Difference, Probed, differences};
 use super::gate::{GATE_RELEASED, own_condition};
 use super::generate::{
-    CONTAINERS_RUNNING, DISRUPTION_TARGET, IllegalTransition, KUBELET_CONDITIONS, StatusInput, active_deadline,
-    check_container_state_transition, containers_running_condition, generate, is_terminal, observed_generation,
-    pod_can_be_deleted, set_transition_time,
+    CONTAINERS_RUNNING, DISRUPTION_TARGET, IllegalTransition, KUBELET_CONDITIONS, KubeletMinor, StatusInput,
+    active_deadline, check_container_state_transition, containers_running_condition, generate, is_terminal,
+    observed_generation, pod_can_be_deleted, set_transition_time,
 };
 use crate::apiserver::pod::ApiPod;
 use crate::kubecontainer::RuntimePodStatus;
@@ -38,6 +38,9 @@ pub struct NodeFacts {
     pub recursive_read_only_handlers: Option<Vec<String>>,
     /// Write containers' `stopSignal` (the kubelet's ContainerStopSignals feature gate).
     pub stop_signals: bool,
+    /// The kubelet minor whose status is generated: the node's kubelet's (`--kubelet-version`, or
+    /// the Node's `kubeletVersion`).
+    pub kubelet: KubeletMinor,
 }
 
 /// plegd's own last write of a pod's status: what the apiserver answered the PATCH with, and the
@@ -181,6 +184,7 @@ pub fn decide(
         node_ips: &node.node_ips,
         recursive_read_only_handlers: node.recursive_read_only_handlers.as_deref(),
         stop_signals: node.stop_signals,
+        kubelet: node.kubelet,
         now,
     });
     let deadline = (!is_terminal(generated.phase.as_deref()))
@@ -194,8 +198,12 @@ pub fn decide(
         generated: Some(Box::new(generated)),
     };
     if mode.checks_state_transitions()
-        && let Err(illegal) =
-            check_container_state_transition(base.status.as_ref().unwrap_or(&Default::default()), &generated, &base)
+        && let Err(illegal) = check_container_state_transition(
+            base.status.as_ref().unwrap_or(&Default::default()),
+            &generated,
+            &base,
+            node.kubelet,
+        )
     {
         return decision(Action::Skip(illegal.into()), generated);
     }
@@ -338,6 +346,8 @@ pub fn rebase(mode: StatusMode, newest: &PodStatus, wanted: &PodStatus) -> PodSt
             }
         }
         StatusMode::Full => {
+            // Every condition a kubelet of some minor owns: one that a kubelet of the node's minor does
+            // not own (AllContainersRestarting before 1.36) is in `wanted` as the old status had it.
             let owned = |type_: &str| type_ == CONTAINERS_RUNNING || KUBELET_CONDITIONS.contains(&type_);
             let newest_of = |type_: &str| newest_conditions.iter().find(|n| n.type_ == type_);
             let mut conditions: Vec<PodCondition> = wanted_conditions
@@ -394,6 +404,7 @@ mod tests {
             node_ips: vec!["192.0.2.10".into()],
             recursive_read_only_handlers: Some(Vec::new()),
             stop_signals: false,
+            kubelet: KubeletMinor::V1_37,
         }
     }
 

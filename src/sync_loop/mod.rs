@@ -920,6 +920,7 @@ mod tests {
                 node_ips: vec!["192.0.2.10".into()],
                 recursive_read_only_handlers: Some(Vec::new()),
                 stop_signals: false,
+                kubelet: crate::status::generate::KubeletMinor::V1_37,
             };
             let sync = SyncLoop::new(
                 pleg.handle(),

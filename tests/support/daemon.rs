@@ -40,6 +40,7 @@ pub fn options(cri_socket: &Path, kubeconfig: PathBuf, node: &str, mode: StatusM
         shutdown_timeout: Duration::from_secs(5),
         apiserver_timeout: Duration::from_secs(30),
         initial_list: plegd::apiserver::informer::InitialList::Stream,
+        kubelet_version: None,
     }
 }
 

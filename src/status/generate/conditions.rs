@@ -10,9 +10,9 @@ use k8s_openapi::api::core::v1::{ContainerStatus, PodCondition, PodStatus};
 use super::phase::{all_containers_could_restart, matching_restart_rule};
 use super::{
     ALL_CONTAINERS_RESTARTING, CONTAINER_STATUS_UNKNOWN, CONTAINERS_READY, CONTAINERS_RUNNING, FAILED, INITIALIZED,
-    MULTIPLE_SANDBOXES, NETWORK_NAMESPACE_MODE_CHANGED, NO_IP_ADDRESS, NO_POD_SANDBOX, POD_READY_TO_START_CONTAINERS,
-    POD_SANDBOX_NOT_READY, POD_SCHEDULED, READY, SANDBOX_NOT_READY, SUCCEEDED, api_time, condition, find,
-    last_terminated, running, terminated,
+    KubeletMinor, MULTIPLE_SANDBOXES, NETWORK_NAMESPACE_MODE_CHANGED, NO_IP_ADDRESS, NO_POD_SANDBOX,
+    POD_READY_TO_START_CONTAINERS, POD_SANDBOX_NOT_READY, POD_SCHEDULED, READY, SANDBOX_NOT_READY, SUCCEEDED, api_time,
+    condition, find, last_terminated, running, terminated,
 };
 use crate::apiserver::pod::{ApiContainer, ApiPod};
 use crate::kubecontainer::{RuntimeContainerState, RuntimePodStatus, SandboxState};
@@ -116,13 +116,16 @@ pub fn any_active_regular_container_started(pod: &ApiPod, runtime: &RuntimePodSt
         .any(|s| pod.spec.containers.iter().any(|c| c.name == s.name))
 }
 
-/// `GeneratePodInitializedCondition` (1.37): once the old status said Initialized, it stays so
-/// (RestartAllContainersOnContainerExits: a pod restarting in place re-runs its init containers).
+/// `GeneratePodInitializedCondition`: where the kubelet restarts all containers
+/// ([`KubeletMinor::restart_all_containers`], from 1.36), once the old status said Initialized, it
+/// stays so (a pod restarting in place re-runs its init containers); in 1.35 it follows its init
+/// containers.
 pub fn initialized_condition(
     pod: &ApiPod,
     old_conditions: &[PodCondition],
     statuses: Option<&[ContainerStatus]>,
     phase: &str,
+    kubelet: KubeletMinor,
 ) -> PodCondition {
     let init = &pod.spec.init_containers;
     // No statuses at all (nil upstream, not an empty list) with init containers to wait for.
@@ -162,9 +165,10 @@ pub fn initialized_condition(
     if !incomplete.is_empty() {
         messages.push(format!("containers with incomplete status: {}", go_list(&incomplete)));
     }
-    let was_initialized = old_conditions
-        .iter()
-        .any(|c| c.type_ == INITIALIZED && c.status == "True");
+    let was_initialized = kubelet.restart_all_containers()
+        && old_conditions
+            .iter()
+            .any(|c| c.type_ == INITIALIZED && c.status == "True");
     if messages.is_empty() || was_initialized {
         condition(INITIALIZED, true, None, None)
     } else {
@@ -203,11 +207,17 @@ pub fn pod_sandbox_changed(pod: &ApiPod, runtime: &RuntimePodStatus) -> Option<&
     }
 }
 
-/// `GeneratePodReadyToStartContainersCondition` (1.37): True when the pod needs no new sandbox;
-/// else False, reason PodSandboxNotReady, the cause as its message.
-pub fn ready_to_start_containers_condition(pod: &ApiPod, runtime: &RuntimePodStatus) -> PodCondition {
+/// `GeneratePodReadyToStartContainersCondition`: True when the pod needs no new sandbox; else
+/// False, from 1.37 with the reason PodSandboxNotReady and the cause as its message
+/// ([`KubeletMinor::ready_to_start_reason`]), before with neither.
+pub fn ready_to_start_containers_condition(
+    pod: &ApiPod,
+    runtime: &RuntimePodStatus,
+    kubelet: KubeletMinor,
+) -> PodCondition {
     match pod_sandbox_changed(pod, runtime) {
         None => condition(POD_READY_TO_START_CONTAINERS, true, None, None),
+        Some(_) if !kubelet.ready_to_start_reason() => condition(POD_READY_TO_START_CONTAINERS, false, None, None),
         Some(why) => condition(
             POD_READY_TO_START_CONTAINERS,
             false,
@@ -356,13 +366,14 @@ pub(super) fn conditions(
     all: &[ContainerStatus],
     phase: &str,
     now: SystemTime,
+    kubelet: KubeletMinor,
 ) -> Vec<PodCondition> {
     let old_conditions = old.conditions.as_deref().unwrap_or_default();
     let statuses = Some(all);
     // Readiness gates are conditions others own: read from the old status.
     let mut out = vec![
-        ready_to_start_containers_condition(pod, runtime),
-        initialized_condition(pod, old_conditions, statuses, phase),
+        ready_to_start_containers_condition(pod, runtime, kubelet),
+        initialized_condition(pod, old_conditions, statuses, phase, kubelet),
         ready_condition(pod, old_conditions, statuses, phase),
         containers_ready_condition(pod, statuses, phase),
         condition(POD_SCHEDULED, true, None, None),
@@ -371,7 +382,7 @@ pub(super) fn conditions(
     for c in &mut out {
         c.observed_generation = generation;
     }
-    if all_containers_could_restart(pod) {
+    if all_containers_could_restart(pod, kubelet) {
         out.push(all_containers_restarting_condition(pod, runtime, old, phase));
     }
     for c in &mut out {

@@ -14,8 +14,8 @@ use super::super::resources;
 use super::phase::RESTARTING_ALL_CONTAINERS;
 use super::volume_mounts::volume_mount_statuses;
 use super::{
-    CONTAINER_STATUS_UNKNOWN, MAX_TERMINATION_MESSAGES, RESTARTING_ALL_CONTAINERS_MESSAGE, api_time, find,
-    last_terminated, running, terminated, waiting,
+    CONTAINER_STATUS_UNKNOWN, KubeletMinor, MAX_TERMINATION_MESSAGES, RESTARTING_ALL_CONTAINERS_MESSAGE, api_time,
+    find, last_terminated, running, terminated, waiting,
 };
 use crate::apiserver::pod::{ApiContainer, ApiPod};
 use crate::kubecontainer::{RuntimeContainerState, RuntimeContainerStatus, RuntimePodStatus, go_json_string};
@@ -26,15 +26,18 @@ fn runtime_time(t: Option<SystemTime>) -> Time {
     api_time(t.unwrap_or(SystemTime::UNIX_EPOCH))
 }
 
-/// One runtime status in API form (`convertContainerStatus`, 1.37 with
-/// RestartAllContainersOnContainerExits on): from the old status of the name come its volume mounts,
-/// a restart count never lower, and its last termination (the old state's when the container id
-/// changed, else the old last state) — the runtime may no longer hold the instance that ended.
+/// One runtime status in API form (`convertContainerStatus`): from the old status of the name come
+/// its volume mounts and, where the kubelet restarts all containers
+/// ([`KubeletMinor::restart_all_containers`], from 1.36), a restart count never lower and its last
+/// termination (the old state's when the container id changed, else the old last state) — the
+/// runtime may no longer hold the instance that ended. In 1.35 the count and the last state are
+/// the runtime's alone.
 fn convert(
     cs: &RuntimeContainerStatus,
     old: Option<&ContainerStatus>,
     runtime_name: &str,
     pod_restarting: bool,
+    kubelet: KubeletMinor,
 ) -> ContainerStatus {
     let container_id = format!("{runtime_name}://{}", cs.id);
     let mut status = ContainerStatus {
@@ -48,7 +51,7 @@ fn convert(
         volume_mounts: old.and_then(|o| o.volume_mounts.clone()),
         ..ContainerStatus::default()
     };
-    if let Some(old) = old {
+    if let Some(old) = old.filter(|_| kubelet.restart_all_containers()) {
         status.restart_count = status.restart_count.max(old.restart_count);
         let last = if old.container_id != status.container_id {
             terminated(old).or_else(|| last_terminated(old))
@@ -62,8 +65,9 @@ fn convert(
     }
     let state = match cs.state {
         RuntimeContainerState::Running => {
-            // A new instance after a terminated one the runtime did not count.
+            // A new instance after a terminated one the runtime did not count (from 1.36).
             if let Some(old) = old
+                && kubelet.restart_all_containers()
                 && terminated(old).is_some()
                 && old.restart_count >= i32::try_from(cs.restart_count).unwrap_or(i32::MAX)
             {
@@ -154,7 +158,7 @@ impl ListKind {
 }
 
 /// The message upstream gives an init container whose runtime status is gone once the pod has
-/// initialized (kubernetes#131317, Kubernetes 1.35).
+/// initialized (kubernetes#131317, Kubernetes 1.36).
 pub const LOST_INIT_CONTAINER_MESSAGE: &str = "Unable to get init container status from container runtime and pod has been initialized, treat it as exited normally";
 
 /// `HasAnyRegularContainerCreated`: the newest runtime status of some regular container is
@@ -178,6 +182,7 @@ pub(super) struct Conversion<'a> {
     pub(super) runtime_name: &'a str,
     pub(super) recursive_read_only: Option<bool>,
     pub(super) pod_restarting: bool,
+    pub(super) kubelet: KubeletMinor,
 }
 
 /// The statuses of one list being built, by container name.
@@ -213,7 +218,10 @@ pub(super) fn container_statuses(
         &mut statuses,
     );
     runtime_statuses(specs, previous, runtime, conversion, &mut statuses);
-    if kind == ListKind::Init && any_regular_container_created(pod, runtime) {
+    if kind == ListKind::Init
+        && conversion.kubelet.lost_init_containers_completed()
+        && any_regular_container_created(pod, runtime)
+    {
         lost_init_containers(specs, runtime, &mut statuses);
     }
     for c in specs {
@@ -363,7 +371,13 @@ fn runtime_statuses<'a>(
             continue;
         }
         let old = find(previous, &cs.name);
-        let mut status = convert(cs, old, conversion.runtime_name, conversion.pod_restarting);
+        let mut status = convert(
+            cs,
+            old,
+            conversion.runtime_name,
+            conversion.pod_restarting,
+            conversion.kubelet,
+        );
         if *count == 0 {
             // Every container the runtime reported, of any kind (`GetContainerSpec`; ephemeral
             // containers have no resources: `{}`).
@@ -377,7 +391,8 @@ fn runtime_statuses<'a>(
 }
 
 /// An init container the runtime no longer has, in a pod whose regular containers were created,
-/// completed (kubernetes#131317): it does not run again. Sidecars are left as they are.
+/// completed (kubernetes#131317, from 1.36: [`KubeletMinor::lost_init_containers_completed`]): it
+/// does not run again. Sidecars are left as they are.
 fn lost_init_containers(specs: &[ApiContainer], runtime: &RuntimePodStatus, statuses: &mut Statuses<'_>) {
     for c in specs.iter().filter(|c| !c.is_restartable_init()) {
         if runtime.container_statuses.iter().any(|s| s.name == c.name) {

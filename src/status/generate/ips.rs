@@ -134,6 +134,7 @@ mod tests {
             node_ips: node,
             recursive_read_only_handlers: Some(&[]),
             stop_signals: false,
+            kubelet: KubeletMinor::V1_37,
             now: at(1),
         });
         let got = s

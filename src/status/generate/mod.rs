@@ -27,6 +27,7 @@ use crate::kubecontainer::{RuntimeContainerState, RuntimePodStatus};
 mod conditions;
 mod container_statuses;
 mod ips;
+mod kubelet_minor;
 mod phase;
 mod pod_end;
 /// The pods and runtime statuses the unit tests of status generation, decisions and the syncLoop
@@ -43,6 +44,7 @@ pub use conditions::{
 pub use container_statuses::LOST_INIT_CONTAINER_MESSAGE;
 use ips::set_pod_and_host_ips;
 pub use ips::{parse_ip_sloppy, sort_pod_ips};
+pub use kubelet_minor::{Fit, InvalidKubeletVersion, KubeletMinor};
 pub use phase::{RESTARTING_ALL_CONTAINERS, container_should_restart, get_phase, is_terminal};
 pub use pod_end::{
     DEADLINE_EXCEEDED, DEADLINE_EXCEEDED_MESSAGE, IllegalTransition, active_deadline, check_container_state_transition,
@@ -71,11 +73,12 @@ pub const CONTAINERS_RUNNING: &str = "plegd.io/ContainersRunning";
 pub const POD_RESIZE_PENDING: &str = "PodResizePending";
 pub const POD_RESIZE_IN_PROGRESS: &str = "PodResizeInProgress";
 /// A pod restarting all its containers after one exited under a `RestartAllContainers` rule
-/// (RestartAllContainersOnContainerExits, beta and on in 1.37).
+/// (RestartAllContainersOnContainerExits, beta and on from 1.36).
 pub const ALL_CONTAINERS_RESTARTING: &str = "AllContainersRestarting";
 
 /// Conditions the kubelet owns (`PodConditionsByKubelet`, 1.37 with its default gates); every other
-/// type belongs to someone else. The resize conditions are the kubelet's own record of resizes it
+/// type belongs to someone else. Which of them a kubelet of another minor owns:
+/// [`KubeletMinor::owns_condition`]. The resize conditions are the kubelet's own record of resizes it
 /// is making: plegd resizes nothing, so in `full` mode it writes none and keeps none.
 pub const KUBELET_CONDITIONS: [&str; 8] = [
     POD_SCHEDULED,
@@ -119,6 +122,8 @@ pub struct StatusInput<'a> {
     pub recursive_read_only_handlers: Option<&'a [String]>,
     /// Write containers' `stopSignal`, as a kubelet with the ContainerStopSignals gate on does.
     pub stop_signals: bool,
+    /// The kubelet minor whose status is generated.
+    pub kubelet: KubeletMinor,
     pub now: SystemTime,
 }
 
@@ -244,7 +249,9 @@ pub fn generate_api_pod_status(input: &StatusInput<'_>) -> PodStatus {
     let conversion = Conversion {
         runtime_name: input.runtime_name,
         recursive_read_only,
-        pod_restarting: should_all_containers_restart(pod, input.runtime, old),
+        pod_restarting: input.kubelet.restart_all_containers()
+            && should_all_containers_restart(pod, input.runtime, old),
+        kubelet: input.kubelet,
     };
 
     let [mut container_list, mut init_list, mut ephemeral_list] =
@@ -272,7 +279,7 @@ pub fn generate_api_pod_status(input: &StatusInput<'_>) -> PodStatus {
         .iter()
         .any(|s| s.state == RuntimeContainerState::Running);
     let pod_is_terminal = pod.metadata.deletion_timestamp.is_some() && nothing_running;
-    let mut phase = get_phase(pod, &all, pod_is_terminal, has_initialized);
+    let mut phase = get_phase(pod, &all, pod_is_terminal, has_initialized, input.kubelet);
     // A terminal phase never changes again, not even to the other terminal phase.
     match old.phase.as_deref() {
         Some(SUCCEEDED) => phase = SUCCEEDED,
@@ -306,18 +313,34 @@ pub fn generate_api_pod_status(input: &StatusInput<'_>) -> PodStatus {
         status.reason = old.reason.clone();
         status.message = old.message.clone();
     }
-    status.conditions = Some(conditions(pod, old, input.runtime, &all, phase, input.now));
+    status.conditions = Some(conditions(
+        pod,
+        old,
+        input.runtime,
+        &all,
+        phase,
+        input.now,
+        input.kubelet,
+    ));
 
     set_pod_and_host_ips(&mut status, old, &input.runtime.ips, input.node_ips, spec.host_network);
     status.start_time = old.start_time.clone().or_else(|| Some(api_time(input.now)));
-    (status.resources, status.allocated_resources) =
-        resources::pod_status_resources(spec, old.phase.as_deref(), old.resources.as_ref());
+    if input.kubelet.pod_level_resources() {
+        (status.resources, status.allocated_resources) =
+            resources::pod_status_resources(spec, old.phase.as_deref(), old.resources.as_ref());
+    }
     status.container_statuses = Some(container_list);
     status.init_container_statuses =
         (!spec.init_containers.is_empty() || old.init_container_statuses.is_some()).then_some(init_list);
     status.ephemeral_container_statuses =
         (!spec.ephemeral_containers.is_empty() || old.ephemeral_container_statuses.is_some()).then_some(ephemeral_list);
-    merge_pod_status(old, status, could_have_running_containers(input.runtime), input.now)
+    merge_pod_status(
+        old,
+        status,
+        could_have_running_containers(input.runtime),
+        input.now,
+        input.kubelet,
+    )
 }
 
 /// The status manager's `mergePodStatus`: the conditions others own stay as the old status has
@@ -328,17 +351,23 @@ pub fn generate_api_pod_status(input: &StatusInput<'_>) -> PodStatus {
 /// after an init container failed under Never, say): phase, reason and message stay the old
 /// ones (an old status without a phase gives Pending: plegd never writes an empty phase). A
 /// terminal phase has Ready and ContainersReady False.
-pub fn merge_pod_status(old: &PodStatus, mut new: PodStatus, could_have_running: bool, now: SystemTime) -> PodStatus {
+pub fn merge_pod_status(
+    old: &PodStatus,
+    mut new: PodStatus,
+    could_have_running: bool,
+    now: SystemTime,
+    kubelet: KubeletMinor,
+) -> PodStatus {
     let to_terminal = !is_terminal(old.phase.as_deref()) && is_terminal(new.phase.as_deref());
     let mut merged: Vec<PodCondition> = old
         .conditions
         .iter()
         .flatten()
-        .filter(|c| !KUBELET_CONDITIONS.contains(&c.type_.as_str()))
+        .filter(|c| !kubelet.owns_condition(&c.type_))
         .cloned()
         .collect();
     for c in new.conditions.take().into_iter().flatten() {
-        if KUBELET_CONDITIONS.contains(&c.type_.as_str()) {
+        if kubelet.owns_condition(&c.type_) {
             merged.push(c);
         } else if c.type_ == DISRUPTION_TARGET && to_terminal && !could_have_running {
             match merged.iter_mut().find(|m| m.type_ == c.type_) {

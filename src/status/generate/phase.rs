@@ -4,7 +4,10 @@
 
 use k8s_openapi::api::core::v1::{ContainerRestartRule, ContainerStateTerminated, ContainerStatus};
 
-use super::{FAILED, PENDING, RUNNING, SUCCEEDED, find, is_mirror_pod, last_terminated, running, terminated, waiting};
+use super::{
+    FAILED, KubeletMinor, PENDING, RUNNING, SUCCEEDED, find, is_mirror_pod, last_terminated, running, terminated,
+    waiting,
+};
 use crate::apiserver::pod::{ApiContainer, ApiPod};
 
 /// The reason the kubelet gives a container it removed to restart all of a pod's containers
@@ -13,12 +16,18 @@ pub const RESTARTING_ALL_CONTAINERS: &str = "RestartingAllContainers";
 
 /// `ContainerShouldRestart` (pkg/api/v1/pod/util.go, ContainerRestartRules): with a restart
 /// policy of its own, a container's first restart rule that matches the exit code decides
-/// (`Restart` and `RestartAllContainers` both restart it), then its own policy; without one, the
-/// pod's (`Always` when unset).
-pub fn container_should_restart(container: &ApiContainer, pod_policy: Option<&str>, exit_code: i32) -> bool {
+/// (`Restart` restarts it, and `RestartAllContainers` where the kubelet restarts all containers:
+/// [`KubeletMinor::restart_all_containers`]; in 1.35 such a rule falls back to the policy), then
+/// its own policy; without one, the pod's (`Always` when unset).
+pub fn container_should_restart(
+    container: &ApiContainer,
+    pod_policy: Option<&str>,
+    exit_code: i32,
+    kubelet: KubeletMinor,
+) -> bool {
     if let Some(policy) = container.restart_policy.as_deref() {
         if let Some(rule) = matching_restart_rule(container, exit_code)
-            && matches!(rule.action.as_str(), "Restart" | "RestartAllContainers")
+            && (rule.action == "Restart" || (rule.action == "RestartAllContainers" && kubelet.restart_all_containers()))
         {
             return true;
         }
@@ -51,13 +60,19 @@ pub(super) fn matching_restart_rule(container: &ApiContainer, exit_code: i32) ->
 }
 
 /// Whether a container that ended as `t` restarts: by its restart rules and policies, or because
-/// the kubelet removed it to restart all containers.
-pub(super) fn restartable(container: &ApiContainer, pod: &ApiPod, t: &ContainerStateTerminated) -> bool {
-    container_should_restart(container, pod.spec.restart_policy.as_deref(), t.exit_code)
-        || t.reason.as_deref() == Some(RESTARTING_ALL_CONTAINERS)
+/// the kubelet removed it to restart all containers (a reason only a kubelet that restarts all
+/// containers reads).
+pub(super) fn restartable(
+    container: &ApiContainer,
+    pod: &ApiPod,
+    t: &ContainerStateTerminated,
+    kubelet: KubeletMinor,
+) -> bool {
+    container_should_restart(container, pod.spec.restart_policy.as_deref(), t.exit_code, kubelet)
+        || (kubelet.restart_all_containers() && t.reason.as_deref() == Some(RESTARTING_ALL_CONTAINERS))
 }
 
-/// `getPhase` (kubelet 1.37, ContainerRestartRules on). `statuses` holds regular and init
+/// `getPhase` (the same in kubelets 1.35 to 1.37 but for the restart-all rule; ContainerRestartRules on). `statuses` holds regular and init
 /// container statuses. A regular init container that failed and does not restart fails the pod;
 /// once every regular container stopped, the pod runs on while one of them restarts.
 pub fn get_phase(
@@ -65,6 +80,7 @@ pub fn get_phase(
     statuses: &[ContainerStatus],
     pod_is_terminal: bool,
     pod_has_initialized: bool,
+    kubelet: KubeletMinor,
 ) -> &'static str {
     let init = &pod.spec.init_containers;
     let containers = &pod.spec.containers;
@@ -75,12 +91,12 @@ pub fn get_phase(
             None => pending_regular_init += 1,
             Some(s) if running(s) => pending_regular_init += 1,
             Some(s) if let Some(t) = terminated(s) => {
-                if t.exit_code != 0 && !restartable(c, pod, t) {
+                if t.exit_code != 0 && !restartable(c, pod, t, kubelet) {
                     failed_init_not_restartable += 1;
                 }
             }
             Some(s) if waiting(s) => match last_terminated(s) {
-                Some(t) if t.exit_code != 0 && !restartable(c, pod, t) => failed_init_not_restartable += 1,
+                Some(t) if t.exit_code != 0 && !restartable(c, pod, t, kubelet) => failed_init_not_restartable += 1,
                 Some(_) => {}
                 None => pending_regular_init += 1,
             },
@@ -118,7 +134,7 @@ pub fn get_phase(
             Some(s) if running(s) => running_n += 1,
             Some(s) if let Some(t) = terminated(s) => {
                 stopped += 1;
-                if !restartable(c, pod, t) {
+                if !restartable(c, pod, t, kubelet) {
                     stopped_not_restartable += 1;
                 }
                 if t.exit_code == 0 {
@@ -128,7 +144,7 @@ pub fn get_phase(
             Some(s) if waiting(s) => match last_terminated(s) {
                 Some(t) => {
                     stopped += 1;
-                    if !restartable(c, pod, t) {
+                    if !restartable(c, pod, t, kubelet) {
                         stopped_not_restartable += 1;
                     }
                 }
@@ -163,14 +179,17 @@ pub fn get_phase(
     PENDING
 }
 
-/// `AllContainersCouldRestart`: some container (regular or init) has a `RestartAllContainers` rule.
-pub(super) fn all_containers_could_restart(pod: &ApiPod) -> bool {
-    pod.spec
-        .containers
-        .iter()
-        .chain(&pod.spec.init_containers)
-        .flat_map(|c| c.restart_policy_rules.iter())
-        .any(|r| r.action == "RestartAllContainers")
+/// `AllContainersCouldRestart`: some container (regular or init) has a `RestartAllContainers` rule,
+/// where the kubelet restarts all containers (never in 1.35: its callers are behind that gate).
+pub(super) fn all_containers_could_restart(pod: &ApiPod, kubelet: KubeletMinor) -> bool {
+    kubelet.restart_all_containers()
+        && pod
+            .spec
+            .containers
+            .iter()
+            .chain(&pod.spec.init_containers)
+            .flat_map(|c| c.restart_policy_rules.iter())
+            .any(|r| r.action == "RestartAllContainers")
 }
 
 /// Whether a phase is terminal: Succeeded or Failed, which never change again.

@@ -9,8 +9,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::phase::{all_containers_could_restart, is_terminal, restartable};
 use super::{
-    CONTAINER_STATUS_UNKNOWN, CONTAINERS_READY, FAILED, find, is_mirror_pod, last_terminated, running, terminated,
-    waiting,
+    CONTAINER_STATUS_UNKNOWN, CONTAINERS_READY, FAILED, KubeletMinor, find, is_mirror_pod, last_terminated, running,
+    terminated, waiting,
 };
 use crate::apiserver::pod::ApiPod;
 use crate::kubecontainer::{RuntimeContainerState, RuntimePodStatus, SandboxState};
@@ -28,13 +28,15 @@ pub struct IllegalTransition {
 /// `checkContainerStateTransition` (status_manager.go, with ContainerRestartRules): a terminated
 /// container that does not restart (`ContainerShouldRestart` of its exit code: its own rules and
 /// policy, else the pod's) may not leave the terminated state. Sidecars always may; under a pod
-/// policy of `Always`, or when some container may restart all of them, every container may.
+/// policy of `Always`, or when some container may restart all of them (from 1.36), every container may.
 pub fn check_container_state_transition(
     old: &PodStatus,
     new: &PodStatus,
     pod: &ApiPod,
+    kubelet: KubeletMinor,
 ) -> Result<(), IllegalTransition> {
-    if pod.spec.restart_policy.as_deref().unwrap_or("Always") == "Always" || all_containers_could_restart(pod) {
+    if pod.spec.restart_policy.as_deref().unwrap_or("Always") == "Always" || all_containers_could_restart(pod, kubelet)
+    {
         return Ok(());
     }
     let lists = [
@@ -55,8 +57,9 @@ pub fn check_container_state_transition(
         for old_status in old_list.as_deref().unwrap_or_default() {
             let Some(t) = terminated(old_status) else { continue };
             let spec = specs.iter().find(|c| c.name == old_status.name);
-            let may_restart =
-                spec.is_some_and(|c| (kind == "init container" && c.is_restartable_init()) || restartable(c, pod, t));
+            let may_restart = spec.is_some_and(|c| {
+                (kind == "init container" && c.is_restartable_init()) || restartable(c, pod, t, kubelet)
+            });
             if may_restart {
                 continue;
             }

@@ -13,7 +13,7 @@ use crate::kubecontainer::{
     RuntimeContainerState, RuntimeContainerStatus, RuntimePodStatus, SandboxState, SandboxStatus,
 };
 
-use super::{StatusInput, generate};
+use super::{KubeletMinor, StatusInput, generate};
 
 pub(crate) const T: SystemTime = SystemTime::UNIX_EPOCH;
 
@@ -158,6 +158,21 @@ pub(crate) fn status_of(pod: &ApiPod, runtime: &RuntimePodStatus, now: SystemTim
 
 /// [`status_of`], with the stop signals the runtime reports written or not.
 pub(crate) fn status_with(pod: &ApiPod, runtime: &RuntimePodStatus, now: SystemTime, stop_signals: bool) -> PodStatus {
+    status_as(pod, runtime, now, stop_signals, KubeletMinor::NEWEST)
+}
+
+/// [`status_of`] as a kubelet of `kubelet` writes it.
+pub(crate) fn status_by(pod: &ApiPod, runtime: &RuntimePodStatus, now: SystemTime, kubelet: KubeletMinor) -> PodStatus {
+    status_as(pod, runtime, now, false, kubelet)
+}
+
+fn status_as(
+    pod: &ApiPod,
+    runtime: &RuntimePodStatus,
+    now: SystemTime,
+    stop_signals: bool,
+    kubelet: KubeletMinor,
+) -> PodStatus {
     generate(&StatusInput {
         pod,
         runtime,
@@ -165,6 +180,7 @@ pub(crate) fn status_with(pod: &ApiPod, runtime: &RuntimePodStatus, now: SystemT
         node_ips: &["192.0.2.10".to_owned()],
         recursive_read_only_handlers: Some(&[]),
         stop_signals,
+        kubelet,
         now,
     })
 }

@@ -405,6 +405,7 @@ fn upstream_generate_api_pod_status() {
             node_ips: &node_ips,
             recursive_read_only_handlers: Some(&[]),
             stop_signals: false,
+            kubelet: KubeletMinor::V1_37,
             now: at(10),
         });
         let name = case.name;
@@ -678,7 +679,7 @@ fn upstream_merge_pod_status() {
         want,
     } in cases
     {
-        let got = merge_pod_status(&old, new, could_have_running, at(1));
+        let got = merge_pod_status(&old, new, could_have_running, at(1), KubeletMinor::V1_37);
         assert_eq!(key(&got), key(&want), "{name}");
     }
 }

@@ -177,6 +177,7 @@ mod tests {
                 node_ips: &[],
                 recursive_read_only_handlers: handlers,
                 stop_signals: false,
+                kubelet: KubeletMinor::V1_37,
                 now: at(100),
             })
         };

@@ -94,19 +94,21 @@ fn initialized_condition_cases() {
             waiting_status("a", None),
         ]),
         PENDING,
+        KubeletMinor::V1_37,
     );
     assert_eq!(
         (c.status.as_str(), c.reason.as_deref()),
         ("False", Some("ContainersNotInitialized"))
     );
     assert_eq!(c.message.as_deref(), Some("containers with incomplete status: [i2]"));
-    let c = initialized_condition(&pod, &[], Some(&[completed_init("i1")]), PENDING);
+    let c = initialized_condition(&pod, &[], Some(&[completed_init("i1")]), PENDING, KubeletMinor::V1_37);
     assert_eq!(c.message.as_deref(), Some("containers with unknown status: [i2]"));
     let c = initialized_condition(
         &pod,
         &[],
         Some(&[completed_init("i1"), completed_init("i2"), running_status("a")]),
         RUNNING,
+        KubeletMinor::V1_37,
     );
     assert_eq!(c.status, "True");
     // A regular container that started means initialized, whatever the init containers say now.
@@ -115,12 +117,13 @@ fn initialized_condition_cases() {
         &[],
         Some(&[waiting_status("i1", None), running_status("a")]),
         RUNNING,
+        KubeletMinor::V1_37,
     );
     assert_eq!(c.status, "True");
-    let c = initialized_condition(&pod, &[], None, PENDING);
+    let c = initialized_condition(&pod, &[], None, PENDING, KubeletMinor::V1_37);
     assert_eq!(c.reason.as_deref(), Some("UnknownContainerStatuses"));
     // An empty list is not "no statuses": each init container is of unknown status.
-    let c = initialized_condition(&pod, &[], Some(&[]), PENDING);
+    let c = initialized_condition(&pod, &[], Some(&[]), PENDING, KubeletMinor::V1_37);
     assert_eq!(c.reason.as_deref(), Some("ContainersNotInitialized"));
 }
 
@@ -128,10 +131,16 @@ fn initialized_condition_cases() {
 fn initialized_is_pod_completed_once_succeeded() {
     let pod = pod_with(&["a"], vec![spec_container("i1")], "Never");
     let statuses = [completed_init("i1"), terminated_status("a", 0)];
-    let c = initialized_condition(&pod, &[], Some(&statuses), SUCCEEDED);
+    let c = initialized_condition(&pod, &[], Some(&statuses), SUCCEEDED, KubeletMinor::V1_37);
     assert_eq!((c.status.as_str(), c.reason.as_deref()), ("True", Some("PodCompleted")));
     // Running: a started regular container means initialized, with no reason.
-    let c = initialized_condition(&pod, &[], Some(&[completed_init("i1"), running_status("a")]), RUNNING);
+    let c = initialized_condition(
+        &pod,
+        &[],
+        Some(&[completed_init("i1"), running_status("a")]),
+        RUNNING,
+        KubeletMinor::V1_37,
+    );
     assert_eq!((c.status.as_str(), c.reason.as_deref()), ("True", None));
     // A waiting container with a last termination has not "started" (upstream looks at the state).
     let c = initialized_condition(
@@ -139,6 +148,7 @@ fn initialized_is_pod_completed_once_succeeded() {
         &[],
         Some(&[waiting_status("i1", None), waiting_status("a", Some(1))]),
         PENDING,
+        KubeletMinor::V1_37,
     );
     assert_eq!(c.status, "False");
 }
@@ -240,6 +250,7 @@ fn observed_generation_is_the_pods_generation() {
             node_ips: Vec::new(),
             recursive_read_only_handlers: Some(Vec::new()),
             stop_signals: false,
+            kubelet: KubeletMinor::V1_37,
         };
         let decision = crate::status::decide::decide(mode, &node, &pod, None, &runtime, at(100));
         let crate::status::decide::Action::Write { status: desired, .. } = decision.action else {
@@ -427,7 +438,13 @@ fn upstream_condition_tables() {
     ) in initialized.into_iter().enumerate()
     {
         let statuses: Option<Vec<_>> = statuses.map(|s| s.iter().map(|(n, r)| ready_only(n, *r)).collect());
-        let c = initialized_condition(&pod(&[], init, &[]), &[], statuses.as_deref(), phase);
+        let c = initialized_condition(
+            &pod(&[], init, &[]),
+            &[],
+            statuses.as_deref(),
+            phase,
+            KubeletMinor::V1_37,
+        );
         assert_eq!(c.type_, INITIALIZED);
         assert_eq!(
             (c.status == "True", c.reason.as_deref()),
@@ -519,7 +536,7 @@ fn upstream_condition_tables() {
             sandbox_statuses: sandboxes,
             ..RuntimePodStatus::default()
         };
-        let c = ready_to_start_containers_condition(the_pod, &runtime);
+        let c = ready_to_start_containers_condition(the_pod, &runtime, KubeletMinor::V1_37);
         assert_eq!(c.type_, POD_READY_TO_START_CONTAINERS);
         let expected = match want {
             None => (true, None, None),
@@ -669,7 +686,7 @@ fn upstream_condition_tables_1_37() {
             (false, Some("ContainersNotInitialized")),
         ),
     ] {
-        let c = initialized_condition(the_pod, &old, Some(&statuses), phase);
+        let c = initialized_condition(the_pod, &old, Some(&statuses), phase, KubeletMinor::V1_37);
         assert_eq!(
             (c.status == "True", c.reason.as_deref()),
             want,

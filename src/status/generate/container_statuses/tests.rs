@@ -831,6 +831,7 @@ fn upstream_convert_to_api_container_statuses_1_37() {
                 runtime_name: "containerd",
                 recursive_read_only: Some(false),
                 pod_restarting,
+                kubelet: KubeletMinor::V1_37,
             },
         );
         let got: Vec<Seen> = got.iter().map(seen).collect();

@@ -88,7 +88,7 @@ fn phase_by_restart_policy_and_state() {
     for PolicyCase { policy, statuses, want } in cases {
         let pod = pod_with(&["a"], vec![], policy);
         assert_eq!(
-            get_phase(&pod, &statuses(), false, true),
+            get_phase(&pod, &statuses(), false, true, KubeletMinor::V1_37),
             want,
             "{policy} {:?}",
             statuses()
@@ -101,16 +101,23 @@ fn phase_by_restart_policy_and_state() {
             &pod,
             &[terminated_status("a", 0), terminated_status("b", 1)],
             false,
-            true
+            true,
+            KubeletMinor::V1_37
         ),
         FAILED
     );
     assert_eq!(
-        get_phase(&pod, &[terminated_status("a", 0), running_status("b")], false, true),
+        get_phase(
+            &pod,
+            &[terminated_status("a", 0), running_status("b")],
+            false,
+            true,
+            KubeletMinor::V1_37
+        ),
         RUNNING
     );
     assert_eq!(
-        get_phase(&pod, &[terminated_status("a", 0)], false, true),
+        get_phase(&pod, &[terminated_status("a", 0)], false, true, KubeletMinor::V1_37),
         PENDING,
         "b unknown"
     );
@@ -120,20 +127,32 @@ fn phase_by_restart_policy_and_state() {
 fn terminal_pod_with_always_reports_the_outcome() {
     let pod = pod_with(&["a", "b"], vec![], "Always");
     let statuses = [terminated_status("a", 0), terminated_status("b", 0)];
-    assert_eq!(get_phase(&pod, &statuses, true, true), SUCCEEDED);
+    assert_eq!(get_phase(&pod, &statuses, true, true, KubeletMinor::V1_37), SUCCEEDED);
     let statuses = [terminated_status("a", 0), terminated_status("b", 137)];
-    assert_eq!(get_phase(&pod, &statuses, true, true), FAILED);
+    assert_eq!(get_phase(&pod, &statuses, true, true, KubeletMinor::V1_37), FAILED);
 }
 
 #[test]
 fn init_containers_and_sidecars() {
     let pod = pod_with(&["a"], vec![spec_container("init")], "Always");
     assert_eq!(
-        get_phase(&pod, &[running_status("init"), waiting_status("a", None)], false, false),
+        get_phase(
+            &pod,
+            &[running_status("init"), waiting_status("a", None)],
+            false,
+            false,
+            KubeletMinor::V1_37
+        ),
         PENDING
     );
     assert_eq!(
-        get_phase(&pod, &[terminated_status("init", 0), running_status("a")], false, true),
+        get_phase(
+            &pod,
+            &[terminated_status("init", 0), running_status("a")],
+            false,
+            true,
+            KubeletMinor::V1_37
+        ),
         RUNNING
     );
     let never = pod_with(&["a"], vec![spec_container("init")], "Never");
@@ -142,7 +161,8 @@ fn init_containers_and_sidecars() {
             &never,
             &[terminated_status("init", 1), waiting_status("a", None)],
             false,
-            false
+            false,
+            KubeletMinor::V1_37
         ),
         FAILED
     );
@@ -151,7 +171,8 @@ fn init_containers_and_sidecars() {
             &never,
             &[waiting_status("init", Some(1)), waiting_status("a", None)],
             false,
-            false
+            false,
+            KubeletMinor::V1_37
         ),
         FAILED
     );
@@ -161,7 +182,8 @@ fn init_containers_and_sidecars() {
             &always,
             &[terminated_status("init", 1), waiting_status("a", None)],
             false,
-            false
+            false,
+            KubeletMinor::V1_37
         ),
         PENDING
     );
@@ -171,15 +193,30 @@ fn init_containers_and_sidecars() {
     let mut side = running_status("side");
     side.started = Some(false);
     assert_eq!(
-        get_phase(&pod, &[side.clone(), waiting_status("a", None)], false, false),
+        get_phase(
+            &pod,
+            &[side.clone(), waiting_status("a", None)],
+            false,
+            false,
+            KubeletMinor::V1_37
+        ),
         PENDING
     );
     assert_eq!(
-        get_phase(&pod, &[running_status("side"), running_status("a")], false, true),
+        get_phase(
+            &pod,
+            &[running_status("side"), running_status("a")],
+            false,
+            true,
+            KubeletMinor::V1_37
+        ),
         RUNNING
     );
     // A sidecar restarting after the pod initialized does not send it back to Pending.
-    assert_eq!(get_phase(&pod, &[side, running_status("a")], false, true), RUNNING);
+    assert_eq!(
+        get_phase(&pod, &[side, running_status("a")], false, true, KubeletMinor::V1_37),
+        RUNNING
+    );
     // Terminated sidecars do not count towards the outcome.
     let never = pod_with(&["a"], vec![sidecar("side")], "Never");
     assert_eq!(
@@ -187,12 +224,16 @@ fn init_containers_and_sidecars() {
             &never,
             &[terminated_status("side", 143), terminated_status("a", 0)],
             false,
-            true
+            true,
+            KubeletMinor::V1_37
         ),
         SUCCEEDED
     );
     // A missing sidecar status is unknown.
-    assert_eq!(get_phase(&never, &[running_status("a")], false, true), PENDING);
+    assert_eq!(
+        get_phase(&never, &[running_status("a")], false, true, KubeletMinor::V1_37),
+        PENDING
+    );
 }
 
 /// A status in the shorthand of the upstream phase tables (`kubelet_pods_test.go`): `W`
@@ -366,7 +407,13 @@ fn upstream_pod_phase_tables() {
         {
             let statuses: Vec<ContainerStatus> = statuses.iter().map(|(n, s)| shorthand(n, s)).collect();
             assert_eq!(
-                get_phase(&pod, &statuses, *pod_is_terminal, *pod_has_initialized),
+                get_phase(
+                    &pod,
+                    &statuses,
+                    *pod_is_terminal,
+                    *pod_has_initialized,
+                    KubeletMinor::V1_37
+                ),
                 *want,
                 "TestPodPhaseWith{table}: {name}"
             );
@@ -448,7 +495,11 @@ fn upstream_container_restart_policy_phase_tables() {
             ..ApiPod::default()
         };
         let statuses: Vec<ContainerStatus> = statuses.iter().map(|(n, st)| shorthand(n, st)).collect();
-        assert_eq!(get_phase(&pod, &statuses, false, true), want, "{name}");
+        assert_eq!(
+            get_phase(&pod, &statuses, false, true, KubeletMinor::V1_37),
+            want,
+            "{name}"
+        );
     }
 }
 
@@ -493,7 +544,11 @@ fn upstream_container_should_restart() {
     } in cases
     {
         let c = with_policy("c", policy, rules);
-        assert_eq!(container_should_restart(&c, pod_policy, exit_code), want, "{name}");
+        assert_eq!(
+            container_should_restart(&c, pod_policy, exit_code, KubeletMinor::V1_37),
+            want,
+            "{name}"
+        );
     }
     let both: Rules<'_> = &[("Restart", "In", &[42, 50, 60]), ("Restart", "In", &[42])];
     /// One row of `TestFindMatchingContainerRestartRule`: the rules, the exit code, the index of
@@ -525,7 +580,7 @@ fn upstream_container_should_restart() {
     }
     // A rule without exit codes, or with an unknown operator, never matches.
     let mut c = with_policy("c", Some("Never"), &[("Restart", "Between", &[1])]);
-    assert!(!container_should_restart(&c, None, 1));
+    assert!(!container_should_restart(&c, None, 1, KubeletMinor::V1_37));
     c.restart_policy_rules[0].exit_codes = None;
-    assert!(!container_should_restart(&c, None, 1));
+    assert!(!container_should_restart(&c, None, 1, KubeletMinor::V1_37));
 }

@@ -127,7 +127,7 @@ fn illegal_transitions_are_refused() {
         let pod = pod_with(&["a"], vec![spec_container("i"), sidecar("side")], policy);
         let old = with(vec![terminated_status("a", code)], vec![]);
         let new = with(vec![next("a")], vec![]);
-        let got = check_container_state_transition(&old, &new, &pod);
+        let got = check_container_state_transition(&old, &new, &pod, KubeletMinor::V1_37);
         assert_eq!(
             got.is_ok(),
             allowed,
@@ -141,13 +141,13 @@ fn illegal_transitions_are_refused() {
         );
         let new = with(vec![], vec![next("i"), next("side")]);
         assert_eq!(
-            check_container_state_transition(&old, &new, &pod).is_ok(),
+            check_container_state_transition(&old, &new, &pod, KubeletMinor::V1_37).is_ok(),
             allowed,
             "init {policy} {code}"
         );
         let new = with(vec![], vec![terminated_status("i", code), next("side")]);
         assert!(
-            check_container_state_transition(&old, &new, &pod).is_ok(),
+            check_container_state_transition(&old, &new, &pod, KubeletMinor::V1_37).is_ok(),
             "sidecar {policy} {code}"
         );
     }
@@ -156,6 +156,7 @@ fn illegal_transitions_are_refused() {
         &with(vec![terminated_status("a", 0)], vec![]),
         &with(vec![running_status("a")], vec![]),
         &pod,
+        KubeletMinor::V1_37,
     )
     .unwrap_err();
     assert_eq!(
@@ -180,15 +181,21 @@ fn state_transitions_follow_container_restart_rules() {
         ..PodStatus::default()
     };
     assert_eq!(
-        check_container_state_transition(&old(1), &new, &pod),
+        check_container_state_transition(&old(1), &new, &pod, KubeletMinor::V1_37),
         Err(IllegalTransition {
             kind: "container",
             name: "app".into()
         })
     );
-    assert_eq!(check_container_state_transition(&old(42), &new, &pod), Ok(()));
+    assert_eq!(
+        check_container_state_transition(&old(42), &new, &pod, KubeletMinor::V1_37),
+        Ok(())
+    );
     pod.spec.containers[0].restart_policy_rules[0].action = "RestartAllContainers".into();
-    assert_eq!(check_container_state_transition(&old(1), &new, &pod), Ok(()));
+    assert_eq!(
+        check_container_state_transition(&old(1), &new, &pod, KubeletMinor::V1_37),
+        Ok(())
+    );
 }
 
 /// Upstream's `TestTerminatePod_DefaultUnknownStatus` (status_manager_test.go), every case:
