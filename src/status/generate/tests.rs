@@ -906,3 +906,289 @@ fn upstream_pod_level_resources_1_37() {
         );
     }
 }
+
+/// Each switch of [`KubeletMinor`], the same pod generated as each kubelet minor writes it (the
+/// rows of each version's own source: generate_test.go, kubelet_pods_test.go, read at v1.35.4,
+/// v1.36.3 and v1.37.2).
+mod per_kubelet_minor {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::api::core::v1::{ContainerRestartRule, ContainerRestartRuleOnExitCodes, ResourceRequirements};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+    use super::*;
+    use crate::kubecontainer::SandboxState;
+    use KubeletMinor::{V1_35, V1_36, V1_37};
+
+    fn by_minor(pod: &ApiPod, runtime: &RuntimePodStatus) -> [PodStatus; 3] {
+        KubeletMinor::ALL.map(|minor| status_by(pod, runtime, at(100), minor))
+    }
+
+    fn with_old(mut pod: ApiPod, old: PodStatus) -> ApiPod {
+        pod.status = Some(old);
+        pod
+    }
+
+    /// generate_test.go `TestGeneratePodReadyToStartContainersCondition`: False has no reason nor
+    /// message in 1.35 and 1.36 (their tables expect `Status: ConditionFalse` alone); 1.37 names
+    /// the cause. The status is the same, so the transition time stays when the minor changes.
+    #[test]
+    fn ready_to_start_containers_false_names_its_cause_from_1_37() {
+        let pod = pod_with(&["app"], vec![], "Always");
+        let no_sandbox = RuntimePodStatus::default();
+        let not_ready = RuntimePodStatus {
+            sandbox_statuses: vec![sandbox("s1", SandboxState::NotReady, 1)],
+            ..RuntimePodStatus::default()
+        };
+        for (runtime, cause) in [(&no_sandbox, NO_POD_SANDBOX), (&not_ready, SANDBOX_NOT_READY)] {
+            let [s35, s36, s37] = by_minor(&pod, runtime);
+            for (minor, s) in [(V1_35, &s35), (V1_36, &s36)] {
+                let c = condition_of(s, POD_READY_TO_START_CONTAINERS);
+                assert_eq!(
+                    (c.status.as_str(), c.reason.as_deref(), c.message.as_deref()),
+                    ("False", None, None),
+                    "{minor}"
+                );
+            }
+            let c = condition_of(&s37, POD_READY_TO_START_CONTAINERS);
+            assert_eq!(
+                (c.status.as_str(), c.reason.as_deref(), c.message.as_deref()),
+                ("False", Some(POD_SANDBOX_NOT_READY), Some(cause))
+            );
+            // A 1.37 status, generated again for a 1.35 kubelet: the same status, its time kept.
+            let again = status_by(&with_old(pod.clone(), s37.clone()), runtime, at(200), V1_35);
+            let c = condition_of(&again, POD_READY_TO_START_CONTAINERS);
+            assert_eq!((c.reason.as_deref(), c.message.as_deref()), (None, None));
+            assert_eq!(
+                c.last_transition_time,
+                condition_of(&s37, POD_READY_TO_START_CONTAINERS).last_transition_time
+            );
+        }
+    }
+
+    /// kubernetes#131317 (kubelet_pods_test.go of 1.36 and 1.37, absent from 1.35): an init
+    /// container the runtime lost, in a pod whose regular containers were created.
+    #[test]
+    fn a_lost_init_container_completes_from_1_36() {
+        let pod = pod_with(&["a"], vec![spec_container("init")], "Always");
+        let runtime = RuntimePodStatus {
+            container_statuses: vec![runtime_status("a", "c1", RuntimeContainerState::Running, 10)],
+            sandbox_statuses: vec![ready_sandbox("10.1.0.5")],
+            ..RuntimePodStatus::default()
+        };
+        let [s35, s36, s37] = by_minor(&pod, &runtime);
+        let init = |s: &PodStatus| s.init_container_statuses.as_ref().unwrap()[0].state.clone().unwrap();
+        let waiting = init(&s35).waiting.expect("1.35: still waiting");
+        assert_eq!(waiting.reason.as_deref(), Some("PodInitializing"));
+        assert_eq!(s35.phase.as_deref(), Some(PENDING), "1.35: the pod stays Pending");
+        for s in [&s36, &s37] {
+            let t = init(s).terminated.expect("completed");
+            assert_eq!(
+                (t.exit_code, t.reason.as_deref(), t.message.as_deref()),
+                (0, Some("Completed"), Some(LOST_INIT_CONTAINER_MESSAGE))
+            );
+            assert_eq!(s.phase.as_deref(), Some(RUNNING));
+        }
+        assert_eq!(s36, s37);
+    }
+
+    /// convertContainerStatus under RestartAllContainersOnContainerExits (on from 1.36): a restart
+    /// count never lower than the status says, one more for a container running after a terminated
+    /// one, the last termination from the old status. 1.35: the runtime's count, and a last state
+    /// only from an instance the runtime still holds.
+    #[test]
+    fn restart_counts_and_last_states_are_the_runtimes_alone_in_1_35() {
+        let pod = pod_with(&["app"], vec![], "Always");
+        let mut old = terminated_status("app", 1);
+        old.container_id = Some("containerd://c0".into());
+        old.restart_count = 5;
+        let old = PodStatus {
+            phase: Some(RUNNING.into()),
+            container_statuses: Some(vec![old]),
+            ..PodStatus::default()
+        };
+        let pod = with_old(pod, old);
+        let runtime = RuntimePodStatus {
+            container_statuses: vec![runtime_status("app", "c1", RuntimeContainerState::Running, 10)],
+            sandbox_statuses: vec![ready_sandbox("10.1.0.5")],
+            ..RuntimePodStatus::default()
+        };
+        let [s35, s36, s37] = by_minor(&pod, &runtime);
+        let app = |s: &PodStatus| s.container_statuses.as_ref().unwrap()[0].clone();
+        assert_eq!(app(&s35).restart_count, 0, "the runtime's count");
+        assert!(
+            app(&s35).last_state.and_then(|l| l.terminated).is_none(),
+            "1.35: no last state the runtime does not hold"
+        );
+        for s in [&s36, &s37] {
+            assert_eq!(
+                app(s).restart_count,
+                6,
+                "never lower, and one more after a terminated one"
+            );
+            let last = app(s).last_state.and_then(|l| l.terminated).expect("the old state");
+            assert_eq!(last.exit_code, 1);
+        }
+        // The runtime still holding the instance before: a last state in every minor.
+        let runtime = RuntimePodStatus {
+            container_statuses: vec![
+                runtime_status("app", "c1", RuntimeContainerState::Running, 10),
+                runtime_status("app", "c0", RuntimeContainerState::Exited, 2),
+            ],
+            ..runtime
+        };
+        let [s35, ..] = by_minor(&pod, &runtime);
+        let last = app(&s35).last_state.and_then(|l| l.terminated).expect("the runtime's");
+        assert_eq!(
+            (last.exit_code, last.container_id.as_deref()),
+            (3, Some("containerd://c0"))
+        );
+    }
+
+    /// GeneratePodInitializedCondition: a pod whose init container runs again (its sandbox was
+    /// recreated) stays Initialized from 1.36; in 1.35 it is not initialized until it completes.
+    #[test]
+    fn initialized_follows_its_init_containers_in_1_35() {
+        let pod = pod_with(&["app"], vec![spec_container("i1")], "Always");
+        let old = PodStatus {
+            phase: Some(RUNNING.into()),
+            conditions: Some(vec![PodCondition {
+                type_: INITIALIZED.into(),
+                status: "True".into(),
+                ..PodCondition::default()
+            }]),
+            ..PodStatus::default()
+        };
+        let pod = with_old(pod, old);
+        let runtime = RuntimePodStatus {
+            container_statuses: vec![runtime_status("i1", "c9", RuntimeContainerState::Running, 50)],
+            sandbox_statuses: vec![ready_sandbox("10.1.0.5")],
+            ..RuntimePodStatus::default()
+        };
+        let [s35, s36, s37] = by_minor(&pod, &runtime);
+        let c = condition_of(&s35, INITIALIZED);
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_deref(), c.message.as_deref()),
+            (
+                "False",
+                Some("ContainersNotInitialized"),
+                Some("containers with incomplete status: [i1]")
+            )
+        );
+        for s in [&s36, &s37] {
+            assert_eq!(condition_of(s, INITIALIZED).status, "True");
+        }
+    }
+
+    /// A `RestartAllContainers` rule: from 1.36 it restarts the container (getPhase) and the pod
+    /// gets the AllContainersRestarting condition, the kubelet's own; in 1.35 the rule falls back
+    /// to the container's policy (pkg/api/v1/pod/util.go) and the condition is someone else's,
+    /// kept as the status has it.
+    #[test]
+    fn a_restart_all_rule_is_the_policys_in_1_35() {
+        let mut pod = pod_with(&["trigger"], vec![], "Never");
+        pod.spec.containers[0].restart_policy = Some("Never".into());
+        pod.spec.containers[0].restart_policy_rules = vec![ContainerRestartRule {
+            action: "RestartAllContainers".into(),
+            exit_codes: Some(ContainerRestartRuleOnExitCodes {
+                operator: "In".into(),
+                values: Some(vec![42]),
+            }),
+        }]
+        .into();
+        let runtime = RuntimePodStatus {
+            container_statuses: vec![RuntimeContainerStatus {
+                exit_code: 42,
+                ..runtime_status("trigger", "c1", RuntimeContainerState::Exited, 10)
+            }],
+            sandbox_statuses: vec![ready_sandbox("10.1.0.5")],
+            ..RuntimePodStatus::default()
+        };
+        let [s35, s36, s37] = by_minor(&pod, &runtime);
+        assert_eq!(s35.phase.as_deref(), Some(FAILED), "1.35: Never decides");
+        let types = |s: &PodStatus| -> Vec<String> { s.conditions.iter().flatten().map(|c| c.type_.clone()).collect() };
+        assert!(!types(&s35).contains(&ALL_CONTAINERS_RESTARTING.to_owned()));
+        for s in [&s36, &s37] {
+            assert_eq!(s.phase.as_deref(), Some(RUNNING), "the rule restarts it");
+            let c = condition_of(s, ALL_CONTAINERS_RESTARTING);
+            assert_eq!(
+                (c.status.as_str(), c.reason.as_deref()),
+                ("True", Some("RestartAllContainersStarted"))
+            );
+        }
+        // A condition of that type already there: 1.35 keeps it as it is, not the kubelet's.
+        let foreign = PodCondition {
+            type_: ALL_CONTAINERS_RESTARTING.into(),
+            status: "Unknown".into(),
+            reason: Some("SomeoneElse".into()),
+            ..PodCondition::default()
+        };
+        let pod = with_old(
+            pod,
+            PodStatus {
+                conditions: Some(vec![foreign.clone()]),
+                ..PodStatus::default()
+            },
+        );
+        let s = status_by(&pod, &runtime, at(100), V1_35);
+        assert_eq!(condition_of(&s, ALL_CONTAINERS_RESTARTING), &foreign);
+        let s = status_by(&pod, &runtime, at(100), V1_37);
+        assert_eq!(condition_of(&s, ALL_CONTAINERS_RESTARTING).status, "True");
+        // checkContainerStateTransition: from 1.36 such a pod's containers may leave Terminated.
+        let old = PodStatus {
+            container_statuses: Some(vec![terminated_status("trigger", 1)]),
+            ..PodStatus::default()
+        };
+        let new = PodStatus {
+            container_statuses: Some(vec![running_status("trigger")]),
+            ..PodStatus::default()
+        };
+        assert!(check_container_state_transition(&old, &new, &pod, V1_37).is_ok());
+        assert!(check_container_state_transition(&old, &new, &pod, V1_35).is_err());
+    }
+
+    /// InPlacePodLevelResourcesVerticalScaling (on from 1.36): the pod-level resources in the
+    /// status of every pod; 1.35 writes neither.
+    #[test]
+    fn pod_level_resources_are_written_from_1_36() {
+        let mut pod = pod_with(&["app"], vec![], "Always");
+        pod.spec.containers[0].resources = Some(Box::new(ResourceRequirements {
+            requests: Some(BTreeMap::from([("cpu".to_owned(), Quantity("100m".into()))])),
+            ..ResourceRequirements::default()
+        }));
+        let runtime = RuntimePodStatus {
+            sandbox_statuses: vec![ready_sandbox("10.1.0.5")],
+            ..RuntimePodStatus::default()
+        };
+        let [s35, s36, s37] = by_minor(&pod, &runtime);
+        assert_eq!((s35.resources.as_ref(), s35.allocated_resources.as_ref()), (None, None));
+        for s in [&s36, &s37] {
+            assert_eq!(
+                s.allocated_resources.as_ref().and_then(|r| r.get("cpu")),
+                Some(&Quantity("100m".into()))
+            );
+            assert!(s.resources.is_some());
+        }
+    }
+
+    /// What no switch changes is the same in every minor: a plain running pod.
+    #[test]
+    fn a_plain_running_pod_is_the_same_in_every_minor_but_its_pod_resources() {
+        let pod = pod_with(&["app"], vec![], "Always");
+        let runtime = RuntimePodStatus {
+            container_statuses: vec![runtime_status("app", "c1", RuntimeContainerState::Running, 10)],
+            sandbox_statuses: vec![ready_sandbox("10.1.0.5")],
+            ..RuntimePodStatus::default()
+        };
+        let [s35, s36, s37] = by_minor(&pod, &runtime);
+        assert_eq!(s36, s37);
+        assert_eq!(
+            PodStatus {
+                resources: s37.resources.clone(),
+                allocated_resources: s37.allocated_resources.clone(),
+                ..s35
+            },
+            s37
+        );
+    }
+}
