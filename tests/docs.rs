@@ -1,6 +1,7 @@
 //! The docs cannot drift from the code: every flag of every command (`--help`), every metric plegd
-//! exports and every file under src/ is named in docs/ (the README points there), and README stays
-//! short enough to read in five minutes.
+//! exports and every file under src/ is named in docs/ (the README points there), the versions the
+//! docs name are those the code and the test scripts run, and README stays short enough to read in
+//! five minutes.
 
 use clap::CommandFactory;
 use plegd_test_support::manifests::{files_under, path};
@@ -194,4 +195,137 @@ fn anchors(text: &str) -> Vec<String> {
         *times += 1;
     }
     out
+}
+
+fn read(relative: &str) -> String {
+    std::fs::read_to_string(path(relative)).unwrap_or_else(|e| panic!("{relative}: {e}"))
+}
+
+/// The value a script gives `NAME` by default (`NAME=${ENV:-VALUE}` or `NAME=VALUE`).
+fn script_default(script: &str, name: &str) -> String {
+    let text = read(script);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(&format!("{name}=")))
+        .unwrap_or_else(|| panic!("{script} sets no {name}"));
+    let value = line.split_once('=').unwrap().1;
+    let value = value
+        .strip_prefix("${")
+        .and_then(|v| v.split_once(":-"))
+        .map_or(value, |(_, v)| v.trim_end_matches('}'));
+    value.trim_matches('"').to_owned()
+}
+
+/// Every `v1_NN` (a k8s-openapi version feature) the text names.
+fn openapi_features(text: &str) -> std::collections::BTreeSet<String> {
+    text.match_indices("v1_")
+        .filter_map(|(at, _)| {
+            let digits: String = text[at + 3..].chars().take_while(char::is_ascii_digit).collect();
+            (!digits.is_empty()).then(|| format!("v1_{digits}"))
+        })
+        .collect()
+}
+
+/// The versions the docs name are the code's and the test scripts': the Kubernetes API plegd is
+/// built against, the kubelet minors whose status it generates and the kubelets the cluster runs,
+/// the containerd, CRI-O and Helm releases the tests build. A version changed in one place and not
+/// the other fails here.
+#[test]
+fn the_versions_the_docs_name_are_the_ones_the_code_runs() {
+    let versions_doc = read("docs/kubernetes-versions.md");
+    let operating = read("docs/operating.md");
+    let testing = read("docs/testing.md");
+
+    // The k8s-openapi feature: the one Cargo.toml turns on, and no other.
+    let cargo = read("Cargo.toml");
+    let k8s_openapi = cargo
+        .lines()
+        .find(|l| l.starts_with("k8s-openapi"))
+        .expect("k8s-openapi in Cargo.toml");
+    let feature = openapi_features(k8s_openapi);
+    assert_eq!(feature.len(), 1, "{k8s_openapi}");
+    for (doc, text) in [
+        ("docs/kubernetes-versions.md", &versions_doc),
+        ("docs/operating.md", &operating),
+    ] {
+        assert_eq!(
+            openapi_features(text),
+            feature,
+            "{doc} names another k8s-openapi feature than Cargo.toml's"
+        );
+    }
+
+    // The kubelet minors: the generator's, the cluster's kubelets, the docs' table and CI's list.
+    let minors: Vec<&str> = plegd::status::generate::KubeletMinor::ALL.map(|m| m.as_str()).to_vec();
+    let header = format!("| switch | {} |", minors.join(" | "));
+    assert!(
+        operating.contains(&header),
+        "docs/operating.md's switch table is not headed {header}"
+    );
+    let control_plane = script_default("tests/cluster/cluster.sh", "K8S_VERSION");
+    let cluster = read("tests/cluster/cluster.sh");
+    let kubelets: Vec<String> = cluster
+        .lines()
+        .find_map(|l| l.strip_prefix("KUBELET_VERSIONS=("))
+        .expect("tests/cluster/cluster.sh's KUBELET_VERSIONS")
+        .trim_end_matches(')')
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    let kubelet_minors: Vec<String> = kubelets
+        .iter()
+        .map(|v| v.rsplit_once('.').unwrap().0.to_owned())
+        .collect();
+    assert_eq!(
+        kubelet_minors, minors,
+        "the cluster's kubelets are one per minor plegd generates"
+    );
+    assert_eq!(
+        kubelets.last(),
+        Some(&control_plane),
+        "the newest kubelet is the control plane's"
+    );
+    for version in kubelets.iter().chain([&control_plane]) {
+        assert!(
+            versions_doc.contains(&format!("v{version}")),
+            "docs/kubernetes-versions.md does not name v{version}"
+        );
+    }
+    let ci = read("tests/run.sh");
+    let older = kubelets[..kubelets.len() - 1].join(" ");
+    assert!(
+        ci.contains(&format!("PLEGD_KUBELET_VERSIONS-{older}}}")),
+        "tests/run.sh does not run the older kubelets {older} by default"
+    );
+
+    // containerd, CRI-O and Helm as the scripts build them.
+    let containerd = read("tests/containerd/containerd.sh");
+    let releases = containerd
+        .lines()
+        .find_map(|l| l.strip_prefix("declare -A RELEASES=("))
+        .expect("tests/containerd/containerd.sh's RELEASES");
+    for release in releases.trim_end_matches(')').split_whitespace() {
+        let version = release.split_once('=').expect("[minor]=version").1;
+        assert!(
+            versions_doc.contains(&format!("**{version}**")),
+            "docs/kubernetes-versions.md does not name containerd {version}"
+        );
+    }
+    let crio = script_default("tests/crio/crio.sh", "VERSION");
+    assert!(
+        versions_doc.contains(&format!("**CRI-O {}**", crio.trim_start_matches('v'))),
+        "CRI-O {crio}"
+    );
+    let helm = script_default("tests/helm/helm.sh", "VERSION");
+    assert!(testing.contains(&helm), "docs/testing.md does not name Helm {helm}");
+    let helm3 = read("tests/helm/helm.sh")
+        .lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix("v3.")
+                .and_then(|v| v.split_once(')'))
+                .map(|(v, _)| format!("v3.{v}"))
+        })
+        .expect("the Helm 3 release tests/helm/helm.sh builds");
+    assert!(testing.contains(&helm3), "docs/testing.md does not name Helm {helm3}");
 }

@@ -4,7 +4,8 @@
 # (cargo deny), unit tests, fake-CRI tests and the real-containerd tests, the latter on containerd
 # 2.3 (the default), again on 2.4 and 1.7 (PLEGD_CONTAINERD_VERSIONS="2.3 2.4 1.7" to change) and on
 # CRI-O 1.34, plegd as a DaemonSet in a real
-# one-node cluster (tests/cluster_e2e.rs) and beside its kubelet (tests/kubelet_parity.rs), and its
+# one-node cluster (tests/cluster_e2e.rs) and beside its kubelet (tests/kubelet_parity.rs), the
+# latter two beside kubelets 1.35.4 and 1.36.3 too (PLEGD_KUBELET_VERSIONS), and its
 # image for amd64 and arm64 (tests/image.rs).
 # Installs what it needs on a fresh Debian machine (as root): runc, CNI plugins, busybox-static and
 # protoc from the distribution's packages, containerd 2.3 and 2.4 (and the runc they pin) built from
@@ -61,6 +62,14 @@ fi
 # talks to an apiserver talks to this kube-apiserver.
 echo "=== Kubernetes v1.37.2 and etcd (tests/cluster/cluster.sh build) ===" >&2
 bash tests/cluster/cluster.sh build
+# The kubelets of the two minors before the control plane's, for a node midway through a fleet's
+# upgrade (PLEGD_KUBELET_VERSIONS="1.35.4 1.36.3" to change; empty: none): only the kubelet is built
+# per version (cached).
+read -r -a OLDER_KUBELETS <<<"${PLEGD_KUBELET_VERSIONS-1.35.4 1.36.3}"
+for kubelet in "${OLDER_KUBELETS[@]}"; do
+  echo "=== the kubelet v$kubelet (tests/cluster/cluster.sh build) ===" >&2
+  PLEGD_CLUSTER_KUBELET_VERSION=$kubelet bash tests/cluster/cluster.sh build
+done
 # Helm 4 (v4.3.2) and the Helm 3 still tested beside it (v3.21.4), each from its own module (about 2
 # minutes once; cached by version), for tests/helm.rs and the chart's install on the cluster.
 echo "=== Helm (tests/helm/helm.sh install) ===" >&2
@@ -137,6 +146,14 @@ if [ ${#VERSIONS[@]} -gt 0 ]; then
     echo "=== plegd in the node on containerd $version (the DaemonSet with every component) ===" >&2
     PLEGD_BINARY=$CLUSTER_PLEGD PLEGD_CLUSTER_CONTAINERD_VERSION=$version PLEGD_CLUSTER_E2E=1 \
       run_tests --test cluster_e2e -E 'test(=conditions_with_every_component)'
+    bash tests/cluster/cluster.sh stop
+  done
+  # Beside each older kubelet under the 1.37 control plane: the DaemonSet with every component,
+  # and the parity battery in shadow mode (plegd generates the status that kubelet's minor writes).
+  for kubelet in "${OLDER_KUBELETS[@]}"; do
+    echo "=== plegd beside a kubelet v$kubelet under the v1.37.2 control plane (tests/cluster_e2e.rs smoke, tests/kubelet_parity.rs) ===" >&2
+    PLEGD_BINARY=$CLUSTER_PLEGD PLEGD_CLUSTER_KUBELET_VERSION=$kubelet PLEGD_CLUSTER_E2E=1 \
+      run_tests --test cluster_e2e --test kubelet_parity -E 'test(=conditions_with_every_component) | binary(kubelet_parity)'
     bash tests/cluster/cluster.sh stop
   done
 fi

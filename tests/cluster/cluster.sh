@@ -42,6 +42,10 @@
 # go.etcd.io/etcd/server/v3 (tests/cluster/etcd/main.go). Modules, build cache and binaries stay
 # under $PLEGD_CLUSTER_DIR (/var/lib/plegd-test/cluster); the running cluster under its run/.
 #
+# The kubelet's version: PLEGD_CLUSTER_KUBELET_VERSION (1.35.4, 1.36.3 or 1.37.2; the control
+# plane's by default): a node of an older minor under the 1.37 control plane, as a fleet midway
+# through an upgrade runs. Only the kubelet is built per version (from k8s.io/kubernetes at that
+# version, cached beside the rest); a cluster running another kubelet is started anew by start.
 # The kubelet's feature gates: PLEGD_CLUSTER_KUBELET_FEATURE_GATES (NAME=true|false,...), e.g.
 # EventedPLEG=true; a running cluster's kubelet is restarted with other ones by start.
 # plegd's log level (--plegd): PLEGD_CLUSTER_PLEGD_LOG_LEVEL (its PLEGD_LOG_LEVEL, e.g.
@@ -64,6 +68,9 @@ PLEGD_IMAGE=plegd.test/plegd:dev
 K8S_VERSION=${PLEGD_K8S_VERSION:-1.37.2}
 CLUSTER=${PLEGD_CLUSTER_DIR:-/var/lib/plegd-test/cluster}
 BIN="$CLUSTER/bin/v$K8S_VERSION"
+# The kubelet versions a node may run under this control plane (the supported skew: three minors).
+KUBELET_VERSIONS=(1.35.4 1.36.3 1.37.2)
+KUBELET_VERSION=${PLEGD_CLUSTER_KUBELET_VERSION:-$K8S_VERSION}
 RUN="$CLUSTER/run"
 NODE=${PLEGD_NODE_NAME:-$(hostname | tr '[:upper:]' '[:lower:]')}
 NODE_IP=${PLEGD_CLUSTER_NODE_IP:-10.236.0.1}
@@ -143,26 +150,31 @@ etcd_version() {
 # replaces with ./staging/src/..., a replacement a dependent module does not inherit) replaced by
 # the published tag of this release.
 kubernetes_module() {
-  local src=$1 gomod staging_version
-  gomod=$(download "k8s.io/kubernetes@v$K8S_VERSION")
-  staging_version="v0.${K8S_VERSION#*.}"
+  local src=$1
   mkdir -p "$src"
-  {
-    echo "module plegd.test/cluster/kubernetes"
-    echo
-    go_directives "$gomod"
-    echo
-    echo "require k8s.io/kubernetes v$K8S_VERSION"
-    echo
-    echo "replace ("
-    sed -n '/^replace (/,/^)/p' "$gomod" | awk -v v="$staging_version" \
-      '$2 == "=>" && $3 ~ /^\.\/staging\// { printf "\t%s => %s %s\n", $1, $1, v }'
-    echo ")"
-  } >"$src/go.mod"
-  grep -q "=> k8s.io/api $staging_version" "$src/go.mod" || die "no staging modules found in $gomod"
+  kubernetes_gomod "$K8S_VERSION" plegd.test/cluster/kubernetes >"$src/go.mod"
+  grep -q "=> k8s.io/api v0\." "$src/go.mod" || die "no staging modules found in k8s.io/kubernetes v$K8S_VERSION's go.mod"
   cp "$HERE/kubernetes/main.go" "$src/main.go"
-  log "resolving k8s.io/kubernetes v$K8S_VERSION's modules ($(grep -c ' => ' "$src/go.mod") staging modules at $staging_version)"
+  log "resolving k8s.io/kubernetes v$K8S_VERSION's modules ($(grep -c ' => ' "$src/go.mod") staging modules)"
   (cd "$src" && goenv go mod tidy) || die "go mod tidy failed in $src (run it there to see which module the proxy refuses)"
+}
+
+# kubernetes_gomod VERSION MODULE: a go.mod requiring k8s.io/kubernetes at VERSION, each of its
+# staging modules replaced by the published tag of that release.
+kubernetes_gomod() {
+  local version=$1 module=$2 gomod staging_version
+  gomod=$(download "k8s.io/kubernetes@v$version")
+  staging_version="v0.${version#*.}"
+  echo "module $module"
+  echo
+  go_directives "$gomod"
+  echo
+  echo "require k8s.io/kubernetes v$version"
+  echo
+  echo "replace ("
+  sed -n '/^replace (/,/^)/p' "$gomod" | awk -v v="$staging_version" \
+    '$2 == "=>" && $3 ~ /^\.\/staging\// { printf "\t%s => %s %s\n", $1, $1, v }'
+  echo ")"
 }
 
 etcd_module() {
@@ -185,14 +197,14 @@ etcd_module() {
 # v0.0.0-master, and so does the node's kubeletVersion. The build date is the release's commit
 # time, as the module proxy records it.
 version_ldflags() {
-  local info major minor date flags="" pkg
-  info="$CLUSTER/gomod/cache/download/k8s.io/kubernetes/@v/v$K8S_VERSION.info"
+  local version=${1:-$K8S_VERSION} info major minor date flags="" pkg
+  info="$CLUSTER/gomod/cache/download/k8s.io/kubernetes/@v/v$version.info"
   date=$(sed -n 's/.*"Time":"\([^"]*\)".*/\1/p' "$info")
   [ -n "$date" ] || date=$(date -u +%Y-%m-%dT%H:%M:%SZ)
-  major=${K8S_VERSION%%.*}
-  minor=$(echo "$K8S_VERSION" | cut -d. -f2)
+  major=${version%%.*}
+  minor=$(echo "$version" | cut -d. -f2)
   for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    flags+=" -X $pkg.gitVersion=v$K8S_VERSION -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor"
+    flags+=" -X $pkg.gitVersion=v$version -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor"
     flags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=$date"
   done
   echo "$flags"
@@ -229,7 +241,7 @@ build_lock() {
 
 build() {
   build_lock
-  if built; then return; fi
+  if built; then build_kubelet; return; fi
   command -v go >/dev/null || die "no go on PATH (Kubernetes $K8S_VERSION builds with Go 1.26 or newer, or with the toolchain its go.mod names)"
   local start=$SECONDS etcd src tags=selinux,notest,grpcnotrace
   etcd=$(etcd_version)
@@ -253,6 +265,7 @@ build() {
   check_versions "$etcd"
   sources >"$BIN/.complete"
   log "built Kubernetes v$K8S_VERSION and etcd v$etcd in $((SECONDS - start))s: $BIN"
+  build_kubelet
 }
 
 # build_kubeadm: kubeadm v$K8S_VERSION from the same sources and flags as the cluster's binary, for
@@ -275,6 +288,43 @@ build_kubeadm() {
   [ "$("$BIN/kubeadm" version -o short)" = "v$K8S_VERSION" ] || die "kubeadm version says $("$BIN/kubeadm" version -o short)"
   log "built $BIN/kubeadm in $((SECONDS - t))s"
   echo "$BIN/kubeadm"
+}
+
+# kubelet_bin: the kubelet the node runs: the cluster's own, or one of another version
+# (PLEGD_CLUSTER_KUBELET_VERSION) built by build_kubelet.
+kubelet_bin() {
+  if [ "$KUBELET_VERSION" = "$K8S_VERSION" ]; then echo "$BIN/kubelet"; else echo "$CLUSTER/bin/kubelet-v$KUBELET_VERSION/kubelet"; fi
+}
+
+# check_kubelet_version: PLEGD_CLUSTER_KUBELET_VERSION is one a node may run under this control plane.
+check_kubelet_version() {
+  local v
+  for v in "${KUBELET_VERSIONS[@]}"; do [ "$v" = "$KUBELET_VERSION" ] && return; done
+  die "PLEGD_CLUSTER_KUBELET_VERSION=$KUBELET_VERSION: must be one of ${KUBELET_VERSIONS[*]} (a kubelet of the three minors up to the control plane's $K8S_VERSION)"
+}
+
+# build_kubelet: the kubelet of PLEGD_CLUSTER_KUBELET_VERSION, where it is not the control plane's:
+# cmd/kubelet of k8s.io/kubernetes at that version, built as the cluster's binary is (the same tags,
+# flags and version stamp), once per version.
+build_kubelet() {
+  check_kubelet_version
+  [ "$KUBELET_VERSION" = "$K8S_VERSION" ] && return
+  local bin src dir t=$SECONDS
+  bin=$(kubelet_bin)
+  dir=$(dirname "$bin")
+  if [ -x "$bin" ] && [ "$("$bin" --version 2>&1)" = "Kubernetes v$KUBELET_VERSION" ]; then return; fi
+  src="$CLUSTER/src/kubelet-v$KUBELET_VERSION"
+  log "building the kubelet v$KUBELET_VERSION (its module's own dependencies; a few minutes on 2 cores the first time)"
+  rm -rf "$src"
+  mkdir -p "$src" "$dir"
+  kubernetes_gomod "$KUBELET_VERSION" plegd.test/cluster/kubelet >"$src/go.mod"
+  grep -q "=> k8s.io/api v0\." "$src/go.mod" || die "no staging modules found in k8s.io/kubernetes v$KUBELET_VERSION's go.mod"
+  (cd "$src" && goenv nice -n 10 go build -mod=mod -trimpath -tags selinux,notest,grpcnotrace \
+    -ldflags "-s -w$(version_ldflags "$KUBELET_VERSION")" -o "$bin.tmp" k8s.io/kubernetes/cmd/kubelet) \
+    || die "building the kubelet v$KUBELET_VERSION failed (in $src)"
+  mv "$bin.tmp" "$bin"
+  [ "$("$bin" --version 2>&1)" = "Kubernetes v$KUBELET_VERSION" ] || die "the kubelet built says '$("$bin" --version 2>&1)', not 'Kubernetes v$KUBELET_VERSION'"
+  log "built $bin in $((SECONDS - t))s"
 }
 
 # check_versions ETCD_VERSION: each command reports the version it was built as.
@@ -650,10 +700,13 @@ start() {
   build
   lock
   # A node running another containerd than the one asked for is started anew, never reused.
-  local wanted=${PLEGD_CLUSTER_CONTAINERD_VERSION:-2.3} was_version
+  local wanted=${PLEGD_CLUSTER_CONTAINERD_VERSION:-2.3} was_version was_kubelet
   was_version=$(cat "$RUN/containerd.version" 2>/dev/null || echo unknown)
+  was_kubelet=$(cat "$RUN/kubelet.version" 2>/dev/null || echo unknown)
   if running && [ "$was_version" != "$wanted" ]; then
     log "running on containerd $was_version, $wanted asked for (PLEGD_CLUSTER_CONTAINERD_VERSION): starting anew"
+  elif running && [ "$was_kubelet" != "$KUBELET_VERSION" ]; then
+    log "running a kubelet v$was_kubelet, v$KUBELET_VERSION asked for (PLEGD_CLUSTER_KUBELET_VERSION): starting anew"
   elif running && healthz "https://$NODE_IP:$APISERVER_PORT/readyz" >/dev/null 2>&1 && node_ready; then
     log "already running (node $NODE Ready)"
     # Other kubelet feature gates than it runs with: the kubelet restarts with them.
@@ -678,6 +731,7 @@ start() {
   local t0=$SECONDS
   mkdir -p "$RUN"
   echo "$wanted" >"$RUN/containerd.version"
+  echo "$KUBELET_VERSION" >"$RUN/kubelet.version"
   save_machine_state
 
   # The node's address: a private /32 on an interface of its own, a dummy one, or a bridge with
@@ -754,7 +808,7 @@ YAML
     [ -L "${h%/}" ] || [ "$(basename "$h")" = unified ] || mkdir -p "$h${CGROUP_ROOT#/}"
   done
   kubelet_config
-  spawn kubelet "$BIN/kubelet" --config "$RUN/kubelet.yaml" --kubeconfig "$RUN/kubelet.kubeconfig" \
+  spawn kubelet "$(kubelet_bin)" --config "$RUN/kubelet.yaml" --kubeconfig "$RUN/kubelet.kubeconfig" \
     --root-dir "$RUN/kubelet" --cert-dir "$RUN/kubelet/pki" --hostname-override "$NODE" --node-ip "$NODE_IP"
   wait_for "node $NODE Ready" 120 kubelet node_ready
   start_kube_proxy
