@@ -337,6 +337,10 @@ async fn conditions_with_every_component() {
     // in; no token, or its token for the apiserver, is not; plain HTTP gets no answer at all.
     let (token, body) = scraped(&cluster, &plegd).await;
     assert!(body.contains("# TYPE plegd_pleg_relist_duration_seconds"), "{body}");
+    // The status rules are the node's kubelet's, read from its Node (1.35.4, 1.36.3 or 1.37.2 here).
+    let minor = cluster.kubelet_minor(&node).await;
+    let rules = format!("plegd_status_kubelet_rules{{minor=\"{minor}\",fit=\"exact\"}}");
+    assert_eq!(metric(&body, &rules), Some(1.0), "{rules} in {body}");
     assert!(
         metric(&body, "plegd_tls_certificate_expiry_timestamp_seconds").unwrap_or(0.0) > 0.0,
         "{body}"

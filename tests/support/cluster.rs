@@ -285,6 +285,25 @@ impl Cluster {
             .expect("plegd's pod is bound")
     }
 
+    /// The minor of the kubelet on `node`, as its Node reports it: the status plegd generates there.
+    pub async fn kubelet_minor(&self, node: &str) -> plegd::status::generate::KubeletMinor {
+        let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(self.client.clone());
+        let node = nodes.get(node).await.unwrap_or_else(|e| panic!("node {node}: {e}"));
+        let version = node
+            .status
+            .and_then(|s| s.node_info)
+            .map(|i| i.kubelet_version)
+            .expect("the node reports its kubelet's version");
+        let (minor, fit) = plegd::status::generate::KubeletMinor::of_version(&version)
+            .unwrap_or_else(|e| panic!("the node's kubelet version: {e}"));
+        assert_eq!(
+            fit,
+            plegd::status::generate::Fit::Exact,
+            "a kubelet {version} plegd knows"
+        );
+        minor
+    }
+
     /// Run `kubectl ARGS` when the test ends, passed or not.
     pub fn on_exit(&self, args: &[&str]) {
         self.cleanups
