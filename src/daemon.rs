@@ -18,6 +18,7 @@ use tracing::{error, info, warn};
 use crate::apiserver::client::{self, ApiClients, ClientError};
 use crate::apiserver::informer::{self, Informer, PodChange};
 use crate::apiserver::node;
+use crate::apiserver::pod::NodeName;
 use crate::metrics::Metrics;
 use crate::observe;
 use crate::pleg::{self, EventHub, GenericPleg, PlegConfig, PlegHandle, PodLifecycleEvent, StreamState};
@@ -28,7 +29,7 @@ use crate::status::manager::{ManagerConfig, StatusManager};
 use crate::status::report::StatusReports;
 use crate::sync_loop::{SyncConfig, SyncLoop};
 use crate::triggers::{self, TriggerConfig, TriggerMode};
-use crate::util::backoff::RetryAfter;
+use crate::util::backoff::{ExponentialBackoff, RetryAfter};
 use crate::util::clock::SystemClock;
 use crate::util::supervise::{StageEnded, StageHealth, Stages};
 
@@ -226,12 +227,19 @@ async fn run_with(
         &mut stages.outputs,
     )
     .await?;
+    // The syncLoop generates nothing before it knows whose rules to follow; an apiserver not up yet
+    // is waited for, as the informer waits for it.
+    let kubelet = tokio::select! {
+        biased;
+        () = &mut shutdown => return Ok(()),
+        kubelet = kubelet_rules(&options, &clients.requests, &metrics) => kubelet,
+    };
     let node = NodeFacts {
         runtime_name: runtime.version.runtime_name.clone(),
         node_ips: options.sync.node_ips.clone(),
         recursive_read_only_handlers: runtime.recursive_read_only_handlers,
         stop_signals: options.sync.stop_signals,
-        kubelet: kubelet_rules(&options, &clients.requests, &metrics).await,
+        kubelet,
     };
     let manager = apiserver_side.manager.clone();
     let sync_loop = SyncLoop::new(
@@ -301,19 +309,15 @@ struct RuntimeSide {
 
 /// The kubelet minor whose status plegd generates, said and counted
 /// (`plegd_status_kubelet_rules`): `--kubelet-version`'s, else the version the Node's kubelet
-/// reports. A minor plegd does not know gets the closest one's rules; a node whose version cannot
-/// be read (no Node, no kubelet on it, the GET refused) 1.37's, with a warning.
+/// reports. A minor plegd does not know gets the closest one's rules; a node whose version the
+/// apiserver says it has not (no Node, no version on it) or will not show (the GET refused: an
+/// install without the right) gets 1.37's, with a warning. An apiserver that cannot be reached is
+/// asked again with backoff, never answered with a guess.
 async fn kubelet_rules(options: &DaemonConfig, client: &kube::Client, metrics: &Metrics) -> KubeletMinor {
     let node = &options.manager.node_name;
     let (version, source) = match &options.kubelet_version {
         Some(version) => (Some(version.clone()), "--kubelet-version"),
-        None => match node::kubelet_version(client, node).await {
-            Ok(version) => (version, "the Node"),
-            Err(error) => {
-                warn!(%node, %error, "the Node's kubelet version could not be read");
-                (None, "the Node")
-            }
-        },
+        None => (node_kubelet_version(client, node).await, "the Node"),
     };
     let chosen = version.as_deref().map(KubeletMinor::of_version);
     let (minor, fit) = match chosen {
@@ -323,7 +327,7 @@ async fn kubelet_rules(options: &DaemonConfig, client: &kube::Client, metrics: &
             (KubeletMinor::NEWEST, "unknown")
         }
         None => {
-            warn!(%node, "no kubelet version known (a node without a kubelet, or its Node unread): 1.37's status rules; --kubelet-version sets it");
+            warn!(%node, "no kubelet version known (a node without a kubelet, or its Node not shown to plegd): 1.37's status rules; --kubelet-version sets it");
             (KubeletMinor::NEWEST, "unknown")
         }
     };
@@ -340,7 +344,29 @@ async fn kubelet_rules(options: &DaemonConfig, client: &kube::Client, metrics: &
     minor
 }
 
-/// The relister, the runtime triggers that feed it, and the fan-out of its events.
+/// The Node's kubelet version, asked until the apiserver answers: None when it answers that there
+/// is none, or refuses to show it (401, 403).
+async fn node_kubelet_version(client: &kube::Client, node: &NodeName) -> Option<String> {
+    let mut waits = ExponentialBackoff::constant(std::time::Duration::from_secs(1), std::time::Duration::from_secs(30));
+    let mut said = false;
+    loop {
+        match node::kubelet_version(client, node).await {
+            Ok(version) => return version,
+            Err(kube::Error::Api(status)) if matches!(status.code, 401 | 403) => {
+                warn!(%node, code = status.code, message = %status.message, "the Node may not be read (get nodes)");
+                return None;
+            }
+            Err(error) => {
+                if !said {
+                    warn!(%node, %error, "the Node's kubelet version could not be read yet; asking again");
+                    said = true;
+                }
+                tokio::time::sleep(waits.next_wait()).await;
+            }
+        }
+    }
+}
+
 fn start_runtime_side(
     options: &DaemonConfig,
     version: &RuntimeVersion,
