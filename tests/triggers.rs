@@ -735,11 +735,12 @@ async fn an_exit_is_taken_from_containerds_exit_event() {
     // containerd's events service is connected: the source itself on 1.x, the exit stream beside
     // the CRI events on 2.x (counted when its first event came).
     assert!(counter(&p.metrics, "plegd_trigger_stream_connects_total{source=\"containerd\"}") >= 1);
-    // Settled by the CRI's own event (containerd's /tasks/delete, or the CRI's CONTAINER_STOPPED).
-    wait_for(
-        "every held exit settled by the CRI state",
+    // Settled by the CRI's own event (containerd's /tasks/delete, or the CRI's CONTAINER_STOPPED):
+    // each exit was taken before its ContainerDied was sent, so it is held until the CRI shows it.
+    support::wait_for(
+        "both exits settled by the CRI state",
         Duration::from_secs(20),
-        || counter(&p.metrics, "plegd_exits_held") == 0,
+        || async { !p.pleg.holds_exit(&failing).await && !p.pleg.holds_exit(&hog).await },
     )
     .await;
     eprintln!(

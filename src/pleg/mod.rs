@@ -645,6 +645,8 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
             }
             taken.push((id, ExitTaken::Shown));
         }
+        // Held from now on, while their pods' statuses are read and their events sent.
+        self.metrics.exits_held.set(state.exits.len() as i64);
         let failed = self.sync_pods(&mut state, uids, start, None).await;
         state.reinspect.extend(failed);
         // An exit the read found shown by the CRI already was not ahead of it.
