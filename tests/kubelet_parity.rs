@@ -708,6 +708,14 @@ async fn plegd_in_shadow_mode_matches_the_kubelet() {
     let end = Instant::now();
     kubelet_watch.abort();
     plegd_watch.abort();
+    // The instances the node's runtime holds now (a removed one never comes back).
+    let mut runtime = support::containerd::Containerd::at(PathBuf::from(CONTAINERD_SOCKET)).client;
+    let present: std::collections::BTreeSet<String> = support::cluster::namespace_containers(&mut runtime, NS)
+        .await
+        .expect("the node's containers")
+        .into_iter()
+        .map(|c| format!("containerd://{}", c.id))
+        .collect();
 
     let mut t = shared.lock().unwrap();
     as_served(&mut t);
@@ -759,6 +767,20 @@ async fn plegd_in_shadow_mode_matches_the_kubelet() {
             // the runtime had moved — a container's id, state or restarts, or the pod's IPs —
             // and plegd, which read it later, is ahead. Latency, not a difference; printed. The
             // pod's last write has no such excuse.
+            // Before 1.36 (RestartAllContainersOnContainerExits off) a kubelet takes a last state
+            // only from an instance the runtime still holds; its container GC removes dead ones
+            // (the newest of each container kept) once a minute, and a removal does not make it
+            // sync. So its last write may name an instance the runtime no longer has, which it
+            // drops at its next sync: plegd, reading the runtime after the GC, is ahead.
+            let (collected, knowable): (Vec<_>, Vec<_>) = knowable
+                .into_iter()
+                .partition(|f| !kubelet.restart_all_containers() && names_collected_instance(f, &present));
+            for f in &collected {
+                ahead.insert(format!(
+                    "{name:<24} rv={} {f} (the kubelet's container GC removed it)",
+                    w.rv
+                ));
+            }
             let caught_up = !knowable.is_empty()
                 && writes
                     .get(i + 1)
@@ -902,6 +924,16 @@ async fn plegd_in_shadow_mode_matches_the_kubelet() {
     );
 }
 
+/// Whether `f` is a last state the kubelet wrote and plegd did not, naming an instance the runtime
+/// no longer holds (`present`: the container ids it holds now).
+fn names_collected_instance(f: &judge::Finding, present: &std::collections::BTreeSet<String>) -> bool {
+    if !f.path.ends_with(".lastState.terminated") || f.plegd != "absent" {
+        return false;
+    }
+    let kubelet: Value = serde_json::from_str(&f.kubelet).unwrap_or(Value::Null);
+    kubelet["containerID"].as_str().is_some_and(|id| !present.contains(id))
+}
+
 /// Whether the kubelet's terminal phase is TerminatePod's: a status generated with a terminal
 /// phase says so in ContainersReady (`PodFailed`, `PodCompleted`); TerminatePod copies one
 /// generated before and sets only the phase (and containers that did not terminate), and the
@@ -973,4 +1005,39 @@ async fn kill_sandbox(uid: &str) {
         .unwrap_or_else(|| panic!("no sandbox of pod {uid}"))
         .to_owned();
     ctr(vec!["tasks".into(), "kill".into(), "-s".into(), "SIGKILL".into(), id]).await;
+}
+
+#[test]
+fn a_last_state_of_a_collected_instance_is_told_apart() {
+    let finding = |path: &str, kubelet: &str, plegd: &str| judge::Finding {
+        path: path.into(),
+        kubelet: kubelet.into(),
+        plegd: plegd.into(),
+        unknowable: None,
+    };
+    let present: std::collections::BTreeSet<String> = ["containerd://held".to_owned()].into();
+    let last = r#"{"containerID":"containerd://gone","exitCode":1}"#;
+    assert!(names_collected_instance(
+        &finding("containerStatuses[main].lastState.terminated", last, "absent"),
+        &present
+    ));
+    let held = r#"{"containerID":"containerd://held","exitCode":1}"#;
+    assert!(
+        !names_collected_instance(
+            &finding("containerStatuses[main].lastState.terminated", held, "absent"),
+            &present
+        ),
+        "an instance the runtime holds: plegd should have shown it"
+    );
+    assert!(
+        !names_collected_instance(
+            &finding("containerStatuses[main].lastState.terminated", last, held),
+            &present
+        ),
+        "plegd shows another: a difference"
+    );
+    assert!(!names_collected_instance(
+        &finding("containerStatuses[main].state.terminated", last, "absent"),
+        &present
+    ));
 }

@@ -89,6 +89,10 @@ pub const UNKNOWABLE: &[(&str, &str)] = &[
         "cgroup",
         "once a pod runs, the kubelet reads its pod-level resources back from the pod's cgroup, which the CRI does not report",
     ),
+    (
+        "deleted-instance",
+        "before 1.36 the kubelet writes a container's last state only from an instance the runtime holds, and deletes the instance before the newest as soon as a container dies; its status names that instance until its next sync, while a read after the deletion no longer finds it",
+    ),
 ];
 
 fn reason(kind: &str) -> &'static str {
@@ -332,6 +336,34 @@ fn unknowable(at: &At, probed: &Probed, apiserver_status: &Value) -> Option<&'st
 
 /// Where plegd's `computed` status differs from the apiserver's `actual` one (module doc). plegd's
 /// own condition (`plegd.io/ContainersRunning`) is left out: the kubelet never writes it.
+/// Beside a kubelet that takes a last state only from the runtime (before 1.36:
+/// [`KubeletMinor::restart_all_containers`](super::generate::KubeletMinor::restart_all_containers)
+/// off): a last state the apiserver's status names and plegd's lacks, of an instance the runtime no
+/// longer holds (`held`: the container ids of plegd's read, without their scheme), is the kubelet's
+/// own deletion after its read, not plegd's difference ("deleted-instance").
+pub fn mark_deleted_instances<'a>(differences: &mut [Difference], held: impl Fn(&str) -> bool + 'a) {
+    for d in differences.iter_mut() {
+        // The whole last state (plegd's has none) or its `terminated` (plegd's is empty).
+        let terminated = if d.field.ends_with("].lastState") {
+            d.apiserver.get("terminated")
+        } else if d.field.ends_with("].lastState.terminated") {
+            Some(&d.apiserver)
+        } else {
+            None
+        };
+        let plegd_none = d.plegd.is_null() || d.plegd.as_object().is_some_and(serde_json::Map::is_empty);
+        let last_state = terminated.is_some() && plegd_none;
+        let gone = terminated
+            .and_then(|t| t.get("containerID"))
+            .and_then(Value::as_str)
+            .map(|id| id.split_once("://").map_or(id, |(_, id)| id))
+            .is_some_and(|id| !held(id));
+        if d.unknowable.is_none() && last_state && gone {
+            d.unknowable = Some(reason("deleted-instance"));
+        }
+    }
+}
+
 pub fn differences(actual: &PodStatus, computed: &PodStatus, probed: &Probed) -> Vec<Difference> {
     let without_own = |s: &PodStatus| {
         let mut s = canonical(s);
@@ -358,6 +390,31 @@ pub fn differences(actual: &PodStatus, computed: &PodStatus, probed: &Probed) ->
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A 1.35 kubelet's last state of an instance the runtime deleted since: not plegd's
+    /// difference; of an instance the runtime holds, or where plegd shows another, it is.
+    #[test]
+    fn a_last_state_of_a_deleted_instance_is_the_kubelets() {
+        let with_last = |id: &str| {
+            status(
+                json!({"containerStatuses": [{"name": "app", "image": "i", "imageID": "", "ready": false, "restartCount": 2,
+                "lastState": {"terminated": {"exitCode": 1, "containerID": format!("containerd://{id}")}}}]}),
+            )
+        };
+        let plegd = status(
+            json!({"containerStatuses": [{"name": "app", "image": "i", "imageID": "", "ready": false, "restartCount": 2}]}),
+        );
+        let mut found = differences(&with_last("old"), &plegd, &Probed::default());
+        assert_eq!(found.len(), 1, "{found:?}");
+        mark_deleted_instances(&mut found, |id| id == "new");
+        assert_eq!(found[0].unknowable, Some(reason("deleted-instance")));
+        let mut found = differences(&with_last("old"), &plegd, &Probed::default());
+        mark_deleted_instances(&mut found, |id| id == "old");
+        assert_eq!(found[0].unknowable, None, "the runtime holds it: plegd should show it");
+        let mut found = differences(&with_last("old"), &with_last("other"), &Probed::default());
+        mark_deleted_instances(&mut found, |_| false);
+        assert!(found.iter().all(|d| d.unknowable.is_none()), "{found:?}");
+    }
 
     fn status(v: Value) -> PodStatus {
         serde_json::from_value(v).unwrap()

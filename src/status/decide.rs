@@ -15,7 +15,7 @@ use std::time::SystemTime;
 use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
 
 use super::StatusMode;
-use super::compare::{Difference, Probed, differences};
+use super::compare::{Difference, Probed, differences, mark_deleted_instances};
 use super::gate::{GATE_RELEASED, own_condition};
 use super::generate::{
     CONTAINERS_RUNNING, DISRUPTION_TARGET, IllegalTransition, KUBELET_CONDITIONS, KubeletMinor, StatusInput,
@@ -210,7 +210,12 @@ pub fn decide(
     let status = match mode {
         StatusMode::Shadow => {
             let actual = pod.status.clone().unwrap_or_default();
-            let differences = differences(&actual, &generated, &Probed::of(pod));
+            let mut differences = differences(&actual, &generated, &Probed::of(pod));
+            if !node.kubelet.restart_all_containers() {
+                mark_deleted_instances(&mut differences, |id| {
+                    runtime.container_statuses.iter().any(|c| c.id == id)
+                });
+            }
             return decision(Action::Shadow { differences }, generated);
         }
         StatusMode::Conditions => conditions_status(&base, &generated, now),
