@@ -344,26 +344,38 @@ async fn kubelet_rules(options: &DaemonConfig, client: &kube::Client, metrics: &
     minor
 }
 
+/// How long the Node may be refused (401, 403) before plegd takes it for an install without the
+/// right: an apiserver that has just started refuses requests until its authorizer has loaded the
+/// cluster's RBAC (seconds).
+const NODE_REFUSED_FOR: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// The Node's kubelet version, asked until the apiserver answers: None when it answers that there
-/// is none, or refuses to show it (401, 403).
+/// is none, or keeps refusing to show it (401, 403) for [`NODE_REFUSED_FOR`].
 async fn node_kubelet_version(client: &kube::Client, node: &NodeName) -> Option<String> {
     let mut waits = ExponentialBackoff::constant(std::time::Duration::from_secs(1), std::time::Duration::from_secs(30));
+    let mut refused_since = None;
     let mut said = false;
     loop {
-        match node::kubelet_version(client, node).await {
+        let error = match node::kubelet_version(client, node).await {
             Ok(version) => return version,
-            Err(kube::Error::Api(status)) if matches!(status.code, 401 | 403) => {
-                warn!(%node, code = status.code, message = %status.message, "the Node may not be read (get nodes)");
+            Err(error) => error,
+        };
+        let refused = matches!(&error, kube::Error::Api(status) if matches!(status.code, 401 | 403));
+        if refused {
+            let since = *refused_since.get_or_insert_with(tokio::time::Instant::now);
+            if since.elapsed() >= NODE_REFUSED_FOR {
+                warn!(%node, %error, "the Node may not be read (get nodes)");
                 return None;
             }
-            Err(error) => {
-                if !said {
-                    warn!(%node, %error, "the Node's kubelet version could not be read yet; asking again");
-                    said = true;
-                }
-                tokio::time::sleep(waits.next_wait()).await;
-            }
+        } else {
+            refused_since = None;
         }
+        if !said {
+            warn!(%node, %error, "the Node's kubelet version could not be read yet; asking again");
+            said = true;
+        }
+        let wait = waits.next_wait();
+        tokio::time::sleep(if refused { wait.min(NODE_REFUSED_FOR / 4) } else { wait }).await;
     }
 }
 

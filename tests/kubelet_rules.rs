@@ -42,7 +42,27 @@ async fn node_with_kubelet(api: &Apiserver, name: &str, version: &str) {
         .expect("the Node's kubelet version");
 }
 
-/// plegd in full mode for `node`, with `flags` applied to its settings.
+/// The settings of plegd in full mode for `node` (its identity's token asked for now).
+fn options(
+    cri: &FakeServer,
+    api: &Apiserver,
+    dir: &std::path::Path,
+    node: &str,
+    kubelet_version: Option<&str>,
+) -> plegd::daemon::DaemonConfig {
+    let kubeconfig = api.kubeconfig_as(dir, &Identity::Plegd(node.into()));
+    let mut options = support::daemon::options(&cri.path, kubeconfig, node, StatusMode::Full);
+    options.triggers = TriggerMode::None;
+    options.kubelet_version = kubelet_version.map(str::to_owned);
+    options
+}
+
+fn spawn(options: plegd::daemon::DaemonConfig) -> (support::daemon::InProcess, Arc<Metrics>) {
+    let metrics = Arc::new(Metrics::new());
+    (support::daemon::spawn(options, metrics.clone()), metrics)
+}
+
+/// plegd in full mode for `node`.
 fn plegd(
     cri: &FakeServer,
     api: &Apiserver,
@@ -50,12 +70,7 @@ fn plegd(
     node: &str,
     kubelet_version: Option<&str>,
 ) -> (support::daemon::InProcess, Arc<Metrics>) {
-    let kubeconfig = api.kubeconfig_as(dir, &Identity::Plegd(node.into()));
-    let mut options = support::daemon::options(&cri.path, kubeconfig, node, StatusMode::Full);
-    options.triggers = TriggerMode::None;
-    options.kubelet_version = kubelet_version.map(str::to_owned);
-    let metrics = Arc::new(Metrics::new());
-    (support::daemon::spawn(options, metrics.clone()), metrics)
+    spawn(options(cri, api, dir, node, kubelet_version))
 }
 
 /// The value of the `plegd_status_kubelet_rules` series at 1, as (minor, fit).
@@ -78,19 +93,16 @@ fn rules(metrics: &Metrics) -> Option<(String, String)> {
 
 /// The pod's PodReadyToStartContainers condition, once plegd wrote one.
 async fn ready_to_start(api: &Apiserver, name: &str) -> Value {
-    let mut found = Value::Null;
+    let condition_of = |pod: &Value| {
+        condition(&pod["status"], "PodReadyToStartContainers")
+            .filter(|_| pod["status"]["phase"] == "Pending")
+            .cloned()
+    };
     wait_for("plegd's PodReadyToStartContainers", WAIT, || async {
-        let pod = api.pod("default", name).await.expect("the pod");
-        match condition(&pod["status"], "PodReadyToStartContainers") {
-            Some(c) if pod["status"]["phase"] == "Pending" => {
-                found = c.clone();
-                true
-            }
-            _ => false,
-        }
+        condition_of(&api.pod("default", name).await.expect("the pod")).is_some()
     })
     .await;
-    found
+    condition_of(&api.pod("default", name).await.expect("the pod")).expect("written")
 }
 
 async fn wait_rules(metrics: &Metrics, want: (&str, &str)) {
@@ -171,13 +183,18 @@ async fn unknown_minors_no_node_and_the_flag() {
 /// the kubelet's minor, then writes as that kubelet does (never 1.37's rules by default).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_apiserver_down_at_start_is_waited_for() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter("plegd=debug")
+        .with_test_writer()
+        .try_init();
     let cri = FakeServer::start().await;
     let api = Apiserver::start().await;
     let dir = tempfile::tempdir().unwrap();
     node_with_kubelet(&api, "node-later", "v1.35.4").await;
     api.create_bound_pod("pod-later", "node-later", 1, "Always").await;
+    let settings = options(&cri, &api, dir.path(), "node-later", None);
     api.set_down(true).await;
-    let (daemon, metrics) = plegd(&cri, &api, dir.path(), "node-later", None);
+    let (daemon, metrics) = spawn(settings);
     wait_for("plegd's requests failing while the apiserver is down", WAIT, || async {
         metrics
             .encode()
