@@ -114,8 +114,9 @@ fn every_install_validates_against_kubernetes_1_36() {
 #[test]
 fn each_install_grants_its_mode_and_no_more() {
     let dir = tempfile::tempdir().unwrap();
-    // Reading pods, and the reviews that guard /metrics.
+    // Reading pods and the node's Node (its kubelet's version), and the reviews that guard /metrics.
     let read = [
+        "/nodes:get",
         "/pods:list",
         "/pods:watch",
         "authentication.k8s.io/tokenreviews:create",
