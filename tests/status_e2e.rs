@@ -135,10 +135,8 @@ async fn full_mode_running_then_failed() {
     assert!(cs["state"]["running"]["startedAt"].is_string(), "{cs:#}");
     assert_eq!(cs["ready"], true);
     assert!(
-        cs["imageID"]
-            .as_str()
-            .unwrap()
-            .starts_with(support::containerd::image_id_prefix())
+        support::containerd::is_image_id(cs["imageID"].as_str().unwrap()),
+        "{cs:#}"
     );
     assert_eq!(p["status"]["hostIP"], "192.0.2.10");
     assert_eq!(condition(&p["status"], "Ready").unwrap()["status"], "True");

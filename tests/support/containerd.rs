@@ -144,13 +144,15 @@ fn stop_instance(script: &str, env: &[(String, String)]) {
         .output();
 }
 
-/// How the runtime under test names the test image's ID (a container status' `imageRef`, the
-/// pod status' `imageID`): containerd by the image's config digest (`sha256:...`), CRI-O by its
-/// repository digest (`plegd.test/busybox@sha256:...`).
-pub fn image_id_prefix() -> &'static str {
+/// Whether `id` is the test image's ID as the runtime under test names it (a container status'
+/// CRI `image_id`, which plegd and the kubelet 1.37 write as the pod status' `imageID`): containerd by
+/// the image's config digest (`sha256:` and 64 hex digits), CRI-O 1.34 by its bare image ID (64 hex
+/// digits; its `image_ref` is the repository digest, `plegd.test/busybox@sha256:...`).
+pub fn is_image_id(id: &str) -> bool {
+    let hex = |s: &str| s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit());
     match runtime_under_test() {
-        "cri-o" => "plegd.test/busybox@sha256:",
-        _ => "sha256:",
+        "cri-o" => hex(id),
+        _ => id.strip_prefix("sha256:").is_some_and(hex),
     }
 }
 
