@@ -142,7 +142,6 @@ fn read_of_container(full: cri::ContainerStatus) -> cri::ContainerStatus {
             }),
             windows: None,
         }),
-        image_id: String::new(),
         ..full
     }
 }
