@@ -105,6 +105,15 @@ async fn ready_to_start(api: &Apiserver, name: &str) -> Value {
     condition_of(&api.pod("default", name).await.expect("the pod")).expect("written")
 }
 
+/// plegd's GETs of a Node so far.
+async fn node_reads(api: &Apiserver) -> usize {
+    api.requests_by(PLEGD_USER)
+        .await
+        .iter()
+        .filter(|r| r.method == "GET" && r.path.starts_with("/api/v1/nodes/"))
+        .count()
+}
+
 async fn wait_rules(metrics: &Metrics, want: (&str, &str)) {
     wait_for("plegd's kubelet rules", WAIT, || async {
         rules(metrics).is_some_and(|(minor, fit)| (minor.as_str(), fit.as_str()) == want)
@@ -133,12 +142,7 @@ async fn the_rules_are_those_of_the_nodes_kubelet() {
         daemon.stop().await;
     }
     // The Node was read, once per start.
-    let gets = api
-        .requests_by(PLEGD_USER)
-        .await
-        .iter()
-        .filter(|r| r.method == "GET" && r.path.starts_with("/api/v1/nodes/"))
-        .count();
+    let gets = node_reads(&api).await;
     assert_eq!(gets, 3);
 }
 
@@ -170,12 +174,7 @@ async fn unknown_minors_no_node_and_the_flag() {
         "{c}"
     );
     daemon.stop().await;
-    let gets = api
-        .requests_by(PLEGD_USER)
-        .await
-        .iter()
-        .filter(|r| r.method == "GET" && r.path.starts_with("/api/v1/nodes/"))
-        .count();
+    let gets = node_reads(&api).await;
     assert_eq!(gets, 0, "--kubelet-version reads no Node");
 }
 
