@@ -24,7 +24,7 @@ use crate::observe;
 use crate::pleg::{self, EventHub, GenericPleg, PlegConfig, PlegHandle, PodLifecycleEvent, StreamState};
 use crate::runtime::{CriConfig, CriRuntime, RuntimeError, RuntimeVersion};
 use crate::status::decide::NodeFacts;
-use crate::status::generate::KubeletMinor;
+use crate::status::generate::{Fit, KubeletMinor};
 use crate::status::manager::{ManagerConfig, StatusManager};
 use crate::status::report::StatusReports;
 use crate::sync_loop::{SyncConfig, SyncLoop};
@@ -319,9 +319,16 @@ async fn kubelet_rules(options: &DaemonConfig, client: &kube::Client, metrics: &
         Some(version) => (Some(version.clone()), "--kubelet-version"),
         None => (node_kubelet_version(client, node).await, "the Node"),
     };
-    let chosen = version.as_deref().map(KubeletMinor::of_version);
-    let (minor, fit) = match chosen {
-        Some(Ok((minor, fit))) => (minor, fit.as_str()),
+    let kubelet = version.as_deref().unwrap_or_default();
+    let (minor, fit) = match version.as_deref().map(KubeletMinor::of_version) {
+        Some(Ok((minor, Fit::Exact))) => {
+            info!(%node, kubelet, from = source, rules = %minor, "status generated as this kubelet writes it");
+            (minor, Fit::Exact.as_str())
+        }
+        Some(Ok((minor, fit))) => {
+            warn!(%node, kubelet, from = source, rules = %minor, "a kubelet minor plegd does not know: the closest one's status rules");
+            (minor, fit.as_str())
+        }
         Some(Err(error)) => {
             warn!(%node, %error, "the kubelet version is not one: 1.37's status rules");
             (KubeletMinor::NEWEST, "unknown")
@@ -331,15 +338,6 @@ async fn kubelet_rules(options: &DaemonConfig, client: &kube::Client, metrics: &
             (KubeletMinor::NEWEST, "unknown")
         }
     };
-    match fit {
-        "exact" => {
-            info!(%node, kubelet = version.as_deref().unwrap_or_default(), from = source, rules = %minor, "status generated as this kubelet writes it")
-        }
-        "older" | "newer" => {
-            warn!(%node, kubelet = version.as_deref().unwrap_or_default(), from = source, rules = %minor, "a kubelet minor plegd does not know: the closest one's status rules")
-        }
-        _ => {}
-    }
     metrics.set_kubelet_rules(minor.as_str(), fit);
     minor
 }

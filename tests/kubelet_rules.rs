@@ -182,10 +182,6 @@ async fn unknown_minors_no_node_and_the_flag() {
 /// the kubelet's minor, then writes as that kubelet does (never 1.37's rules by default).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_apiserver_down_at_start_is_waited_for() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter("plegd=debug")
-        .with_test_writer()
-        .try_init();
     let cri = FakeServer::start().await;
     let api = Apiserver::start().await;
     let dir = tempfile::tempdir().unwrap();

@@ -341,7 +341,7 @@ fn unknowable(at: &At, probed: &Probed, apiserver_status: &Value) -> Option<&'st
 /// off): a last state the apiserver's status names and plegd's lacks, of an instance the runtime no
 /// longer holds (`held`: the container ids of plegd's read, without their scheme), is the kubelet's
 /// own deletion after its read, not plegd's difference ("deleted-instance").
-pub fn mark_deleted_instances<'a>(differences: &mut [Difference], held: impl Fn(&str) -> bool + 'a) {
+pub fn mark_deleted_instances(differences: &mut [Difference], held: impl Fn(&str) -> bool) {
     for d in differences.iter_mut() {
         // The whole last state (plegd's has none) or its `terminated` (plegd's is empty).
         let terminated = if d.field.ends_with("].lastState") {
