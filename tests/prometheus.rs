@@ -280,6 +280,21 @@ fn alert_rules_pass_their_unit_tests_and_the_operator_rule_is_the_same() {
             "docs/operating.md has no section for {name}"
         );
     }
+    // PlegdRuntimeUnreachable hears every list call plegd makes, unary or streaming (a runtime that
+    // streams its lists, as containerd 2.4, fails in StreamPodSandboxes and StreamContainers).
+    let unreachable = rules["groups"][0]["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["alert"] == "PlegdRuntimeUnreachable")
+        .expect("the PlegdRuntimeUnreachable rule");
+    let expr = unreachable["expr"].as_str().unwrap();
+    let lists = plegd::metrics::known::RUNTIME_OPERATIONS
+        .into_iter()
+        .filter(|op| op.starts_with("List") || op.starts_with("Stream"));
+    for op in lists {
+        assert!(expr.contains(op), "PlegdRuntimeUnreachable misses the list call {op}: {expr}");
+    }
     // The PrometheusRule carries the same rules.
     let operator: Value = serde_saphyr::from_str(
         &std::fs::read_to_string(path("deploy/components/alerts/prometheus-rule.yaml")).unwrap(),
