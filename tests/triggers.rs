@@ -693,9 +693,12 @@ async fn containerd_killed_and_restarted() {
 /// ordered with the exit's by the shim before containerd 2.3, nor on cgroup v1 with any version
 /// (2.3's shim drains the cgroup v2 OOM watcher before it sends the exit; its cgroup v1 watcher is
 /// not drained — read in `cmd/containerd-shim-runc-v2/task/service.go`, seen on these cgroup v1
-/// machines): an exit taken before its OOM was announced says Error, and the CRI's OOMKilled then
-/// wins, counted as a correction of the reason. On 2.3 and later with cgroup v2: OOMKilled at once,
-/// never corrected. Every other field agrees on every version.
+/// machines): so an exit of status 137 with no OOM announced asks the container's cgroup for its
+/// OOM kill count, as containerd 2.3's CRI plugin does before it records the exit
+/// (`runtime::task_metrics`), and says OOMKilled at once with no correction afterwards, on every
+/// version. Where the count cannot be read (the CRI deleted the task first) the exit is left to the
+/// CRI state (`plegd_exit_events_total{result="reason_unread"}`): never an Error corrected later.
+/// Every other field agrees on every version.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_exit_is_taken_from_containerds_exit_event() {
     let Some(cd) = containerd().await else { return };
@@ -723,10 +726,12 @@ async fn an_exit_is_taken_from_containerds_exit_event() {
     );
     let (oom_died, _) = latency(&mut p, &pod.uid, E::ContainerDied, &hog).await;
     assert_eq!(oom_died.exit_code, Some(137), "{oom_died:?}");
-    // Both exits came by containerd's event, shown ahead of the CRI state or found there already.
+    // Both exits came by containerd's event, shown ahead of the CRI state or found there already
+    // (or, for the OOM kill, left to the CRI when its cgroup's count could not be read).
     let by_event = || {
         counter(&p.metrics, "plegd_exit_events_total{result=\"shown\"}")
             + counter(&p.metrics, "plegd_exit_events_total{result=\"runtime_first\"}")
+            + counter(&p.metrics, "plegd_exit_events_total{result=\"reason_unread\"}")
     };
     wait_for("both exits taken from the exit event", Duration::from_secs(20), || {
         by_event() >= 2
@@ -749,22 +754,17 @@ async fn an_exit_is_taken_from_containerds_exit_event() {
         counter(&p.metrics, "plegd_exit_events_total{result=\"runtime_first\"}"),
         oom_died.reason
     );
-    let reason = counter(&p.metrics, "plegd_exit_corrections_total{field=\"reason\"}");
     let version = cd.version().await;
-    let cgroup_v2 = std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
-    if version >= (2, 3) && cgroup_v2 {
-        assert_eq!(
-            (oom_died.reason.as_deref(), reason),
-            (Some("OOMKilled"), 0),
-            "containerd {version:?} on cgroup v2 sends the OOM before the exit: OOMKilled at once, no correction"
-        );
+    let unread = counter(&p.metrics, "plegd_exit_events_total{result=\"reason_unread\"}");
+    eprintln!("containerd {version:?}: exits whose OOM count could not be read: {unread}");
+    // Taken from the event (its count read) or left to the CRI: OOMKilled either way from 2.3 on,
+    // whose CRI reads the same count before it records the exit; on 1.7, whose CRI stores the
+    // reason when the OOM event comes, an exit left to it may show Error until then (the CRI's
+    // own change, which a kubelet would see too).
+    if unread == 0 || version >= (2, 3) {
+        assert_eq!(oom_died.reason.as_deref(), Some("OOMKilled"), "{oom_died:?}");
     }
-    match oom_died.reason.as_deref() {
-        Some("OOMKilled") => assert_eq!(reason, 0),
-        Some("Error") => assert_eq!(reason, 1, "the OOM announced after the exit: the CRI's reason won"),
-        other => panic!("reason {other:?} for an OOM kill"),
-    }
-    for field in ["exit_code", "finished_at", "state"] {
+    for field in ["exit_code", "finished_at", "reason", "state"] {
         assert_eq!(
             counter(
                 &p.metrics,
@@ -782,10 +782,12 @@ async fn an_exit_is_taken_from_containerds_exit_event() {
         let (_, finished_at) = cd.container_times(id).await;
         assert_eq!((c.exit_code, c.finished_at), (code, Some(finished_at)), "{c:?}");
     }
-    assert_eq!(
-        status.find_container(&hog).map(|c| c.reason.as_str()),
-        Some("OOMKilled")
-    );
+    if unread == 0 || version >= (2, 3) {
+        assert_eq!(
+            status.find_container(&hog).map(|c| c.reason.as_str()),
+            Some("OOMKilled")
+        );
+    }
     cd.cleanup(&pod).await;
 }
 

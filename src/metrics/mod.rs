@@ -179,7 +179,7 @@ metrics_table! {
     informer_errors: Counter = Default::default(),
         "informer_errors", "Failed pod list or watch calls of the informer, each retried with backoff";
     runtime_errors: Family<OperationLabel, Counter> = Default::default(),
-        "runtime_errors", "Failed CRI calls by operation";
+        "runtime_errors", "Failed runtime calls by operation (CRI's, and containerd's TaskMetrics)";
     runtime_list_mode: Family<ModeLabel, Gauge> = Default::default(),
         "runtime_list_mode", "How the relist lists the runtime's sandboxes and containers on its connection: 1 for the way chosen (streaming: StreamPodSandboxes and StreamContainers; unary: ListPodSandbox and ListContainers, where the runtime does not serve the streams), 0 for the other; both 0 until the first list";
     status_kubelet_rules: Family<KubeletRulesLabel, Gauge> = Default::default(),
@@ -330,8 +330,9 @@ pub mod known {
         "refused_path",
         "read_timeout",
     ];
-    /// `plegd_runtime_errors_total{operation}`: the CRI calls plegd makes.
-    pub const RUNTIME_OPERATIONS: [&str; 8] = [
+    /// `plegd_runtime_errors_total{operation}`: the CRI calls plegd makes, and containerd's
+    /// `Tasks.Metrics` (an exited container's OOM kill count: `runtime::task_metrics`).
+    pub const RUNTIME_OPERATIONS: [&str; 9] = [
         "ListPodSandbox",
         "ListContainers",
         "StreamPodSandboxes",
@@ -340,6 +341,7 @@ pub mod known {
         "ContainerStatus",
         "Version",
         "Status",
+        "TaskMetrics",
     ];
     /// `plegd_runtime_list_mode{mode}`.
     pub const LIST_MODES: [&str; 2] = ["streaming", "unary"];
@@ -348,7 +350,8 @@ pub mod known {
     /// `plegd_pleg_events_total{kind}`: the events the PLEG sends.
     pub const EVENT_KINDS: [&str; 4] = ["ContainerStarted", "ContainerDied", "ContainerRemoved", "PodSync"];
     /// `plegd_exit_events_total{result}`.
-    pub const EXIT_EVENT_RESULTS: [&str; 5] = ["shown", "runtime_first", "recorded", "not_recorded", "sandbox"];
+    pub const EXIT_EVENT_RESULTS: [&str; 6] =
+        ["shown", "runtime_first", "recorded", "not_recorded", "sandbox", "reason_unread"];
     /// `plegd_exit_corrections_total{field}`.
     pub const EXIT_CORRECTION_FIELDS: [&str; 4] = ["exit_code", "finished_at", "reason", "state"];
     /// `plegd_trigger_relists_total{kind}`.

@@ -9,6 +9,7 @@ pub mod exits;
 pub mod list_mode;
 pub mod lists;
 pub mod statuses;
+pub mod task_metrics;
 pub mod termination;
 
 use std::collections::{HashMap, HashSet};
@@ -375,6 +376,12 @@ impl CriRuntime {
     /// A channel to the same socket without a per-call deadline, for long-lived event streams.
     pub fn stream_channel(&self) -> Channel {
         unix_channel(&self.socket, self.connect_timeout, self.backoff.clone(), None)
+    }
+
+    /// containerd's tasks service on the same socket, for the OOM kill count of an exited
+    /// container's cgroup ([`task_metrics`]), in `namespace`; each call bounded by the call timeout.
+    pub fn oom_check(&self, namespace: &str) -> task_metrics::OomCheck {
+        task_metrics::OomCheck::new(self.stream_channel(), namespace, self.call_timeout)
     }
 
     pub fn metrics(&self) -> &Arc<Metrics> {

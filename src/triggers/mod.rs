@@ -51,6 +51,7 @@
 //! vocabulary and starts the stages.
 
 mod dispatch;
+pub mod exit_data;
 mod schedule;
 mod settle;
 mod streams;
@@ -77,7 +78,8 @@ pub use schedule::{
     BATCH_PROBES, FINE_PROBES, Fresh, FreshPlan, MAX_RECHECKS, QUIET_FOR, Schedules, Target, UNLOCATABLE_FOR,
     first_attempt, recheck_delay,
 };
-pub use streams::{MAX_OOM_KILLED, OomKilled, SUBSCRIBED_AFTER, UNUSABLE_AFTER, replayed, run_exit_source, run_source};
+pub use exit_data::MAX_OOM_KILLED;
+pub use streams::{SUBSCRIBED_AFTER, UNUSABLE_AFTER, replayed, run_exit_source, run_source};
 
 /// What a trigger asks for.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -10,12 +10,12 @@ use tracing::{debug, info, warn};
 use crate::metrics::Metrics;
 use crate::pleg::{PlegContainerState, StreamState, TriggerHealth};
 use crate::runtime::events::{
-    ContainerdData, CriNames, EventStream, EventSubject, RuntimeEvent, cri_events_follow_state,
+    CriNames, EventStream, EventSubject, RuntimeEvent, cri_events_follow_state,
     cri_events_go_to_one_subscriber,
 };
-use crate::runtime::exits::ExitFact;
 use crate::runtime::{CriRuntime, RuntimeVersion};
 
+use super::exit_data::{Decided, ExitData, Read};
 use super::{Source, Trigger, TriggerConfig, TriggerMode, TriggerSender};
 
 /// How one subscription ended.
@@ -135,56 +135,17 @@ impl Link {
 /// Streams that end at once, in a row, after which the runtime is taken to have no usable events.
 pub const UNUSABLE_AFTER: u32 = 3;
 
-/// The containers an OOM kill was announced for (`/tasks/oom`) whose exit has not come yet: an
-/// exit of one of them has the reason OOMKilled, as containerd's CRI plugin stores it. At most
-/// [`MAX_OOM_KILLED`] are remembered (then the memory starts over: an exit whose OOM was forgotten
-/// is written as Error until the CRI shows OOMKilled, a correction counted).
-#[derive(Debug, Default)]
-pub struct OomKilled {
-    ids: std::collections::HashSet<String>,
-}
-
-/// See [`OomKilled`].
-pub const MAX_OOM_KILLED: usize = 4096;
-
-impl OomKilled {
-    /// What containerd's event says as data, as a trigger: an exit as an [`ExitFact`] (OOM-killed
-    /// if an OOM of the container came before it); an OOM kill noted, no trigger. An exit without
-    /// a time is no fact: None, and its container is checked as its event names it.
-    pub fn read(&mut self, data: ContainerdData) -> Option<Trigger> {
-        match data {
-            ContainerdData::Oom(id) => {
-                if self.ids.len() >= MAX_OOM_KILLED {
-                    self.ids.clear();
-                }
-                self.ids.insert(id);
-                None
-            }
-            ContainerdData::Exit {
-                id,
-                exit_status,
-                exited_at,
-            } => {
-                let oom = self.ids.remove(&id);
-                ExitFact::new(id, exit_status, exited_at, oom).map(Trigger::Exited)
-            }
-        }
-    }
-
-    /// The container is gone (`/containers/delete`): an OOM noted for it is forgotten.
-    pub fn forget(&mut self, id: &str) {
-        self.ids.remove(id);
-    }
-}
-
-/// What one containerd event asks for: an exit fact, else the check of what it names.
-fn containerd_trigger(event: RuntimeEvent, oom: &mut OomKilled) -> Option<Trigger> {
-    if let Some(trigger) = event.data.and_then(|data| oom.read(data)) {
-        return Some(trigger);
+/// What one containerd event asks for: an exit fact (now, or once its reason is read: None), else
+/// the check of what it names.
+fn containerd_trigger(event: RuntimeEvent, exits: &mut ExitData) -> Option<Trigger> {
+    match event.data.map(|data| exits.read(data)) {
+        Some(Read::Now(trigger)) => return Some(trigger),
+        Some(Read::Asked) => return None,
+        Some(Read::Nothing) | None => {}
     }
     Some(match event.subject? {
         EventSubject::Container(id) if event.topic == "/containers/delete" => {
-            oom.forget(&id);
+            exits.forget(&id);
             Trigger::ContainerGone(id)
         }
         EventSubject::Container(id) if settles(&event.topic) => Trigger::ContainerSettled {
@@ -202,7 +163,7 @@ async fn containerd_subscription(
     sender: &TriggerSender,
     metrics: &Metrics,
     link: &mut Link,
-    oom: &mut OomKilled,
+    exits: &mut ExitData,
 ) -> StreamEnd {
     let call = EventStream::containerd(channel, &options.namespace, false);
     let mut stream = match open(Source::Containerd, call, sender, metrics, link).await {
@@ -210,12 +171,21 @@ async fn containerd_subscription(
         Err(end) => return end,
     };
     loop {
-        match next_message(&mut stream, Source::Containerd, sender, metrics, link).await {
+        // Both branches are cancel safe: an exit decided while a message is half read waits for
+        // the next turn, and so does the message.
+        let message = tokio::select! {
+            decided = exits.decided() => {
+                sender.send(decided_trigger(decided));
+                continue;
+            }
+            message = next_message(&mut stream, Source::Containerd, sender, metrics, link) => message,
+        };
+        match message {
             Ok(Some(event)) => {
                 link.delivered = true;
                 metrics.count_trigger(Source::Containerd.as_str());
                 let topic = event.topic.clone();
-                if let Some(trigger) = containerd_trigger(event, oom) {
+                if let Some(trigger) = containerd_trigger(event, exits) {
                     debug!(source = "containerd", %topic, ?trigger, "trigger");
                     sender.send(trigger);
                 }
@@ -223,6 +193,15 @@ async fn containerd_subscription(
             Ok(None) => return StreamEnd::Closed,
             Err(status) => return StreamEnd::Failed(status),
         }
+    }
+}
+
+/// What the events source makes of an exit asked about: its fact, or — its reason unread — the
+/// check of the container as of any `/tasks/exit` that is no fact.
+fn decided_trigger(decided: Decided) -> Trigger {
+    match decided {
+        Decided::Exit(trigger) => trigger,
+        Decided::LeftToCri(id) => Trigger::ContainerAhead(id),
     }
 }
 
@@ -237,14 +216,28 @@ async fn containerd_subscription(
 pub async fn run_exit_source(runtime: &CriRuntime, options: TriggerConfig, sender: TriggerSender) {
     let metrics = runtime.metrics().clone();
     let mut backoff = options.backoff.clone();
-    let mut oom = OomKilled::default();
+    let mut exits = ExitData::new(runtime.oom_check(&options.namespace), metrics.clone());
+    // An exit whose reason could not be read is the CRI events' to show: nothing is sent for it.
+    let send_decided = |decided: Decided| {
+        if let Decided::Exit(trigger) = decided {
+            debug!(source = "containerd", ?trigger, "exit event, its reason read");
+            sender.send(trigger);
+        }
+    };
     loop {
         let opened = tokio::time::Instant::now();
         let mut delivered = false;
         let end = match EventStream::containerd(runtime.stream_channel(), &options.namespace, true).await {
             // containerd answers a subscription with its first event: counted as connected then.
             Ok(mut stream) => loop {
-                match stream.message().await {
+                let message = tokio::select! {
+                    decided = exits.decided() => {
+                        send_decided(decided);
+                        continue;
+                    }
+                    message = stream.message() => message,
+                };
+                match message {
                     Ok(Some(event)) => {
                         if !delivered {
                             info!(source = "containerd", "exit event stream delivering");
@@ -252,7 +245,7 @@ pub async fn run_exit_source(runtime: &CriRuntime, options: TriggerConfig, sende
                             delivered = true;
                         }
                         metrics.count_trigger(Source::Containerd.as_str());
-                        if let Some(trigger) = event.data.and_then(|data| oom.read(data)) {
+                        if let Some(Read::Now(trigger)) = event.data.map(|data| exits.read(data)) {
                             debug!(source = "containerd", topic = %event.topic, ?trigger, "exit event");
                             sender.send(trigger);
                         }
@@ -263,6 +256,7 @@ pub async fn run_exit_source(runtime: &CriRuntime, options: TriggerConfig, sende
             },
             Err(status) => status.message().to_owned(),
         };
+        exits.drain().await.into_iter().for_each(send_decided);
         metrics.count_trigger_error(Source::Containerd.as_str());
         if delivered || opened.elapsed() >= backoff.cap() {
             backoff.reset();
@@ -386,13 +380,18 @@ pub async fn run_source(
     state(StreamState::Connecting);
     // Streams in a row that the runtime answered and ended at once.
     let mut ended_at_once = 0u32;
-    let mut oom = OomKilled::default();
+    let mut exits = ExitData::new(runtime.oom_check(&options.namespace), metrics.clone());
     loop {
         let mut link = Link::new(health.clone());
         let channel = runtime.stream_channel();
         let end = match source {
             Source::Containerd => {
-                containerd_subscription(channel, &options, &sender, &metrics, &mut link, &mut oom).await
+                let end = containerd_subscription(channel, &options, &sender, &metrics, &mut link, &mut exits).await;
+                // No exit waits for the next subscription.
+                for decided in exits.drain().await {
+                    sender.send(decided_trigger(decided));
+                }
+                end
             }
             Source::Cri => cri_subscription(channel, exact, &sender, &metrics, &mut link).await,
         };
