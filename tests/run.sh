@@ -120,10 +120,14 @@ fi
 # Twice as many tests at once as the machine has cores: the suites spend most of their time waiting
 # on real components (a container's sleep, an apiserver's start, a watch), and measured on 2 cores
 # the real-runtime suites kept the cores 44 % busy two at a time (docs/testing.md). The one-node
-# cluster's tests take their cluster's lock and still run one at a time.
+# cluster's tests take their cluster's lock and run one at a time (`run_cluster_tests`: one test
+# at a time, so that none counts its wait for the lock against its 15 minutes).
 export NEXTEST_TEST_THREADS=${NEXTEST_TEST_THREADS:-$((2 * $(nproc)))}
 run_tests() {
   cargo nextest run --no-fail-fast "$@"
+}
+run_cluster_tests() {
+  NEXTEST_TEST_THREADS=1 run_tests "$@"
 }
 
 phase "every test, real containerd ${VERSIONS[0]:-(none)}"
@@ -144,7 +148,7 @@ if [ ${#VERSIONS[@]} -gt 0 ]; then
   phase "plegd in a real Kubernetes 1.37 node (tests/cluster_e2e.rs, tests/kubelet_parity.rs)"
   CLUSTER_PLEGD=$TARGET_DIR/release-without-lto/plegd
   trap 'bash tests/cluster/cluster.sh stop; bash tests/containerd/containerd.sh stop' EXIT
-  PLEGD_BINARY=$CLUSTER_PLEGD PLEGD_CLUSTER_E2E=1 run_tests --test cluster_e2e --test kubelet_parity --test readiness_gate
+  PLEGD_BINARY=$CLUSTER_PLEGD PLEGD_CLUSTER_E2E=1 run_cluster_tests --test cluster_e2e --test kubelet_parity --test readiness_gate
   bash tests/cluster/cluster.sh stop
   # The same suite in kind, on a Docker engine of the tests' own with a node image built here
   # (deploy/kind/e2e.sh, PLEGD_KIND_LOCAL=1): in CI's time, what kind's node has of its own — the
@@ -172,7 +176,7 @@ if [ ${#VERSIONS[@]} -gt 0 ]; then
     [ "$kubelet" = default ] && kubelet=
     phase "plegd in a node on containerd $containerd beside the kubelet ${kubelet:-of the control plane} (the DaemonSet with every component)"
     PLEGD_BINARY=$CLUSTER_PLEGD PLEGD_CLUSTER_CONTAINERD_VERSION=$containerd PLEGD_CLUSTER_KUBELET_VERSION=$kubelet \
-      PLEGD_CLUSTER_E2E=1 run_tests --test cluster_e2e -E 'test(=conditions_with_every_component)'
+      PLEGD_CLUSTER_E2E=1 run_cluster_tests --test cluster_e2e -E 'test(=conditions_with_every_component)'
     bash tests/cluster/cluster.sh stop
   done
 fi

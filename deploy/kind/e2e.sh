@@ -223,8 +223,10 @@ case "${1:-}" in
     log "kind cluster ready with plegd's image in $((SECONDS - started)) s"
     cd "$REPO"
     if ! cargo nextest --version >/dev/null 2>&1; then cargo install cargo-nextest --locked; fi
+    # The tests share the one cluster and take its lock: one at a time, so that none counts its
+    # wait for the lock against its 15 minutes (.config/nextest.toml).
     PLEGD_BINARY=$binary PLEGD_CLUSTER_E2E=1 PLEGD_CLUSTER_SCRIPT="$REPO/deploy/kind/e2e.sh" \
-      cargo nextest run --no-fail-fast --test cluster_e2e "$@"
+      cargo nextest run --no-fail-fast --test-threads 1 --test cluster_e2e "$@"
     ;;
   *) echo "usage: $0 [run] [TEST...] | start [--plegd DIR] | kubectl ARGS... | helm ARGS... | restart COMPONENT | compact | remove-plegd | import-binary BINARY IMAGE | install-crds YAML | mounted-token POD_UID VOLUME" >&2; exit 2 ;;
 esac
