@@ -41,8 +41,9 @@ pub const REASON_UNREAD: &str = "reason_unread";
 pub enum Read {
     /// An exit fact, to send now.
     Now(Trigger),
-    /// An exit whose reason waits on its cgroup's OOM count: it comes from [`ExitData::decided`].
-    Asked,
+    /// An exit of this container whose reason waits on its cgroup's OOM count: it comes from
+    /// [`ExitData::decided`].
+    Asked(String),
     /// Nothing as data: an OOM kill noted, an exit with no time (no fact), any other event.
     Nothing,
 }
@@ -125,11 +126,12 @@ impl ExitData {
                     return Read::Nothing;
                 }
                 let check = self.check.clone();
+                let id = fact.id.clone();
                 self.asked.spawn(async move {
                     let answer = check.oom_killed(&fact.id).await;
                     (fact, answer)
                 });
-                Read::Asked
+                Read::Asked(id)
             }
         }
     }
@@ -254,7 +256,7 @@ mod tests {
         };
         assert!(fact.oom);
         // Noted once: the next exit of the id is asked about again.
-        assert_eq!(data.read(exit("c1", 137)), Read::Asked);
+        assert_eq!(data.read(exit("c1", 137)), Read::Asked("c1".into()));
         let Read::Now(Trigger::Exited(fact)) = data.read(exit("c2", 3)) else {
             panic!("an exit fact at once")
         };
@@ -272,7 +274,7 @@ mod tests {
     async fn a_count_that_cannot_be_read_leaves_the_exit_to_the_cri() {
         let metrics = Arc::new(Metrics::new());
         let mut data = reader(&metrics);
-        assert_eq!(data.read(exit("c1", 137)), Read::Asked);
+        assert_eq!(data.read(exit("c1", 137)), Read::Asked("c1".into()));
         let decided = tokio::time::timeout(Duration::from_secs(30), data.decided())
             .await
             .expect("the failed count decided within the call's deadline");
@@ -295,7 +297,7 @@ mod tests {
         let metrics = Arc::new(Metrics::new());
         let mut data = reader(&metrics);
         for n in 0..MAX_ASKED {
-            assert_eq!(data.read(exit(&format!("c{n}"), 137)), Read::Asked);
+            assert_eq!(data.read(exit(&format!("c{n}"), 137)), Read::Asked(format!("c{n}")));
         }
         assert_eq!(data.read(exit("one-more", 137)), Read::Nothing);
         assert!(

@@ -5,7 +5,8 @@
         cargo bench --bench kubelet_side_by_side -- --passes defaults
     python3 tests/bench/exit_trace.py /tmp/trace/defaults
 
-For every exit: containerd's /tasks/exit and /tasks/delete as plegd's trigger stream got them, the
+For every exit: containerd's /tasks/exit and /tasks/delete as plegd's trigger stream got them (and,
+for an exit of status 137, when its cgroup's OOM count was read), the
 CRI state (the bench's floor), the check that found the change, plegd's ContainerDied, and the
 computed status the bench saw; in ms from the floor. Then p50 / p99 of each step, per round, and
 the slowest exits with their steps.
@@ -43,11 +44,17 @@ def main(prefix):
             continue
         f, t = j.get("fields", {}), at(j["timestamp"])
         msg = f.get("message")
-        if msg == "trigger" and f.get("source") == "containerd":
-            trig = f.get("trigger", "")
+        if msg in ("trigger", "exit event", "exit event: its reason waits on the cgroup's OOM count") \
+                and f.get("source") == "containerd":
+            trig = f.get("trigger", "") + f.get("container", "")
             for i in ids:
                 if i in trig:
                     first(i, f.get("topic"), t)
+        elif msg == "exit event: its reason read" and f.get("source") == "containerd":
+            trig = f.get("trigger", "") + f.get("decided", "")
+            for i in ids:
+                if i in trig:
+                    first(i, "reason", t)
         elif msg == "lifecycle event" and f.get("container") in ids and f.get("event") == "ContainerDied":
             first(f["container"], "died", t)
         elif msg == "trigger check":
@@ -75,7 +82,8 @@ def main(prefix):
             rel = lambda t: None if t is None else (t - floor) * 1000
             rows.append({
                 "pod": c["pod"], "id": c["container"][:12],
-                "finished": rel(c["cri"]), "exit": rel(s.get("/tasks/exit")), "delete": rel(s.get("/tasks/delete")),
+                "finished": rel(c["cri"]), "exit": rel(s.get("/tasks/exit")), "reason": rel(s.get("reason")),
+                "delete": rel(s.get("/tasks/delete")),
                 "found": rel(s.get("found")), "died": rel(s.get("died")),
                 "computed": rel(seen.get("computed")), "condition": rel(seen.get("plegd")),
                 "checks": [((t - floor) * 1000, a, fr, ch) for t, a, fr, ch in checks[c["container"]]],
@@ -84,7 +92,7 @@ def main(prefix):
         if not rows:
             continue
         print(f"\n{rnd}: {len(rows)} exits, ms from the CRI state (the floor); p50 / p99 / max")
-        for k in ("finished", "exit", "delete", "found", "died", "computed", "condition"):
+        for k in ("finished", "exit", "reason", "delete", "found", "died", "computed", "condition"):
             xs = [r[k] for r in rows if r[k] is not None]
             print(f"  {k:10} n={len(xs):3}  {pct(xs, .5):8.1f} {pct(xs, .99):8.1f} {max(xs) if xs else float('nan'):8.1f}")
         died_to_computed = [r["computed"] - r["died"] for r in rows if r["computed"] is not None and r["died"] is not None]
