@@ -26,6 +26,9 @@
 //!     cargo bench --bench kubelet_side_by_side -- --pods 50 --passes defaults,kubelet-only
 //!     PLEGD_CLUSTER_CONTAINERD_VERSION=1.7 cargo bench --bench kubelet_side_by_side
 //!
+//! `PLEGD_CLUSTER_KUBELET_VERSION=1.35.4|1.36.3` runs the node's kubelet of that version under the
+//! 1.37.2 control plane (tests/cluster/cluster.sh), plegd following its rules.
+//!
 //! `PLEGD_BINARY` installs another plegd binary than this tree's (an A/B of two builds on the same
 //! node: tests/bench/side_by_side_ab.sh). `PLEGD_BENCH_OVERLAY` installs plegd from another
 //! conditions-mode kustomization than deploy/conditions (tests/bench/conditions-cri: CRI events as
@@ -490,8 +493,11 @@ async fn main() {
     let spread = Duration::from_millis(arg("--spread-ms").unwrap_or(200));
     let idle = Duration::from_secs(arg("--idle-secs").unwrap_or(60));
     let passes: String = arg("--passes").unwrap_or_else(|| "defaults,evented,kubelet-only".to_owned());
+    // The node's kubelet, as tests/cluster/cluster.sh starts it (the control plane's unless
+    // `PLEGD_CLUSTER_KUBELET_VERSION` names another).
     println!(
-        "kubelet 1.37.2 and plegd {} on one node, containerd {}, {n} pods per round",
+        "kubelet {} (control plane 1.37.2) and plegd {} on one node, containerd {}, {n} pods per round",
+        std::env::var("PLEGD_CLUSTER_KUBELET_VERSION").unwrap_or_else(|_| "1.37.2".into()),
         env!("CARGO_PKG_VERSION"),
         std::env::var("PLEGD_CLUSTER_CONTAINERD_VERSION").unwrap_or_else(|_| "2.3".into())
     );
