@@ -1,15 +1,21 @@
 //! Relist cost on a real containerd with a small node's worth of pods: N pods (default 30), each a
-//! sandbox and one running container, made through CRI the way the kubelet makes them. Timed side by
-//! side, interleaved, in one run:
+//! sandbox and `--containers` running containers (default 1), made through CRI the way the kubelet
+//! makes them. Timed side by side, interleaved, in one run:
 //!   - bare: the two typed CRI list calls (ListPodSandbox + ListContainers, prost decoding), the
-//!     least any relister must do;
-//!   - list: plegd's list (the same two calls, raw answers, its wire decoder, grouping into pods);
+//!     least any relister must do with unary lists;
+//!   - bare streamed (on a runtime that streams its lists, containerd 2.4): StreamPodSandboxes and
+//!     StreamContainers read to their end, the items left encoded — the least any relister must do
+//!     with the streams;
+//!   - list: plegd's list (the same calls as it chose for the connection — the streams where the
+//!     runtime serves them — raw answers, its wire decoder, grouping into pods);
 //!   - relist: a whole no-change relist of plegd's PLEG (list, records, event computation).
 //!
-//! Needs root (it starts the test containerd through tests/containerd/containerd.sh).
+//! Needs root (it starts the test containerd through tests/containerd/containerd.sh;
+//! `PLEGD_CONTAINERD_VERSION=2.4` for one that streams).
 //!
 //!     cargo bench --bench real_relist
 //!     cargo bench --bench real_relist -- --pods 30 --rounds 300
+//!     PLEGD_CONTAINERD_VERSION=2.4 cargo bench --bench real_relist -- --pods 200 --containers 5
 
 mod args;
 use plegd_test_support::containerd;
@@ -22,7 +28,10 @@ use args::arg;
 use k8s_cri::v1 as cri;
 use plegd::metrics::Metrics;
 use plegd::pleg::{GenericPleg, PlegConfig};
-use plegd::runtime::{CriConfig, CriRuntime, Runtime};
+use plegd::runtime::list_mode::ListMode;
+use plegd::runtime::lists::runtime_service_client::RuntimeServiceClient as ListsClient;
+use plegd::runtime::lists::{StreamContainersRequest, StreamPodSandboxesRequest};
+use plegd::runtime::{CriConfig, CriRuntime, MAX_MESSAGE_SIZE, Runtime, unix_channel};
 use plegd::util::clock::SystemClock;
 use stats::percentile;
 
@@ -30,6 +39,7 @@ use stats::percentile;
 async fn main() {
     let pods: usize = arg("--pods").unwrap_or(30);
     let rounds: usize = arg("--rounds").unwrap_or(300);
+    let per_pod: usize = arg("--containers").unwrap_or(1);
     let Some(cd) = containerd::containerd().await else {
         eprintln!("real_relist: needs a real containerd (root on Linux)");
         std::process::exit(1);
@@ -37,7 +47,9 @@ async fn main() {
     let mut made = Vec::new();
     for i in 0..pods {
         let pod = cd.run_pod(&format!("bench{i}"), true).await;
-        cd.run_container(&pod, "app", "sleep 100000").await;
+        for c in 0..per_pod {
+            cd.run_container(&pod, &format!("app{c}"), "sleep 100000").await;
+        }
         made.push(pod);
     }
 
@@ -51,8 +63,16 @@ async fn main() {
     let ours = listed.iter().filter(|p| p.id.starts_with("bench")).count();
     assert!(ours >= pods, "plegd sees {ours} of the {pods} pods");
     let client = cd.client.clone();
+    let streams = runtime.list_mode() == Some(ListMode::Streaming);
+    let lists = ListsClient::new(unix_channel(
+        &cd.socket,
+        Duration::from_secs(5),
+        CriConfig::default().backoff,
+        Some(Duration::from_secs(60)),
+    ))
+    .max_decoding_message_size(MAX_MESSAGE_SIZE);
 
-    let (mut bare, mut list, mut relist) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut bare, mut streamed, mut list, mut relist) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for round in 0..rounds + 20 {
         let (mut sandbox_client, mut container_client) = (client.clone(), client.clone());
         let t = Instant::now();
@@ -62,7 +82,15 @@ async fn main() {
         )
         .expect("bare lists");
         let bare_ms = t.elapsed().as_secs_f64() * 1e3;
-        assert!(s.into_inner().items.len() + c.into_inner().containers.len() >= 2 * pods);
+        assert!(s.into_inner().items.len() + c.into_inner().containers.len() >= pods * (1 + per_pod));
+        let streamed_ms = if streams {
+            let t = Instant::now();
+            let items = bare_streamed(&lists).await;
+            assert!(items >= pods * (1 + per_pod), "{items} items streamed");
+            Some(t.elapsed().as_secs_f64() * 1e3)
+        } else {
+            None
+        };
         let t = Instant::now();
         runtime.list_pods().await.expect("list");
         let list_ms = t.elapsed().as_secs_f64() * 1e3;
@@ -72,6 +100,7 @@ async fn main() {
         // The first rounds warm connections and caches.
         if round >= 20 {
             bare.push(bare_ms);
+            streamed.extend(streamed_ms);
             list.push(list_ms);
             relist.push(relist_ms);
         }
@@ -81,27 +110,69 @@ async fn main() {
         cd.cleanup(pod).await;
     }
 
-    for samples in [&mut bare, &mut list, &mut relist] {
+    for samples in [&mut bare, &mut streamed, &mut list, &mut relist] {
         samples.sort_by(f64::total_cmp);
     }
     let (median, p90) = (|v: &[f64]| percentile(v, 0.5), |v: &[f64]| percentile(v, 0.9));
     let b = median(&bare);
     println!(
-        "\n### Relist on real containerd {} ({} pods, {} containers), {rounds} interleaved rounds\n",
-        version.runtime_version, pods, pods
+        "\n### Relist on real containerd {} ({} pods, {} containers; plegd lists {}), {rounds} interleaved rounds\n",
+        version.runtime_version,
+        pods,
+        pods * per_pod,
+        if streams { "through the streams" } else { "with the unary calls" }
     );
-    println!("| what | median ms | p90 ms | ratio to bare (medians) |\n|---|---|---|---|");
-    println!("| bare typed RPCs | {b:.3} | {:.3} | 1.00 |", p90(&bare));
+    // The ratios are to the bare calls plegd's own list makes: the streams where it streams.
+    let floor = if streams { median(&streamed) } else { b };
+    println!("| what | median ms | p90 ms | ratio to the bare calls plegd makes (medians) |\n|---|---|---|---|");
+    println!("| bare typed unary RPCs | {b:.3} | {:.3} | {:.2} |", p90(&bare), b / floor);
+    if streams {
+        println!(
+            "| bare streamed lists (items left encoded) | {floor:.3} | {:.3} | 1.00 |",
+            p90(&streamed)
+        );
+    }
     let l = median(&list);
     println!(
         "| plegd list (raw + wire decode + grouping) | {l:.3} | {:.3} | {:.2} |",
         p90(&list),
-        l / b
+        l / floor
     );
     let r = median(&relist);
     println!(
         "| plegd relist, no change | {r:.3} | {:.3} | {:.2} |",
         p90(&relist),
-        r / b
+        r / floor
     );
+}
+
+/// StreamPodSandboxes and StreamContainers at once, each read to its end: how many items came.
+async fn bare_streamed(lists: &ListsClient<tonic::transport::Channel>) -> usize {
+    let (mut sandboxes, mut containers) = (lists.clone(), lists.clone());
+    let (s, c) = tokio::try_join!(
+        async {
+            let mut stream = sandboxes
+                .stream_pod_sandboxes(StreamPodSandboxesRequest { filter: None })
+                .await?
+                .into_inner();
+            let mut n = 0;
+            while let Some(message) = stream.message().await? {
+                n += message.pod_sandboxes.len();
+            }
+            Ok::<_, tonic::Status>(n)
+        },
+        async {
+            let mut stream = containers
+                .stream_containers(StreamContainersRequest { filter: None })
+                .await?
+                .into_inner();
+            let mut n = 0;
+            while let Some(message) = stream.message().await? {
+                n += message.containers.len();
+            }
+            Ok::<_, tonic::Status>(n)
+        }
+    )
+    .expect("bare streamed lists");
+    s + c
 }
