@@ -293,7 +293,10 @@ fn alert_rules_pass_their_unit_tests_and_the_operator_rule_is_the_same() {
         .into_iter()
         .filter(|op| op.starts_with("List") || op.starts_with("Stream"));
     for op in lists {
-        assert!(expr.contains(op), "PlegdRuntimeUnreachable misses the list call {op}: {expr}");
+        assert!(
+            expr.contains(op),
+            "PlegdRuntimeUnreachable misses the list call {op}: {expr}"
+        );
     }
     // The PrometheusRule carries the same rules.
     let operator: Value = serde_saphyr::from_str(

@@ -350,8 +350,14 @@ pub mod known {
     /// `plegd_pleg_events_total{kind}`: the events the PLEG sends.
     pub const EVENT_KINDS: [&str; 4] = ["ContainerStarted", "ContainerDied", "ContainerRemoved", "PodSync"];
     /// `plegd_exit_events_total{result}`.
-    pub const EXIT_EVENT_RESULTS: [&str; 6] =
-        ["shown", "runtime_first", "recorded", "not_recorded", "sandbox", "reason_unread"];
+    pub const EXIT_EVENT_RESULTS: [&str; 6] = [
+        "shown",
+        "runtime_first",
+        "recorded",
+        "not_recorded",
+        "sandbox",
+        "reason_unread",
+    ];
     /// `plegd_exit_corrections_total{field}`.
     pub const EXIT_CORRECTION_FIELDS: [&str; 4] = ["exit_code", "finished_at", "reason", "state"];
     /// `plegd_trigger_relists_total{kind}`.

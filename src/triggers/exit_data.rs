@@ -169,7 +169,8 @@ impl ExitData {
     fn settle(&mut self, fact: ExitFact, answer: Result<Option<bool>, TaskMetricsError>) -> Decided {
         let id = fact.id.clone();
         if let Err(error) = &answer {
-            self.metrics.count_runtime_error(crate::runtime::task_metrics::OPERATION);
+            self.metrics
+                .count_runtime_error(crate::runtime::task_metrics::OPERATION);
             if self.warned {
                 debug!(container = %id, %error, "the cgroup's OOM count could not be read: the exit is left to the CRI state");
             } else {
@@ -232,10 +233,14 @@ mod tests {
         let channel = crate::runtime::unix_channel(
             &dir.join("absent.sock"),
             Duration::from_millis(200),
-            crate::util::backoff::ExponentialBackoff::try_new(Duration::from_millis(10), Duration::from_millis(100)).unwrap(),
+            crate::util::backoff::ExponentialBackoff::try_new(Duration::from_millis(10), Duration::from_millis(100))
+                .unwrap(),
             None,
         );
-        ExitData::new(OomCheck::new(channel, "k8s.io", Duration::from_secs(2)), metrics.clone())
+        ExitData::new(
+            OomCheck::new(channel, "k8s.io", Duration::from_secs(2)),
+            metrics.clone(),
+        )
     }
 
     fn exit(id: &str, exit_status: u32) -> ContainerdData {

@@ -74,11 +74,11 @@ use crate::util::clock::Clock;
 use crate::util::supervise::Stage;
 
 pub use dispatch::{Pending, dispatch};
+pub use exit_data::MAX_OOM_KILLED;
 pub use schedule::{
     BATCH_PROBES, FINE_PROBES, Fresh, FreshPlan, MAX_RECHECKS, QUIET_FOR, Schedules, Target, UNLOCATABLE_FOR,
     first_attempt, recheck_delay,
 };
-pub use exit_data::MAX_OOM_KILLED;
 pub use streams::{SUBSCRIBED_AFTER, UNUSABLE_AFTER, replayed, run_exit_source, run_source};
 
 /// What a trigger asks for.

@@ -10,8 +10,7 @@ use tracing::{debug, info, warn};
 use crate::metrics::Metrics;
 use crate::pleg::{PlegContainerState, StreamState, TriggerHealth};
 use crate::runtime::events::{
-    CriNames, EventStream, EventSubject, RuntimeEvent, cri_events_follow_state,
-    cri_events_go_to_one_subscriber,
+    CriNames, EventStream, EventSubject, RuntimeEvent, cri_events_follow_state, cri_events_go_to_one_subscriber,
 };
 use crate::runtime::{CriRuntime, RuntimeVersion};
 

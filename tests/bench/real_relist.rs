@@ -130,12 +130,20 @@ async fn main() {
         version.runtime_version,
         pods,
         pods * per_pod,
-        if streams { "through the streams" } else { "with the unary calls" }
+        if streams {
+            "through the streams"
+        } else {
+            "with the unary calls"
+        }
     );
     // The ratios are to the bare calls plegd's own list makes: the streams where it streams.
     let floor = if streams { median(&streamed) } else { b };
     println!("| what | median ms | p90 ms | ratio to the bare calls plegd makes (medians) |\n|---|---|---|---|");
-    println!("| bare typed unary RPCs | {b:.3} | {:.3} | {:.2} |", p90(&bare), b / floor);
+    println!(
+        "| bare typed unary RPCs | {b:.3} | {:.3} | {:.2} |",
+        p90(&bare),
+        b / floor
+    );
     if streams {
         println!(
             "| bare streamed lists (items left encoded) | {floor:.3} | {:.3} | 1.00 |",
