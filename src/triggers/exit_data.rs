@@ -127,6 +127,7 @@ impl ExitData {
                 }
                 let check = self.check.clone();
                 let id = fact.id.clone();
+                debug!(source = "containerd", topic = "/tasks/exit", container = %id, "exit event: its reason waits on the cgroup's OOM count");
                 self.asked.spawn(async move {
                     let answer = check.oom_killed(&fact.id).await;
                     (fact, answer)
@@ -168,6 +169,7 @@ impl ExitData {
 
     fn settle(&mut self, fact: ExitFact, answer: Result<Option<bool>, TaskMetricsError>) -> Decided {
         let id = fact.id.clone();
+        debug!(source = "containerd", container = %id, answer = ?answer, "exit event: its reason read");
         if let Err(error) = &answer {
             self.metrics
                 .count_runtime_error(crate::runtime::task_metrics::OPERATION);

@@ -139,10 +139,7 @@ pub const UNUSABLE_AFTER: u32 = 3;
 fn containerd_trigger(event: RuntimeEvent, exits: &mut ExitData) -> Option<Trigger> {
     match event.data.map(|data| exits.read(data)) {
         Some(Read::Now(trigger)) => return Some(trigger),
-        Some(Read::Asked(id)) => {
-            debug!(source = "containerd", topic = %event.topic, container = %id, "exit event: its reason waits on the cgroup's OOM count");
-            return None;
-        }
+        Some(Read::Asked(_)) => return None,
         Some(Read::Nothing) | None => {}
     }
     Some(match event.subject? {
@@ -201,7 +198,6 @@ async fn containerd_subscription(
 /// What the events source makes of an exit asked about: its fact, or — its reason unread — the
 /// check of the container as of any `/tasks/exit` that is no fact.
 fn decided_trigger(decided: Decided) -> Trigger {
-    debug!(source = "containerd", ?decided, "exit event: its reason read");
     match decided {
         Decided::Exit(trigger) => trigger,
         Decided::LeftToCri(id) => Trigger::ContainerAhead(id),
@@ -223,7 +219,6 @@ pub async fn run_exit_source(runtime: &CriRuntime, options: TriggerConfig, sende
     // An exit whose reason could not be read is the CRI events' to show: nothing is sent for it.
     let send_decided = |decided: Decided| {
         if let Decided::Exit(trigger) = decided {
-            debug!(source = "containerd", ?trigger, "exit event: its reason read");
             sender.send(trigger);
         }
     };
@@ -248,15 +243,9 @@ pub async fn run_exit_source(runtime: &CriRuntime, options: TriggerConfig, sende
                             delivered = true;
                         }
                         metrics.count_trigger(Source::Containerd.as_str());
-                        match event.data.map(|data| exits.read(data)) {
-                            Some(Read::Now(trigger)) => {
-                                debug!(source = "containerd", topic = %event.topic, ?trigger, "exit event");
-                                sender.send(trigger);
-                            }
-                            Some(Read::Asked(id)) => {
-                                debug!(source = "containerd", topic = %event.topic, container = %id, "exit event: its reason waits on the cgroup's OOM count");
-                            }
-                            Some(Read::Nothing) | None => {}
+                        if let Some(Read::Now(trigger)) = event.data.map(|data| exits.read(data)) {
+                            debug!(source = "containerd", topic = %event.topic, ?trigger, "exit event");
+                            sender.send(trigger);
                         }
                     }
                     Ok(None) => break "closed by the runtime".to_owned(),

@@ -51,7 +51,7 @@ def main(prefix):
                 if i in trig:
                     first(i, f.get("topic"), t)
         elif msg == "exit event: its reason read" and f.get("source") == "containerd":
-            trig = f.get("trigger", "") + f.get("decided", "")
+            trig = f.get("container", "")
             for i in ids:
                 if i in trig:
                     first(i, "reason", t)
