@@ -194,6 +194,25 @@ impl RuntimePod {
     pub fn find_any(&self, id: &str) -> Option<&RuntimeContainer> {
         self.find_container(id).or_else(|| self.find_sandbox(id))
     }
+
+    /// The pod's sandboxes in the kubelet's order, newest first ([`newest_sandbox_first`]).
+    pub fn sandboxes_newest_first(&self) -> Vec<&RuntimeContainer> {
+        let mut sandboxes: Vec<&RuntimeContainer> = self.sandboxes.iter().collect();
+        sandboxes.sort_by(|a, b| newest_sandbox_first(a, b));
+        sandboxes
+    }
+}
+
+/// The kubelet's order of a pod's sandboxes, newest first (`podSandboxByCreatedThenID` of the
+/// kubelets 1.36 and 1.37): the higher attempt first, then the later creation, then the smaller
+/// id. Its first sandbox is the pod's: its IPs, its readiness, its name. (The kubelet 1.35 orders
+/// by attempt alone and leaves the sandboxes of one attempt in the order the runtime listed them;
+/// this order is one of those.)
+pub fn newest_sandbox_first(a: &RuntimeContainer, b: &RuntimeContainer) -> std::cmp::Ordering {
+    b.attempt
+        .cmp(&a.attempt)
+        .then(b.created_at.cmp(&a.created_at))
+        .then_with(|| a.id.cmp(&b.id))
 }
 
 /// The state of a pod sandbox in a full status read.
@@ -357,5 +376,31 @@ mod tests {
         euro.push(b"\xff");
         assert_eq!(format!("{euro:?}"), "\"€€\u{FFFD}\"");
         assert_eq!(serde_json::to_string(&euro).unwrap(), "\"€€\u{FFFD}\"");
+    }
+
+    /// kuberuntime's `podSandboxByCreatedThenID` (1.36, 1.37), case by case.
+    #[test]
+    fn sandboxes_are_ordered_as_the_kubelet_orders_them() {
+        let sandbox = |id: &str, attempt: u32, created_at: i64| RuntimeContainer {
+            id: id.into(),
+            sandbox_id: String::new(),
+            name: String::new(),
+            state: RuntimeContainerState::Exited,
+            created_at,
+            attempt,
+        };
+        let pod = RuntimePod {
+            sandboxes: vec![
+                sandbox("a-old-first", 0, 10),
+                sandbox("b-retried-early-clock", 1, 5),
+                sandbox("d-tie", 0, 20),
+                sandbox("c-tie", 0, 20),
+            ],
+            ..RuntimePod::default()
+        };
+        let order: Vec<&str> = pod.sandboxes_newest_first().iter().map(|s| s.id.as_str()).collect();
+        // The higher attempt first even when created earlier; within an attempt the later
+        // creation first; the same creation by id.
+        assert_eq!(order, ["b-retried-early-clock", "c-tie", "d-tie", "a-old-first"]);
     }
 }

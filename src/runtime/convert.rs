@@ -11,7 +11,7 @@ use k8s_cri::v1 as cri;
 use crate::kubecontainer::{
     ANNOTATION_RESTART_COUNT, LABEL_CONTAINER_NAME, LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID,
     RuntimeContainer, RuntimeContainerResources, RuntimeContainerState, RuntimeContainerStatus, RuntimeContainerUser,
-    RuntimeLinuxContainerUser, RuntimePod, SandboxState, SandboxStatus,
+    RuntimeLinuxContainerUser, RuntimePod, SandboxState, SandboxStatus, newest_sandbox_first,
 };
 
 /// A sandbox as a relist lists it, before grouping. Strings borrow from the runtime's answer where
@@ -319,19 +319,20 @@ impl<'a> PodGrouping<'a> {
         }
         let state = sandbox_as_container_state(sandbox_state(&sandbox.id, sandbox.state, bad));
         let pod = self.pod(&sandbox.uid);
-        // The newest sandbox names the pod, as in the kubelet.
-        if pod.name.is_empty() || pod.sandboxes.iter().all(|s| s.created_at <= sandbox.created_at) {
-            pod.name = sandbox.name.into_owned();
-            pod.namespace = sandbox.namespace.into_owned();
-        }
-        pod.sandboxes.push(RuntimeContainer {
+        let listed = RuntimeContainer {
             id: sandbox.id.into_owned(),
             sandbox_id: String::new(),
             name: String::new(),
             state,
             created_at: sandbox.created_at,
             attempt: sandbox.attempt,
-        });
+        };
+        // The newest sandbox names the pod, as in the kubelet.
+        if pod.name.is_empty() || pod.sandboxes.iter().all(|s| newest_sandbox_first(&listed, s).is_le()) {
+            pod.name = sandbox.name.into_owned();
+            pod.namespace = sandbox.namespace.into_owned();
+        }
+        pod.sandboxes.push(listed);
     }
 
     /// Add a listed container to its pod. One without an id or a pod-uid label, or with an id
@@ -770,6 +771,23 @@ mod tests {
         assert_eq!(pods[0].name, "new");
         let pods = group_pods(vec![old, new], Vec::<cri::Container>::new(), &mut bad);
         assert_eq!(pods[0].name, "new");
+    }
+
+    #[test]
+    fn the_higher_attempt_names_the_pod_whatever_its_creation() {
+        // podSandboxByCreatedThenID: the attempt first, the creation time within one attempt.
+        let mut bad = Vec::new();
+        let mut retried = sandbox("s1", "u1", 1, 1);
+        retried.metadata.as_mut().unwrap().name = "retried".into();
+        retried.metadata.as_mut().unwrap().attempt = 1;
+        let mut first = sandbox("s2", "u1", 0, 5);
+        first.metadata.as_mut().unwrap().name = "first".into();
+        for order in [vec![first.clone(), retried.clone()], vec![retried, first]] {
+            let pods = group_pods(order, Vec::<cri::Container>::new(), &mut bad);
+            assert_eq!(pods[0].name, "retried");
+            let newest: Vec<&str> = pods[0].sandboxes_newest_first().iter().map(|s| s.id.as_str()).collect();
+            assert_eq!(newest, ["s1", "s2"]);
+        }
     }
 
     #[test]

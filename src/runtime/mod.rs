@@ -823,12 +823,15 @@ impl Runtime for CriRuntime {
             Some((id, CriAnswer(Answer::Container(c)))) => (None, Some((id, c))),
             None => (None, None),
         };
-        let mut sandbox_ids: Vec<(&str, i64)> = pod.sandboxes.iter().map(|s| (s.id.as_str(), s.created_at)).collect();
-        sandbox_ids.sort_by_key(|s| std::cmp::Reverse(s.1));
+        let sandbox_ids: Vec<&str> = pod
+            .sandboxes_newest_first()
+            .into_iter()
+            .map(|s| s.id.as_str())
+            .collect();
         let sandboxes = join_all(
             sandbox_ids
                 .iter()
-                .map(|&(id, _)| answered_or(take_known(&mut known_sandbox, id), || self.sandbox_status(id))),
+                .map(|&id| answered_or(take_known(&mut known_sandbox, id), || self.sandbox_status(id))),
         );
         let containers = join_all(
             pod.containers
@@ -844,7 +847,7 @@ impl Runtime for CriRuntime {
             namespace: pod.namespace.clone(),
             ..RuntimePodStatus::default()
         };
-        for (s, (id, _)) in sandboxes.into_iter().zip(&sandbox_ids) {
+        for (s, id) in sandboxes.into_iter().zip(&sandbox_ids) {
             if let Some(s) = s? {
                 let s = statuses::sandbox_status(id, &s, &mut bad);
                 status.sandbox_statuses.push(convert::sandbox_status(s, &mut bad));
