@@ -694,6 +694,7 @@ impl StatusManager {
         };
         self.retry_after.wait().await;
         self.limiter.acquire().await;
+        debug!(pod = %key, "sending the status");
         let namespace = key.namespace.as_deref().unwrap_or_default();
         let (params, body) = (PatchParams::default(), Patch::Strategic(body));
         // The answer is the whole pod as stored; only its resourceVersion and status are kept.

@@ -27,3 +27,21 @@ pub fn cluster_sh(args: &[&str], gates: &str) -> String {
     assert!(out.status.success(), "cluster.sh {args:?} failed");
     plegd_test_support::cluster::last_line(&out)
 }
+
+/// The whole log of the cluster's plegd (its DaemonSet's pod), for a bench's trace.
+pub fn plegd_log() -> Vec<u8> {
+    Command::new("bash")
+        .arg(script())
+        .args([
+            "kubectl",
+            "-n",
+            "plegd-system",
+            "logs",
+            "ds/plegd",
+            "--tail=-1",
+            "--request-timeout=60s",
+        ])
+        .output()
+        .expect("run tests/cluster/cluster.sh kubectl")
+        .stdout
+}

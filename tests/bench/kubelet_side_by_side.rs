@@ -447,20 +447,8 @@ fn trace(
         }
     }
     std::fs::write(dir.join(format!("{pass}.jsonl")), lines).expect("PLEGD_BENCH_TRACE: write the changes");
-    let log = Command::new("bash")
-        .arg(cluster_sh::script())
-        .args([
-            "kubectl",
-            "-n",
-            "plegd-system",
-            "logs",
-            "ds/plegd",
-            "--tail=-1",
-            "--request-timeout=60s",
-        ])
-        .output()
-        .expect("run tests/cluster/cluster.sh kubectl");
-    std::fs::write(dir.join(format!("{pass}-plegd.log")), log.stdout).expect("PLEGD_BENCH_TRACE: write plegd's log");
+    std::fs::write(dir.join(format!("{pass}-plegd.log")), cluster_sh::plegd_log())
+        .expect("PLEGD_BENCH_TRACE: write plegd's log");
 }
 
 fn row(name: &str, mut ms: Vec<f64>) -> Option<f64> {

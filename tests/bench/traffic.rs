@@ -18,7 +18,9 @@
 //!             seen" where it was back before kube-proxy's next sync dropped it;
 //!   last fail the last failed request of the Service after the kill and before the rules dropped it;
 //!   failed    failed requests of the Service in that window;
-//!   back      its endpoint ready again (the kubelet restarted it, Ready).
+//!   back      its endpoint ready again (the kubelet restarted it, Ready);
+//!   and for a gated backend, where its time goes: its pod seen (a watch) with plegd's condition
+//!   False, then with Ready False (the kubelet's write), before the EndpointSlice controller's.
 //!
 //! Passes (`--passes`, default `defaults`): `defaults` (the kubelet as it ships), `evented` (its
 //! EventedPLEG gate on), each `+load` (`defaults+load`): the same while `--load` (100) other pods are
@@ -38,7 +40,10 @@
 //! `--poll-runtime false` leaves the runtime unpolled (and the check undone), to see what the
 //! polling costs the figures.
 //!
-//! `PLEGD_BENCH_TRACE=DIR` writes each crash's figures (`DIR/PASS.jsonl`).
+//! `PLEGD_BENCH_TRACE=DIR` writes each crash's figures and when it was killed (`DIR/PASS.jsonl`)
+//! and plegd's log (`DIR/PASS-plegd.log`; set its level with `PLEGD_CLUSTER_PLEGD_LOG_LEVEL`, e.g.
+//! `info,plegd::triggers=debug,plegd::pleg=debug,plegd::status=debug`): tests/bench/traffic_trace.py
+//! follows each spread crash of a gated backend through plegd.
 
 mod args;
 mod cluster_sh;
@@ -100,14 +105,28 @@ fn backend(group: &str, i: usize, node: &str) -> Pod {
     .unwrap()
 }
 
-/// SIGKILL backend `i` of `group` (its httpd, the container's only process); the moment.
-fn kill(group: &str, i: usize) -> Instant {
-    let at = Instant::now();
-    let out = Command::new("pkill")
-        .args(["-KILL", "-f", &format!("busybox httpd -f -p {} ", port(group, i))])
+/// The pid of backend `i` of `group` (its httpd, the container's only process), if it runs.
+fn backend_pid(group: &str, i: usize) -> Option<rustix::process::Pid> {
+    let out = Command::new("pgrep")
+        .args(["-f", &format!("busybox httpd -f -p {} ", port(group, i))])
         .output()
-        .expect("run pkill");
-    assert!(out.status.success(), "no backend {group}/{i} to kill");
+        .expect("run pgrep");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let pid: i32 = text.lines().next()?.trim().parse().ok()?;
+    rustix::process::Pid::from_raw(pid)
+}
+
+/// SIGKILL backend `i` of `group`; the moment of the signal (its process found first, so that the
+/// search is not counted).
+fn kill(group: &str, i: usize) -> Instant {
+    kill_pid(backend_pid(group, i).unwrap_or_else(|| panic!("no backend {group}/{i} to kill")))
+}
+
+/// SIGKILL `pid`; the moment of the signal.
+fn kill_pid(pid: rustix::process::Pid) -> Instant {
+    let at = Instant::now();
+    rustix::process::kill_process(pid, rustix::process::Signal::KILL)
+        .unwrap_or_else(|e| panic!("SIGKILL pid {pid:?}: {e}"));
     at
 }
 
@@ -274,6 +293,11 @@ struct Crash {
     last_fail: Option<f64>,
     failed: usize,
     back: Option<f64>,
+    /// A gated backend's pod seen (a watch) with plegd's condition False, and with Ready False.
+    condition: Option<f64>,
+    ready: Option<f64>,
+    /// The kill, in ms since the epoch (for `PLEGD_BENCH_TRACE`).
+    killed_at: f64,
 }
 
 /// What the apiserver showed of each gated backend, watch event by watch event.
@@ -375,17 +399,44 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
-/// The figures of a crash of the backend at `ip` of `group`, killed at `killed`; `until` bounds
+/// The first update of gated pod `pod` seen after `killed` and before `until` (the bench's clock,
+/// `clock` its wall-clock twin) where `pick` holds: its time since the kill.
+fn first_shown(
+    shown: &Shown,
+    pod: &str,
+    clock: (Instant, std::time::SystemTime),
+    killed: Instant,
+    until: Instant,
+    pick: fn(&never_wrong::Shown) -> bool,
+) -> Option<f64> {
+    let wall = |at: Instant| clock.1 + (at - clock.0);
+    let (from, to) = (wall(killed), wall(until));
+    shown
+        .lock()
+        .unwrap()
+        .get(pod)?
+        .iter()
+        .find(|s| s.at >= from && s.at < to && pick(s))
+        .and_then(|s| s.at.duration_since(from).ok())
+        .map(ms)
+}
+
+/// The figures of a crash of backend `i` of `group` at `ip`, killed at `killed`; `until` bounds
 /// the window of failures it is blamed for (the next crash of the same Service, or the end).
 fn figures(
-    group: &str,
-    ip: &str,
+    (group, i, ip): (&str, usize, &str),
     killed: Instant,
     until: Instant,
     endpoints: &Seen,
     rules: &Seen,
     requests: &Requests,
+    (shown, clock): (&Shown, (Instant, std::time::SystemTime)),
 ) -> Crash {
+    // Only the gated backends' pods are watched.
+    let pod = format!("backend-{i}");
+    let gated = group == "gated";
+    let condition = first_shown(shown, &pod, clock, killed, until, |s| s.gate == Some(false)).filter(|_| gated);
+    let ready = first_shown(shown, &pod, clock, killed, until, |s| !s.ready).filter(|_| gated);
     let endpoints = endpoints.lock().unwrap();
     let rules = rules.lock().unwrap();
     let out_of_rules = first_after(rules.get(ip), killed, until, false);
@@ -405,6 +456,11 @@ fn figures(
         back: first_after(endpoints.get(ip), killed, until, false)
             .and_then(|gone| first_after(endpoints.get(ip), killed + gone, until, true).map(|back| gone + back))
             .map(ms),
+        condition,
+        ready,
+        killed_at: ms((clock.1 + (killed - clock.0))
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()),
     }
 }
 
@@ -446,9 +502,15 @@ fn report(title: &str, crashes: &[Crash]) {
         ("last failed request", |c: &Crash| c.last_fail),
         ("failed requests (count)", |c: &Crash| Some(c.failed as f64)),
         ("back in service", |c: &Crash| c.back),
+        ("plegd's condition False (pod watch)", |c: &Crash| c.condition),
+        ("Ready False (pod watch)", |c: &Crash| c.ready),
     ] {
         for group in GROUPS {
             let values: Vec<Option<f64>> = crashes.iter().filter(|c| c.group == group).map(pick).collect();
+            if values.iter().all(Option::is_none) {
+                // The plain pods are not watched.
+                continue;
+            }
             let (text, p50, p90, p99) = quantiles(&values);
             let cells: Vec<&str> = text.split_whitespace().collect();
             println!(
@@ -696,6 +758,7 @@ async fn main() {
         }
         let rules_thread = watch_rules(chains, in_rules.clone(), stop.clone());
         let shown = Shown::default();
+        let clock = (Instant::now(), std::time::SystemTime::now());
         tasks.push(watch_gated_pods(client.clone(), shown.clone()));
         let lives = Lives::default();
         if poll_runtime {
@@ -735,14 +798,20 @@ async fn main() {
         tokio::time::sleep(Duration::from_secs(15)).await;
         let spread_end = Instant::now();
         // The burst: every backend of both Services at once.
+        let pids: Vec<(&str, usize, rustix::process::Pid)> = GROUPS
+            .iter()
+            .flat_map(|group| (0..backends).map(move |i| (*group, i)))
+            .map(|(group, i)| {
+                let pid = backend_pid(group, i).unwrap_or_else(|| panic!("no backend {group}/{i} to kill"));
+                (group, i, pid)
+            })
+            .collect();
         let burst_at = Instant::now();
         let mut burst = Vec::new();
-        for group in GROUPS {
-            for i in 0..backends {
-                burst.push((group, i, kill(group, i)));
-                if group == "gated" {
-                    killed += 1;
-                }
+        for (group, i, pid) in pids {
+            burst.push((group, i, kill_pid(pid)));
+            if group == "gated" {
+                killed += 1;
             }
         }
         tokio::time::sleep(Duration::from_secs(40)).await;
@@ -754,11 +823,7 @@ async fn main() {
             let group = GROUPS[(draw.next() * 2.0) as usize % 2];
             let i = (draw.next() * backends as f64) as usize % backends;
             // A backend in the kubelet's restart backoff has no process to kill: skipped.
-            let running = Command::new("pgrep")
-                .args(["-f", &format!("busybox httpd -f -p {} ", port(group, i))])
-                .output()
-                .is_ok_and(|o| o.status.success());
-            if running {
+            if backend_pid(group, i).is_some() {
                 kill(group, i);
                 soak_kills += 1;
                 if group == "gated" {
@@ -787,13 +852,13 @@ async fn main() {
                     .find(|(g, _, _)| g == group)
                     .map_or(spread_end, |(_, _, t)| *t);
                 figures(
-                    group,
-                    &ips[&(*group, *i)],
+                    (group, *i, &ips[&(*group, *i)]),
                     *at,
                     next,
                     &endpoints,
                     &in_rules,
                     &requests[group],
+                    (&shown, clock),
                 )
             })
             .collect();
@@ -802,13 +867,13 @@ async fn main() {
             .iter()
             .map(|(group, i, at)| {
                 let mut crash = figures(
-                    group,
-                    &ips[&(*group, *i)],
+                    (group, *i, &ips[&(*group, *i)]),
                     *at,
                     burst_at + Duration::from_secs(30),
                     &endpoints,
                     &in_rules,
                     &requests[group],
+                    (&shown, clock),
                 );
                 // Failures in a burst belong to the Service, not one backend: counted once below.
                 crash.failed = 0;
@@ -878,17 +943,23 @@ async fn main() {
                 .iter()
                 .map(|c| {
                     json!({"kind": "spread", "group": c.group, "endpoint_ms": c.endpoint, "rules_ms": c.rules,
-                           "last_fail_ms": c.last_fail, "failed": c.failed, "back_ms": c.back})
+                           "last_fail_ms": c.last_fail, "failed": c.failed, "back_ms": c.back,
+                           "condition_ms": c.condition, "ready_ms": c.ready, "killed_at_ms": c.killed_at})
                     .to_string()
                 })
                 .chain(burst_figures.iter().map(|c| {
                     json!({"kind": "burst", "group": c.group, "endpoint_ms": c.endpoint, "rules_ms": c.rules,
-                           "back_ms": c.back})
+                           "back_ms": c.back, "condition_ms": c.condition, "ready_ms": c.ready, "killed_at_ms": c.killed_at})
                     .to_string()
                 }))
                 .collect();
             std::fs::create_dir_all(&dir).unwrap();
             std::fs::write(Path::new(&dir).join(format!("{pass}.jsonl")), lines.join("\n") + "\n").unwrap();
+            std::fs::write(
+                Path::new(&dir).join(format!("{pass}-plegd.log")),
+                cluster_sh::plegd_log(),
+            )
+            .unwrap();
         }
         for group in GROUPS {
             let namespaces: Api<Namespace> = Api::all(client.clone());
