@@ -40,10 +40,11 @@
 //! `--poll-runtime false` leaves the runtime unpolled (and the check undone), to see what the
 //! polling costs the figures.
 //!
-//! `PLEGD_BENCH_TRACE=DIR` writes each crash's figures and when it was killed (`DIR/PASS.jsonl`)
-//! and plegd's log (`DIR/PASS-plegd.log`; set its level with `PLEGD_CLUSTER_PLEGD_LOG_LEVEL`, e.g.
-//! `info,plegd::triggers=debug,plegd::pleg=debug,plegd::status=debug`): tests/bench/traffic_trace.py
-//! follows each spread crash of a gated backend through plegd.
+//! `PLEGD_BENCH_TRACE=DIR` writes each crash's figures and when it was killed (`DIR/PASS.jsonl`),
+//! plegd's log (`DIR/PASS-plegd.log`; set its level with `PLEGD_CLUSTER_PLEGD_LOG_LEVEL`, e.g.
+//! `info,plegd::triggers=debug,plegd::pleg=debug,plegd::status=debug`) and the apiserver's audit
+//! log (`DIR/PASS-audit.log`): tests/bench/traffic_trace.py follows each spread crash of a gated
+//! backend through plegd, the apiserver, the kubelet and the EndpointSlice controller.
 
 mod args;
 mod cluster_sh;
@@ -296,7 +297,8 @@ struct Crash {
     /// A gated backend's pod seen (a watch) with plegd's condition False, and with Ready False.
     condition: Option<f64>,
     ready: Option<f64>,
-    /// The kill, in ms since the epoch (for `PLEGD_BENCH_TRACE`).
+    /// The backend's pod, and its kill in ms since the epoch (for `PLEGD_BENCH_TRACE`).
+    pod: String,
     killed_at: f64,
 }
 
@@ -458,6 +460,7 @@ fn figures(
             .map(ms),
         condition,
         ready,
+        pod,
         killed_at: ms((clock.1 + (killed - clock.0))
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default()),
@@ -944,12 +947,12 @@ async fn main() {
                 .map(|c| {
                     json!({"kind": "spread", "group": c.group, "endpoint_ms": c.endpoint, "rules_ms": c.rules,
                            "last_fail_ms": c.last_fail, "failed": c.failed, "back_ms": c.back,
-                           "condition_ms": c.condition, "ready_ms": c.ready, "killed_at_ms": c.killed_at})
+                           "condition_ms": c.condition, "ready_ms": c.ready, "pod": c.pod, "killed_at_ms": c.killed_at})
                     .to_string()
                 })
                 .chain(burst_figures.iter().map(|c| {
                     json!({"kind": "burst", "group": c.group, "endpoint_ms": c.endpoint, "rules_ms": c.rules,
-                           "back_ms": c.back, "condition_ms": c.condition, "ready_ms": c.ready, "killed_at_ms": c.killed_at})
+                           "back_ms": c.back, "condition_ms": c.condition, "ready_ms": c.ready, "pod": c.pod, "killed_at_ms": c.killed_at})
                     .to_string()
                 }))
                 .collect();
@@ -960,6 +963,13 @@ async fn main() {
                 cluster_sh::plegd_log(),
             )
             .unwrap();
+            // The apiserver's side of each write (when received, when answered), before the next
+            // pass starts the cluster anew.
+            std::fs::copy(
+                support::cluster::AUDIT_LOG,
+                Path::new(&dir).join(format!("{pass}-audit.log")),
+            )
+            .expect("PLEGD_BENCH_TRACE: copy the apiserver's audit log");
         }
         for group in GROUPS {
             let namespaces: Api<Namespace> = Api::all(client.clone());

@@ -28,6 +28,9 @@ pub const NAMESPACE: &str = "plegd-system";
 /// Where tests/cluster/cluster.sh keeps what runs on the node: the kubelet's static pod directory
 /// and the cluster's containerd.
 pub const STATIC_PODS: &str = "/var/lib/plegd-test/cluster/run/manifests";
+/// The cluster's kube-apiserver audit log (every request at the Metadata level: who, what, when
+/// received and when answered).
+pub const AUDIT_LOG: &str = "/var/lib/plegd-test/cluster/run/audit.log";
 pub const CONTAINERD_SOCKET: &str = "/var/lib/plegd-test/cluster/containerd/containerd.sock";
 
 /// The containers of the cluster's pods in `namespace`, as the node's containerd lists them (the
