@@ -570,6 +570,32 @@ fn report(title: &str, crashes: &[Crash]) {
     );
 }
 
+/// Wait until the readiness gate's admission policy acts on pods of the gated namespace: the
+/// apiserver loads a policy created moments ago on its own time, and a backend created before then
+/// would go ungated (`failurePolicy: Ignore`). A server-side dry run shows what admission makes of a
+/// pod without keeping it.
+async fn gate_policy_active(client: &kube::Client, node: &str) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace("gated"));
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    support::wait_for(
+        "the readiness gate's admission policy adding the gate to a new pod of the gated namespace",
+        Duration::from_secs(60),
+        || async {
+            pods.create(&dry_run, &backend("gated", 0, node))
+                .await
+                .is_ok_and(|pod| {
+                    pod.spec
+                        .and_then(|s| s.readiness_gates)
+                        .is_some_and(|g| g.iter().any(|g| g.condition_type == support::cluster::CONDITION))
+                })
+        },
+    )
+    .await;
+}
+
 /// Pods created and deleted in a loop in their own namespace until `stop`: a busy runtime.
 fn load(
     client: kube::Client,
@@ -676,6 +702,9 @@ async fn main() {
                 json!({})
             };
             ensure_namespace(&client, &namespace(group), labels).await;
+            if group == "gated" {
+                gate_policy_active(&client, &node).await;
+            }
             let services: Api<Service> = Api::namespaced(client.clone(), &namespace(group));
             services
                 .create(
