@@ -401,6 +401,11 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
+/// `at` on the wall clock, `clock` being one moment on both clocks.
+fn wall_clock(clock: (Instant, std::time::SystemTime), at: Instant) -> std::time::SystemTime {
+    clock.1 + (at - clock.0)
+}
+
 /// The first update of gated pod `pod` seen after `killed` and before `until` (the bench's clock,
 /// `clock` its wall-clock twin) where `pick` holds: its time since the kill.
 fn first_shown(
@@ -411,7 +416,7 @@ fn first_shown(
     until: Instant,
     pick: fn(&never_wrong::Shown) -> bool,
 ) -> Option<f64> {
-    let wall = |at: Instant| clock.1 + (at - clock.0);
+    let wall = |at: Instant| wall_clock(clock, at);
     let (from, to) = (wall(killed), wall(until));
     shown
         .lock()
@@ -461,7 +466,7 @@ fn figures(
         condition,
         ready,
         pod,
-        killed_at: ms((clock.1 + (killed - clock.0))
+        killed_at: ms(wall_clock(clock, killed)
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default()),
     }
