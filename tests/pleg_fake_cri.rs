@@ -1004,3 +1004,111 @@ async fn an_exit_the_cri_shows_otherwise_is_corrected_and_counted() {
         ]
     );
 }
+
+/// An exit taken from containerd's exit event while nothing else of its pod changed is written
+/// into the pod's last status read: the runtime is not asked again (in a burst of exits each read
+/// waits on a runtime busy with the burst), the termination message is read from the file the last
+/// read named, as a status read reads it, and the CRI's own exit then confirms it with no
+/// correction. A pod whose last read failed is read again before its exit is shown, with the
+/// change the failed read missed.
+#[tokio::test]
+async fn an_exit_is_written_into_the_pods_last_status_read_without_asking_the_runtime() {
+    use plegd::kubecontainer::RuntimeContainerState as S;
+    use plegd::pleg::ExitTaken;
+    use plegd::runtime::exits::ExitFact;
+    use plegd::runtime::termination::HostFiles;
+    let node = tempfile::tempdir().unwrap();
+    let file = node.path().join("kubelet/pods/u1/containers/c0/1a2b");
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    std::fs::write(&file, b"out of memory, bye").unwrap();
+    let server = FakeServer::start().await;
+    let options = CriConfig {
+        host_files: HostFiles::new(&node.path().join("kubelet"), &node.path().join("logs")),
+        ..fast_options()
+    };
+    let clock = FakeClock::new(SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000));
+    let relister = Relister::connect(&server.path, &options, clock.clone(), PlegConfig::default()).await;
+    let mut h = Harness {
+        server,
+        relister,
+        clock,
+    };
+    h.fake().add_running_pod("u1", "web", 2);
+    h.fake().set_termination_message_file("ctr-u1-0", &file);
+    h.fake().add_running_pod("u2", "db", 2);
+    assert_eq!(h.relist().await.len(), 6, "two sandboxes and four containers started");
+    let reads = |h: &Harness| (h.fake().calls("PodSandboxStatus"), h.fake().calls("ContainerStatus"));
+    let before = reads(&h);
+
+    let fact = ExitFact::new("ctr-u1-0".into(), 137, Some((1_700_000_123, 5)), true).expect("a fact");
+    assert_eq!(
+        h.pleg.containers_exited(vec![fact]).await,
+        [("ctr-u1-0".to_owned(), ExitTaken::Shown)]
+    );
+    assert_eq!(reads(&h), before, "no status read");
+    let events = h.drain();
+    assert_eq!(kinds(&events), [ev(E::ContainerDied, "ctr-u1-0")]);
+    assert_eq!(
+        (
+            events[0].exit_code,
+            events[0].reason.as_deref(),
+            events[0].message.as_deref()
+        ),
+        (Some(137), Some("OOMKilled"), Some("out of memory, bye"))
+    );
+    let cached = h.cache().get("u1");
+    let exited = cached.status.find_container("ctr-u1-0").expect("its status");
+    assert_eq!(
+        (
+            exited.state,
+            exited.exit_code,
+            exited.finished_at,
+            exited.termination_source.is_none()
+        ),
+        (
+            S::Exited,
+            137,
+            Some(SystemTime::UNIX_EPOCH + Duration::from_nanos(1_700_000_123_000_000_005)),
+            true
+        )
+    );
+    let other = cached.status.find_container("ctr-u1-1").expect("the other's status");
+    assert_eq!(other.state, S::Running, "the rest as the last read found it");
+    assert_eq!(cached.status.ips, ["10.9.0.1"]);
+
+    // The CRI shows the same exit: confirmed, nothing corrected, nothing held.
+    h.fake().exit_container("ctr-u1-0", 137);
+    {
+        let mut st = h.fake().state();
+        let c = st.containers.get_mut("ctr-u1-0").unwrap();
+        c.reason = "OOMKilled".into();
+        c.finished_at = 1_700_000_123_000_000_005;
+    }
+    assert_eq!(kinds(&h.relist().await), []);
+    assert_eq!(h.metrics.sample("plegd_exits_held"), Some(0.0));
+    assert_eq!(
+        h.metrics.sample("plegd_exit_corrections_total{field=\"reason\"}"),
+        Some(0.0)
+    );
+
+    // u2's last read failed (a change it was to read): its exit waits for a read, which shows both.
+    h.fake().exit_container("ctr-u2-1", 1);
+    h.fake().fail("ContainerStatus", tonic::Status::unavailable("busy"));
+    assert_eq!(kinds(&h.relist().await), [], "withheld until the pod is read");
+    h.fake().heal("ContainerStatus");
+    let before = reads(&h);
+    let fact = ExitFact::new("ctr-u2-0".into(), 2, Some((1_700_000_124, 0)), false).expect("a fact");
+    assert_eq!(
+        h.pleg.containers_exited(vec![fact]).await,
+        [("ctr-u2-0".to_owned(), ExitTaken::Shown)]
+    );
+    let after = reads(&h);
+    assert!(after.0 > before.0 && after.1 > before.1, "read: {before:?} → {after:?}");
+    let mut died: Vec<String> = kinds(&h.drain())
+        .into_iter()
+        .filter(|(kind, _)| *kind == E::ContainerDied)
+        .map(|(_, id)| id)
+        .collect();
+    died.sort();
+    assert_eq!(died, ["ctr-u2-0", "ctr-u2-1"]);
+}

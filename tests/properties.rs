@@ -204,6 +204,7 @@ proptest! {
                         resources: None,
                         user: None,
                         stop_signal: None,
+                        termination_source: None,
                     }),
                     // The running one exits.
                     1 => if let Some(c) = list.last_mut().filter(|c| c.state == RuntimeContainerState::Running) {

@@ -274,6 +274,21 @@ pub struct RuntimeContainerStatus {
     /// runtime reports one (`runtimeSignalToString`); None for CRI's `RUNTIME_DEFAULT` (a runtime
     /// that does not report it) or a value outside CRI's enum.
     pub stop_signal: Option<&'static str>,
+    /// Where its termination message is read from once it exits, kept from a read that found it
+    /// not exited: an exit taken from the runtime's exit event is written into the pod's last
+    /// status read with it (`pleg`), without asking the runtime again. None once it exited (its
+    /// message is read then), and for a container with no message file and no log to fall back to.
+    #[serde(skip)]
+    pub termination_source: Option<TerminationMessageSource>,
+}
+
+/// Where a container's termination message is read from (`getTerminationMessage`): the host side
+/// of the mount at its `terminationMessagePath`, and its log where its policy is
+/// `FallbackToLogsOnError` (read only after a failed exit).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TerminationMessageSource {
+    pub file: Option<String>,
+    pub logs_on_error: Option<String>,
 }
 
 /// The resources a runtime reports it applied to a container, in the kubelet's units

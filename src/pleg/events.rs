@@ -507,6 +507,7 @@ mod tests {
                 resources: None,
                 user: None,
                 stop_signal: None,
+                termination_source: None,
             }],
             ..RuntimePodStatus::default()
         };

@@ -3,8 +3,9 @@
 //! is and why it can be taken at once).
 //!
 //! An exit taken from containerd's `/tasks/exit` makes its container exited in its pod's record
-//! at once: the ContainerDied event and the pod's status come from it without waiting for the CRI.
-//! Until the CRI state shows the exit, every listing of the pod still says the container runs;
+//! at once: the ContainerDied event and the pod's status come from it without waiting for the CRI,
+//! the status from the pod's last status read while it still shows what the records hold
+//! ([`last_status_holds`]). Until the CRI state shows the exit, every listing of the pod still says the container runs;
 //! [`HeldExits::hold`] keeps it exited there (a container's state only moves forward: created,
 //! running, exited, removed), so that no relist takes the lag for a restart. Once a listing or a
 //! probe shows it exited, the next status read compares the two ([`Settled`]), and the CRI's
@@ -15,7 +16,8 @@
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
-use crate::kubecontainer::{PodUid, RuntimeContainerState, RuntimePod};
+use crate::kubecontainer::{PodUid, RuntimeContainerState, RuntimePod, RuntimePodStatus};
+use crate::runtime::convert::sandbox_as_container_state;
 use crate::runtime::exits::{ExitFact, ExitRead, PendingExit};
 
 /// How long an exit is held against a CRI state that does not show it. containerd's CRI shows an
@@ -189,6 +191,40 @@ impl HeldExits {
     }
 }
 
+/// Whether `last`, the pod's last status read, with `exits` written into it, shows exactly what
+/// the records hold of the pod (`pod`): the same containers and sandboxes, each in the same state
+/// (pure). Then, as far as the CRI state tells, nothing of the pod but these exits changed since
+/// that read, and the exits are shown from it without reading the pod's status again
+/// ([`Runtime::status_with_exits`](crate::runtime::Runtime::status_with_exits)): in a burst of
+/// exits each read waits on a runtime busy with the burst itself, seconds on 2 cores. Any
+/// difference (a container the read did not find, a state another change moved, an exit the CRI
+/// showed first) leaves the pod to a status read.
+pub fn last_status_holds(pod: &RuntimePod, last: &RuntimePodStatus, exits: &[PendingExit]) -> bool {
+    let containers_hold = pod.containers.len() == last.container_statuses.len()
+        && pod.containers.iter().all(|c| {
+            let Some(s) = last.find_container(&c.id) else {
+                return false;
+            };
+            match exits.iter().find(|e| e.fact.id == c.id) {
+                // Shown exited already only by an earlier taking of this exit (which wrote its
+                // reason): a CRI status that showed it would have settled it.
+                Some(exit) => {
+                    c.state == RuntimeContainerState::Exited
+                        && (s.state != RuntimeContainerState::Exited || exit.reason.is_some())
+                }
+                None => s.state == c.state,
+            }
+        });
+    let sandboxes_hold = pod.sandboxes.len() == last.sandbox_statuses.len()
+        && pod.sandboxes.iter().all(|sandbox| {
+            last.sandbox_statuses
+                .iter()
+                .find(|s| s.id == sandbox.id)
+                .is_some_and(|s| sandbox_as_container_state(s.state) == sandbox.state)
+        });
+    containers_hold && sandboxes_hold
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -300,5 +336,59 @@ mod tests {
         exits.take("u1", fact("c1"), t0);
         exits.hold("u1", None, t0, true);
         assert!(exits.is_empty());
+    }
+
+    #[test]
+    fn an_exit_is_shown_from_the_last_read_only_while_it_shows_what_the_records_hold() {
+        use crate::kubecontainer::SandboxState;
+        use crate::status::generate::test_support::{ready_sandbox, runtime_status};
+        let last = |states: &[(&str, RuntimeContainerState)]| RuntimePodStatus {
+            id: "u1".into(),
+            container_statuses: states
+                .iter()
+                .map(|(id, state)| runtime_status(id, id, *state, 1))
+                .collect(),
+            sandbox_statuses: vec![ready_sandbox("10.0.0.1")],
+            ..Default::default()
+        };
+        let with_sandbox = |mut pod: RuntimePod, state| {
+            pod.sandboxes.push(crate::kubecontainer::RuntimeContainer {
+                id: "s1".into(),
+                sandbox_id: String::new(),
+                name: String::new(),
+                state,
+                created_at: 1,
+                attempt: 0,
+            });
+            pod
+        };
+        let taken = |id: &str| vec![PendingExit::new(fact(id))];
+        // The records hold c1 exited by the exit just taken; the last read found it running.
+        let records = with_sandbox(pod("u1", &[("c1", Exited), ("c2", Running)]), Running);
+        let read = last(&[("c1", Running), ("c2", Running)]);
+        assert!(last_status_holds(&records, &read, &taken("c1")));
+        // No exit for c1: the records and the read differ.
+        assert!(!last_status_holds(&records, &read, &[]));
+        // Another container changed since the read (the records saw c2 exit, not yet read).
+        let changed = with_sandbox(pod("u1", &[("c1", Exited), ("c2", Exited)]), Running);
+        assert!(!last_status_holds(&changed, &read, &taken("c1")));
+        // A container the read did not find, or one more than the records hold.
+        assert!(!last_status_holds(&records, &last(&[("c1", Running)]), &taken("c1")));
+        let more = last(&[("c1", Running), ("c2", Running), ("c3", Running)]);
+        assert!(!last_status_holds(&records, &more, &taken("c1")));
+        // The sandbox: gone from the read, or in another state.
+        let mut no_sandbox = read.clone();
+        no_sandbox.sandbox_statuses.clear();
+        assert!(!last_status_holds(&records, &no_sandbox, &taken("c1")));
+        let mut not_ready = read.clone();
+        not_ready.sandbox_statuses[0].state = SandboxState::NotReady;
+        assert!(!last_status_holds(&records, &not_ready, &taken("c1")));
+        // The read shows c1 exited: by this exit written earlier (its reason set), it holds; a read
+        // of the CRI that showed it has to settle it instead.
+        let shown = last(&[("c1", Exited), ("c2", Running)]);
+        assert!(!last_status_holds(&records, &shown, &taken("c1")));
+        let mut written = taken("c1");
+        written[0].reason = Some(b"Error".to_vec());
+        assert!(last_status_holds(&records, &shown, &written));
     }
 }

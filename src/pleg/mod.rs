@@ -523,7 +523,7 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
                 .filter(|u| !state.records.contains_key(*u))
                 .cloned(),
         );
-        let needs_reinspection = self.sync_pods(state, uids, start, missed_by).await;
+        let needs_reinspection = self.sync_pods(state, uids, start, missed_by, false).await;
         debug!(
             list_ms = listed.as_secs_f64() * 1e3,
             total_ms = started.elapsed().as_secs_f64() * 1e3,
@@ -541,29 +541,41 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
 
     /// [`Self::sync_record`] for each of `uids`, their status reads side by side (a burst of exits
     /// changes many pods in one relist; read one after the other, the last pod's events waited for
-    /// every read before it); each pod's events go out as soon as its own read is done. Returns the
-    /// pods whose read failed.
+    /// every read before it); each pod's events go out as soon as its own read is done. With
+    /// `exits_taken` (exits just taken), a pod whose last read still holds gets its exits written
+    /// into it instead of a read. Returns the pods whose read failed.
     async fn sync_pods(
         &self,
         state: &mut RelistState,
         uids: Vec<PodUid>,
         start: SystemTime,
         missed_by: Option<&'static str>,
+        exits_taken: bool,
     ) -> HashSet<PodUid> {
         let mut failed = HashSet::new();
         let mut reads = futures_util::stream::FuturesUnordered::new();
-        let prepared: Vec<(SyncWork, PodUid)> = uids
+        let prepared: Vec<(SyncWork, PodUid, Option<RuntimePodStatus>)> = uids
             .into_iter()
-            .filter_map(|uid| Some((self.prepare_sync(state, &uid, start)?, uid)))
+            .filter_map(|uid| {
+                let work = self.prepare_sync(state, &uid, start)?;
+                let last = exits_taken.then(|| self.last_status_for(state, &uid, &work)).flatten();
+                Some((work, uid, last))
+            })
             .collect();
         let mut waiting = prepared.into_iter();
         loop {
             while reads.len() < STATUS_READS_AT_ONCE {
-                let Some((mut work, uid)) = waiting.next() else { break };
+                let Some((mut work, uid, last)) = waiting.next() else {
+                    break;
+                };
                 reads.push(async move {
-                    let status = self
-                        .update_cache(&uid, work.current.as_ref(), None, &mut work.exits)
-                        .await;
+                    let status = match last {
+                        Some(last) => Ok(Some(self.exits_into_last(&uid, last, &mut work.exits).await)),
+                        None => {
+                            self.update_cache(&uid, work.current.as_ref(), None, &mut work.exits)
+                                .await
+                        }
+                    };
                     (uid, work, status)
                 });
             }
@@ -604,11 +616,13 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
 
     /// Exits the runtime announced (containerd's `/tasks/exit` of a container's init process:
     /// `runtime::exits`), taken at once: each container a record holds as created, running or
-    /// unknown is exited in its pod's record, and its pod's status read with the exit written into
-    /// the container's CRI status, so that the ContainerDied event and the status carry it before
-    /// the CRI state shows it. The exit is held until a status read shows it (see `exits.rs`); the
-    /// CRI's values win where they differ. The pods' status reads run side by side. Returns what
-    /// became of each fact, in order.
+    /// unknown is exited in its pod's record, and its pod's status written with the exit in the
+    /// container's status, so that the ContainerDied event and the status carry it before the CRI
+    /// state shows it. The status is the pod's last status read with the exits written into it,
+    /// while that read shows what the records hold ([`exits::last_status_holds`]); else it is read
+    /// (side by side for the pods), each exit written into a CRI status that does not show it yet.
+    /// The exit is held until a status read shows it (see `exits.rs`); the CRI's values win where
+    /// they differ. Returns what became of each fact, in order.
     pub async fn containers_exited(&self, facts: Vec<ExitFact>) -> Vec<(String, ExitTaken)> {
         let _every_pod = self.gate.write().await;
         let mut state = self.state.lock().await;
@@ -647,7 +661,7 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
         }
         // Held from now on, while their pods' statuses are read and their events sent.
         self.metrics.exits_held.set(state.exits.len() as i64);
-        let failed = self.sync_pods(&mut state, uids, start, None).await;
+        let failed = self.sync_pods(&mut state, uids, start, None, true).await;
         state.reinspect.extend(failed);
         // An exit the read found shown by the CRI already was not ahead of it.
         for (id, outcome) in &mut taken {
@@ -864,6 +878,29 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
             }
         }
         None
+    }
+
+    /// The pod's last status read, when exits just taken for it can be written into it instead of
+    /// reading its status again ([`exits::last_status_holds`]): it read well, the pod waits for no
+    /// re-inspection and no settling of an exit, and the status shows what the records hold.
+    fn last_status_for(&self, state: &RelistState, uid: &str, work: &SyncWork) -> Option<RuntimePodStatus> {
+        if work.reinspect || state.exits.to_settle(uid) || !self.cache.reader().contains(uid) {
+            return None;
+        }
+        let cached = self.cache.get(uid);
+        let pod = work.current.as_ref()?;
+        (cached.error.is_none() && exits::last_status_holds(pod, &cached.status, &work.exits))
+            .then(|| RuntimePodStatus::clone(&cached.status))
+    }
+
+    /// The exits taken for a pod written into its last status read (`last`), into the cache: what
+    /// [`Self::update_cache`] does, without asking the runtime.
+    async fn exits_into_last(&self, uid: &str, last: RuntimePodStatus, exits: &mut [PendingExit]) -> RuntimePodStatus {
+        let timestamp = self.stamp();
+        let status = self.runtime.status_with_exits(last, exits).await;
+        debug!(pod = %uid, "exits shown from the pod's last status read");
+        self.cache.set(uid, Ok(status.clone()), timestamp);
+        status
     }
 
     /// `updateCache`: read the pod's status into the cache; a pod that is gone loses its entry.

@@ -466,6 +466,8 @@ pub fn container_status(mut status: cri::ContainerStatus, bad: &mut Vec<BadData>
         // Set from the runtime's answer by the caller (`stop_signal`): CRI's message of the
         // k8s-cri crate predates the field.
         stop_signal: None,
+        // Set by the status read, which knows whether the container exited (`termination`).
+        termination_source: None,
     }
 }
 

@@ -23,13 +23,17 @@
 //! So an exit read from `/tasks/exit` is what containerd's CRI will show: [`ExitFact`] holds it,
 //! [`read`] writes it into a container's CRI status that does not show it yet (the same status
 //! then goes through the same conversion and termination-message reading as one the runtime
-//! reported EXITED), and, once the CRI status shows the exit itself, compares the two: the CRI
+//! reported EXITED), [`write_into_last`] the same into the converted status of the pod's last read
+//! when that is not read again, and, once the CRI status shows the exit itself, compares the two: the CRI
 //! wins, and where it differs ([`ExitRead::Corrected`]: an OOM announced after the exit, which the
 //! shim does not order; an exit the plugin recovered after a restart as 255 `Unknown`) the caller
 //! counts it. CRI-O and other runtimes send no such event: their exits come from the CRI state
 //! alone.
 
+use super::convert::{self, BadData};
 use super::lists::ContainerStatus;
+use super::termination;
+use crate::kubecontainer::{RuntimeContainerState, RuntimeContainerStatus};
 
 /// containerd's CRI reasons for an exited container (`internal/cri/server/helpers.go`).
 pub const REASON_COMPLETED: &str = "Completed";
@@ -144,6 +148,33 @@ pub fn read(pending: &mut PendingExit, status: &mut ContainerStatus) -> ExitRead
     };
     pending.outcome = Some(outcome.clone());
     outcome
+}
+
+/// Write `pending` into `status`, a container's status as the pod's last read found it, not read
+/// again (pure): what [`read`] writes into a CRI status that does not show the exit yet, in the
+/// converted form, and the termination message to read for it (from the places the last read kept:
+/// the caller reads it, as a status read does). A status that shows the exit already shows it from
+/// this same pending exit, written by an earlier taking (a CRI status that showed it would have
+/// settled it): it is left as it is. Either way the CRI has not shown the exit: [`ExitRead::Ahead`].
+pub fn write_into_last(
+    pending: &mut PendingExit,
+    status: &mut RuntimeContainerStatus,
+    bad: &mut Vec<BadData>,
+) -> Option<termination::Plan> {
+    pending.outcome = Some(ExitRead::Ahead);
+    if status.state == RuntimeContainerState::Exited {
+        return None;
+    }
+    let fact = &pending.fact;
+    let reason = pending
+        .reason
+        .get_or_insert_with(|| fact.reason(status.reason.as_bytes()));
+    status.state = RuntimeContainerState::Exited;
+    status.finished_at = convert::nanos_to_time(&fact.id, fact.finished_at, bad);
+    status.exit_code = fact.exit_code;
+    status.reason = String::from_utf8_lossy(reason).into_owned();
+    let source = status.termination_source.take()?;
+    termination::plan_for(&source, status.exit_code, &status.reason)
 }
 
 #[cfg(test)]
@@ -261,5 +292,59 @@ mod tests {
         let mut pending = PendingExit::new(fact(0, false));
         let mut shown = status(CRI_EXITED, 0, at, "Completed");
         assert_eq!(read(&mut pending, &mut shown), ExitRead::Confirmed);
+    }
+
+    /// The exit written into a converted status as [`read`] writes it into a CRI one: the same
+    /// state, time, code and reason (the stored one first), and the termination message to read.
+    #[test]
+    fn an_exit_written_into_the_last_read_is_the_one_a_read_writes() {
+        use crate::kubecontainer::TerminationMessageSource;
+        let converted = |raw: ContainerStatus| {
+            let mut bad = Vec::new();
+            let cri = super::super::statuses::container_status("c1", &raw, &mut bad);
+            assert!(bad.is_empty());
+            convert::container_status(cri, &mut bad)
+        };
+        for (fact, stored) in [
+            (fact(137, true), ""),
+            (fact(3, false), ""),
+            (fact(0, false), ""),
+            (fact(137, false), "OOMKilled"),
+        ] {
+            let mut by_read = PendingExit::new(fact.clone());
+            let mut raw = status(RUNNING, 0, 0, stored);
+            read(&mut by_read, &mut raw);
+            let mut by_write = PendingExit::new(fact.clone());
+            let mut last = converted(status(RUNNING, 0, 0, stored));
+            last.termination_source = Some(TerminationMessageSource {
+                file: Some("/var/lib/kubelet/pods/u/containers/app/1a2b".into()),
+                logs_on_error: Some("/var/log/pods/ns_p_u/app/0.log".into()),
+            });
+            let plan = write_into_last(&mut by_write, &mut last, &mut Vec::new()).expect("a message to read");
+            let mut want = converted(raw);
+            want.termination_source = None;
+            assert_eq!(last, want, "{fact:?}");
+            assert_eq!(
+                (by_write.reason, by_write.outcome),
+                (by_read.reason, Some(ExitRead::Ahead))
+            );
+            assert_eq!(
+                plan.file.as_deref(),
+                Some("/var/lib/kubelet/pods/u/containers/app/1a2b")
+            );
+            assert_eq!(
+                plan.logs.is_some(),
+                fact.exit_code != 0,
+                "the log only for a failed exit"
+            );
+        }
+        // Written before (the status shows it exited already): left as it is, still ahead.
+        let mut again = PendingExit::new(fact(3, false));
+        let mut last = converted(status(RUNNING, 0, 0, ""));
+        write_into_last(&mut again, &mut last, &mut Vec::new());
+        let written = last.clone();
+        again.outcome = None;
+        assert_eq!(write_into_last(&mut again, &mut last, &mut Vec::new()), None);
+        assert_eq!((last, again.outcome), (written, Some(ExitRead::Ahead)));
     }
 }

@@ -102,6 +102,26 @@ pub trait Runtime: Send + Sync + 'static {
         probed: Option<(&str, Self::Answer)>,
         exits: &mut [exits::PendingExit],
     ) -> impl Future<Output = Result<RuntimePodStatus, RuntimeError>> + Send;
+    /// `last`, a pod's status as its last read found it, with `exits` written into it
+    /// ([`exits::write_into_last`]) and the termination message of each container they end read
+    /// as a status read reads it, without asking the runtime: for exits taken from the runtime's
+    /// exit events while nothing else of the pod changed. Each exit's outcome is set (the CRI has
+    /// not shown it). This default reads no termination message, for a runtime that has no node
+    /// files to read.
+    fn status_with_exits(
+        &self,
+        last: RuntimePodStatus,
+        exits: &mut [exits::PendingExit],
+    ) -> impl Future<Output = RuntimePodStatus> + Send {
+        let mut status = last;
+        let mut bad = Vec::new();
+        for exit in exits.iter_mut() {
+            if let Some(c) = status.container_statuses.iter_mut().find(|c| c.id == exit.fact.id) {
+                exits::write_into_last(exit, c, &mut bad);
+            }
+        }
+        std::future::ready(status)
+    }
     /// The state of one container or sandbox by id, with the runtime's answer, None if the
     /// runtime has no such id: a cheap look (no list) used to notice that a runtime event's
     /// change has reached the CRI state. The caller says which of the two the id is (its records
@@ -863,10 +883,14 @@ impl Runtime for CriRuntime {
                     exits::read(exit, &mut answer);
                 }
                 let c = statuses::container_status(&listed.id, &answer, &mut bad);
-                if let Some(plan) = termination::plan(&c) {
+                let plan = termination::plan(&c);
+                // Kept for an exit taken ahead of the CRI state (`status_with_exits`).
+                let source = plan.is_none().then(|| termination::source(&c)).flatten();
+                if let Some(plan) = plan {
                     plans.push((status.container_statuses.len(), plan));
                 }
                 let mut c = convert::container_status(c, &mut bad);
+                c.termination_source = source.filter(|_| c.state != RuntimeContainerState::Exited);
                 c.sandbox_id.clone_from(&listed.sandbox_id);
                 c.stop_signal = convert::stop_signal(&listed.id, answer.stop_signal, &mut bad);
                 status.container_statuses.push(c);
@@ -884,6 +908,26 @@ impl Runtime for CriRuntime {
             status.ips = newest.ips.clone();
         }
         Ok(status)
+    }
+
+    async fn status_with_exits(&self, last: RuntimePodStatus, exits: &mut [exits::PendingExit]) -> RuntimePodStatus {
+        let mut status = last;
+        let mut bad = Vec::new();
+        let mut plans = Vec::new();
+        for exit in exits.iter_mut() {
+            let Some(at) = status.container_statuses.iter().position(|c| c.id == exit.fact.id) else {
+                continue;
+            };
+            if let Some(plan) = exits::write_into_last(exit, &mut status.container_statuses[at], &mut bad) {
+                plans.push((at, plan));
+            }
+        }
+        if !plans.is_empty() {
+            self.add_termination_messages(&status.id.clone(), &mut status.container_statuses, plans, &mut bad)
+                .await;
+        }
+        self.report(bad);
+        status
     }
 
     async fn probe_state(

@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use k8s_cri::v1 as cri;
 
-use crate::kubecontainer::RawText;
+use crate::kubecontainer::{RawText, TerminationMessageSource};
 use rustix::fs::{Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
 
@@ -57,10 +57,15 @@ pub fn plan(status: &cri::ContainerStatus) -> Option<Plan> {
     if status.state != cri::ContainerState::ContainerExited as i32 {
         return None;
     }
-    let fallback = status.annotations.get(ANNOTATION_MESSAGE_POLICY).map(String::as_str)
-        == Some("FallbackToLogsOnError")
-        && status.exit_code != 0
-        && status.reason != "ContainerCannotRun";
+    plan_for(&source(status)?, status.exit_code, &status.reason)
+}
+
+/// Where a container's termination message will be read from, whatever its state (pure): the host
+/// side of the mount at the path its annotation names, and its log under `FallbackToLogsOnError`.
+/// None when it has neither.
+pub fn source(status: &cri::ContainerStatus) -> Option<TerminationMessageSource> {
+    let falls_back =
+        status.annotations.get(ANNOTATION_MESSAGE_POLICY).map(String::as_str) == Some("FallbackToLogsOnError");
     let file = status
         .annotations
         .get(ANNOTATION_MESSAGE_PATH)
@@ -73,7 +78,16 @@ pub fn plan(status: &cri::ContainerStatus) -> Option<Plan> {
                 .find(|m| m.container_path == wanted)
                 .map(|m| m.host_path.clone())
         });
-    let logs = (fallback && !status.log_path.is_empty()).then(|| status.log_path.clone());
+    let logs_on_error = (falls_back && !status.log_path.is_empty()).then(|| status.log_path.clone());
+    (file.is_some() || logs_on_error.is_some()).then_some(TerminationMessageSource { file, logs_on_error })
+}
+
+/// What is read for an exit of `exit_code` and `reason` of a container whose message comes from
+/// `source` (pure): the log only for a failed exit that is not `ContainerCannotRun`.
+pub fn plan_for(source: &TerminationMessageSource, exit_code: i32, reason: &str) -> Option<Plan> {
+    let failed = exit_code != 0 && reason != "ContainerCannotRun";
+    let file = source.file.clone();
+    let logs = source.logs_on_error.clone().filter(|_| failed);
     (file.is_some() || logs.is_some()).then_some(Plan { file, logs })
 }
 
@@ -660,6 +674,17 @@ mod tests {
         let mut running = exited(0, &[PATH], &[MOUNT]);
         running.state = cri::ContainerState::ContainerRunning as i32;
         assert_eq!(plan(&running), None, "only exited containers");
+        // Read from a running container, the places decide the plan once it exits: the same plan
+        // a read of it exited gives.
+        for (exit_code, reason) in [(3, "Error"), (0, "Completed"), (128, "ContainerCannotRun")] {
+            let mut status = exited(exit_code, &[PATH, FALLBACK], &[MOUNT]);
+            status.reason = reason.into();
+            let mut running = status.clone();
+            running.state = cri::ContainerState::ContainerRunning as i32;
+            let kept = source(&running).expect("a file and a log");
+            assert_eq!(plan_for(&kept, exit_code, reason), plan(&status), "{reason}");
+        }
+        assert_eq!(source(&exited(3, &[], &[MOUNT])), None, "neither a file nor a log");
     }
 
     fn log_line(stream: &str, tag: &str, content: &str) -> String {

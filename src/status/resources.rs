@@ -545,6 +545,7 @@ mod tests {
             resources: applied,
             user: None,
             stop_signal: None,
+            termination_source: None,
         }
     }
 

@@ -142,6 +142,7 @@ pub(crate) fn runtime_status(
         resources: None,
         user: None,
         stop_signal: None,
+        termination_source: None,
     }
 }
 
