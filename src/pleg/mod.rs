@@ -619,7 +619,7 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
     /// unknown is exited in its pod's record, and its pod's status written with the exit in the
     /// container's status, so that the ContainerDied event and the status carry it before the CRI
     /// state shows it. The status is the pod's last status read with the exits written into it,
-    /// while that read shows what the records hold ([`exits::last_status_holds`]); else it is read
+    /// while that read shows what the records hold (`exits::last_status_holds`); else it is read
     /// (side by side for the pods), each exit written into a CRI status that does not show it yet.
     /// The exit is held until a status read shows it (see `exits.rs`); the CRI's values win where
     /// they differ. Returns what became of each fact, in order.
