@@ -884,7 +884,8 @@ impl<R: Runtime, C: Clock> GenericPleg<R, C> {
     /// reading its status again ([`exits::last_status_holds`]): it read well, the pod waits for no
     /// re-inspection and no settling of an exit, and the status shows what the records hold.
     fn last_status_for(&self, state: &RelistState, uid: &str, work: &SyncWork) -> Option<RuntimePodStatus> {
-        if work.reinspect || state.exits.to_settle(uid) || !self.cache.reader().contains(uid) {
+        // A pod with no entry reads as an empty status, which holds none of its containers.
+        if work.reinspect || state.exits.to_settle(uid) {
             return None;
         }
         let cached = self.cache.get(uid);

@@ -177,6 +177,25 @@ pub fn write_into_last(
     termination::plan_for(&source, status.exit_code, &status.reason)
 }
 
+/// [`write_into_last`] for each of `exits` whose container `last` holds (pure): the termination
+/// messages to read, by the index of their container's status.
+pub fn write_all_into_last(
+    last: &mut crate::kubecontainer::RuntimePodStatus,
+    exits: &mut [PendingExit],
+    bad: &mut Vec<BadData>,
+) -> Vec<(usize, termination::Plan)> {
+    let mut plans = Vec::new();
+    for exit in exits.iter_mut() {
+        let Some(at) = last.container_statuses.iter().position(|c| c.id == exit.fact.id) else {
+            continue;
+        };
+        if let Some(plan) = write_into_last(exit, &mut last.container_statuses[at], bad) {
+            plans.push((at, plan));
+        }
+    }
+    plans
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -114,12 +114,7 @@ pub trait Runtime: Send + Sync + 'static {
         exits: &mut [exits::PendingExit],
     ) -> impl Future<Output = RuntimePodStatus> + Send {
         let mut status = last;
-        let mut bad = Vec::new();
-        for exit in exits.iter_mut() {
-            if let Some(c) = status.container_statuses.iter_mut().find(|c| c.id == exit.fact.id) {
-                exits::write_into_last(exit, c, &mut bad);
-            }
-        }
+        exits::write_all_into_last(&mut status, exits, &mut Vec::new());
         std::future::ready(status)
     }
     /// The state of one container or sandbox by id, with the runtime's answer, None if the
@@ -913,15 +908,7 @@ impl Runtime for CriRuntime {
     async fn status_with_exits(&self, last: RuntimePodStatus, exits: &mut [exits::PendingExit]) -> RuntimePodStatus {
         let mut status = last;
         let mut bad = Vec::new();
-        let mut plans = Vec::new();
-        for exit in exits.iter_mut() {
-            let Some(at) = status.container_statuses.iter().position(|c| c.id == exit.fact.id) else {
-                continue;
-            };
-            if let Some(plan) = exits::write_into_last(exit, &mut status.container_statuses[at], &mut bad) {
-                plans.push((at, plan));
-            }
-        }
+        let plans = exits::write_all_into_last(&mut status, exits, &mut bad);
         if !plans.is_empty() {
             self.add_termination_messages(&status.id.clone(), &mut status.container_statuses, plans, &mut bad)
                 .await;
