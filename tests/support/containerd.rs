@@ -400,10 +400,21 @@ impl Containerd {
             .unwrap_or_else(|e| panic!("StartContainer {id}: {e}"));
     }
 
-    /// Create and start.
+    /// Create and start. A script that begins by trapping SIGTERM (`trap '…' TERM; …`) is
+    /// returned once its shell has set the trap: a stop that came sooner would find `sh` as PID 1
+    /// with no handler, deaf to SIGTERM, and end in SIGKILL (137) after the stop's timeout.
     pub async fn run_container(&self, pod: &TestPod, name: &str, script: &str) -> String {
         let id = self.create_container(pod, name, script).await;
         self.start_container(&id).await;
+        if script.starts_with("trap ") && script.contains(" TERM;") {
+            let pid = self.container_pid(&id).await;
+            crate::wait_for(
+                &format!("container {name}'s shell (pid {pid}) to trap SIGTERM"),
+                Duration::from_secs(60),
+                || async move { term_is_handled(pid) },
+            )
+            .await;
+        }
         id
     }
 
@@ -480,6 +491,19 @@ impl Containerd {
             })
             .await;
     }
+}
+
+/// Whether process `pid` catches or ignores SIGTERM (/proc/PID/status's `SigCgt` or `SigIgn`).
+fn term_is_handled(pid: i32) -> bool {
+    const SIGTERM_BIT: u64 = 1 << (15 - 1);
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status.lines().any(|line| {
+        let mask = line
+            .strip_prefix("SigCgt:")
+            .or_else(|| line.strip_prefix("SigIgn:"))
+            .and_then(|m| u64::from_str_radix(m.trim(), 16).ok());
+        mask.is_some_and(|m| m & SIGTERM_BIT != 0)
+    })
 }
 
 /// Wait up to `timeout` for `done` to hold on the events of one pod seen so far.
