@@ -408,12 +408,14 @@ impl Containerd {
         self.start_container(&id).await;
         if script.starts_with("trap ") && script.contains(" TERM;") {
             let pid = self.container_pid(&id).await;
-            crate::wait_for(
-                &format!("container {name}'s shell (pid {pid}) to trap SIGTERM"),
-                Duration::from_secs(60),
-                || async move { term_is_handled(pid) },
-            )
-            .await;
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+            while !term_is_handled(pid) {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "timed out waiting for container {name}'s shell (pid {pid}) to trap SIGTERM"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
         }
         id
     }
