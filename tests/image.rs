@@ -551,3 +551,38 @@ fn a_name_without_a_registry_is_docker_hubs() {
     );
     assert_eq!(annotations["org.opencontainers.image.ref.name"], "dev", "{top}");
 }
+
+/// Several image.sh at once on an empty cache (the tests assemble images in parallel on a new
+/// machine) fetch Debian's libraries once: the others wait for it and find the same root, where
+/// without the lock they raced apt on the same directory and failed.
+#[test]
+fn images_assembled_at_once_fetch_the_base_once() {
+    let cache = tempfile::tempdir().unwrap();
+    let runs: Vec<_> = (0..3)
+        .map(|_| {
+            Command::new("bash")
+                .arg(SCRIPT)
+                .args(["base", "amd64"])
+                .env("PLEGD_IMAGE_CACHE", cache.path())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("run image.sh base amd64")
+        })
+        .collect();
+    let mut roots = BTreeSet::new();
+    let mut fetches = 0;
+    for run in runs {
+        let out = run.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "image.sh base amd64 failed: {stderr}");
+        fetches += stderr.matches("fetching Debian 12's libc6").count();
+        roots.insert(String::from_utf8(out.stdout).unwrap().trim().to_owned());
+    }
+    assert_eq!(fetches, 1, "the base fetched {fetches} times");
+    let root = roots.pop_first().unwrap();
+    assert!(
+        roots.is_empty() && Path::new(&root).join("packages.json").is_file(),
+        "{root}"
+    );
+}
