@@ -35,26 +35,13 @@ NAME=${PLEGD_IMAGE_NAME:-plegd:dev}
 log() { echo "image.sh: $*" >&2; }
 die() { log "error: $*"; exit 1; }
 
-# locked NAME COMMAND...: COMMAND under $CACHE/NAME.lock, so that image.sh run several times at
-# once (the tests assemble images in parallel) fetches a shared part of the cache once, the others
-# waiting for it rather than racing apt on the same directory.
-locked() {
-  local name=$1
-  shift
-  mkdir -p "$CACHE"
-  (
-    flock -w 900 9 || die "waited 15 min for $CACHE/$name.lock: another image.sh fetching $name holds it"
-    "$@"
-  ) 9>"$CACHE/$name.lock"
-}
-
 # base ARCH: Debian 12's libc6 and libgcc-s1 for ARCH (the libraries a Rust binary links),
 # unpacked under $CACHE/base-ARCH/root with packages.json naming each .deb and its sha256 (apt
 # checked them against the archive's signed index). Fetched again once a day, so that the image
 # carries the archive's newest security release.
 base() {
   case "$1" in amd64|arm64) ;; *) die "base: ARCH must be amd64 or arm64, not '$1'" ;; esac
-  locked "base-$1" fetch_base "$1"
+  private_apt_locked "$CACHE/base-$1" fetch_base "$1"
 }
 
 fetch_base() {
@@ -95,7 +82,7 @@ fetch_base() {
 # rust-src of the same release), as a toolchain of its own: hard links to the nightly's files,
 # so that nothing of the installed toolchain changes. Prints its directory.
 cross_toolchain() {
-  locked cross-toolchain fetch_cross_toolchain
+  private_apt_locked "$CACHE/cross-toolchain" fetch_cross_toolchain
 }
 
 fetch_cross_toolchain() {

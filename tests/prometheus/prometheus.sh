@@ -35,16 +35,7 @@ install() {
   echo "$bin"
 }
 
-# Under a lock: several tests may ask at once on a new machine; one fetches, the others wait.
-locked_install() {
-  mkdir -p "$PACKAGES_DIR"
-  (
-    flock -w 900 9 || { log "error: waited 15 min for $ROOT.lock: another fetch of prometheus holds it"; exit 1; }
-    install
-  ) 9>"$ROOT.lock"
-}
-
 case ${1:-} in
-  install) locked_install ;;
+  install) private_apt_locked "$ROOT" install ;;
   *) echo "usage: $0 install" >&2; exit 2 ;;
 esac

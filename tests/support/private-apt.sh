@@ -7,6 +7,7 @@
 #   private_apt_update ROOT SUITE [ARCH]  # ROOT/etc/sources.list for SUITE on the machine's mirror,
 #                                         # for ARCH (Debian's name: amd64, arm64) or the machine's
 #   private_apt ROOT apt-get|apt-cache ARGS...
+#   private_apt_locked ROOT COMMAND...      # COMMAND holding ROOT.lock (15 min at most)
 
 # The mirror the machine's own package list names (deb822 or one-line), else Debian's.
 debian_mirror() {
@@ -34,4 +35,17 @@ private_apt_update() {
   echo "deb [${arch:+arch=$arch }signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $(debian_mirror) $suite main" >"$root/etc/sources.list"
   [ -f "$root/etc/status" ] || : >"$root/etc/status"
   private_apt "$root" apt-get -qq update
+}
+
+# COMMAND while holding ROOT.lock: scripts run at once (tests in parallel on a new machine) fetch
+# into one private root once, the others waiting and then finding it done, rather than racing apt on
+# the same lists and archives. COMMAND checks whether the root is complete itself.
+private_apt_locked() {
+  local root=$1
+  shift
+  mkdir -p "$(dirname "$root")"
+  (
+    flock -w 900 9 || { echo "${0##*/}: error: waited 15 min for $root.lock: another fetch into $root holds it" >&2; exit 1; }
+    "$@"
+  ) 9>"$root.lock"
 }
