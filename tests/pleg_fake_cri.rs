@@ -940,7 +940,8 @@ async fn stopping_sends_what_a_full_channel_kept_back() {
 
 /// An exit taken from containerd's exit event, which the CRI state then shows otherwise — the
 /// fault of a containerd that recovered the exit after a restart (255, `Unknown`), which the real
-/// one does not make on demand, so the fake CRI makes it. The exit is shown at once from the event
+/// one makes only now and then on a loaded machine (`triggers::containerd_killed_and_restarted`),
+/// so the fake CRI makes it. The exit is shown at once from the event
 /// while the CRI still says the container runs (a relist in between keeps it exited, with no
 /// ContainerStarted); once the CRI shows its own exit, its values are what the cache holds, each
 /// field that differed is counted, and a PodSync asks for the pod's status to be written again.

@@ -378,6 +378,17 @@ impl Containerd {
         (t(status.started_at), t(status.finished_at))
     }
 
+    /// The exit code and reason CRI's `ContainerStatus` gives for container `id` (the reason as the
+    /// runtime fills it: empty where it gives none).
+    pub async fn container_exit(&self, id: &str) -> (i32, String) {
+        let status = self
+            .container_status(id, false)
+            .await
+            .status
+            .unwrap_or_else(|| panic!("ContainerStatus {id}: no status"));
+        (status.exit_code, status.reason)
+    }
+
     /// The host's pid of a running container's first process (from the verbose status's `info`,
     /// which containerd 1.7 and 2.x fill in), to signal it while containerd itself is away.
     pub async fn container_pid(&self, id: &str) -> i32 {
