@@ -1,7 +1,7 @@
 # Sourced by tests/run.sh under CI (as root): one cargo target directory that CI's fresh clones of
 # this repository share on a machine, as a CI service's build cache would, so that a warm run builds
-# the dependencies of plegd (about 450 crates, for the tests, the cluster's release binary, the arm64
-# cross build and the fuzz targets) not again but only plegd's own packages.
+# the dependencies of plegd (about 450 crates, for the tests, the arm64 cross build and the fuzz
+# targets) not again but only plegd's own packages.
 #
 #   PLEGD_CI_TARGET_DIR   the directory (default /var/lib/plegd-test/cargo-target)
 #   PLEGD_CI_TARGET_GIB   when it has grown beyond this many GiB (1 to 100000) it is emptied first (default 40)

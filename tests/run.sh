@@ -83,12 +83,14 @@ bash tests/helm/helm.sh install >/dev/null
 PLEGD_HELM_VERSION=v3.21.4 bash tests/helm/helm.sh install >/dev/null
 
 # plegd for arm64, cross-built (Rust's standard library from source), for tests/image.rs: the image
-# index of both architectures, the arm64 one run under qemu-user, and its SBOM. Built as the
-# cluster's binary is, without LTO (deploy/image/image.sh build makes the release image with it).
+# index of both architectures, the arm64 one run under qemu-user, and its SBOM. Built unoptimized,
+# as the tests build plegd for this machine: what the tests ask of it (that plegd builds for arm64
+# and runs there) does not depend on the optimization, which took most of the build's time
+# (docs/testing.md; deploy/image/image.sh build makes the release image, optimized).
 if [ ${#VERSIONS[@]} -gt 0 ]; then
   phase "plegd for arm64 (deploy/image/image.sh cross-binary)"
   bash deploy/image/image.sh tools
-  PLEGD_ARM64_BINARY=$(bash deploy/image/image.sh cross-binary release-without-lto)
+  PLEGD_ARM64_BINARY=$(bash deploy/image/image.sh cross-binary dev)
   export PLEGD_ARM64_BINARY PLEGD_REQUIRE_IMAGE=1
 fi
 
@@ -112,10 +114,12 @@ else
 fi
 
 # The suites run under cargo-nextest (each test a process of its own); installed from crates.io
-# when missing (a few minutes, once).
+# when missing (a few minutes, once), without its self-update (`cargo nextest self update`, which
+# fetches from nextest's own site and which no test uses): 4 min 15 s to build on 2 cores against
+# 5 min 29 s with it (docs/testing.md).
 if ! cargo nextest --version >/dev/null 2>&1; then
   phase "installing cargo-nextest"
-  cargo install cargo-nextest --locked
+  cargo install cargo-nextest --locked --no-default-features --features default-no-update
 fi
 # Twice as many tests at once as the machine has cores: the suites spend most of their time waiting
 # on real components (a container's sleep, an apiserver's start, a watch), and measured on 2 cores
@@ -132,6 +136,11 @@ run_cluster_tests() {
 
 phase "every test, real containerd ${VERSIONS[0]:-(none)}"
 run_tests --workspace
+# The binary those tests built and ran (plegd_in_containerd, systemd_unit), kept aside for the
+# clusters below: a later build of the tests may write over target/debug/plegd.
+CLUSTER_PLEGD=$TARGET_DIR/cluster-plegd/plegd
+mkdir -p "$(dirname "$CLUSTER_PLEGD")"
+cp "$TARGET_DIR/debug/plegd" "$CLUSTER_PLEGD.tmp" && mv "$CLUSTER_PLEGD.tmp" "$CLUSTER_PLEGD"
 
 # plegd installed as deploy/ installs it into a real one-node cluster (kube-apiserver,
 # controller-manager, scheduler, kubelet on a containerd of its own), from this checkout's optimized
@@ -140,13 +149,12 @@ run_tests --workspace
 # containerd 2.3; and a smoke of it on each other 2.x version (the DaemonSet with every component;
 # the parity battery, four and a half minutes, runs on 2.3 only, and 1.7 runs the real-runtime
 # suites below, not the cluster: docs/testing.md says why). The cluster is removed
-# afterwards. The binary is built as release is, without its whole-program optimization (LTO),
-# which would add about a minute and a half to a run (Cargo.toml, profile release-without-lto).
+# afterwards. The binary is the one the tests above built (unoptimized): an optimized build of
+# its own took 5 min 47 s on a new machine for the same code, and what the clusters check (what
+# plegd writes and when, beside the kubelet) does not wait on plegd's CPU; the benchmarks measure
+# the optimized build (docs/testing.md).
 if [ ${#VERSIONS[@]} -gt 0 ]; then
-  phase "plegd's release binary for the clusters (without LTO)"
-  cargo build --profile release-without-lto --bin plegd
   phase "plegd in a real Kubernetes 1.37 node (tests/cluster_e2e.rs, tests/kubelet_parity.rs)"
-  CLUSTER_PLEGD=$TARGET_DIR/release-without-lto/plegd
   trap 'bash tests/cluster/cluster.sh stop; bash tests/containerd/containerd.sh stop' EXIT
   PLEGD_BINARY=$CLUSTER_PLEGD PLEGD_CLUSTER_E2E=1 run_cluster_tests --test cluster_e2e --test kubelet_parity --test readiness_gate
   bash tests/cluster/cluster.sh stop

@@ -222,7 +222,7 @@ case "${1:-}" in
     kind load image-archive "$(bash "$REPO/tests/containerd/containerd.sh" image)" --name "$CLUSTER"
     log "kind cluster ready with plegd's image in $((SECONDS - started)) s"
     cd "$REPO"
-    if ! cargo nextest --version >/dev/null 2>&1; then cargo install cargo-nextest --locked; fi
+    if ! cargo nextest --version >/dev/null 2>&1; then cargo install cargo-nextest --locked --no-default-features --features default-no-update; fi
     # The tests share the one cluster and take its lock: one at a time, so that none counts its
     # wait for the lock against its 15 minutes (.config/nextest.toml).
     PLEGD_BINARY=$binary PLEGD_CLUSTER_E2E=1 PLEGD_CLUSTER_SCRIPT="$REPO/deploy/kind/e2e.sh" \

@@ -4,9 +4,9 @@
 //! script with the same commands (`start --plegd DIR`, `kubectl ARGS...`, `restart COMPONENT`,
 //! `remove-plegd`) in `PLEGD_CLUSTER_SCRIPT`, such as deploy/kind/e2e.sh's for a kind cluster.
 //!
-//! The suite runs when `PLEGD_CLUSTER_E2E=1` (tests/run.sh sets it, after building plegd's
-//! optimized binary, which it names in `PLEGD_BINARY`; tests/cluster/cluster.sh installs
-//! target/release/plegd without it); without it every test says loudly that it was skipped. The
+//! The suite runs when `PLEGD_CLUSTER_E2E=1` (tests/run.sh sets it and names in `PLEGD_BINARY` the
+//! plegd binary its tests built; tests/cluster/cluster.sh installs target/release/plegd without
+//! it); without it every test says loudly that it was skipped. The
 //! cluster is one per machine: the tests take a lock (one at a time) and leave it running for the
 //! next; `cluster.sh stop` removes it.
 
