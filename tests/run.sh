@@ -143,8 +143,8 @@ mkdir -p "$(dirname "$CLUSTER_PLEGD")"
 cp "$TARGET_DIR/debug/plegd" "$CLUSTER_PLEGD.tmp" && mv "$CLUSTER_PLEGD.tmp" "$CLUSTER_PLEGD"
 
 # plegd installed as deploy/ installs it into a real one-node cluster (kube-apiserver,
-# controller-manager, scheduler, kubelet on a containerd of its own), from this checkout's optimized
-# binary: tests/cluster_e2e.rs and the readiness gate (tests/readiness_gate.rs), one test at a
+# controller-manager, scheduler, kubelet on a containerd of its own), from this checkout's binary:
+# tests/cluster_e2e.rs and the readiness gate (tests/readiness_gate.rs), one test at a
 # time; then plegd's status against the kubelet's on that node (tests/kubelet_parity.rs), on
 # containerd 2.3; and a smoke of it on each other 2.x version (the DaemonSet with every component;
 # the parity battery, four and a half minutes, runs on 2.3 only, and 1.7 runs the real-runtime
